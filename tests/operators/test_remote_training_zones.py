@@ -1505,12 +1505,12 @@ def test_a_retry_reads_an_earlier_tries_job_again_where_its_first_poll_fails(
     monkeypatch.setattr(time, "sleep", slept.append)
     op = operator(tmp_path)
     op._retry = True
-    assert op._earlier_job(Backend(), "train-a1") == ran_before  # type: ignore[arg-type]
+    assert op._earlier_job(Backend(), "train-a1") == (ran_before, None)  # type: ignore[arg-type]
     assert slept == list(EARLIER_JOB_POLL_WAITS_SECONDS[:2])
     # Unread every time: followed as unknown, after the last wait, as before.
     answers.extend([ComputeBackendError("ThrottlingException")] * (len(EARLIER_JOB_POLL_WAITS_SECONDS) + 1))
     unread = op._earlier_job(Backend(), "train-a1")  # type: ignore[arg-type]
-    assert unread is not None and unread.state == JobState.PENDING and answers == []
+    assert unread is not None and unread[0].state == JobState.PENDING and answers == []
 
 
 def test_a_retry_reads_an_earlier_tries_job_once_where_the_read_is_refused(
@@ -1539,7 +1539,7 @@ def test_a_retry_reads_an_earlier_tries_job_once_where_the_read_is_refused(
     op._retry = True
     backend = Backend()
     unread = op._earlier_job(backend, "train-a1")  # type: ignore[arg-type]
-    assert unread is not None and unread.state == JobState.PENDING
+    assert unread is not None and unread[0].state == JobState.PENDING
     assert backend.polls == 1
     assert capsys.readouterr().out.count("cannot be read now") == 1
 

@@ -55,7 +55,6 @@ class RemoteAttemptSteps(AttemptBilling):
     # failure inside the submit (an execution_timeout) may come after the backend took the job.
     _submitting: tuple[AttemptState, str, str, str, str, int] | None = None
     _retry = False  # a later try of the task: its submits may find the jobs an earlier try submitted
-    _earlier_created_at: float | None = None  # when the job _earlier_job found last was created (epoch s)
     poll_interval: float
     budget_scope: str | None
     ledger_conn_id: str
@@ -105,11 +104,12 @@ class RemoteAttemptSteps(AttemptBilling):
         plan = state.plan
         backend = self._backend(plan)
         # A retry follows the job an earlier try submitted under this attempt's name, where it runs.
-        followed = self._earlier_job(
+        earlier = self._earlier_job(
             backend,
             job_name(plan.base_name, state.next_attempt),
             instances=billed_instances(plan.backend_options),
         )
+        followed, created_at = earlier if earlier is not None else (None, None)
         found_at = utcnow()
         following = followed is not None
         zone, moved = "", None
@@ -186,7 +186,7 @@ class RemoteAttemptSteps(AttemptBilling):
             submitted_at=submitted_at.isoformat(),
             moved_bytes=moved,
             # What it ran before this try: a job the wait never sees is billed from it, not from now.
-            followed=self._followed_record(followed, found_at),
+            followed=self._followed_record(followed, found_at, created_at=created_at),
         )
         self._live, self._submitting = submitted, None  # one step: never neither while the job runs
         self.log.info(
@@ -289,25 +289,30 @@ class RemoteAttemptSteps(AttemptBilling):
         )
         return state, market, zone, market_reason, moved
 
-    def _followed_record(self, followed: JobStatus | None, found_at: datetime) -> dict[str, Any] | None:
+    @staticmethod
+    def _followed_record(
+        followed: JobStatus | None, found_at: datetime, *, created_at: float | None
+    ) -> dict[str, Any] | None:
         """What a followed job's attempt keeps of it (``Current.followed``): its status, and its submit.
 
-        Its submit (the backend's creation time, where :meth:`_earlier_job` found it) is where the time limit
-        the earlier try gave it runs from: a stop that fails bills it to there.
+        Its submit (``created_at``: the backend's creation time, where :meth:`_earlier_job` found it) is
+        where the time limit the earlier try gave it runs from: a stop that fails bills it to there.
         """
         if followed is None:
             return None
         record: dict[str, Any] = {"job": followed.to_dict(), "seen_at": found_at.isoformat()}
-        created = self._earlier_created_at
-        if created is not None:
-            record["created_at"] = datetime.fromtimestamp(created, timezone.utc).isoformat()
+        if created_at is not None:
+            record["created_at"] = datetime.fromtimestamp(created_at, timezone.utc).isoformat()
         return record
 
-    def _earlier_job(self, backend: ComputeBackend, name: str, *, instances: int = 1) -> JobStatus | None:
+    def _earlier_job(
+        self, backend: ComputeBackend, name: str, *, instances: int = 1
+    ) -> tuple[JobStatus, float | None] | None:
         """The job an earlier try of this task submitted as ``name``, as the backend sees it now (IO).
 
-        None on a first try (nothing to follow), and where the backend has no such job. A job found that
-        cannot be read now says neither market nor zone: it is taken on the market asked for, in the plan's
+        With its creation time (epoch seconds, None where the backend does not say). None on a first try
+        (nothing to follow), and where the backend has no such job. A job found that cannot be read now
+        says no zone: it is taken on the market its look-up says (else the one asked for), in the plan's
         first zone, as waiting with the time since its start (or creation) billed, where its backend's
         listing says when that was: a wait that never reads it bills what it ran under the earlier try.
         """
@@ -316,7 +321,6 @@ class RemoteAttemptSteps(AttemptBilling):
         if not self._retry:
             return None
         found = backend.find(name)
-        self._earlier_created_at = found.created_at if found is not None else None
         if found is None:
             return None
         job_id = found.job_id
@@ -324,7 +328,7 @@ class RemoteAttemptSteps(AttemptBilling):
 
         for wait in (*EARLIER_JOB_POLL_WAITS_SECONDS, None):
             try:
-                return backend.poll(job_id)
+                return backend.poll(job_id), found.created_at
             except Exception as e:  # best effort: the wait polls it again, and fails there if it must
                 if wait is not None and not isinstance(e, ConfigurationError):  # that fails the same way
                     self.log.warning(
@@ -365,7 +369,7 @@ class RemoteAttemptSteps(AttemptBilling):
                         datetime.fromtimestamp(since, timezone.utc).isoformat(timespec="seconds"),
                     )
                 break  # the last read, or a configuration error that fails the same way each time
-        return _found_unread(found, now=utcnow(), instances=instances)
+        return _found_unread(found, now=utcnow(), instances=instances), found.created_at
 
     def _moved_bytes(self, state: AttemptState, *, following: bool = False) -> int:
         """What an attempt reads across regions where it runs in another: the data and the checkpoint (IO).
