@@ -1031,6 +1031,7 @@ def test_a_sagemaker_job_found_by_its_name_says_when_it_was_created_and_started(
     assert found.started_at == (started.timestamp() if started else None)
     assert found.running_since == (found.started_at or found.created_at)
     assert found.market == "spot"  # as submitted: a retry that cannot read it bills it there
+    assert found.status == backend.poll(spot.job_name)  # read as a poll reads it: the retry follows it so
     assert backend.find("no-such-job") is None
 
 

@@ -1513,6 +1513,26 @@ def test_a_retry_reads_an_earlier_tries_job_again_where_its_first_poll_fails(
     assert unread is not None and unread[0].state == JobState.PENDING and answers == []
 
 
+def test_a_retry_follows_an_earlier_tries_job_from_its_look_up_where_that_read_it_as_a_poll(
+    tmp_path: Path,
+) -> None:
+    # SageMaker's look-up by name describes the job as its poll does: a second describe read it again.
+    seen = JobStatus(job_id="train-a1", state=JobState.RUNNING, market="spot", billable_seconds=60.0)
+
+    class Backend:
+        name = "sagemaker"
+
+        def find(self, job_name: str) -> FoundJob:
+            return FoundJob("train-a1", created_at=1_700_000_000.0, status=seen)
+
+        def poll(self, job_id: str) -> Any:
+            pytest.fail("polled again after its look-up read it")
+
+    op = operator(tmp_path)
+    op._retry = True
+    assert op._earlier_job(Backend(), "train-a1") == (seen, 1_700_000_000.0)  # type: ignore[arg-type]
+
+
 def test_a_retry_reads_an_earlier_tries_job_once_where_the_read_is_refused(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

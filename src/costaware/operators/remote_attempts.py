@@ -323,6 +323,8 @@ class RemoteAttemptSteps(AttemptBilling):
         found = backend.find(name)
         if found is None:
             return None
+        if found.status is not None:  # the look-up read it as a poll would (SageMaker): not asked again
+            return found.status, found.created_at
         job_id = found.job_id
         import time
 

@@ -601,7 +601,9 @@ class FoundJob:
     ``end_state``: when and how it ended, where it has (both or neither): billed up to its end, not up to
     now (the name is the same on every try and clear, so the job found may have ended days before).
     ``market``: the market it was submitted on, as its backend's record of it says (``""``: unknown): a job
-    that cannot be read then is billed on it, not on the one the retry would choose now.
+    that cannot be read then is billed on it, not on the one the retry would choose now. ``status``: what a
+    ``poll`` now would say, where the look-up read all a poll reads (SageMaker's one DescribeTrainingJob):
+    the retry follows the job from it instead of asking again (None: poll it).
     """
 
     job_id: str
@@ -610,6 +612,7 @@ class FoundJob:
     ended_at: float | None = None
     end_state: JobState | None = None
     market: str = ""
+    status: JobStatus | None = None
 
     @property
     def running_since(self) -> float | None:

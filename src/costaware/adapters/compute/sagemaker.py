@@ -322,7 +322,7 @@ class SageMakerBackend:
         job = self._describe(job_name)
         if job is None:
             return None
-        status = status_from_description(job)
+        status = status_from_description(job, now=time.time())  # as poll reads it: the retry's follow
         ended = status.ended_at is not None
         return FoundJob(
             job_id=job_name,
@@ -331,6 +331,7 @@ class SageMakerBackend:
             ended_at=status.ended_at,
             end_state=status.state if ended else None,
             market=status.market,  # EnableManagedSpotTraining
+            status=status,
         )
 
     def poll(self, job_id: str) -> JobStatus:
