@@ -195,3 +195,33 @@ def test_a_value_that_starts_with_a_dash_is_explained(capsys: pytest.CaptureFixt
     err = capsys.readouterr().err
     assert "argument --thresholds: expected one argument (a value that starts with '-' goes after '='" in err
     assert "--thresholds=-VALUE" in err
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["budget", "set", "--scope", "project=x", "--period", "month", "--cap-usd", "2", "--cap-usd", "3"],
+         "argument --cap-usd: given twice ('2', then '3'): give it once"),
+        (["report", "--since", "2026-01-01", "--since=2026-02-01"],
+         "argument --since: given twice (2026-01-01T00:00:00+00:00, then 2026-02-01T00:00:00+00:00)"),
+        (["report", "--format", "json", "--format", "csv"],
+         "argument --format: given twice ('json', then 'csv')"),
+    ],
+)  # fmt: skip
+def test_a_single_valued_option_given_twice_is_refused_and_nothing_is_written(
+    argv: list[str], message: str, ledger_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # argparse kept the last in silence: `--cap-usd 2 --cap-usd 3` set a $3 cap.
+    with pytest.raises(SystemExit) as exited:
+        main(["--ledger-url", ledger_url, *argv])
+    assert exited.value.code == 2
+    assert message in capsys.readouterr().err
+    assert Ledger.from_url(ledger_url).budgets() == []
+
+
+def test_an_option_repeated_with_the_same_value_is_read_once(
+    ledger_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["budget", "set", "--scope", "project=x", "--period", "month", "--cap-usd", "3", "--cap-usd=3"]
+    assert main(["--ledger-url", ledger_url, *argv]) == 0
+    assert [b.cap_usd for b in Ledger.from_url(ledger_url).budgets()] == [Decimal(3)]

@@ -60,7 +60,44 @@ class Arg:
         if "choices" in kwargs and "type" not in kwargs:
             # A keyword is matched whatever its case (--format JSON, --service EC2), as --period Month was.
             kwargs["type"] = lowercase
+        if kwargs.get("action", "store") == "store" and self.flags[0].startswith("-"):
+            kwargs["action"] = StoreOnce
         parser.add_argument(*self.flags, **kwargs)
+
+
+class StoreOnce(argparse.Action):
+    """argparse's ``store``, refusing a single-valued option given twice with different values.
+
+    argparse keeps the last in silence: ``--cap-usd 2 --cap-usd 3`` set a $3 cap where a script had appended
+    its override to a default, or a pasted line repeated the flag.
+    """
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: Any,
+        option_string: str | None = None,
+    ) -> None:
+        given = namespace.__dict__.setdefault(GIVEN_OPTIONS, {})
+        if self.dest in given and given[self.dest] != values:
+            first, then = (_as_typed(v) for v in (given[self.dest], values))
+            raise argparse.ArgumentError(
+                self, f"given twice ({first}, then {then}): give it once (the last alone would be read)"
+            )
+        given[self.dest] = values
+        setattr(namespace, self.dest, values)
+
+
+def _as_typed(value: Any) -> str:
+    """An option's value as the user may have typed it: ``'2'``, ``2026-11-01T00:00:00+00:00``."""
+    if isinstance(value, datetime):
+        return value.isoformat()
+    return repr(value) if isinstance(value, str) else str(value)
+
+
+#: Where :class:`StoreOnce` keeps the values given; removed from the namespace after parsing.
+GIVEN_OPTIONS = "_options_given"
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,7 +15,7 @@ import sys
 from collections.abc import Sequence
 from typing import NoReturn
 
-from costaware.cli.arguments import ARG_LEDGER_URL_GLOBAL, ActionCommand, GroupCommand
+from costaware.cli.arguments import ARG_LEDGER_URL_GLOBAL, GIVEN_OPTIONS, ActionCommand, GroupCommand
 from costaware.cli.config import COMMANDS, DESCRIPTION
 from costaware.cli.log_output import route_logs_to_stderr, stop_routing
 from costaware.core.errors import CostawareError
@@ -51,6 +51,7 @@ def _parse(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> argpa
     import difflib
 
     args, extras = parser.parse_known_args(argv)
+    vars(args).pop(GIVEN_OPTIONS, None)
     if extras:
         command: argparse.ArgumentParser = getattr(args, "command_parser", parser)
         options = [o for action in command._actions for o in action.option_strings]
