@@ -1651,3 +1651,24 @@ def test_an_airflow_cfg_configparser_refuses_is_one_line_not_a_traceback(
     assert done.returncode == 2, done.stderr
     assert f"costaware: error: airflow.cfg cannot be read: {tmp_path / 'airflow.cfg'} line" in done.stderr
     assert said in done.stderr and "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize(
+    ("scope", "message"),
+    [
+        ('project="churn"', '"churn" is in quotes, which would be part of the tag and match no task\'s tags: '
+                            "drop them (--scope project=churn)"),
+        ("'project'=churn,team=\u201cml\u201d", "'project', \u201cml\u201d are in quotes"),
+    ],
+)  # fmt: skip
+def test_a_budget_scope_in_quotes_is_refused_naming_the_scope_without_them(
+    scope: str, message: str, ledger_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # `--scope 'project="churn"'` made a budget over the value "churn" with its quotes: it capped nothing.
+    argv = ["--ledger-url", ledger_url, "budget", "set", "--scope", scope, "--period", "month"]
+    with pytest.raises(SystemExit) as exited:
+        main([*argv, "--cap-usd", "100"])
+    assert exited.value.code == 2
+    assert message in capsys.readouterr().err
+    assert Ledger.from_url(ledger_url).budgets() == []
+

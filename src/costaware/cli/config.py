@@ -12,6 +12,7 @@ from costaware.cli.arguments import (
     ARG_FORMAT,
     ARG_GROUP_BY,
     ARG_LEDGER_URL,
+    ARG_NEW_SCOPE,
     ARG_PERIOD,
     ARG_SCOPE,
     ARG_SERVICE,
@@ -42,7 +43,7 @@ BUDGET_COMMANDS = (
         "create or change a budget",
         lazy_load_command(f"{_COMMANDS}.budget.budget_set"),
         (
-            ARG_SCOPE,
+            ARG_NEW_SCOPE,
             ARG_PERIOD,
             Arg(
                 "--cap-usd",
