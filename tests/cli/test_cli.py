@@ -1672,3 +1672,26 @@ def test_a_budget_scope_in_quotes_is_refused_naming_the_scope_without_them(
     assert message in capsys.readouterr().err
     assert Ledger.from_url(ledger_url).budgets() == []
 
+
+def test_a_budget_whose_tag_name_no_entry_has_names_the_close_tag_name(
+    ledger_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # `--scope projct=churn` beside entries tagged project=churn was told of close values, none: silence.
+    ledger = Ledger.from_url(ledger_url)
+    ledger.record(
+        LedgerEntry(dag_id="d", run_id="r", task_id="t", kind=Kind.COMPUTE, usd=Decimal(1),
+                    tags={"project": "churn", "team": "ml"})
+    )  # fmt: skip
+
+    def budget_set(scope: str) -> str:
+        argv = ["--ledger-url", ledger_url, "budget", "set", "--scope", scope, "--period", "month"]
+        assert main([*argv, "--cap-usd", "100"]) == 0
+        return capsys.readouterr().err
+
+    assert "did you mean 'project'? (--scope project=churn)" in budget_set("projct=churn")
+    assert "did you mean 'project'? (--scope project=churn)" in budget_set("Project=churn")
+    # A misspelt name and value both: the value is compared with the values of the name meant.
+    assert "did you mean 'project' and 'churn'? (--scope project=churn,team=ml)" in budget_set(
+        "projct=chrun,team=ml"
+    )
+    assert "note:" not in budget_set("owner=ana")  # nothing close: a new tag, nothing to say

@@ -60,16 +60,21 @@ def ledger_dag_ids(ledger: Ledger) -> set[str]:
     return found | holding_dags(ledger)
 
 
+def recent_tags(ledger: Ledger, dag_ids: frozenset[str] | None = None) -> list[dict[str, str]]:
+    """The tags of the ledger's newest 500 entries (of ``dag_ids`` only, where given): what tag hints read."""
+    return [dict(e["tags"]) for e in ledger.entries(limit=500) if dag_ids is None or e["dag_id"] in dag_ids]
+
+
 def scope_hint(ledger: Ledger, scope: str, dag_ids: frozenset[str] | None = None) -> str:
     """Where ``scope`` names a tag value no recent entry has: which values they have, else "".
 
     ``dag_ids``: only the entries of these DAGs are looked at (a Cost page user's readable ones).
     """
     wanted = Scope.parse(scope)
-    recent = [e for e in ledger.entries(limit=500) if dag_ids is None or e["dag_id"] in dag_ids]
-    names = sorted({name for e in recent for name in e["tags"]})
+    recent = recent_tags(ledger, dag_ids)
+    names = sorted({name for tags in recent for name in tags})
     for key, value in wanted.tags:
-        seen = sorted({str(e["tags"][key]) for e in recent if key in e["tags"]})
+        seen = sorted({str(tags[key]) for tags in recent if key in tags})
         if not seen and names:
             # A misspelt tag name ("proj"): its values, "none", pointed at the value, not at the name.
             close = difflib.get_close_matches(key, names, n=1)

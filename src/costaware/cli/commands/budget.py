@@ -82,32 +82,38 @@ def budget_set(args: argparse.Namespace) -> int:
 
 
 def _say_close_tags(ledger: Any, scope: Any) -> None:
-    """Say when no entry or open hold has the scope's tags but some have a close value ('flight-delays').
+    """Say when no entry or open hold has the scope's tags but some have a close name or value.
 
-    'project=flight delays' beside entries tagged 'flight-delays' was set without a word and capped nothing.
-    Read as ``report`` reads a tag: the ledger's newest 500 entries, and every open hold.
+    'project=flight delays' beside entries tagged 'flight-delays', or 'projct=churn' beside entries tagged
+    'project', was set without a word and capped nothing. Read as ``report`` reads a tag
+    (:func:`~costaware.adapters.ledger.views.recent_tags`), and every open hold.
     """
     import difflib
 
+    from costaware.adapters.ledger.views import recent_tags
+
     wanted = dict(scope.tags)
-    tagged = [dict(e["tags"]) for e in ledger.entries(limit=500)]
-    tagged += [dict(r.scope.tags) for r in ledger.open_reservations()]
+    tagged = recent_tags(ledger) + [dict(r.scope.tags) for r in ledger.open_reservations()]
     if not wanted or any(all(tags.get(k) == v for k, v in wanted.items()) for tags in tagged):
         return
-    meant = dict(wanted)
+    names = sorted({name for tags in tagged for name in tags})
+    meant: dict[str, str] = {}
+    changes = []
     for key, value in wanted.items():
-        seen = sorted({tags[key] for tags in tagged if key in tags})
-        close = difflib.get_close_matches(value, seen, n=1) if value not in seen else []
-        if close:
-            meant[key] = close[0]
-    if meant == wanted:
+        name = key
+        if key not in names:
+            # A misspelt tag name: the values of the name meant are the ones to compare.
+            by_case = [known for known in names if known.casefold() == key.casefold()]
+            name = (by_case or difflib.get_close_matches(key, names, n=1) or [key])[0]
+        seen = sorted({tags[name] for tags in tagged if name in tags})
+        meant[name] = value if value in seen else (difflib.get_close_matches(value, seen, n=1) or [value])[0]
+        changes += [repr(new) for new, old in ((name, key), (meant[name], value)) if new != old]
+    if not changes:
         return  # a new project, say: nothing close to suggest
-    changed = " and ".join(repr(meant[k]) for k in wanted if meant[k] != wanted[k])
     print(
         f"note: no entry or open hold of the ledger is tagged {scope}, so this budget caps nothing yet; "
-        f"did you mean {changed}? (--scope {shlex.quote(','.join(f'{k}={v}' for k, v in meant.items()))}); "
-        "scopes match "
-        "tags exactly",
+        f"did you mean {' and '.join(changes)}? "
+        f"(--scope {shlex.quote(','.join(f'{k}={v}' for k, v in meant.items()))}); scopes match tags exactly",
         file=sys.stderr,
     )
 
