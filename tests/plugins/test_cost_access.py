@@ -342,3 +342,34 @@ def test_a_cap_json_cannot_hold_as_a_float_is_a_422_and_the_answer_is_the_stored
     assert answer["cap_usd"] == "150.123457" and churn.cap_usd == Decimal(answer["cap_usd"])  # as stored
     body["cap_usd"] = "100"
     assert client.post("/api/budgets", json=body).json()["cap_usd"] == "100"  # no trailing zeros
+
+
+@pytest.mark.parametrize(
+    ("body", "detail"),
+    [
+        ('{"scope": "project churn", "period": "weekly", "cap_usd": "1"}',
+         "scope: scope part 'project churn' of 'project churn' is not key=value: write e.g. "
+         "'project=churn,team=ml'; period: unknown budget period 'weekly': use one of run, day, month, "
+         "total"),
+        ('{"period": "month", "cap_usd": "1"}', "scope: missing: give it"),
+        ('{"scope": 5, "period": "month"}', "scope: 5 is not valid: Input should be a valid string"),
+        ('{"scope": "project=churn", "period": "month", "cap_usd": 1e400}',
+         "cap_usd: cap_usd must be a finite number of USD, got inf"),
+        ("{bad",
+         "body: not valid JSON (Expecting property name enclosed in double quotes): send a JSON object"),
+    ],
+)  # fmt: skip
+def test_a_bad_budget_body_is_one_line_naming_every_bad_field_as_a_bad_query_is(
+    ledger_with_two_teams: Ledger, body: str, detail: str
+) -> None:
+    # A bad body answered FastAPI's list of dicts, where every GET route answers one line in `detail`.
+    before = len(audit_log(ledger_with_two_teams))
+    cost_app.dependency_overrides[require_login] = lambda: USERS["adm"]
+    response = TestClient(cost_app).post(
+        "/api/budgets", content=body, headers={"content-type": "application/json"}
+    )
+    assert response.status_code == 422
+    assert isinstance(response.json()["detail"], str) and detail in response.json()["detail"]
+    assert len(audit_log(ledger_with_two_teams)) == before
+    schema = TestClient(cost_app).get("/openapi.json").json()["components"]["schemas"]["BadRequest"]
+    assert schema["properties"]["detail"]["type"] == "string"

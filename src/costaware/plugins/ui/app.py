@@ -8,13 +8,11 @@ the JSON routes answer 401. The routes live in ``api.py`` and ``efficiency.py`` 
 
 from __future__ import annotations
 
-import math
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from typing import Any, get_args
 
 from fastapi import Depends, FastAPI, Request
-from fastapi.encoders import jsonable_encoder
 from fastapi.exception_handlers import http_exception_handler
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, RedirectResponse, Response
@@ -79,31 +77,34 @@ async def login_or_error(request: Request, exc: StarletteHTTPException) -> Respo
 
 @cost_app.exception_handler(RequestValidationError)
 async def invalid_request(request: Request, exc: RequestValidationError) -> Response:
-    """FastAPI's 422: bad query parameters in one line of words; a bad body as FastAPI's list.
+    """FastAPI's 422 in one line of words: each bad query parameter or body field, its value, what to give.
 
-    A query parameter's error names it, its value and what to give, as the API's own checks of the other
-    filters do. In a body's list, inputs JSON cannot hold are written as text.
-
-    A JSON number too large for a float (``1e400``) arrives as ``inf``, which the default answer echoed and
-    could not encode: the client got a 500.
+    A bad body of ``POST /budgets`` answered FastAPI's list (``loc``, ``msg``, ``ctx``), where every GET
+    answered one line: a client read two shapes of 422 from one API.
     """
+    route = request.scope.get("route")
+    problems = [
+        query_problem(error, route) if error["loc"][:1] == ("query",) else body_problem(error)
+        for error in exc.errors()
+    ]
+    return JSONResponse(status_code=422, content={"detail": "; ".join(problems)})
 
-    def safe(value: Any) -> Any:
-        if isinstance(value, float) and not math.isfinite(value):
-            return str(value)
-        if isinstance(value, dict):
-            return {k: safe(v) for k, v in value.items()}
-        if isinstance(value, list | tuple):
-            return [safe(v) for v in value]
-        return value
 
-    errors = exc.errors()
-    if errors and all(error["loc"][:1] == ("query",) for error in errors):
-        # One line naming each bad parameter, as the API's other filters answer (dag_id, scope, since).
-        route = request.scope.get("route")
-        detail = "; ".join(query_problem(error, route) for error in errors)
-        return JSONResponse(status_code=422, content={"detail": detail})
-    return JSONResponse(status_code=422, content={"detail": jsonable_encoder([safe(e) for e in errors])})
+def body_problem(error: Mapping[str, Any]) -> str:
+    """What pydantic's ``error`` about a request body means, naming the field (``body`` for the whole)."""
+    field = ".".join(str(part) for part in error["loc"][1:]) or "body"
+    if error["type"] == "json_invalid":
+        # loc holds the character the decoder stopped at, not a field.
+        return f"body: not valid JSON ({error.get('ctx', {}).get('error', error['msg'])}): send a JSON object"
+    if error["type"] == "missing":
+        return f"{field}: missing: give it"
+    message = str(error["msg"]).removeprefix("Value error, ")
+    if error["type"] == "value_error":
+        return f"{field}: {message}"  # our validators' own words, which name the value
+    # repr, not the value: a JSON number too large for a float (1e400) arrives as inf, which JSON cannot hold.
+    given = repr(error.get("input"))
+    given = given if len(given) <= 80 else given[:77] + "..."
+    return f"{field}: {given} is not valid: {message}"
 
 
 #: pydantic's error types for a number that does not parse or is out of its parameter's bounds.

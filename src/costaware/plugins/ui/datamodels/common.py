@@ -34,14 +34,20 @@ class BadQuery(BaseModel):
 
 
 class BadRequest(BaseModel):
-    """A bad body (422): one readable message, or FastAPI's list of the fields that are wrong."""
+    """A bad body (422): one line naming each bad field, its value and what to give, as :class:`BadQuery`."""
 
-    detail: str | list[dict[str, Any]]
+    detail: str = Field(
+        description="e.g. \"period: unknown budget period 'weekly': use one of run, day, month, total\"; "
+        "several bad fields are joined with '; '."
+    )
 
 
 #: The answer of a route with a body (``POST /budgets``) to a bad one, in place of :data:`ERRORS`' 422.
 BAD_BODY: dict[int | str, dict[str, Any]] = {
-    422: {"model": BadRequest, "description": "A body field that is not valid: which and why."},
+    422: {
+        "model": BadRequest,
+        "description": "A body field that is not valid: which, its value, what to give.",
+    },
 }
 
 #: The answers every route may give besides its own (documented in the OpenAPI page).
