@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Annotated
 from urllib.parse import urlencode
 
 from fastapi import Depends, HTTPException, Query
-from pydantic import AfterValidator
+from pydantic import AfterValidator, BeforeValidator
 
 from costaware.core.budgets import TAG_NAME_PATTERN, Period, Scope
 from costaware.core.errors import InvalidBudgetError
@@ -72,22 +72,31 @@ def refused_by(problem_of: Callable[[str], str | None]) -> AfterValidator:
     return AfterValidator(check)
 
 
-def time_problem(text: str) -> str | None:
-    """What is wrong with ``text`` as an ISO time with a zone, or None when nothing is (or it is blank)."""
-    return iso_time(text)[1]
+def instant_of(text: str | None) -> datetime | None:
+    """A ``since`` or ``until`` query parameter as the time it names (None when blank or not given).
+
+    Read here once, as pydantic validates the parameter: its check and the route's filter read the same value.
+
+    Raises:
+        ValueError: what is wrong with it, which ``invalid_request`` (app.py) names the parameter with.
+    """
+    value, problem = iso_time(text or "")
+    if problem:
+        raise ValueError(problem)
+    return value
 
 
 Days = Annotated[int, Query(ge=1, le=366, description="How many days back from now (default 30).")]
 # Text, read here: pydantic's own 422 ("input is too short") named no format for `since=yesterday`.
 Since = Annotated[
-    str | None,
+    datetime | None,
     Query(description="ISO datetime with a zone (2026-11-01T00:00+00:00); overrides `days`."),
-    refused_by(time_problem),
+    BeforeValidator(instant_of),
 ]
 Until = Annotated[
-    str | None,
+    datetime | None,
     Query(description="ISO datetime with a zone (2026-11-01T00:00+00:00), exclusive."),
-    refused_by(time_problem),
+    BeforeValidator(instant_of),
 ]
 
 
@@ -288,11 +297,10 @@ def report_filters(
 ) -> Filters:
     """The filters every JSON report route takes, validated (422 when not).
 
-    Each parameter alone was checked as it was read (``refused_by``); what is left are the checks of them
-    together (Since before Until) and of an instant outside UTC's range.
+    Each parameter alone was checked as it was read (``refused_by``, ``instant_of``); what is left are the
+    checks of them together (Since before Until) and of an instant outside UTC's range.
     """
-    instants = {name: iso_time(text or "")[0] for name, text in (("since", since), ("until", until))}
-    filters, problems = check_filters(days, instants["since"], instants["until"], dag_id, scope)
+    filters, problems = check_filters(days, since, until, dag_id, scope)
     if filters is None:
         raise HTTPException(422, "; ".join(f"{field}: {problem}" for field, problem in problems))
     return filters
