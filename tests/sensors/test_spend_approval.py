@@ -327,14 +327,14 @@ def test_a_run_the_gate_refuses_is_audited_too(env_ledger: Ledger) -> None:
 
 
 def test_approvers_the_simple_auth_manager_does_not_know_are_named(monkeypatch: pytest.MonkeyPatch) -> None:
-    from costaware.sensors.spend_approval import unknown_approvers
+    from costaware.sensors.spend_approval import approvers_who_cannot_answer
 
     # A misspelled approver left a request nobody could answer, for the 12 h of approval_timeout.
-    monkeypatch.setenv("AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS", "admin:admin, ann:user")
-    assert unknown_approvers(["ann", "nosuchuser"]) == ["nosuchuser"]
-    assert unknown_approvers([]) == []
+    monkeypatch.setenv("AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS", "admin:admin, ann:user, vic:Viewer")
+    assert approvers_who_cannot_answer(["ann", "nosuchuser", "vic"]) == (["nosuchuser"], {"vic": "Viewer"})
+    assert approvers_who_cannot_answer([]) == ([], {})
     monkeypatch.setenv("AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS", "True")
-    assert unknown_approvers(["nosuchuser"]) == []  # every login is an admin: nothing to say
+    assert approvers_who_cannot_answer(["nosuchuser"]) == ([], {})  # every login is an admin: nothing to say
 
 
 def test_a_request_no_approver_could_answer_fails_at_once(
@@ -502,3 +502,32 @@ def test_a_rejection_names_the_budgets_the_request_was_asked_with(
     with pytest.raises(AirflowFailException) as rejected:
         gate().approval_complete(context(), event("Reject"))
     assert f"past the budgets {names[0]!r}, {names[1]!r} was not approved (ann)" in str(rejected.value)
+
+
+def test_the_request_is_assigned_only_to_approvers_who_can_answer_asked_once(
+    env_ledger: Ledger, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # '_lead_' (no user) and 'vic' (a VIEWER) were assigned the request too, and the auth manager's users
+    # were read twice per execute (once to check, once to word the request).
+    from airflow.sdk.exceptions import TaskAwaitingInput
+    from airflow.sdk.execution_time import hitl
+
+    import costaware.sensors.spend_approval as spend_approval
+
+    monkeypatch.setenv("AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS", "admin:admin,ann:user,vic:viewer")
+    written: dict[str, Any] = {}  # what the task supervisor would store as the HITL request
+    monkeypatch.setattr(hitl, "upsert_hitl_detail", lambda **detail: written.update(detail))
+    reads: list[object] = []
+    read_users = spend_approval._simple_auth_users
+
+    def counted() -> Any:
+        reads.append(None)
+        return read_users()
+
+    monkeypatch.setattr(spend_approval, "_simple_auth_users", counted)
+    ti = SimpleNamespace(**vars(context()["ti"]), id="0193a1b2-0000-7000-8000-000000000001")
+    with pytest.raises(TaskAwaitingInput):
+        gate(approvers=["ann", "_lead_", "vic"], deferrable=False).execute({"ti": ti})
+    assert written["assigned_users"] == [{"id": "ann", "name": "ann"}]
+    assert "\\_lead\\_ (not a user of this Airflow), vic (may only read)" in written["body"]
+    assert len(reads) == 1  # once per execute, for the check and the request alike

@@ -38,31 +38,21 @@ def require_hitl() -> None:
         ) from e
 
 
-def unknown_approvers(approvers: Sequence[str]) -> list[str]:
-    """The approvers that are no user of this Airflow, where its user list can be read (else []).
-
-    Only the simple auth manager keeps its users in the configuration (``[core]
-    simple_auth_manager_users``, ``name:role`` pairs); with another auth manager, or with every user an
-    admin (``simple_auth_manager_all_admins``), nothing can be said here.
-    """
-    users = _simple_auth_users() if approvers else None
-    if users is None:
-        return []
-    names = {name for name, _ in users}
-    return [a for a in approvers if a not in names]
-
-
-def read_only_approvers(approvers: Sequence[str]) -> dict[str, str]:
-    """The approvers whose simple-auth-manager role may only read DAGs, with that role (else {}).
+def approvers_who_cannot_answer(approvers: Sequence[str]) -> tuple[list[str], dict[str, str]]:
+    """The approvers that are no user of this Airflow, and those whose role may only read (with that role).
 
     Answering a request is a write on the DAG (``USER`` or above): a ``VIEWER`` is refused (403) and, named
-    alone, leaves a request nobody may answer until ``approval_timeout``.
+    alone, leaves a request nobody may answer until ``approval_timeout``. Only the simple auth manager keeps
+    its users in the configuration (``[core] simple_auth_manager_users``, ``name:role`` pairs); with another
+    auth manager, or with every user an admin (``simple_auth_manager_all_admins``), nothing can be said
+    here: ([], {}).
     """
     users = _simple_auth_users() if approvers else None
     if users is None:
-        return {}
+        return [], {}
     roles = {name: role for name, role in users if name}
-    return {a: roles[a] for a in approvers if roles.get(a, "").lower() == "viewer"}
+    unknown = [a for a in approvers if a not in roles]
+    return unknown, {a: roles[a] for a in approvers if roles.get(a, "").lower() == "viewer"}
 
 
 def _simple_auth_users() -> list[tuple[str, str]] | None:

@@ -195,8 +195,14 @@ class SpendCapSensor(BaseSensorOperator):
                 raise AirflowFailException(str(e)) from None
         return target
 
-    def _try_reserve(self, context: Any) -> dict[str, Any] | None:
-        """Reserve and return the XCom payload; None means 'not now' under on_exceeded='wait'."""
+    def _try_reserve(
+        self, context: Any, cannot_answer: Mapping[str, str] | None = None
+    ) -> dict[str, Any] | None:
+        """Reserve and return the XCom payload; None means 'not now' under on_exceeded='wait'.
+
+        ``cannot_answer``: under on_exceeded='approve', the approvers who cannot answer (see
+        ``_check_approvers``).
+        """
         from decimal import Decimal
 
         from costaware.core.errors import BudgetExceededError, BudgetNotFoundError, ConfigurationError
@@ -233,7 +239,7 @@ class SpendCapSensor(BaseSensorOperator):
                 )
             except BudgetExceededError as e:
                 if self.on_exceeded == "approve":
-                    self._ask_approval(ledger, context, e, target, usd, gpu_hours)
+                    self._ask_approval(ledger, context, e, target, usd, gpu_hours, cannot_answer or {})
                 self._refused(ledger, context, target, usd, e)
                 return None
             except BudgetNotFoundError as e:
@@ -379,15 +385,17 @@ class SpendCapSensor(BaseSensorOperator):
         # may read conf keys of its own, so only a key that looks like a misspelt param is refused.
         check_run_conf(getattr(dag_run, "conf", None), self.dag.params or {}, own_keys=True)
 
-    def _approvers_who_cannot_answer(self) -> tuple[list[str], dict[str, str]]:
-        """The ``approvers`` that are no user, and those whose role may only read (with it)."""
-        from costaware.sensors.spend_approval import read_only_approvers, unknown_approvers
+    def _check_approvers(self) -> dict[str, str]:
+        """The ``approvers`` who cannot answer, with why; fails when none of them could.
 
-        return unknown_approvers(self.approvers), read_only_approvers(self.approvers)
+        An approver who is no user, or whose role may only read, cannot answer: asked at every run, once.
 
-    def _check_approvers(self) -> None:
-        """Fail when none of ``approvers`` could answer the request (no user, or one who may only read)."""
-        unknown, read_only = self._approvers_who_cannot_answer()
+        Raises:
+            AirflowFailException: no approver could answer: the run would wait approval_timeout for nothing.
+        """
+        from costaware.sensors.spend_approval import approvers_who_cannot_answer
+
+        unknown, read_only = approvers_who_cannot_answer(self.approvers)
         problems = []
         if unknown:
             problems.append(
@@ -407,21 +415,27 @@ class SpendCapSensor(BaseSensorOperator):
             )
         if problems:
             self.log.warning("%s: the other approvers may answer", "; ".join(problems))
+        cannot_answer = {name: "not a user of this Airflow" for name in unknown}
+        return cannot_answer | {name: "may only read" for name in read_only}
 
     def _ask_approval(
-        self, ledger: Any, context: Any, error: Any, target: str, usd: Any, gpu_hours: Any
+        self,
+        ledger: Any,
+        context: Any,
+        error: Any,
+        target: str,
+        usd: Any,
+        gpu_hours: Any,
+        cannot_answer: Mapping[str, str],
     ) -> None:
         """Ask the approvers whether to spend past the cap; parks the task (``TaskAwaitingInput``).
 
         The request lists every budget covering the scope that the amount would pass, not only the first
-        the ledger refused on: an approval reserves past all of them.
+        the ledger refused on: an approval reserves past all of them. It is assigned to the approvers who
+        can answer; those in ``cannot_answer`` (checked by execute) are only named apart in its body.
         """
         from costaware.sensors.spend_approval import approval_body, ask
 
-        # execute checked them (and warned) before reserving: here they are only kept apart in the request.
-        unknown, read_only = self._approvers_who_cannot_answer()
-        cannot_answer = {name: "not a user of this Airflow" for name in unknown}
-        cannot_answer |= {name: "may only read" for name in read_only}
         passed = self._passed_budgets(context["ti"], usd, gpu_hours) or [self._passed_from(error)]
         names = ", ".join(f"'{b.name}'" for b in passed)
         # Every budget passed, as the request lists them: the Cost page showed the first refusing one only.
@@ -438,7 +452,8 @@ class SpendCapSensor(BaseSensorOperator):
                 approvers=self.approvers,
                 cannot_answer=cannot_answer,
             ),
-            approvers=self.approvers,
+            # Assigned, a name that is no user was offered the request in the UI's lists for nobody.
+            approvers=[a for a in self.approvers if a not in cannot_answer],
             timeout=self.approval_timeout,
             method_name="approval_complete",
         )
@@ -633,8 +648,8 @@ class SpendCapSensor(BaseSensorOperator):
     def execute(self, context: Any) -> Any:
         if self.on_exceeded == "approve":
             # At every run, not only the one that passes its cap: that run is the one it was set up for.
-            self._check_approvers()
-            return self._try_reserve(context)  # reserves, or asks a person (never waits for room)
+            cannot_answer = self._check_approvers()
+            return self._try_reserve(context, cannot_answer)  # reserves, or asks a person (never waits)
         if not self.deferrable:
             return super().execute(context)
         result = self._try_reserve(context)
