@@ -26,8 +26,11 @@ INTRO = f"""\
 Budgets, cost reports, price look-ups, policy replay and the feature cache, from a shell. The ledger is the
 one `--ledger-url` names (before the command, or after it on commands that use the ledger; two different ones
 are refused), else the `costaware_ledger` connection when `AIRFLOW_CONN_COSTAWARE_LEDGER` gives it (as in the
-compose file), else `COSTAWARE_LEDGER_URL`, else the SQLite file `$AIRFLOW_HOME/costaware/ledger.db` that the
-Airflow side uses too: the order the workers read them in; see [the ledger](ledger.md).
+compose file) or Airflow's metadata database of `$AIRFLOW_HOME` keeps it, else `COSTAWARE_LEDGER_URL`, else
+the SQLite file `$AIRFLOW_HOME/costaware/ledger.db` that the Airflow side uses too: the order the workers read
+them in; see [the ledger](ledger.md). A metadata database that does not answer within 5 s (unless `[database]
+sql_alchemy_connect_args` sets connect arguments of its own) or cannot be read is named, its password masked:
+a command that writes is refused (exit 2), one that only reads says so and reads the fallback.
 
 Every command that prints rows takes `--format table|json|csv` (default `table`; `cache show`, a manifest,
 defaults to `json`): `table` for people, `json` with exact figures under machine keys, `csv` for spreadsheets

@@ -276,7 +276,11 @@ def test_an_airflow_metadata_database_that_cannot_be_read_refuses_writes_and_is_
     (home / "airflow.db").write_bytes(b"")
     env = airflow_env(home, tmp_path / "dags")
     fallback_url = env["COSTAWARE_LEDGER_URL"]
-    unreadable = "cannot read connection 'costaware_ledger' from Airflow's metadata database (no such table"
+    # Named, the database that could not be read: a user with several AIRFLOW_HOMEs was left to guess.
+    unreadable = (
+        "cannot read connection 'costaware_ledger' from Airflow's metadata database at "
+        f"sqlite:///{home / 'airflow.db'} (no such table"
+    )
     budget_set = ["budget", "set", "--scope", "project=x", "--period", "month", "--cap-usd", "7"]
 
     refused = run_command(env, "costaware", *budget_set)
@@ -1695,3 +1699,58 @@ def test_a_budget_whose_tag_name_no_entry_has_names_the_close_tag_name(
         "projct=chrun,team=ml"
     )
     assert "note:" not in budget_set("owner=ana")  # nothing close: a new tag, nothing to say
+
+
+def _cli_in_fresh_interpreter(home: Path, metadata_url: str, *argv: str) -> subprocess.CompletedProcess[str]:
+    """The costaware command in its own interpreter (Airflow not yet imported) with this metadata database."""
+    import os
+
+    unset = ("AIRFLOW__", "AIRFLOW_CONN_", "COSTAWARE_")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(unset)}
+    env |= {"AIRFLOW_HOME": str(home), "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": metadata_url}
+    # The costaware under test, not the one installed in the interpreter's environment.
+    import costaware
+
+    env["PYTHONPATH"] = os.pathsep.join([str(Path(costaware.__file__).parents[1]), env.get("PYTHONPATH", "")])
+    script = "from costaware.cli import main; raise SystemExit(main())"
+    return subprocess.run(
+        [sys.executable, "-c", script, *argv], env=env, capture_output=True, text=True, timeout=60
+    )
+
+
+def test_a_metadata_database_that_does_not_answer_is_named_within_seconds_and_nothing_is_left(
+    tmp_path: Path,
+) -> None:
+    # A PostgreSQL that takes the TCP connection and never answers (hung, or behind a proxy): libpq waited
+    # without end (no connect_timeout), and the command left an empty $AIRFLOW_HOME/logs behind.
+    import socket
+    import time
+
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)  # accepted by the kernel, never read: no answer to the startup packet
+        port = silent.getsockname()[1]
+        url = f"postgresql+psycopg2://airflow:s3cret-pw@127.0.0.1:{port}/airflow"
+        started = time.monotonic()
+        done = _cli_in_fresh_interpreter(tmp_path, url, "budget", "set", "--scope", "project=x",
+                                         "--period", "month", "--cap-usd", "3")  # fmt: skip
+        waited = time.monotonic() - started
+    assert done.returncode == 2, done.stderr
+    assert waited < 45, waited
+    assert (
+        f"cannot read connection 'costaware_ledger' from Airflow's metadata database at "
+        f"postgresql+psycopg2://airflow:***@127.0.0.1:{port}/airflow"
+    ) in done.stderr
+    assert "it did not answer within 5 s; check that it is up and reachable from here" in done.stderr
+    assert "nothing written" in done.stderr and "s3cret" not in done.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == []  # no logs folder, no ledger
+
+
+def test_a_failed_metadata_look_up_leaves_no_airflow_log_folder(tmp_path: Path) -> None:
+    # An airflow.db that is not migrated: the look-up fails at once, but Airflow's import made logs/.
+    (tmp_path / "airflow.db").touch()
+    done = _cli_in_fresh_interpreter(tmp_path, f"sqlite:///{tmp_path / 'airflow.db'}", "budget", "list")
+    assert (
+        "cannot read connection 'costaware_ledger' from Airflow's metadata database at sqlite" in done.stderr
+    )
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["airflow.db"]

@@ -9,6 +9,7 @@ light ``core`` modules: ``costaware --help`` must not pay for SQLAlchemy, pandas
 from __future__ import annotations
 
 import argparse
+import configparser
 import contextlib
 import importlib
 import math
@@ -509,7 +510,7 @@ def ledger_url_in_airflow_database(conn_id: str | None = None) -> str | None:
     from costaware.glue import DEFAULT_LEDGER_CONN_ID
 
     conn_id = conn_id or DEFAULT_LEDGER_CONN_ID
-    with _logging_as_before_airflow():
+    with _logging_as_before_airflow(), _airflow_import_bounded():
         conn = _connection_from_secrets_backends(conn_id)
     if conn is None:
         return None
@@ -546,7 +547,7 @@ def _connection_from_secrets_backends(conn_id: str) -> Any:
             conn = backend.get_connection(conn_id=conn_id)
         except Exception as e:
             where = (
-                "Airflow's metadata database"
+                f"Airflow's metadata database{_metadata_database_named()}"
                 if isinstance(backend, MetastoreBackend)
                 else f"Airflow's secrets backend {type(backend).__name__}"
             )
@@ -554,6 +555,18 @@ def _connection_from_secrets_backends(conn_id: str) -> Any:
         if conn is not None:
             return conn
     return None
+
+
+def _metadata_database_named() -> str:
+    """`` at <URL>`` of Airflow's metadata database, its password masked ("" where it cannot be read)."""
+    from airflow.configuration import conf
+
+    from costaware.adapters.ledger.engine import safe_url
+
+    try:
+        return f" at {safe_url(conf.get('database', 'sql_alchemy_conn'))}"
+    except Exception:  # a failing sql_alchemy_conn_cmd: the look-up's own error says what failed
+        return ""
 
 
 @contextlib.contextmanager
@@ -585,36 +598,118 @@ def _airflow_database_may_exist() -> bool:
     A Vault's connection was ignored where ``AIRFLOW_HOME`` had no airflow.db. Read from the environment or
     airflow.cfg without importing Airflow.
     """
-    import configparser
     import os
     from pathlib import Path
 
-    from costaware.settings import airflow_home
-
-    parser = configparser.RawConfigParser(strict=False)
-    try:
-        parser.read(airflow_home() / "airflow.cfg")
-    except configparser.Error:
+    parser = _airflow_cfg()
+    if parser is None:
         return True  # Airflow says what is wrong with it
     if (
         os.environ.get("AIRFLOW__SECRETS__BACKEND", "").strip()
         or parser.get("secrets", "backend", fallback="").strip()
     ):
         return True
-    url = os.environ.get("AIRFLOW__DATABASE__SQL_ALCHEMY_CONN", "").strip()
-    if not url:
-        url = parser.get("database", "sql_alchemy_conn", fallback="").strip()
-        if not url and (
-            parser.has_option("database", "sql_alchemy_conn_cmd")
-            or parser.has_option("database", "sql_alchemy_conn_secret")
-            or any(os.environ.get(f"AIRFLOW__DATABASE__SQL_ALCHEMY_CONN_{k}") for k in ("CMD", "SECRET"))
-        ):
-            return True
-        url = url or f"sqlite:///{airflow_home() / 'airflow.db'}"
-    if not url.startswith("sqlite"):
+    url = _metadata_database_url(parser)
+    if url is None or not url.startswith("sqlite"):
         return True
     path = url.partition(":///")[2].partition("?")[0]
     return not path or path == ":memory:" or Path(path).is_file()
+
+
+def _airflow_cfg() -> configparser.RawConfigParser | None:
+    """``$AIRFLOW_HOME/airflow.cfg`` read without Airflow (empty where there is none); None if unreadable."""
+    from costaware.settings import airflow_home
+
+    parser = configparser.RawConfigParser(strict=False)
+    try:
+        parser.read(airflow_home() / "airflow.cfg")
+    except configparser.Error:
+        return None
+    return parser
+
+
+def _metadata_database_url(parser: configparser.RawConfigParser) -> str | None:
+    """Airflow's metadata database URL as the environment or ``parser`` give it.
+
+    None where a command or a secret gives it: only Airflow can read those.
+    """
+    import os
+
+    from costaware.settings import airflow_home
+
+    url = os.environ.get("AIRFLOW__DATABASE__SQL_ALCHEMY_CONN", "").strip()
+    if url:
+        return url
+    url = parser.get("database", "sql_alchemy_conn", fallback="").strip()
+    if not url and (
+        parser.has_option("database", "sql_alchemy_conn_cmd")
+        or parser.has_option("database", "sql_alchemy_conn_secret")
+        or any(os.environ.get(f"AIRFLOW__DATABASE__SQL_ALCHEMY_CONN_{k}") for k in ("CMD", "SECRET"))
+    ):
+        return None
+    return url or f"sqlite:///{airflow_home() / 'airflow.db'}"
+
+
+#: How long the look-up waits for Airflow's metadata database to answer a connect: libpq (PostgreSQL) and
+#: MySQL's drivers wait for the OS's TCP timeout otherwise, minutes on a firewalled host.
+METADATA_CONNECT_TIMEOUT_SECONDS = 5
+#: The ``[database] sql_alchemy_connect_args`` Airflow imports by path while the CLI imports it.
+METADATA_CONNECT_ARGS = {"connect_timeout": METADATA_CONNECT_TIMEOUT_SECONDS}
+_CONNECT_ARGS_OPTION = "AIRFLOW__DATABASE__SQL_ALCHEMY_CONNECT_ARGS"
+_LOG_FOLDER_OPTION = "AIRFLOW__LOGGING__BASE_LOG_FOLDER"
+
+
+@contextlib.contextmanager
+def _airflow_import_bounded() -> Iterator[None]:
+    """Import Airflow for a connection look-up that waits a bounded time and leaves no trace when it fails.
+
+    * A metadata database that does not answer (a firewalled PostgreSQL, a hung server) held the command for
+      the driver's connect timeout, none by default for libpq: the look-up gets
+      :data:`METADATA_CONNECT_ARGS`, unless airflow.cfg or the environment sets connect arguments.
+    * Importing Airflow makes its log folder (``$AIRFLOW_HOME/logs``): where the look-up then fails, an
+      empty one made here is removed, as a command that reads a ledger writes no Airflow logs.
+
+    A process that imported Airflow already keeps its engine and folders as they are.
+
+    Raises:
+        ConnectionLookupError: the look-up's, naming the unreachable database where the timeout ran out.
+    """
+    import os
+    import shutil
+    from pathlib import Path
+
+    from costaware.settings import airflow_home
+
+    parser = _airflow_cfg()
+    if "airflow" in sys.modules or parser is None:
+        yield
+        return
+    url = _metadata_database_url(parser)
+    bounded = (
+        url is not None
+        and not url.startswith("sqlite")
+        and not os.environ.get(_CONNECT_ARGS_OPTION, "").strip()
+        and not parser.get("database", "sql_alchemy_connect_args", fallback="").strip()
+    )
+    folder = os.environ.get(_LOG_FOLDER_OPTION) or parser.get("logging", "base_log_folder", fallback="") or ""
+    logs = Path(folder.replace("{AIRFLOW_HOME}", str(airflow_home())) or airflow_home() / "logs")
+    logs_existed = logs.exists()
+    if bounded:
+        os.environ[_CONNECT_ARGS_OPTION] = f"{__name__}.METADATA_CONNECT_ARGS"
+    try:
+        yield
+    except ConnectionLookupError as e:
+        if not logs_existed and logs.is_dir() and not any(logs.iterdir()):
+            shutil.rmtree(logs, ignore_errors=True)
+        if bounded and "timeout expired" in str(e).lower():
+            raise ConnectionLookupError(
+                f"{e}: it did not answer within {METADATA_CONNECT_TIMEOUT_SECONDS} s; check that it is up "
+                "and reachable from here"
+            ) from e
+        raise
+    finally:
+        if bounded:
+            os.environ.pop(_CONNECT_ARGS_OPTION, None)
 
 
 # -- shared arguments -----------------------------------------------------------------------------
