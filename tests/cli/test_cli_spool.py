@@ -179,3 +179,54 @@ def test_drain_says_a_file_that_is_no_entry_is_unreadable_not_refused_by_the_led
     assert "spooled cut.json is not a readable entry (Expecting property name" in logged
     assert "refused by the ledger (Expecting" not in logged
     assert [p.name for p in (spool / "refused").iterdir()] == ["cut.json"]
+
+
+def test_a_metadata_database_that_cannot_be_read_refuses_a_drain_that_puts_back_a_stale_claim(
+    tmp_path: Path,
+) -> None:
+    # A killed drain's claim, put back by this drain, was not among the connections asked up front: its
+    # look-up failed mid-drain, the other ledger's entries were written, and the line said "nothing drained".
+    from services import airflow_env, run_command
+
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "airflow.db").write_bytes(b"")  # not migrated: the costaware_ledger connection cannot be read
+    team_url = f"sqlite:///{tmp_path / 'team.db'}"
+    team = Ledger.from_url(team_url)
+    env = airflow_env(home, tmp_path / "dags", AIRFLOW_CONN_TEAM_LEDGER=team_url)
+    spool = home / "costaware" / "spool"
+    spool_entry(spool, _entry("prep"), "team_ledger", retrying=False)
+    killed = spool_entry(spool, _entry("train"), "costaware_ledger", retrying=False)
+    claimed_at = int(time.time()) - STALE_CLAIM_SECONDS - 60
+    killed.rename(killed.with_name(f"{killed.name}.{claimed_at}.4242.claimed"))
+
+    done = run_command(env, "costaware", "spool", "drain", timeout=120)
+    assert done.returncode == 2, done.stderr
+    assert "cannot read connection 'costaware_ledger' from Airflow's metadata database" in done.stderr
+    assert "nothing drained" in done.stderr
+    assert team.entries(dag_id="retrain") == []  # refused whole, as for a waiting entry of that ledger
+    assert len(list(spool.glob("*.json"))) == 1 and len(list(spool.glob("*.claimed"))) == 1
+    team.dispose()
+
+
+def test_a_connection_first_seen_mid_drain_that_cannot_be_read_does_not_say_nothing_was_drained(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # An entry spooled after the drain asked its connections up front is looked up when its turn comes;
+    # a failure there said "nothing drained" beside the entries just written.
+    from airflow_db import airflow_metadata_db
+
+    from costaware.cli.commands.spool import _kept_in_airflow_database
+    from costaware.core.errors import CostawareError
+
+    airflow_metadata_db(tmp_path, monkeypatch)  # a real database, without Airflow's connection table
+    monkeypatch.setenv("AIRFLOW_HOME", str(tmp_path))
+    monkeypatch.delenv("AIRFLOW_CONN_LATE_LEDGER", raising=False)
+    with pytest.raises(CostawareError) as up_front:
+        _kept_in_airflow_database("late_ledger")
+    assert "nothing drained" in str(up_front.value)
+    with pytest.raises(CostawareError) as mid_drain:
+        _kept_in_airflow_database("late_ledger", mid_drain=True)
+    said = str(mid_drain.value)
+    assert "cannot read connection 'late_ledger' from Airflow's metadata database" in said
+    assert "nothing drained" not in said and "AIRFLOW_CONN_LATE_LEDGER" in said

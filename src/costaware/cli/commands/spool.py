@@ -79,11 +79,12 @@ def _row(spooled: Any) -> list[Any]:
     ]
 
 
-def _kept_in_airflow_database(conn_id: str) -> str | None:
+def _kept_in_airflow_database(conn_id: str, *, mid_drain: bool = False) -> str | None:
     """The ledger URL of ``conn_id`` where only Airflow's metadata database keeps it (the UI), else None.
 
     The hook outside a task does not read that database: the drain wrote the workers' entries to the SQLite
-    file under ``$AIRFLOW_HOME``, a ledger no budget reads.
+    file under ``$AIRFLOW_HOME``, a ledger no budget reads. ``mid_drain``: asked for an entry spooled after
+    the drain began, when other entries may have been written already.
 
     Raises:
         CostawareError: the metadata database could not be read (the entries would go to the fallback
@@ -99,6 +100,13 @@ def _kept_in_airflow_database(conn_id: str) -> str | None:
     try:
         url = ledger_url_in_airflow_database(conn_id)
     except ConnectionLookupError as e:
+        if mid_drain:
+            # Not "nothing drained": the entries asked about up front may be written by now.
+            raise CostawareError(
+                f"{e}; its entries would go to a ledger the workers may not use; fix it (`airflow db "
+                "migrate`, the deployment's AIRFLOW_HOME, or the secrets backend) or give this machine the "
+                f"workers' ledger connection as AIRFLOW_CONN_{conn_id.upper()}"
+            ) from e
         raise CostawareError(
             f"{e}: nothing drained, as the entries of {conn_id!r} would go to a ledger the workers may not "
             "use; fix it (`airflow db migrate`, the deployment's AIRFLOW_HOME, or the secrets backend) or "
@@ -128,13 +136,17 @@ def _ledger_kept_in_airflow_database(conn_id: str, url: str) -> Any:
 
 
 def _waiting_conn_ids(folder: Path) -> set[str]:
-    """The ledger connections of the entries waiting in ``folder`` (an unreadable file names none)."""
+    """The ledger connections of the entries waiting in ``folder`` (an unreadable file names none).
+
+    Claimed entries count: one a killed drain claimed is put back and written by this drain. Left out, its
+    connection was looked up only mid-drain, after other ledgers' entries were written.
+    """
     from costaware.glue import DEFAULT_LEDGER_CONN_ID
 
     return {
         str(spooled.data.get("ledger_conn_id", DEFAULT_LEDGER_CONN_ID))
         for spooled in _spooled_files(folder)
-        if spooled.state == "waiting" and spooled.data is not None
+        if spooled.state in ("waiting", "claimed") and spooled.data is not None
     }
 
 
@@ -163,7 +175,8 @@ def drain(args: argparse.Namespace) -> int:
 
     def ledger_for(conn_id: str) -> Any:
         if conn_id not in ledgers:
-            url = kept[conn_id] if conn_id in kept else _kept_in_airflow_database(conn_id)
+            # A connection not asked up front: an entry spooled since (its entries wait if this fails).
+            url = kept[conn_id] if conn_id in kept else _kept_in_airflow_database(conn_id, mid_drain=True)
             ledgers[conn_id] = (
                 _ledger_kept_in_airflow_database(conn_id, url) if url else workers_ledger(conn_id)
             )
