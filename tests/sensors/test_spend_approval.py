@@ -531,3 +531,40 @@ def test_the_request_is_assigned_only_to_approvers_who_can_answer_asked_once(
     assert written["assigned_users"] == [{"id": "ann", "name": "ann"}]
     assert "\\_lead\\_ (not a user of this Airflow), vic (may only read)" in written["body"]
     assert len(reads) == 1  # once per execute, for the check and the request alike
+
+
+def test_budget_names_past_the_gate_row_s_column_are_kept_whole_and_counted(
+    env_ledger: Ledger, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The row's budget column holds 600 characters: four long budget names were cut mid-name there, and
+    # the rejection, which reads them back, named a budget that does not exist ('...team=mmm/mo').
+    import costaware.sensors.spend_approval as spend_approval
+    from costaware.adapters.ledger.gate_requests import gate_requests
+
+    tags = {"project": "p" * 120, "team": "m" * 120, "owner": "o" * 120}  # a tag value's longest: 128
+    scope = ",".join(f"{k}={v}" for k, v in tags.items())
+    for budget_scope in (
+        *(f"{k}={v}" for k, v in tags.items()),
+        f"project={tags['project']},team={tags['team']}",
+    ):
+        env_ledger.set_budget(budget_scope, "month", "3")
+    monkeypatch.setenv("AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS", "admin:admin,ann:user")
+
+    def ask(context: Any, **request: Any) -> None:
+        raise RuntimeError("parked")
+
+    monkeypatch.setattr(spend_approval, "ask", ask)
+    with pytest.raises(RuntimeError, match="parked"):
+        gate(scope=scope, deferrable=False).execute(context())
+    (noted,) = gate_requests(env_ledger, since=datetime(2000, 1, 1, tzinfo=timezone.utc))
+    labels = {b.label for b in env_ledger.budgets() if b.cap_usd == 3}
+    *kept, more = noted.budget.split(", ")
+    assert len(noted.budget) <= 600 and kept, noted.budget
+    assert {name.split(" (")[0] for name in kept} <= labels  # whole names only
+    assert more == f"and {4 - len(kept)} more"
+    # Nothing lost: the row's message lists every budget passed.
+    assert all(label in noted.message for label in labels), noted.message
+    with pytest.raises(AirflowFailException) as rejected:
+        gate(scope=scope).approval_complete(context(), event("Reject"))
+    said = str(rejected.value)
+    assert f"past the budgets {', '.join(map(repr, kept))} and {4 - len(kept)} more was not approved" in said

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
@@ -439,7 +440,9 @@ class SpendCapSensor(BaseSensorOperator):
         passed = self._passed_budgets(context["ti"], usd, gpu_hours) or [self._passed_from(error)]
         names = ", ".join(f"'{b.name}'" for b in passed)
         # Every budget passed, as the request lists them: the Cost page showed the first refusing one only.
-        self._note(ledger, context, target, usd, "approval", ", ".join(b.name for b in passed), str(error))
+        noted, left_out = _noted_budgets([b.name for b in passed])
+        every = f"budgets passed: {', '.join(b.name for b in passed)}; " if left_out else ""
+        self._note(ledger, context, target, usd, "approval", noted, f"{every}{error}")
         self.log.warning("Budget exceeded, asking %s for approval: %s", self.approvers or "any user", error)
         ask(
             context,
@@ -539,14 +542,16 @@ class SpendCapSensor(BaseSensorOperator):
                 )
                 # The budgets the request was asked with, as the Cost page lists them: read again when the
                 # answer came (hours later), a cap raised meanwhile named other budgets than the request.
-                passed = self._asked_budgets(ledger, ti) or [
+                passed, more = _asked_and_more(self._asked_budgets(ledger, ti))
+                passed = passed or [
                     b.name
                     for b in self._passed_budgets(
                         ti, usd, parse_gpu_hours(self.estimated_gpu_hours, name="estimated_gpu_hours")
                     )
                 ]
                 past = (
-                    f"the budget{'s' if len(passed) > 1 else ''} {', '.join(map(repr, passed))}"
+                    f"the budget{'s' if len(passed) + more > 1 else ''} {', '.join(map(repr, passed))}"
+                    + (f" and {more} more" if more else "")
                     if passed
                     else f"the budget of {self.scope!r}"
                 )
@@ -710,6 +715,36 @@ class SpendCapSensor(BaseSensorOperator):
             return result
         self._defer(context, wait_ends)
         return None
+
+
+#: What the gate row's ``budget`` column holds (``costaware_gate_requests.budget``).
+_BUDGET_COLUMN_CHARACTERS = 600
+_MORE = re.compile(r"and (\d+) more")
+
+
+def _noted_budgets(names: Sequence[str]) -> tuple[str, int]:
+    """The gate row's ``budget`` text: the whole names that fit its column, then ``and N more``; and N.
+
+    Cut at the column's length, the last name was a budget that does not exist, read back by the rejection.
+    A budget's name always holds a ``/`` (``scope/period``), so ``and N more`` is never one.
+    """
+    joined = ", ".join(names)
+    if len(joined) <= _BUDGET_COLUMN_CHARACTERS:
+        return joined, 0
+    kept: list[str] = []
+    for name in names:
+        more = f", and {len(names) - len(kept) - 1} more"
+        if len(", ".join([*kept, name])) + len(more) > _BUDGET_COLUMN_CHARACTERS:
+            break
+        kept.append(name)
+    left_out = len(names) - len(kept)
+    return ", ".join([*kept, f"and {left_out} more"]), left_out
+
+
+def _asked_and_more(noted: Sequence[str]) -> tuple[list[str], int]:
+    """The budget names noted with a request (:func:`_noted_budgets`), and how many more it passed."""
+    counted = _MORE.fullmatch(noted[-1]) if noted else None
+    return (list(noted[:-1]), int(counted.group(1))) if counted else (list(noted), 0)
 
 
 def check_same_instances(gate: Any, task: Any) -> None:
