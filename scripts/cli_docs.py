@@ -50,7 +50,11 @@ run yet has no entry either). A known DAG or run that the other filters (`--sinc
 select nothing of is an empty answer, exit 0, and so is one whose costs only wait (spooled on this machine,
 or an open hold), with a note on stderr saying what waits. A blank value (`--store ""`, most often an unset
 shell variable) is refused, never read as "not given"; only `alerts set --thresholds ''` means something
-(the defaults).
+(the defaults). An option that takes one value given twice with different values (`--cap-usd 2 --cap-usd 3`)
+is refused, never read as the last. `budget set` refuses a tag name or value in quotes (`--scope
+'project="churn"'`: the quotes would be part of the tag, which no task has) and, where no entry or open hold
+has the scope's tags, says which close tag name or value they have (`--scope projct=churn`: did you mean
+'project'?).
 
 ```bash
 costaware budget set --scope project=churn --period month --cap-usd 500 --timezone Europe/Berlin
