@@ -373,3 +373,17 @@ def test_a_bad_budget_body_is_one_line_naming_every_bad_field_as_a_bad_query_is(
     assert len(audit_log(ledger_with_two_teams)) == before
     schema = TestClient(cost_app).get("/openapi.json").json()["components"]["schemas"]["BadRequest"]
     assert schema["properties"]["detail"]["type"] == "string"
+
+
+def test_a_budget_scope_in_quotes_is_refused_by_the_api_as_by_the_cli(ledger_with_two_teams: Ledger) -> None:
+    # POST {"scope": "project=\"churn\""} made a budget over "churn" with its quotes: it capped nothing.
+    before = len(audit_log(ledger_with_two_teams))
+    cost_app.dependency_overrides[require_login] = lambda: USERS["adm"]
+    body = {"scope": 'project="churn"', "period": "month", "cap_usd": "5"}
+    response = TestClient(cost_app).post("/api/budgets", json=body)
+    assert response.status_code == 422
+    assert response.json()["detail"] == (
+        'scope: \'project="churn"\': "churn" is in quotes, which would be part of the tag and match no '
+        "task's tags: drop them (give 'project=churn')"
+    )
+    assert len(audit_log(ledger_with_two_teams)) == before

@@ -752,7 +752,6 @@ SCOPE_HELP = "tags the budget covers, e.g. project=churn,team=ml"
 # Most likely an unset shell variable: read as '*', it would set or delete the budget over every run.
 SCOPE_IF_EMPTY = "give the budget's tags, e.g. --scope project=churn, or '*' for the budget over every run"
 ARG_SCOPE = Arg("--scope", required=True, help=SCOPE_HELP, if_empty=SCOPE_IF_EMPTY)
-_QUOTE_MARKS = "'\"\u2018\u2019\u201c\u201d"
 
 
 def unquoted_scope(text: str) -> str:
@@ -761,26 +760,18 @@ def unquoted_scope(text: str) -> str:
     ``--scope 'project="churn"'`` made a budget over the tag value ``"churn"``, quotes included, which no
     task's tags have: it capped nothing. Tags are compared exactly, so the quotes are refused, not dropped.
     """
+    from costaware.core.budgets import quoted_in_scope
+
     if not text.strip():
         raise argparse.ArgumentTypeError(f"empty: {SCOPE_IF_EMPTY}")
-    parts = [part.partition("=") for part in text.split(",")]
-    quoted = [word.strip() for key, _, value in parts for word in (key, value) if _is_quoted(word)]
-    if not quoted:
+    quoted = quoted_in_scope(text)
+    if quoted is None:
         return text
-    bare = ",".join(f"{_unquoted(key)}{sep}{_unquoted(value)}" for key, sep, value in parts)
+    parts, bare = quoted
     raise argparse.ArgumentTypeError(
-        f"{text!r}: {', '.join(quoted)} {'is' if len(quoted) == 1 else 'are'} in quotes, which would be "
+        f"{text!r}: {', '.join(parts)} {'is' if len(parts) == 1 else 'are'} in quotes, which would be "
         f"part of the tag and match no task's tags: drop them (--scope {shlex.quote(bare)})"
     )
-
-
-def _is_quoted(word: str) -> bool:
-    word = word.strip()
-    return bool(word) and (word[0] in _QUOTE_MARKS or word[-1] in _QUOTE_MARKS)
-
-
-def _unquoted(word: str) -> str:
-    return word.strip().strip(_QUOTE_MARKS).strip()
 
 
 ARG_NEW_SCOPE = Arg("--scope", required=True, type=unquoted_scope, help=SCOPE_HELP)

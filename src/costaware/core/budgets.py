@@ -74,6 +74,27 @@ def tag_problem(key: str, value: object) -> str | None:
     return None
 
 
+_QUOTE_MARKS = "'\"\u2018\u2019\u201c\u201d"
+
+
+def quoted_in_scope(text: str) -> tuple[list[str], str] | None:
+    """The tag names and values of scope ``text`` in quotes, and the scope without them; None if none.
+
+    ``project="churn"`` (a shell's or a YAML's quotes kept) names the value ``"churn"``, quotes included,
+    which no task's tags have: a budget over it caps nothing.
+    """
+    parts = [part.partition("=") for part in text.split(",")]
+    words = [word.strip() for key, _, value in parts for word in (key, value) if word.strip()]
+    quoted = [word for word in words if word[0] in _QUOTE_MARKS or word[-1] in _QUOTE_MARKS]
+    if not quoted:
+        return None
+
+    def bare(word: str) -> str:
+        return word.strip().strip(_QUOTE_MARKS).strip()
+
+    return quoted, ",".join(f"{bare(key)}{sep}{bare(value)}" for key, sep, value in parts)
+
+
 def valid_tags(tags: Mapping[str, object]) -> tuple[dict[str, str], dict[str, str]]:
     """Split ``tags`` into those that can be recorded and, for the others, why not (by tag name)."""
     kept: dict[str, str] = {}
