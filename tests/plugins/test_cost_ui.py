@@ -712,3 +712,22 @@ def test_every_json_route_documents_the_422_it_answers(client: TestClient) -> No
                     if kind in ("integer", "number"):
                         answer = client.get(path, params={parameter["name"]: "x"})
                         assert answer.status_code == 422 and isinstance(answer.json()["detail"], str), path
+
+
+@pytest.mark.parametrize(
+    ("path", "query", "said"),
+    [
+        ("/api/summary", "days=7&days=90", "days: given 2 times ('7', then '90'): give it once"),
+        ("/api/spend", "group_by=dag&days=7&group_by=task&days=90",
+         "group_by: given 2 times ('dag', then 'task'): give it once; days: given 2 times ('7', then '90')"),
+        ("/api/efficiency", "dag_id=a&dag_id=b", "dag_id: given 2 times ('a', then 'b'): give it once"),
+    ],
+)  # fmt: skip
+def test_a_query_parameter_given_twice_with_different_values_is_refused(
+    client: TestClient, path: str, query: str, said: str
+) -> None:
+    # FastAPI read the last alone: ?days=7&days=90 answered for 90 days, without a word.
+    response = client.get(f"{path}?{query}")
+    assert response.status_code == 422, response.text
+    assert response.json()["detail"].startswith(said), response.json()
+    assert client.get("/api/summary?days=7&days=7").status_code == 200  # the same value twice: read once

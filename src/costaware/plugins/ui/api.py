@@ -31,7 +31,15 @@ from costaware.plugins.ui.datamodels.reports import (
     TaskTry,
     TopTries,
 )
-from costaware.plugins.ui.deps import Limit, Readable, ReportFilters, User, guard, open_ledger
+from costaware.plugins.ui.deps import (
+    Limit,
+    Readable,
+    ReportFilters,
+    User,
+    guard,
+    one_value_each,
+    open_ledger,
+)
 from costaware.plugins.ui.filters import DagId, GroupBy, ScopeQ
 
 if TYPE_CHECKING:
@@ -40,7 +48,8 @@ if TYPE_CHECKING:
     from costaware.adapters.ledger.views import BudgetView
     from costaware.core.budgets import Budget
 
-router = APIRouter(prefix="/api", responses=ERRORS)
+# A parameter given twice with different values is refused: FastAPI would read the last alone.
+router = APIRouter(prefix="/api", responses=ERRORS, dependencies=[Depends(one_value_each)])
 
 
 @router.get("/summary", summary="Spend, on-demand equivalent, savings, cache reuse and egress")

@@ -118,3 +118,22 @@ Limit = Annotated[
     int | None,
     Query(ge=1, le=10000, description="Only the costliest groups; the rest are totalled under `other`."),
 ]
+
+
+def one_value_each(request: Request) -> None:
+    """Refuse a query parameter given twice with different values, naming each (422).
+
+    FastAPI reads the last alone: ``?days=7&days=90`` answered for 90 days, without a word, where a script
+    had appended its own ``days`` to a link that carried one. The same value twice is read once.
+
+    Raises:
+        HTTPException: 422, every parameter given twice with different values, in the API's one-line shape.
+    """
+    repeated = []
+    for name in dict.fromkeys(request.query_params.keys()):
+        values = list(dict.fromkeys(request.query_params.getlist(name)))
+        if len(values) > 1:
+            given = ", then ".join(repr(value) for value in values)
+            repeated.append(f"{name}: given {len(values)} times ({given}): give it once")
+    if repeated:
+        raise HTTPException(422, "; ".join(repeated))

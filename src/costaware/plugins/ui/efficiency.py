@@ -9,11 +9,11 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import TYPE_CHECKING, Annotated, Any
 
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, Depends, Query
 
 from costaware.plugins.ui.datamodels.common import ERRORS
 from costaware.plugins.ui.datamodels.efficiency import Efficiency, Outcomes
-from costaware.plugins.ui.deps import ReportFilters, guard, open_ledger
+from costaware.plugins.ui.deps import ReportFilters, guard, one_value_each, open_ledger
 
 if TYPE_CHECKING:
     from costaware.adapters.ledger.reports import Filters
@@ -24,7 +24,8 @@ if TYPE_CHECKING:
 #: Suggestions saving less than this per month are left off the page (the CLI shows them on request).
 MIN_MONTHLY_SAVING_USD = Decimal("0.01")
 
-router = APIRouter(prefix="/api", responses=ERRORS)
+# A parameter given twice with different values is refused: FastAPI would read the last alone.
+router = APIRouter(prefix="/api", responses=ERRORS, dependencies=[Depends(one_value_each)])
 
 
 @dataclass(frozen=True, slots=True)
