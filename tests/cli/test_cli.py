@@ -1754,3 +1754,23 @@ def test_a_failed_metadata_look_up_leaves_no_airflow_log_folder(tmp_path: Path) 
         "cannot read connection 'costaware_ledger' from Airflow's metadata database at sqlite" in done.stderr
     )
     assert sorted(p.name for p in tmp_path.iterdir()) == ["airflow.db"]
+
+
+@pytest.mark.parametrize(
+    ("option", "said"),
+    [
+        (["--cap-usd", "lots"], "cap of budget 'project=q/month' must be a number of USD such as '4.20'"),
+        (["--cap-usd", "5", "--cap-gpu-hours", "-1"], "GPU-hour cap of budget 'project=q/month'"),
+        (["--cap-usd", "5", "--timezone", "utc"], "unknown time zone 'utc' (did you mean 'UTC'?)"),
+    ],
+)
+def test_a_refused_budget_set_makes_no_ledger_file(
+    tmp_path: Path, option: list[str], said: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A mistyped cap made an empty ledger at --ledger-url (created, then the cap was refused).
+    url = f"sqlite:///{tmp_path / 'ledger.db'}"
+    argv = ["--ledger-url", url, "budget", "set", "--scope", "project=q", "--period", "month", *option]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert said in err and "creating one there" not in err
+    assert not (tmp_path / "ledger.db").exists()

@@ -16,17 +16,27 @@ from costaware.core.money import format_usd_exact
 
 def budget_set(args: argparse.Namespace) -> int:
     """Create or change a budget; the change goes into the audit trail under the current user."""
-    from costaware.core.budgets import find_budget, kept_cap, kept_settings
+    from costaware.core.budgets import Budget, find_budget, kept_cap, kept_settings
 
+    given = args.cap_gpu_hours
+    gpu_given = None if str(given).strip().lower() == "none" else given
+    # What is given is checked before the ledger is opened: a mistyped cap made an empty ledger file at a
+    # --ledger-url that had none (a mistyped path too), then was refused.
+    Budget.create(
+        args.scope,
+        args.period,
+        "0" if args.cap_usd is None else args.cap_usd,
+        cap_gpu_hours=gpu_given,
+        timezone=args.timezone or "UTC",
+    )
     ledger = open_ledger(args)
     budgets = ledger.budgets()
     existing = {(str(b.scope), b.period) for b in budgets}
     # Changing a budget changes what is given; --cap-gpu-hours none drops the GPU-hour cap.
     current = find_budget(budgets, args.scope, args.period)
-    given = args.cap_gpu_hours
     gpu_cap, zone = kept_settings(
         current,
-        cap_gpu_hours=None if str(given).strip().lower() == "none" else given,
+        cap_gpu_hours=gpu_given,
         gpu_given=given is not None,
         timezone=args.timezone,
     )
