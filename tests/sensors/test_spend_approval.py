@@ -568,3 +568,22 @@ def test_budget_names_past_the_gate_row_s_column_are_kept_whole_and_counted(
         gate(scope=scope).approval_complete(context(), event("Reject"))
     said = str(rejected.value)
     assert f"past the budgets {', '.join(map(repr, kept))} and {4 - len(kept)} more was not approved" in said
+
+
+def test_approvers_are_read_without_blanks_around_them_and_once_each(
+    env_ledger: Ledger, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # "ann, lead".split(",") gave " lead": the request was assigned to a user id no auth manager has.
+    from airflow.sdk.exceptions import TaskAwaitingInput
+    from airflow.sdk.execution_time import hitl
+
+    monkeypatch.setenv("AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS", "admin:admin,ann:user,lead:op")
+    written: dict[str, Any] = {}  # what the task supervisor would store as the HITL request
+    monkeypatch.setattr(hitl, "upsert_hitl_detail", lambda **detail: written.update(detail))
+    sensor = gate(approvers=["ann", " lead", " ann"])  # as "ann, lead, ann".split(",") gives them
+    assert sensor.approvers == ["ann", "lead"]
+    ti = SimpleNamespace(**vars(context()["ti"]), id="0193a1b2-0000-7000-8000-000000000002")
+    with pytest.raises(TaskAwaitingInput):
+        sensor.execute({"ti": ti})
+    assert written["assigned_users"] == [{"id": "ann", "name": "ann"}, {"id": "lead", "name": "lead"}]
+    assert "Who may answer: ann, lead." in written["body"].split("\n\n")

@@ -161,7 +161,9 @@ class SpendCapSensor(BaseSensorOperator):
             raise ValueError(
                 f"approval_timeout={approval_timeout!r}: give a positive timedelta, e.g. timedelta(hours=4)"
             )
-        self.approvers = list(approvers)
+        # "ann, lead".split(",") gave " lead", whom no auth manager knows: the request was assigned to nobody
+        # of that name, and only the simple auth manager's check could say so. Each user is asked once.
+        self.approvers = list(dict.fromkeys(a.strip() for a in approvers))
         self.approval_timeout = approval_timeout
         self.on_rejected = on_rejected
 
