@@ -24,6 +24,9 @@ COMPUTE_FIELDS = ("instance_type", "region", "market", "usd_per_hour")
 #: Operator attributes (or ``costaware_compute`` param keys) an on-premises task gives for its emissions,
 #: read by the utilization listener (``plugins/utilization.py``).
 CARBON_FIELDS = ("power_kw", "grid_zone")
+#: What a template of a param left blank renders ("None", or "null" through ``| tojson``): not given, as the
+#: operators read it. Kept, an in-worker try templated from an unset param was priced as type 'None' at $0.
+_NOT_GIVEN = (None, "", "None", "null")
 PRICING_PARAM = "costaware_compute"
 """The task param that says where any operator's tries run, e.g. ``{"instance_type": "g5.xlarge"}``."""
 
@@ -50,7 +53,7 @@ def compute_of(task: Any) -> dict[str, Any]:
     except Exception:  # a task's params are a convenience here; the worker defaults still apply
         param = None
     if isinstance(param, Mapping):
-        declared.update({k: param[k] for k in COMPUTE_FIELDS if param.get(k) not in (None, "")})
+        declared.update({k: param[k] for k in COMPUTE_FIELDS if param.get(k) not in _NOT_GIVEN})
         known = (*COMPUTE_FIELDS, *CARBON_FIELDS)  # the carbon ones are read by the utilization listener
         unknown = sorted(str(k) for k in param if k not in known)
         if unknown:  # {"markt": "spot"} priced the try on-demand without a word
@@ -64,7 +67,7 @@ def compute_of(task: Any) -> dict[str, Any]:
     if getattr(type(task), "cost_compute_from_arguments", False):
         for name in COMPUTE_FIELDS:
             value = getattr(task, name, None)
-            if value not in (None, ""):
+            if value not in _NOT_GIVEN:
                 declared[name] = value
     rate = declared.get("usd_per_hour")
     if rate is not None:

@@ -1119,3 +1119,22 @@ def test_a_worker_without_the_tasks_ledger_connection_releases_where_its_tasks_h
     dag.get_task("train").ledger_conn_id = "team_ledger"
     CostListener().on_task_instance_failed(None, _ti_of(dag, "spot_window", "failed"), ValueError("typo"))
     assert fallback.open_reservations() == []
+
+
+def test_a_compute_argument_templated_from_a_param_left_blank_is_read_as_not_given(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """``instance_type="{{ params.gpu }}"`` with no ``gpu`` renders "None": not a type called None."""
+    from costaware.operators.warm_start import WarmStartRetrainOperator
+    from costaware.try_pricing import compute_of
+
+    retrain = WarmStartRetrainOperator(
+        task_id="retrain", data_path=str(tmp_path), new_data_path=str(tmp_path), label_column="y",
+        feature_columns=["x"], model_store=str(tmp_path / "models"), instance_type="None", region="null",
+        market="None",
+        params={"costaware_compute": {"instance_type": "c5.4xlarge", "region": "None"}},
+    )  # fmt: skip
+    assert compute_of(retrain) == {
+        "instance_type": "c5.4xlarge",  # the param's, where the argument rendered blank
+        "region": "us-east-1",
+        "market": "on_demand",
+        "usd_per_hour": None,
+    }
