@@ -940,6 +940,33 @@ def test_folders_made_for_a_job_that_cannot_start_are_removed(make_job: MakeJob,
 
 
 @pytest.mark.parametrize(
+    ("variable", "below_the_file"),
+    [
+        ("COSTAWARE_CHECKPOINT_DIR", "checkpoints"),
+        ("COSTAWARE_OUTPUT_DIR", "outputs"),
+        ("COSTAWARE_METRICS_PATH", "metrics.json"),
+    ],
+)
+def test_a_local_folder_under_a_file_is_a_contract_error_naming_its_variable(
+    make_job: MakeJob, tmp_path: Path, variable: str, below_the_file: str
+) -> None:
+    # It was a traceback and exit 1, which the provider reports as the team's own code failing.
+    job = make_job(RESUMING_JOB)
+    scratch = tmp_path / "scratch"
+    a_file = tmp_path / "a-file"
+    a_file.write_text("not a folder")
+    value = str(a_file / below_the_file)
+    done = job.run(env=env_without_folders(job, scratch) | {variable: value})
+    assert done.returncode == 2, done.stderr
+    said = " ".join(done.stderr.split())
+    assert f"{variable}={value!r} cannot be used" in said
+    assert f"({str(a_file)!r} is a file, not a folder); give a folder the job may write" in said
+    assert "Traceback" not in done.stderr
+    assert not (job.root / "seen-1.json").exists()
+    assert list(scratch.iterdir()) == []  # the folders made for the other variables are gone
+
+
+@pytest.mark.parametrize(
     ("variable", "value", "message"),
     [
         ("COSTAWARE_ATTEMPT", "zero", "COSTAWARE_ATTEMPT='zero' is not an attempt number"),

@@ -167,13 +167,17 @@ class Launcher:
         self.metrics_path = env.metrics_path or (
             self._scratch_dir("metrics", contract.METRICS_PATH) / "metrics.json"
         )
-        for folder in (self.checkpoint_dir, self.output_dir, self.metrics_path.parent):
-            if folder is not None:
-                folder.mkdir(parents=True, exist_ok=True)
         uri = None if options.no_sync else env.checkpoint_uri
         if options.no_sync and env.checkpoint_uri:
             log.info("--no-sync: %s is left to the platform", contract.CHECKPOINT_URI)
         try:
+            for variable, given, folder in (
+                (contract.CHECKPOINT_DIR, self.checkpoint_dir, self.checkpoint_dir),
+                (contract.OUTPUT_DIR, self.output_dir, self.output_dir),
+                (contract.METRICS_PATH, self.metrics_path, self.metrics_path.parent),
+            ):
+                if folder is not None and given is not None:
+                    _make_job_folder(folder, variable, given)
             self.sync = CheckpointSync(uri, self.checkpoint_dir) if uri else None
             # Bad locations (or an image without boto3) fail now, not after hours of training.
             stores = [self.sync.store] if self.sync else []
@@ -524,6 +528,28 @@ def torchrun_shutdown_seconds(grace_seconds: float) -> int:
     The rest is for torchrun to SIGKILL the ranks and exit before the launcher's own SIGKILL.
     """
     return max(1, int(grace_seconds * 0.9))
+
+
+def _make_job_folder(folder: Path, variable: str, given: Path) -> None:
+    """Make the local ``folder`` that ``variable`` (``given``) names, or say which value cannot be used.
+
+    A folder under a file, or under one the job may not write, escaped as a traceback and exit 1, which the
+    provider reads as the team's own code failing: exit 2 (the contract) names the variable instead.
+
+    Raises:
+        ContractError: The folder cannot be made.
+    """
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        existing = folder.absolute()
+        while not existing.exists() and existing != existing.parent:
+            existing = existing.parent
+        why = f"{str(existing)!r} is a file, not a folder" if not existing.is_dir() else str(e)
+        raise ContractError(
+            f"{variable}={str(given)!r} cannot be used: its folder {str(folder)!r} cannot be made ({why}); "
+            "give a folder the job may write, or leave the variable unset for a temporary one"
+        ) from e
 
 
 def _temp_dir(kind: str, variable: str, note: str = "") -> Path:
