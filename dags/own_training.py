@@ -15,11 +15,12 @@ checkpoint, save one now and then, write its metrics, leave its model in the out
 
 Runs on the ``local`` backend (a child process of the worker, which then needs ``torch``) once the project
 has a budget (``costaware budget set --scope project=flight-delays --period month --cap-usd 25``):
-``airflow dags test own_training 2013-02-01``. On SageMaker, Batch or Kubernetes give ``backend``,
-``image`` (built from ``runtime/Dockerfile.train.example``), ``backend_options``, ``python=python``, and a
-``data_root`` on S3. Every task reaches AWS through the SDK's default credential chain (``aws_conn_id=None``),
-not the ``aws_default`` connection: the worker needs the keys (and, for MinIO or moto, ``AWS_ENDPOINT_URL``)
-in its environment or role. See docs/own-training.md.
+``airflow dags test own_training 2013-02-01``. On Batch or Kubernetes give ``backend``, ``image`` (built
+from ``runtime/Dockerfile.train.example``), ``backend_options``, ``python=python``, and a ``data_root`` on
+S3 (SageMaker trains only on ``ml.*`` types, not this DAG's c5.4xlarge). Every task reaches AWS through the
+SDK's default credential chain (``aws_conn_id=None``), not the ``aws_default`` connection: the worker needs
+the keys (and, for MinIO or moto, ``AWS_ENDPOINT_URL``) in its environment or role. See
+docs/own-training.md.
 """
 
 from __future__ import annotations
@@ -49,8 +50,12 @@ from costaware.sensors.spot_window import SpotWindowSensor
 TEAM = "ml-platform"
 PROJECT = "flight-delays"
 REGION = "us-east-1"
+#: What the spot window watches and every attempt is priced as: the type of the recorded spot history.
+INSTANCE_TYPE = "c5.4xlarge"
 SCRIPT = Path(__file__).resolve().parents[1] / "examples" / "own_training" / "train_delay.py"
-RECORDED_SPOT_PRICES = str(resources.files("costaware") / "data" / "spot_history_c5.4xlarge_us-east-1.json")
+RECORDED_SPOT_PRICES = str(
+    resources.files("costaware") / "data" / f"spot_history_{INSTANCE_TYPE}_{REGION}.json"
+)
 
 
 def prepared(name: str) -> str:
@@ -121,6 +126,10 @@ def own_training() -> None:
                 context["params"],
                 job="the training",
                 data_root_default="$AIRFLOW_HOME/costaware/own_training",
+                instance_type=INSTANCE_TYPE,
+                instance_type_hint="this DAG's type is fixed (its recorded spot prices are EC2's), so run it "
+                "on batch or kubernetes; on SageMaker, give RemoteTrainingOperator an ml.* instance_type "
+                "and its spot_usd_per_hour and on_demand_usd_per_hour in a DAG of your own",
             )
         except ConfigurationError as e:
             raise AirflowFailException(str(e)) from e
@@ -138,7 +147,7 @@ def own_training() -> None:
     )
     spot_window = SpotWindowSensor(
         task_id="spot_window",
-        instance_type="c5.4xlarge",
+        instance_type=INSTANCE_TYPE,
         region=REGION,
         expected_runtime_hours=0.25,
         prices=RECORDED_SPOT_PRICES,

@@ -204,7 +204,12 @@ def check_backend(params: Any) -> None:
 
     try:
         check_remote_backend(
-            params, job="the trials", data_root_default="$AIRFLOW_HOME/costaware/spot_tuning"
+            params,
+            job="the trials",
+            data_root_default="$AIRFLOW_HOME/costaware/spot_tuning",
+            instance_type=str(params.get("instance_type") or ""),
+            instance_type_hint="give instance_type as SageMaker names it (ml.g5.xlarge) with its "
+            "spot_usd_per_hour and on_demand_usd_per_hour (SageMaker's prices, not EC2's)",
         )
     except ConfigurationError as e:
         raise AirflowFailException(str(e)) from e

@@ -180,8 +180,39 @@ def test_own_training_refuses_a_remote_backend_its_job_cannot_run_on_before_its_
     assert message.startswith("the sagemaker backend cannot run the training: ")  # every problem at once:
     assert "the sagemaker backend needs backend_options 'output_s3_uri'" in message
     assert "SageMaker jobs need an s3:// data_root, got '$AIRFLOW_HOME/costaware/own_training'" in message
-    assert message.endswith(
-        "SageMaker runs the training in an image: give the image param, or image_uri in backend_options"
+    assert (
+        "SageMaker runs the training in an image: give the image param, or image_uri in backend_options; "
+        "SageMaker trains only on ml.* instance types, and the training would run on 'c5.4xlarge'"
+    ) in message
+
+
+def test_own_training_refuses_sagemaker_for_its_ec2_instance_type_before_its_spend_gate(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Everything else right, SageMaker still refused the DAG's c5.4xlarge, at the submit in `train`: after
+    # the spend gate had reserved, and naming a type no param of the DAG sets.
+    from airflow.dag_processing.dagbag import DagBag
+    from airflow.sdk.exceptions import AirflowFailException
+
+    root = Path(__file__).resolve().parents[1]
+    dag = DagBag(dag_folder=str(root / "dags" / "own_training.py")).dags["own_training"]
+    prepare = dag.get_task("prepare").python_callable
+    options = {"role_arn": "arn:aws:iam::1:role/x", "output_s3_uri": "s3://bucket/out"}
+    params = {
+        "backend": "sagemaker",
+        "backend_options": options,
+        "image": "1.dkr.ecr/t:1",
+        "data_root": "s3://b/x",
+    }
+    context = {"params": params, "dag_run": SimpleNamespace(conf={"backend": "sagemaker"}), "dag": dag}
+    monkeypatch.setitem(prepare.__globals__, "get_current_context", lambda: context)
+    with pytest.raises(AirflowFailException) as refused:
+        prepare()
+    assert str(refused.value) == (
+        "the sagemaker backend cannot run the training: SageMaker trains only on ml.* instance types, and "
+        "the training would run on 'c5.4xlarge': this DAG's type is fixed (its recorded spot prices are "
+        "EC2's), so run it on batch or kubernetes; on SageMaker, give RemoteTrainingOperator an ml.* "
+        "instance_type and its spot_usd_per_hour and on_demand_usd_per_hour in a DAG of your own"
     )
 
 

@@ -224,12 +224,20 @@ def check_local_command(params: Mapping[str, Any], *, script: str = "script") ->
         )
 
 
-def check_remote_backend(params: Mapping[str, Any], *, job: str, data_root_default: str) -> None:
+def check_remote_backend(
+    params: Mapping[str, Any],
+    *,
+    job: str,
+    data_root_default: str,
+    instance_type: str,
+    instance_type_hint: str,
+) -> None:
     """Refuse a remote backend ``job`` (``"the training"``) could not run on, every problem at once.
 
     Its options, a local ``data_root`` (``data_root_default`` where the param is empty) that a job on
-    another machine cannot reach, SageMaker without an image: a DAG calls this ahead of its spend gate, as
-    a typo failed only in the training task, after the gate had reserved its money.
+    another machine cannot reach, SageMaker without an image or on an ``instance_type`` that is not an
+    ``ml.*`` type (``instance_type_hint`` says what to give instead): a DAG calls this ahead of its spend
+    gate, as a typo failed only in the training task, after the gate had reserved its money.
 
     Raises:
         ConfigurationError: naming each problem and what to give.
@@ -252,6 +260,12 @@ def check_remote_backend(params: Mapping[str, Any], *, job: str, data_root_defau
     if backend == "sagemaker" and not (params.get("image") or options.get("image_uri")):
         problems.append(
             f"SageMaker runs {job} in an image: give the image param, or image_uri in backend_options"
+        )
+    if backend == "sagemaker" and not instance_type.startswith("ml."):
+        # Refused only at the submit, after the spend gate (or the study's budget) had reserved.
+        problems.append(
+            f"SageMaker trains only on ml.* instance types, and {job} would run on {instance_type!r}: "
+            f"{instance_type_hint}"
         )
     if problems:
         raise ConfigurationError(f"the {backend} backend cannot run {job}: " + "; ".join(problems))

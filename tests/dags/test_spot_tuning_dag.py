@@ -154,6 +154,18 @@ def _fails_saying(failed: dict[str, Any], missed: str, asking: str, said: str) -
         ),
         ({"backend": "batch"}, "Batch backend needs spot_queue, on_demand_queue, job_definition"),
         ({"backend_options": {"roots": "/tmp"}}, "'roots' is not an option of the local backend"),
+        # Refused only at each warm-up's submit, after the plan had set the study's budget and reserved.
+        (
+            {
+                "backend": "sagemaker",
+                "image": "1.dkr.ecr.us-east-1.amazonaws.com/trial:1",
+                "data_root": "s3://bucket/spot-tuning",
+                "backend_options": {"role_arn": "arn:aws:iam::1:role/r", "output_s3_uri": "s3://bucket/out"},
+            },
+            "the sagemaker backend cannot run the trials: SageMaker trains only on ml.* instance types, and "
+            "the trials would run on 'g5.xlarge': give instance_type as SageMaker names it (ml.g5.xlarge) "
+            "with its spot_usd_per_hour and on_demand_usd_per_hour (SageMaker's prices, not EC2's)",
+        ),
     ],
 )
 def test_prepare_refuses_bad_settings_before_anything_is_recorded(
