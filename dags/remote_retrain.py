@@ -199,8 +199,19 @@ def remote_retrain() -> None:
                 Path(paths[split]).parent.mkdir(parents=True, exist_ok=True)
                 pq.write_table(table, paths[split])
             else:  # through the connection: its keys and endpoint, as the stores read it back
-                fs, path = filesystem(parse_uri(paths[split]), options)
-                pq.write_table(table, path, filesystem=fs)
+                location = parse_uri(paths[split])
+                fs, path = filesystem(location, options)
+                try:
+                    pq.write_table(table, path, filesystem=fs)
+                except OSError as e:
+                    if "NO_SUCH_BUCKET" not in str(e):
+                        raise  # a passing failure (the network): Airflow's retries apply
+                    # pyarrow's traceback named neither the param nor what to do, and no retry can pass.
+                    raise AirflowFailException(
+                        f"data_root {root!r}: bucket {location.bucket!r} does not exist where the connection "
+                        f"{AWS_CONN_ID!r} looks (its endpoint_url, else AWS): create the bucket, or give a "
+                        "data_root in one that exists"
+                    ) from e
         return paths
 
     splits = features(land_new_data())

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import time
 import uuid
+from datetime import date
 from pathlib import Path
 
 import pytest
@@ -98,3 +99,32 @@ def test_an_s3_data_root_goes_through_the_aws_default_connection_alone(
     listed = aws_client("s3", moto_endpoint).list_objects_v2(Bucket=bucket)
     keys = {o["Key"].split("/")[1] for o in listed.get("Contents", [])}
     assert keys == {"splits", "models", "checkpoints"}
+
+
+def test_an_s3_data_root_in_a_bucket_that_does_not_exist_fails_features_naming_it(
+    tmp_path: Path, moto_endpoint: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # pyarrow's OSError ("AWS Error NO_SUCH_BUCKET during CreateMultipartUpload") escaped as a traceback that
+    # named neither data_root nor what to do.
+    from airflow.sdk.exceptions import AirflowFailException
+
+    from costaware.examples import flights
+
+    connection = {"region_name": "us-east-1", "endpoint_url": moto_endpoint}
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_AWS_DEFAULT",
+        json.dumps({"conn_type": "aws", "login": "testing", "password": "testing", "extra": connection}),
+    )
+    dag = DagBag(dag_folder=str(ROOT / "dags" / "remote_retrain.py")).dags["remote_retrain"]
+    features = dag.get_task("features").python_callable
+    missing = f"ml-team-{uuid.uuid4().hex[:8]}"
+    context = {"params": {"data_root": f"s3://{missing}/remote"}, "run_id": "manual__2013-02-01"}
+    monkeypatch.setitem(features.__globals__, "get_current_context", lambda: context)
+    flights.land_days(tmp_path / "landing", date(2013, 1, 3))
+    with pytest.raises(AirflowFailException) as refused:
+        features({"replay_date": "2013-01-02", "landing": str(tmp_path / "landing")})
+    assert str(refused.value) == (
+        f"data_root 's3://{missing}/remote': bucket {missing!r} does not exist where the connection "
+        "'aws_default' looks (its endpoint_url, else AWS): create the bucket, or give a data_root in one "
+        "that exists"
+    )
