@@ -259,6 +259,28 @@ def test_the_training_containers_status_is_read_beside_an_injected_sidecar() -> 
     assert (status.state, status.billable_seconds, status.exit_code) == (JobState.INTERRUPTED, 10800.0, 75)
 
 
+def test_an_image_without_the_launcher_fails_naming_it_and_what_to_install() -> None:
+    # containerd's StartError (exit 128) read as 'StartError' alone, and the task's message sent the user to
+    # "its last log lines": a container that never started has none.
+    said = 'failed to create containerd task: exec: "costaware-run": executable file not found in $PATH'
+    pod = _pod(
+        "Failed",
+        {
+            "exitCode": 128,
+            "reason": "StartError",
+            "message": said,
+            "startedAt": "2026-01-01T00:00:05Z",
+            "finishedAt": "2026-01-01T00:00:05Z",
+        },
+    )
+    status = status_from_pod(pod, now=datetime(2026, 1, 1, 0, 1, tzinfo=timezone.utc))
+    assert status.state == JobState.FAILED and status.exit_code == 128
+    assert status.reason == (
+        f"StartError: {said} (the image has no costaware-run: install costaware-runtime[s3] in it, as "
+        "runtime/Dockerfile.train.example does)"
+    )
+
+
 @pytest.mark.parametrize("reason", ["ImagePullBackOff", "InvalidImageName", "CreateContainerConfigError"])
 def test_a_container_that_cannot_start_fails_instead_of_pending_for_a_day(reason: str) -> None:
     # It stayed Pending until activeDeadlineSeconds, its GPU node paid the while, the ledger at $0.

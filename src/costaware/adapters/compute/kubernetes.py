@@ -39,6 +39,7 @@ from costaware.adapters.compute.base import (
 )
 from costaware.adapters.compute.job_contract import (
     GRACE_SECONDS,
+    LAUNCHER,
     LAUNCHER_MARGIN_SECONDS,
     RESUBMIT_EXIT_CODES,
     launcher_grace_seconds,
@@ -396,6 +397,16 @@ def status_from_pod(
             # Its container never ended (evicted before it started): read as not ended, a retry that
             # found it followed it as pending, billed up to now. A container seen running ran until then.
             seconds = _seconds(running.get("startedAt"), finished) if running else 0.0
+        start_error = str((terminated or {}).get("message") or "").strip()
+        if not preempted and (terminated or {}).get("reason") == "StartError" and start_error:
+            # The container never ran, so there are no log lines to read: the runtime's words are all there
+            # is, and 'StartError' alone named neither the missing launcher nor the image.
+            reason = f"StartError: {start_error}"
+            if LAUNCHER in start_error:
+                reason += (
+                    f" (the image has no {LAUNCHER}: install costaware-runtime[s3] in it, as "
+                    "runtime/Dockerfile.train.example does)"
+                )
     elif waiting and str(waiting.get("reason")) in CANNOT_START_REASONS:
         # A bad image or container setting stays Pending until activeDeadlineSeconds (a day), its node
         # paid the while; no retry mends it.
