@@ -966,6 +966,39 @@ def test_a_local_folder_under_a_file_is_a_contract_error_naming_its_variable(
     assert list(scratch.iterdir()) == []  # the folders made for the other variables are gone
 
 
+def unwritable_folder(tmp_path: Path) -> Path:
+    """A folder that exists and refuses a new file: mode 0o555, or for root (whom modes do not stop) sysfs."""
+    if os.geteuid() != 0:
+        folder = tmp_path / "read-only"
+        folder.mkdir()
+        folder.chmod(0o555)
+        return folder
+    folder = Path("/sys/kernel")
+    try:
+        (folder / "costaware-probe").touch()
+    except OSError:
+        return folder
+    pytest.skip("no folder here refuses root a new file")
+
+
+@pytest.mark.parametrize("variable", ["COSTAWARE_CHECKPOINT_DIR", "COSTAWARE_OUTPUT_DIR"])
+def test_a_local_folder_the_job_may_not_write_is_refused_before_the_job_trains(
+    make_job: MakeJob, tmp_path: Path, variable: str
+) -> None:
+    # It failed at the job's first save (a PermissionError traceback, exit 1: the team's code, for the
+    # provider), after the job had trained and been billed up to its checkpoint interval.
+    job = make_job(RESUMING_JOB)
+    folder = unwritable_folder(tmp_path)
+    done = job.run(env=job.env() | {variable: str(folder)})
+    assert done.returncode == 2, done.stderr
+    said = " ".join(done.stderr.split())
+    assert (
+        f"{variable}={str(folder)!r} cannot be used: the job may not write its folder {str(folder)!r}" in said
+    )
+    assert "give a folder the job may write, or leave the variable unset for a temporary one" in said
+    assert not (job.root / "seen-1.json").exists()
+
+
 @pytest.mark.parametrize(
     ("variable", "value", "message"),
     [

@@ -24,7 +24,7 @@ import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from costaware_runtime import __version__, _tree, contract
+from costaware_runtime import __version__, _files, _tree, contract
 from costaware_runtime._signals import Notices, die_with_the_launcher, end_job
 from costaware_runtime.checkpoints import Marker, latest_step, read_marker, retired_marker
 from costaware_runtime.contract import JobEnvironment
@@ -531,14 +531,16 @@ def torchrun_shutdown_seconds(grace_seconds: float) -> int:
 
 
 def _make_job_folder(folder: Path, variable: str, given: Path) -> None:
-    """Make the local ``folder`` that ``variable`` (``given``) names, or say which value cannot be used.
+    """Make the local ``folder`` that ``variable`` (``given``) names and check the job may write it.
 
     A folder under a file, or under one the job may not write, escaped as a traceback and exit 1, which the
-    provider reads as the team's own code failing: exit 2 (the contract) names the variable instead.
+    provider reads as the team's own code failing; a folder that exists but refuses a file failed only at
+    the job's first save, after it had trained (paid) that long. Exit 2 (the contract) names the variable.
 
     Raises:
-        ContractError: The folder cannot be made.
+        ContractError: The folder cannot be made or written.
     """
+    advice = "give a folder the job may write, or leave the variable unset for a temporary one"
     try:
         folder.mkdir(parents=True, exist_ok=True)
     except OSError as e:
@@ -548,7 +550,17 @@ def _make_job_folder(folder: Path, variable: str, given: Path) -> None:
         why = f"{str(existing)!r} is a file, not a folder" if not existing.is_dir() else str(e)
         raise ContractError(
             f"{variable}={str(given)!r} cannot be used: its folder {str(folder)!r} cannot be made ({why}); "
-            "give a folder the job may write, or leave the variable unset for a temporary one"
+            f"{advice}"
+        ) from e
+    # A real write, not os.access: a read-only mount, or a folder root may not write (sysfs), passes that.
+    probe = _files.temp_sibling(folder / "costaware-write-check")
+    try:
+        probe.touch(exist_ok=False)
+        probe.unlink()
+    except OSError as e:
+        raise ContractError(
+            f"{variable}={str(given)!r} cannot be used: the job may not write its folder {str(folder)!r} "
+            f"({e}); {advice}"
         ) from e
 
 
