@@ -2,7 +2,7 @@
 
 It runs inside the task process on the worker (Airflow 3 calls task-instance listeners there), measures
 the try's own runtime from ``on_task_instance_running`` to its end, prices it on the compute the task
-declares (see :func:`compute_of`), estimates its emissions (``kg_co2e``; see
+declares (see :func:`costaware.try_pricing.compute_of`), estimates its emissions (``kg_co2e``; see
 :func:`costaware.plugins.utilization.with_try_emissions`; an on-premises task gives ``power_kw`` and
 ``grid_zone``), and settles the reservation a ``SpendCapSensor`` made for the task.
 A try killed before it could end in its worker (marked failed or success while it ran, a lost worker) is
