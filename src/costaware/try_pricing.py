@@ -123,7 +123,7 @@ def charge_of(
     try:
         return price_compute(bundled_catalog(), seconds=seconds, **compute, **listed)
     except PriceNotFoundError as e:
-        if "on_demand_usd_per_hour" not in listed or compute["market"] != "spot":
+        if "on_demand_usd_per_hour" not in listed or str(compute["market"]).strip().lower() != "spot":
             raise
         # The price cache has its on-demand price (imported or refreshed), but a spot try is priced at the
         # catalog's typical saving, which the bundled catalog has for no such type.

@@ -238,6 +238,15 @@ def _billed(op: WarmStartRetrainOperator) -> Any:
             r"priced at the bundled catalog's typical spot saving.*give usd_per_hour \(the spot rate\), "
             "or run it on_demand",
         ),
+        # The same, the market given in the param as a person types it: the hint was missed for 'Spot'.
+        (
+            {
+                "instance_type": "x9.teamtype",
+                "region": "us-east-1",
+                "params": {"costaware_compute": {"market": "Spot"}},
+            },
+            r"has an on-demand price \(import-cache\), but a spot try is priced at the bundled catalog",
+        ),
         # The same type on-demand is billed at the imported price.
         ({"instance_type": "x9.teamtype", "region": "us-east-1", "market": "on_demand"}, None),
         # A rate the task's costaware_compute param gives is the bill: the check refused the type.
