@@ -183,6 +183,52 @@ def test_a_recorded_file_that_covers_the_try_gives_its_intensity(tmp_path: Path)
     assert found["carbon_source"].startswith("grid GB: carbon GB_2026.csv")
 
 
+def test_a_try_running_past_the_end_of_a_recorded_file_keeps_its_recorded_hours(tmp_path: Path) -> None:
+    from costaware.adapters.carbon_source import RecordedCarbon
+
+    # The file's last two hours are 2026-11-21 22:00 and 23:00 (166 and 167 g, lca): the whole try got the
+    # typical year, and a source saying nothing was recorded for 22:00.
+    recorded = Path(__file__).resolve().parents[1] / "fixtures" / "carbon" / "GB_2026-11.csv"
+    start = datetime(2026, 11, 21, 22, 30, tzinfo=timezone.utc)
+    end = start + timedelta(hours=3)  # 1.5 h recorded, then 1.5 h past the file's end
+    found = estimate(
+        instance_type=None,
+        region="on-prem",
+        power_kw=1,
+        grid_zone="GB",
+        start=start,
+        end=end,
+        intensity_of=RecordedCarbon(recorded).intensity,
+    )
+    bundled = bundled_carbon("GB")
+    typical = float(
+        bundled.mean_usd_per_hour(
+            datetime(2023, 11, 22, tzinfo=timezone.utc), datetime(2023, 11, 22, 1, 30, tzinfo=timezone.utc)
+        )
+    )
+    g = (0.5 * 166 + 167 + 1.5 * typical) / 3
+    assert found["kg_co2e"] == Decimal(repr(round(3 * g / 1000, 6)))
+    assert found["carbon_source"] == (
+        "grid GB: recorded 1.5 of 3 h, typical year (bundled 2023) for 1.5 h from 2026-11-22 00:00: "
+        "GB_2026-11.csv"
+    )
+    longest = estimate(
+        instance_type=None,
+        region="on-prem",
+        power_kw=1,
+        grid_zone="US-CAL-CISO",
+        start=start,
+        end=end,
+        intensity_of=RecordedCarbon(_renamed(recorded, tmp_path / "US-CAL-CISO_2026-11.csv")).intensity,
+    )
+    assert len(longest["carbon_source"]) <= 128 and longest["carbon_source"].endswith("_2026-11.csv")
+
+
+def _renamed(file: Path, to: Path) -> Path:
+    to.write_text(file.read_text())
+    return to
+
+
 def test_with_emissions_sets_the_entry_fields() -> None:
     entry = LedgerEntry("d", "r", "t", Kind.COMPUTE, Decimal("1"))
     out = with_emissions(entry, instance_type="m5.large", region="us-west-1", start=START, end=END)

@@ -15,6 +15,7 @@ None with the reason in ``carbon_method``: unknown, never 0.
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Callable
 from dataclasses import replace
 from datetime import datetime, timedelta
@@ -27,6 +28,7 @@ from costaware.core.ledger import FIELD_LIMITS, LedgerEntry
 from costaware.core.series import PriceSeries
 
 log = logging.getLogger(__name__)
+_HOUR = timedelta(hours=1)
 
 
 #: ``(zone, start, end) -> series of gCO2e/kWh covering [start, end)``, raising ``PriceNotFoundError`` when
@@ -144,7 +146,7 @@ def _estimate(
             series.mean_usd_per_hour(max(start, series.start), end)
         )  # the mean value: gCO2e/kWh here
     except (PriceNotFoundError, ConfigurationError) as e:  # not covered, or no series for the zone
-        typical = _typical_year(zone, start, end)
+        typical = _recorded_then_typical_year(zone, start, end, intensity_of)
         if typical is None:
             return emissions(kwh, None, method=method, source=f"grid {zone}", reason=str(e))
         g_per_kwh, source = typical
@@ -153,12 +155,63 @@ def _estimate(
     return replace(found, kg_co2e=Decimal(repr(round(kwh * g_per_kwh / 1000, 6))))
 
 
-def _typical_year(zone: str, start: datetime, end: datetime) -> tuple[float, str] | None:
-    """The bundled year's intensity at the same date and hours, for a try no recorded file covers.
+def _recorded_then_typical_year(
+    zone: str, start: datetime, end: datetime, intensity_of: IntensityOf
+) -> tuple[float, str] | None:
+    """The try's mean intensity: recorded for the hours a file covers, the typical year for the others.
+
+    A try running past the end of an imported file got the typical year for all of it, its recorded hours
+    too, with a source saying nothing was recorded. None when an hour no file covers has no typical year
+    (a zone that is not bundled).
+    """
+    end = max(end, start + timedelta(seconds=1))
+    weighted = recorded_seconds = 0.0
+    recorded_names: list[str] = []
+    first_gap: datetime | None = None
+    at = start
+    while at < end:
+        until = min(end, at.replace(minute=0, second=0, microsecond=0) + _HOUR)
+        seconds = (until - at).total_seconds()
+        try:
+            part = intensity_of(zone, at, until)
+            weighted += float(part.mean_usd_per_hour(max(at, part.start), until)) * seconds
+            recorded_seconds += seconds
+            if part.name not in recorded_names:
+                recorded_names.append(part.name)
+        except (PriceNotFoundError, ConfigurationError):
+            typical = _typical_year(zone, at, until)
+            if typical is None:
+                return None
+            weighted += typical[0] * seconds
+            first_gap = first_gap or at
+        at = until
+    if not recorded_seconds:  # the whole try over one span, as its source says
+        whole = _typical_year(zone, start, end)
+        if whole is None:
+            return None
+        g_per_kwh, stands_in = whole
+        # Short enough for the ledger's 128 characters: the series' own name cut it off mid-date.
+        return g_per_kwh, (
+            f"grid {zone}: typical year, bundled {stands_in:%Y} at {stands_in:%m-%d %H:%M} UTC "
+            f"(no recorded intensity for {start:%Y-%m-%d %H:%M})"
+        )
+    total_seconds = (end - start).total_seconds()
+    files = " + ".join(_short_name(name) for name in recorded_names)
+    if first_gap is None:  # every hour recorded, in files that no one call joined
+        return weighted / total_seconds, f"grid {zone}: {files}, recorded"
+    source = (
+        f"grid {zone}: recorded {_hours(recorded_seconds)} of {_hours(total_seconds)} h, typical year "
+        f"(bundled {_bundled_year(zone)}) for {_hours(total_seconds - recorded_seconds)} h from "
+        f"{first_gap:%Y-%m-%d %H:%M}: {files}"
+    )
+    return weighted / total_seconds, source
+
+
+def _typical_year(zone: str, start: datetime, end: datetime) -> tuple[float, datetime] | None:
+    """The bundled year's intensity at the same date and hours, and the instant it stands in at.
 
     A typical-year estimate (as building energy models use a typical meteorological year): the season and
-    the hour of day carry most of a grid's variation. Its source says so, with the date it stands in for.
-    None for a zone that is not bundled.
+    the hour of day carry most of a grid's variation. None for a zone that is not bundled.
     """
     from costaware.adapters.carbon_data import bundled_carbon, bundled_zones
     from costaware.core.spot_forecast import same_hour_in
@@ -166,19 +219,28 @@ def _typical_year(zone: str, start: datetime, end: datetime) -> tuple[float, str
     if zone not in bundled_zones():
         return None
     series = bundled_carbon(zone)
-    year = series.start.year
-    shifted = same_hour_in(start, year)
+    shifted = same_hour_in(start, series.start.year)
     span = max(end - start, timedelta(seconds=1))
-    shifted_end = min(shifted + span, series.last + timedelta(hours=1))
+    shifted_end = min(shifted + span, series.last + _HOUR)
     if shifted < series.start or shifted_end <= shifted:
         return None
-    g_per_kwh = float(series.mean_usd_per_hour(shifted, shifted_end))
-    # Short enough for the ledger's 128 characters: the series' own name cut it off mid-date.
-    source = (
-        f"grid {zone}: typical year, bundled {year} at {shifted:%m-%d %H:%M} UTC "
-        f"(no recorded intensity for {start:%Y-%m-%d %H:%M})"
-    )
-    return g_per_kwh, source
+    return float(series.mean_usd_per_hour(shifted, shifted_end)), shifted
+
+
+def _bundled_year(zone: str) -> int:
+    from costaware.adapters.carbon_data import bundled_carbon
+
+    return bundled_carbon(zone).start.year
+
+
+def _short_name(series_name: str) -> str:
+    """``carbon GB_2026-11.csv (gCO2e/kWh, lca), recorded`` -> ``GB_2026-11.csv``: the ledger keeps 128."""
+    name = series_name.removesuffix(", recorded").replace("carbon ", "")
+    return re.sub(r" \(gCO2e/kWh, \w+\)", "", name)
+
+
+def _hours(seconds: float) -> str:
+    return f"{round(seconds / 3600, 2):g}"
 
 
 def _machine(instance_type: str | None, region: str | None) -> Machine:
