@@ -130,6 +130,16 @@ def test_an_on_premises_task_gives_power_and_grid() -> None:
     assert found["carbon_source"].startswith("grid GB: ")
 
 
+@pytest.mark.parametrize("zone", ["GB ", " GB", "GB\n"])
+def test_a_grid_zone_with_spaces_around_it_is_the_zone(zone: str) -> None:
+    # "GB " was unknown, with a message listing GB as recorded.
+    found = estimate(
+        instance_type=None, region="basement", start=START, end=END, power_kw="0.5", grid_zone=zone
+    )
+    assert found["kg_co2e"] == expected_kg(0.5, "GB")
+    assert found["carbon_source"].startswith("grid GB: ")
+
+
 def test_a_region_missing_from_the_price_snapshot_still_has_its_machine() -> None:
     found = estimate(instance_type="g5.xlarge", region="ap-southeast-2", start=START, end=END)
     assert found["kg_co2e"] is not None

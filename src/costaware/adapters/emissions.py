@@ -130,7 +130,9 @@ def _estimate(
         use, how = _cpu_use(cpu_seconds, seconds, machine.vcpus)
         kw = model.power_kw(machine, use)
         method = model.method(machine, gpu_measured=False).replace("at measured CPU use", how)
-    zone = str(grid_zone) if grid_zone else zone_of_region(region or "")
+    # "US-CAL-CISO " (a space from a template or a param) read as an unknown zone, listed as recorded.
+    given_zone = str(grid_zone).strip() if grid_zone is not None else ""
+    zone = given_zone or zone_of_region(region or "")
     kwh = kw * hours
     if not zone:
         reason = f"region {region!r} has no grid zone in data/region_grids.csv (give grid_zone)"
