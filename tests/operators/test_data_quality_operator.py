@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -734,3 +735,103 @@ def test_the_results_say_when_on_the_projects_clock(tmp_path: Path, monkeypatch:
     _batch(tmp_path)
     _run(tmp_path, SUITE)
     assert _stored(tmp_path)["validated_at"] == "2013-01-02T03:04:05+00:00"
+
+
+def test_a_file_that_lands_in_an_s3_batch_folder_while_it_is_moved_stays(
+    moto_endpoint: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import uuid
+
+    import boto3
+    from pyarrow import fs
+
+    from costaware.adapters.blob_dir import BlobDir
+    from costaware.adapters.object_store import S3Options
+    from costaware.operators.batch_quarantine import quarantine
+
+    options = S3Options("testing", "testing", None, "us-east-1", moto_endpoint)
+    client = boto3.client("s3", **options.boto3_kwargs())
+    bucket = f"dq-{uuid.uuid4().hex[:10]}"
+    client.create_bucket(Bucket=bucket)
+    for key in ("landing/day/part-0.parquet", "landing/day/sub/part-1.parquet"):
+        client.put_object(Bucket=bucket, Key=key, Body=b"PAR1 refused")
+    landed: list[str] = []
+
+    class LandsAfterTheMove(fs.FileSystemHandler):  # type: ignore[misc]
+        """The real S3 filesystem; the upstream writer's file lands as the emptied batch is looked at."""
+
+        def __init__(self, real: Any) -> None:
+            self.real, self.deleted = real, False
+
+        def get_file_info_selector(self, selector: Any) -> Any:
+            infos = self.real.get_file_info(selector)
+            if self.deleted and selector.base_dir == f"{bucket}/landing/day" and not landed:
+                client.put_object(Bucket=bucket, Key="landing/day/part-2.parquet", Body=b"PAR1 new")
+                landed.append("landing/day/part-2.parquet")
+            return infos
+
+        def delete_file(self, path: str) -> None:
+            self.real.delete_file(path)
+            self.deleted = True
+
+        # The rest as the real filesystem does it.
+        def get_type_name(self) -> str:
+            return "s3"
+
+        def equals(self, other: Any) -> bool:
+            return other is self
+
+        def get_file_info(self, paths: Any) -> Any:
+            return self.real.get_file_info(paths)
+
+        def create_dir(self, path: str, recursive: bool) -> None:
+            self.real.create_dir(path, recursive=recursive)
+
+        def delete_dir(self, path: str) -> None:
+            self.real.delete_dir(path)
+
+        def delete_dir_contents(self, path: str, missing_dir_ok: bool = False) -> None:
+            self.real.delete_dir_contents(path, missing_dir_ok=missing_dir_ok)
+
+        def delete_root_dir_contents(self) -> None:
+            raise AssertionError("not used")
+
+        def move(self, src: str, dest: str) -> None:
+            self.real.move(src, dest)
+
+        def copy_file(self, src: str, dest: str) -> None:
+            self.real.copy_file(src, dest)
+
+        def open_input_stream(self, path: str) -> Any:
+            return self.real.open_input_stream(path)
+
+        def open_input_file(self, path: str) -> Any:
+            return self.real.open_input_file(path)
+
+        def open_output_stream(self, path: str, metadata: Any) -> Any:
+            return self.real.open_output_stream(path, metadata=metadata)
+
+        def open_append_stream(self, path: str, metadata: Any) -> Any:
+            return self.real.open_append_stream(path, metadata=metadata)
+
+        def normalize_path(self, path: str) -> str:
+            return str(self.real.normalize_path(path))
+
+    opened = BlobDir.from_uri.__func__  # type: ignore[attr-defined]
+
+    def from_uri(cls: type[BlobDir], uri: str, **kwargs: Any) -> BlobDir:
+        found = opened(cls, uri, **kwargs)
+        return BlobDir(fs.PyFileSystem(LandsAfterTheMove(found.fs)), found.root, found.uri)
+
+    monkeypatch.setattr(BlobDir, "from_uri", classmethod(from_uri))
+
+    quarantine(f"s3://{bucket}/landing/day", f"s3://{bucket}/refused", "run-1", dataclasses.asdict(options))
+
+    keys = sorted(o["Key"] for o in client.list_objects_v2(Bucket=bucket).get("Contents", []))
+    assert landed  # the file did land between the check and the clean-up
+    # It was deleted with the whole prefix, unread and uncopied: neither in the landing folder nor moved.
+    assert [k for k in keys if k.startswith("landing/")] == ["landing/day/part-2.parquet"]
+    assert [k for k in keys if k.startswith("refused/")] == [
+        "refused/run-1/day/part-0.parquet",
+        "refused/run-1/day/sub/part-1.parquet",
+    ]

@@ -303,9 +303,44 @@ def quarantine(data_path: str, quarantine_path: str, key: str, options: Mapping[
         else:
             # S3 keeps an empty marker for a prefix whose last file went: the next run saw an empty batch.
             left = source.fs.get_file_info(fs.FileSelector(source.root, recursive=True, allow_not_found=True))
-            if not any(i.type == fs.FileType.File for i in left):
-                source.fs.delete_dir(source.root)
+            folders = [source.root] + [i.path for i in left if i.type == fs.FileType.Directory]
+            _delete_folder_markers(folders, options)
     return f"{target.uri}/{name}"
+
+
+def _delete_folder_markers(folders: list[str], options: Mapping[str, Any]) -> None:
+    """Delete the empty ``<folder>/`` marker objects of ``folders`` (``bucket/prefix``), and nothing else.
+
+    pyarrow deletes a folder only with everything under it: a file that landed in the batch's folder after
+    its files were listed went with it, neither moved nor left. One key at a time cannot take it.
+    """
+    import dataclasses
+    import os
+
+    from costaware.adapters.object_store import S3Options, s3_client
+
+    known = {field.name for field in dataclasses.fields(S3Options)}
+    given = {k: v for k, v in options.items() if k in known}
+    # The endpoint the batch was read from (BlobDir's own fallback), not only the one boto3 reads.
+    endpoint = given.get("endpoint_url") or os.environ.get("COSTAWARE_S3_ENDPOINT_URL")
+    client = s3_client(S3Options(**{**given, "endpoint_url": endpoint or None}))
+    by_bucket: dict[str, list[str]] = {}
+    for folder in folders:
+        bucket, _, prefix = folder.partition("/")
+        if prefix:  # the bucket itself has no marker
+            by_bucket.setdefault(bucket, []).append(f"{prefix}/")
+    for bucket, keys in by_bucket.items():
+        for first in range(0, len(keys), 1000):  # S3 deletes up to 1,000 keys a call
+            answer = client.delete_objects(
+                Bucket=bucket,
+                Delete={"Objects": [{"Key": k} for k in keys[first : first + 1000]], "Quiet": True},
+            )
+            failed = answer.get("Errors") or []
+            if failed:
+                raise OSError(
+                    f"could not delete the empty folder marker s3://{bucket}/{failed[0].get('Key')}: "
+                    f"{failed[0].get('Message')}; the batch was moved, delete that marker by hand"
+                )
 
 
 def _same_bytes(source_fs: Any, source: str, target_fs: Any, target: str, size: int | None) -> bool:
