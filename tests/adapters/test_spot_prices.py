@@ -118,6 +118,48 @@ def test_a_bad_csv_row_is_named_by_its_line_in_the_file() -> None:
         spot_history_from_text(text, source="prices")
 
 
+@pytest.mark.parametrize(
+    ("row", "message"),
+    [
+        # Read without its extra field: the price could be one column off.
+        (
+            "2021-03-01T01:00:00Z,us-east-1b,m5.large,Linux/UNIX,0,31",
+            r"prices line 3 has 6 fields, its header 5: remove the extra '31' \(a value holding a comma goes",
+        ),
+        # Filed under zone "us-east-1b ", of no region: dropped.
+        (
+            "2021-03-01T01:00:00Z,us-east-1b ,m5.large,Linux/UNIX,0.31",
+            "prices line 3: availability_zone 'us-east-1b ' has a space around it: write it 'us-east-1b'",
+        ),
+        (
+            "2021-03-01T01:00:00Z,us-east-1b,m5.large,Linux/UNIX ,0.31",
+            "prices line 3: product_description 'Linux/UNIX ' has a space around it",
+        ),
+        # Its product None, not Linux: dropped; or its price None: "price None is not a number".
+        (
+            "2021-03-01T01:00:00Z,us-east-1b,m5.large",
+            "prices line 3 has 3 fields, its header 5: it lacks product_description, usd_per_hour; give ",
+        ),
+        (
+            "2021-03-01T01:00:00Z,us-east-1b,m5.large,Linux/UNIX",
+            "prices line 3 has 4 fields, its header 5: it lacks usd_per_hour",
+        ),
+        (
+            "2021-03-01T01:00:00Z,,m5.large,Linux/UNIX,0.31",
+            "prices line 3: availability_zone is empty: give the row's availability zone",
+        ),
+    ],
+)
+def test_a_csv_row_that_cannot_be_read_right_is_named_by_its_line(row: str, message: str) -> None:
+    text = (
+        "timestamp,availability_zone,instance_type,product_description,usd_per_hour\n"
+        "2021-03-01T00:00:00Z,us-east-1a,m5.large,Linux/UNIX,0.30\n"
+        f"{row}\n"
+    )
+    with pytest.raises(InvalidPriceDataError, match=message):
+        spot_history_from_text(text, source="prices")
+
+
 def test_unsorted_and_duplicated_csv_rows_are_fixed_and_reported() -> None:
     rows = [
         "2021-03-01T02:00:00Z,us-east-1,us-east-1a,m5.large,Linux/UNIX,0.30",

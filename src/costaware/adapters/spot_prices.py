@@ -14,7 +14,7 @@ import io
 import json
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from datetime import datetime, timedelta, timezone
 from decimal import Decimal
 from pathlib import Path
@@ -214,18 +214,54 @@ def spot_history_from_text(text: str, *, source: str, products: Sequence[str] = 
         raise InvalidPriceDataError(
             f"{source}: spot CSV lacks column(s) {', '.join(missing)}; its header is {reader.fieldnames!r}"
         )
-    rows = (
-        {
+    return SpotPriceHistory.from_records(_spot_csv_records(reader, source), source=source, products=products)
+
+
+#: Columns whose value files a row: a space around one filed it under no zone, type or product asked for.
+_SPOT_CSV_KEYS = ("availability_zone", "instance_type", "product_description")
+
+
+def _spot_csv_records(reader: csv.DictReader[str], source: str) -> Iterator[dict[str, Any]]:
+    """The CSV's rows as ``DescribeSpotPriceHistory`` records; a row that cannot be read right is named.
+
+    A row with an extra field was read without it, a short one left its last columns None, and a row whose
+    zone had a space around it ("us-east-1b ") was filed under no region: each passed in silence.
+    """
+    header = list(reader.fieldnames or [])
+    for row in reader:
+        line = reader.line_num  # the file's line, as an editor shows it (the header is line 1)
+        extra = row.get(None)  # DictReader's key for the fields past the header
+        if extra:
+            raise InvalidPriceDataError(
+                f"{source} line {line} has {len(header) + len(extra)} fields, its header {len(header)}: "
+                f"remove the extra {', '.join(map(repr, extra))} (a value holding a comma goes in double "
+                "quotes; a price takes a decimal point, 0.31)"
+            )
+        lacking = [column for column in header if row.get(column) is None]
+        if lacking:
+            raise InvalidPriceDataError(
+                f"{source} line {line} has {len(header) - len(lacking)} fields, its header {len(header)}: "
+                f"it lacks {', '.join(lacking)}; give every column of {','.join(header)}"
+            )
+        for column in _SPOT_CSV_KEYS:
+            value = row[column]
+            if not value.strip():
+                raise InvalidPriceDataError(
+                    f"{source} line {line}: {column} is empty: give the row's {column.replace('_', ' ')}"
+                )
+            if value != value.strip():
+                raise InvalidPriceDataError(
+                    f"{source} line {line}: {column} {value!r} has a space around it: write it "
+                    f"{value.strip()!r}"
+                )
+        yield {
             "AvailabilityZone": row["availability_zone"],
             "InstanceType": row["instance_type"],
             "ProductDescription": row["product_description"],
             "SpotPrice": row["usd_per_hour"],
             "Timestamp": row["timestamp"],
-            "_line": reader.line_num,
+            "_line": line,
         }
-        for row in reader
-    )
-    return SpotPriceHistory.from_records(rows, source=source, products=products)
 
 
 def load_spot_history(path: str | Path, *, products: Sequence[str] = LINUX) -> SpotPriceHistory:
