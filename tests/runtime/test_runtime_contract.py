@@ -64,8 +64,10 @@ def test_from_env_defaults() -> None:
         ({"COSTAWARE_MARKET": "Spot"}, "COSTAWARE_MARKET='Spot' is not a market: use one of spot, on_demand"),
         (
             {"COSTAWARE_GRACE_SECONDS": "nan"},
-            "COSTAWARE_GRACE_SECONDS='nan' is not a grace period, a number of seconds >= 0",
+            "COSTAWARE_GRACE_SECONDS='nan' is not a grace period, a number of seconds > 0",
         ),
+        # SIGKILL right after the notice, with no chance to save: preemption_grace_seconds refuses it too.
+        ({"COSTAWARE_GRACE_SECONDS": "0"}, "COSTAWARE_GRACE_SECONDS='0' is not a grace period, a number of"),
         (
             {"COSTAWARE_CHECKPOINT_EVERY_SECONDS": "auto"},
             "COSTAWARE_CHECKPOINT_EVERY_SECONDS='auto' is not a checkpoint interval: give seconds > 0",

@@ -1006,6 +1006,7 @@ def test_a_local_folder_the_job_may_not_write_is_refused_before_the_job_trains(
         ("COSTAWARE_MARKET", "preemptible", "COSTAWARE_MARKET='preemptible' is not a market"),
         ("COSTAWARE_CHECKPOINT_URI", "gs://bucket/run", "'gs://bucket/run' is not a supported location"),
         ("COSTAWARE_GRACE_SECONDS", "-1", "COSTAWARE_GRACE_SECONDS='-1' is not a grace period, a number"),
+        ("COSTAWARE_GRACE_SECONDS", "0", "COSTAWARE_GRACE_SECONDS='0' is not a grace period, a number"),
     ],
 )
 def test_a_broken_environment_fails_before_the_job_starts(
@@ -1104,9 +1105,10 @@ def test_a_poll_interval_that_is_not_a_usable_number_of_seconds_is_refused(
     assert not (job.root / "seen-1.json").exists()
 
 
-def test_a_bad_grace_period_flag_is_named_as_typed(tmp_path: Path) -> None:
+@pytest.mark.parametrize("seconds", ["-1", "0"])  # 0: SIGKILL right after the notice, nothing saved
+def test_a_bad_grace_period_flag_is_named_as_typed(tmp_path: Path, seconds: str) -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "costaware_runtime", "--grace-seconds", "-1", "--", "true"],
+        [sys.executable, "-m", "costaware_runtime", "--grace-seconds", seconds, "--", "true"],
         capture_output=True,
         text=True,
         env={"PATH": "/usr/bin:/bin", "COSTAWARE_CHECKPOINT_DIR": str(tmp_path / "c")}
@@ -1115,7 +1117,7 @@ def test_a_bad_grace_period_flag_is_named_as_typed(tmp_path: Path) -> None:
     assert done.returncode == 2
     # It named neither the option nor the variable, and both set the grace period.
     assert (
-        "--grace-seconds '-1' is not a grace period, a number of seconds >= 0: give the seconds"
+        f"--grace-seconds {seconds!r} is not a grace period, a number of seconds > 0: give the seconds"
         in done.stderr
     )
 

@@ -178,7 +178,8 @@ def parse_grace_seconds(value: str | None, *, flag: str | None = None) -> float:
     :data:`GRACE_SECONDS`. The message names the one to fix.
 
     Raises:
-        ContractError: ``value`` is not a finite number of seconds of at least 0.
+        ContractError: ``value`` is not a finite number of seconds above 0 (0 SIGKILLed the job right after
+            the notice, with no chance to save: the operator's ``preemption_grace_seconds`` refuses it too).
     """
     if value is None:
         return DEFAULT_GRACE_SECONDS
@@ -186,10 +187,10 @@ def parse_grace_seconds(value: str | None, *, flag: str | None = None) -> float:
         seconds = float(value)
     except ValueError:
         seconds = -1.0
-    if not math.isfinite(seconds) or seconds < 0:
+    if not math.isfinite(seconds) or seconds <= 0:
         given = f"{flag} {value!r}" if flag else f"{GRACE_SECONDS}={value!r}"
         raise ContractError(
-            f"{given} is not a grace period, a number of seconds >= 0: give the seconds the job may take to "
+            f"{given} is not a grace period, a number of seconds > 0: give the seconds the job may take to "
             "exit after the preemption notice (AWS gives 120 s from notice to stop: 110 leaves a margin)"
         )
     return seconds
