@@ -416,6 +416,47 @@ def test_a_job_started_over_on_purpose_clears_the_location_first(
     assert json.loads((remote / "LATEST.json").read_text())["step"] == 33
 
 
+@pytest.mark.parametrize(
+    ("location", "message"),
+    [
+        # s3:// left out: read as a folder under the current one, it deleted nothing and returned [].
+        (
+            "bucket/runs/7/checkpoints",
+            "'bucket/runs/7/checkpoints' is a relative path, read against the current folder: give the job's "
+            "COSTAWARE_CHECKPOINT_URI as it was set, an s3://bucket/prefix (did you mean "
+            "'s3://bucket/runs/7/checkpoints'?) or an absolute folder",
+        ),
+        ("file:ckpts", "'file:ckpts' is a relative path"),
+        (
+            "{tmp}/checkpoitns",
+            "'{tmp}/checkpoitns' is not a folder (does not exist): no checkpoints to clear",
+        ),
+        ("{tmp}/notes.txt", "'{tmp}/notes.txt' is not a folder (a file): no checkpoints to clear there"),
+    ],
+)
+def test_clearing_a_location_that_cannot_be_the_checkpoints_is_refused_not_an_empty_list(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, location: str, message: str
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "notes.txt").write_text("not a checkpoint")
+    kept = [
+        tmp_path / "bucket" / "runs" / "7" / "checkpoints" / "step-5-ab12",
+        tmp_path / "ckpts" / "step-1-cd",
+    ]
+    for step in kept:
+        step.mkdir(parents=True)
+    with pytest.raises(ContractError) as refused:
+        clear_checkpoints(location.format(tmp=tmp_path))
+    assert message.format(tmp=tmp_path) in str(refused.value)
+    assert all(step.is_dir() for step in kept) and (tmp_path / "notes.txt").exists()
+
+
+def test_clearing_a_folder_that_holds_no_checkpoint_returns_an_empty_list(tmp_path: Path) -> None:
+    (tmp_path / "notes.txt").write_text("not a checkpoint")
+    assert clear_checkpoints(str(tmp_path)) == []
+    assert (tmp_path / "notes.txt").exists()
+
+
 def test_restore_without_a_remote_checkpoint_starts_fresh(local: Path, remote: Path) -> None:
     assert restore(str(remote), local) is None
 

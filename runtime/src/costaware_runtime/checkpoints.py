@@ -367,10 +367,12 @@ def clear_checkpoints(uri: str) -> list[str]:
 
     A job started over from step 0 in a location that holds checkpoints resumes the old step at every
     attempt, and its pushes never become ``LATEST.json`` (it never goes back). Stop every writer of ``uri``
-    first. Open multipart uploads under it are aborted too (S3). Returns the step folders deleted.
+    first. Open multipart uploads under it are aborted too (S3). Returns the step folders deleted: ``[]``
+    where the location holds none (an S3 prefix never written looks the same: check the URI).
 
     Raises:
-        ContractError: ``uri`` is not a location a store can use.
+        ContractError: ``uri`` is not a location a store can use, a relative path (``bucket/prefix``
+            without ``s3://`` cleared a folder under the current one), or a local folder that does not exist.
         StoreError: The store could not be listed or written.
     """
     from costaware_runtime.sync import clear

@@ -59,7 +59,7 @@ from costaware_runtime import _files
 from costaware_runtime.checkpoints import CommittedFile, Marker, parse_marker, read_marker, write_marker
 from costaware_runtime.contract import CHECKPOINT_MARKER, LATEST_NAME, ORIGIN_NAME
 from costaware_runtime.errors import CheckpointChangedError, ContractError, StoreError
-from costaware_runtime.stores import check_key, open_store
+from costaware_runtime.stores import LocalStore, check_key, open_store
 
 log = logging.getLogger(__name__)
 
@@ -447,11 +447,29 @@ def clear(uri: str) -> list[str]:
     leaves at worst whole steps, which a restore would resume from (and say so): run it again. Stop every
     writer first, else its next push puts a checkpoint back. Returns the step folders deleted.
 
+    An S3 prefix that holds no checkpoint returns ``[]``: it cannot be told from one never written.
+
     Raises:
-        ContractError: ``uri`` is not a location a store can use (see :func:`open_store`).
+        ContractError: ``uri`` is not a location a store can use (see :func:`open_store`), is a relative
+            path, or a local folder that does not exist.
         StoreError: The store could not be listed or written.
     """
     store = open_store(uri)
+    if isinstance(store, LocalStore):
+        # Both deleted nothing and returned [] in silence: "bucket/runs/7" (no s3://) read as a folder under
+        # the current one, and a misspelt folder.
+        if not store.root.is_absolute():
+            raise ContractError(
+                f"{uri!r} is a relative path, read against the current folder: give the job's "
+                f"COSTAWARE_CHECKPOINT_URI as it was set, an s3://bucket/prefix (did you mean "
+                f"'s3://{uri.removeprefix('file:')}'?) or an absolute folder"
+            )
+        if not store.root.is_dir():
+            what = "a file" if store.root.exists() else "does not exist"
+            raise ContractError(
+                f"{uri!r} is not a folder ({what}): no checkpoints to clear there; check the location "
+                "against the job's COSTAWARE_CHECKPOINT_URI"
+            )
     store.check()
     store.delete([LATEST_NAME])
     folders = [folder for folder in store.folders("step-") if _STEP_FOLDER.fullmatch(folder)]
