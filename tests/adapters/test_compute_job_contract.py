@@ -108,13 +108,36 @@ def test_launcher_command_and_locations() -> None:
         (1, "the command exited 1: a code error, not retried"),
         (2, "broke the contract"),
         (76, "exited 75 (preempted) without a notice and without a committed checkpoint"),
-        (127, "was not found"),
+        (127, "a program was not found (exit 127): costaware-run itself (install costaware-runtime"),
         (137, "killed by signal 9"),
         (None, ""),
     ],
 )
 def test_exit_hints(code: int | None, hint: str) -> None:
     assert hint in jc.exit_hint(code)
+
+
+@pytest.mark.parametrize(
+    ("reason", "hint"),
+    [
+        # The launcher's own line: it ran, and the program the command names is missing.
+        (
+            "costaware-run: command not found: trian.py",
+            "costaware-run started, and a program the command needs was not found (exit 127): install it",
+        ),
+        ("costaware-run: the interpreter of ./train.py was not found", "costaware-run started"),
+        # The image has no launcher: the hint said to check the command's first element, which never ran.
+        ("sh: 1: costaware-run: not found", "costaware-run itself was not found in the image (exit 127)"),
+        ("bash: line 1: costaware-run: command not found", "costaware-run itself was not found in the image"),
+        (
+            'exec: "costaware-run": executable file not found in $PATH',
+            "costaware-run itself was not found in the image (exit 127), so the command never started: "
+            "install costaware-runtime in the image",
+        ),
+    ],
+)
+def test_exit_127_says_which_program_was_not_found(reason: str, hint: str) -> None:
+    assert hint in jc.exit_hint(127, reason)
 
 
 def test_a_good_result_is_parsed() -> None:

@@ -227,6 +227,19 @@ CASES: list[tuple[str, AttemptState, Event, datetime | None, Step]] = [
             record_cause="code_error",
         ),
     ),
+    (
+        "an image without costaware-run: the launcher is named, not the command's first element",
+        state(command=("python", "train.py")),
+        JobEnded(job("failed", exit_code=127, reason="sh: 1: costaware-run: not found")),
+        None,
+        Fail(
+            "training job j-a1 failed: sh: 1: costaware-run: not found; costaware-run itself was not found "
+            "in the image (exit 127), so the command never started: install costaware-runtime in the image "
+            "(pip install costaware-runtime), on the PATH of the image's user; nothing was registered",
+            job_id="j-a1",
+            record_cause="code_error",
+        ),
+    ),
 ]
 
 

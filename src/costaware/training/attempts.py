@@ -542,7 +542,11 @@ def _store_unreachable_again(state: AttemptState, job: Mapping[str, Any]) -> Fai
 
 
 def _failure(state: AttemptState, job: Mapping[str, Any], cause: str) -> Fail:
-    hint = f"; {exit_hint(job.get('exit_code'))}; nothing was registered" if state.command else ""
+    hint = (
+        f"; {exit_hint(job.get('exit_code'), str(job.get('reason') or ''))}; nothing was registered"
+        if state.command
+        else ""
+    )
     return Fail(
         message=f"training job {job['job_id']} failed: {job.get('reason') or 'no reason given'}{hint}",
         job_id=str(job["job_id"]),

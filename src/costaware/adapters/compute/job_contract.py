@@ -25,6 +25,7 @@ It lives with the compute backends, which set it up for a job; the training side
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -134,7 +135,6 @@ _HINTS = {
         "and commit a checkpoint before exiting 75, or let SIGTERM end it"
     ),
     126: "the command is not executable (exit 126): check its first element and the image",
-    127: "the command was not found (exit 127): check its first element and the image's PATH",
 }
 
 
@@ -259,15 +259,56 @@ def contract_environment(
     return {name: value for name, value in variables.items() if value}
 
 
-def exit_hint(exit_code: int | None) -> str:
-    """What an attempt's exit code means under the contract, for a failed task's message."""
+def exit_hint(exit_code: int | None, reason: str = "") -> str:
+    """What an attempt's exit code means under the contract, for a failed task's message.
+
+    Args:
+        exit_code: The job's exit code (None: unknown).
+        reason: Why the backend says it ended (the job's last log line on ``local``): for exit 127, it tells
+            whether ``costaware-run`` itself or the command's first element was not found.
+    """
     if exit_code is None:
         return ""
+    if exit_code == 127:
+        return _not_found_hint(reason)
     if exit_code in _HINTS:
         return _HINTS[exit_code]
     if exit_code > 128:
         return f"the job was killed by signal {exit_code - 128} (exit {exit_code}); it is not retried"
     return f"the command exited {exit_code}: a code error, not retried (see its last log lines)"
+
+
+#: A shell's or a container runtime's words for a missing ``costaware-run``: ``sh: 1: costaware-run: not
+#: found``, ``exec: "costaware-run": executable file not found in $PATH``, ``bash: costaware-run: command not
+#: found`` (at the end: the launcher's own line goes on with the program it did not find).
+_LAUNCHER_NOT_FOUND = re.compile(
+    rf"{LAUNCHER}\W{{0,3}}(?:(?:executable file )?not found|no such file|command not found\s*$)",
+    re.IGNORECASE,
+)
+
+
+def _not_found_hint(reason: str) -> str:
+    """Exit 127: which program was not found, where the reason tells.
+
+    It said to check the command's first element even where the image had no ``costaware-run`` and the
+    command never started.
+    """
+    said = reason or ""
+    if _LAUNCHER_NOT_FOUND.search(said):
+        return (
+            f"{LAUNCHER} itself was not found in the image (exit 127), so the command never started: install "
+            "costaware-runtime in the image (pip install costaware-runtime), on the PATH of the image's user"
+        )
+    if f"{LAUNCHER}: " in said:  # the launcher's own line: it ran, and names the program it did not find
+        return (
+            f"{LAUNCHER} started, and a program the command needs was not found (exit 127): install it in "
+            "the image, or fix the command's first element (its full path, or the image's PATH)"
+        )
+    return (
+        f"a program was not found (exit 127): {LAUNCHER} itself (install costaware-runtime in the image) or "
+        f"the command's first element (fix it, or the image's PATH); the job's last log lines say which: "
+        f"{LAUNCHER}'s own begin with '{LAUNCHER}:', and there are none where it is missing"
+    )
 
 
 @dataclass(frozen=True, slots=True)
