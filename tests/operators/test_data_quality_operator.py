@@ -334,6 +334,58 @@ def test_a_refused_s3_batch_moves_to_an_s3_quarantine_and_leaves_no_empty_prefix
     ]
 
 
+def test_a_refused_s3_batch_whose_folder_marker_cannot_be_deleted_is_still_refused_and_says_so(
+    moto_endpoint: str, moto_aws_conn: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import uuid
+
+    import boto3
+    from botocore.exceptions import ClientError
+
+    import costaware.adapters.object_store as object_store
+    from costaware.adapters.object_store import S3Options
+
+    client = boto3.client(
+        "s3", **S3Options("testing", "testing", None, "us-east-1", moto_endpoint).boto3_kwargs()
+    )
+    bucket = f"dq-{uuid.uuid4().hex[:10]}"
+    client.create_bucket(Bucket=bucket)
+    client.put_object(
+        Bucket=bucket, Key="landing/day/part-0.parquet", Body=_batch(tmp_path, distance=[-5] * 4).read_bytes()
+    )
+    made = object_store.s3_client
+
+    def refusing_client(*args: Any, **kwargs: Any) -> Any:
+        refusing = made(*args, **kwargs)
+
+        def denied(**_: object) -> object:
+            raise ClientError(
+                {"Error": {"Code": "AccessDenied", "Message": "Access Denied"}}, "DeleteObjects"
+            )
+
+        refusing.delete_objects = denied
+        return refusing
+
+    monkeypatch.setattr(object_store, "s3_client", refusing_client)
+    op = DataQualityOperator(
+        task_id="quality_gate",
+        data_path=f"s3://{bucket}/landing/day",
+        suite=SUITE,
+        results_path=str(tmp_path / "quality"),
+        quarantine_path=f"s3://{bucket}/refused",
+        aws_conn_id=moto_aws_conn,
+    )
+    # A botocore error, not an OSError: the task failed with it, not with the refusal and the batch's fate.
+    with pytest.raises(AirflowFailException) as refused:
+        op.execute(_context())
+    assert "distance" in str(refused.value)
+    assert f"could not delete the empty folder markers under s3://{bucket}/landing/day/: " in str(
+        refused.value
+    )
+    keys = sorted(o["Key"] for o in client.list_objects_v2(Bucket=bucket).get("Contents", []))
+    assert "refused/retrain_dag/scheduled__2013-01-01/quality_gate/day/part-0.parquet" in keys
+
+
 def _gate(tmp: Path, landed: Path) -> DataQualityOperator:
     return DataQualityOperator(
         task_id="quality_gate",

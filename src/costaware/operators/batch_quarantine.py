@@ -329,12 +329,20 @@ def _delete_folder_markers(folders: list[str], options: Mapping[str, Any]) -> No
         bucket, _, prefix = folder.partition("/")
         if prefix:  # the bucket itself has no marker
             by_bucket.setdefault(bucket, []).append(f"{prefix}/")
+    from botocore.exceptions import BotoCoreError, ClientError
+
     for bucket, keys in by_bucket.items():
         for first in range(0, len(keys), 1000):  # S3 deletes up to 1,000 keys a call
-            answer = client.delete_objects(
-                Bucket=bucket,
-                Delete={"Objects": [{"Key": k} for k in keys[first : first + 1000]], "Quiet": True},
-            )
+            try:
+                answer = client.delete_objects(
+                    Bucket=bucket,
+                    Delete={"Objects": [{"Key": k} for k in keys[first : first + 1000]], "Quiet": True},
+                )
+            except (BotoCoreError, ClientError) as e:  # an OSError, as pyarrow's: the refusal still stands
+                raise OSError(
+                    f"could not delete the empty folder markers under s3://{bucket}/{keys[0]}: {e}; the "
+                    "batch was moved, delete those markers by hand"
+                ) from e
             failed = answer.get("Errors") or []
             if failed:
                 raise OSError(
