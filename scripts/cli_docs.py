@@ -29,8 +29,9 @@ are refused), else the `costaware_ledger` connection when `AIRFLOW_CONN_COSTAWAR
 compose file) or Airflow's metadata database of `$AIRFLOW_HOME` keeps it, else `COSTAWARE_LEDGER_URL`, else
 the SQLite file `$AIRFLOW_HOME/costaware/ledger.db` that the Airflow side uses too: the order the workers read
 them in; see [the ledger](ledger.md). A metadata database that does not answer within 5 s (unless `[database]
-sql_alchemy_connect_args` sets connect arguments of its own) or cannot be read is named, its password masked:
-a command that writes is refused (exit 2), one that only reads says so and reads the fallback.
+sql_alchemy_connect_args` sets connect arguments of its own, or its URL a `?connect_timeout=`, then used) or
+cannot be read is named, its password masked: a command that writes is refused (exit 2), one that only reads
+says so and reads the fallback.
 
 Every command that prints rows takes `--format table|json|csv` (default `table`; `cache show`, a manifest,
 defaults to `json`): `table` for people, `json` with exact figures under machine keys, `csv` for spreadsheets

@@ -1746,6 +1746,24 @@ def test_a_metadata_database_that_does_not_answer_is_named_within_seconds_and_no
     assert sorted(p.name for p in tmp_path.iterdir()) == []  # no logs folder, no ledger
 
 
+def test_a_connect_timeout_in_the_metadata_url_is_the_one_used_and_said(tmp_path: Path) -> None:
+    # SQLAlchemy's connect_args win over the URL's query: the look-up's 5 s replaced a URL's own
+    # ?connect_timeout= (a slow Aurora Serverless waking up was refused after 5 s), and the message said 5 s.
+    import socket
+
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)
+        port = silent.getsockname()[1]
+        url = f"postgresql+psycopg2://airflow:pw@127.0.0.1:{port}/airflow?connect_timeout=2"
+        done = _cli_in_fresh_interpreter(tmp_path, url, "budget", "set", "--scope", "project=x",
+                                         "--period", "month", "--cap-usd", "3")  # fmt: skip
+    assert done.returncode == 2, done.stderr
+    assert "it did not answer within 2 s; check that it is up and reachable from here" in done.stderr
+    assert "within 5 s" not in done.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
 def test_a_failed_metadata_look_up_leaves_no_airflow_log_folder(tmp_path: Path) -> None:
     # An airflow.db that is not migrated: the look-up fails at once, but Airflow's import made logs/.
     (tmp_path / "airflow.db").touch()

@@ -659,13 +659,31 @@ _CONNECT_ARGS_OPTION = "AIRFLOW__DATABASE__SQL_ALCHEMY_CONNECT_ARGS"
 _LOG_FOLDER_OPTION = "AIRFLOW__LOGGING__BASE_LOG_FOLDER"
 
 
+def _connect_timeout_in_url(url: str | None) -> str | None:
+    """The ``connect_timeout`` the metadata database URL sets in its query (None: not set, or unreadable)."""
+    if not url:
+        return None
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
+    try:
+        query = make_url(url).query
+    except (ArgumentError, ValueError):
+        return None  # the look-up itself says what is wrong with the URL
+    value = query.get("connect_timeout")
+    if isinstance(value, tuple):  # given twice: the driver reads the last
+        value = value[-1] if value else None
+    return (str(value).strip() or None) if value is not None else None
+
+
 @contextlib.contextmanager
 def _airflow_import_bounded() -> Iterator[None]:
     """Import Airflow for a connection look-up that waits a bounded time and leaves no trace when it fails.
 
     * A metadata database that does not answer (a firewalled PostgreSQL, a hung server) held the command for
       the driver's connect timeout, none by default for libpq: the look-up gets
-      :data:`METADATA_CONNECT_ARGS`, unless airflow.cfg or the environment sets connect arguments.
+      :data:`METADATA_CONNECT_ARGS`, unless airflow.cfg or the environment sets connect arguments or the
+      URL its own ``connect_timeout``.
     * Importing Airflow makes its log folder (``$AIRFLOW_HOME/logs``): where the look-up then fails, an
       empty one made here is removed, as a command that reads a ledger writes no Airflow logs.
 
@@ -675,7 +693,6 @@ def _airflow_import_bounded() -> Iterator[None]:
         ConnectionLookupError: the look-up's, naming the unreachable database where the timeout ran out.
     """
     import os
-    import shutil
     from pathlib import Path
 
     from costaware.settings import airflow_home
@@ -685,12 +702,16 @@ def _airflow_import_bounded() -> Iterator[None]:
         yield
         return
     url = _metadata_database_url(parser)
-    bounded = (
-        url is not None
-        and not url.startswith("sqlite")
-        and not os.environ.get(_CONNECT_ARGS_OPTION, "").strip()
-        and not parser.get("database", "sql_alchemy_connect_args", fallback="").strip()
+    in_url = _connect_timeout_in_url(url)
+    # SQLAlchemy's connect_args win over the URL's query: a URL's own connect_timeout (a slow Aurora
+    # Serverless waking up) was cut to ours.
+    own_connect_args = bool(
+        os.environ.get(_CONNECT_ARGS_OPTION, "").strip()
+        or parser.get("database", "sql_alchemy_connect_args", fallback="").strip()
     )
+    bounded = url is not None and not url.startswith("sqlite") and in_url is None and not own_connect_args
+    # Said in the message only where known: connect arguments of the deployment's own win over the URL's.
+    timeout_used = METADATA_CONNECT_TIMEOUT_SECONDS if bounded else None if own_connect_args else in_url
     folder = os.environ.get(_LOG_FOLDER_OPTION) or parser.get("logging", "base_log_folder", fallback="") or ""
     logs = Path(folder.replace("{AIRFLOW_HOME}", str(airflow_home())) or airflow_home() / "logs")
     logs_existed = logs.exists()
@@ -699,12 +720,13 @@ def _airflow_import_bounded() -> Iterator[None]:
     try:
         yield
     except ConnectionLookupError as e:
-        if not logs_existed and logs.is_dir() and not any(logs.iterdir()):
-            shutil.rmtree(logs, ignore_errors=True)
-        if bounded and "timeout expired" in str(e).lower():
+        if not logs_existed:
+            # rmdir removes only an empty folder: one another process wrote into meanwhile is kept.
+            with contextlib.suppress(OSError):
+                logs.rmdir()
+        if timeout_used is not None and "timeout expired" in str(e).lower():
             raise ConnectionLookupError(
-                f"{e}: it did not answer within {METADATA_CONNECT_TIMEOUT_SECONDS} s; check that it is up "
-                "and reachable from here"
+                f"{e}: it did not answer within {timeout_used} s; check that it is up and reachable from here"
             ) from e
         raise
     finally:
