@@ -1780,6 +1780,9 @@ def test_a_failed_metadata_look_up_leaves_no_airflow_log_folder(tmp_path: Path) 
         (["--cap-usd", "lots"], "cap of budget 'project=q/month' must be a number of USD such as '4.20'"),
         (["--cap-usd", "5", "--cap-gpu-hours", "-1"], "GPU-hour cap of budget 'project=q/month'"),
         (["--cap-usd", "5", "--timezone", "utc"], "unknown time zone 'utc' (did you mean 'UTC'?)"),
+        # No cap for a budget that cannot exist yet (no ledger): the file was made, then the set refused.
+        ([], "budget 'project=q/month' does not exist yet: give its cap, e.g. --cap-usd 250"),
+        (["--cap-gpu-hours", "0"], "budget 'project=q/month' does not exist yet: give its cap"),
     ],
 )
 def test_a_refused_budget_set_makes_no_ledger_file(

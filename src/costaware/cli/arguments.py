@@ -280,7 +280,13 @@ def group_by_name(text: str) -> str:
     return grouping_of(text)
 
 
-def open_ledger(args: argparse.Namespace, *, reading: bool = False, read_only: bool = False) -> Ledger:
+def open_ledger(
+    args: argparse.Namespace,
+    *,
+    reading: bool = False,
+    read_only: bool = False,
+    before_creating: Callable[[], object] | None = None,
+) -> Ledger:
     """The ledger that ``--ledger-url`` names, else :func:`default_ledger_url`.
 
     ``reading``: the command needs an existing ledger, so a SQLite file that does not exist is a mistyped
@@ -290,9 +296,12 @@ def open_ledger(args: argparse.Namespace, *, reading: bool = False, read_only: b
     ``read_only``: the command writes nothing, so Airflow's metadata database that cannot be read (where the
     workers' ledger connection may be kept) is a warning, not a refusal.
 
+    ``before_creating``: called where the SQLite file does not exist yet, before it is made; it raises where
+    the command cannot succeed on an empty ledger, so that a refused command creates nothing.
+
     Raises:
         CostawareError: ``reading`` and the SQLite file does not exist; not ``read_only`` and the metadata
-            database could not be read.
+            database could not be read; what ``before_creating`` raises.
     """
     from costaware.adapters.ledger.engine import missing_sqlite_file
     from costaware.adapters.ledger.store import Ledger
@@ -301,6 +310,8 @@ def open_ledger(args: argparse.Namespace, *, reading: bool = False, read_only: b
     # A blank --ledger-url (a script's unset variable) is refused by the parser: not the default ledger.
     url = getattr(args, "ledger_url", None) or default_ledger_url(read_only=read_only)
     missing = missing_sqlite_file(url)
+    if missing is not None and not reading and before_creating is not None:
+        before_creating()
     if missing is not None and not reading:
         # Said, so that a mistyped path (sqlite:///tmp/x.db under the current folder, for sqlite:////tmp/x.db)
         # is seen before anything is written to a ledger no worker reads.

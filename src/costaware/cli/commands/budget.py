@@ -29,7 +29,13 @@ def budget_set(args: argparse.Namespace) -> int:
         cap_gpu_hours=gpu_given,
         timezone=args.timezone or "UTC",
     )
-    ledger = open_ledger(args)
+    give_cap = "give its cap, e.g. --cap-usd 250"
+
+    # A ledger that does not exist yet has no budget to keep the cap of: refused before the file is made.
+    def refuse_without_cap() -> object:
+        return kept_cap(None, args.cap_usd, scope=args.scope, period=args.period, give=give_cap)
+
+    ledger = open_ledger(args, before_creating=refuse_without_cap)
     budgets = ledger.budgets()
     existing = {(str(b.scope), b.period) for b in budgets}
     # Changing a budget changes what is given; --cap-gpu-hours none drops the GPU-hour cap.
@@ -40,9 +46,7 @@ def budget_set(args: argparse.Namespace) -> int:
         gpu_given=given is not None,
         timezone=args.timezone,
     )
-    cap = kept_cap(
-        current, args.cap_usd, scope=args.scope, period=args.period, give="give its cap, e.g. --cap-usd 250"
-    )
+    cap = kept_cap(current, args.cap_usd, scope=args.scope, period=args.period, give=give_cap)
     budget = ledger.set_budget(
         args.scope, args.period, cap, cap_gpu_hours=gpu_cap, timezone=zone, actor=current_actor()
     )
