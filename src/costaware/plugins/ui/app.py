@@ -16,11 +16,10 @@ from fastapi import Depends, FastAPI, Request
 from fastapi.exception_handlers import http_exception_handler
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, RedirectResponse, Response
-from fastapi.routing import APIRoute
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from costaware.plugins.ui import api, efficiency, page
-from costaware.plugins.ui.deps import require_login
+from costaware.plugins.ui.deps import declared_query_fields, require_login
 from costaware.plugins.ui.filters import number_problem
 from costaware.plugins.ui.page import cost_page
 
@@ -146,14 +145,7 @@ def query_problem(error: Mapping[str, Any], route: Any) -> str:
 
 def _query_field(route: Any, name: str) -> Any:
     """The declaration of ``route``'s query parameter ``name``, in its dependencies too; None if none."""
-    pending = [route.dependant] if isinstance(route, APIRoute) else []
-    while pending:
-        dependant = pending.pop()
-        for field in dependant.query_params:
-            if field.name == name:
-                return field
-        pending.extend(dependant.dependencies)
-    return None
+    return declared_query_fields(route).get(name)
 
 
 @cost_app.get("/openapi.json", include_in_schema=False)

@@ -120,20 +120,45 @@ Limit = Annotated[
 ]
 
 
+def declared_query_fields(route: Any) -> dict[str, Any]:
+    """``route``'s query parameters, its dependencies' too, by the name a request gives them."""
+    from fastapi.routing import APIRoute
+
+    fields: dict[str, Any] = {}
+    pending = [route.dependant] if isinstance(route, APIRoute) else []
+    while pending:
+        dependant = pending.pop()
+        for field in dependant.query_params:
+            fields.setdefault(field.alias, field)
+        pending.extend(dependant.dependencies)
+    return fields
+
+
 def one_value_each(request: Request) -> None:
     """Refuse a query parameter given twice with different values, naming each (422).
 
     FastAPI reads the last alone: ``?days=7&days=90`` answered for 90 days, without a word, where a script
-    had appended its own ``days`` to a link that carried one. The same value twice is read once.
+    had appended its own ``days`` to a link that carried one. Values are compared as the route reads them
+    (``days=7&days=07``, ``group_by=dag&group_by=DAG`` are one value, read once); a parameter the route does
+    not take is ignored, given twice or not, as FastAPI ignores it.
 
     Raises:
         HTTPException: 422, every parameter given twice with different values, in the API's one-line shape.
     """
+    fields = declared_query_fields(request.scope.get("route"))
     repeated = []
     for name in dict.fromkeys(request.query_params.keys()):
-        values = list(dict.fromkeys(request.query_params.getlist(name)))
-        if len(values) > 1:
-            given = ", then ".join(repr(value) for value in values)
-            repeated.append(f"{name}: given {len(values)} times ({given}): give it once")
+        if name not in fields:
+            continue
+        distinct: list[tuple[object, str]] = []  # (the value as read, the first text given for it)
+        for text in request.query_params.getlist(name):
+            read, errors = fields[name].validate(text, {}, loc=("query", name))
+            # A value the route refuses is compared as typed: its own check names it once it is alone.
+            value = ("as typed", text) if errors else read
+            if all(value != seen for seen, _ in distinct):
+                distinct.append((value, text))
+        if len(distinct) > 1:
+            given = ", then ".join(repr(text) for _, text in distinct)
+            repeated.append(f"{name}: given {len(distinct)} times ({given}): give it once")
     if repeated:
         raise HTTPException(422, "; ".join(repeated))

@@ -168,6 +168,8 @@ def checked_group_by(
             "tag names exactly.",
         ),
         refused_by(lambda text: group_by_problem(group_by_name(text))),
+        # Read as the route reads it, so that group_by=dag&group_by=DAG is one value (deps.one_value_each).
+        AfterValidator(group_by_name),
     ] = "dag",
 ) -> str:
     """The ``group_by`` of the JSON routes, read in any case as the CLI reads it; 422 naming a bad one."""
