@@ -375,6 +375,33 @@ def test_a_bad_budget_body_is_one_line_naming_every_bad_field_as_a_bad_query_is(
     assert schema["properties"]["detail"]["type"] == "string"
 
 
+@pytest.mark.parametrize(
+    ("body", "detail"),
+    [
+        ('{"scope": "project=churn", "period": "month", "cap_usd": "5", "cap_usd": "7"}',
+         "cap_usd: given 2 times ('5', then '7'): give it once"),
+        ('{"scope": "project=churn", "period": "month", "cap_usd": "5", "period": "day", "cap_usd": 7}',
+         "period: given 2 times ('month', then 'day'): give it once; "
+         "cap_usd: given 2 times ('5', then 7): give it once"),
+    ],
+)  # fmt: skip
+def test_a_body_key_given_twice_with_different_values_is_refused(
+    ledger_with_two_teams: Ledger, body: str, detail: str
+) -> None:
+    # json.loads kept the last: the cap set was 7, without a word.
+    before = len(audit_log(ledger_with_two_teams))
+    cost_app.dependency_overrides[require_login] = lambda: USERS["adm"]
+    client = TestClient(cost_app)
+    response = client.post("/api/budgets", content=body, headers={"content-type": "application/json"})
+    assert response.status_code == 422, response.text
+    assert response.json()["detail"] == detail
+    assert len(audit_log(ledger_with_two_teams)) == before
+    # The same value twice is read once.
+    same = '{"scope": "project=churn", "period": "month", "cap_usd": "7", "cap_usd": "7"}'
+    response = client.post("/api/budgets", content=same, headers={"content-type": "application/json"})
+    assert response.status_code == 200 and response.json()["cap_usd"] == "7", response.text
+
+
 def test_a_budget_scope_in_quotes_is_refused_by_the_api_as_by_the_cli(ledger_with_two_teams: Ledger) -> None:
     # POST {"scope": "project=\"churn\""} made a budget over "churn" with its quotes: it capped nothing.
     before = len(audit_log(ledger_with_two_teams))

@@ -33,6 +33,7 @@ from costaware.plugins.ui.datamodels.reports import (
 )
 from costaware.plugins.ui.deps import (
     Limit,
+    OneValuePerKeyRoute,
     Readable,
     ReportFilters,
     User,
@@ -48,8 +49,13 @@ if TYPE_CHECKING:
     from costaware.adapters.ledger.views import BudgetView
     from costaware.core.budgets import Budget
 
-# A parameter given twice with different values is refused: FastAPI would read the last alone.
-router = APIRouter(prefix="/api", responses=ERRORS, dependencies=[Depends(one_value_each)])
+# A parameter or body key given twice with different values is refused: FastAPI would read the last alone.
+router = APIRouter(
+    prefix="/api",
+    responses=ERRORS,
+    dependencies=[Depends(one_value_each)],
+    route_class=OneValuePerKeyRoute,
+)
 
 
 @router.get("/summary", summary="Spend, on-demand equivalent, savings, cache reuse and egress")

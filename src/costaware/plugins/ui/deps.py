@@ -7,13 +7,15 @@ imports. No answer names the ledger's database: why it cannot be used goes to th
 
 from __future__ import annotations
 
+import json
 import logging
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import replace
 from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
-from fastapi import Depends, HTTPException, Query, Request
+from fastapi import Depends, HTTPException, Query, Request, Response
+from fastapi.routing import APIRoute
 
 from costaware.core.errors import (
     LEDGER_UNREADABLE,
@@ -162,3 +164,48 @@ def one_value_each(request: Request) -> None:
             repeated.append(f"{name}: given {len(distinct)} times ({given}): give it once")
     if repeated:
         raise HTTPException(422, "; ".join(repeated))
+
+
+def one_value_per_key(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object's ``pairs`` as a dict; a key given twice with different values is refused (422).
+
+    ``json.loads`` keeps the last: ``{"cap_usd": "5", "cap_usd": "7"}`` set a cap of 7 without a word. The
+    same value twice is read once, as a query parameter's is.
+
+    Raises:
+        HTTPException: 422 naming each such key and its values, in the API's one-line shape.
+    """
+    values: dict[str, list[Any]] = {}
+    for key, value in pairs:
+        seen = values.setdefault(key, [])
+        if value not in seen:
+            seen.append(value)
+    repeated = [
+        f"{key}: given {len(given)} times ({', then '.join(repr(v) for v in given)}): give it once"
+        for key, given in values.items()
+        if len(given) > 1
+    ]
+    if repeated:
+        raise HTTPException(422, "; ".join(repeated))
+    return {key: given[0] for key, given in values.items()}
+
+
+class _OneValuePerKeyRequest(Request):
+    """A request whose JSON body refuses a key given twice with different values (FastAPI parses with it)."""
+
+    async def json(self) -> Any:
+        if not hasattr(self, "_json"):
+            self._json = json.loads(await self.body(), object_pairs_hook=one_value_per_key)
+        return self._json
+
+
+class OneValuePerKeyRoute(APIRoute):
+    """A route whose JSON body is read by :class:`_OneValuePerKeyRequest`."""
+
+    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+        handler = super().get_route_handler()
+
+        async def read_body_strictly(request: Request) -> Response:
+            return await handler(_OneValuePerKeyRequest(request.scope, request.receive))
+
+        return read_body_strictly
