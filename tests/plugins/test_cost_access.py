@@ -357,6 +357,15 @@ def test_a_cap_json_cannot_hold_as_a_float_is_a_422_and_the_answer_is_the_stored
          "cap_usd: cap_usd must be a finite number of USD, got inf"),
         ("{bad",
          "body: not valid JSON (Expecting property name enclosed in double quotes): send a JSON object"),
+        # Budget.create's own checks answered without the field's name.
+        ('{"scope": "project=churn", "period": "month", "cap_usd": "5", "timezone": "Mars/X"}',
+         "timezone: unknown time zone 'Mars/X': use an IANA name such as 'Europe/Berlin' or 'UTC'"),
+        ('{"scope": "project=churn", "period": "month", "cap_usd": "5", "timezone": " "}',
+         "timezone: empty: give an IANA name such as 'Europe/Berlin', or leave timezone out"),
+        ('{"scope": "project=churn", "period": "month", "cap_usd": "0.0000001", "cap_gpu_hours": 1e-7}',
+         "cap_usd: cap of budget 'project=churn/month' '0.0000001' is below the ledger's micro-dollar: it "
+         "would be stored as $0; give at least 0.000001 (or 0 to block all spending); cap_gpu_hours: "
+         "GPU-hour cap of budget 'project=churn/month' '0.0000001' is below a micro-hour"),
     ],
 )  # fmt: skip
 def test_a_bad_budget_body_is_one_line_naming_every_bad_field_as_a_bad_query_is(

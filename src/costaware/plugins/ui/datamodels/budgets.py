@@ -182,7 +182,41 @@ class BudgetChange(BaseModel):
             raise ValueError(str(e)) from e
         if amount >= 10**12:
             raise ValueError(f"{info.field_name} {value!r} is too large: at most 999999999999.999999")
-        return str(amount)
+        return format(amount, "f")  # as typed: str() wrote 0.0000001 as 1E-7 in messages
+
+    @field_validator("cap_usd", "cap_gpu_hours", "timezone", mode="after")
+    @classmethod
+    def _as_a_budget_takes_it(cls, value: Any, info: Any) -> Any:
+        """The field as ``Budget.create`` checks it (a cap below a micro-dollar, an unknown time zone).
+
+        Checked as the ledger's write, its error came without the field's name (``unknown time zone
+        'Mars/X'``, where every other bad field is ``timezone: ...``).
+        """
+        from costaware.core.budgets import Budget
+        from costaware.core.errors import CostawareError
+
+        if value is None:
+            return value  # left out: the budget's own
+        if info.field_name == "timezone" and not value.strip():
+            # A client's unset variable, as the CLI's --timezone '' is refused: it kept the budget's own.
+            raise ValueError(
+                "empty: give an IANA name such as 'Europe/Berlin', or leave timezone out for the budget's "
+                "own (UTC for a new one)"
+            )
+        given: dict[str, Any] = {"cap_usd": "0", "cap_gpu_hours": None, "timezone": "UTC"}
+        given[info.field_name] = value
+        try:
+            Budget.create(
+                # The scope and period as read, where they were readable: the message names the budget.
+                info.data.get("scope", "*"),
+                info.data.get("period", "month"),
+                given["cap_usd"],
+                cap_gpu_hours=given["cap_gpu_hours"],
+                timezone=given["timezone"],
+            )
+        except CostawareError as e:
+            raise ValueError(str(e)) from e
+        return value
 
 
 class BudgetSet(Answer):
