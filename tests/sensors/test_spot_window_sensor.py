@@ -415,6 +415,19 @@ def test_constructor_rejects_bad_static_arguments() -> None:
     assert make_sensor(restart_overhead_minutes="5", history_days="14").restart_overhead_minutes == 5.0
 
 
+@pytest.mark.parametrize(
+    ("argument", "unit"), [("restart_overhead_minutes", "minutes"), ("history_days", "days")]
+)
+def test_a_template_in_an_argument_that_is_not_templated_says_so(argument: str, unit: str) -> None:
+    # The error named the template as a bad number, as if it would be rendered: it never is.
+    with pytest.raises(ConfigurationError) as raised:
+        make_sensor(**{argument: "{{ params.m }}"})
+    assert str(raised.value) == (
+        f"{argument} must be a number of {unit}, got '{{{{ params.m }}}}' (it is not templated: it is read "
+        "when the DAG is parsed; write the number)"
+    )
+
+
 def test_no_dags_folder_import_is_needed() -> None:
     assert SpotWindowSensor.__module__ == "costaware.sensors.spot_window"
     assert str(ROOT / "dags") not in [str(Path(p)) for p in sys.path if p]

@@ -46,7 +46,7 @@ from costaware.glue import (
     parse_decimal,
 )
 from costaware.operators.remote_training_args import parse_zones
-from costaware.operators.templating import is_literal
+from costaware.operators.templating import is_literal, is_template
 from costaware.training.plan import blank
 from costaware.triggers.spot_window import SpotWindowTrigger
 
@@ -578,7 +578,13 @@ def _number(value: object, name: str, unit: str) -> float:
     except (TypeError, ValueError):
         number = math.nan
     if not math.isfinite(number):
-        raise ConfigurationError(f"{name} must be a number of {unit}, got {value!r}")
+        # A Jinja template here is passed on as its text: the argument is read when the DAG is parsed.
+        hint = (
+            " (it is not templated: it is read when the DAG is parsed; write the number)"
+            if is_template(value)
+            else ""
+        )
+        raise ConfigurationError(f"{name} must be a number of {unit}, got {value!r}{hint}")
     return number
 
 
