@@ -273,11 +273,14 @@ def is_electricity_csv(text: str) -> bool:
     """Whether ``text`` is, or is meant as, an hourly electricity price CSV (``timestamp_utc,usd_per_mwh``).
 
     Either column is enough: a file with ``timestamp_utc`` and a misnamed price column (``usd_per_kwh``) was
-    read as a spot CSV and refused for lacking five spot columns, none of which it should have.
+    read as a spot CSV and refused for lacking five spot columns, none of which it should have. A file with
+    any spot-only column is a spot CSV: one whose only mistake is ``timestamp_utc`` for ``timestamp`` was told
+    it lacks ``usd_per_mwh``.
     """
     header = text.lstrip("\ufeff").split("\n", 1)[0]
     columns = {column.strip().strip('"') for column in header.split(",")}
-    return any(column in columns for column in ELECTRICITY_COLUMNS)
+    spot_only = set(SPOT_CSV_COLUMNS) - set(ELECTRICITY_COLUMNS)
+    return any(column in columns for column in ELECTRICITY_COLUMNS) and not columns & spot_only
 
 
 def electricity_from_text(text: str, *, source: str) -> PriceSeries:
