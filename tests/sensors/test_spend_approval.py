@@ -570,6 +570,69 @@ def test_budget_names_past_the_gate_row_s_column_are_kept_whole_and_counted(
     assert f"past the budgets {', '.join(map(repr, kept))} and {4 - len(kept)} more was not approved" in said
 
 
+def test_the_gate_row_s_message_says_why_first_and_fits_its_budget_list(
+    env_ledger: Ledger, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The message began "budgets passed: <all>; <why>": long names filled its 2,000 characters and the
+    # refusal's reason was cut off.
+    import costaware.sensors.spend_approval as spend_approval
+    from costaware.adapters.ledger.gate_requests import MESSAGE_CHARACTERS, gate_requests
+
+    tags = [f"{name}={name[0] * 80}" for name in ("project", "team")]
+    scopes = [tags[0], tags[1], ",".join(tags)]
+    for scope in scopes:
+        for period in ("day", "month", "total"):
+            env_ledger.set_budget(scope, period, "3")
+    monkeypatch.setenv("AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS", "admin:admin,ann:user")
+
+    def ask(context: Any, **request: Any) -> None:
+        raise RuntimeError("parked")
+
+    monkeypatch.setattr(spend_approval, "ask", ask)
+    with pytest.raises(RuntimeError, match="parked"):
+        gate(scope=",".join(tags), deferrable=False).execute(context())
+    (noted,) = gate_requests(env_ledger, since=datetime(2000, 1, 1, tzinfo=timezone.utc))
+    assert len(noted.message) <= MESSAGE_CHARACTERS
+    reason, _, listed = noted.message.partition("; budgets passed: ")
+    # The reason whole, and what to do, first.
+    assert reason.startswith("budget '") and "needs an estimated $4.00" in reason, noted.message
+    assert reason.endswith("too: raise those caps as well"), reason
+    *names, more = listed.split(", ")
+    labels = {b.label for b in env_ledger.budgets() if b.cap_usd == 3}
+    assert names and {name.split(" (")[0] for name in names} <= labels  # whole names only
+    assert more == f"and {len(labels) - len(names)} more", listed
+
+
+def test_a_rejection_counts_a_budget_too_long_for_the_gate_row_once(
+    env_ledger: Ledger, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A first name longer than the row's budget column was noted as "and 1 more" alone; the rejection
+    # named the budget, read again, and "and 1 more" beside it: one budget counted twice.
+    import costaware.sensors.spend_approval as spend_approval
+    from costaware.adapters.ledger.gate_requests import BUDGET_CHARACTERS, gate_requests
+
+    scope = ",".join(f"{name}={name[0] * 120}" for name in ("project", "team", "owner"))
+    env_ledger.set_budget(scope, "run", "3")
+    ti = SimpleNamespace(dag_id="retrain", run_id="manual__" + "1" * 200, task_id="spend_gate", map_index=-1)
+    monkeypatch.setenv("AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS", "admin:admin,ann:user")
+
+    def ask(context: Any, **request: Any) -> None:
+        raise RuntimeError("parked")
+
+    monkeypatch.setattr(spend_approval, "ask", ask)
+    with pytest.raises(RuntimeError, match="parked"):
+        gate(scope=scope, deferrable=False).execute({"ti": ti})
+    (noted,) = gate_requests(env_ledger, since=datetime(2000, 1, 1, tzinfo=timezone.utc))
+    assert noted.budget == "and 1 more"  # the name alone is longer than the column
+    (usage,) = [u for u in env_ledger.usage(scope, run_id=ti.run_id, dag_id="retrain") if u.cap_usd == 3]
+    assert len(usage.name) > BUDGET_CHARACTERS
+    with pytest.raises(AirflowFailException) as rejected:
+        gate(scope=scope).approval_complete({"ti": ti}, event("Reject"))
+    said = str(rejected.value)
+    assert f"past the budget {usage.name!r} was not approved (ann)" in said, said
+    assert "more" not in said
+
+
 def test_approvers_are_read_without_blanks_around_them_and_once_each(
     env_ledger: Ledger, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -443,8 +443,8 @@ class SpendCapSensor(BaseSensorOperator):
         names = ", ".join(f"'{b.name}'" for b in passed)
         # Every budget passed, as the request lists them: the Cost page showed the first refusing one only.
         noted, left_out = _noted_budgets([b.name for b in passed])
-        every = f"budgets passed: {', '.join(b.name for b in passed)}; " if left_out else ""
-        self._note(ledger, context, target, usd, "approval", noted, f"{every}{error}")
+        message = _approval_message(error, passed, left_out)
+        self._note(ledger, context, target, usd, "approval", noted, message)
         self.log.warning("Budget exceeded, asking %s for approval: %s", self.approvers or "any user", error)
         ask(
             context,
@@ -545,12 +545,11 @@ class SpendCapSensor(BaseSensorOperator):
                 # The budgets the request was asked with, as the Cost page lists them: read again when the
                 # answer came (hours later), a cap raised meanwhile named other budgets than the request.
                 passed, more = _asked_and_more(self._asked_budgets(ledger, ti))
-                passed = passed or [
-                    b.name
-                    for b in self._passed_budgets(
-                        ti, usd, parse_gpu_hours(self.estimated_gpu_hours, name="estimated_gpu_hours")
-                    )
-                ]
+                if not passed:
+                    # None noted, or only "and N more" (a first name longer than the column): the budgets
+                    # passed now, every one named; counting the noted N beside them counted them twice.
+                    gpu_hours = parse_gpu_hours(self.estimated_gpu_hours, name="estimated_gpu_hours")
+                    passed, more = [b.name for b in self._passed_budgets(ti, usd, gpu_hours)], 0
                 past = (
                     f"the budget{'s' if len(passed) + more > 1 else ''} {', '.join(map(repr, passed))}"
                     + (f" and {more} more" if more else "")
@@ -719,28 +718,48 @@ class SpendCapSensor(BaseSensorOperator):
         return None
 
 
-#: What the gate row's ``budget`` column holds (``costaware_gate_requests.budget``).
-_BUDGET_COLUMN_CHARACTERS = 600
 _MORE = re.compile(r"and (\d+) more")
+_EVERY_BUDGET = "; budgets passed: "
 
 
-def _noted_budgets(names: Sequence[str]) -> tuple[str, int]:
-    """The gate row's ``budget`` text: the whole names that fit its column, then ``and N more``; and N.
+def _noted_budgets(names: Sequence[str], characters: int | None = None) -> tuple[str, int]:
+    """The whole names that fit ``characters``, then ``and N more``; and N.
 
+    ``characters``: by default what the gate row's ``budget`` column holds (read from the ledger's schema).
     Cut at the column's length, the last name was a budget that does not exist, read back by the rejection.
     A budget's name always holds a ``/`` (``scope/period``), so ``and N more`` is never one.
     """
+    from costaware.adapters.ledger.gate_requests import BUDGET_CHARACTERS
+
+    width = BUDGET_CHARACTERS if characters is None else characters
     joined = ", ".join(names)
-    if len(joined) <= _BUDGET_COLUMN_CHARACTERS:
+    if len(joined) <= width:
         return joined, 0
     kept: list[str] = []
     for name in names:
         more = f", and {len(names) - len(kept) - 1} more"
-        if len(", ".join([*kept, name])) + len(more) > _BUDGET_COLUMN_CHARACTERS:
+        if len(", ".join([*kept, name])) + len(more) > width:
             break
         kept.append(name)
     left_out = len(names) - len(kept)
     return ", ".join([*kept, f"and {left_out} more"]), left_out
+
+
+def _approval_message(error: Any, passed: Sequence[Any], left_out: int) -> str:
+    """The gate row's message of an approval request: the refusal's reason, then the budgets passed.
+
+    Only where the ``budget`` column could not hold them all (``left_out``); the reason comes first and the
+    list is cut to the message's length with ``and N more``: listed first, many long names cut the reason
+    off.
+    """
+    from costaware.adapters.ledger.gate_requests import MESSAGE_CHARACTERS
+
+    reason = str(error)
+    if not left_out:
+        return reason
+    room = MESSAGE_CHARACTERS - len(reason) - len(_EVERY_BUDGET)
+    listed, _ = _noted_budgets([b.name for b in passed], max(room, 0))
+    return f"{reason}{_EVERY_BUDGET}{listed}"
 
 
 def _asked_and_more(noted: Sequence[str]) -> tuple[list[str], int]:

@@ -13,9 +13,9 @@ from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
-from typing import Any
+from typing import Any, cast
 
-from sqlalchemy import func, select
+from sqlalchemy import String, func, select
 
 from costaware.adapters.ledger import schema
 from costaware.adapters.ledger.engine import LedgerDatabase
@@ -37,6 +37,10 @@ STATUSES = (
 OPEN_STATUSES = ("waiting", "approval")
 #: Notes that end an open row; with no open row there is nothing to show (the money came at once).
 ENDING_STATUSES = ("reserved", "approved", "rejected")
+#: What a row's ``budget`` column holds: the gate lists the budgets it passed in it, whole names only.
+BUDGET_CHARACTERS = cast(int, cast(String, schema.gate_requests.c.budget.type).length)
+#: The longest ``message`` a row keeps (the Cost page shows it in a table cell).
+MESSAGE_CHARACTERS = 2000
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,9 +90,13 @@ def note_gate_request(
         waiting = conn.execute(open_row).first()
         values: dict[str, Any] = {"updated_at": now, "status": status}
         if status not in ENDING_STATUSES:  # the end of a wait keeps what was asked and the budget's answer
-            values.update(budget=budget[:600], usd_micros=to_micros(usd), message=message[:2000])
+            values.update(
+                budget=budget[:BUDGET_CHARACTERS],
+                usd_micros=to_micros(usd),
+                message=message[:MESSAGE_CHARACTERS],
+            )
         elif message:  # who approved or rejected
-            values.update(message=message[:2000])
+            values.update(message=message[:MESSAGE_CHARACTERS])
         if waiting is not None:
             conn.execute(t.update().where(t.c.id == waiting[0]).values(**values))
             return
