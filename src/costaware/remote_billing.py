@@ -294,7 +294,14 @@ class AttemptBilling:
         legacy = attempt_uid(attempt_key(state.plan.identity, str(job["job_id"]), legacy=True))
         if keyed_by_name:
             entry = replace(entry, entry_uid=legacy)
-        rows = ledger.entries_by_uid([entry.entry_uid, legacy])
+        # An ended job that a version before a backend gave its end (a Failed pod whose container never
+        # ended, SageMaker's poll) billed up to then, keyed 'ended=none': this run where it began before.
+        unended = (
+            attempt_uid(attempt_key(state.plan.identity, str(job["job_id"]), None))
+            if job.get("ended_at") is not None
+            else None
+        )
+        rows = ledger.entries_by_uid([entry.entry_uid, legacy, *([unended] if unended else [])])
         stored = next(
             (
                 row["usd"]
@@ -303,6 +310,7 @@ class AttemptBilling:
                 or row["quantity"] == entry.quantity
                 # Billed by a stop before it ended (its task killed, or failing for good): this run.
                 or (row["cause"] in STOP_CAUSES and _started_before(job, row["incurred_at"], state.plan))
+                or (row["entry_uid"] == unended and _started_before(job, row["incurred_at"], state.plan))
             ),
             None,
         )

@@ -334,6 +334,36 @@ def test_a_run_under_the_same_name_after_a_kill_is_billed_on_its_own(tmp_path: P
     assert len(train_entries(ledger)) == 3
 
 
+def test_an_ended_job_an_older_version_billed_up_to_now_is_not_billed_again(
+    tmp_path: Path, ledger: Any
+) -> None:
+    # Before 4fdc9e47 / 894e5b2c a Failed pod or an ended SageMaker job read as not ended: billed up to
+    # then, keyed 'ended=none'. After the upgrade a retry reads its real end, a new key: billed twice.
+    from costaware.remote_billing import KilledTrainingBilling
+    from costaware.training.attempts import AttemptState
+
+    trigger = deferred_trigger(operator(tmp_path, "ok"))
+    state = AttemptState.from_json(trigger.state)
+    billing = KilledTrainingBilling(
+        ledger_conn_id="costaware_ledger", aws_conn_id=None, log=logging.getLogger(__name__)
+    )
+    now = time.time()
+    job = {"job_id": trigger.job_id, "market": "spot", "instance_type": "m5.large"}
+    # What the older version wrote: no end, billed up to now.
+    billing._bill_attempt(state, {**job, "state": "pending", "billable_seconds": 400.0}, None)
+    # The retry after the upgrade: the same run, its real end (before the older entry was written).
+    again = billing._bill_attempt(
+        state, {**job, "state": "failed", "billable_seconds": 300.0, "ended_at": now - 60}, None
+    )
+    (entry,) = train_entries(ledger)
+    assert Decimal(again.attempts[-1].usd) == Decimal(str(entry["usd"]))
+    # A run under the same name that started after that entry (a pod submitted again): its own entry.
+    billing._bill_attempt(
+        state, {**job, "state": "failed", "billable_seconds": 50.0, "ended_at": now + 100}, None
+    )
+    assert len(train_entries(ledger)) == 2
+
+
 def test_a_killed_pause_has_no_job_and_settles_its_hold(tmp_path: Path, ledger: Any) -> None:
     ledger.set_budget("project=churn", "month", "10")
     gate = ledger.reserve("project=churn", "1.00", holder=HOLDER, run_id="r")
