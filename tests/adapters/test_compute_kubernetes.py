@@ -666,3 +666,45 @@ def test_a_pod_failed_before_its_container_ended_is_found_ended_when_the_pod_say
     assert found is not None and found.end_state == JobState.INTERRUPTED == polled.state
     assert found.ended_at == polled.ended_at == end.timestamp()
     assert polled.billable_seconds == 0.0  # its container never ran
+
+
+@pytest.mark.parametrize("container", ["never ran", "ran"])
+def test_a_failed_pods_end_does_not_move_when_a_deletion_time_is_set_later(
+    monkeypatch: pytest.MonkeyPatch, container: str
+) -> None:
+    # A Failed pod without conditions ended at its start time until a deletion time was set (a cleanup
+    # hours later): its end, and its ledger key, moved to the deletion, and it was billed a second time.
+    from costaware.adapters.compute import kubernetes
+
+    backend = open_backend("kubernetes", {"image": "costaware:1", "namespace": "ml"})
+    midnight = datetime(2026, 1, 1, tzinfo=timezone.utc)
+    state = (
+        {"running": {"startedAt": "2026-01-01T00:00:10Z"}}
+        if container == "ran"
+        else {"waiting": {"reason": "ContainerCreating"}}
+    )
+    pod: dict[str, Any] = {
+        "metadata": {"name": "p", "creationTimestamp": "2026-01-01T00:00:00Z"},
+        "spec": {"nodeName": "n1"},
+        "status": {
+            "phase": "Failed",
+            "reason": "Evicted",
+            "startTime": "2026-01-01T00:00:05Z",
+            "containerStatuses": [{"state": state}],
+        },
+    }
+    monkeypatch.setattr(backend, "_api", lambda: _OnePodApi(pod))
+    monkeypatch.setattr(kubernetes, "utcnow", lambda: midnight.replace(hour=5))
+    before = backend.poll("p")
+    pod["metadata"]["deletionTimestamp"] = "2026-01-01T03:00:00Z"
+    deleted = backend.poll("p")
+    if container == "never ran":
+        # Billed 0 s either way: its end is its start, whatever a later deletion says.
+        assert before.ended_at == deleted.ended_at == midnight.replace(second=5).timestamp()
+        assert before.billable_seconds == deleted.billable_seconds == 0.0
+    else:
+        # A container seen running with no end the pod gives is billed as running (no end, up to now),
+        # and once deleted up to its deletion, the latest it ran; never before it ran.
+        assert before.ended_at is None and before.billable_seconds == 5 * 3600 - 10
+        assert deleted.ended_at == midnight.replace(hour=3).timestamp()
+        assert deleted.billable_seconds == 3 * 3600 - 10

@@ -193,18 +193,23 @@ def out_of_contact_since(pod: Mapping[str, Any]) -> datetime | None:
     return _instant(meta.get("deletionTimestamp"))
 
 
-def failed_pod_end(pod: Mapping[str, Any]) -> datetime | None:
-    """When a pod in phase ``Failed`` whose training container has no end (evicted before it started) ended.
+def failed_pod_end(pod: Mapping[str, Any], *, container_ran: bool) -> datetime | None:
+    """When a pod in phase ``Failed`` whose training container has no end (evicted before it ended) ended.
 
-    What the pod says: its conditions' last transition (the kubelet marks it not ready as it fails it), else
-    its deletion time, else its start; a pod that never started (none of these) ended at its creation, so
-    it ran nothing. None where it says none of these either.
+    Its conditions' last transition (the kubelet marks it not ready as it fails it). Else, for a container
+    that never ran (billed 0 s, so its end is only its ledger key), its start time, else its creation:
+    times the pod's record keeps, where a deletion time set later (a drain, a cleanup hours on) moved its
+    end, and its key, and billed it a second time. A container seen running is billed up to its end: there
+    the deletion time is the latest it ran (the kubelet kills it by then); with none the pod says no end
+    (None), as for a pod that says none of these.
     """
     status, meta = pod.get("status") or {}, pod.get("metadata") or {}
     moved = [_instant(c.get("lastTransitionTime")) for c in status.get("conditions") or []]
     if known := [t for t in moved if t is not None]:
         return max(known)
-    for said in (meta.get("deletionTimestamp"), status.get("startTime"), meta.get("creationTimestamp")):
+    if container_ran:
+        return _instant(meta.get("deletionTimestamp"))
+    for said in (status.get("startTime"), meta.get("creationTimestamp")):
         if (instant := _instant(said)) is not None:
             return instant
     return None
@@ -393,7 +398,7 @@ def status_from_pod(
             preempted = False
             reason = f"Evicted: {message.strip()} (raise the pod's ephemeral-storage limit in resources=)"
         job_state = JobState.INTERRUPTED if preempted else JobState.FAILED
-        if not terminated and (finished := failed_pod_end(pod)) is not None:
+        if not terminated and (finished := failed_pod_end(pod, container_ran=bool(running))) is not None:
             # Its container never ended (evicted before it started): read as not ended, a retry that
             # found it followed it as pending, billed up to now. A container seen running ran until then.
             seconds = _seconds(running.get("startedAt"), finished) if running else 0.0
