@@ -1564,6 +1564,43 @@ def test_a_retry_reads_an_earlier_tries_job_once_where_the_read_is_refused(
     assert capsys.readouterr().out.count("cannot be read now") == 1
 
 
+@pytest.mark.parametrize("market", ["spot", "on_demand", ""])
+@pytest.mark.parametrize(
+    "found",
+    [
+        FoundJob("train-a1", started_at=7200.0, ended_at=7800.0, end_state=JobState.FAILED),
+        FoundJob("train-a1"),  # nothing said of when it ran
+        FoundJob("train-a1", created_at=7500.0),
+    ],
+    ids=["ended", "no time", "created"],
+)
+def test_the_warning_for_an_unread_earlier_job_names_the_market_its_look_up_gave(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], found: FoundJob, market: str
+) -> None:
+    # The look-up's market is the one the job is billed on (d10ef166): the warning still said "market and
+    # zone unknown".
+    class Backend:
+        name = "batch"
+
+        def find(self, job_name: str) -> FoundJob:
+            return replace(found, market=market)
+
+        def poll(self, job_id: str) -> Any:
+            raise ConfigurationError("AccessDenied batch:DescribeJobs")
+
+    op = operator(tmp_path)
+    op._retry = True
+    unread = op._earlier_job(Backend(), "train-a1")  # type: ignore[arg-type]
+    assert unread is not None and unread[0].market == market
+    out = capsys.readouterr().out
+    assert "job train-a1 of an earlier try cannot be read now" in out
+    if market:
+        assert f"zone unknown; billed on {market}, as its look-up says" in out
+        assert "market and zone unknown" not in out
+    else:
+        assert "market and zone unknown" in out
+
+
 @pytest.mark.parametrize(("started", "created"), [(7200.0, 7500.0), (None, 7500.0)])
 def test_a_followed_job_unread_at_the_re_attach_is_billed_from_its_start_where_the_wait_never_reads_it(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, ledger: Any, started: float | None, created: float

@@ -342,31 +342,40 @@ class RemoteAttemptSteps(AttemptBilling):
                     time.sleep(wait)
                     continue
                 since = found.running_since
+                # The look-up's market is the one it is billed on (_found_unread); only the zone is unknown.
+                unknown = (
+                    f"zone unknown; billed on {found.market}, as its look-up says"
+                    if found.market
+                    else "market and zone unknown"
+                )
                 if found.ended_at is not None:
                     self.log.warning(
-                        "job %s of an earlier try cannot be read now (%s): market and zone unknown; it %s at "
+                        "job %s of an earlier try cannot be read now (%s): %s; it %s at "
                         "%s, as the look-up by name says: billed from its %s to then",
                         job_id,
                         e,
+                        unknown,
                         found.end_state.value if found.end_state is not None else "ended",
                         datetime.fromtimestamp(found.ended_at, timezone.utc).isoformat(timespec="seconds"),
                         "start" if found.started_at is not None else "creation",
                     )
                 elif since is None:
                     self.log.warning(
-                        "job %s of an earlier try cannot be read now (%s): market and zone unknown, and what "
+                        "job %s of an earlier try cannot be read now (%s): %s, and what "
                         "it ran under that try is billed only once the wait reads it; if the task ends "
                         "before then, check the job's run time on the %s backend against its ledger entry",
                         job_id,
                         e,
+                        unknown,
                         backend.name,
                     )
                 else:
                     self.log.warning(
-                        "job %s of an earlier try cannot be read now (%s): market and zone unknown; if the "
+                        "job %s of an earlier try cannot be read now (%s): %s; if the "
                         "wait never reads it, it is billed from its %s at %s",
                         job_id,
                         e,
+                        unknown,
                         "start" if found.started_at is not None else "creation",
                         datetime.fromtimestamp(since, timezone.utc).isoformat(timespec="seconds"),
                     )
