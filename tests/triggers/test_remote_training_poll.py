@@ -932,3 +932,64 @@ def test_a_job_billed_as_gone_whose_stop_went_through_is_billed_within_its_time_
     event = watch.poll_once(seen + timedelta(seconds=NOT_LISTED_GRACE_SECONDS))
     assert event is not None
     assert event["job"]["billable_seconds"] == 1000 + NOT_LISTED_GRACE_SECONDS + stop_seconds(state)
+
+
+def test_a_cancelled_waits_poll_still_running_sends_no_stop_and_keeps_no_state(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A cancel (a kill, a timeout, a triggerer handing the wait over) cannot stop the poll's thread: one
+    # still in a slow backend call went on to send a stop at the cap and to write its try's state over the
+    # wait state XCom the task's new try had kept since.
+    import threading
+    from datetime import datetime, timedelta, timezone
+    from types import SimpleNamespace
+
+    from attempt_states import CAPTURED  # tests/support/
+
+    import costaware.adapters.compute.base as compute
+    import costaware.triggers.remote_training as remote_trigger
+    from costaware.adapters.compute.base import JobState, JobStatus
+    from costaware.training.attempts import AttemptState
+    from costaware.training.plan import RemotePlan
+    from costaware.triggers.remote_training import WAIT_STATE_XCOM_KEY
+
+    kept = keeping_wait_state(monkeypatch)
+    t0 = datetime(2026, 11, 26, 9, tzinfo=timezone.utc)
+    plan = RemotePlan.from_json({**CAPTURED, "backend": "batch", "backend_options": {}})
+    state = AttemptState(plan=plan).submitted(
+        job_id="j", market="spot", submitted_at=t0.isoformat(), stop_after_seconds=600, stop_by_poll=True
+    )
+    polling, answer = threading.Event(), threading.Event()
+
+    class SlowListing(_Listing):
+        def poll(self, job_id: str) -> Any:
+            polling.set()
+            answer.wait(30)
+            return super().poll(job_id)
+
+    # Past its cap when the slow poll answers: a live wait stops it there.
+    listing = SlowListing(
+        [JobStatus(job_id="j", state=JobState.RUNNING, market="spot", billable_seconds=610.0)]
+    )
+    monkeypatch.setattr(compute, "open_backend", lambda name, options: listing)
+    monkeypatch.setattr(remote_trigger, "utcnow", lambda: t0 + timedelta(seconds=620))
+    trigger = RemoteTrainingJobTrigger(backend="batch", backend_options={}, job_id="j", state=state.to_json())
+    trigger.task_instance = SimpleNamespace(  # type: ignore[assignment]
+        dag_id="remote_dag", task_id="train", run_id="r", map_index=-1
+    )
+    where = (WAIT_STATE_XCOM_KEY, "remote_dag", "train", "r", -1)
+    new_try = {"attempts": [], "current": {"attempt": 2, "job_id": "j2"}}
+
+    async def cancelled_mid_poll() -> None:
+        waiting = asyncio.ensure_future(trigger.run().__anext__())
+        assert await asyncio.to_thread(polling.wait, 30)
+        waiting.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await waiting
+        kept[where] = new_try  # the task's new try defers and keeps its own state
+        answer.set()  # the old poll answers; asyncio.run waits for its thread below
+
+    asyncio.run(cancelled_mid_poll())
+    assert listing.answers == []  # the slow poll did answer
+    assert kept[where] == new_try
+    assert listing.stops == []

@@ -428,6 +428,11 @@ class RemoteTrainingJobTrigger(BaseTrigger):
         #: When the failed polls in a row began (see :meth:`poll_tolerant`), and whether the last poll failed.
         self._failing_since: datetime | None = None
         self._last_poll_failed = False
+        #: Set when the triggerer cancels this wait. A cancel cannot stop a poll's thread (asyncio.to_thread):
+        #: one still in a backend call went on to stop the job at the cap and write its state over the wait
+        #: state XCom the task's new try had kept since. Whoever follows the job now (the new wait, the
+        #: task's resume or new try, the kill's stop_and_bill) acts on it instead.
+        self._cancelled = threading.Event()
 
     @property
     def training(self) -> str:
@@ -551,6 +556,8 @@ class RemoteTrainingJobTrigger(BaseTrigger):
         """
         from costaware.adapters.compute.base import COPY_SECONDS_LEFT, open_backend
 
+        if self._polled_after_cancel("stopped as not listed"):
+            return None
         followed = (self.state.get("current") or {}).get("followed")
         seen_at = self._last_seen[1].isoformat() if self._last_seen else followed and followed["seen_at"]
         if seen_at and self.backend in GONE_IS_FINAL_BACKENDS:
@@ -731,6 +738,8 @@ class RemoteTrainingJobTrigger(BaseTrigger):
         running (None: as the state says), and the stop is kept where a re-created wait reads it
         (:meth:`_keep_cap_stop`).
         """
+        if self._polled_after_cancel("stopped at the cap"):
+            return False
         from costaware.adapters.compute.base import open_backend
 
         try:
@@ -753,6 +762,18 @@ class RemoteTrainingJobTrigger(BaseTrigger):
             current[CAP_STOP_KEY].update(job=seen.to_dict(), seen_at=seen_at.isoformat())
         self.state = {**self.state, "current": current}
         self._keep_cap_stop()
+        return True
+
+    def _polled_after_cancel(self, what: str) -> bool:
+        """Whether this wait was cancelled while its poll ran: then the job is not ``what`` by it."""
+        if not self._cancelled.is_set():
+            return False
+        self.log.info(
+            "the wait for job %s was cancelled during its poll: the job is not %s by it (whoever follows "
+            "the job now does that)",
+            self.job_id,
+            what,
+        )
         return True
 
     def _wait_state_xcom(self) -> dict[str, Any] | None:
@@ -1057,6 +1078,7 @@ class RemoteTrainingJobTrigger(BaseTrigger):
                     _INLINE_WAITS.running -= 1
                 yield event
         except asyncio.CancelledError:
+            self._cancelled.set()
             # A triggerer cancels a trigger it hands to another (the job is watched on), but `airflow dags
             # test` runs it inline and cancels it on Ctrl-C: nobody would watch or bill the job after. Its
             # inline run also cancels the trigger once it has taken the event: the operator handles the job
