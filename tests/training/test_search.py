@@ -831,3 +831,31 @@ def test_a_ledger_that_fails_the_bookkeeping_hold_leaves_no_budget_behind(
     with pytest.raises(RuntimeError, match="went away"):
         search(ledger, "10", Clock())
     assert ledger.budgets() == [] and ledger.entries() == []
+
+
+class SlowToMake(Quadratic):
+    """A model whose making (loading its data, say) takes ``seconds`` on the meter."""
+
+    def __init__(self, params: dict[str, Any], clock: Clock, seconds: float) -> None:
+        clock.now += seconds
+        super().__init__(params, clock)
+
+
+@pytest.mark.parametrize("cap", ["17", "17.5", "18", "18.5"])
+def test_a_trial_whose_first_rung_is_refused_spends_nothing_on_making_its_model(
+    ledger: Any, cap: str
+) -> None:
+    # Each model took 5 s to make, before its first rung was reserved: the second trial's rung was refused
+    # and its 5 s went to the bookkeeping after the last rung, billed up to $2 past the cap.
+    clock = Clock()
+    made: list[float] = []
+
+    def make_model(params: dict[str, Any]) -> Quadratic:
+        made.append(clock.now)
+        return SlowToMake(params, clock, 5.0)
+
+    result = search(ledger, cap, clock, make_model=make_model)
+    assert [t.state for t in result.trials] == ["complete", "cut"]
+    assert len(made) == 1  # the cut trial's model was never made
+    assert result.spent_usd <= Decimal(cap) and "past the cap" not in result.stop, result.stop
+    assert result.spent_usd == Decimal(str(clock.now))  # every second used is billed all the same

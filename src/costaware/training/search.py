@@ -276,17 +276,17 @@ def budgeted_search(
                 "optuna.distributions.FloatDistribution(0.01, 0.3, log=True) or "
                 "CategoricalDistribution([7, 15, 31]) (the JSON form is budgeted_tuning's search_space)"
             )
-    started = meter()  # what comes before the first rung (the budget, the study) is billed with it
-    early = rung_list[:-1]
-    # The default pruner: Hyperband's brackets at the rungs the fair evidence trusts (none before it).
-    # prune_rungs stays None with a given pruner, used as it is at every rung.
-    prune_rungs: tuple[int, ...] | None = () if pruner is None else None
-    weights = bracket_weights(len(early), reduction_factor)
-    in_bracket = [0] * len(weights)
     run = uuid.uuid4().hex[:8]
     # A budget of its own: set on the caller's scope, it capped (or freed) a whole project for all time.
     tags = {**scope, "search": run}
     budget_scope = Scope.of(tags)
+    # prune_rungs stays None with a given pruner, used as it is at every rung.
+    prune_rungs: tuple[int, ...] | None = () if pruner is None else None
+    started = meter()  # what comes before the first rung (the budget, the study) is billed with it
+    early = rung_list[:-1]
+    # The default pruner: Hyperband's brackets at the rungs the fair evidence trusts (none before it).
+    weights = bracket_weights(len(early), reduction_factor)
+    in_bracket = [0] * len(weights)
     # The study first: one that cannot be made (a storage or sampler error) leaves no budget behind.
     study = optuna.create_study(
         direction="maximize" if direction == "maximize" else "minimize",
@@ -301,6 +301,7 @@ def budgeted_search(
     cheapest: float | None = None  # training seconds of the cheapest trial that reached the last rung
     overhead = 0.0  # the most time outside training billed with one rung
     slowest_first = 0.0  # the slowest first rung seen, in training seconds
+    slowest_make = 0.0  # the slowest make_model seen, in seconds
     repeats = 0
     stop = ""
     billing = SearchBilling(
@@ -350,7 +351,13 @@ def budgeted_search(
                 continue
             repeats = 0
             bracket = next_bracket(in_bracket, weights) if prune_rungs is not None else 0
-            model = make_model(dict(trial.params))
+            model: FidelityModel | None = None
+            if not trials:
+                # The first model is made in the setup, paid from the bookkeeping hold: one that refuses its
+                # inputs (a one-class validation set) fails the search before any rung is reserved.
+                tick = meter()
+                model = make_model(dict(trial.params))
+                slowest_make = meter() - tick
             done: list[tuple[int, float]] = []
             state = "complete"
             previous = 0
@@ -377,10 +384,13 @@ def budgeted_search(
                     # The setup (the budget, the study, the first proposal) is the bookkeeping's: paid from
                     # its hold, not reserved with the first rung, which the least cap named leaves room for.
                     billing.bill_setup(now)
-                # The time since the last settlement (the proposals, making the model) is billed with this
-                # rung: reserved with it, it cannot spend the bookkeeping's hold.
+                # The time since the last settlement (the proposals) is billed with this rung: reserved with
+                # it, it cannot spend the bookkeeping's hold. A later trial's model is made once its first
+                # rung is reserved, at the slowest making seen: made before, a slow making (5 s of loading
+                # data) was spent on a rung then refused, and billed past the cap with the bookkeeping.
                 unbilled = now - billing.last_bill
-                seconds = unbilled + estimate * safety_factor + overhead
+                to_make = slowest_make if model is None else 0.0
+                seconds = unbilled + to_make + estimate * safety_factor + overhead
                 billing.keep_hold()
                 try:
                     reservation = ledger.reserve(
@@ -396,6 +406,12 @@ def budgeted_search(
                 except BudgetExceededError as e:
                     state, stop = "cut", _own_budget_advice(e, budget_scope, cap_usd)
                     break
+                making = 0.0
+                if model is None:
+                    tick = meter()
+                    model = make_model(dict(trial.params))
+                    making = meter() - tick
+                    slowest_make = max(slowest_make, making)
                 tick = meter()
                 value = float(model.advance(rung))
                 trained = meter() - tick
@@ -464,7 +480,7 @@ def budgeted_search(
                             trained,
                             estimate,
                         )
-                overhead = max(overhead, billed - trained)
+                overhead = max(overhead, billed - trained - making)  # making is reserved on its own
                 if failed:
                     state = "failed"
                     log.warning(
