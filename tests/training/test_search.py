@@ -859,3 +859,23 @@ def test_a_trial_whose_first_rung_is_refused_spends_nothing_on_making_its_model(
     assert len(made) == 1  # the cut trial's model was never made
     assert result.spent_usd <= Decimal(cap) and "past the cap" not in result.stop, result.stop
     assert result.spent_usd == Decimal(str(clock.now))  # every second used is billed all the same
+
+
+@pytest.mark.parametrize("left", ["0.05", "3.49"])
+def test_a_budget_over_the_scope_too_low_for_the_first_rung_and_bookkeeping_stops_it_before_any_spend(
+    ledger: Any, left: str
+) -> None:
+    # A budget over the scope with $0.05 left refused the bookkeeping hold, and the setup before it (the
+    # study, the search's budget, the refused hold: 0.1 s) was billed past it.
+    ledger.set_budget("study=toy", "total", left)
+    result = search(ledger, "10", Ticking(0.1))
+    assert result.trials == () and result.spent_usd == 0
+    assert result.stop == (
+        f"no rung was run: budget 'study=toy/total (total)' over the search's scope has ${Decimal(left):.2f} "
+        "left, less than the $3.50 the search holds before its first rung (the first rung's reservation, "
+        "first_rung_seconds=1 x safety_factor=1.5, and its own bookkeeping, slack_seconds=2): nothing was "
+        "spent; raise the cap with `costaware budget set`, or give the search a smaller first_rung_seconds "
+        "or slack_seconds"
+    )
+    assert ledger.entries() == [] and ledger.open_reservations() == []
+    assert [str(b.scope) for b in ledger.budgets()] == ["study=toy"]  # the search's own budget never set

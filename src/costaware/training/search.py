@@ -18,7 +18,8 @@ is past its best, and the lucky end of a falling curve would otherwise win the s
 data than its value said. ``SearchResult.best_value`` stays the winner's value at full fidelity.
 
 The money is ours: a cap that cannot pay the first rung and the search's own bookkeeping (``slack_seconds``)
-is refused before anything is spent. When it starts the search holds ``slack_seconds`` of its bookkeeping
+is refused before anything is spent, and a search that another budget over its scope leaves less than that
+returns before anything is spent. When it starts the search holds ``slack_seconds`` of its bookkeeping
 in the cost ledger; before every rung it reserves, from what is left beside that hold, the rung's estimated
 cost and the time used since the last settlement (proposals, the model's making), and settles it with what
 the rung really used once it ran. A rung that cannot be reserved is not run, so the spend passes the cap
@@ -69,6 +70,7 @@ if TYPE_CHECKING:
     import optuna
 
     from costaware.adapters.ledger.store import Ledger
+    from costaware.core.ledger import BudgetUsage
     from costaware.training.tuning import FidelityModel
 
 log = logging.getLogger(__name__)
@@ -282,6 +284,21 @@ def budgeted_search(
     budget_scope = Scope.of(tags)
     # prune_rungs stays None with a given pruner, used as it is at every rung.
     prune_rungs: tuple[int, ...] | None = () if pruner is None else None
+    too_low = _short_budget(ledger, budget_scope, run, owner[0], least_usd)
+    if too_low is not None:
+        # Started, the search's setup (the study, its budget, the refused hold) was billed past that budget.
+        has = f"{format_usd_exact(too_low.left_usd)} left" if too_low.left_usd > 0 else "nothing left"
+        stop = (
+            f"no rung was run: budget '{too_low.name}' over the search's scope has {has}, less than the "
+            f"{format_usd_exact(least_usd)} the search "
+            f"holds before its first rung (the first rung's reservation, first_rung_seconds="
+            f"{first_rung_seconds:g} x safety_factor={safety_factor:g}, and its own bookkeeping, "
+            f"slack_seconds={slack_seconds:g}): nothing was spent; raise the cap with `costaware budget "
+            "set`, or give the search a smaller first_rung_seconds or slack_seconds"
+        )
+        return SearchResult(
+            None, None, (), Decimal(0), stop, prune_rungs=prune_rungs, budget_scope=str(budget_scope)
+        )
     started = meter()  # what comes before the first rung (the budget, the study) is billed with it
     early = rung_list[:-1]
     # The default pruner: Hyperband's brackets at the rungs the fair evidence trusts (none before it).
@@ -572,6 +589,25 @@ def budgeted_search(
         states=states,
         budget_scope=str(budget_scope),
     )
+
+
+def _short_budget(
+    ledger: Ledger, budget_scope: Any, run: str, dag_id: str, least_usd: Decimal
+) -> BudgetUsage | None:
+    """The tightest budget over the search's scope with less than ``least_usd`` left, if one has.
+
+    Read before the search starts (its own budget is not set yet, so only the caller's budgets are read): a
+    search that starts runs its setup before its bookkeeping hold can be reserved, and where another budget
+    refused that hold, the setup was billed past it. What is read here is a check, as ``cap_usd``'s is.
+    """
+    from costaware.core.errors import BudgetNotFoundError
+
+    try:
+        standing = ledger.usage(budget_scope, run_id=run, dag_id=dag_id)
+    except BudgetNotFoundError:
+        return None  # no budget over the scope: the search's own is the only one
+    tightest = min(standing, key=lambda u: u.left_usd, default=None)
+    return tightest if tightest is not None and tightest.left_usd < least_usd else None
 
 
 def _own_budget_advice(refused: BudgetExceededError, budget_scope: Any, cap_usd: Decimal) -> str:
