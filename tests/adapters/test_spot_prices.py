@@ -222,6 +222,8 @@ def test_bad_electricity_files(text: str, message: str) -> None:
         ("timestamp,region,availability_zone,instance_type,product_description,usd_per_hour", False),
         # A spot CSV whose only mistake is timestamp_utc for timestamp was told it lacks usd_per_mwh.
         ("timestamp_utc,availability_zone,instance_type,product_description,usd_per_hour", False),
+        # An electricity file with a spare timestamp column, which the electricity reader reads.
+        ("timestamp,timestamp_utc,usd_per_mwh", True),
     ],
 )
 def test_an_electricity_csv_is_told_by_either_of_its_columns(header: str, electricity: bool) -> None:

@@ -275,10 +275,13 @@ def is_electricity_csv(text: str) -> bool:
     Either column is enough: a file with ``timestamp_utc`` and a misnamed price column (``usd_per_kwh``) was
     read as a spot CSV and refused for lacking five spot columns, none of which it should have. A file with
     any spot-only column is a spot CSV: one whose only mistake is ``timestamp_utc`` for ``timestamp`` was told
-    it lacks ``usd_per_mwh``.
+    it lacks ``usd_per_mwh``. ``usd_per_mwh`` alone decides: an electricity file with a spare ``timestamp``
+    column beside ``timestamp_utc`` is read as it always was.
     """
     header = text.lstrip("\ufeff").split("\n", 1)[0]
     columns = {column.strip().strip('"') for column in header.split(",")}
+    if "usd_per_mwh" in columns:
+        return True
     spot_only = set(SPOT_CSV_COLUMNS) - set(ELECTRICITY_COLUMNS)
     return any(column in columns for column in ELECTRICITY_COLUMNS) and not columns & spot_only
 
