@@ -392,6 +392,9 @@ def test_a_bad_budget_body_is_one_line_naming_every_bad_field_as_a_bad_query_is(
         ('{"scope": "project=churn", "period": "month", "cap_usd": "5", "period": "day", "cap_usd": 7}',
          "period: given 2 times ('month', then 'day'): give it once; "
          "cap_usd: given 2 times ('5', then 7): give it once"),
+        # Python's == takes 1 and true for one value: the cap was set to 1 without a word.
+        ('{"scope": "project=churn", "period": "month", "cap_usd": 1, "cap_usd": true}',
+         "cap_usd: given 2 times (1, then True): give it once"),
     ],
 )  # fmt: skip
 def test_a_body_key_given_twice_with_different_values_is_refused(

@@ -178,7 +178,8 @@ def one_value_per_key(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     values: dict[str, list[Any]] = {}
     for key, value in pairs:
         seen = values.setdefault(key, [])
-        if value not in seen:
+        # Compared as written: Python's == takes 1, 1.0 and true for one value.
+        if all(json.dumps(value, sort_keys=True) != json.dumps(v, sort_keys=True) for v in seen):
             seen.append(value)
     repeated = [
         f"{key}: given {len(given)} times ({', then '.join(repr(v) for v in given)}): give it once"
