@@ -295,7 +295,7 @@ def test_a_cap_below_the_first_rung_and_the_bookkeeping_is_refused_before_anythi
     # The first rung's reservation was refused, and the setup and bookkeeping were billed past the cap.
     clock = Ticking(0.1)
     with pytest.raises(ConfigurationError) as refused:
-        search(ledger, "3.49", clock)
+        search(ledger, "3.49", clock, slack_seconds=2.0)
     assert str(refused.value) == (
         "cap_usd $3.49 cannot pay one rung: the first rung's reservation (first_rung_seconds=1 x "
         "safety_factor=1.5: $1.50) and the search's own bookkeeping (slack_seconds=2) cost $3.50 at "
@@ -307,7 +307,7 @@ def test_a_cap_below_the_first_rung_and_the_bookkeeping_is_refused_before_anythi
     named = re.search(r"set cap_usd to at least \$([0-9.]+) ", str(refused.value))
     assert named is not None
     for tick in (0.1, 0.001):
-        least = search(ledger, named.group(1), Ticking(tick))
+        least = search(ledger, named.group(1), Ticking(tick), slack_seconds=2.0)
         assert least.trials and least.trials[0].rungs, least.stop
         assert least.spent_usd <= Decimal(named.group(1)) and "past the cap" not in least.stop
     # A smaller slack_seconds is what a fast ledger needs; the cap must pay it all the same.
@@ -342,7 +342,7 @@ def test_a_cap_below_the_first_rung_and_the_bookkeeping_is_refused_before_anythi
         ({"cap_usd": "0.0000001"}, r"^cap_usd must be at least \$0.000001, got '0.0000001'"),
         ({"slack_seconds": 0}, r"^slack_seconds must be seconds > 0, got 0: the search's own bookkeeping"),
         ({"slack_seconds": float("inf")}, r"^slack_seconds must be seconds > 0, got inf"),
-        ({"cap_usd": "3"}, r"^cap_usd \$3.00 cannot pay one rung: .* set cap_usd to at least \$3.50 "),
+        ({"cap_usd": "3", "slack_seconds": 2.0}, r"^cap_usd \$3.00 cannot pay one rung: .* at least \$3.50 "),
     ],
 )
 def test_bad_settings_are_refused_before_anything_is_written(
@@ -796,7 +796,9 @@ def test_a_search_cut_by_its_own_budget_says_to_raise_cap_usd(ledger: Any) -> No
     # The stop said "raise the cap with `costaware budget set`": the search's budget is set from cap_usd and
     # deleted when the search ends, so no command could raise it.
     clock = Clock()
-    result = search(ledger, "5", clock)  # rung 3's estimate, 3 s at $1 a second, is over what is left
+    result = search(
+        ledger, "5", clock, slack_seconds=2.0
+    )  # rung 3's estimate, 3 s at $1 a second, is over what is left
     assert result.trials[0].state == "cut" and clock.now == 1
     assert result.stop.startswith("budget 'search=")
     assert (
@@ -868,7 +870,7 @@ def test_a_budget_over_the_scope_too_low_for_the_first_rung_and_bookkeeping_stop
     # A budget over the scope with $0.05 left refused the bookkeeping hold, and the setup before it (the
     # study, the search's budget, the refused hold: 0.1 s) was billed past it.
     ledger.set_budget("study=toy", "total", left)
-    result = search(ledger, "10", Ticking(0.1))
+    result = search(ledger, "10", Ticking(0.1), slack_seconds=2.0)
     assert result.trials == () and result.spent_usd == 0
     assert result.stop == (
         f"no rung was run: budget 'study=toy/total (total)' over the search's scope has ${Decimal(left):.2f} "
@@ -879,3 +881,108 @@ def test_a_budget_over_the_scope_too_low_for_the_first_rung_and_bookkeeping_stop
     )
     assert ledger.entries() == [] and ledger.open_reservations() == []
     assert [str(b.scope) for b in ledger.budgets()] == ["study=toy"]  # the search's own budget never set
+
+
+def test_a_small_cap_the_fixed_bookkeeping_hold_refused_runs_within_it(ledger: Any) -> None:
+    # A fixed 2 s hold refused any cap under $3.50 here ("cannot pay one rung"), though the bookkeeping takes
+    # a few hundredths of a second: the measured hold (the default) lets such a cap pay its rungs.
+    clock = Ticking(0.01)
+    result = search(ledger, "2", clock)
+
+    assert result.trials and result.trials[0].rungs, result.stop
+    assert result.spent_usd <= Decimal("2") and "past the cap" not in result.stop, result.stop
+    used = Decimal(str(round(clock.now - clock.tick, 6)))
+    assert used <= result.spent_usd <= used + Decimal("0.000001")  # every second billed, rounded up
+    assert not ledger.open_reservations() and ledger.budgets() == []
+
+
+def test_a_cap_below_the_first_rung_and_the_measured_setup_is_refused_naming_both(ledger: Any) -> None:
+    # The setup takes 0.2 s here (two readings of the meter): x safety_factor 1.5 with the first rung's $1.50
+    # reservation, $1.80; a cap of $1.60 cannot pay it.
+    clock = Ticking(0.1)
+    with pytest.raises(ConfigurationError) as refused:
+        search(ledger, "1.6", clock)
+    message = str(refused.value)
+    assert message.startswith(
+        "cap_usd $1.60 cannot pay one rung: the first rung's reservation (first_rung_seconds=1 x "
+        "safety_factor=1.5: $1.50) and the search's own bookkeeping (its setup, measured "
+    ), message
+    named = re.search(r"set cap_usd to at least \$([0-9.]+) ", message)
+    assert named is not None and Decimal(named.group(1)) > Decimal("1.6")
+    # The setup ran and is billed, within the cap; no hold or budget is left behind.
+    spent = sum(Decimal(str(e["usd"])) for e in ledger.entries())
+    assert 0 < spent <= Decimal("1.6")
+    assert not ledger.open_reservations() and ledger.budgets() == []
+    # The cap it names pays a rung.
+    least = search(ledger, named.group(1), Ticking(0.1))
+    assert least.trials and least.trials[0].rungs, least.stop
+    assert least.spent_usd <= Decimal(named.group(1)) and "past the cap" not in least.stop, least.stop
+
+
+class SlowsItsBookkeeping(Clock):
+    """A meter whose every reading takes ``tick`` seconds until ``after``, then ``slow_tick`` (a ledger that
+    became busy mid-search)."""
+
+    def __init__(self, tick: float, slow_tick: float, after: float) -> None:
+        super().__init__()
+        self.tick, self.slow_tick, self.after = tick, slow_tick, after
+
+    def __call__(self) -> float:
+        self.now += self.tick if self.now < self.after else self.slow_tick
+        return self.now
+
+
+def grows_recorded(ledger: Any, monkeypatch: Any) -> list[Decimal]:
+    """The amounts the search asks its holds to grow to, in order."""
+    asked: list[Decimal] = []
+    grow = ledger.grow
+
+    def recording(reservation_id: str, usd: Any) -> Any:
+        asked.append(Decimal(str(usd)))
+        return grow(reservation_id, usd)
+
+    monkeypatch.setattr(ledger, "grow", recording)
+    return asked
+
+
+def test_a_search_whose_bookkeeping_slows_down_grows_its_hold_and_stays_within_the_cap(
+    ledger: Any, monkeypatch: Any
+) -> None:
+    # From 12 s on every reading of the meter takes 1.5 s: the bookkeeping after the last rung took 3 s, a
+    # fixed 2 s hold did not pay it, and the spend passed the cap ("billed past the cap by $0.22").
+    asked = grows_recorded(ledger, monkeypatch)
+    result = search(ledger, "40", SlowsItsBookkeeping(0.01, 1.5, 12.0))
+
+    assert [t.state for t in result.trials][:2] == ["complete", "complete"], result.stop
+    assert result.spent_usd <= Decimal("40") and "past the cap" not in result.stop, result.stop
+    assert len(asked) >= 2 and asked == sorted(asked)  # grown as the bookkeeping slowed
+    assert not ledger.open_reservations() and ledger.budgets() == []
+
+
+def test_a_search_whose_bookkeeping_outgrows_what_is_left_stops_before_the_rung(ledger: Any) -> None:
+    # From 12 s every reading takes 3 s: held x safety_factor, the bookkeeping between rungs needs more than
+    # the cap has left, and no rung is run that would leave it unpaid.
+    result = search(ledger, "50", SlowsItsBookkeeping(0.01, 3.0, 12.0))
+
+    assert "no rung was run that would leave the search's own bookkeeping unpaid" in result.stop
+    assert "raise cap_usd" in result.stop
+    assert result.spent_usd <= Decimal("50") and "past the cap" not in result.stop, result.stop
+    assert not ledger.open_reservations() and ledger.budgets() == []
+
+
+def test_a_given_slack_seconds_is_held_fixed_from_the_start(ledger: Any, monkeypatch: Any) -> None:
+    # slack_seconds=2 keeps the fixed hold: reserved before the first proposal, never grown between rungs.
+    held: list[Any] = []
+    reserve = ledger.reserve
+
+    def recording(*args: Any, **kwargs: Any) -> Any:
+        held.append(kwargs["purpose"])
+        return reserve(*args, **kwargs)
+
+    monkeypatch.setattr(ledger, "reserve", recording)
+    asked = grows_recorded(ledger, monkeypatch)
+    result = search(ledger, "40", SlowsItsBookkeeping(0.01, 1.5, 12.0), slack_seconds=2.0)
+
+    assert held[0] == "the search's own bookkeeping (slack_seconds=2)"
+    assert asked == [] or len(asked) == 1  # only the tail's, when the search ended
+    assert "took longer than slack_seconds" in result.stop  # as before: the 2 s did not pay the slow tail

@@ -17,15 +17,22 @@ fell from its best rung (:meth:`SearchTrial.score`): a configuration whose metri
 is past its best, and the lucky end of a falling curve would otherwise win the search and do worse on new
 data than its value said. ``SearchResult.best_value`` stays the winner's value at full fidelity.
 
-The money is ours: a cap that cannot pay the first rung and the search's own bookkeeping (``slack_seconds``)
-is refused before anything is spent, and a search that another budget over its scope leaves less than that
-returns before anything is spent. When it starts the search holds ``slack_seconds`` of its bookkeeping
-in the cost ledger; before every rung it reserves, from what is left beside that hold, the rung's estimated
+The money is ours: a cap that cannot pay the first rung and the search's own bookkeeping is refused, and a
+search that another budget over its scope leaves less than that returns before anything is spent. The
+bookkeeping's hold in the cost ledger is measured by default (``slack_seconds=None``): once the setup before
+the first rung (the study, the budget, the first proposal and model) has run, the search holds its time x
+``safety_factor`` (a cap that cannot pay that and the first rung's reservation is refused then, the setup
+billed), and before every rung it grows the hold, from what is left beside it, to the bookkeeping measured
+between rungs (the time billed with a rung beyond its training) x ``safety_factor``; where it cannot grow
+that far, no rung is run that would leave the bookkeeping unpaid: the search stops as a refused rung stops
+it. A given ``slack_seconds`` is held from the start, fixed, and refuses a cap before anything is spent.
+Before every rung the search reserves, from what is left beside that hold, the rung's estimated
 cost and the time used since the last settlement (proposals, the model's making), and settles it with what
 the rung really used once it ran. A rung that cannot be reserved is not run, so the spend passes the cap
 only where a rung ran past its reservation when the budget had no room left beside it (a rung is one call
 to the model and is not interrupted: what it used is billed, and a warning says by how much the cap was
-passed), or the bookkeeping after the last rung took longer than ``slack_seconds`` and the money left.
+passed), or the bookkeeping after the last rung took longer than its hold and the money left (the setup, run
+before a measured hold is reserved, is billed as it ran: past the cap only where it alone took more).
 After a cut the search goes on only while the money left could carry the fastest configuration seen through
 every rung (no money on trials that can no longer finish), and none sits idle in a reservation for a whole
 trial.
@@ -139,7 +146,7 @@ def budgeted_search(
     pruner: optuna.pruners.BasePruner | None = None,
     reduction_factor: int = 3,
     safety_factor: float = 1.5,
-    slack_seconds: float = 2.0,
+    slack_seconds: float | None = None,
     max_trials: int = 10_000,
     max_repeats: int = 200,
     meter: Callable[[], float] = time.monotonic,
@@ -183,8 +190,11 @@ def budgeted_search(
             it took before, else at the slowest speed seen; a later rung: at the trial's own speed on its
             latest rung).
         slack_seconds: Seconds of the search's own bookkeeping (Optuna, the ledger) held for its whole run
-            and paid after its last rung. ``cap_usd`` must pay them and the first rung's reservation
-            (``first_rung_seconds`` x ``safety_factor``); raise it where the ledger is slow (a busy database).
+            and paid after its last rung. None (the default): measured, the setup's time x
+            ``safety_factor`` once it ran, grown before each rung to the bookkeeping measured between rungs x
+            ``safety_factor`` (no room to grow: the search stops); ``cap_usd`` must pay it and the first
+            rung's reservation (``first_rung_seconds`` x ``safety_factor``). A number: that many seconds, held
+            from the start; give one where the bookkeeping's time swings more than measured (a busy database).
         max_trials: Stop after this many configurations were trained.
         max_repeats: Stop after this many proposals in a row repeated a configuration already tried.
         meter: The clock that measures what the search uses: wall-clock seconds by default, as a machine
@@ -245,26 +255,32 @@ def budgeted_search(
         or not (math.isfinite(safety_factor) and safety_factor >= 1)
     ):
         raise ConfigurationError(f"safety_factor must be a number >= 1, got {safety_factor!r}")
-    if (
+    if slack_seconds is not None and (
         isinstance(slack_seconds, bool)
         or not isinstance(slack_seconds, int | float)
         or not (math.isfinite(slack_seconds) and slack_seconds > 0)
     ):
         raise ConfigurationError(
             f"slack_seconds must be seconds > 0, got {slack_seconds!r}: the search's own bookkeeping "
-            "(Optuna, the ledger) is paid from it; the default is 2.0"
+            "(Optuna, the ledger) is paid from it; or None (the default) to hold what it is measured to take"
         )
     # The first rung is reserved at first_rung_seconds x safety_factor beside the bookkeeping's hold (which
     # pays the setup before it): a cap below both cut the first rung, and the setup and bookkeeping were
     # billed past it. Each rounded up as it is reserved, so the first rung fits at exactly this cap.
     first_rung_usd = usd_for_seconds(first_rung_seconds * safety_factor, usd_per_hour)
-    least_usd = first_rung_usd + usd_for_seconds(slack_seconds, usd_per_hour)
+    # A measured hold is known once the setup ran: checked here at the least it can be (a micro-dollar).
+    if slack_seconds is None:
+        bookkeeping = "slack_seconds=None: measured once it starts, at least $0.000001"
+        least_usd = first_rung_usd + MICRO_USD
+    else:
+        bookkeeping = f"slack_seconds={slack_seconds:g}"
+        least_usd = first_rung_usd + usd_for_seconds(slack_seconds, usd_per_hour)
     if cap_usd < least_usd:
         raise ConfigurationError(
             f"cap_usd {format_usd_exact(cap_usd)} cannot pay one rung: the first rung's reservation "
             f"(first_rung_seconds={first_rung_seconds:g} x safety_factor={safety_factor:g}: "
-            f"{format_usd_exact(first_rung_usd)}) and the search's own bookkeeping (slack_seconds="
-            f"{slack_seconds:g}) cost {format_usd_exact(least_usd)} at usd_per_hour {usd_per_hour}; set "
+            f"{format_usd_exact(first_rung_usd)}) and the search's own bookkeeping ({bookkeeping}"
+            f") cost {format_usd_exact(least_usd)} at usd_per_hour {usd_per_hour}; set "
             f"cap_usd to at least {format_usd_exact(least_usd)} (or lower first_rung_seconds, if the first "
             "rung is shorter)"
         )
@@ -293,7 +309,7 @@ def budgeted_search(
             f"{format_usd_exact(least_usd)} the search "
             f"holds before its first rung (the first rung's reservation, first_rung_seconds="
             f"{first_rung_seconds:g} x safety_factor={safety_factor:g}, and its own bookkeeping, "
-            f"slack_seconds={slack_seconds:g}): nothing was spent; raise the cap with `costaware budget "
+            f"{bookkeeping}): nothing was spent; raise the cap with `costaware budget "
             "set`, or give the search a smaller first_rung_seconds or slack_seconds"
         )
         return SearchResult(
@@ -330,6 +346,7 @@ def budgeted_search(
         run=run,
         meter=meter,
         started=started,
+        measured=slack_seconds is None,
     )
 
     def judged_at(bracket: int, rung: int) -> bool:
@@ -348,7 +365,8 @@ def budgeted_search(
     try:
         # Held before any rung: reserved only at the end, it found the cap spent by the rungs and was billed
         # past it. No rung is run where even it cannot be held (another budget over the scope has no room).
-        refused = billing.hold_bookkeeping(slack_seconds)
+        # A measured hold is reserved once the setup it is measured on ran (before the first rung).
+        refused = billing.hold_bookkeeping(slack_seconds) if slack_seconds is not None else ""
         while not refused and len(trials) < max_trials:
             trial = study.ask(dict(space))
             key = tuple(sorted(trial.params.items()))
@@ -398,6 +416,30 @@ def budgeted_search(
                     estimate = first_rung_seconds  # as the least cap was named: guess x the first rung
                 now = meter()
                 if not trials and not done:
+                    if slack_seconds is None:
+                        # The first model's making is paid from the hold as it ran (it is no bookkeeping,
+                        # and is known to the second); the rest of the setup is held x safety_factor.
+                        setup = now - started - slowest_make
+                        hold_seconds = setup * safety_factor + slowest_make
+                        held = billing.measured_hold_usd(hold_seconds)
+                        least = first_rung_usd + held
+                        if cap_usd < least:
+                            # Raised here, the setup is billed (as a failure's time is) and the budget goes.
+                            raise ConfigurationError(
+                                f"cap_usd {format_usd_exact(cap_usd)} cannot pay one rung: the first rung's "
+                                f"reservation (first_rung_seconds={first_rung_seconds:g} x safety_factor="
+                                f"{safety_factor:g}: {format_usd_exact(first_rung_usd)}) and the search's "
+                                f"own bookkeeping (its setup, measured {setup:.3f} s, x safety_factor, and "
+                                f"the first model's making, {slowest_make:.3f} s: {format_usd_exact(held)}) "
+                                f"cost {format_usd_exact(least)} at usd_per_hour {usd_per_hour}; set cap_usd "
+                                f"to at least {format_usd_exact(least)} "
+                                "(or lower first_rung_seconds, if the first rung is shorter); the setup's "
+                                f"time is billed under {budget_scope}"
+                            )
+                        refused = billing.hold_bookkeeping(hold_seconds)
+                        if refused:
+                            state, stop = "cut", refused
+                            break
                     # The setup (the budget, the study, the first proposal) is the bookkeeping's: paid from
                     # its hold, not reserved with the first rung, which the least cap named leaves room for.
                     billing.bill_setup(now)
@@ -409,6 +451,13 @@ def budgeted_search(
                 to_make = slowest_make if model is None else 0.0
                 seconds = unbilled + to_make + estimate * safety_factor + overhead
                 billing.keep_hold()
+                if slack_seconds is None:
+                    # The bookkeeping after the last rung takes about what it took between rungs: held so
+                    # before this rung, else this rung would spend the money that pays it.
+                    unpaid = billing.grow_hold(overhead * safety_factor)
+                    if unpaid:
+                        state, stop = "cut", unpaid
+                        break
                 try:
                     reservation = ledger.reserve(
                         budget_scope,

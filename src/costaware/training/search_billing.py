@@ -4,7 +4,9 @@ Each settlement bills the time since the previous one and brings what was billed
 rounded up to the micro-dollar, so the rounding is carried, never dropped; the search's own bookkeeping (its
 setup before the first rung, :meth:`SearchBilling.bill_setup`, and the time after the last rung,
 :meth:`SearchBilling.settle_tail`) is paid from a hold of its own, reserved when the search starts
-(:meth:`SearchBilling.hold_bookkeeping`), so that no rung can spend the money it needs.
+(:meth:`SearchBilling.hold_bookkeeping`), so that no rung can spend the money it needs. A measured hold
+(``slack_seconds=None``) is reserved once the setup ran, at its time x ``safety_factor``, and grown before
+each rung to the bookkeeping measured between rungs (:meth:`SearchBilling.grow_hold`).
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from typing import TYPE_CHECKING
 
 from costaware.core.errors import BudgetExceededError
 from costaware.core.ledger import Kind, LedgerEntry, Market, Reservation, clipped_note, compute_cost, utcnow
-from costaware.core.money import format_usd_exact
+from costaware.core.money import MICRO_USD, format_usd_exact
 from costaware.core.tuning import usd_for_seconds
 
 if TYPE_CHECKING:
@@ -40,6 +42,7 @@ class SearchBilling:
         run: The search's run id in the ledger.
         meter: The clock that measures what the search uses.
         started: ``meter()`` when the search started (the first settlement bills from then).
+        measured: The hold is measured (``slack_seconds=None``), not a given number of seconds.
     """
 
     def __init__(
@@ -53,6 +56,7 @@ class SearchBilling:
         run: str,
         meter: Callable[[], float],
         started: float,
+        measured: bool = False,
     ) -> None:
         self.ledger = ledger
         self.budget_scope = budget_scope
@@ -68,6 +72,7 @@ class SearchBilling:
         self.hold: Reservation | None = None
         #: What the hold has paid already (the setup), while it stays open for the time after the last rung.
         self.hold_paid = Decimal(0)
+        self.measured = measured
 
     @property
     def held_usd(self) -> Decimal:
@@ -80,7 +85,10 @@ class SearchBilling:
         Reserved only at the end, the time after the last rung found the cap spent by the rungs and was billed
         past it. Held from the start, every rung is reserved from what is left beside it.
         """
-        usd = usd_for_seconds(seconds, self.usd_per_hour)
+        usd = (
+            self.measured_hold_usd(seconds) if self.measured else usd_for_seconds(seconds, self.usd_per_hour)
+        )
+        what = f"measured, {seconds:.3f} s" if self.measured else f"slack_seconds={seconds:g}"
         try:
             self.hold = self.ledger.reserve(
                 self.budget_scope,
@@ -89,11 +97,34 @@ class SearchBilling:
                 run_id=self.run,
                 dag_id=self.owner[0],
                 ttl=BOOKKEEPING_HOLD_TTL,
-                purpose=f"the search's own bookkeeping (slack_seconds={seconds:g})",
+                purpose=f"the search's own bookkeeping ({what})",
             )
         except BudgetExceededError as e:
             return f"no rung was run: {e}"
         return ""
+
+    def measured_hold_usd(self, seconds: float) -> Decimal:
+        """What a measured hold of ``seconds`` sets aside: at least a micro-dollar (a meter at rest)."""
+        return max(usd_for_seconds(seconds, self.usd_per_hour), MICRO_USD)
+
+    def grow_hold(self, seconds: float) -> str:
+        """Grow the hold, from what the budgets have left, to set aside ``seconds``; returns "" or the stop.
+
+        The bookkeeping between rungs (Optuna's ask and tell, the ledger's writes) is what the time after the
+        last rung takes too: where it slows down, a hold measured on the faster setup would leave that time
+        unpaid, spent by the rungs. Where the budgets cannot hold it, the stop says so: no rung is run.
+        """
+        needed = usd_for_seconds(seconds, self.usd_per_hour)
+        if self.hold is None or self.held_usd >= needed:
+            return ""
+        self.hold = self.ledger.grow(self.hold.id, self.hold_paid + needed)
+        if self.held_usd >= needed:
+            return ""
+        return (
+            f"no rung was run that would leave the search's own bookkeeping unpaid: measured between rungs "
+            f"x safety_factor it now takes {seconds:.3f} s ({format_usd_exact(needed)}), and the budgets "
+            f"could hold only {format_usd_exact(self.held_usd)} for it; raise cap_usd"
+        )
 
     def bill_setup(self, now: float) -> None:
         """Bill the time before the first rung (the budget, the study, the first proposal) from the hold.
@@ -207,6 +238,12 @@ class SearchBilling:
             over = self.past_cap()
             if over <= 0:
                 return stop
+            if beyond_hold and self.measured:
+                return (
+                    f"{stop}; the last {seconds:.3f} s (bookkeeping after the last rung) were billed past "
+                    f"the cap by {format_usd_exact(over)}: they took longer than the hold measured for them, "
+                    "and the cap had no room left; give slack_seconds where the bookkeeping's time swings"
+                )
             if beyond_hold:
                 return (
                     f"{stop}; the last {seconds:.3f} s (bookkeeping after the last rung) were billed past "
