@@ -909,9 +909,10 @@ def test_a_cap_below_the_first_rung_and_the_measured_setup_is_refused_naming_bot
     ), message
     named = re.search(r"set cap_usd to at least \$([0-9.]+) ", message)
     assert named is not None and Decimal(named.group(1)) > Decimal("1.6")
-    # The setup ran and is billed, within the cap; no hold or budget is left behind.
+    # The setup ran and is billed as such, within the cap; no hold or budget is left behind.
     spent = sum(Decimal(str(e["usd"])) for e in ledger.entries())
     assert 0 < spent <= Decimal("1.6")
+    assert ledger.entries()[-1]["trial"] == "setup"  # oldest first: the setup's own entry
     assert not ledger.open_reservations() and ledger.budgets() == []
     # The cap it names pays a rung.
     least = search(ledger, named.group(1), Ticking(0.1))

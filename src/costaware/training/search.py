@@ -424,7 +424,8 @@ def budgeted_search(
                         held = billing.measured_hold_usd(hold_seconds)
                         least = first_rung_usd + held
                         if cap_usd < least:
-                            # Raised here, the setup is billed (as a failure's time is) and the budget goes.
+                            # The setup ran: billed as such, and the budget goes as on any failure.
+                            billing.settle_tail("", label="setup", what="the search's setup (cap refused)")
                             raise ConfigurationError(
                                 f"cap_usd {format_usd_exact(cap_usd)} cannot pay one rung: the first rung's "
                                 f"reservation (first_rung_seconds={first_rung_seconds:g} x safety_factor="

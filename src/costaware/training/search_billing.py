@@ -208,8 +208,12 @@ class SearchBilling:
         self.last_bill = now
         return seconds
 
-    def settle_tail(self, stop: str) -> str:
+    def settle_tail(
+        self, stop: str, *, label: str = "tail", what: str = "bookkeeping after the last rung"
+    ) -> str:
         """Settle the time after the last rung on the bookkeeping hold; returns the stop note.
+
+        ``label`` and ``what`` name the entry: a search refused once its setup ran bills that setup so.
 
         A tail longer than the hold grows it as far as the cap has room. Only what is past both (the
         bookkeeping ran longer than ``slack_seconds`` and the cap was spent to the micro-dollar) is billed
@@ -231,7 +235,7 @@ class SearchBilling:
             if usd > self.held_usd:
                 self.hold = hold = self.ledger.grow(hold.id, self.hold_paid + usd)
             beyond_hold = usd > self.held_usd
-            seconds = self.bill(hold.id, "tail", "bookkeeping after the last rung", now)
+            seconds = self.bill(hold.id, label, what, now)
             self.hold = None
             # Said from the budget as settled: a setup longer than slack_seconds left the hold "overdrawn"
             # and read as past the cap where the cap still had room.
@@ -267,10 +271,10 @@ class SearchBilling:
                 purpose="bookkeeping after the last rung",
             )
         except BudgetExceededError:
-            seconds = self.bill(None, "tail", "bookkeeping after the last rung (past the cap)", now)
+            seconds = self.bill(None, label, f"{what} (past the cap)", now)
             return (
                 f"{stop}; the last {seconds:.3f} s (bookkeeping after the last rung) were billed past the "
                 f"cap: nothing was left to reserve them ({format_usd_exact(usd)})"
             )
-        self.bill(reservation.id, "tail", "bookkeeping after the last rung", now)
+        self.bill(reservation.id, label, what, now)
         return stop
