@@ -993,3 +993,69 @@ def test_a_cancelled_waits_poll_still_running_sends_no_stop_and_keeps_no_state(
     assert listing.answers == []  # the slow poll did answer
     assert kept[where] == new_try
     assert listing.stops == []
+
+
+@pytest.mark.parametrize("new_try_deferred", [True, False], ids=["a new try kept its state", "handed over"])
+def test_a_cancelled_waits_stop_at_the_cap_still_under_way_keeps_no_state_over_a_new_trys(
+    monkeypatch: pytest.MonkeyPatch, new_try_deferred: bool
+) -> None:
+    # The cancel came while the stop at the cap was under way (a slow backend call): the poll's thread went
+    # on to write its try's state over the wait state XCom the task's new try had kept since, and a timeout
+    # of that new try's wait then stopped and billed the old job, leaving the new one running unbilled.
+    # Handed over to another triggerer, the same try's XCom still gets the stop: the new wait must know it.
+    import threading
+    from datetime import datetime, timedelta, timezone
+    from types import SimpleNamespace
+
+    from attempt_states import CAPTURED  # tests/support/
+
+    import costaware.adapters.compute.base as compute
+    import costaware.triggers.remote_training as remote_trigger
+    from costaware.adapters.compute.base import JobState, JobStatus
+    from costaware.training.attempts import AttemptState
+    from costaware.training.plan import RemotePlan
+    from costaware.triggers.remote_training import CAP_STOP_KEY, WAIT_STATE_XCOM_KEY
+
+    kept = keeping_wait_state(monkeypatch)
+    t0 = datetime(2026, 11, 26, 9, tzinfo=timezone.utc)
+    plan = RemotePlan.from_json({**CAPTURED, "backend": "batch", "backend_options": {}})
+    state = AttemptState(plan=plan).submitted(
+        job_id="j", market="spot", submitted_at=t0.isoformat(), stop_after_seconds=600, stop_by_poll=True
+    )
+    stopping, stop_answers = threading.Event(), threading.Event()
+
+    class SlowStop(_Listing):
+        def stop(self, job_id: str) -> None:
+            stopping.set()
+            stop_answers.wait(30)
+            super().stop(job_id)
+
+    # Past its cap at the poll: the wait stops it there, and the stop call is slow.
+    listing = SlowStop([JobStatus(job_id="j", state=JobState.RUNNING, market="spot", billable_seconds=610.0)])
+    monkeypatch.setattr(compute, "open_backend", lambda name, options: listing)
+    monkeypatch.setattr(remote_trigger, "utcnow", lambda: t0 + timedelta(seconds=620))
+    trigger = RemoteTrainingJobTrigger(backend="batch", backend_options={}, job_id="j", state=state.to_json())
+    trigger.task_instance = SimpleNamespace(  # type: ignore[assignment]
+        dag_id="remote_dag", task_id="train", run_id="r", map_index=-1
+    )
+    where = (WAIT_STATE_XCOM_KEY, "remote_dag", "train", "r", -1)
+    kept[where] = state.to_json()  # the operator keeps the state it defers with
+    new_try = {"attempts": [], "current": {"attempt": 2, "job_id": "j2"}}
+
+    async def cancelled_mid_stop() -> None:
+        waiting = asyncio.ensure_future(trigger.run().__anext__())
+        assert await asyncio.to_thread(stopping.wait, 30)
+        waiting.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await waiting
+        if new_try_deferred:
+            kept[where] = new_try  # the task's new try defers and keeps its own state
+        stop_answers.set()  # the old stop goes through; asyncio.run waits for its thread below
+
+    asyncio.run(cancelled_mid_stop())
+    assert listing.stops == ["j"]  # sent before the cancel: it went through
+    if new_try_deferred:
+        assert kept[where] == new_try
+    else:
+        assert kept[where]["current"]["job_id"] == "j"
+        assert kept[where]["current"][CAP_STOP_KEY]["job_id"] == "j"

@@ -742,6 +742,8 @@ class RemoteTrainingJobTrigger(BaseTrigger):
             return False
         from costaware.adapters.compute.base import open_backend
 
+        # A cancel during the stop call cannot stop it: the stop is then kept only where the task's wait
+        # state is still this wait's (:meth:`_xcom_holds_this_wait`).
         try:
             open_backend(self.backend, self.backend_options).stop(job_id)
         except Exception as e:
@@ -804,6 +806,8 @@ class RemoteTrainingJobTrigger(BaseTrigger):
         try:
             from airflow.sdk.execution_time.xcom import XCom
 
+            if self._cancelled.is_set() and not self._xcom_holds_this_wait(XCom.get_one(**where)):
+                return
             key = where.pop("key")
             XCom.set(key, self.state, **where)
         except Exception as e:
@@ -814,6 +818,28 @@ class RemoteTrainingJobTrigger(BaseTrigger):
                 type(e).__name__,
                 e,
             )
+
+    def _xcom_holds_this_wait(self, kept: Any) -> bool:
+        """Whether the kept wait state is still this wait's attempt and job (see :meth:`_send_cap_stop`).
+
+        A wait cancelled while its stop at the cap was under way keeps the stop only there: a triggerer
+        handing it over leaves the XCom as it was, and the new wait must know of the stop; a new try of the
+        task (a clear, a retry) keeps its own state there, which the old try's would overwrite: a timeout
+        of the new try's wait then stopped and billed the old job and left the new one running unbilled.
+        """
+        kept_current = kept.get("current") if isinstance(kept, Mapping) else None
+        current = self.state.get("current") or {}
+        if isinstance(kept_current, Mapping) and all(
+            kept_current.get(name) == current.get(name) for name in ("attempt", "job_id")
+        ):
+            return True
+        self.log.info(
+            "the wait for job %s was cancelled while its stop at the cap was sent: the stop went through, "
+            "but the task's wait state now is another wait's (job %s), which is left as it is",
+            self.job_id,
+            kept_current.get("job_id") if isinstance(kept_current, Mapping) else None,
+        )
+        return False
 
     def _restore_cap_stop(self) -> None:
         """Take over a stop at the cap that the wait this one replaces sent (see :meth:`_keep_cap_stop`)."""
