@@ -42,7 +42,6 @@ EXAMPLES: dict[str, dict[str, Any]] = {
         "price_watch": CAPTURED["watch"],
         "ledger_conn_id": "test_ledger",
         "aws_conn_id": "moto_aws",
-        "timeout_at": "2026-01-01T07:00:00+00:00",
     },
     "SpotWindowTrigger": {
         "instance_type": "m5.large",

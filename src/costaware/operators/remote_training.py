@@ -622,8 +622,6 @@ class RemoteTrainingOperator(RemoteAttemptSteps, RemotePlanArguments, BuiltInTra
                 from costaware.triggers.remote_training import in_dags_test
 
                 self._deferred_inline = state.plan.base_name if in_dags_test() else None
-                # An on_kill after it is the timeout's (Airflow 3.3 may call one): the resume owns the job.
-                trigger.timeout_at = (utcnow() + timeout).isoformat()
                 self.defer(trigger=trigger, method_name="execute_complete", timeout=timeout)
             # In the worker: poll the same trigger (its price watch and state-change logging) until it fires.
             try:

@@ -21,11 +21,14 @@ Where a person kills the waiting task (marks it failed or succeeded, or clears i
 trigger's ``on_kill``: it stops the job and bills what it ran, and settles the task's hold
 (:meth:`RemoteTrainingJobTrigger.stop_and_bill`); no task is left to do it. A triggerer restart calls no
 ``on_kill``: the job runs on, and the trigger goes on watching it (a stop at the cap it had sent is read
-back from the task's wait state XCom, ``WAIT_STATE_XCOM_KEY``, and not sent again). Nor should a deferral
-timeout, but Airflow 3.3 may call it then too ("cancelled by user action"), with the task scheduled to run
-its resume: an ``on_kill`` past the wait's ``timeout_at`` with the task not ended leaves the job running and
-unbilled, as the resume follows it (``RemoteTrainingOperator.resume_execution``): with a retry left, the
-retry follows the job by its name and bills it; on the last try the resume stops and bills it.
+back from the task's wait state XCom, ``WAIT_STATE_XCOM_KEY``, and not sent again). Nor does a deferral
+timeout: Airflow 3.3.2's scheduler sets the task past its ``trigger_timeout`` scheduled for its ``__fail__``
+resume, and its triggerer, cancelling the trigger past that deadline, calls no ``on_kill`` (whatever the
+cancel's cause). The resume fails the try (``RemoteTrainingOperator.resume_execution``): with a retry left,
+the retry follows the job by its name and bills it; on the last try the resume stops and bills it, from the
+state in ``WAIT_STATE_XCOM_KEY``. Known gap: a person's mark-failed or mark-success of the deferred task
+after that deadline, before the scheduler's timeout check, gets no ``on_kill`` and no resume: the job runs
+on, unbilled, until its own time limit (docs/remote-training.md says what to do).
 """
 
 from __future__ import annotations
@@ -76,12 +79,6 @@ ENDED_STATES = frozenset({"success", "failed", "skipped", "upstream_failed", "re
 #: The states of a task no person ended: its trigger moved to another triggerer, or its worker is going
 #: away (shutdown, ``execution_timeout``); the job runs on for the task, or its retry, to follow.
 WAITING_STATES = frozenset({"deferred", "running"})
-#: The states Airflow 3.3 gives a task whose deferral timed out on its way to its resume and retry: the
-#: scheduler's timeout sweep sets it ``scheduled`` (``next_method="__fail__"``), a worker queues and runs
-#: that resume, which fails the try (``up_for_retry``, or ``failed`` on the last try, after the resume
-#: stopped and billed the job) and its retry is scheduled again. Not ``failed``: a task that ended is
-#: stopped and billed as before (the billing finds what the resume billed and adds nothing).
-TIMED_OUT_STATES = frozenset({"scheduled", "queued", "running", "up_for_retry", "deferred"})
 #: The XCom (of the waiting try) holding the attempt state a deferred wait watches. Airflow resumes a wait
 #: that timed out (or whose trigger failed) with nothing of the deferral but the error: this is how that
 #: resume finds the job to stop and bill. The wait keeps a stop at the cap it sent there too.
@@ -373,8 +370,6 @@ class RemoteTrainingJobTrigger(BaseTrigger):
         price_watch: Pause or resume on the spot price (see the module docstring), or ``None``.
         ledger_conn_id: The cost ledger a killed task's job is billed in (the operator's).
         aws_conn_id: The AWS connection of the recorded spot prices it is billed at (the operator's).
-        timeout_at: ISO time of the wait's deferral timeout (the operator's ``timeout``): an ``on_kill``
-            after it is the timeout's, not a person's (see the module docstring). None: no timeout known.
     """
 
     def __init__(
@@ -388,7 +383,6 @@ class RemoteTrainingJobTrigger(BaseTrigger):
         price_watch: dict[str, Any] | None = None,
         ledger_conn_id: str = "costaware_ledger",
         aws_conn_id: str | None = DEFAULT_AWS_CONN_ID,
-        timeout_at: str | None = None,
     ) -> None:
         super().__init__()
         if job_id is None and price_watch is None:
@@ -402,7 +396,6 @@ class RemoteTrainingJobTrigger(BaseTrigger):
         self.price_watch = dict(price_watch) if price_watch else None
         self.ledger_conn_id = ledger_conn_id
         self.aws_conn_id = aws_conn_id
-        self.timeout_at = timeout_at
         self._last = ""
         self._poll_errors = 0
         #: The job's latest status and when it was seen: what a job deleted under us is billed from.
@@ -452,7 +445,6 @@ class RemoteTrainingJobTrigger(BaseTrigger):
                 "price_watch": self.price_watch,
                 "ledger_conn_id": self.ledger_conn_id,
                 "aws_conn_id": self.aws_conn_id,
-                "timeout_at": self.timeout_at,
             },
         )
 
@@ -1229,17 +1221,6 @@ class RemoteTrainingJobTrigger(BaseTrigger):
         if verdict == "waiting":
             self.log.info("the task still waits (no person ended it): job %s runs on", self.job_id)
             return
-        if verdict == "timed out":
-            # Airflow resumes the task to fail it: that resume, not this cancel, owns the job (a kill
-            # here billed a job the retry then followed, and stopped the training the retry was for).
-            self.log.info(
-                "the wait timed out (at %s), no person ended the task: job %s runs on; with a retry left "
-                "the retry follows it by its name and bills it, on the last try the task's resume stops "
-                "and bills it",
-                self._deadline(),
-                self.job_id,
-            )
-            return
         state = AttemptState.from_json(self.state)
         billing = KilledTrainingBilling(
             ledger_conn_id=self.ledger_conn_id, aws_conn_id=self.aws_conn_id, log=self.log
@@ -1282,21 +1263,8 @@ class RemoteTrainingJobTrigger(BaseTrigger):
             else:
                 billing._settle(state)
 
-    def _deadline(self) -> datetime | None:
-        """When the wait's deferral times out: the operator's ``timeout_at``, else the triggerer's own."""
-        if self.timeout_at:
-            return parse_instant(self.timeout_at, name="timeout_at")
-        airflows = getattr(self, "timeout_after", None)  # set by Airflow 3.3's triggerer from the TI
-        if isinstance(airflows, datetime):
-            return airflows if airflows.tzinfo else airflows.replace(tzinfo=utcnow().tzinfo)
-        return None
-
     def _task_verdict(self) -> str:
-        """``ended``, ``cleared``, ``waiting`` or ``timed out``: what Airflow says of the killed task now.
-
-        ``timed out``: the wait's deadline passed and the task is on its way to its resume or retry
-        (``TIMED_OUT_STATES``), which follow the job (see the module docstring).
-        """
+        """``ended``, ``cleared`` or ``waiting``: what Airflow says of the killed task now (see above)."""
         ti = getattr(self, "task_instance", None)
         if ti is None:
             return "ended"
@@ -1317,9 +1285,6 @@ class RemoteTrainingJobTrigger(BaseTrigger):
         value = str(getattr(state, "value", state))
         if value in ENDED_STATES:
             return "ended"
-        deadline = self._deadline()
-        if deadline is not None and utcnow() >= deadline and value in TIMED_OUT_STATES:
-            return "timed out"
         return "waiting" if value in WAITING_STATES else "cleared"
 
     def _stop_job(
