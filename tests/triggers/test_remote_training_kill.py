@@ -217,26 +217,54 @@ def test_what_a_kill_does_follows_the_task_state(
 
 
 @pytest.mark.parametrize(
-    ("deadline_in", "stopped"),
-    [(-20.0, False), (3600.0, True)],
-    ids=["after the wait's deadline", "before it"],
+    ("deadline_in", "state_now", "stopped"),
+    [
+        (-20.0, "failed", True),  # a person's mark after the deadline: Airflow calls no on_kill
+        (-20.0, "success", True),
+        (-20.0, "scheduled", False),  # the scheduler's timeout check: the task's __fail__ resume follows it
+        (-20.0, "up_for_retry", False),  # that resume failed the try: the retry follows the job by its name
+        (3600.0, "failed", True),  # before the deadline: Airflow's on_kill
+    ],
 )
-def test_airflows_triggerer_calls_no_on_kill_on_a_cancel_after_the_waits_deadline(
-    tmp_path: Path, ledger: Any, monkeypatch: pytest.MonkeyPatch, deadline_in: float, stopped: bool
+def test_a_person_ending_a_deferred_task_past_its_waits_deadline_stops_and_bills_its_job(
+    tmp_path: Path,
+    ledger: Any,
+    monkeypatch: pytest.MonkeyPatch,
+    deadline_in: float,
+    state_now: str,
+    stopped: bool,
 ) -> None:
-    # What docs/remote-training.md says of a deferral timeout rests on this (Airflow 3.3.2's run_trigger):
-    # past the task's trigger_timeout a cancel, even by a person's action, calls no on_kill, so the job
-    # runs on for the task's __fail__ resume (or, after a person's mark, unbilled: the known gap).
-    from datetime import datetime, timedelta, timezone
+    # Airflow 3.3.2's run_trigger calls no on_kill for a cancel past the task's trigger_timeout, a person's
+    # action too: a task marked failed or succeeded then, before the scheduler's timeout check reached it,
+    # got no resume either, and its job ran on unbilled to its time limit.
+    from datetime import timedelta
+    from types import SimpleNamespace
 
     from airflow.jobs.triggerer_job_runner import _USER_ACTION_CANCEL_MSG, TriggerRunner
+    from airflow.sdk.execution_time.task_runner import RuntimeTaskInstance
+
+    from costaware.core.ledger import utcnow
 
     ledger.set_budget("project=churn", "month", "10")
     gate = ledger.reserve("project=churn", "1.00", holder=HOLDER, run_id="r")
     trigger = deferred_trigger(operator(tmp_path, "wait-for-notice"))
-    trigger.task_instance = None  # type: ignore[assignment]  # as the task's state were unreadable: ended
+    monkeypatch.setattr(
+        RuntimeTaskInstance,
+        "get_task_states",
+        staticmethod(lambda **query: {"scheduled__2026-01-01": {"train": state_now}}),
+    )
+    trigger.task_instance = SimpleNamespace(  # type: ignore[assignment]
+        id="ti",
+        dag_id="remote_dag",
+        run_id="scheduled__2026-01-01",
+        task_id="train",
+        map_index=-1,
+        try_number=1,
+        context_carrier=None,
+    )
     wait_for(tmp_path / "seen.jsonl.ready")
-    deadline = datetime.now(timezone.utc) + timedelta(seconds=deadline_in)
+    deadline = utcnow() + timedelta(seconds=deadline_in)
+    trigger.timeout_after = deadline  # type: ignore[attr-defined]  # as Airflow's triggerer sets it
 
     async def cancelled_by_a_person() -> None:
         runner = TriggerRunner()
@@ -248,12 +276,50 @@ def test_airflows_triggerer_calls_no_on_kill_on_a_cancel_after_the_waits_deadlin
             await running
 
     monkeypatch.setenv("AIRFLOW_DISABLE_GREENBACK_PORTAL", "true")  # no greenlet portal needed here
-    asyncio.run(cancelled_by_a_person())  # waits for on_kill's thread, where one was started
+    asyncio.run(cancelled_by_a_person())  # waits for the stop and bill's thread, where one was started
     assert trigger.job_id is not None
     assert open_backend("local", {"root": str(tmp_path / "jobs")}).poll(trigger.job_id).state.done is stopped
     assert [e["cause"] for e in train_entries(ledger)] == (["killed"] if stopped else [])
     with ledger.reading() as conn:
         assert (reservations.reservation(conn, gate.id).status == "settled") is stopped
+
+
+def test_a_cancel_past_the_deadline_after_the_last_trys_resume_billed_the_job_bills_it_no_second_time(
+    tmp_path: Path, ledger: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A triggerer slow to cancel the timed-out wait reads the task failed by its resume on the last try,
+    # which stopped and billed the job already (cause unwatched): as a person's mark, it is billed again.
+    from types import SimpleNamespace
+
+    from airflow.sdk.execution_time.task_runner import RuntimeTaskInstance
+
+    ledger.set_budget("project=churn", "month", "10")
+    gate = ledger.reserve("project=churn", "1.00", holder=HOLDER, run_id="r")
+    trigger = deferred_trigger(operator(tmp_path, "wait-for-notice"))
+    wait_for(tmp_path / "seen.jsonl.ready")
+    resumed = reimported(trigger)  # the resume's own trigger, from the kept wait state
+    resumed.stop_and_bill(ask_state=False, cause="unwatched", why="the wait timed out")
+    monkeypatch.setattr(
+        RuntimeTaskInstance,
+        "get_task_states",
+        staticmethod(lambda **query: {"scheduled__2026-01-01": {"train": "failed"}}),
+    )
+    trigger.task_instance = SimpleNamespace(  # type: ignore[assignment]
+        dag_id="remote_dag", run_id="scheduled__2026-01-01", task_id="train", map_index=-1
+    )
+    trigger._stop_and_bill_if_a_person_ended_the_task()
+    assert [e["cause"] for e in train_entries(ledger)] == ["unwatched"]
+    with ledger.reading() as conn:
+        assert reservations.reservation(conn, gate.id).status == "settled"
+
+
+def test_the_person_cancel_message_is_airflows() -> None:
+    # Copied from Airflow (a private name): a change there would leave a person's late mark unbilled again.
+    from airflow.jobs.triggerer_job_runner import _USER_ACTION_CANCEL_MSG
+
+    from costaware.triggers.remote_training import AIRFLOW_USER_ACTION_CANCEL
+
+    assert AIRFLOW_USER_ACTION_CANCEL == _USER_ACTION_CANCEL_MSG
 
 
 def test_a_job_gone_after_the_stop_is_billed_up_to_then(

@@ -26,9 +26,10 @@ timeout: Airflow 3.3.2's scheduler sets the task past its ``trigger_timeout`` sc
 resume, and its triggerer, cancelling the trigger past that deadline, calls no ``on_kill`` (whatever the
 cancel's cause). The resume fails the try (``RemoteTrainingOperator.resume_execution``): with a retry left,
 the retry follows the job by its name and bills it; on the last try the resume stops and bills it, from the
-state in ``WAIT_STATE_XCOM_KEY``. Known gap: a person's mark-failed or mark-success of the deferred task
-after that deadline, before the scheduler's timeout check, gets no ``on_kill`` and no resume: the job runs
-on, unbilled, until its own time limit (docs/remote-training.md says what to do).
+state in ``WAIT_STATE_XCOM_KEY``. A person's mark-failed or mark-success of the deferred task after that
+deadline, before the scheduler's timeout check, gets no ``on_kill`` and no resume either: the trigger, its
+cancel caused by a person's action past the deadline, stops and bills the job itself where the task ended
+(:meth:`RemoteTrainingJobTrigger._stop_and_bill_if_a_person_ended_the_task`).
 """
 
 from __future__ import annotations
@@ -79,6 +80,9 @@ ENDED_STATES = frozenset({"success", "failed", "skipped", "upstream_failed", "re
 #: The states of a task no person ended: its trigger moved to another triggerer, or its worker is going
 #: away (shutdown, ``execution_timeout``); the job runs on for the task, or its retry, to follow.
 WAITING_STATES = frozenset({"deferred", "running"})
+#: The message of Airflow 3.3's cancel of a trigger for a person's action on its task (a mark or a clear):
+#: ``airflow.jobs.triggerer_job_runner._USER_ACTION_CANCEL_MSG``, copied (a private name).
+AIRFLOW_USER_ACTION_CANCEL = "__airflow_user_action__"
 #: The XCom (of the waiting try) holding the attempt state a deferred wait watches. Airflow resumes a wait
 #: that timed out (or whose trigger failed) with nothing of the deferral but the error: this is how that
 #: resume finds the job to stop and bill. The wait keeps a stop at the cap it sent there too.
@@ -1095,7 +1099,7 @@ class RemoteTrainingJobTrigger(BaseTrigger):
                     inline = False
                     _INLINE_WAITS.running -= 1
                 yield event
-        except asyncio.CancelledError:
+        except asyncio.CancelledError as cancel:
             self._cancelled.set()
             # A triggerer cancels a trigger it hands to another (the job is watched on), but `airflow dags
             # test` runs it inline and cancels it on Ctrl-C: nobody would watch or bill the job after. Its
@@ -1105,6 +1109,8 @@ class RemoteTrainingJobTrigger(BaseTrigger):
                 self.log.warning("interrupted: stopping job %s and billing it, as for a kill", self.job_id)
                 with self._interrupts_wait_for_the_bill():
                     self.stop_and_bill()
+            elif self._cancelled_by_a_person_past_the_deadline(cancel):
+                await asyncio.to_thread(self._stop_and_bill_if_a_person_ended_the_task)
             raise
         finally:
             if inline:
@@ -1183,6 +1189,43 @@ class RemoteTrainingJobTrigger(BaseTrigger):
                 yield TriggerEvent(event)
                 return
             await asyncio.sleep(self.next_poll_in())
+
+    def _cancelled_by_a_person_past_the_deadline(self, cancel: asyncio.CancelledError) -> bool:
+        """Whether Airflow will call no ``on_kill`` for this cancel, though a person's action caused it.
+
+        Airflow 3.3.2's triggerer calls ``on_kill`` for a cancel by a person's action (a mark or a clear)
+        only before the task's ``trigger_timeout``, which it sets on the trigger as ``timeout_after``; past
+        it, it re-raises without calling it.
+        """
+        if not (cancel.args and cancel.args[0] == AIRFLOW_USER_ACTION_CANCEL):
+            return False
+        deadline = getattr(self, "timeout_after", None)
+        if not isinstance(deadline, datetime):
+            return False
+        now = utcnow()
+        return (deadline if deadline.tzinfo else deadline.replace(tzinfo=now.tzinfo)) < now
+
+    def _stop_and_bill_if_a_person_ended_the_task(self) -> None:
+        """A cancel past the wait's deadline: stop and bill the job only where a person ended the task.
+
+        Airflow calls no ``on_kill`` then: a task marked failed or succeeded after the deadline, before the
+        scheduler's timeout check, left its job running, unbilled, with no resume to stop it. The task
+        that timed out is on its way to its ``__fail__`` resume (scheduled, queued, running) or its retry,
+        which follow the job; a state that cannot be read is taken as that, far the likelier.
+        """
+        if self._task_verdict(unreadable="waiting") != "ended":
+            self.log.info(
+                "the wait for job %s was cancelled past its deadline: the task's resume, or its new try, "
+                "follows the job",
+                self.job_id,
+            )
+            return
+        self.log.warning(
+            "the task was ended by a person past its wait's deadline, when Airflow calls no on_kill: "
+            "stopping job %s and billing it, as for a kill",
+            self.job_id,
+        )
+        self.stop_and_bill(ask_state=False)
 
     async def on_kill(self) -> None:
         """A person killed the waiting task: stop its job and bill it (see :meth:`stop_and_bill`)."""
@@ -1263,20 +1306,23 @@ class RemoteTrainingJobTrigger(BaseTrigger):
             else:
                 billing._settle(state)
 
-    def _task_verdict(self) -> str:
-        """``ended``, ``cleared`` or ``waiting``: what Airflow says of the killed task now (see above)."""
+    def _task_verdict(self, *, unreadable: str = "ended") -> str:
+        """``ended``, ``cleared`` or ``waiting``: what Airflow says of the killed task now (see above).
+
+        ``unreadable``: the verdict where the state cannot be read (no task instance: outside Airflow).
+        """
         ti = getattr(self, "task_instance", None)
         if ti is None:
-            return "ended"
+            return unreadable
         try:
             from airflow.sdk.execution_time.task_runner import RuntimeTaskInstance
 
             states = RuntimeTaskInstance.get_task_states(
                 dag_id=ti.dag_id, map_index=ti.map_index, task_ids=[ti.task_id], run_ids=[ti.run_id]
             )
-        except Exception as e:  # the hold is settled: the safe side for a task that ended
-            self.log.warning("cannot read the killed task's state (%s): taken as ended", e)
-            return "ended"
+        except Exception as e:  # for a kill, the hold is settled: the safe side for a task that ended
+            self.log.warning("cannot read the killed task's state (%s): taken as %s", e, unreadable)
+            return unreadable
         run = states.get(ti.run_id) or {}
         key = ti.task_id if ti.map_index is None or ti.map_index < 0 else f"{ti.task_id}_{ti.map_index}"
         if key not in run:
