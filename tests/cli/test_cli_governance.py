@@ -236,6 +236,27 @@ def test_alerts_set_refuses_a_class_its_module_lacks(
     assert alert_rules(ledger) == {}
 
 
+def test_alerts_set_refuses_a_kwarg_the_notifier_passes_on_and_its_base_refuses(
+    ledger_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # SmtpNotifier takes **kwargs and hands them to BaseNotifier, which takes none: `subjet` was stored, and
+    # the worker refused the rule at every alert ("unexpected keyword argument 'subjet'"): none was sent.
+    ledger = Ledger.from_url(ledger_url)
+    ledger.set_budget("project=churn", "month", "100")
+    typo = json.dumps([{"class": SMTP, "kwargs": {"to": "a@b", "subjet": "{{ costaware_alert.message }}"}}])
+    args = ["--ledger-url", ledger_url, "alerts", "set", "--scope", "project=churn", "--period", "month"]
+    assert main([*args, "--notifiers", typo]) == 2
+    err = capsys.readouterr().err
+    assert f"notifier '{SMTP}' takes no kwarg 'subjet' (did you mean 'subject'?): fix the name" in err
+    assert alert_rules(ledger) == {}
+    # What the base takes (context) and what a notifier keeps from its own **kwargs are taken.
+    taken = [{"class": SMTP, "kwargs": {"to": "a@b", "context": {}}}]
+    assert main([*args, "--notifiers", json.dumps(taken)]) == 0
+    own = [{"class": "file_notifier.HeaderFileNotifier", "kwargs": {"path": "/dev/null", "x_team": "ml"}}]
+    assert main([*args, "--notifiers", json.dumps(own)]) == 0
+    assert alert_rules(ledger)["project=churn/month"].notifiers == own
+
+
 def test_alerts_set_refuses_templates_a_budgets_own_notifier_cannot_render(
     ledger_url: str, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -20,3 +20,11 @@ class FileNotifier(BaseNotifier):
     def notify(self, context: Any) -> None:
         with Path(self.path).open("a") as out:
             out.write(self.message + "\n")
+
+
+class HeaderFileNotifier(FileNotifier):
+    """A notifier that keeps its ``**headers`` itself (none go on to ``BaseNotifier``): any name is taken."""
+
+    def __init__(self, path: str, **headers: str) -> None:
+        super().__init__(path)
+        self.headers = headers

@@ -8,8 +8,10 @@ committed (spent + reserved) only, and says so.
 from __future__ import annotations
 
 import argparse
+import difflib
 import getpass
 import importlib
+import inspect
 import json
 import sys
 from collections.abc import Iterable, Sequence
@@ -18,6 +20,8 @@ from typing import Any
 from costaware.cli.arguments import open_ledger
 from costaware.cli.output import emit
 from costaware.core.money import format_usd_exact
+
+_BY_NAME = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
 
 
 def current_actor() -> str:
@@ -206,8 +210,6 @@ def _check_kwargs(cls: object, spec: dict[str, Any]) -> None:
     Raises:
         ConfigurationError: a required argument is missing or an unknown one is given.
     """
-    import inspect
-
     from costaware.core.errors import ConfigurationError
 
     kwargs = spec.get("kwargs") or {}
@@ -221,6 +223,54 @@ def _check_kwargs(cls: object, spec: dict[str, Any]) -> None:
         ) from e
     except ValueError:  # no signature to read (a C class): the workers say it when they build it
         return
+    # SmtpNotifier's **kwargs go on to BaseNotifier, which takes none of them: `subjet` bound above, and the
+    # worker refused the rule at every alert ("unexpected keyword argument 'subjet'").
+    if not isinstance(cls, type):  # refused as no notifier class before this
+        return
+    unknown = _kwargs_no_init_takes(cls, kwargs)
+    if not unknown:
+        return
+    try:
+        cls(**kwargs)
+    except TypeError:
+        pass
+    except Exception:  # it got past the arguments (a connection missing here): they were taken
+        return
+    else:  # a notifier of its own that keeps its **kwargs: they were taken
+        return
+    known = _init_parameter_names(cls)
+    hints = [
+        f"{name!r} (did you mean {close[0]!r}?)" if close else repr(name)
+        for name in unknown
+        for close in [difflib.get_close_matches(name, known, n=1)]
+    ]
+    raise ConfigurationError(
+        f"notifier {spec['class']!r} takes no kwarg {', '.join(hints)}: fix the name in its kwargs "
+        f"(it takes {', '.join(known)})"
+    )
+
+
+def _init_parameter_names(cls: type) -> list[str]:
+    """The keyword arguments the constructors along ``cls``'s bases take, as ``**kwargs`` passes them on."""
+    names: list[str] = []
+    for klass in cls.__mro__:
+        init = klass.__dict__.get("__init__")
+        if init is None or klass is object:
+            continue
+        try:
+            parameters = list(inspect.signature(init).parameters.values())[1:]  # without self
+        except (TypeError, ValueError):
+            break
+        names += [p.name for p in parameters if p.kind in _BY_NAME and p.name not in names]
+        if not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters):
+            break
+    return names
+
+
+def _kwargs_no_init_takes(cls: type, kwargs: dict[str, Any]) -> list[str]:
+    """The kwargs that no constructor along ``cls``'s bases names, where its ``**kwargs`` pass them on."""
+    taken = set(_init_parameter_names(cls))
+    return sorted(name for name in kwargs if name not in taken)
 
 
 def _refuse_a_misspelt_class(class_path: str) -> None:
