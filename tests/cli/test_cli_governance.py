@@ -279,6 +279,33 @@ def test_alerts_set_refuses_templates_a_budgets_own_notifier_cannot_render(
     assert main([*args, "--notifiers", json.dumps([{"class": SMTP, "kwargs": seen}])]) == 0
 
 
+@pytest.mark.parametrize("cls", [SMTP, "no.such.Notifier"])  # built here, or only its kwargs read
+def test_alerts_set_refuses_a_field_an_alert_does_not_have(
+    ledger_url: str, capsys: pytest.CaptureFixture[str], cls: str
+) -> None:
+    # Rendered without a DAG, {{ costaware_alert.mesage }} is empty, not an error: it was stored, and every
+    # alert of the budget went out with an empty subject.
+    ledger = Ledger.from_url(ledger_url)
+    ledger.set_budget("project=churn", "month", "100")
+    args = ["--ledger-url", ledger_url, "alerts", "set", "--scope", "project=churn", "--period", "month"]
+    for template, field, hint in [
+        ("{{ costaware_alert.mesage }}", "mesage", "did you mean 'message'? "),
+        ("spent {{ costaware_alert['spent'] }}", "spent", "did you mean 'spent_usd'? "),
+    ]:
+        spec = [{"class": cls, "kwargs": {"to": "a@b", "subject": template}}]
+        assert main([*args, "--notifiers", json.dumps(spec)]) == 2
+        assert (
+            f"its template {template!r} reads costaware_alert.{field}, which an alert does not have, and "
+            f"would send it empty: {hint}an alert has budget, period, threshold, spent_usd, cap_usd, "
+            "forecast_usd, message"
+        ) in capsys.readouterr().err
+        assert alert_rules(ledger) == {}
+    fields = "{% for k, v in costaware_alert.items() %}{{ k }}{% endfor %}{{ costaware_alert['cap_usd'] }}"
+    spec = [{"class": cls, "kwargs": {"to": "a@b", "subject": fields}}]
+    assert main([*args, "--notifiers", json.dumps(spec)]) == 0
+    assert alert_rules(ledger)["project=churn/month"].notifiers == spec
+
+
 def test_alerts_set_takes_guarded_templates_that_render(
     ledger_url: str, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -469,6 +469,42 @@ def rule_template_failure(
     return None
 
 
+def unknown_alert_fields(spec: object) -> list[tuple[str, str, str | None]]:
+    """Each ``costaware_alert.<field>`` a notifier's kwargs read that an alert lacks, with the closest one.
+
+    A budget's own notifiers render without a DAG, where Jinja reads a missing field as empty:
+    ``{{ costaware_alert.mesage }}`` rendered, and the alerts went out with an empty subject or text.
+
+    Returns:
+        ``(template, field, closest field or None)`` for each such field.
+    """
+    from jinja2 import nodes
+    from jinja2.exceptions import TemplateSyntaxError
+    from jinja2.sandbox import SandboxedEnvironment
+
+    fields = list(BudgetAlert("b", "p", FORECAST, Decimal(0), Decimal(0), Decimal(0)).as_dict())
+    env = SandboxedEnvironment()
+    kwargs = spec.get("kwargs") if isinstance(spec, Mapping) else None
+    out: list[tuple[str, str, str | None]] = []
+    for template in _strings(kwargs):
+        try:
+            tree = env.parse(template)
+        except TemplateSyntaxError:  # refused by rendering it, or not a template field
+            continue
+        read = [(n.node, n.attr) for n in tree.find_all(nodes.Getattr)]
+        read += [
+            (n.node, n.arg.value) for n in tree.find_all(nodes.Getitem) if isinstance(n.arg, nodes.Const)
+        ]
+        for node, field in read:
+            if not (isinstance(node, nodes.Name) and node.name == "costaware_alert"):
+                continue
+            if not isinstance(field, str) or field in fields or hasattr(dict, field):  # .items() is a dict's
+                continue
+            close = difflib.get_close_matches(field, fields, n=1)
+            out.append((template, field, close[0] if close else None))
+    return out
+
+
 def _strings(value: object) -> list[str]:
     """The strings in ``value``, at any depth of mappings and lists."""
     if isinstance(value, str):

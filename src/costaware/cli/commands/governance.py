@@ -137,6 +137,7 @@ def alerts_set(args: argparse.Namespace) -> int:
         require_notifier_class,
         rule_template_failure,
         sample_rule_context,
+        unknown_alert_fields,
     )
 
     try:
@@ -173,6 +174,13 @@ def alerts_set(args: argparse.Namespace) -> int:
                 f"what a budget's own notifiers see: use only {list(RULE_TEMPLATE_NAMES)} (e.g. "
                 "{{ costaware_alert.message }}), or set the notifier in [costaware] alert_notifiers, whose "
                 "templates get the task's context"
+            )
+        for template, field, close in unknown_alert_fields(spec):
+            hint = f"did you mean {close!r}? " if close else ""
+            raise ConfigurationError(
+                f"notifier {spec['class']!r}: its template {template!r} reads costaware_alert.{field}, which "
+                f"an alert does not have, and would send it empty: {hint}an alert has "
+                f"{', '.join(sample_rule_context(label)['costaware_alert'])}"
             )
     rule = set_alert_rule(
         # A rule needs its budget, so a ledger that does not exist (a mistyped URL) is not made for it.
