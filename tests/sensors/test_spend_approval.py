@@ -126,6 +126,19 @@ def test_bad_arguments_fail_at_parse_time(kwargs: dict[str, Any], match: str) ->
         gate(**kwargs)
 
 
+@pytest.mark.parametrize("approvers", [None, []])
+def test_no_approvers_asks_any_user_who_may_answer(approvers: Any) -> None:
+    # approvers=None (HITLOperator's assigned_users=None) failed the DAG's parse with "'NoneType' object
+    # is not iterable", naming neither the argument nor what to give.
+    assert gate(approvers=approvers).approvers == []
+    assert gate(on_exceeded="fail", approvers=approvers).approvers == []
+
+
+def test_approvers_that_are_no_list_are_refused_by_name() -> None:
+    with pytest.raises(ValueError, match=r"approvers=5: give a list of Airflow user ids, e\.g\. \['ann'\]"):
+        gate(approvers=5)
+
+
 def test_without_hitl_the_dag_does_not_parse(monkeypatch: pytest.MonkeyPatch) -> None:
     import sys
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -48,8 +48,8 @@ class SpendCapSensor(BaseSensorOperator):
         reservation_ttl: How long the reservation holds if never settled.
         ledger_conn_id: Airflow connection of the ledger (falls back to ``COSTAWARE_LEDGER_URL``).
         deferrable: Wait in the triggerer, not a worker slot; default ``[operators] default_deferrable``.
-        approvers: With ``on_exceeded="approve"``: the Airflow user ids who may approve (empty: any user
-            allowed to answer the DAG's required actions).
+        approvers: With ``on_exceeded="approve"``: the Airflow user ids who may approve (empty or None:
+            any user allowed to answer the DAG's required actions).
         approval_timeout: With ``on_exceeded="approve"``: how long to wait for an answer (then: rejected).
         on_rejected: With ``on_exceeded="approve"``: ``fail`` or ``skip`` after a rejection or timeout.
         instance_type: Instance type the reserved-for task will run on; checked against the price list
@@ -82,7 +82,7 @@ class SpendCapSensor(BaseSensorOperator):
         reservation_ttl: timedelta = timedelta(hours=6),
         ledger_conn_id: str = DEFAULT_LEDGER_CONN_ID,
         deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
-        approvers: Sequence[str] = (),
+        approvers: Sequence[str] | None = (),
         approval_timeout: timedelta | None = timedelta(hours=12),
         on_rejected: str = "fail",
         instance_type: str | None = None,
@@ -131,7 +131,7 @@ class SpendCapSensor(BaseSensorOperator):
     def _init_governance(
         self,
         on_exceeded: str,
-        approvers: Sequence[str],
+        approvers: Sequence[str] | None,
         approval_timeout: timedelta | None,
         on_rejected: str,
     ) -> None:
@@ -141,7 +141,13 @@ class SpendCapSensor(BaseSensorOperator):
             require_hitl()
         if on_rejected not in ON_REJECTED:
             raise ValueError(f"on_rejected={on_rejected!r}: use one of {', '.join(ON_REJECTED)}")
-        if isinstance(approvers, str) or not all(isinstance(a, str) and a.strip() for a in approvers):
+        if approvers is None:  # as HITLOperator's assigned_users=None: any user who may answer
+            approvers = ()
+        if (
+            isinstance(approvers, str)
+            or not isinstance(approvers, Iterable)
+            or not all(isinstance(a, str) and a.strip() for a in approvers)
+        ):
             raise ValueError(f"approvers={approvers!r}: give a list of Airflow user ids, e.g. ['ann']")
         if approvers and on_exceeded != "approve":
             raise ValueError(
