@@ -257,6 +257,28 @@ def test_alerts_set_refuses_a_kwarg_the_notifier_passes_on_and_its_base_refuses(
     assert alert_rules(ledger)["project=churn/month"].notifiers == own
 
 
+def test_alerts_set_refuses_a_misspelt_module_of_a_package_installed_here(
+    ledger_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # 'smpt' for 'smtp' was kept with "cannot be imported here" as a warning: the workers could not import it
+    # either, and every alert of the budget failed to send.
+    ledger = Ledger.from_url(ledger_url)
+    ledger.set_budget("project=churn", "month", "100")
+    args = ["--ledger-url", ledger_url, "alerts", "set", "--scope", "project=churn", "--period", "month"]
+    typo = SMTP.replace(".smtp.SmtpNotifier", ".smpt.SmtpNotifier")
+    assert main([*args, "--notifiers", json.dumps([{"class": typo, "kwargs": {"to": "a@b"}}])]) == 2
+    assert (
+        f"notifier class '{typo}': package 'airflow.providers.smtp.notifications' has no module 'smpt': did "
+        f"you mean {SMTP}?"
+    ) in capsys.readouterr().err
+    assert alert_rules(ledger) == {}
+    # A provider missing here (under the namespace airflow.providers) may be on the workers: a warning.
+    pager = [{"class": "airflow.providers.pagerduty.notifications.pagerduty.PagerdutyNotifier", "kwargs": {}}]
+    assert main([*args, "--notifiers", json.dumps(pager)]) == 0
+    assert "cannot be imported here (ModuleNotFoundError" in capsys.readouterr().err
+    assert alert_rules(ledger)["project=churn/month"].notifiers == pager
+
+
 def test_alerts_set_refuses_templates_a_budgets_own_notifier_cannot_render(
     ledger_url: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
