@@ -119,6 +119,27 @@ def test_a_bare_1_is_refused_as_ambiguous() -> None:
         parse_thresholds("1,forecast")
 
 
+@pytest.mark.parametrize(
+    ("spec", "write"),
+    [
+        ("0.8", "'80%'"),
+        ("80%,0.95", "'95%'"),
+        ("1.0", "'100%'"),
+        (".5", "'50%'"),
+        ("0.855", "a whole one, e.g. '80%'"),
+    ],
+)
+def test_a_fraction_of_the_cap_is_refused_with_the_percentage_to_write(spec: str, write: str) -> None:
+    # 0.8 (80 % as a fraction) said only "neither a percentage of the cap (1..1000) nor 'forecast'".
+    fraction = spec.split(",")[-1]
+    with pytest.raises(ConfigurationError) as refused:
+        parse_thresholds(spec)
+    assert str(refused.value) == (
+        f"alert threshold {fraction!r} reads as a fraction of the cap, but thresholds are percentages: "
+        f"write {write}"
+    )
+
+
 def test_a_percent_written_as_airflow_cfg_writes_it_is_refused_with_the_one_to_write() -> None:
     # AIRFLOW__COSTAWARE__ALERT_THRESHOLDS=50%%,... copied from airflow.cfg read "neither a percentage".
     with pytest.raises(

@@ -154,6 +154,13 @@ def parse_thresholds(spec: str | Sequence[str | int]) -> tuple[str, ...]:
                 "alert threshold '1' is ambiguous: write '1%' for one percent of the cap, or '100%' for the "
                 "cap"
             )
+        percent = _percent_of_a_fraction(part)
+        if percent is not None:  # the habit of 0.8 for 80 %, as in other tools' alert settings
+            what = f"'{percent:f}%'" if percent == percent.to_integral_value() else "a whole one, e.g. '80%'"
+            raise ConfigurationError(
+                f"alert threshold {part!r} reads as a fraction of the cap, but thresholds are percentages: "
+                f"write {what}"
+            )
         if not digits.isdigit() or not 1 <= int(digits) <= 1000:
             raise ConfigurationError(
                 f"alert threshold {part!r} is neither a percentage of the cap (1..1000, e.g. '80%') "
@@ -161,6 +168,17 @@ def parse_thresholds(spec: str | Sequence[str | int]) -> tuple[str, ...]:
             )
         percents.add(int(digits))
     return tuple(f"{p}%" for p in sorted(percents)) + ((FORECAST,) if forecast else ())
+
+
+def _percent_of_a_fraction(part: str) -> Decimal | None:
+    """The percentage of the cap a threshold such as ``0.8`` means as a fraction of it (80), else None."""
+    try:
+        value = Decimal(part)
+    except ArithmeticError:
+        return None
+    if "." not in part or not value.is_finite() or not 0 < value <= 1:
+        return None
+    return (value * 100).normalize()
 
 
 def crossed_thresholds(
