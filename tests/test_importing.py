@@ -44,6 +44,17 @@ def test_bad_paths_name_the_value(path: str, message: str) -> None:
         import_object(path, what="trainer")
 
 
+def test_a_misspelt_name_in_a_module_that_imports_is_named_with_the_closest() -> None:
+    # 'boosting_trainr' said only "module ... has no attribute 'boosting_trainr'", in every trial's log.
+    with pytest.raises(ConfigurationError) as refused:
+        import_object("costaware.training.tuning:boosting_trainr", what="trainer")
+    assert str(refused.value) == (
+        "cannot import trainer 'costaware.training.tuning:boosting_trainr': module "
+        "'costaware.training.tuning' has no attribute 'boosting_trainr': did you mean "
+        "'costaware.training.tuning:boosting_trainer'?"
+    )
+
+
 def test_unknown_builtin_trainer_lists_the_choices() -> None:
     with pytest.raises(ConfigurationError, match=r"unknown trainer 'sgd': use one of sklearn-sgd, "):
         resolve_trainer("sgd")

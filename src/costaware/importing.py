@@ -6,6 +6,7 @@ dotted form ``"package.module.attr"`` still works and warns (``DeprecationWarnin
 
 from __future__ import annotations
 
+import difflib
 import importlib
 import warnings
 from typing import Any
@@ -48,6 +49,13 @@ def import_object(path: str, *, what: str) -> Any:
     """
     module, attr = split_path(path, what=what)
     try:
-        return getattr(importlib.import_module(module), attr)
-    except (ImportError, AttributeError) as e:
+        imported = importlib.import_module(module)
+    except ImportError as e:
         raise ConfigurationError(f"cannot import {what} {path!r}: {e}") from e
+    try:
+        return getattr(imported, attr)
+    except AttributeError as e:
+        # The module is there: a misspelt name (boosting_trainr), which failed every trial by its name alone.
+        close = difflib.get_close_matches(attr, [n for n in dir(imported) if not n.startswith("_")], n=1)
+        hint = f": did you mean '{module}:{close[0]}'?" if close else ""
+        raise ConfigurationError(f"cannot import {what} {path!r}: {e}{hint}") from e
