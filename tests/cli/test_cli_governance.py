@@ -126,6 +126,10 @@ def test_alerts_set_and_list(ledger_url: str, capsys: pytest.CaptureFixture[str]
     assert main([*base, "set", "--scope", "project=churn", "--period", "month", "--thresholds", "80,forecast",
                  "--notifiers", spec]) == 0  # fmt: skip
     assert "80%, forecast; 1 notifier(s)" in capsys.readouterr().out
+    assert main([*base, "list"]) == 0  # text columns, left-aligned under their headers as the docs show
+    header, _, line = capsys.readouterr().out.splitlines()[:3]
+    assert header.startswith("budget               thresholds    notifiers     sent")
+    assert line.startswith("project=churn/month  80%,forecast  SmtpNotifier  -")
     assert main([*base, "list", "--format", "json"]) == 0
     (row,) = json.loads(capsys.readouterr().out)
     smtp_class = "airflow.providers.smtp.notifications.smtp.SmtpNotifier"

@@ -410,7 +410,10 @@ def alerts_list(args: argparse.Namespace) -> int:
                 "per_run": False,
             }
         )
-    emit(rows, args.format, headers=["budget", "thresholds", "notifiers", "sent"], payload=payload)
+    # Every column is text, so all are left-aligned (as in `audit`): right-aligned, "(defaults)" and "-" sat
+    # apart from their headers.
+    headers = ["budget", "thresholds", "notifiers", "sent"]
+    emit(rows, args.format, headers=headers, payload=payload, labels=len(headers))
     _warn_of_bad_defaults()
     _warn_of_rules_that_cannot_render(rules.values())
     return 0
