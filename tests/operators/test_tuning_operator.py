@@ -269,6 +269,37 @@ def test_trainer_kwargs_the_trainer_does_not_take_fail_the_slot_before_any_money
     assert optuna.load_study(study_name="s1", storage=url).trials == []  # no trial was asked for
 
 
+@pytest.mark.parametrize(
+    ("setting", "message"),
+    [
+        # Passed on to max_active_tis_per_dagrun: the scheduler started no trial and the run waited forever.
+        ({"max_active_trials": 0}, "max_active_trials must be a whole number >= 1 (None: as many as the "
+         "workers run), got 0: with fewer than 1 no trial would ever start"),
+        ({"max_active_trials": -1}, "max_active_trials must be a whole number >= 1"),
+        ({"max_active_trials": "2"}, "max_active_trials must be a whole number >= 1 (None: as many as the "
+         "workers run), got '2'"),
+        ({"trial_retries": -1}, "trial_retries must be a whole number >= 0, got -1"),
+    ],
+)  # fmt: skip
+def test_trial_concurrency_no_trial_could_start_under_is_refused_as_the_dag_is_parsed(
+    setting: dict[str, Any], message: str
+) -> None:
+    from airflow.sdk import DAG
+
+    with DAG("parse_check", schedule=None), pytest.raises(ConfigurationError) as refused:
+        budgeted_tuning(
+            study_name="s1",
+            trainer=QuadraticTrainer,
+            search_space=SPACE,
+            min_resource=2,
+            max_resource=16,
+            max_usd="5",
+            max_trials=4,
+            **setting,
+        )
+    assert message in str(refused.value)
+
+
 def test_on_exceeded_other_than_fail_or_skip_is_refused_as_the_dag_is_parsed() -> None:
     with pytest.raises(ValueError, match=r"on_exceeded='wait': use 'fail' .* or 'skip'"):
         TuningStudySummarizeOperator(task_id="s", study_name="s1", trial_task_id="t", on_exceeded="wait")

@@ -592,6 +592,7 @@ def budgeted_tuning(
     """
     # partial() builds no operator until the trials are mapped: check the trainer here, as the DAG is parsed.
     check_trial_trainer(trainer)
+    check_trial_concurrency(max_active_trials, trial_retries)
     shared: dict[str, Any] = {
         "study_name": study_name,
         "storage_url": storage_url,
@@ -616,6 +617,29 @@ def budgeted_tuning(
         )
         trials >> summary
     return group
+
+
+def check_trial_concurrency(max_active_trials: Any, trial_retries: Any) -> None:
+    """Refuse a ``max_active_trials`` no trial could start under, and negative ``trial_retries``.
+
+    Passed on to Airflow's ``max_active_tis_per_dagrun`` unchecked, 0 (or -1) let the scheduler start no
+    trial: the run waited forever, its log saying only that the task's concurrency was reached.
+
+    Raises:
+        ConfigurationError: ``max_active_trials`` is not None or a whole number >= 1, or ``trial_retries`` is
+            not a whole number >= 0.
+    """
+
+    def whole(value: Any, least: int) -> bool:
+        return isinstance(value, int) and not isinstance(value, bool) and value >= least
+
+    if max_active_trials is not None and not whole(max_active_trials, 1):
+        raise ConfigurationError(
+            f"max_active_trials must be a whole number >= 1 (None: as many as the workers run), got "
+            f"{max_active_trials!r}: with fewer than 1 no trial would ever start"
+        )
+    if not whole(trial_retries, 0):
+        raise ConfigurationError(f"trial_retries must be a whole number >= 0, got {trial_retries!r}")
 
 
 def check_on_exceeded(on_exceeded: Any) -> str:
