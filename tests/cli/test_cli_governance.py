@@ -408,7 +408,8 @@ def test_alerts_set_changes_what_it_is_given_and_keeps_the_rest(
         ([], "nothing to set for budget 'project=churn/month': give thresholds, notifiers or both"),
         (  # stored, it failed every alert of the budget when the worker built it
             ["--notifiers", f'[{{"class": "{SMTP}", "kwargs": {{"subject": "x"}}}}]'],
-            f"notifier '{SMTP}' cannot take kwargs ['subject']: missing a required argument: 'to'",
+            f"notifier '{SMTP}' cannot take kwargs ['subject']: missing a required argument: 'to': fix its "
+            "kwargs (it takes to, from_email, subject, ",
         ),
     ],
 )

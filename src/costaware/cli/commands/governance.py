@@ -225,9 +225,10 @@ def _check_kwargs(cls: object, spec: dict[str, Any]) -> None:
         raise ConfigurationError(f"notifier {spec['class']!r}: kwargs must be an object, got {kwargs!r}")
     try:
         inspect.signature(cls).bind(**kwargs)  # type: ignore[arg-type]
-    except TypeError as e:
+    except TypeError as e:  # said with what to write: "kwargs []" alone left the fix to guess
+        takes = f" (it takes {', '.join(_init_parameter_names(cls))})" if isinstance(cls, type) else ""
         raise ConfigurationError(
-            f"notifier {spec['class']!r} cannot take kwargs {sorted(kwargs)}: {e}"
+            f"notifier {spec['class']!r} cannot take kwargs {sorted(kwargs)}: {e}: fix its kwargs{takes}"
         ) from e
     except ValueError:  # no signature to read (a C class): the workers say it when they build it
         return
