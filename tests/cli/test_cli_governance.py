@@ -281,6 +281,13 @@ def test_alerts_set_refuses_a_misspelt_module_of_a_package_installed_here(
     assert main([*args, "--notifiers", json.dumps(pager)]) == 0
     assert "cannot be imported here (ModuleNotFoundError" in capsys.readouterr().err
     assert alert_rules(ledger)["project=churn/month"].notifiers == pager
+    # A rule or [costaware] alert_notifiers written past the CLI: the workers say the same, not "install its
+    # provider", which would not fix it.
+    with pytest.raises(ConfigurationError) as refused:
+        notifiers_from_spec([{"class": typo, "kwargs": {"to": "a@b"}}])
+    assert str(refused.value).endswith(f"; fix the module path (did you mean {SMTP}?)")
+    with pytest.raises(ConfigurationError, match=r"; install its provider$"):
+        notifiers_from_spec(pager)
 
 
 def test_alerts_set_refuses_templates_a_budgets_own_notifier_cannot_render(

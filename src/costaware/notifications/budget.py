@@ -114,8 +114,11 @@ def notifiers_from_spec(raw: str | Sequence[Mapping[str, Any]]) -> list[Any]:
         try:
             imported = importlib.import_module(module)
         except (ImportError, ValueError) as e:
+            # A module misspelt in a package that is here (smpt for smtp): no provider install would fix it.
+            close = close_module_path(spec["class"], e.name if isinstance(e, ModuleNotFoundError) else None)
+            fix = f"fix the module path (did you mean {close}?)" if close else "install its provider"
             raise ConfigurationError(
-                f"alert notifier class {spec['class']!r} cannot be imported: {e}; install its provider"
+                f"alert notifier class {spec['class']!r} cannot be imported: {e}; {fix}"
             ) from e
         cls = getattr(imported, name, None)
         if cls is None:
@@ -144,6 +147,28 @@ def close_class_path(module: object, module_name: str, name: str) -> str | None:
     """
     close = difflib.get_close_matches(name, [n for n in dir(module) if not n.startswith("_")], n=1)
     return f"{module_name}.{close[0]}" if close else None
+
+
+def close_module_path(class_path: str, missing: str | None) -> str | None:
+    """``class_path`` with its missing module ``missing`` replaced by the closest one of its package, or None.
+
+    Only where that package is a regular one importable here (``airflow.providers.smtp.notifications``, for
+    ``...notifications.smpt``): a provider missing under the namespace ``airflow.providers`` may be one
+    installed elsewhere, not a typo.
+    """
+    import pkgutil
+
+    package_name, _, last = (missing or "").rpartition(".")
+    if not package_name or not class_path.startswith(f"{missing}."):
+        return None
+    try:
+        package = importlib.import_module(package_name)
+    except Exception:
+        return None
+    if getattr(package, "__file__", None) is None or not hasattr(package, "__path__"):  # a namespace
+        return None
+    close = difflib.get_close_matches(last, [m.name for m in pkgutil.iter_modules(package.__path__)], n=1)
+    return f"{package_name}.{close[0]}{class_path[len(missing or '') :]}" if close else None
 
 
 # What a budget's own notifiers' templates see (rule_context): no secrets reachable from the ledger's rows.

@@ -312,29 +312,17 @@ def _refuse_a_misspelt_module(class_path: str, missing: str) -> None:
     """Refuse a module missing from a package installed here that has one of a close name: a typo.
 
     ``...smtp.notifications.smpt.SmtpNotifier`` was kept with a warning, and every alert of the budget then
-    failed to send. A provider missing here (``airflow.providers.slack``, under the namespace package
-    ``airflow.providers``) may be on the workers: that stays a warning.
+    failed to send. A provider missing here (``airflow.providers.slack``) may be on the workers: a warning.
 
     Raises:
-        ConfigurationError: the missing module's package is a regular one, importable here, and has a module
-            of a close name.
+        ConfigurationError: the missing module's package is here and has a module of a close name.
     """
-    import pkgutil
-
     from costaware.core.errors import ConfigurationError
+    from costaware.notifications.budget import close_module_path
 
-    package_name, _, last = missing.rpartition(".")
-    if not package_name or not class_path.startswith(missing + "."):
-        return
-    try:
-        package = importlib.import_module(package_name)
-    except Exception:
-        return
-    if getattr(package, "__file__", None) is None or not hasattr(package, "__path__"):  # a namespace
-        return
-    close = difflib.get_close_matches(last, [m.name for m in pkgutil.iter_modules(package.__path__)], n=1)
-    if close:
-        fixed = f"{package_name}.{close[0]}{class_path[len(missing) :]}"
+    fixed = close_module_path(class_path, missing)
+    if fixed:
+        package_name, _, last = missing.rpartition(".")
         raise ConfigurationError(
             f"notifier class {class_path!r}: package {package_name!r} has no module {last!r}: did you mean "
             f"{fixed}?"
