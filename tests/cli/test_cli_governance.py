@@ -169,6 +169,25 @@ def test_alerts_list_says_when_the_defaults_stand_in_for_a_bad_setting(
     assert "warning: [costaware] alert_notifiers is refused" in err
 
 
+def test_alerts_list_warns_of_a_configured_notifier_reading_a_field_an_alert_lacks(
+    ledger_url: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Rendered with the task's context (StrictUndefined), it failed every send; nothing said so before one.
+    Ledger.from_url(ledger_url).set_budget("project=churn", "month", "100")
+    spec = [{"class": SMTP, "kwargs": {"to": "a@b", "subject": "{{ costaware_alert.mesage }}"}}]
+    monkeypatch.setenv("AIRFLOW__COSTAWARE__ALERT_NOTIFIERS", json.dumps(spec))
+    assert main(["--ledger-url", ledger_url, "alerts", "list"]) == 0
+    assert (
+        f"warning: [costaware] alert_notifiers: notifier '{SMTP}': its template "
+        "'{{ costaware_alert.mesage }}' reads costaware_alert.mesage, which an alert does not have (did you "
+        "mean 'message'?): it fails every alert it sends (given back unsent, tried again at each check)"
+    ) in capsys.readouterr().err
+    spec[0]["kwargs"]["subject"] = "{{ costaware_alert.message }}"
+    monkeypatch.setenv("AIRFLOW__COSTAWARE__ALERT_NOTIFIERS", json.dumps(spec))
+    assert main(["--ledger-url", ledger_url, "alerts", "list"]) == 0
+    assert "warning" not in capsys.readouterr().err
+
+
 def test_alerts_list_warns_of_a_percent_airflow_cfg_cannot_read(
     ledger_url: str, capsys: pytest.CaptureFixture[str]
 ) -> None:

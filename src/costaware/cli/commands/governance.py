@@ -457,3 +457,26 @@ def _warn_of_bad_defaults() -> None:
             "of budgets without notifiers of their own to the task log only",
             file=sys.stderr,
         )
+        return
+    _warn_of_configured_fields_an_alert_lacks()
+
+
+def _warn_of_configured_fields_an_alert_lacks() -> None:
+    """Say on stderr which ``[costaware] alert_notifiers`` templates read a field an alert does not have.
+
+    With the task's context (its DAG's StrictUndefined) ``{{ costaware_alert.mesage }}`` fails every send:
+    each alert was given back unsent at every check, and nothing here said why.
+    """
+    from costaware.notifications.budget import unknown_alert_fields
+    from costaware.settings import option
+
+    raw = option("alert_notifiers")
+    for spec in json.loads(raw) if raw else []:  # readable: configured_notifiers() built it
+        for template, field, close in unknown_alert_fields(spec):
+            hint = f" (did you mean {close!r}?)" if close else ""
+            print(
+                f"costaware: warning: [costaware] alert_notifiers: notifier {spec['class']!r}: its template "
+                f"{template!r} reads costaware_alert.{field}, which an alert does not have{hint}: it fails "
+                "every alert it sends (given back unsent, tried again at each check)",
+                file=sys.stderr,
+            )
