@@ -999,6 +999,56 @@ def test_a_local_folder_the_job_may_not_write_is_refused_before_the_job_trains(
     assert not (job.root / "seen-1.json").exists()
 
 
+@pytest.fixture
+def append_only_folder(tmp_path: Path) -> Iterator[Path]:
+    """A folder that takes new files but refuses to delete them (``chattr +a``: root, on ext4 or alike)."""
+    folder = tmp_path / "append-only"
+    folder.mkdir()
+    if subprocess.run(["chattr", "+a", str(folder)], capture_output=True, check=False).returncode != 0:
+        pytest.skip("chattr +a is not allowed here (root on a filesystem that supports it)")
+    try:
+        yield folder
+    finally:
+        subprocess.run(["chattr", "-a", str(folder)], check=True)  # else tmp_path cannot be removed
+
+
+def test_an_output_folder_that_refuses_deletions_is_used_and_its_write_check_is_named_not_uploaded(
+    make_job: MakeJob, append_only_folder: Path
+) -> None:
+    # The write check's delete failed and the launcher exited 2, saying the job may not write the folder
+    # (an append-only folder, a Mountpoint for S3 without --allow-delete), and left its probe file there.
+    job = make_job(RESUMING_JOB)
+    done = job.run(env=job.env() | {"COSTAWARE_OUTPUT_DIR": str(append_only_folder)})
+    assert done.returncode == 0, done.stderr
+    (probe,) = append_only_folder.glob(".costaware-write-check.*.tmp")
+    said = " ".join(done.stderr.split())
+    warning = (
+        f"COSTAWARE_OUTPUT_DIR={str(append_only_folder)!r}: its folder {str(append_only_folder)!r} takes new "
+        f"files but refuses to delete them (Operation not permitted), so the launcher's write check "
+        f"{str(probe)!r} stays there"
+    )
+    assert warning in said
+    assert any(warning in " ".join(said.split()) for said in json.loads(job.result.read_text())["warnings"])
+    manifest = json.loads((job.outputs / "_costaware_manifest.json").read_text())
+    assert [f["path"] for f in manifest["files"]] == ["model.bin", "sub/config.json"]
+    assert sorted(path.name for path in job.outputs.iterdir()) == [
+        "_costaware_manifest.json",
+        "model.bin",
+        "sub",
+    ]
+
+
+def test_a_write_check_left_in_the_output_folder_does_not_stand_for_the_model(
+    make_job: MakeJob, append_only_folder: Path
+) -> None:
+    # Counted as an output, the leftover probe let a job that saved no model pass the contract.
+    job = make_job("cr.write_metrics({'rmse': 1.0})\n")
+    done = job.run(env=job.env() | {"COSTAWARE_OUTPUT_DIR": str(append_only_folder)})
+    assert done.returncode == 2, done.stderr
+    assert "the job exited 0 but left no files in COSTAWARE_OUTPUT_DIR" in done.stderr
+    assert not job.outputs.exists()
+
+
 @pytest.mark.parametrize(
     ("variable", "value", "message"),
     [

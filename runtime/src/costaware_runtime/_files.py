@@ -4,16 +4,31 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+#: The name the write checks (the launcher's of its folders, a folder store's) give their probe file.
+WRITE_CHECK = "costaware-write-check"
+_WRITE_CHECK_PROBE = re.compile(rf"\.{WRITE_CHECK}\.[0-9a-f]{{12}}\.tmp")
+
 
 def temp_sibling(path: Path) -> Path:
     """A fresh hidden name next to ``path``: same folder, so ``os.replace`` onto ``path`` is atomic."""
     return path.with_name(f".{path.name}.{uuid.uuid4().hex[:12]}.tmp")
+
+
+def write_check_probe(folder: Path) -> Path:
+    """A fresh name for a write check's probe file in ``folder``."""
+    return temp_sibling(folder / WRITE_CHECK)
+
+
+def is_write_check_probe(path: Path) -> bool:
+    """Whether ``path`` is named as a write check's probe (one left where files cannot be deleted)."""
+    return _WRITE_CHECK_PROBE.fullmatch(path.name) is not None
 
 
 @contextmanager

@@ -177,7 +177,10 @@ class Launcher:
                 (contract.METRICS_PATH, self.metrics_path, self.metrics_path.parent),
             ):
                 if folder is not None and given is not None:
-                    _make_job_folder(folder, variable, given)
+                    leftover = _make_job_folder(folder, variable, given)
+                    if leftover:
+                        log.warning("%s", leftover)
+                        self.warnings.append(leftover)
             self.sync = CheckpointSync(uri, self.checkpoint_dir) if uri else None
             # Bad locations (or an image without boto3) fail now, not after hours of training.
             stores = [self.sync.store] if self.sync else []
@@ -530,15 +533,19 @@ def torchrun_shutdown_seconds(grace_seconds: float) -> int:
     return max(1, int(grace_seconds * 0.9))
 
 
-def _make_job_folder(folder: Path, variable: str, given: Path) -> None:
+def _make_job_folder(folder: Path, variable: str, given: Path) -> str | None:
     """Make the local ``folder`` that ``variable`` (``given``) names and check the job may write it.
 
     A folder under a file, or under one the job may not write, escaped as a traceback and exit 1, which the
     provider reads as the team's own code failing; a folder that exists but refuses a file failed only at
     the job's first save, after it had trained (paid) that long. Exit 2 (the contract) names the variable.
 
+    Returns:
+        A warning where the folder takes new files but refuses to delete them (append-only, a Mountpoint for
+        S3 without ``--allow-delete``): the probe file stays there (never uploaded as an output); else None.
+
     Raises:
-        ContractError: The folder cannot be made or written.
+        ContractError: The folder cannot be made, or refuses a new file.
     """
     advice = "give a folder the job may write, or leave the variable unset for a temporary one"
     try:
@@ -553,15 +560,24 @@ def _make_job_folder(folder: Path, variable: str, given: Path) -> None:
             f"{advice}"
         ) from e
     # A real write, not os.access: a read-only mount, or a folder root may not write (sysfs), passes that.
-    probe = _files.temp_sibling(folder / "costaware-write-check")
+    probe = _files.write_check_probe(folder)
     try:
         probe.touch(exist_ok=False)
-        probe.unlink()
     except OSError as e:
         raise ContractError(
             f"{variable}={str(given)!r} cannot be used: the job may not write its folder {str(folder)!r} "
             f"({e}); {advice}"
         ) from e
+    try:
+        probe.unlink()
+    except OSError as e:
+        # The job may write there, which is all it needs: refusing it said the opposite of what happened.
+        return (
+            f"{variable}={str(given)!r}: its folder {str(folder)!r} takes new files but refuses to delete "
+            f"them ({e.strerror or e}), so the launcher's write check {str(probe)!r} stays there; delete it "
+            "by hand where you can (it is never uploaded as an output)"
+        )
+    return None
 
 
 def _temp_dir(kind: str, variable: str, note: str = "") -> Path:

@@ -16,6 +16,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from costaware_runtime import _files
 from costaware_runtime.contract import MANIFEST_NAME, OUTPUT_DIR
 from costaware_runtime.errors import ContractError, StoreError
 from costaware_runtime.stores import check_key, open_store
@@ -53,7 +54,12 @@ def output_files(directory: Path) -> list[Path]:
                 f"output {str(path)!r} is a link to the folder {str(path.readlink())!r}, whose files would "
                 f"not be uploaded: copy that folder into {OUTPUT_DIR}"
             )
-    files = [path for path in found if path.is_file()]
+    # The launcher's write check, left where the folder refuses deletions: the launcher's, not the model's.
+    files = [
+        path
+        for path in found
+        if path.is_file() and not (path.parent == directory and _files.is_write_check_probe(path))
+    ]
     if not files:
         raise ContractError(
             f"the job exited 0 but left no files in {OUTPUT_DIR}={directory}: save the model there "

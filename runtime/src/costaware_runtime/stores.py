@@ -162,7 +162,7 @@ class LocalStore(Store):
             raise ContractError(f"{self.uri} {where}, not a folder: give a folder's path")
         try:
             # A real write, not os.access: a read-only mount or an ACL refuses it where the mode bits allow.
-            probe = _files.temp_sibling(existing / "costaware-write-check")
+            probe = _files.write_check_probe(existing)
             probe.touch(exist_ok=False)
             probe.unlink()
         except OSError as e:
