@@ -6,6 +6,7 @@ import contextlib
 import json
 import math
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -416,17 +417,23 @@ def test_a_job_started_over_on_purpose_clears_the_location_first(
     assert json.loads((remote / "LATEST.json").read_text())["step"] == 33
 
 
+RELATIVE = "a relative path, read against the current folder as costaware-run reads it"
+
+
 @pytest.mark.parametrize(
     ("location", "message"),
     [
         # s3:// left out: read as a folder under the current one, it deleted nothing and returned [].
         (
             "bucket/runs/7/checkpoints",
-            "'bucket/runs/7/checkpoints' is a relative path, read against the current folder: give the job's "
-            "COSTAWARE_CHECKPOINT_URI as it was set, an s3://bucket/prefix (did you mean "
-            "'s3://bucket/runs/7/checkpoints'?) or an absolute folder",
+            f"'bucket/runs/7/checkpoints' is not a folder (does not exist; {RELATIVE}: "
+            "{tmp}/bucket/runs/7/checkpoints): no checkpoints to clear there; check the location against the "
+            "job's COSTAWARE_CHECKPOINT_URI (did you mean 's3://bucket/runs/7/checkpoints'?)",
         ),
-        ("file:ckpts", "'file:ckpts' is a relative path"),
+        # Not shaped like a bucket: asked whether it meant s3://./ckpts or s3://~/ckpts.
+        ("./ckpts", f"'./ckpts' is not a folder (does not exist; {RELATIVE}: {{tmp}}/ckpts): no checkpoints"),
+        ("~/ckpts", "'~/ckpts' is not a folder (does not exist; "),
+        ("file:ckpts", f"'file:ckpts' is not a folder (does not exist; {RELATIVE}: {{tmp}}/ckpts)"),
         (
             "{tmp}/checkpoitns",
             "'{tmp}/checkpoitns' is not a folder (does not exist): no checkpoints to clear",
@@ -439,16 +446,53 @@ def test_clearing_a_location_that_cannot_be_the_checkpoints_is_refused_not_an_em
 ) -> None:
     monkeypatch.chdir(tmp_path)
     (tmp_path / "notes.txt").write_text("not a checkpoint")
-    kept = [
-        tmp_path / "bucket" / "runs" / "7" / "checkpoints" / "step-5-ab12",
-        tmp_path / "ckpts" / "step-1-cd",
-    ]
-    for step in kept:
-        step.mkdir(parents=True)
+    kept = tmp_path / "other" / "step-5-ab12"
+    kept.mkdir(parents=True)
     with pytest.raises(ContractError) as refused:
         clear_checkpoints(location.format(tmp=tmp_path))
-    assert message.format(tmp=tmp_path) in str(refused.value)
-    assert all(step.is_dir() for step in kept) and (tmp_path / "notes.txt").exists()
+    said = str(refused.value)
+    assert message.format(tmp=tmp_path) in said
+    assert ("s3://" in said) == location.startswith("bucket/")  # only a bucket-shaped path is asked
+    assert ("'~' is not expanded" in said) == location.startswith("~")
+    assert kept.is_dir() and (tmp_path / "notes.txt").exists()
+
+
+@pytest.mark.parametrize("location", ["ckstore", "./ckstore", "file:ckstore", "bucket/runs/7/checkpoints"])
+def test_a_relative_location_the_launcher_pushes_to_is_cleared(
+    local: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, location: str
+) -> None:
+    # costaware-run reads a relative COSTAWARE_CHECKPOINT_URI against the current folder and pushes there;
+    # clear_checkpoints refused it ("did you mean 's3://ckstore'?"), its own advice included.
+    monkeypatch.chdir(tmp_path)
+    save_bytes(b"old 84", step=84, directory=local)
+    push(local, location)
+    folder = tmp_path / location.removeprefix("file:")
+    (pushed,) = folder.glob("step-84-*")
+    assert clear_checkpoints(location) == [pushed.name]
+    assert list(folder.iterdir()) == []
+
+
+def test_a_damaged_latest_names_a_location_clear_checkpoints_takes_from_any_folder(
+    local: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The advice named the relative 'ckstore' as given, which clear_checkpoints refused (and elsewhere
+    # would read against another folder).
+    monkeypatch.chdir(tmp_path)
+    save_bytes(b"old 84", step=84, directory=local)
+    push(local, "ckstore")
+    (tmp_path / "ckstore" / "LATEST.json").write_text('{"step": "three"}')
+    with pytest.raises(StoreError) as damaged:
+        restore("ckstore", tmp_path / "fresh")
+    advised = re.search(
+        r"start over with costaware_runtime\.clear_checkpoints\('([^']+)'\)", str(damaged.value)
+    )
+    assert advised is not None, damaged.value
+    assert advised.group(1) == str(tmp_path / "ckstore")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    assert len(clear_checkpoints(advised.group(1))) == 1
+    assert list((tmp_path / "ckstore").iterdir()) == []
 
 
 def test_clearing_a_folder_that_holds_no_checkpoint_returns_an_empty_list(tmp_path: Path) -> None:

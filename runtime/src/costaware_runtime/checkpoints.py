@@ -371,8 +371,10 @@ def clear_checkpoints(uri: str) -> list[str]:
     where the location holds none (an S3 prefix never written looks the same: check the URI).
 
     Raises:
-        ContractError: ``uri`` is not a location a store can use, a relative path (``bucket/prefix``
-            without ``s3://`` cleared a folder under the current one), or a local folder that does not exist.
+        ContractError: ``uri`` is not a location a store can use, or a local folder that does not exist
+            or is a file. A relative path is read against the current folder, as ``costaware-run`` reads
+            ``COSTAWARE_CHECKPOINT_URI``; one shaped like ``bucket/prefix`` that is no folder here is asked
+            whether ``s3://`` was meant.
         StoreError: The store could not be listed or written.
     """
     from costaware_runtime.sync import clear

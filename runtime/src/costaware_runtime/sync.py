@@ -115,8 +115,8 @@ class CheckpointSync:
         except (ContractError, KeyError) as e:
             raise StoreError(
                 f"{where} is damaged ({e}): restore it, or start over with "
-                f"costaware_runtime.clear_checkpoints({self.store.url('')!r}) (deleting {LATEST_NAME} alone "
-                "resumes the newest whole step folder)"
+                f"costaware_runtime.clear_checkpoints({self.store.location()!r}) (deleting {LATEST_NAME} "
+                "alone resumes the newest whole step folder)"
             ) from e
         return marker, prefix
 
@@ -450,26 +450,15 @@ def clear(uri: str) -> list[str]:
     An S3 prefix that holds no checkpoint returns ``[]``: it cannot be told from one never written.
 
     Raises:
-        ContractError: ``uri`` is not a location a store can use (see :func:`open_store`), is a relative
-            path, or a local folder that does not exist.
+        ContractError: ``uri`` is not a location a store can use (see :func:`open_store`), or a local folder
+            (a relative one read against the current folder, as ``costaware-run`` reads it) that does not
+            exist or is a file.
         StoreError: The store could not be listed or written.
     """
     store = open_store(uri)
-    if isinstance(store, LocalStore):
-        # Both deleted nothing and returned [] in silence: "bucket/runs/7" (no s3://) read as a folder under
-        # the current one, and a misspelt folder.
-        if not store.root.is_absolute():
-            raise ContractError(
-                f"{uri!r} is a relative path, read against the current folder: give the job's "
-                f"COSTAWARE_CHECKPOINT_URI as it was set, an s3://bucket/prefix (did you mean "
-                f"'s3://{uri.removeprefix('file:')}'?) or an absolute folder"
-            )
-        if not store.root.is_dir():
-            what = "a file" if store.root.exists() else "does not exist"
-            raise ContractError(
-                f"{uri!r} is not a folder ({what}): no checkpoints to clear there; check the location "
-                "against the job's COSTAWARE_CHECKPOINT_URI"
-            )
+    if isinstance(store, LocalStore) and not store.root.is_dir():
+        # A misspelt folder deleted nothing and returned [] in silence.
+        raise ContractError(_not_a_checkpoint_folder(uri, store.root))
     store.check()
     store.delete([LATEST_NAME])
     folders = [folder for folder in store.folders("step-") if _STEP_FOLDER.fullmatch(folder)]
@@ -483,6 +472,29 @@ def clear(uri: str) -> list[str]:
         log.warning("deleted the checkpoints at %s, but their unfinished uploads may stay open: %s", uri, e)
     log.info("deleted %s and %s step folders at %s", LATEST_NAME, len(folders), store.uri)
     return folders
+
+
+#: A relative path that reads as an S3 bucket and a prefix: ``s3://`` left out, most likely.
+_BUCKET_AND_PREFIX = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]/[^/].*")
+
+
+def _not_a_checkpoint_folder(uri: str, root: Path) -> str:
+    """Why the local location ``uri`` (the folder ``root``) has no checkpoints to clear, and what to give."""
+    what = "a file" if root.exists() else "does not exist"
+    if not root.is_absolute():
+        # Read against the current folder, as costaware-run reads a relative COSTAWARE_CHECKPOINT_URI.
+        what += (
+            f"; a relative path, read against the current folder as costaware-run reads it: {root.absolute()}"
+        )
+    hint = ""
+    if not root.exists() and _BUCKET_AND_PREFIX.fullmatch(uri):
+        hint = f" (did you mean 's3://{uri}'?)"
+    elif uri.startswith("~"):
+        hint = " ('~' is not expanded: give the folder's full path)"
+    return (
+        f"{uri!r} is not a folder ({what}): no checkpoints to clear there; check the location against the "
+        f"job's COSTAWARE_CHECKPOINT_URI{hint}"
+    )
 
 
 def _pointer(marker: Marker, prefix: str) -> bytes:
