@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -13,7 +14,9 @@ from costaware_runtime import (
     JobEnvironment,
     MetricsError,
     StoreError,
+    checkpoint_dir,
     download_outputs,
+    output_dir,
     read_manifest,
     read_metrics,
     write_metrics,
@@ -118,6 +121,35 @@ def test_write_metrics_needs_a_path(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("COSTAWARE_METRICS_PATH", raising=False)
     with pytest.raises(MetricsError, match="COSTAWARE_METRICS_PATH is not set: run the job under"):
         write_metrics({"rmse": 1.0})
+
+
+@pytest.mark.parametrize(
+    ("variable", "use", "advice"),
+    [
+        (
+            "COSTAWARE_CHECKPOINT_DIR",
+            checkpoint_dir,
+            "set COSTAWARE_CHECKPOINT_URI='s3://b/run' for the store",
+        ),
+        ("COSTAWARE_OUTPUT_DIR", output_dir, "set COSTAWARE_OUTPUT_URI='s3://b/run' for the store its files"),
+        (
+            "COSTAWARE_METRICS_PATH",
+            lambda: write_metrics({"rmse": 1.0}),
+            "the result it writes at COSTAWARE_RE",
+        ),
+    ],
+)
+def test_a_uri_in_a_local_path_variable_is_refused_in_the_job_too(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, variable: str, use: Callable[[], object], advice: str
+) -> None:
+    # A job run without the launcher made a local folder named "s3:" and saved its model there.
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv(variable, "s3://b/run")
+    with pytest.raises(ContractError) as caught:
+        use()
+    assert f"{variable}='s3://b/run' is a URI, but {variable} is a local " in str(caught.value)
+    assert advice in str(caught.value)
+    assert list(tmp_path.iterdir()) == []
 
 
 @pytest.mark.parametrize(

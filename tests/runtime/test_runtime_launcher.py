@@ -1050,6 +1050,31 @@ def test_a_write_check_left_in_the_output_folder_does_not_stand_for_the_model(
 
 
 @pytest.mark.parametrize(
+    ("variable", "advice"),
+    [
+        ("COSTAWARE_CHECKPOINT_DIR", "set COSTAWARE_CHECKPOINT_URI='s3://bucket/runs/7/x' for the store its"),
+        ("COSTAWARE_OUTPUT_DIR", "set COSTAWARE_OUTPUT_URI='s3://bucket/runs/7/x' for the store its files"),
+        (
+            "COSTAWARE_METRICS_PATH",
+            "the launcher puts the metrics into the result it writes at COSTAWARE_RES",
+        ),
+    ],
+)
+def test_a_uri_in_a_local_path_variable_is_refused_naming_the_uri_variable(
+    make_job: MakeJob, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, variable: str, advice: str
+) -> None:
+    # Taken as a path, s3://bucket/... was a local folder named "s3:": the model stayed in it, not uploaded.
+    monkeypatch.chdir(tmp_path)  # the launcher's current folder, where "s3:" was made
+    job = make_job(RESUMING_JOB)
+    done = job.run(env=job.env() | {variable: "s3://bucket/runs/7/x"})
+    assert done.returncode == 2, done.stderr
+    said = " ".join(done.stderr.split())
+    assert f"{variable}='s3://bucket/runs/7/x' is a URI, but {variable} is a local " in said
+    assert advice in said
+    assert not (tmp_path / "s3:").exists() and not (job.root / "seen-1.json").exists()
+
+
+@pytest.mark.parametrize(
     ("variable", "value", "message"),
     [
         ("COSTAWARE_ATTEMPT", "zero", "COSTAWARE_ATTEMPT='zero' is not an attempt number"),

@@ -120,7 +120,7 @@ class JobEnvironment:
 
         def path(name: str) -> Path | None:
             value = text(name)
-            return Path(value) if value else None
+            return local_path(name, value) if value else None
 
         result_path, result_uri = text(RESULT_PATH), text(RESULT_URI)
         if result_path and result_uri and result_path != result_uri:
@@ -139,6 +139,35 @@ class JobEnvironment:
             grace_seconds=parse_grace_seconds(text(GRACE_SECONDS)),
             checkpoint_every_seconds=parse_checkpoint_every_seconds(text(CHECKPOINT_EVERY_SECONDS)),
         )
+
+
+#: The variable naming the store that each local path variable's files go to (or, for the metrics, into).
+_STORE_OF = {CHECKPOINT_DIR: CHECKPOINT_URI, OUTPUT_DIR: OUTPUT_URI, METRICS_PATH: RESULT_URI}
+
+
+def local_path(name: str, value: str) -> Path:
+    """The local path that the variable ``name`` (a ``*_DIR`` or ``*_PATH``) holds as ``value``.
+
+    Raises:
+        ContractError: ``value`` is a URI (``s3://bucket/...``): taken as a path, it was a local folder named
+            ``s3:``, and the outputs or checkpoints stayed in it, never uploaded.
+    """
+    if "://" not in value:
+        return Path(value)
+    store = _STORE_OF[name]
+    if name == METRICS_PATH:
+        refusal = (
+            f"{name}={value!r} is a URI, but {name} is a local file on the job's machine (the launcher puts "
+            f"the metrics into the result it writes at {store}): leave {name} unset (costaware-run uses a "
+            "temporary file) or give a local path"
+        )
+    else:
+        refusal = (
+            f"{name}={value!r} is a URI, but {name} is a local folder on the job's machine: set "
+            f"{store}={value!r} for the store its files go to, and leave {name} unset (costaware-run uses a "
+            "temporary folder) or give a local folder"
+        )
+    raise ContractError(refusal)
 
 
 def parse_attempt(value: str | None) -> int:
@@ -273,7 +302,7 @@ def checkpoint_dir() -> Path:
     """The local checkpoint folder (``COSTAWARE_CHECKPOINT_DIR``), created if missing.
 
     Raises:
-        ContractError: The variable is unset.
+        ContractError: The variable is unset, or holds a URI.
     """
     return _required_dir(CHECKPOINT_DIR)
 
@@ -282,7 +311,7 @@ def output_dir() -> Path:
     """The local folder whose files become the model version (``COSTAWARE_OUTPUT_DIR``), created if missing.
 
     Raises:
-        ContractError: The variable is unset.
+        ContractError: The variable is unset, or holds a URI.
     """
     return _required_dir(OUTPUT_DIR)
 
@@ -291,6 +320,6 @@ def _required_dir(name: str) -> Path:
     value = os.environ.get(name, "").strip()
     if not value:
         raise ContractError(f"{name} is not set: run the job under `costaware-run -- <command>`, or set it")
-    folder = Path(value)
+    folder = local_path(name, value)
     folder.mkdir(parents=True, exist_ok=True)
     return folder

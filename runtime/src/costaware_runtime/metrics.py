@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import Any, SupportsFloat
 
 from costaware_runtime import _files
-from costaware_runtime.contract import METRICS_PATH
-from costaware_runtime.errors import MetricsError
+from costaware_runtime.contract import METRICS_PATH, local_path
+from costaware_runtime.errors import ContractError, MetricsError
 
 _HOW = "write it with costaware_runtime.write_metrics({'rmse': 3.2})"
 
@@ -57,11 +57,17 @@ def write_metrics(metrics: Mapping[str, SupportsFloat], path: Path | str | None 
         The file written.
 
     Raises:
-        MetricsError: A name or value is not allowed, or no path is given and the variable is unset.
+        MetricsError: A name or value is not allowed, or no path is given and the variable is unset or
+            holds a URI.
     """
     target = path if path is not None else os.environ.get(METRICS_PATH, "").strip()
     if not target:
         raise MetricsError(f"{METRICS_PATH} is not set: run the job under costaware-run, or pass path=")
+    if path is None:
+        try:
+            local_path(METRICS_PATH, str(target))
+        except ContractError as e:  # s3://... wrote a local file under a folder named "s3:"
+            raise MetricsError(str(e)) from None
     if not isinstance(metrics, Mapping):  # a list or a bare number: AttributeError 'items' before
         raise MetricsError(
             f"write_metrics takes a mapping of names to numbers, got {type(metrics).__name__} "
