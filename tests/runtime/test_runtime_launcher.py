@@ -1038,6 +1038,33 @@ def test_an_output_folder_that_refuses_deletions_is_used_and_its_write_check_is_
     ]
 
 
+@pytest.mark.parametrize(
+    ("variable", "file", "written"),
+    [
+        ("COSTAWARE_CHECKPOINT_DIR", "", "the checkpoint marker (costaware_runtime.commit)"),
+        ("COSTAWARE_METRICS_PATH", "metrics.json", "the metrics file (costaware_runtime.write_metrics)"),
+    ],
+)
+def test_a_checkpoint_or_metrics_folder_that_refuses_renames_is_refused_before_the_job_trains(
+    make_job: MakeJob, append_only_folder: Path, variable: str, file: str, written: str
+) -> None:
+    # The runtime writes these whole (a temporary file renamed over the real one): taken with a warning, the
+    # job failed at its first save, a PermissionError traceback and exit 1, after it had trained.
+    job = make_job(RESUMING_JOB)
+    value = str(append_only_folder / file) if file else str(append_only_folder)
+    done = job.run(env=job.env() | {variable: value})
+    assert done.returncode == 2, done.stderr
+    (probe,) = append_only_folder.glob(".costaware-write-check.*.tmp")
+    said = " ".join(done.stderr.split())
+    assert (
+        f"{variable}={value!r} cannot be used: its folder {str(append_only_folder)!r} takes new files but "
+        f"refuses to rename them (Operation not permitted), which writing {written} whole needs (a temporary "
+        f"file renamed over it): the job would fail at its first save; the launcher's write check "
+        f"{str(probe)!r} stays there; give a folder the job may write" in said
+    )
+    assert "Traceback" not in done.stderr and not (job.root / "seen-1.json").exists()
+
+
 def test_a_write_check_left_in_the_output_folder_does_not_stand_for_the_model(
     make_job: MakeJob, append_only_folder: Path
 ) -> None:

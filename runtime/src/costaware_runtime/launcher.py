@@ -533,6 +533,14 @@ def torchrun_shutdown_seconds(grace_seconds: float) -> int:
     return max(1, int(grace_seconds * 0.9))
 
 
+#: What the runtime itself writes in a job folder as a temporary file renamed over the real one: a folder that
+#: takes new files but refuses renames (append-only) failed the job's first save there, after it trained.
+_RENAMED_IN = {
+    contract.CHECKPOINT_DIR: "the checkpoint marker (costaware_runtime.commit)",
+    contract.METRICS_PATH: "the metrics file (costaware_runtime.write_metrics)",
+}
+
+
 def _make_job_folder(folder: Path, variable: str, given: Path) -> str | None:
     """Make the local ``folder`` that ``variable`` (``given``) names and check the job may write it.
 
@@ -545,7 +553,8 @@ def _make_job_folder(folder: Path, variable: str, given: Path) -> str | None:
         S3 without ``--allow-delete``): the probe file stays there (never uploaded as an output); else None.
 
     Raises:
-        ContractError: The folder cannot be made, or refuses a new file.
+        ContractError: The folder cannot be made, refuses a new file, or (the checkpoint and metrics folders,
+            see :data:`_RENAMED_IN`) refuses to rename one.
     """
     advice = "give a folder the job may write, or leave the variable unset for a temporary one"
     try:
@@ -568,14 +577,30 @@ def _make_job_folder(folder: Path, variable: str, given: Path) -> str | None:
             f"{variable}={str(given)!r} cannot be used: the job may not write its folder {str(folder)!r} "
             f"({e}); {advice}"
         ) from e
+    renamed = _RENAMED_IN.get(variable)
+    if renamed is not None:
+        moved = _files.write_check_probe(folder)
+        try:
+            probe.rename(moved)
+        except OSError as e:
+            with contextlib.suppress(OSError):
+                probe.unlink()
+            left = f"; the launcher's write check {str(probe)!r} stays there" if probe.exists() else ""
+            raise ContractError(
+                f"{variable}={str(given)!r} cannot be used: its folder {str(folder)!r} takes new files but "
+                f"refuses to rename them ({e.strerror or e}), which writing {renamed} whole needs (a "
+                f"temporary file renamed over it): the job would fail at its first save{left}; {advice}"
+            ) from e
+        probe = moved
     try:
         probe.unlink()
     except OSError as e:
         # The job may write there, which is all it needs: refusing it said the opposite of what happened.
+        skipped = " (it is never uploaded as an output)" if variable == contract.OUTPUT_DIR else ""
         return (
             f"{variable}={str(given)!r}: its folder {str(folder)!r} takes new files but refuses to delete "
             f"them ({e.strerror or e}), so the launcher's write check {str(probe)!r} stays there; delete it "
-            "by hand where you can (it is never uploaded as an output)"
+            f"by hand where you can{skipped}"
         )
     return None
 
