@@ -151,7 +151,8 @@ class LocalStore(Store):
         is made here: a folder that does not exist yet is checked through the nearest one that does.
 
         Raises:
-            ContractError: The folder, or the nearest folder above it that exists, is a file or not writable.
+            ContractError: The folder, or the nearest folder above it that exists, is a file, not writable,
+                or refuses to delete a file.
             StoreError: The filesystem could not be asked (a mount that does not answer).
         """
         existing = self.root.absolute()
@@ -160,19 +161,31 @@ class LocalStore(Store):
         if not existing.is_dir():
             where = "is a file" if existing == self.root.absolute() else f"is under {existing}, a file"
             raise ContractError(f"{self.uri} {where}, not a folder: give a folder's path")
+        made = "" if existing == self.root.absolute() else f" (where {self.uri} would be made)"
+        # A real write, not os.access: a read-only mount or an ACL refuses it where the mode bits allow.
+        probe = _files.write_check_probe(existing)
         try:
-            # A real write, not os.access: a read-only mount or an ACL refuses it where the mode bits allow.
-            probe = _files.write_check_probe(existing)
             probe.touch(exist_ok=False)
+        except OSError as e:
+            if not _refused(e):
+                raise StoreError(f"could not write to {existing} for {self.uri}: {e}") from e
+            raise ContractError(
+                f"{self.uri} cannot be written: {existing}{made} refuses a new file ({e.strerror}); "
+                "give a folder the job may write, or make it writable"
+            ) from e
+        try:
             probe.unlink()
         except OSError as e:
-            if isinstance(e, PermissionError) or e.errno == errno.EROFS:
-                made = "" if existing == self.root.absolute() else f" (where {self.uri} would be made)"
-                raise ContractError(
-                    f"{self.uri} cannot be written: {existing}{made} refuses a new file ({e.strerror}); "
-                    "give a folder the job may write, or make it writable"
-                ) from e
-            raise StoreError(f"could not write to {existing} for {self.uri}: {e}") from e
+            if not _refused(e):
+                raise StoreError(f"could not delete {probe} in {existing} for {self.uri}: {e}") from e
+            # An append-only folder, a Mountpoint for S3 without --allow-delete: "refuses a new file" said the
+            # opposite of what happened. A store renames and deletes files (each is written to a temporary
+            # name first; old steps and manifests are deleted), so it is still refused.
+            raise ContractError(
+                f"{self.uri} cannot be a store: {existing}{made} takes new files but refuses to delete them "
+                f"({e.strerror}), and a store renames and deletes files; its write check {str(probe)!r} "
+                "stays there; give a folder that allows both"
+            ) from e
 
     def put(self, key: str, source: BinaryIO) -> None:
         with (
@@ -537,6 +550,11 @@ def _local_errors(where: str, action: str) -> Iterator[None]:
 
 #: Waits before asking again for credentials that were not found (then "no credentials" is final).
 CREDENTIAL_RETRY_SECONDS = (1.0, 3.0)
+
+
+def _refused(error: OSError) -> bool:
+    """Whether ``error`` is the filesystem refusing (no permission, read-only), not failing to answer."""
+    return isinstance(error, PermissionError) or error.errno == errno.EROFS
 
 
 def open_store(uri: str) -> Store:
