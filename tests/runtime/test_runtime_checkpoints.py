@@ -439,6 +439,9 @@ RELATIVE = "a relative path, read against the current folder as costaware-run re
             "'{tmp}/checkpoitns' is not a folder (does not exist): no checkpoints to clear",
         ),
         ("{tmp}/notes.txt", "'{tmp}/notes.txt' is not a folder (a file): no checkpoints to clear there"),
+        # An unset variable passed on: read as the current folder, whose step folders it deleted.
+        ("", "'' names no location: give the job's COSTAWARE_CHECKPOINT_URI as it was set"),
+        (" ", "' ' names no location"),
     ],
 )
 def test_clearing_a_location_that_cannot_be_the_checkpoints_is_refused_not_an_empty_list(
@@ -448,13 +451,14 @@ def test_clearing_a_location_that_cannot_be_the_checkpoints_is_refused_not_an_em
     (tmp_path / "notes.txt").write_text("not a checkpoint")
     kept = tmp_path / "other" / "step-5-ab12"
     kept.mkdir(parents=True)
+    (tmp_path / "step-3-cd").mkdir()  # the current folder's own, which an empty location deleted
     with pytest.raises(ContractError) as refused:
         clear_checkpoints(location.format(tmp=tmp_path))
     said = str(refused.value)
     assert message.format(tmp=tmp_path) in said
     assert ("s3://" in said) == location.startswith("bucket/")  # only a bucket-shaped path is asked
     assert ("'~' is not expanded" in said) == location.startswith("~")
-    assert kept.is_dir() and (tmp_path / "notes.txt").exists()
+    assert kept.is_dir() and (tmp_path / "step-3-cd").is_dir() and (tmp_path / "notes.txt").exists()
 
 
 @pytest.mark.parametrize("location", ["ckstore", "./ckstore", "file:ckstore", "bucket/runs/7/checkpoints"])

@@ -371,7 +371,7 @@ def clear_checkpoints(uri: str) -> list[str]:
     where the location holds none (an S3 prefix never written looks the same: check the URI).
 
     Raises:
-        ContractError: ``uri`` is not a location a store can use, or a local folder that does not exist
+        ContractError: ``uri`` is empty, not a location a store can use, or a local folder that does not exist
             or is a file. A relative path is read against the current folder, as ``costaware-run`` reads
             ``COSTAWARE_CHECKPOINT_URI``; one shaped like ``bucket/prefix`` that is no folder here is asked
             whether ``s3://`` was meant.

@@ -450,11 +450,17 @@ def clear(uri: str) -> list[str]:
     An S3 prefix that holds no checkpoint returns ``[]``: it cannot be told from one never written.
 
     Raises:
-        ContractError: ``uri`` is not a location a store can use (see :func:`open_store`), or a local folder
-            (a relative one read against the current folder, as ``costaware-run`` reads it) that does not
-            exist or is a file.
+        ContractError: ``uri`` is empty, not a location a store can use (see :func:`open_store`), or a local
+            folder (a relative one read against the current folder, as ``costaware-run`` reads it) that does
+            not exist or is a file.
         StoreError: The store could not be listed or written.
     """
+    if not uri.strip():
+        # Read as the current folder, whose step folders it deleted; costaware-run takes an empty
+        # COSTAWARE_CHECKPOINT_URI for no location at all.
+        raise ContractError(
+            f"{uri!r} names no location: give the job's COSTAWARE_CHECKPOINT_URI as it was set"
+        )
     store = open_store(uri)
     if isinstance(store, LocalStore) and not store.root.is_dir():
         # A misspelt folder deleted nothing and returned [] in silence.
