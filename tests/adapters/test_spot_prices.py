@@ -160,6 +160,48 @@ def test_a_csv_row_that_cannot_be_read_right_is_named_by_its_line(row: str, mess
         spot_history_from_text(text, source="prices")
 
 
+_CLEAN_CSV = (
+    "timestamp,availability_zone,instance_type,product_description,usd_per_hour\n"
+    "2021-03-01T00:00:00Z,us-east-1a,m5.large,Linux/UNIX,0.30\n"
+    "2021-03-01T01:00:00Z,us-east-1b,m5.large,Linux/UNIX,0.31\n"
+)
+
+
+def _every_series(history: spot_prices.SpotPriceHistory) -> list[tuple[str, list[tuple[datetime, Decimal]]]]:
+    return [
+        (zone, history.series("m5.large", "us-east-1", zone).points)
+        for zone in history.zones("m5.large", "us-east-1")
+    ]
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        # What spreadsheets write, loaded before the row checks came and holding nothing to lose.
+        _CLEAN_CSV.replace("\n", ",\n"),  # a trailing comma on every line, the header's too
+        _CLEAN_CSV.replace("0.30\n", "0.30,\n"),  # a trailing comma on one row
+        _CLEAN_CSV.replace("0.30\n", "0.30, \n"),
+        _CLEAN_CSV.replace("usd_per_hour\n", "usd_per_hour,\n"),  # on the header alone
+        _CLEAN_CSV + " \n",  # a last line of spaces
+        _CLEAN_CSV + ",,,,\n",
+        _CLEAN_CSV.replace("\n2021-03-01T01", "\n  \n2021-03-01T01"),  # a blank line between rows
+    ],
+)
+def test_a_csv_with_blank_rows_or_empty_trailing_fields_loads_as_the_clean_one(text: str) -> None:
+    clean = spot_history_from_text(_CLEAN_CSV, source="prices")
+    history = spot_history_from_text(text, source="prices")
+    assert _every_series(history) == _every_series(clean)
+    assert history.notes == clean.notes
+
+
+def test_an_extra_field_holding_a_value_is_named_beside_an_empty_one() -> None:
+    text = _CLEAN_CSV.replace("0.31\n", "0,,31\n")
+    with pytest.raises(
+        InvalidPriceDataError, match="prices line 3 has 7 fields, its header 5: remove the extra '', '31'"
+    ):
+        spot_history_from_text(text, source="prices")
+
+
 def test_unsorted_and_duplicated_csv_rows_are_fixed_and_reported() -> None:
     rows = [
         "2021-03-01T02:00:00Z,us-east-1,us-east-1a,m5.large,Linux/UNIX,0.30",

@@ -225,19 +225,25 @@ def _spot_csv_records(reader: csv.DictReader[str], source: str) -> Iterator[dict
     """The CSV's rows as ``DescribeSpotPriceHistory`` records; a row that cannot be read right is named.
 
     A row with an extra field was read without it, a short one left its last columns None, and a row whose
-    zone had a space around it ("us-east-1b ") was filed under no region: each passed in silence.
+    zone had a space around it ("us-east-1b ") was filed under no region: each passed in silence. What
+    spreadsheets write and always loaded still does: a row of blank fields (a last line of spaces, ",,,,") is
+    skipped, and an empty field past the header (a trailing comma), or a header column with no name that a
+    row leaves out, holds nothing to lose.
     """
     header = list(reader.fieldnames or [])
     for row in reader:
         line = reader.line_num  # the file's line, as an editor shows it (the header is line 1)
-        extra = row.get(None)  # DictReader's key for the fields past the header
-        if extra:
+        extra = row.get(None) or []  # DictReader's key for the fields past the header
+        fields = [value for column, value in row.items() if column is not None and value is not None]
+        if not any(field.strip() for field in [*fields, *extra]):
+            continue
+        if any(field.strip() for field in extra):
             raise InvalidPriceDataError(
                 f"{source} line {line} has {len(header) + len(extra)} fields, its header {len(header)}: "
                 f"remove the extra {', '.join(map(repr, extra))} (a value holding a comma goes in double "
                 "quotes; a price takes a decimal point, 0.31)"
             )
-        lacking = [column for column in header if row.get(column) is None]
+        lacking = [column for column in header if column.strip() and row.get(column) is None]
         if lacking:
             raise InvalidPriceDataError(
                 f"{source} line {line} has {len(header) - len(lacking)} fields, its header {len(header)}: "
