@@ -11,7 +11,13 @@ import pytest
 from airflow.sdk.definitions.param import ParamValidationError
 
 from costaware.core.errors import ConfigurationError
-from costaware.params import check_local_command, check_run_conf, seconds_param, usd_param
+from costaware.params import (
+    check_local_command,
+    check_remote_backend,
+    check_run_conf,
+    seconds_param,
+    usd_param,
+)
 
 
 @pytest.mark.parametrize("given", ["1.50", "0", "999999.999999"])
@@ -213,6 +219,41 @@ def test_own_training_refuses_sagemaker_for_its_ec2_instance_type_before_its_spe
         "the training would run on 'c5.4xlarge': this DAG's type is fixed (its recorded spot prices are "
         "EC2's), so run it on batch or kubernetes; on SageMaker, give RemoteTrainingOperator an ml.* "
         "instance_type and its spot_usd_per_hour and on_demand_usd_per_hour in a DAG of your own"
+    )
+
+
+_SAGEMAKER_READY = {
+    "backend": "sagemaker",
+    "backend_options": {"role_arn": "arn:aws:iam::1:role/x", "output_s3_uri": "s3://bucket/out"},
+    "image": "1.dkr.ecr/t:1",
+    "data_root": "s3://b/x",
+}
+
+
+def test_check_remote_backend_called_as_before_it_took_an_instance_type_checks_the_rest() -> None:
+    # check_remote_backend is public (params.__all__): a caller written before instance_type and
+    # instance_type_hint came got a TypeError for two required arguments it never had.
+    check_remote_backend(_SAGEMAKER_READY, job="the training", data_root_default="/data")
+    with pytest.raises(ConfigurationError) as refused:
+        check_remote_backend({**_SAGEMAKER_READY, "image": None}, job="the training", data_root_default="/d")
+    assert str(refused.value) == (
+        "the sagemaker backend cannot run the training: SageMaker runs the training in an image: give the "
+        "image param, or image_uri in backend_options"
+    )
+
+
+def test_check_remote_backend_with_a_type_and_no_hint_says_what_to_give() -> None:
+    with pytest.raises(ConfigurationError) as refused:
+        check_remote_backend(
+            _SAGEMAKER_READY, job="the training", data_root_default="/data", instance_type="g5.xlarge"
+        )
+    assert str(refused.value) == (
+        "the sagemaker backend cannot run the training: SageMaker trains only on ml.* instance types, and "
+        "the training would run on 'g5.xlarge': give an ml.* instance type as SageMaker names it "
+        "(ml.g5.xlarge), priced at SageMaker's spot and on-demand prices, not EC2's"
+    )
+    check_remote_backend(
+        _SAGEMAKER_READY, job="the training", data_root_default="/data", instance_type="ml.g5.xlarge"
     )
 
 

@@ -229,15 +229,24 @@ def check_remote_backend(
     *,
     job: str,
     data_root_default: str,
-    instance_type: str,
-    instance_type_hint: str,
+    instance_type: str | None = None,
+    instance_type_hint: str | None = None,
 ) -> None:
     """Refuse a remote backend ``job`` (``"the training"``) could not run on, every problem at once.
 
     Its options, a local ``data_root`` (``data_root_default`` where the param is empty) that a job on
     another machine cannot reach, SageMaker without an image or on an ``instance_type`` that is not an
-    ``ml.*`` type (``instance_type_hint`` says what to give instead): a DAG calls this ahead of its spend
-    gate, as a typo failed only in the training task, after the gate had reserved its money.
+    ``ml.*`` type: a DAG calls this ahead of its spend gate, as a typo failed only in the training task,
+    after the gate had reserved its money.
+
+    Args:
+        params: The run's params (``backend``, ``backend_options``, ``data_root``, ``image``).
+        job: What runs, for messages (``"the training"``).
+        data_root_default: The ``data_root`` a run with that param empty uses.
+        instance_type: The type the job would run on; ``None`` (the default, as before it was checked)
+            leaves the type unchecked.
+        instance_type_hint: What to give instead of a type SageMaker does not train on; ``None``: give an
+            ``ml.*`` type with SageMaker's prices.
 
     Raises:
         ConfigurationError: naming each problem and what to give.
@@ -261,11 +270,14 @@ def check_remote_backend(
         problems.append(
             f"SageMaker runs {job} in an image: give the image param, or image_uri in backend_options"
         )
-    if backend == "sagemaker" and not instance_type.startswith("ml."):
+    if backend == "sagemaker" and instance_type is not None and not instance_type.startswith("ml."):
         # Refused only at the submit, after the spend gate (or the study's budget) had reserved.
+        hint = instance_type_hint or (
+            "give an ml.* instance type as SageMaker names it (ml.g5.xlarge), priced at SageMaker's spot "
+            "and on-demand prices, not EC2's"
+        )
         problems.append(
-            f"SageMaker trains only on ml.* instance types, and {job} would run on {instance_type!r}: "
-            f"{instance_type_hint}"
+            f"SageMaker trains only on ml.* instance types, and {job} would run on {instance_type!r}: {hint}"
         )
     if problems:
         raise ConfigurationError(f"the {backend} backend cannot run {job}: " + "; ".join(problems))
