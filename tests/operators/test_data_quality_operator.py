@@ -334,8 +334,23 @@ def test_a_refused_s3_batch_moves_to_an_s3_quarantine_and_leaves_no_empty_prefix
     ]
 
 
+@pytest.mark.parametrize(
+    ("refusal", "reason"),
+    [
+        (
+            "raised",
+            "An error occurred (AccessDenied) when calling the DeleteObjects operation: Access Denied",
+        ),
+        ("answered", "s3://{bucket}/landing/day/: Access Denied"),  # DeleteObjects' per-key Errors
+    ],
+)
 def test_a_refused_s3_batch_whose_folder_marker_cannot_be_deleted_is_still_refused_and_says_so(
-    moto_endpoint: str, moto_aws_conn: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    moto_endpoint: str,
+    moto_aws_conn: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    refusal: str,
+    reason: str,
 ) -> None:
     import uuid
 
@@ -358,10 +373,12 @@ def test_a_refused_s3_batch_whose_folder_marker_cannot_be_deleted_is_still_refus
     def refusing_client(*args: Any, **kwargs: Any) -> Any:
         refusing = made(*args, **kwargs)
 
-        def denied(**_: object) -> object:
-            raise ClientError(
-                {"Error": {"Code": "AccessDenied", "Message": "Access Denied"}}, "DeleteObjects"
-            )
+        def denied(Bucket: str, Delete: dict[str, Any]) -> object:
+            if refusal == "raised":
+                raise ClientError(
+                    {"Error": {"Code": "AccessDenied", "Message": "Access Denied"}}, "DeleteObjects"
+                )
+            return {"Errors": [{"Key": o["Key"], "Message": "Access Denied"} for o in Delete["Objects"]]}
 
         refusing.delete_objects = denied
         return refusing
@@ -378,12 +395,19 @@ def test_a_refused_s3_batch_whose_folder_marker_cannot_be_deleted_is_still_refus
     # A botocore error, not an OSError: the task failed with it, not with the refusal and the batch's fate.
     with pytest.raises(AirflowFailException) as refused:
         op.execute(_context())
-    assert "distance" in str(refused.value)
-    assert f"could not delete the empty folder markers under s3://{bucket}/landing/day/: " in str(
-        refused.value
-    )
+    message = str(refused.value)
+    assert "distance" in message
+    # The batch is whole in the quarantine: it was said to be "could not be moved" and moved in one breath.
+    assert "could not be moved" not in message
+    moved = f"s3://{bucket}/refused/retrain_dag/scheduled__2013-01-01/quality_gate/day"
+    assert (
+        f"; the batch was moved to {moved}: fix it and move it back to retrain on it; the empty folder "
+        f"markers under s3://{bucket}/landing/day/ are left ({reason.format(bucket=bucket)}): delete them by "
+        "hand (the next run would read them as an empty batch):\n- "
+    ) in message
     keys = sorted(o["Key"] for o in client.list_objects_v2(Bucket=bucket).get("Contents", []))
     assert "refused/retrain_dag/scheduled__2013-01-01/quality_gate/day/part-0.parquet" in keys
+    assert "landing/day/part-0.parquet" not in keys
 
 
 def _gate(tmp: Path, landed: Path) -> DataQualityOperator:

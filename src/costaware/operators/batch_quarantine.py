@@ -19,6 +19,20 @@ from costaware.core.errors import ConfigurationError
 log = logging.getLogger(__name__)
 
 
+class FolderMarkersLeftError(OSError):
+    """Raised when the batch was moved but the empty S3 folder markers it left could not be deleted.
+
+    Attributes:
+        moved_to: Where the batch is now (the move itself is whole).
+        cleanup: What is left and what to do about it.
+    """
+
+    def __init__(self, moved_to: str, cleanup: str) -> None:
+        super().__init__(f"the batch was moved to {moved_to}, but {cleanup}")
+        self.moved_to = moved_to
+        self.cleanup = cleanup
+
+
 def quarantined_copy(
     data_path: str, quarantine_path: str, key: str, options: Mapping[str, Any]
 ) -> str | None:
@@ -251,6 +265,8 @@ def quarantine(data_path: str, quarantine_path: str, key: str, options: Mapping[
         ConfigurationError: the quarantine is the batch's own folder or inside it (the batch's deletion
             would take the copy too).
         FileExistsError: another file is already where a copy would go (nothing was copied or deleted).
+        FolderMarkersLeftError: the batch was moved, but the empty S3 folder markers under its folder could
+            not be listed or deleted.
         OSError: a store could not be read or written, or a copy came out short.
     """
     from pyarrow import fs
@@ -297,15 +313,26 @@ def quarantine(data_path: str, quarantine_path: str, key: str, options: Mapping[
             raise OSError(f"the copy of {path} at {copy} is not whole: nothing was deleted")
     for path, _, _ in files:
         source.fs.delete_file(path)
+    moved_to = f"{target.uri}/{name}"
     if info.type == fs.FileType.Directory:
         if source.is_local:
             _remove_empty_folders(Path(source.root))
         else:
             # S3 keeps an empty marker for a prefix whose last file went: the next run saw an empty batch.
-            left = source.fs.get_file_info(fs.FileSelector(source.root, recursive=True, allow_not_found=True))
-            folders = [source.root] + [i.path for i in left if i.type == fs.FileType.Directory]
-            _delete_folder_markers(folders, options)
-    return f"{target.uri}/{name}"
+            try:
+                left = source.fs.get_file_info(
+                    fs.FileSelector(source.root, recursive=True, allow_not_found=True)
+                )
+                folders = [source.root] + [i.path for i in left if i.type == fs.FileType.Directory]
+                _delete_folder_markers(folders, options)
+            except (OSError, ConfigurationError) as e:
+                # Not "could not be moved": the batch is whole in the quarantine, only the markers are left.
+                raise FolderMarkersLeftError(
+                    moved_to,
+                    f"the empty folder markers under s3://{source.root.rstrip('/')}/ are left ({e}): delete "
+                    "them by hand (the next run would read them as an empty batch)",
+                ) from e
+    return moved_to
 
 
 def _delete_folder_markers(folders: list[str], options: Mapping[str, Any]) -> None:
@@ -339,16 +366,10 @@ def _delete_folder_markers(folders: list[str], options: Mapping[str, Any]) -> No
                     Delete={"Objects": [{"Key": k} for k in keys[first : first + 1000]], "Quiet": True},
                 )
             except (BotoCoreError, ClientError) as e:  # an OSError, as pyarrow's: the refusal still stands
-                raise OSError(
-                    f"could not delete the empty folder markers under s3://{bucket}/{keys[0]}: {e}; the "
-                    "batch was moved, delete those markers by hand"
-                ) from e
+                raise OSError(str(e)) from e
             failed = answer.get("Errors") or []
             if failed:
-                raise OSError(
-                    f"could not delete the empty folder marker s3://{bucket}/{failed[0].get('Key')}: "
-                    f"{failed[0].get('Message')}; the batch was moved, delete that marker by hand"
-                )
+                raise OSError(f"s3://{bucket}/{failed[0].get('Key')}: {failed[0].get('Message')}")
 
 
 def _same_bytes(source_fs: Any, source: str, target_fs: Any, target: str, size: int | None) -> bool:

@@ -19,6 +19,7 @@ from costaware.core.errors import ConfigurationError
 from costaware.core.ledger import utcnow
 from costaware.glue import DEFAULT_AWS_CONN_ID, airflow_errors, run_identity, storage_options
 from costaware.operators.batch_quarantine import (
+    FolderMarkersLeftError,
     check_quarantine_beside_batch_folder,
     check_quarantine_outside,
     quarantine,
@@ -431,6 +432,14 @@ class DataQualityOperator(BaseOperator):
             return ""
         try:
             moved = quarantine(self.data_path, where, task_key(facts), options)
+        except FolderMarkersLeftError as e:
+            self.log.warning(
+                "moved the refused batch %s to %s, but %s", self.data_path, e.moved_to, e.cleanup
+            )
+            return (
+                f"; the batch was moved to {e.moved_to}: fix it and move it back to retrain on it; "
+                f"{e.cleanup}"
+            )
         except (OSError, ConfigurationError) as e:
             # The refusal stands either way; the batch is where it was, or also in the quarantine.
             self.log.error("could not move %s to %s: %s", self.data_path, where, e)
