@@ -27,6 +27,13 @@ CARBON_FIELDS = ("power_kw", "grid_zone")
 #: What a template of a param left blank renders ("None", or "null" through ``| tojson``): not given, as the
 #: operators read it. Kept, an in-worker try templated from an unset param was priced as type 'None' at $0.
 _NOT_GIVEN = (None, "", "None", "null")
+
+
+def not_given(value: object) -> bool:
+    """Whether a field's value gives nothing: None, blank, or what a template of an unset param renders."""
+    return value is None or (isinstance(value, str) and value.strip() in _NOT_GIVEN)
+
+
 PRICING_PARAM = "costaware_compute"
 """The task param that says where any operator's tries run, e.g. ``{"instance_type": "g5.xlarge"}``."""
 

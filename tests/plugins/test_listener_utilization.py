@@ -239,3 +239,23 @@ def test_the_workers_grid_zone_applies_to_tasks_that_name_none(monkeypatch: pyte
     assert carbon_overrides(task) == {"grid_zone": "US-CAL-CISO"}
     named = SimpleNamespace(params={"costaware_compute": {"grid_zone": "GB", "power_kw": 0.2}})
     assert carbon_overrides(named) == {"grid_zone": "GB", "power_kw": 0.2}
+
+
+@pytest.mark.parametrize("unset", [" ", "None", "null", " None "])
+def test_a_blank_or_unset_template_carbon_field_is_not_given(
+    monkeypatch: pytest.MonkeyPatch, unset: str
+) -> None:
+    # A blank grid_zone hid the worker's zone (the region's was used), "None" (a template of an unset
+    # param) was read as a zone named None, and power_kw "None" lost the try's estimate ("not a number").
+    from types import SimpleNamespace
+
+    from costaware.plugins.utilization import carbon_overrides
+
+    monkeypatch.setenv("AIRFLOW__COSTAWARE__WORKER_GRID_ZONE", "US-CAL-CISO")
+    param = SimpleNamespace(params={"costaware_compute": {"grid_zone": unset, "power_kw": unset}})
+    assert carbon_overrides(param) == {"grid_zone": "US-CAL-CISO"}
+    # An operator's templated attribute left unset gives way to the task's costaware_compute.
+    attributes = SimpleNamespace(
+        grid_zone=unset, power_kw=unset, params={"costaware_compute": {"grid_zone": " GB ", "power_kw": 0.2}}
+    )
+    assert carbon_overrides(attributes) == {"grid_zone": "GB", "power_kw": 0.2}

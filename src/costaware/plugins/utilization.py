@@ -169,8 +169,13 @@ def measurement_of(ti: Any, entry: Any, reading: Any) -> Any:
 
 
 def carbon_overrides(task: Any) -> dict[str, Any]:
-    """``power_kw`` and ``grid_zone`` of a task: its operator attributes, else its ``costaware_compute``."""
-    from costaware.try_pricing import CARBON_FIELDS, PRICING_PARAM
+    """``power_kw`` and ``grid_zone`` of a task: its operator attributes, else its ``costaware_compute``.
+
+    A blank value, or a template of an unset param ("None", "null"), is not given: a blank grid_zone hid
+    ``[costaware] worker_grid_zone`` (the region's zone was used), "None" was read as a zone of that name, and
+    a power_kw of "None" lost the try's estimate ("not a number of kW").
+    """
+    from costaware.try_pricing import CARBON_FIELDS, PRICING_PARAM, not_given
 
     try:
         param = (getattr(task, "params", None) or {}).get(PRICING_PARAM)
@@ -180,9 +185,10 @@ def carbon_overrides(task: Any) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for name in CARBON_FIELDS:
         value = getattr(task, name, None)
-        value = given.get(name) if value in (None, "") else value
-        if value not in (None, ""):
-            out[name] = value
+        if not_given(value):
+            value = given.get(name)
+        if not not_given(value):
+            out[name] = value.strip() if isinstance(value, str) else value
     if "grid_zone" not in out:
         from costaware.settings import worker_grid_zone
 
