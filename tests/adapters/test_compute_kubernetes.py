@@ -281,6 +281,24 @@ def test_an_image_without_the_launcher_fails_naming_it_and_what_to_install() -> 
     )
 
 
+def test_a_start_error_that_finds_the_launcher_is_quoted_without_the_install_advice() -> None:
+    # Any StartError naming costaware-run was told the image lacks it: a launcher without its execute bit is
+    # in the image, and installing it again mends nothing.
+    said = 'failed to create containerd task: exec: "costaware-run": permission denied: unknown'
+    pod = _pod(
+        "Failed",
+        {
+            "exitCode": 128,
+            "reason": "StartError",
+            "message": said,
+            "startedAt": "2026-01-01T00:00:05Z",
+            "finishedAt": "2026-01-01T00:00:05Z",
+        },
+    )
+    status = status_from_pod(pod, now=datetime(2026, 1, 1, 0, 1, tzinfo=timezone.utc))
+    assert (status.state, status.exit_code, status.reason) == (JobState.FAILED, 128, f"StartError: {said}")
+
+
 @pytest.mark.parametrize("reason", ["ImagePullBackOff", "InvalidImageName", "CreateContainerConfigError"])
 def test_a_container_that_cannot_start_fails_instead_of_pending_for_a_day(reason: str) -> None:
     # It stayed Pending until activeDeadlineSeconds, its GPU node paid the while, the ledger at $0.

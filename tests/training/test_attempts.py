@@ -240,6 +240,21 @@ CASES: list[tuple[str, AttemptState, Event, datetime | None, Step]] = [
             record_cause="code_error",
         ),
     ),
+    (
+        # Kubernetes' StartError (exit 128) read as a code error, sent to log lines a container never started
+        # has none of.
+        "a container that never started: the runtime's message, no log lines to read",
+        state(command=("python", "train.py")),
+        JobEnded(job("failed", exit_code=128, reason='StartError: exec: "costaware-run": permission denied')),
+        None,
+        Fail(
+            'training job j-a1 failed: StartError: exec: "costaware-run": permission denied; the container '
+            "never started (exit 128: the container runtime could not run its command), so it has no log "
+            "lines: fix the image as the runtime's message says; not retried; nothing was registered",
+            job_id="j-a1",
+            record_cause="code_error",
+        ),
+    ),
 ]
 
 

@@ -95,6 +95,7 @@ __all__ = [
     "exit_hint",
     "launcher_command",
     "launcher_grace_seconds",
+    "launcher_not_found",
     "parse_result",
 ]
 
@@ -269,6 +270,13 @@ def exit_hint(exit_code: int | None, reason: str = "") -> str:
     """
     if exit_code is None:
         return ""
+    if reason.startswith(_NEVER_STARTED_REASONS):
+        # The runtime could not start the command (exit 128 is its own code): there is no code error and
+        # no log line to read, only the runtime's message, which the reason quotes.
+        return (
+            f"the container never started (exit {exit_code}: the container runtime could not run its "
+            "command), so it has no log lines: fix the image as the runtime's message says; not retried"
+        )
     if exit_code == 127:
         return _not_found_hint(reason)
     if exit_code in _HINTS:
@@ -276,6 +284,15 @@ def exit_hint(exit_code: int | None, reason: str = "") -> str:
     if exit_code > 128:
         return f"the job was killed by signal {exit_code - 128} (exit {exit_code}); it is not retried"
     return f"the command exited {exit_code}: a code error, not retried (see its last log lines)"
+
+
+#: A container runtime's reason for a container whose command it could not start (containerd, Docker).
+_NEVER_STARTED_REASONS = ("StartError", "ContainerCannotRun")
+
+
+def launcher_not_found(text: str) -> bool:
+    """Whether ``text`` (a log line, a runtime's message) says ``costaware-run`` is not in the image."""
+    return bool(_LAUNCHER_NOT_FOUND.search(text))
 
 
 #: A shell's or a container runtime's words for a missing ``costaware-run``: ``sh: 1: costaware-run: not
@@ -294,7 +311,7 @@ def _not_found_hint(reason: str) -> str:
     command never started.
     """
     said = reason or ""
-    if _LAUNCHER_NOT_FOUND.search(said):
+    if launcher_not_found(said):
         return (
             f"{LAUNCHER} itself was not found in the image (exit 127), so the command never started: install "
             "costaware-runtime in the image (pip install costaware-runtime), on the PATH of the image's user"

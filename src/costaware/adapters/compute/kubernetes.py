@@ -43,6 +43,7 @@ from costaware.adapters.compute.job_contract import (
     LAUNCHER_MARGIN_SECONDS,
     RESUBMIT_EXIT_CODES,
     launcher_grace_seconds,
+    launcher_not_found,
 )
 from costaware.core.errors import ComputeBackendError, ConfigurationError, JobNotFoundError
 from costaware.core.ledger import utcnow
@@ -405,9 +406,10 @@ def status_from_pod(
         start_error = str((terminated or {}).get("message") or "").strip()
         if not preempted and (terminated or {}).get("reason") == "StartError" and start_error:
             # The container never ran, so there are no log lines to read: the runtime's words are all there
-            # is, and 'StartError' alone named neither the missing launcher nor the image.
+            # is, and 'StartError' alone named neither the missing launcher nor the image. Only a launcher
+            # not found is a missing costaware-runtime ('permission denied' is a file mode to fix).
             reason = f"StartError: {start_error}"
-            if LAUNCHER in start_error:
+            if launcher_not_found(start_error):
                 reason += (
                     f" (the image has no {LAUNCHER}: install costaware-runtime[s3] in it, as "
                     "runtime/Dockerfile.train.example does)"
