@@ -219,8 +219,7 @@ def test_a_try_running_past_the_end_of_a_recorded_file_keeps_its_recorded_hours(
     g = (0.5 * 166 + 167 + 1.5 * typical) / 3
     assert found["kg_co2e"] == Decimal(repr(round(3 * g / 1000, 6)))
     assert found["carbon_source"] == (
-        "grid GB: recorded 1.5 of 3 h, typical year (bundled 2023) for 1.5 h from 2026-11-22 00:00: "
-        "GB_2026-11.csv"
+        "grid GB: recorded 1.5 of 3 h, typical year 2023 for 1.5 h from 2026-11-22 00:00: GB_2026-11.csv"
     )
     longest = estimate(
         instance_type=None,
@@ -232,6 +231,56 @@ def test_a_try_running_past_the_end_of_a_recorded_file_keeps_its_recorded_hours(
         intensity_of=RecordedCarbon(_renamed(recorded, tmp_path / "US-CAL-CISO_2026-11.csv")).intensity,
     )
     assert len(longest["carbon_source"]) <= 128 and longest["carbon_source"].endswith("_2026-11.csv")
+
+
+def test_an_imported_file_is_named_whole_in_the_source_with_hours_of_two_decimals(tmp_path: Path) -> None:
+    from costaware.adapters.carbon_source import RecordedCarbon
+
+    # `costaware carbon import` names the file <zone>_imported.csv: with hours of two decimals its name was
+    # cut at the ledger's 128 characters ("US-CAL-CISO_imported.cs").
+    imported = _renamed(
+        Path(__file__).resolve().parents[1] / "fixtures" / "carbon" / "GB_2026-11.csv",
+        tmp_path / "US-CAL-CISO_imported.csv",
+    )
+    start = datetime(2026, 11, 21, 22, 10, tzinfo=timezone.utc)
+    found = estimate(
+        instance_type=None,
+        region="on-prem",
+        power_kw=1,
+        grid_zone="US-CAL-CISO",
+        start=start,
+        end=start + timedelta(hours=3, minutes=5),
+        intensity_of=RecordedCarbon(imported).intensity,
+    )
+    assert found["carbon_source"] == (
+        "grid US-CAL-CISO: recorded 1.83 of 3.08 h, typical year 2023 for 1.25 h from 2026-11-22 00:00: "
+        "US-CAL-CISO_imported.csv"
+    )
+
+
+def test_recorded_files_that_do_not_fit_the_source_are_counted_not_cut(tmp_path: Path) -> None:
+    from costaware.adapters.carbon_source import RecordedCarbon
+
+    # The file's last six hours, one file each, then the typical year: six names cannot all be told.
+    rows = (
+        (Path(__file__).resolve().parents[1] / "fixtures" / "carbon" / "GB_2026-11.csv").read_text().split()
+    )
+    for hour, row in enumerate(rows[-6:]):
+        (tmp_path / f"US-CAL-CISO_h{hour}.csv").write_text(f"{rows[0]}\n{row}\n")
+    start = datetime(2026, 11, 21, 18, 10, tzinfo=timezone.utc)
+    found = estimate(
+        instance_type=None,
+        region="on-prem",
+        power_kw=1,
+        grid_zone="US-CAL-CISO",
+        start=start,
+        end=start + timedelta(hours=7, minutes=5),
+        intensity_of=RecordedCarbon(tmp_path).intensity,
+    )
+    assert found["carbon_source"] == (
+        "grid US-CAL-CISO: recorded 5.83 of 7.08 h, typical year 2023 for 1.25 h from 2026-11-22 00:00: "
+        "US-CAL-CISO_h0.csv + 5 more"
+    )
 
 
 def _renamed(file: Path, to: Path) -> Path:

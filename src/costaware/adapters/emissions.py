@@ -198,15 +198,33 @@ def _recorded_then_typical_year(
             f"(no recorded intensity for {start:%Y-%m-%d %H:%M})"
         )
     total_seconds = (end - start).total_seconds()
-    files = " + ".join(_short_name(name) for name in recorded_names)
+    names = [_short_name(name) for name in recorded_names]
     if first_gap is None:  # every hour recorded, in files that no one call joined
-        return weighted / total_seconds, f"grid {zone}: {files}, recorded"
-    source = (
+        told = f"grid {zone}: "
+        return (
+            weighted / total_seconds,
+            f"{told}{_whole_names(names, _SOURCE_ROOM - len(told) - 10)}, recorded",
+        )
+    told = (
         f"grid {zone}: recorded {_hours(recorded_seconds)} of {_hours(total_seconds)} h, typical year "
-        f"(bundled {_bundled_year(zone)}) for {_hours(total_seconds - recorded_seconds)} h from "
-        f"{first_gap:%Y-%m-%d %H:%M}: {files}"
+        f"{_bundled_year(zone)} for {_hours(total_seconds - recorded_seconds)} h from "
+        f"{first_gap:%Y-%m-%d %H:%M}: "
     )
-    return weighted / total_seconds, source
+    return weighted / total_seconds, told + _whole_names(names, _SOURCE_ROOM - len(told))
+
+
+#: The ledger's carbon_source: a longer source is cut there, mid-name ("US-CAL-CISO_imported.cs").
+_SOURCE_ROOM = FIELD_LIMITS["carbon_source"]
+
+
+def _whole_names(names: list[str], room: int) -> str:
+    """``names`` joined by `` + `` in ``room`` characters: whole names, the rest counted (``+ 2 more``)."""
+    for shown in range(len(names), 0, -1):
+        left_out = len(names) - shown
+        text = " + ".join(names[:shown]) + (f" + {left_out} more" if left_out else "")
+        if len(text) <= room:
+            return text
+    return f"{len(names)} file{'s' if len(names) > 1 else ''}"
 
 
 def _typical_year(zone: str, start: datetime, end: datetime) -> tuple[float, datetime] | None:
