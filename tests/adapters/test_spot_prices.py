@@ -194,6 +194,23 @@ def test_a_csv_with_blank_rows_or_empty_trailing_fields_loads_as_the_clean_one(t
     assert history.notes == clean.notes
 
 
+def test_a_price_split_by_a_comma_under_a_header_ending_in_one_is_named() -> None:
+    # The header's trailing comma gave the row's '31' an unnamed column: priced at $0 in silence.
+    text = _CLEAN_CSV.replace("usd_per_hour\n", "usd_per_hour,\n").replace("0.31\n", "0,31\n")
+    with pytest.raises(
+        InvalidPriceDataError, match="prices line 3 has 6 fields, its header 5 named: remove the extra '31' "
+    ):
+        spot_history_from_text(text, source="prices")
+
+
+def test_an_unnamed_first_column_is_read_as_the_index_pandas_writes() -> None:
+    indexed = "\n".join(
+        f"{number - 1 if number else ''},{row}" for number, row in enumerate(_CLEAN_CSV.split())
+    )
+    history = spot_history_from_text(indexed + "\n", source="prices")
+    assert _every_series(history) == _every_series(spot_history_from_text(_CLEAN_CSV, source="prices"))
+
+
 def test_an_extra_field_holding_a_value_is_named_beside_an_empty_one() -> None:
     text = _CLEAN_CSV.replace("0.31\n", "0,,31\n")
     with pytest.raises(

@@ -231,17 +231,23 @@ def _spot_csv_records(reader: csv.DictReader[str], source: str) -> Iterator[dict
     row leaves out, holds nothing to lose.
     """
     header = list(reader.fieldnames or [])
+    named = [index for index, column in enumerate(header) if column.strip()]
+    # A header ending in a comma: the columns past its last name are the row's spare fields too ("0,31" read
+    # as a price of 0, its 31 under the unnamed column). An unnamed first column is pandas' index.
+    unnamed_tail = header[named[-1] + 1 :] if named else []
     for row in reader:
         line = reader.line_num  # the file's line, as an editor shows it (the header is line 1)
-        extra = row.get(None) or []  # DictReader's key for the fields past the header
+        extra = [row[column] for column in unnamed_tail if row.get(column) is not None]
+        extra += row.get(None) or []  # DictReader's key for the fields past the header
         fields = [value for column, value in row.items() if column is not None and value is not None]
         if not any(field.strip() for field in [*fields, *extra]):
             continue
         if any(field.strip() for field in extra):
+            columns = len(header) - len(unnamed_tail)
             raise InvalidPriceDataError(
-                f"{source} line {line} has {len(header) + len(extra)} fields, its header {len(header)}: "
-                f"remove the extra {', '.join(map(repr, extra))} (a value holding a comma goes in double "
-                "quotes; a price takes a decimal point, 0.31)"
+                f"{source} line {line} has {columns + len(extra)} fields, its header {columns}"
+                f"{' named' if unnamed_tail else ''}: remove the extra {', '.join(map(repr, extra))} (a "
+                "value holding a comma goes in double quotes; a price takes a decimal point, 0.31)"
             )
         lacking = [column for column in header if column.strip() and row.get(column) is None]
         if lacking:
