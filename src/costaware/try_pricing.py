@@ -34,6 +34,11 @@ def not_given(value: object) -> bool:
     return value is None or (isinstance(value, str) and value.strip() in _NOT_GIVEN)
 
 
+def stripped(value: Any) -> Any:
+    """A given value as it is meant: "g5.xlarge " (a space from a template or a form) was no known type."""
+    return value.strip() if isinstance(value, str) else value
+
+
 PRICING_PARAM = "costaware_compute"
 """The task param that says where any operator's tries run, e.g. ``{"instance_type": "g5.xlarge"}``."""
 
@@ -60,7 +65,7 @@ def compute_of(task: Any) -> dict[str, Any]:
     except Exception:  # a task's params are a convenience here; the worker defaults still apply
         param = None
     if isinstance(param, Mapping):
-        declared.update({k: param[k] for k in COMPUTE_FIELDS if param.get(k) not in _NOT_GIVEN})
+        declared.update({k: stripped(param[k]) for k in COMPUTE_FIELDS if not not_given(param.get(k))})
         known = (*COMPUTE_FIELDS, *CARBON_FIELDS)  # the carbon ones are read by the utilization listener
         unknown = sorted(str(k) for k in param if k not in known)
         if unknown:  # {"markt": "spot"} priced the try on-demand without a word
@@ -74,8 +79,8 @@ def compute_of(task: Any) -> dict[str, Any]:
     if getattr(type(task), "cost_compute_from_arguments", False):
         for name in COMPUTE_FIELDS:
             value = getattr(task, name, None)
-            if value not in _NOT_GIVEN:
-                declared[name] = value
+            if not not_given(value):
+                declared[name] = stripped(value)
     rate = declared.get("usd_per_hour")
     if rate is not None:
         try:

@@ -1138,3 +1138,25 @@ def test_a_compute_argument_templated_from_a_param_left_blank_is_read_as_not_giv
         "market": "on_demand",
         "usd_per_hour": None,
     }
+
+
+def test_a_compute_field_with_a_space_around_it_is_read_without_it(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """A space around a value ("g5.xlarge ", from a template or a form) is not part of it.
+
+    "g5.xlarge " was no known type: the try was recorded at $0, unpriced.
+    """
+    from costaware.operators.warm_start import WarmStartRetrainOperator
+    from costaware.try_pricing import compute_of
+
+    retrain = WarmStartRetrainOperator(
+        task_id="retrain", data_path=str(tmp_path), new_data_path=str(tmp_path), label_column="y",
+        feature_columns=["x"], model_store=str(tmp_path / "models"), instance_type=" ", region=" None ",
+        market="spot ",
+        params={"costaware_compute": {"instance_type": "g5.xlarge ", "region": " eu-central-1"}},
+    )  # fmt: skip
+    assert compute_of(retrain) == {
+        "instance_type": "g5.xlarge",  # the param's, where the argument is blank
+        "region": "eu-central-1",
+        "market": "spot",
+        "usd_per_hour": None,
+    }

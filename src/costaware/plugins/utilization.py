@@ -175,7 +175,7 @@ def carbon_overrides(task: Any) -> dict[str, Any]:
     ``[costaware] worker_grid_zone`` (the region's zone was used), "None" was read as a zone of that name, and
     a power_kw of "None" lost the try's estimate ("not a number of kW").
     """
-    from costaware.try_pricing import CARBON_FIELDS, PRICING_PARAM, not_given
+    from costaware.try_pricing import CARBON_FIELDS, PRICING_PARAM, not_given, stripped
 
     try:
         param = (getattr(task, "params", None) or {}).get(PRICING_PARAM)
@@ -188,7 +188,7 @@ def carbon_overrides(task: Any) -> dict[str, Any]:
         if not_given(value):
             value = given.get(name)
         if not not_given(value):
-            out[name] = value.strip() if isinstance(value, str) else value
+            out[name] = stripped(value)
     if "grid_zone" not in out:
         from costaware.settings import worker_grid_zone
 
