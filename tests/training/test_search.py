@@ -987,3 +987,14 @@ def test_a_given_slack_seconds_is_held_fixed_from_the_start(ledger: Any, monkeyp
     assert held[0] == "the search's own bookkeeping (slack_seconds=2)"
     assert asked == [] or len(asked) == 1  # only the tail's, when the search ended
     assert "took longer than slack_seconds" in result.stop  # as before: the 2 s did not pay the slow tail
+
+
+def test_a_hold_refused_by_a_project_budget_names_it_not_cap_usd(ledger: Any) -> None:
+    # The stop said "raise cap_usd" ($40, far from spent) where the project's $20 refused the hold's growth.
+    ledger.set_budget("study=toy", "total", "20")
+    result = search(ledger, "40", SlowsItsBookkeeping(0.01, 3.0, 12.0))
+
+    assert "no rung was run that would leave the search's own bookkeeping unpaid" in result.stop
+    assert "raise cap_usd" not in result.stop and "the cap had no room" not in result.stop, result.stop
+    assert "budget 'study=toy/total (total)' over the search's scope has $" in result.stop
+    assert "raise it with `costaware budget set`" in result.stop

@@ -6,7 +6,9 @@ setup before the first rung, :meth:`SearchBilling.bill_setup`, and the time afte
 :meth:`SearchBilling.settle_tail`) is paid from a hold of its own, reserved when the search starts
 (:meth:`SearchBilling.hold_bookkeeping`), so that no rung can spend the money it needs. A measured hold
 (``slack_seconds=None``) is reserved once the setup ran, at its time x ``safety_factor``, and grown before
-each rung to the bookkeeping measured between rungs (:meth:`SearchBilling.grow_hold`).
+each rung to the bookkeeping measured between rungs (:meth:`SearchBilling.grow_hold`); where the
+budgets cannot hold that, the stop names the one with the least left
+(:meth:`SearchBilling.raise_the_tightest`).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from costaware.core.tuning import usd_for_seconds
 if TYPE_CHECKING:
     from costaware.adapters.ledger.store import Ledger
     from costaware.core.budgets import Scope
+    from costaware.core.ledger import BudgetUsage
 
 #: How long the bookkeeping hold counts; before a rung it is renewed where less than an hour is left.
 BOOKKEEPING_HOLD_TTL = timedelta(hours=6)
@@ -123,7 +126,28 @@ class SearchBilling:
         return (
             f"no rung was run that would leave the search's own bookkeeping unpaid: measured between rungs "
             f"x safety_factor it now takes {seconds:.3f} s ({format_usd_exact(needed)}), and the budgets "
-            f"could hold only {format_usd_exact(self.held_usd)} for it; raise cap_usd"
+            f"could hold only {format_usd_exact(self.held_usd)} for it; {self.raise_the_tightest()}"
+        )
+
+    def tightest(self) -> BudgetUsage | None:
+        """The budget over the search with the least left: its own, or a project's over its scope."""
+        return min(self.ledger.usage(self.budget_scope), key=lambda u: u.left_usd, default=None)
+
+    def is_own(self, usage: BudgetUsage) -> bool:
+        """Is ``usage`` the search's own budget (set from ``cap_usd``, deleted when the search ends)?"""
+        return usage.label.startswith(f"{self.budget_scope}/")
+
+    def raise_the_tightest(self) -> str:
+        """What to raise where the money ran out: ``cap_usd``, or the project's budget that has less left.
+
+        A project budget over the scope that refused the hold is not raised by a larger ``cap_usd``.
+        """
+        tightest = self.tightest()
+        if tightest is None or self.is_own(tightest):
+            return "raise cap_usd"
+        return (
+            f"budget '{tightest.name}' over the search's scope has {format_usd_exact(tightest.left_usd)} "
+            "left: raise it with `costaware budget set`"
         )
 
     def bill_setup(self, now: float) -> None:
@@ -242,17 +266,24 @@ class SearchBilling:
             over = self.past_cap()
             if over <= 0:
                 return stop
+            # The budget passed: the search's own (its cap), or a project's over its scope, named.
+            tightest = self.tightest()
+            passed = (
+                "the cap"
+                if tightest is None or self.is_own(tightest)
+                else f"budget '{tightest.name}' over the search's scope"
+            )
             if beyond_hold and self.measured:
                 return (
-                    f"{stop}; the last {seconds:.3f} s (bookkeeping after the last rung) were billed past "
-                    f"the cap by {format_usd_exact(over)}: they took longer than the hold measured for them, "
-                    "and the cap had no room left; give slack_seconds where the bookkeeping's time swings"
+                    f"{stop}; the last {seconds:.3f} s ({what}) were billed past {passed} by "
+                    f"{format_usd_exact(over)}: they took longer than the hold measured for them, and "
+                    f"{passed} had no room left; give slack_seconds where the bookkeeping's time swings"
                 )
             if beyond_hold:
                 return (
                     f"{stop}; the last {seconds:.3f} s (bookkeeping after the last rung) were billed past "
-                    f"the cap by {format_usd_exact(over)}: they took longer than slack_seconds, "
-                    "and the cap had no room left; raise slack_seconds"
+                    f"{passed} by {format_usd_exact(over)}: they took longer than slack_seconds, "
+                    f"and {passed} had no room left; raise slack_seconds"
                 )
             # Within its hold, yet a rung that ran past its reservation may have spent the hold's money.
             return (
@@ -272,9 +303,15 @@ class SearchBilling:
             )
         except BudgetExceededError:
             seconds = self.bill(None, label, f"{what} (past the cap)", now)
+            tightest = self.tightest()
+            passed = (
+                "the cap"
+                if tightest is None or self.is_own(tightest)
+                else f"budget '{tightest.name}' over the search's scope"
+            )
             return (
-                f"{stop}; the last {seconds:.3f} s (bookkeeping after the last rung) were billed past the "
-                f"cap: nothing was left to reserve them ({format_usd_exact(usd)})"
+                f"{stop}; the last {seconds:.3f} s ({what}) were billed past {passed}: nothing was left to "
+                f"reserve them ({format_usd_exact(usd)})"
             )
         self.bill(reservation.id, label, what, now)
         return stop
