@@ -998,3 +998,11 @@ def test_a_hold_refused_by_a_project_budget_names_it_not_cap_usd(ledger: Any) ->
     assert "raise cap_usd" not in result.stop and "the cap had no room" not in result.stop, result.stop
     assert "budget 'study=toy/total (total)' over the search's scope has $" in result.stop
     assert "raise it with `costaware budget set`" in result.stop
+
+
+def test_a_measured_hold_refused_by_a_short_budget_names_no_slack_seconds_to_lower(ledger: Any) -> None:
+    # It said "give the search a smaller first_rung_seconds or slack_seconds": measured, the hold is the
+    # least it can be, and any slack_seconds holds more.
+    ledger.set_budget("study=toy", "total", "0.05")
+    result = search(ledger, "10", Ticking(0.1))
+    assert result.spent_usd == 0 and result.stop.endswith("give the search a smaller first_rung_seconds")

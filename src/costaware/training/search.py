@@ -304,13 +304,15 @@ def budgeted_search(
     if too_low is not None:
         # Started, the search's setup (the study, its budget, the refused hold) was billed past that budget.
         has = f"{format_usd_exact(too_low.left_usd)} left" if too_low.left_usd > 0 else "nothing left"
+        # Measured, the hold is already the least it can be: any slack_seconds holds more.
+        smaller_hold = "" if slack_seconds is None else " or slack_seconds"
         stop = (
             f"no rung was run: budget '{too_low.name}' over the search's scope has {has}, less than the "
             f"{format_usd_exact(least_usd)} the search "
             f"holds before its first rung (the first rung's reservation, first_rung_seconds="
             f"{first_rung_seconds:g} x safety_factor={safety_factor:g}, and its own bookkeeping, "
             f"{bookkeeping}): nothing was spent; raise the cap with `costaware budget "
-            "set`, or give the search a smaller first_rung_seconds or slack_seconds"
+            f"set`, or give the search a smaller first_rung_seconds{smaller_hold}"
         )
         return SearchResult(
             None, None, (), Decimal(0), stop, prune_rungs=prune_rungs, budget_scope=str(budget_scope)
