@@ -20,19 +20,22 @@ data than its value said. ``SearchResult.best_value`` stays the winner's value a
 The money is ours: a cap that cannot pay the first rung and the search's own bookkeeping is refused, and a
 search that another budget over its scope leaves less than that returns before anything is spent. The
 bookkeeping's hold in the cost ledger is measured by default (``slack_seconds=None``): once the setup before
-the first rung (the study, the budget, the first proposal and model) has run, the search holds its time x
+the first rung (the study, the budget, the first proposal) has run, the search holds its time x
 ``safety_factor`` (a cap that cannot pay that and the first rung's reservation is refused then, the setup
-billed), and before every rung it grows the hold, from what is left beside it, to the bookkeeping measured
-between rungs (the time billed with a rung beyond its training) x ``safety_factor``; where it cannot grow
-that far, no rung is run that would leave the bookkeeping unpaid: the search stops as a refused rung stops
-it. A given ``slack_seconds`` is held from the start, fixed, and refuses a cap before anything is spent.
+billed) and reserves the first rung before the first model is made (a refusal spends only the setup, billed
+as ``setup``). Before every rung it grows the hold, from what is left beside it, to the bookkeeping measured
+between rungs (the time billed with a rung beyond its training and making) x ``safety_factor``; where it
+cannot grow that far, no rung is run that would leave the bookkeeping unpaid: the search stops as a refused
+rung stops it, naming the budget with the least left. A given ``slack_seconds`` is held from the start,
+fixed, and refuses a cap before anything is spent.
 Before every rung the search reserves, from what is left beside that hold, the rung's estimated
 cost and the time used since the last settlement (proposals, the model's making), and settles it with what
 the rung really used once it ran. A rung that cannot be reserved is not run, so the spend passes the cap
 only where a rung ran past its reservation when the budget had no room left beside it (a rung is one call
 to the model and is not interrupted: what it used is billed, and a warning says by how much the cap was
 passed), or the bookkeeping after the last rung took longer than its hold and the money left (the setup, run
-before a measured hold is reserved, is billed as it ran: past the cap only where it alone took more).
+before a measured hold is reserved, is billed as it ran: past the cap only where it alone took more; so is
+a first model's making slower than its first rung's reservation).
 After a cut the search goes on only while the money left could carry the fastest configuration seen through
 every rung (no money on trials that can no longer finish), and none sits idle in a reservation for a whole
 trial.
@@ -362,8 +365,23 @@ def budgeted_search(
         ]
         return promotable(value, competing, reduction_factor, direction)
 
+    def reserve_rung(number: int, rung: int, seconds: float) -> tuple[str, int, int]:
+        """Reserve ``seconds`` for rung ``rung`` of trial ``number`` (BudgetExceededError: refused)."""
+        reservation = ledger.reserve(
+            budget_scope,
+            usd_for_seconds(seconds, usd_per_hour),
+            holder=f"search/{run}/{number}/{rung}",
+            run_id=run,  # a per-run budget caps one search
+            dag_id=owner[0],
+            ttl=timedelta(seconds=max(2 * seconds, 60.0)),
+            purpose=f"rung {rung} of trial {number}",
+        )
+        return (reservation.id, number, rung)
+
     # The rung reserved and not billed yet: (its reservation, trial number, rung).
     running: tuple[str, int, int] | None = None
+    rungs_billed = 0  # none: what was billed is the setup's, never "after the last rung"
+    setup_failed = ""  # how a setup refused before any rung is named in its entry
     try:
         # Held before any rung: reserved only at the end, it found the cap spent by the rungs and was billed
         # past it. No rung is run where even it cannot be held (another budget over the scope has no room).
@@ -389,9 +407,13 @@ def budgeted_search(
             repeats = 0
             bracket = next_bracket(in_bracket, weights) if prune_rungs is not None else 0
             model: FidelityModel | None = None
-            if not trials:
-                # The first model is made in the setup, paid from the bookkeeping hold: one that refuses its
-                # inputs (a one-class validation set) fails the search before any rung is reserved.
+            if not trials and slack_seconds is not None:
+                # With a given slack_seconds the first model is made in the setup, paid from that hold,
+                # reserved before it: one that refuses its inputs (a one-class validation set) fails the
+                # search before any rung is reserved. A measured hold is reserved only once the setup ran:
+                # there the first model is made once the hold and its first rung are reserved, as a later
+                # trial's is, else a slow making ran with nothing reserved in a project budget over the
+                # scope and was billed past it.
                 tick = meter()
                 model = make_model(dict(trial.params))
                 slowest_make = meter() - tick
@@ -419,21 +441,21 @@ def budgeted_search(
                 now = meter()
                 if not trials and not done:
                     if slack_seconds is None:
-                        # The first model's making is paid from the hold as it ran (it is no bookkeeping,
-                        # and is known to the second); the rest of the setup is held x safety_factor.
-                        setup = now - started - slowest_make
-                        hold_seconds = setup * safety_factor + slowest_make
+                        # The setup so far (no model made yet) is held x safety_factor.
+                        setup = now - started
+                        hold_seconds = setup * safety_factor
                         held = billing.measured_hold_usd(hold_seconds)
                         least = first_rung_usd + held
                         if cap_usd < least:
-                            # The setup ran: billed as such, and the budget goes as on any failure.
-                            billing.settle_tail("", label="setup", what="the search's setup (cap refused)")
+                            # The setup ran: billed as such (once, by the failure's settlement), and the
+                            # budget goes as on any failure.
+                            setup_failed = "the search's setup (cap refused)"
                             raise ConfigurationError(
                                 f"cap_usd {format_usd_exact(cap_usd)} cannot pay one rung: the first rung's "
                                 f"reservation (first_rung_seconds={first_rung_seconds:g} x safety_factor="
                                 f"{safety_factor:g}: {format_usd_exact(first_rung_usd)}) and the search's "
-                                f"own bookkeeping (its setup, measured {setup:.3f} s, x safety_factor, and "
-                                f"the first model's making, {slowest_make:.3f} s: {format_usd_exact(held)}) "
+                                f"own bookkeeping (its setup, measured {setup:.3f} s, x safety_factor: "
+                                f"{format_usd_exact(held)}) "
                                 f"cost {format_usd_exact(least)} at usd_per_hour {usd_per_hour}; set cap_usd "
                                 f"to at least {format_usd_exact(least)} "
                                 "(or lower first_rung_seconds, if the first rung is shorter); the setup's "
@@ -462,25 +484,41 @@ def budgeted_search(
                         state, stop = "cut", unpaid
                         break
                 try:
-                    reservation = ledger.reserve(
-                        budget_scope,
-                        usd_for_seconds(seconds, usd_per_hour),
-                        holder=f"search/{run}/{trial.number}/{rung}",
-                        run_id=run,  # a per-run budget caps one search
-                        dag_id=owner[0],
-                        ttl=timedelta(seconds=max(2 * seconds, 60.0)),
-                        purpose=f"rung {rung} of trial {trial.number}",
-                    )
-                    running = (reservation.id, trial.number, rung)
+                    running = reserve_rung(trial.number, rung, seconds)
                 except BudgetExceededError as e:
                     state, stop = "cut", _own_budget_advice(e, budget_scope, cap_usd)
                     break
                 making = 0.0
                 if model is None:
                     tick = meter()
-                    model = make_model(dict(trial.params))
+                    try:
+                        model = make_model(dict(trial.params))
+                    except BaseException:
+                        if not rungs_billed:
+                            # No rung ran: the first making is the setup's, billed so with the rest of it
+                            # on the bookkeeping hold; the rung's reservation is given back.
+                            _release_rung(ledger, running)
+                            running = None
+                        raise
                     making = meter() - tick
                     slowest_make = max(slowest_make, making)
+                    if not rungs_billed and seconds - (meter() - billing.last_bill) < estimate:
+                        # The first making's time is unknown before it runs: one that left its rung's
+                        # reservation less than the rung's estimate is billed as the setup's, and the rung
+                        # reserved anew before it trains, else its training ran on past a budget with no
+                        # room left beside the making (5 s of loading data against a $1.50 reservation).
+                        billing.bill(
+                            running[0],
+                            "setup",
+                            "the first model's making, billed before its first rung trains",
+                        )
+                        running, making = None, 0.0
+                        seconds = estimate * safety_factor + overhead
+                        try:
+                            running = reserve_rung(trial.number, rung, seconds)
+                        except BudgetExceededError as e:
+                            state, stop = "cut", _own_budget_advice(e, budget_scope, cap_usd)
+                            break
                 tick = meter()
                 value = float(model.advance(rung))
                 trained = meter() - tick
@@ -527,6 +565,7 @@ def budgeted_search(
                     outcome="failed" if failed else "success",
                 )
                 running = None
+                rungs_billed += 1
                 if billed > seconds:
                     # Past its reservation (slower training, or the bookkeeping billed with it): that passes
                     # the cap only where the budget had no room left beside it, which is what is said.
@@ -615,10 +654,17 @@ def budgeted_search(
         # A model that raised (out of memory, a configuration it cannot train): what ran is billed, on the
         # rung's reservation, and the search's budget goes, as at its end; else the hold counted against the
         # project's budgets until its time limit and the search's budget stayed for good.
-        _bill_what_ran(billing, running, e)
+        if rungs_billed:
+            _bill_what_ran(billing, running, e)
+        else:
+            what = setup_failed or f"the search's setup (it failed: {type(e).__name__}: {e})"
+            _bill_what_ran(billing, running, e, label="setup", what=what)
         _delete_search_budget(ledger, budget_scope, run)
         raise
-    stop = billing.settle_tail(stop)
+    if rungs_billed:
+        stop = billing.settle_tail(stop)
+    else:
+        stop = billing.settle_tail(stop, label="setup", what="the search's setup (no rung run)")
     _delete_search_budget(ledger, budget_scope, run)
     # Only a finite score can win: nan compares neither above nor below, so max/min kept one that came first.
     scores = [(t.score(direction), t) for t in trials]
@@ -684,7 +730,12 @@ def _own_budget_advice(refused: BudgetExceededError, budget_scope: Any, cap_usd:
 
 
 def _bill_what_ran(
-    billing: SearchBilling, running: tuple[str, int, int] | None, error: BaseException
+    billing: SearchBilling,
+    running: tuple[str, int, int] | None,
+    error: BaseException,
+    *,
+    label: str = "tail",
+    what: str = "bookkeeping after the last rung",
 ) -> None:
     """Bill the time a search used up to its failure: on its running rung's reservation, then the rest.
 
@@ -705,9 +756,19 @@ def _bill_what_ran(
     # Settled whatever became of the rung's bill: skipped, the bookkeeping hold counted against the project's
     # budgets for hours (its time limit), and the time since was billed nowhere.
     try:
-        billing.settle_tail("")
+        billing.settle_tail("", label=label, what=what)
     except Exception:
         log.exception("search %s: its bookkeeping after it failed could not be billed", billing.run)
+
+
+def _release_rung(ledger: Ledger, running: tuple[str, int, int] | None) -> None:
+    """Give back a rung's reservation that ran nothing (its model's making failed)."""
+    if running is None:
+        return
+    try:
+        ledger.release(running[0])
+    except Exception:  # it expires at its time limit; the failure itself is what is raised
+        log.exception("rung %d of trial %d: its reservation could not be given back", running[2], running[1])
 
 
 def _delete_search_budget(ledger: Ledger, budget_scope: Any, run: str) -> None:
