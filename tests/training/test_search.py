@@ -993,25 +993,6 @@ def test_a_given_slack_seconds_is_held_fixed_from_the_start(ledger: Any, monkeyp
     assert "took longer than slack_seconds" in result.stop  # as before: the 2 s did not pay the slow tail
 
 
-def test_a_hold_refused_by_a_project_budget_names_it_not_cap_usd(ledger: Any) -> None:
-    # The stop said "raise cap_usd" ($40, far from spent) where the project's $20 refused the hold's growth.
-    ledger.set_budget("study=toy", "total", "20")
-    result = search(ledger, "40", SlowsItsBookkeeping(0.01, 3.0, 12.0))
-
-    assert "no rung was run that would leave the search's own bookkeeping unpaid" in result.stop
-    assert "raise cap_usd" not in result.stop and "the cap had no room" not in result.stop, result.stop
-    assert "budget 'study=toy/total (total)' over the search's scope has $" in result.stop
-    assert "raise it with `costaware budget set`" in result.stop
-
-
-def test_a_measured_hold_refused_by_a_short_budget_names_no_slack_seconds_to_lower(ledger: Any) -> None:
-    # It said "give the search a smaller first_rung_seconds or slack_seconds": measured, the hold is the
-    # least it can be, and any slack_seconds holds more.
-    ledger.set_budget("study=toy", "total", "0.05")
-    result = search(ledger, "10", Ticking(0.1))
-    assert result.spent_usd == 0 and result.stop.endswith("give the search a smaller first_rung_seconds")
-
-
 def test_the_first_model_is_made_only_once_a_budget_over_the_scope_held_its_first_rung(ledger: Any) -> None:
     # Measured, the first model was made before anything was reserved: 5 s of loading data ran with nothing
     # held in the project's budget, the hold was then refused, and the 5 s were billed past that budget as
@@ -1049,6 +1030,37 @@ def test_a_first_model_that_raises_is_billed_as_the_setup(ledger: Any) -> None:
     assert "it failed: ValueError: one-class validation set" in entries[0]["note"]
     assert sum(Decimal(str(e["usd"])) for e in entries) >= Decimal("0.3")  # the making is billed
     assert not ledger.open_reservations() and ledger.budgets() == []
+
+
+def test_a_measured_hold_refused_by_a_short_budget_names_no_slack_seconds_to_lower(ledger: Any) -> None:
+    # It said "give the search a smaller first_rung_seconds or slack_seconds": measured, the hold is the
+    # least it can be, and any slack_seconds holds more.
+    ledger.set_budget("study=toy", "total", "0.05")
+    result = search(ledger, "10", Ticking(0.1))
+    assert result.spent_usd == 0 and result.stop.endswith("give the search a smaller first_rung_seconds")
+
+
+def test_a_hold_refused_by_a_project_budget_names_it_not_cap_usd(ledger: Any) -> None:
+    # The stop said "raise cap_usd" ($40, far from spent) where the project's $20 refused the hold's growth.
+    ledger.set_budget("study=toy", "total", "20")
+    result = search(ledger, "40", SlowsItsBookkeeping(0.01, 3.0, 12.0))
+
+    assert "no rung was run that would leave the search's own bookkeeping unpaid" in result.stop
+    assert "raise cap_usd" not in result.stop and "the cap had no room" not in result.stop, result.stop
+    assert "budget 'study=toy/total (total)' over the search's scope has $" in result.stop
+    assert "raise it with `costaware budget set`" in result.stop
+
+
+def test_a_slowed_bookkeeping_stops_the_search_right_after_the_rung_that_measured_it(ledger: Any) -> None:
+    # The hold was checked only before the next rung: the proposals and tells between (two 1.5 s readings)
+    # ran first, and the tail billed past the cap was 3 s. Checked right after the rung's bill, only the
+    # tail's own reading (1.5 s) is left. Past the cap all the same: no measured hold foresees a slow-down.
+    result = search(ledger, "15", SlowsItsBookkeeping(0.01, 1.5, 12.0))
+
+    assert "no rung was run that would leave the search's own bookkeeping unpaid" in result.stop
+    (tail,) = [e for e in ledger.entries() if e["trial"] == "tail"]
+    assert Decimal(str(tail["usd"])) <= Decimal("1.5"), result.stop
+    assert "past the cap" in result.stop  # said, not hidden
 
 
 def test_a_first_model_slower_than_its_first_rungs_reservation_trains_no_rung_past_a_budget(

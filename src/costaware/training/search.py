@@ -23,11 +23,13 @@ bookkeeping's hold in the cost ledger is measured by default (``slack_seconds=No
 the first rung (the study, the budget, the first proposal) has run, the search holds its time x
 ``safety_factor`` (a cap that cannot pay that and the first rung's reservation is refused then, the setup
 billed) and reserves the first rung before the first model is made (a refusal spends only the setup, billed
-as ``setup``). Before every rung it grows the hold, from what is left beside it, to the bookkeeping measured
-between rungs (the time billed with a rung beyond its training and making) x ``safety_factor``; where it
-cannot grow that far, no rung is run that would leave the bookkeeping unpaid: the search stops as a refused
-rung stops it, naming the budget with the least left. A given ``slack_seconds`` is held from the start,
-fixed, and refuses a cap before anything is spent.
+as ``setup``). Right after each rung's bill, and before the next rung, it grows the hold, from what is left
+beside it, to the bookkeeping measured between rungs (the time billed with a rung beyond its training and
+making) x ``safety_factor``; where it cannot grow that far, no rung is run that would leave the bookkeeping
+unpaid: the search stops as a refused rung stops it, naming the budget with the least left. No measurement
+foresees a slow-down: bookkeeping that slows down beyond what was measured is billed past the cap (a given
+``slack_seconds`` holds more up front). A given ``slack_seconds`` is held from the start, fixed, and refuses
+a cap before anything is spent.
 Before every rung the search reserves, from what is left beside that hold, the rung's estimated
 cost and the time used since the last settlement (proposals, the model's making), and settles it with what
 the rung really used once it ran. A rung that cannot be reserved is not run, so the spend passes the cap
@@ -194,10 +196,11 @@ def budgeted_search(
             latest rung).
         slack_seconds: Seconds of the search's own bookkeeping (Optuna, the ledger) held for its whole run
             and paid after its last rung. None (the default): measured, the setup's time x
-            ``safety_factor`` once it ran, grown before each rung to the bookkeeping measured between rungs x
-            ``safety_factor`` (no room to grow: the search stops); ``cap_usd`` must pay it and the first
-            rung's reservation (``first_rung_seconds`` x ``safety_factor``). A number: that many seconds, held
-            from the start; give one where the bookkeeping's time swings more than measured (a busy database).
+            ``safety_factor`` once it ran, grown after each rung's bill to the bookkeeping measured between
+            rungs x ``safety_factor`` (no room to grow: the search stops); ``cap_usd`` must pay it and the
+            first rung's reservation (``first_rung_seconds`` x ``safety_factor``). A slow-down beyond what
+            was measured is billed past the cap. A number: that many seconds, held from the start; give one
+            where the bookkeeping's time swings more than measured (a busy database).
         max_trials: Stop after this many configurations were trained.
         max_repeats: Stop after this many proposals in a row repeated a configuration already tried.
         meter: The clock that measures what the search uses: wall-clock seconds by default, as a machine
@@ -382,6 +385,7 @@ def budgeted_search(
     running: tuple[str, int, int] | None = None
     rungs_billed = 0  # none: what was billed is the setup's, never "after the last rung"
     setup_failed = ""  # how a setup refused before any rung is named in its entry
+    halted = ""  # the measured bookkeeping the budgets could not hold, seen right after a rung's bill
     try:
         # Held before any rung: reserved only at the end, it found the cap spent by the rungs and was billed
         # past it. No rung is run where even it cannot be held (another budget over the scope has no room).
@@ -589,6 +593,10 @@ def budgeted_search(
                             estimate,
                         )
                 overhead = max(overhead, billed - trained - making)  # making is reserved on its own
+                if slack_seconds is None:
+                    # Checked as soon as the bookkeeping is measured, before the proposals and tells that
+                    # come before the next rung: a slow-down seen now stops the search before it spends more.
+                    halted = billing.grow_hold(overhead * safety_factor)
                 if failed:
                     state = "failed"
                     log.warning(
@@ -603,6 +611,9 @@ def budgeted_search(
                 if pruned:
                     state = "pruned"
                     break
+                if halted:
+                    state = "cut" if rung != rung_list[-1] else state
+                    break
             record = SearchTrial(trial.number, dict(trial.params), tuple(done), state, bracket, tuple(judged))
             seen[key] = record
             trials.append(record)
@@ -616,6 +627,9 @@ def budgeted_search(
             else:
                 study.tell(trial, state=optuna.trial.TrialState.FAIL)
                 break  # not even a new trial's first rung can be paid: the search is over
+            if halted:
+                stop = halted  # the bookkeeping outgrew what the budgets could hold: no further rung
+                break
             if own is not None:
                 fastest = own if fastest is None else min(fastest, own)
             if state == "complete":

@@ -5,8 +5,8 @@ rounded up to the micro-dollar, so the rounding is carried, never dropped; the s
 setup before the first rung, :meth:`SearchBilling.bill_setup`, and the time after the last rung,
 :meth:`SearchBilling.settle_tail`) is paid from a hold of its own, reserved when the search starts
 (:meth:`SearchBilling.hold_bookkeeping`), so that no rung can spend the money it needs. A measured hold
-(``slack_seconds=None``) is reserved once the setup ran, at its time x ``safety_factor``, and grown before
-each rung to the bookkeeping measured between rungs (:meth:`SearchBilling.grow_hold`); where the
+(``slack_seconds=None``) is reserved once the setup ran, at its time x ``safety_factor``, and grown after
+each rung's bill to the bookkeeping measured between rungs (:meth:`SearchBilling.grow_hold`); where the
 budgets cannot hold that, the stop names the one with the least left
 (:meth:`SearchBilling.raise_the_tightest`).
 """
