@@ -11,6 +11,7 @@ import optuna
 import pytest
 
 from costaware.core.errors import ConfigurationError
+from costaware.core.money import format_usd_exact
 from costaware.training.search import budgeted_search
 
 PRICE = Decimal("3600")  # USD per hour: one second costs one dollar, so costs read as seconds
@@ -1082,3 +1083,34 @@ def test_a_first_model_slower_than_its_first_rungs_reservation_trains_no_rung_pa
     assert {e["trial"] for e in ledger.entries()} == {"setup"}
     assert result.spent_usd < Decimal("5.1")  # the making's 5 s and a few readings, no rung
     assert not ledger.open_reservations()
+
+
+def test_a_tail_note_names_only_what_the_tail_took_past_a_budget_and_a_slow_first_making_is_warned(
+    ledger: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The 5 s first making passed the project's $3 by $2.05, yet the stop said the last 0.010 s (the tail)
+    # "were billed past ... by $2.05", and no warning named the making.
+    ledger.set_budget("study=toy", "total", "3")
+    clock = Ticking(0.01)
+    making = {"first": True}
+
+    def make_model(params: dict[str, Any]) -> Quadratic:
+        seconds, making["first"] = (5.0 if making["first"] else 0.0), False
+        return SlowToMake(params, clock, seconds)
+
+    with caplog.at_level("WARNING", logger="costaware.training.search"):
+        result = search(ledger, "10", clock, make_model=make_model)
+
+    tail = re.search(
+        r"the last ([0-9.]+) s \(the search's setup \(no rung run\)\) were billed past budget "
+        r"'study=toy/total \(total\)' over the search's scope by \$([0-9.]+):",
+        result.stop,
+    )
+    assert tail is not None, result.stop
+    assert Decimal(tail.group(2)) <= Decimal(tail.group(1))  # at $1 a second: no more than its own seconds
+    (usage,) = ledger.usage("study=toy")
+    assert (
+        f"the spend is {format_usd_exact(-usage.left_usd)} past budget 'study=toy/total (total)'"
+        in result.stop
+    )
+    assert any("its first model's making took 5.0" in r.getMessage() for r in caplog.records), caplog.text

@@ -511,12 +511,22 @@ def budgeted_search(
                         # reservation less than the rung's estimate is billed as the setup's, and the rung
                         # reserved anew before it trains, else its training ran on past a budget with no
                         # room left beside the making (5 s of loading data against a $1.50 reservation).
-                        billing.bill(
+                        made = billing.bill(
                             running[0],
                             "setup",
                             "the first model's making, billed before its first rung trains",
                         )
                         running, making = None, 0.0
+                        short = billing.past_cap()
+                        if short > 0:
+                            log.warning(
+                                "the spend passed a budget over the search by %s: its first model's making "
+                                "took %.2f s against the %.2f s reserved for its first rung; a making is not "
+                                "interrupted, so it is billed as it ran (the rung is reserved anew)",
+                                format_usd_exact(short),
+                                made,
+                                seconds,
+                            )
                         seconds = estimate * safety_factor + overhead
                         try:
                             running = reserve_rung(trial.number, rung, seconds)

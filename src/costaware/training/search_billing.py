@@ -259,6 +259,7 @@ class SearchBilling:
             if usd > self.held_usd:
                 self.hold = hold = self.ledger.grow(hold.id, self.hold_paid + usd)
             beyond_hold = usd > self.held_usd
+            past_hold = usd - self.held_usd  # what the hold, grown as far as there was room, did not pay
             seconds = self.bill(hold.id, label, what, now)
             self.hold = None
             # Said from the budget as settled: a setup longer than slack_seconds left the hold "overdrawn"
@@ -274,10 +275,16 @@ class SearchBilling:
                 else f"budget '{tightest.name}' over the search's scope"
             )
             if beyond_hold and self.measured:
+                # Only what these seconds took past the hold is theirs: a first making or a rung billed past
+                # its reservation before them passed the budget already (its warning says by how much).
+                theirs = min(over, past_hold)
+                in_all = format_usd_exact(over)
+                earlier = f"; the spend is {in_all} past {passed} in all (the warnings name the rest)"
                 return (
                     f"{stop}; the last {seconds:.3f} s ({what}) were billed past {passed} by "
-                    f"{format_usd_exact(over)}: they took longer than the hold measured for them, and "
+                    f"{format_usd_exact(theirs)}: they took longer than the hold measured for them, and "
                     f"{passed} had no room left; give slack_seconds where the bookkeeping's time swings"
+                    f"{earlier if over > theirs else ''}"
                 )
             if beyond_hold:
                 return (
