@@ -442,6 +442,10 @@ RELATIVE = "a relative path, read against the current folder as costaware-run re
         # An unset variable passed on: read as the current folder, whose step folders it deleted.
         ("", "'' names no location: give the job's COSTAWARE_CHECKPOINT_URI as it was set"),
         (" ", "' ' names no location"),
+        # f"file://{unset}": read as the current folder too.
+        ("file://", "'file://' names no location"),
+        ("file:", "'file:' names no location"),
+        ("file://localhost", "'file://localhost' names no location"),
     ],
 )
 def test_clearing_a_location_that_cannot_be_the_checkpoints_is_refused_not_an_empty_list(
@@ -758,3 +762,9 @@ def test_a_rank_that_is_not_a_number_is_refused(
     ):
         save_bytes(b"x", step=1, directory=local)
     assert not local.exists()
+
+
+def test_clearing_no_location_at_all_is_refused_as_an_empty_one() -> None:
+    # os.environ.get of an unset variable: an AttributeError on None.strip said nothing of what to do.
+    with pytest.raises(ContractError, match="None names no location"):
+        clear_checkpoints(None)  # type: ignore[arg-type]

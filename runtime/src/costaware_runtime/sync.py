@@ -54,6 +54,7 @@ import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from costaware_runtime import _files
 from costaware_runtime.checkpoints import CommittedFile, Marker, parse_marker, read_marker, write_marker
@@ -455,9 +456,9 @@ def clear(uri: str) -> list[str]:
             not exist or is a file.
         StoreError: The store could not be listed or written.
     """
-    if not uri.strip():
+    if not isinstance(uri, str) or not uri.strip() or _names_no_file_path(uri):
         # Read as the current folder, whose step folders it deleted; costaware-run takes an empty
-        # COSTAWARE_CHECKPOINT_URI for no location at all.
+        # COSTAWARE_CHECKPOINT_URI for no location at all. 'file://' is what f"file://{unset}" gives.
         raise ContractError(
             f"{uri!r} names no location: give the job's COSTAWARE_CHECKPOINT_URI as it was set"
         )
@@ -478,6 +479,12 @@ def clear(uri: str) -> list[str]:
         log.warning("deleted the checkpoints at %s, but their unfinished uploads may stay open: %s", uri, e)
     log.info("deleted %s and %s step folders at %s", LATEST_NAME, len(folders), store.uri)
     return folders
+
+
+def _names_no_file_path(uri: str) -> bool:
+    """Is ``uri`` a ``file:`` URI with no path (``file://``, ``file:``, ``file://localhost``)?"""
+    parts = urlsplit(uri.strip())
+    return parts.scheme.lower() == "file" and not parts.path.strip("/ ")
 
 
 #: A relative path that reads as an S3 bucket and a prefix: ``s3://`` left out, most likely.
