@@ -31,6 +31,8 @@ from costaware.triggers.remote_training import RemoteTrainingJobTrigger
 pytest.importorskip("costaware_runtime.launcher", reason="pip install -e ./runtime (costaware-run)")
 
 HOLDER = "remote_dag/scheduled__2026-01-01/train/-1"
+#: A task state that Airflow's API cannot give (``get_task_states`` raises).
+UNREADABLE = "<unreadable>"
 
 
 @pytest.fixture(autouse=True)
@@ -223,6 +225,12 @@ def test_what_a_kill_does_follows_the_task_state(
         (-20.0, "success", True),
         (-20.0, "scheduled", False),  # the scheduler's timeout check: the task's __fail__ resume follows it
         (-20.0, "up_for_retry", False),  # that resume failed the try: the retry follows the job by its name
+        (-20.0, "queued", False),  # the __fail__ resume on its way to a worker
+        # A hand-over to another triggerer sends the same cancel message: the task still waits
+        (-20.0, "deferred", False),
+        (-20.0, "running", False),
+        # Far likelier a timeout than a person's mark: a stop would cut a job its resume or retry follows
+        (-20.0, UNREADABLE, False),
         (3600.0, "failed", True),  # before the deadline: Airflow's on_kill
     ],
 )
@@ -248,11 +256,13 @@ def test_a_person_ending_a_deferred_task_past_its_waits_deadline_stops_and_bills
     ledger.set_budget("project=churn", "month", "10")
     gate = ledger.reserve("project=churn", "1.00", holder=HOLDER, run_id="r")
     trigger = deferred_trigger(operator(tmp_path, "wait-for-notice"))
-    monkeypatch.setattr(
-        RuntimeTaskInstance,
-        "get_task_states",
-        staticmethod(lambda **query: {"scheduled__2026-01-01": {"train": state_now}}),
-    )
+
+    def task_states(**query: Any) -> dict[str, dict[str, str]]:
+        if state_now == UNREADABLE:
+            raise ConnectionError("the API server did not answer")
+        return {"scheduled__2026-01-01": {"train": state_now}}
+
+    monkeypatch.setattr(RuntimeTaskInstance, "get_task_states", staticmethod(task_states))
     trigger.task_instance = SimpleNamespace(  # type: ignore[assignment]
         id="ti",
         dag_id="remote_dag",
