@@ -323,6 +323,35 @@ def test_a_cancel_past_the_deadline_after_the_last_trys_resume_billed_the_job_bi
         assert reservations.reservation(conn, gate.id).status == "settled"
 
 
+def test_a_cancel_past_the_deadline_with_the_task_state_unreadable_names_the_job_to_check(
+    tmp_path: Path, ledger: Any, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The job is left running (a timeout is far likelier), but a person's mark is possible: the log said
+    # "the task's resume, or its new try, follows the job", and nobody looked for a job left unbilled.
+    from types import SimpleNamespace
+
+    from airflow.sdk.execution_time.task_runner import RuntimeTaskInstance
+
+    trigger = deferred_trigger(operator(tmp_path, "wait-for-notice"))
+
+    def unreadable(**query: Any) -> dict[str, Any]:
+        raise ConnectionError("the API server did not answer")
+
+    monkeypatch.setattr(RuntimeTaskInstance, "get_task_states", staticmethod(unreadable))
+    trigger.task_instance = SimpleNamespace(  # type: ignore[assignment]
+        dag_id="remote_dag", run_id="scheduled__2026-01-01", task_id="train", map_index=-1
+    )
+    capsys.readouterr()
+    trigger._stop_and_bill_if_a_person_ended_the_task()
+    logged = capsys.readouterr().out  # the trigger's log is structlog's
+    assert trigger.job_id is not None
+    warned = f"job {trigger.job_id} on local may run on unbilled if the task was ended: check it and stop it"
+    assert f"{warned} by hand" in logged
+    assert "follows the job" not in logged
+    assert not open_backend("local", {"root": str(tmp_path / "jobs")}).poll(trigger.job_id).state.done
+    assert train_entries(ledger) == []
+
+
 def test_the_person_cancel_message_is_airflows() -> None:
     # Copied from Airflow (a private name): a change there would leave a person's late mark unbilled again.
     from airflow.jobs.triggerer_job_runner import _USER_ACTION_CANCEL_MSG

@@ -1211,9 +1211,18 @@ class RemoteTrainingJobTrigger(BaseTrigger):
         Airflow calls no ``on_kill`` then: a task marked failed or succeeded after the deadline, before the
         scheduler's timeout check, left its job running, unbilled, with no resume to stop it. The task
         that timed out is on its way to its ``__fail__`` resume (scheduled, queued, running) or its retry,
-        which follow the job; a state that cannot be read is taken as that, far the likelier.
+        which follow the job; a state that cannot be read is taken as that, far the likelier, and the job
+        is named for a person to check.
         """
-        if self._task_verdict(unreadable="waiting") != "ended":
+        verdict = self._task_verdict(unreadable="unknown")
+        if verdict == "unknown" and self.job_id is not None:
+            self.log.warning(
+                "job %s on %s may run on unbilled if the task was ended: check it and stop it by hand",
+                self.job_id,
+                self.backend,
+            )
+            return
+        if verdict != "ended":
             self.log.info(
                 "the wait for job %s was cancelled past its deadline: the task's resume, or its new try, "
                 "follows the job",
@@ -1309,7 +1318,8 @@ class RemoteTrainingJobTrigger(BaseTrigger):
     def _task_verdict(self, *, unreadable: str = "ended") -> str:
         """``ended``, ``cleared`` or ``waiting``: what Airflow says of the killed task now (see above).
 
-        ``unreadable``: the verdict where the state cannot be read (no task instance: outside Airflow).
+        ``unreadable``: the verdict where the state cannot be read (no task instance: outside Airflow);
+        ``unknown`` leaves it to the caller to say what follows.
         """
         ti = getattr(self, "task_instance", None)
         if ti is None:
@@ -1321,7 +1331,8 @@ class RemoteTrainingJobTrigger(BaseTrigger):
                 dag_id=ti.dag_id, map_index=ti.map_index, task_ids=[ti.task_id], run_ids=[ti.run_id]
             )
         except Exception as e:  # for a kill, the hold is settled: the safe side for a task that ended
-            self.log.warning("cannot read the killed task's state (%s): taken as %s", e, unreadable)
+            taken_as = "" if unreadable == "unknown" else f": taken as {unreadable}"
+            self.log.warning("cannot read the killed task's state (%s)%s", e, taken_as)
             return unreadable
         run = states.get(ti.run_id) or {}
         key = ti.task_id if ti.map_index is None or ti.map_index < 0 else f"{ti.task_id}_{ti.map_index}"
