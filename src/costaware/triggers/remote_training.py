@@ -29,7 +29,10 @@ the retry follows the job by its name and bills it; on the last try the resume s
 state in ``WAIT_STATE_XCOM_KEY``. A person's mark-failed or mark-success of the deferred task after that
 deadline, before the scheduler's timeout check, gets no ``on_kill`` and no resume either: the trigger, its
 cancel caused by a person's action past the deadline, stops and bills the job itself where the task ended
-(:meth:`RemoteTrainingJobTrigger._stop_and_bill_if_a_person_ended_the_task`).
+(:meth:`RemoteTrainingJobTrigger._stop_and_bill_if_a_person_ended_the_task`). Known gap: a task ended after
+the scheduler's timeout check, before its resume or retry runs (a person's mark, its DAG run marked failed
+or timed out), leaves its job running, unbilled, to its own time limit (docs/remote-training.md says what
+to do).
 """
 
 from __future__ import annotations
