@@ -27,12 +27,13 @@ resume, and its triggerer, cancelling the trigger past that deadline, calls no `
 cancel's cause). The resume fails the try (``RemoteTrainingOperator.resume_execution``): with a retry left,
 the retry follows the job by its name and bills it; on the last try the resume stops and bills it, from the
 state in ``WAIT_STATE_XCOM_KEY``. A person's mark-failed or mark-success of the deferred task after that
-deadline, before the scheduler's timeout check, gets no ``on_kill`` and no resume either: the trigger, its
-cancel caused by a person's action past the deadline, stops and bills the job itself where the task ended
-(:meth:`RemoteTrainingJobTrigger._stop_and_bill_if_a_person_ended_the_task`). Known gap: a task ended after
-the scheduler's timeout check, before its resume or retry runs (a person's mark, its DAG run marked failed
-or timed out), leaves its job running, unbilled, to its own time limit (docs/remote-training.md says what
-to do).
+deadline, before the scheduler's timeout check, gets no ``on_kill`` and no resume either: on a cancel past
+the deadline from Airflow's trigger assignment (a person's action, the timeout check or a hand-over to
+another triggerer all send it), the trigger asks the task's state and stops and bills the job itself where
+the task ended (:meth:`RemoteTrainingJobTrigger._stop_and_bill_if_the_task_ended`). Known gap: a task ended
+after the scheduler's timeout check, before its resume or retry runs (a person's mark, its DAG run marked
+failed or timed out), leaves its job running, unbilled, to its own time limit (docs/remote-training.md says
+what to do).
 """
 
 from __future__ import annotations
@@ -83,7 +84,9 @@ ENDED_STATES = frozenset({"success", "failed", "skipped", "upstream_failed", "re
 #: The states of a task no person ended: its trigger moved to another triggerer, or its worker is going
 #: away (shutdown, ``execution_timeout``); the job runs on for the task, or its retry, to follow.
 WAITING_STATES = frozenset({"deferred", "running"})
-#: The message of Airflow 3.3's cancel of a trigger for a person's action on its task (a mark or a clear):
+#: The message of Airflow 3.3's cancel of a trigger its triggerer no longer holds in the trigger
+#: assignment: a person's action on its task (a mark or a clear), the scheduler's timeout check, or a
+#: hand-over to another triggerer (a triggerer's shutdown sends none).
 #: ``airflow.jobs.triggerer_job_runner._USER_ACTION_CANCEL_MSG``, copied (a private name).
 AIRFLOW_USER_ACTION_CANCEL = "__airflow_user_action__"
 #: The XCom (of the waiting try) holding the attempt state a deferred wait watches. Airflow resumes a wait
@@ -1112,8 +1115,8 @@ class RemoteTrainingJobTrigger(BaseTrigger):
                 self.log.warning("interrupted: stopping job %s and billing it, as for a kill", self.job_id)
                 with self._interrupts_wait_for_the_bill():
                     self.stop_and_bill()
-            elif self._cancelled_by_a_person_past_the_deadline(cancel):
-                await asyncio.to_thread(self._stop_and_bill_if_a_person_ended_the_task)
+            elif self._cancelled_by_trigger_assignment_past_the_deadline(cancel):
+                await asyncio.to_thread(self._stop_and_bill_if_the_task_ended)
             raise
         finally:
             if inline:
@@ -1193,12 +1196,14 @@ class RemoteTrainingJobTrigger(BaseTrigger):
                 return
             await asyncio.sleep(self.next_poll_in())
 
-    def _cancelled_by_a_person_past_the_deadline(self, cancel: asyncio.CancelledError) -> bool:
-        """Whether Airflow will call no ``on_kill`` for this cancel, though a person's action caused it.
+    def _cancelled_by_trigger_assignment_past_the_deadline(self, cancel: asyncio.CancelledError) -> bool:
+        """Whether this is a cancel past the deadline from Airflow's trigger assignment, with no ``on_kill``.
 
-        Airflow 3.3.2's triggerer calls ``on_kill`` for a cancel by a person's action (a mark or a clear)
-        only before the task's ``trigger_timeout``, which it sets on the trigger as ``timeout_after``; past
-        it, it re-raises without calling it.
+        Airflow 3.3.2's triggerer sends one message for every trigger it no longer holds: a person's
+        action (a mark or a clear), the scheduler's timeout check, a hand-over to another triggerer. It
+        calls ``on_kill`` for it only before the task's ``trigger_timeout``, which it sets on the trigger as
+        ``timeout_after``; past it, it re-raises without calling it. Which of them it was, only the task's
+        state tells (:meth:`_stop_and_bill_if_the_task_ended`).
         """
         if not (cancel.args and cancel.args[0] == AIRFLOW_USER_ACTION_CANCEL):
             return False
@@ -1208,14 +1213,16 @@ class RemoteTrainingJobTrigger(BaseTrigger):
         now = utcnow()
         return (deadline if deadline.tzinfo else deadline.replace(tzinfo=now.tzinfo)) < now
 
-    def _stop_and_bill_if_a_person_ended_the_task(self) -> None:
-        """A cancel past the wait's deadline: stop and bill the job only where a person ended the task.
+    def _stop_and_bill_if_the_task_ended(self) -> None:
+        """A cancel past the wait's deadline: stop and bill the job only where the task ended.
 
         Airflow calls no ``on_kill`` then: a task marked failed or succeeded after the deadline, before the
         scheduler's timeout check, left its job running, unbilled, with no resume to stop it. The task
         that timed out is on its way to its ``__fail__`` resume (scheduled, queued, running) or its retry,
-        which follow the job; a state that cannot be read is taken as that, far the likelier, and the job
-        is named for a person to check.
+        which follow the job, and one handed to another triggerer still waits; a state that cannot be read
+        is taken as one of these, far the likelier, and the job is named for a person to check. An ended
+        task may also be one its last try's resume failed, slower than the triggerer: that resume billed
+        the job already, and it is found, not billed again.
         """
         verdict = self._task_verdict(unreadable="unknown")
         if verdict == "unknown" and self.job_id is not None:
@@ -1233,8 +1240,8 @@ class RemoteTrainingJobTrigger(BaseTrigger):
             )
             return
         self.log.warning(
-            "the task was ended by a person past its wait's deadline, when Airflow calls no on_kill: "
-            "stopping job %s and billing it, as for a kill",
+            "the task ended past its wait's deadline (a person's mark, or its last try's resume), when "
+            "Airflow calls no on_kill: stopping job %s and billing it, as for a kill",
             self.job_id,
         )
         self.stop_and_bill(ask_state=False)
