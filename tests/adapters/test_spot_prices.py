@@ -203,11 +203,40 @@ def test_a_price_split_by_a_comma_under_a_header_ending_in_one_is_named() -> Non
         spot_history_from_text(text, source="prices")
 
 
+@pytest.mark.parametrize(
+    ("header_end", "row_end", "extra"),
+    [
+        # csv.DictReader named every unnamed column '': the last (empty) field won, the price read as $0.
+        (",,", "0,31,", "'31'"),
+        (",,,", "0,31,,", "'31'"),
+        # ... or the last value was named twice, the '31' never.
+        (",,", "0,31,7", "'31', '7'"),
+    ],
+)
+def test_a_split_price_under_a_header_ending_in_several_commas_is_named(
+    header_end: str, row_end: str, extra: str
+) -> None:
+    text = _CLEAN_CSV.replace("usd_per_hour\n", f"usd_per_hour{header_end}\n").replace(
+        "0.31\n", f"{row_end}\n"
+    )
+    with pytest.raises(InvalidPriceDataError, match=f"prices line 3 has .* named: remove the extra {extra} "):
+        spot_history_from_text(text, source="prices")
+
+
 def test_an_unnamed_first_column_is_read_as_the_index_pandas_writes() -> None:
     indexed = "\n".join(
         f"{number - 1 if number else ''},{row}" for number, row in enumerate(_CLEAN_CSV.split())
     )
     history = spot_history_from_text(indexed + "\n", source="prices")
+    assert _every_series(history) == _every_series(spot_history_from_text(_CLEAN_CSV, source="prices"))
+
+
+def test_a_blank_row_of_a_pandas_file_is_skipped_beside_its_index() -> None:
+    # Its index number alone is no data: '1,,,,,' was refused as 'availability_zone is empty'.
+    indexed = "\n".join(
+        f"{number - 1 if number else ''},{row}" for number, row in enumerate(_CLEAN_CSV.split())
+    )
+    history = spot_history_from_text(indexed + "\n2,,,,,\n", source="prices")
     assert _every_series(history) == _every_series(spot_history_from_text(_CLEAN_CSV, source="prices"))
 
 

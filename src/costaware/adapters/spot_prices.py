@@ -18,10 +18,13 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from datetime import datetime, timedelta, timezone
 from decimal import Decimal
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from costaware.core.errors import ConfigurationError, InvalidPriceDataError, PriceNotFoundError
 from costaware.core.series import AvailabilityTrace, PriceSeries
+
+if TYPE_CHECKING:
+    from _csv import Reader as CsvReader
 
 LINUX = ("Linux/UNIX",)
 SPOT_CSV_COLUMNS = ("timestamp", "availability_zone", "instance_type", "product_description", "usd_per_hour")
@@ -208,20 +211,25 @@ def spot_history_from_text(text: str, *, source: str, products: Sequence[str] = 
                     f'{source}: expected {{"SpotPriceHistory": [...]}} as DescribeSpotPriceHistory returns it'
                 )
         return SpotPriceHistory.from_records(records, source=source, products=products)
-    reader = csv.DictReader(io.StringIO(text))
-    missing = [c for c in SPOT_CSV_COLUMNS if c not in (reader.fieldnames or [])]
+    # By position, not csv.DictReader: it names every unnamed column '', so a header ending in two commas
+    # kept one value of the fields under them (the last, often empty), and a split price read as $0.
+    reader = csv.reader(io.StringIO(text))
+    header = next(reader, [])
+    missing = [c for c in SPOT_CSV_COLUMNS if c not in header]
     if missing:
         raise InvalidPriceDataError(
-            f"{source}: spot CSV lacks column(s) {', '.join(missing)}; its header is {reader.fieldnames!r}"
+            f"{source}: spot CSV lacks column(s) {', '.join(missing)}; its header is {header!r}"
         )
-    return SpotPriceHistory.from_records(_spot_csv_records(reader, source), source=source, products=products)
+    return SpotPriceHistory.from_records(
+        _spot_csv_records(reader, header, source), source=source, products=products
+    )
 
 
 #: Columns whose value files a row: a space around one filed it under no zone, type or product asked for.
 _SPOT_CSV_KEYS = ("availability_zone", "instance_type", "product_description")
 
 
-def _spot_csv_records(reader: csv.DictReader[str], source: str) -> Iterator[dict[str, Any]]:
+def _spot_csv_records(reader: CsvReader, header: list[str], source: str) -> Iterator[dict[str, Any]]:
     """The CSV's rows as ``DescribeSpotPriceHistory`` records; a row that cannot be read right is named.
 
     A row with an extra field was read without it, a short one left its last columns None, and a row whose
@@ -230,31 +238,32 @@ def _spot_csv_records(reader: csv.DictReader[str], source: str) -> Iterator[dict
     skipped, and an empty field past the header (a trailing comma), or a header column with no name that a
     row leaves out, holds nothing to lose.
     """
-    header = list(reader.fieldnames or [])
     named = [index for index, column in enumerate(header) if column.strip()]
-    # A header ending in a comma: the columns past its last name are the row's spare fields too ("0,31" read
-    # as a price of 0, its 31 under the unnamed column). An unnamed first column is pandas' index.
-    unnamed_tail = header[named[-1] + 1 :] if named else []
-    for row in reader:
+    # Every field past the header's last name is a spare one, under an unnamed column (a header ending in
+    # commas) or past the header: "0,31" read as a price of 0, its 31 under an unnamed column. An unnamed
+    # column before the last name is pandas' index, its number no part of whether a row is blank.
+    named_width = named[-1] + 1 if named else 0
+    for fields in reader:
         line = reader.line_num  # the file's line, as an editor shows it (the header is line 1)
-        extra = [row[column] for column in unnamed_tail if row.get(column) is not None]
-        extra += row.get(None) or []  # DictReader's key for the fields past the header
-        fields = [value for column, value in row.items() if column is not None and value is not None]
-        if not any(field.strip() for field in [*fields, *extra]):
+        extra = fields[named_width:]
+        while extra and not extra[-1].strip():
+            extra.pop()
+        if not any(fields[index].strip() for index in named if index < len(fields)) and not extra:
             continue
-        if any(field.strip() for field in extra):
-            columns = len(header) - len(unnamed_tail)
+        if extra:
+            unnamed_tail = len(header) > named_width
             raise InvalidPriceDataError(
-                f"{source} line {line} has {columns + len(extra)} fields, its header {columns}"
+                f"{source} line {line} has {named_width + len(extra)} fields, its header {named_width}"
                 f"{' named' if unnamed_tail else ''}: remove the extra {', '.join(map(repr, extra))} (a "
                 "value holding a comma goes in double quotes; a price takes a decimal point, 0.31)"
             )
-        lacking = [column for column in header if column.strip() and row.get(column) is None]
+        lacking = [header[index] for index in named if index >= len(fields)]
         if lacking:
             raise InvalidPriceDataError(
-                f"{source} line {line} has {len(header) - len(lacking)} fields, its header {len(header)}: "
+                f"{source} line {line} has {len(fields)} fields, its header {len(header)}: "
                 f"it lacks {', '.join(lacking)}; give every column of {','.join(header)}"
             )
+        row = {header[index]: fields[index] for index in named}  # a name given twice: its last, as before
         for column in _SPOT_CSV_KEYS:
             value = row[column]
             if not value.strip():
