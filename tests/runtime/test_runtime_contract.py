@@ -153,6 +153,48 @@ def test_a_uri_in_a_local_path_variable_is_refused_in_the_job_too(
 
 
 @pytest.mark.parametrize(
+    ("given", "advice"),
+    [
+        # The advice was to set COSTAWARE_CHECKPOINT_URI to the file:// value, replacing the s3:// store.
+        (
+            {"COSTAWARE_CHECKPOINT_DIR": "file:///data/ck", "COSTAWARE_CHECKPOINT_URI": "s3://b/ck"},
+            "local folder on the job's machine: give the path itself, COSTAWARE_CHECKPOINT_DIR='/data/ck'",
+        ),
+        (
+            {"COSTAWARE_OUTPUT_DIR": "file://localhost/data/out"},
+            "give the path itself, COSTAWARE_OUTPUT_DIR='/data/out'",
+        ),
+        (
+            {"COSTAWARE_CHECKPOINT_DIR": "s3://b/x", "COSTAWARE_CHECKPOINT_URI": "s3://b/ck"},
+            "(COSTAWARE_CHECKPOINT_URI is already set to 's3://b/ck', the store its files go to): leave "
+            "COSTAWARE_CHECKPOINT_DIR unset",
+        ),
+        (
+            {"COSTAWARE_OUTPUT_DIR": "s3://b/x"},
+            "local folder on the job's machine: set COSTAWARE_OUTPUT_URI='s3://b/x' for the store",
+        ),
+        # It named COSTAWARE_RESULT_URI, which this job does not set.
+        (
+            {"COSTAWARE_METRICS_PATH": "s3://b/m.json", "COSTAWARE_RESULT_PATH": "/data/result.json"},
+            "the result it writes at COSTAWARE_RESULT_PATH='/data/result.json'): leave COSTAWARE_METRICS",
+        ),
+        (
+            {"COSTAWARE_METRICS_PATH": "file:///data/m.json"},
+            "give the path itself, COSTAWARE_METRICS_PATH='/data/m.json'",
+        ),
+    ],
+)
+def test_a_uri_in_a_local_path_variable_is_told_what_the_job_meant(
+    given: dict[str, str], advice: str
+) -> None:
+    with pytest.raises(ContractError) as caught:
+        JobEnvironment.from_env(given)
+    assert advice in str(caught.value)
+    if "://" in given.get("COSTAWARE_CHECKPOINT_URI", ""):
+        assert "set COSTAWARE_CHECKPOINT_URI" not in str(caught.value)
+
+
+@pytest.mark.parametrize(
     ("uri", "kind", "root"),
     [
         ("/data/ckpt", LocalStore, "/data/ckpt"),

@@ -1097,8 +1097,9 @@ def test_a_write_check_left_in_the_output_folder_does_not_stand_for_the_model(
 @pytest.mark.parametrize(
     ("variable", "advice"),
     [
-        ("COSTAWARE_CHECKPOINT_DIR", "set COSTAWARE_CHECKPOINT_URI='s3://bucket/runs/7/x' for the store its"),
-        ("COSTAWARE_OUTPUT_DIR", "set COSTAWARE_OUTPUT_URI='s3://bucket/runs/7/x' for the store its files"),
+        # The job sets both stores: the advice to set one to the s3:// value would replace it.
+        ("COSTAWARE_CHECKPOINT_DIR", "(COSTAWARE_CHECKPOINT_URI is already set to '"),
+        ("COSTAWARE_OUTPUT_DIR", "(COSTAWARE_OUTPUT_URI is already set to '"),
         (
             "COSTAWARE_METRICS_PATH",
             "the launcher puts the metrics into the result it writes at COSTAWARE_RES",

@@ -120,7 +120,7 @@ class JobEnvironment:
 
         def path(name: str) -> Path | None:
             value = text(name)
-            return local_path(name, value) if value else None
+            return local_path(name, value, env) if value else None
 
         result_path, result_uri = text(RESULT_PATH), text(RESULT_URI)
         if result_path and result_uri and result_path != result_uri:
@@ -141,12 +141,14 @@ class JobEnvironment:
         )
 
 
-#: The variable naming the store that each local path variable's files go to (or, for the metrics, into).
-_STORE_OF = {CHECKPOINT_DIR: CHECKPOINT_URI, OUTPUT_DIR: OUTPUT_URI, METRICS_PATH: RESULT_URI}
+#: The variable naming the store that each local path variable's files go to (the metrics go into the result).
+_STORE_OF = {CHECKPOINT_DIR: CHECKPOINT_URI, OUTPUT_DIR: OUTPUT_URI}
 
 
-def local_path(name: str, value: str) -> Path:
+def local_path(name: str, value: str, environ: Mapping[str, str] | None = None) -> Path:
     """The local path that the variable ``name`` (a ``*_DIR`` or ``*_PATH``) holds as ``value``.
+
+    ``environ`` (default: ``os.environ``) is read for the store variables the refusal's advice names.
 
     Raises:
         ContractError: ``value`` is a URI (``s3://bucket/...``): taken as a path, it was a local folder named
@@ -154,20 +156,35 @@ def local_path(name: str, value: str) -> Path:
     """
     if "://" not in value:
         return Path(value)
-    store = _STORE_OF[name]
+    env = os.environ if environ is None else environ
+    kind = "file" if name == METRICS_PATH else "folder"
+    refusal = f"{name}={value!r} is a URI, but {name} is a local {kind} on the job's machine"
+    scheme, _, rest = value.partition("://")
+    host, slash, path = rest.partition("/")
+    leave = f"leave {name} unset (costaware-run uses a temporary {kind}) or give a local {kind}"
+    if scheme.lower() == "file":
+        # A local path was meant, not a store: setting the store to it would replace a real (s3://) one.
+        if host in ("", "localhost") and slash and path.strip("/"):
+            raise ContractError(f"{refusal}: give the path itself, {name}={'/' + path!r}")
+        raise ContractError(f"{refusal}: {leave}")
     if name == METRICS_PATH:
-        refusal = (
-            f"{name}={value!r} is a URI, but {name} is a local file on the job's machine (the launcher puts "
-            f"the metrics into the result it writes at {store}): leave {name} unset (costaware-run uses a "
-            "temporary file) or give a local path"
+        result = [
+            f"{variable}={env[variable].strip()!r}"
+            for variable in (RESULT_PATH, RESULT_URI)
+            if env.get(variable, "").strip()
+        ]
+        where = result[0] if result else f"{RESULT_PATH} or {RESULT_URI}, where set"
+        raise ContractError(
+            f"{refusal} (the launcher puts the metrics into the result it writes at {where}): {leave}"
         )
-    else:
-        refusal = (
-            f"{name}={value!r} is a URI, but {name} is a local folder on the job's machine: set "
-            f"{store}={value!r} for the store its files go to, and leave {name} unset (costaware-run uses a "
-            "temporary folder) or give a local folder"
+    store = _STORE_OF[name]
+    given = env.get(store, "").strip()
+    if given:
+        # Setting the store to this value would replace the one given (s3:// for a local one, say).
+        raise ContractError(
+            f"{refusal} ({store} is already set to {given!r}, the store its files go to): {leave}"
         )
-    raise ContractError(refusal)
+    raise ContractError(f"{refusal}: set {store}={value!r} for the store its files go to, and {leave}")
 
 
 def parse_attempt(value: str | None) -> int:
