@@ -491,6 +491,19 @@ def test_a_rung_that_slows_down_past_its_reservation_is_billed_as_it_ran_and_sai
     )
 
 
+def test_a_rung_past_its_reservation_names_the_project_budget_it_passed(
+    ledger: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The warning said "passed the cap" ($100, far from spent) where the project's $20 was what was passed.
+    ledger.set_budget("study=toy", "total", "20")
+    clock = Clock()
+    result = search(ledger, "100", clock, make_model=lambda params: SlowsDown(params, clock))
+    (usage,) = ledger.usage("study=toy")
+    assert usage.left_usd < 0 and result.spent_usd < 100
+    assert "the spend passed budget 'study=toy/total (total)' over the search's scope by $" in caplog.text
+    assert "passed the cap" not in caplog.text
+
+
 class RunsOutOfMemory(Quadratic):
     """Its third rung trains two seconds, then raises, as a model out of GPU memory does."""
 

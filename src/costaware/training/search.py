@@ -582,7 +582,7 @@ def budgeted_search(
                 rungs_billed += 1
                 if billed > seconds:
                     # Past its reservation (slower training, or the bookkeeping billed with it): that passes
-                    # the cap only where the budget had no room left beside it, which is what is said.
+                    # a budget only where it had no room left beside it, which is said, naming that budget.
                     # Counted with the bookkeeping's hold: money the rung took from it passes the cap when the
                     # search ends, unless the tail is shorter than the hold.
                     short = billing.past_cap()
@@ -592,7 +592,7 @@ def budgeted_search(
                             "the spend %s: rung %d of trial %d was billed %.2f s against the %.2f s reserved "
                             "for it (its training took %.2f s, estimated at %.2f s); a rung is not "
                             "interrupted, so it is billed as it ran",
-                            f"passed the cap by {format_usd_exact(over)}"
+                            f"passed {billing.the_budget_passed()} by {format_usd_exact(over)}"
                             if over > 0
                             else f"took {format_usd_exact(short)} of the money held for its bookkeeping",
                             rung,

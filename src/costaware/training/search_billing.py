@@ -137,6 +137,13 @@ class SearchBilling:
         """Is ``usage`` the search's own budget (set from ``cap_usd``, deleted when the search ends)?"""
         return usage.label.startswith(f"{self.budget_scope}/")
 
+    def the_budget_passed(self) -> str:
+        """The budget the spend passed, as said: "the cap" (the search's own), or the project's named."""
+        tightest = self.tightest()
+        if tightest is None or self.is_own(tightest):
+            return "the cap"
+        return f"budget '{tightest.name}' over the search's scope"
+
     def raise_the_tightest(self) -> str:
         """What to raise where the money ran out: ``cap_usd``, or the project's budget that has less left.
 
@@ -268,12 +275,7 @@ class SearchBilling:
             if over <= 0:
                 return stop
             # The budget passed: the search's own (its cap), or a project's over its scope, named.
-            tightest = self.tightest()
-            passed = (
-                "the cap"
-                if tightest is None or self.is_own(tightest)
-                else f"budget '{tightest.name}' over the search's scope"
-            )
+            passed = self.the_budget_passed()
             if beyond_hold and self.measured:
                 # Only what these seconds took past the hold is theirs: a first making or a rung billed past
                 # its reservation before them passed the budget already (its warning says by how much).
@@ -310,12 +312,7 @@ class SearchBilling:
             )
         except BudgetExceededError:
             seconds = self.bill(None, label, f"{what} (past the cap)", now)
-            tightest = self.tightest()
-            passed = (
-                "the cap"
-                if tightest is None or self.is_own(tightest)
-                else f"budget '{tightest.name}' over the search's scope"
-            )
+            passed = self.the_budget_passed()
             return (
                 f"{stop}; the last {seconds:.3f} s ({what}) were billed past {passed}: nothing was left to "
                 f"reserve them ({format_usd_exact(usd)})"
