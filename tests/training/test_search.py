@@ -504,6 +504,24 @@ def test_a_rung_past_its_reservation_names_the_project_budget_it_passed(
     assert "passed the cap" not in caplog.text
 
 
+@pytest.mark.parametrize("slack_seconds", [None, 2.0])
+def test_the_stop_names_the_project_budget_a_rung_past_its_reservation_passed(
+    ledger: Any, slack_seconds: float | None
+) -> None:
+    # It said "the spend is $43.16 past the cap" (of $100, $63 spent) where the project's $20 was passed.
+    ledger.set_budget("study=toy", "total", "20")
+    clock = Ticking(0.01)
+    result = search(
+        ledger, "100", clock, make_model=lambda params: SlowsDown(params, clock), slack_seconds=slack_seconds
+    )
+    (usage,) = ledger.usage("study=toy")
+    assert result.spent_usd < 100
+    assert (
+        f"; the spend is {format_usd_exact(-usage.left_usd)} past budget 'study=toy/total (total)' over the "
+        "search's scope: a rung ran past its reservation" in result.stop
+    ), result.stop
+
+
 class RunsOutOfMemory(Quadratic):
     """Its third rung trains two seconds, then raises, as a model out of GPU memory does."""
 

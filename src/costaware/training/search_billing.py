@@ -296,7 +296,7 @@ class SearchBilling:
                 )
             # Within its hold, yet a rung that ran past its reservation may have spent the hold's money.
             return (
-                f"{stop}; the spend is {format_usd_exact(over)} past the cap: a rung ran past its "
+                f"{stop}; the spend is {format_usd_exact(over)} past {passed}: a rung ran past its "
                 "reservation into the money held for the bookkeeping (the warnings name it)"
             )
         if usd <= 0:
