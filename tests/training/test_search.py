@@ -1144,4 +1144,10 @@ def test_a_tail_note_names_only_what_the_tail_took_past_a_budget_and_a_slow_firs
         f"the spend is {format_usd_exact(-usage.left_usd)} past budget 'study=toy/total (total)'"
         in result.stop
     )
-    assert any("its first model's making took 5.0" in r.getMessage() for r in caplog.records), caplog.text
+    assert any(
+        r.getMessage().startswith(
+            "the spend passed budget 'study=toy/total (total)' over the search's scope by $"
+        )
+        and "its first model's making took 5.0" in r.getMessage()
+        for r in caplog.records
+    ), caplog.text  # it said "passed a budget over the search", naming none

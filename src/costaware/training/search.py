@@ -520,9 +520,10 @@ def budgeted_search(
                         short = billing.past_cap()
                         if short > 0:
                             log.warning(
-                                "the spend passed a budget over the search by %s: its first model's making "
-                                "took %.2f s against the %.2f s reserved for its first rung; a making is not "
-                                "interrupted, so it is billed as it ran (the rung is reserved anew)",
+                                "the spend passed %s by %s: its first model's making took %.2f s against the "
+                                "%.2f s reserved for its first rung; a making is not interrupted, so it is "
+                                "billed as it ran (the rung is reserved anew)",
+                                billing.the_budget_passed(),
                                 format_usd_exact(short),
                                 made,
                                 seconds,
