@@ -182,6 +182,11 @@ def test_a_uri_in_a_local_path_variable_is_refused_in_the_job_too(
             {"COSTAWARE_METRICS_PATH": "file:///data/m.json"},
             "give the path itself, COSTAWARE_METRICS_PATH='/data/m.json'",
         ),
+        # One slash, which the stores read as /data/ck, was a local folder named "file:".
+        (
+            {"COSTAWARE_CHECKPOINT_DIR": "file:/data/ck"},
+            "give the path itself, COSTAWARE_CHECKPOINT_DIR='/data/ck'",
+        ),
     ],
 )
 def test_a_uri_in_a_local_path_variable_is_told_what_the_job_meant(

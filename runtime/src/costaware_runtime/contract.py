@@ -11,6 +11,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import urlparse
 
 from costaware_runtime.errors import ContractError
 
@@ -154,18 +155,19 @@ def local_path(name: str, value: str, environ: Mapping[str, str] | None = None) 
         ContractError: ``value`` is a URI (``s3://bucket/...``): taken as a path, it was a local folder named
             ``s3:``, and the outputs or checkpoints stayed in it, never uploaded.
     """
-    if "://" not in value:
+    # file:/data/ck (one slash) too, which the stores read as /data/ck: taken as a path, a folder "file:".
+    is_file_uri = value[:5].lower() == "file:"
+    if "://" not in value and not is_file_uri:
         return Path(value)
     env = os.environ if environ is None else environ
     kind = "file" if name == METRICS_PATH else "folder"
     refusal = f"{name}={value!r} is a URI, but {name} is a local {kind} on the job's machine"
-    scheme, _, rest = value.partition("://")
-    host, slash, path = rest.partition("/")
     leave = f"leave {name} unset (costaware-run uses a temporary {kind}) or give a local {kind}"
-    if scheme.lower() == "file":
+    if is_file_uri:
         # A local path was meant, not a store: setting the store to it would replace a real (s3://) one.
-        if host in ("", "localhost") and slash and path.strip("/"):
-            raise ContractError(f"{refusal}: give the path itself, {name}={'/' + path!r}")
+        parsed = urlparse(value)
+        if parsed.netloc in ("", "localhost") and parsed.path.strip("/"):
+            raise ContractError(f"{refusal}: give the path itself, {name}={parsed.path!r}")
         raise ContractError(f"{refusal}: {leave}")
     if name == METRICS_PATH:
         result = [
