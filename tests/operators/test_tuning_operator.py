@@ -5,6 +5,7 @@ from decimal import Decimal
 from types import SimpleNamespace
 from typing import Any
 
+import numpy as np
 import optuna
 import pytest
 from airflow.sdk import DAG
@@ -276,9 +277,13 @@ def test_trainer_kwargs_the_trainer_does_not_take_fail_the_slot_before_any_money
         ({"max_active_trials": 0}, "max_active_trials must be a whole number >= 1 (None: as many as the "
          "workers run), got 0: with fewer than 1 no trial would ever start"),
         ({"max_active_trials": -1}, "max_active_trials must be a whole number >= 1"),
-        ({"max_active_trials": "2"}, "max_active_trials must be a whole number >= 1 (None: as many as the "
-         "workers run), got '2'"),
-        ({"trial_retries": -1}, "trial_retries must be a whole number >= 0, got -1"),
+        ({"max_active_trials": "two"}, "max_active_trials must be a whole number >= 1 (None: as many as the "
+         "workers run), got 'two': give a whole number"),
+        ({"max_active_trials": 1.5}, "got 1.5: give a whole number"),
+        ({"trial_retries": -1}, "trial_retries must be a whole number >= 0 (None: no retry), got -1: with "
+         "fewer than 0"),
+        ({"trial_retries": "x"}, "trial_retries must be a whole number >= 0 (None: no retry), got 'x': "
+         "give a whole number"),
     ],
 )  # fmt: skip
 def test_trial_concurrency_no_trial_could_start_under_is_refused_as_the_dag_is_parsed(
@@ -298,6 +303,41 @@ def test_trial_concurrency_no_trial_could_start_under_is_refused_as_the_dag_is_p
             **setting,
         )
     assert message in str(refused.value)
+    if "give a whole number" in message:  # not a number at all: "fewer than 1" would be untrue
+        assert "fewer than" not in str(refused.value)
+
+
+@pytest.mark.parametrize(
+    ("setting", "retries", "most_at_once"),
+    [
+        # Airflow itself takes these (it converts them): they built before the check and must build still.
+        ({"trial_retries": None}, 0, None),
+        ({"trial_retries": "2"}, 2, None),
+        ({"trial_retries": np.int64(2)}, 2, None),
+        ({"max_active_trials": "2"}, 1, 2),
+        ({"max_active_trials": np.int64(2)}, 1, 2),
+    ],
+)
+def test_trial_concurrency_airflow_takes_is_converted_not_refused(
+    setting: dict[str, Any], retries: int, most_at_once: int | None
+) -> None:
+    from airflow.sdk import DAG
+
+    with DAG("parse_ok", schedule=None) as dag:
+        budgeted_tuning(
+            study_name="s1",
+            trainer=QuadraticTrainer,
+            search_space=SPACE,
+            min_resource=2,
+            max_resource=16,
+            max_usd="5",
+            max_trials=4,
+            **setting,
+        )
+    trial = dag.get_task("tuning.trial")
+    assert trial.partial_kwargs["retries"] == retries
+    assert type(trial.partial_kwargs["retries"]) is int
+    assert trial.partial_kwargs.get("max_active_tis_per_dagrun") == most_at_once
 
 
 def test_on_exceeded_other_than_fail_or_skip_is_refused_as_the_dag_is_parsed() -> None:

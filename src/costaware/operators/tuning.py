@@ -16,6 +16,7 @@ plan's slots, one trial per task instance, as many in parallel as workers allow)
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable, Mapping, Sequence
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
@@ -592,7 +593,7 @@ def budgeted_tuning(
     """
     # partial() builds no operator until the trials are mapped: check the trainer here, as the DAG is parsed.
     check_trial_trainer(trainer)
-    check_trial_concurrency(max_active_trials, trial_retries)
+    max_active_trials, trial_retries = check_trial_concurrency(max_active_trials, trial_retries)
     shared: dict[str, Any] = {
         "study_name": study_name,
         "storage_url": storage_url,
@@ -619,27 +620,46 @@ def budgeted_tuning(
     return group
 
 
-def check_trial_concurrency(max_active_trials: Any, trial_retries: Any) -> None:
-    """Refuse a ``max_active_trials`` no trial could start under, and negative ``trial_retries``.
+def check_trial_concurrency(max_active_trials: Any, trial_retries: Any) -> tuple[int | None, int]:
+    """``max_active_trials`` and ``trial_retries`` as ints, refused where no trial could start under them.
 
     Passed on to Airflow's ``max_active_tis_per_dagrun`` unchecked, 0 (or -1) let the scheduler start no
-    trial: the run waited forever, its log saying only that the task's concurrency was reached.
+    trial: the run waited forever, its log saying only that the task's concurrency was reached. What Airflow
+    itself takes is taken: ``trial_retries=None`` (no retry), ``'2'`` and ``numpy.int64(2)``.
+
+    Returns:
+        ``(max_active_trials, trial_retries)`` converted: None stays None for ``max_active_trials``.
 
     Raises:
         ConfigurationError: ``max_active_trials`` is not None or a whole number >= 1, or ``trial_retries`` is
-            not a whole number >= 0.
+            not None or a whole number >= 0.
     """
 
-    def whole(value: Any, least: int) -> bool:
-        return isinstance(value, int) and not isinstance(value, bool) and value >= least
+    def whole(name: str, value: Any, least: int, none_is: str) -> int:
+        number: int | None = None
+        if isinstance(value, str) and value.strip().isdigit():
+            number = int(value.strip())
+        elif not isinstance(value, (bool, float)):
+            try:
+                number = operator.index(value)
+            except TypeError:
+                number = None
+        if number is None:
+            raise ConfigurationError(
+                f"{name} must be a whole number >= {least} ({none_is}), got {value!r}: give a whole number"
+            )
+        if number < least:
+            why = "no trial would ever start" if least == 1 else "a trial cannot retry fewer than 0 times"
+            raise ConfigurationError(
+                f"{name} must be a whole number >= {least} ({none_is}), got {value!r}: with fewer than "
+                f"{least} {why}"
+            )
+        return number
 
-    if max_active_trials is not None and not whole(max_active_trials, 1):
-        raise ConfigurationError(
-            f"max_active_trials must be a whole number >= 1 (None: as many as the workers run), got "
-            f"{max_active_trials!r}: with fewer than 1 no trial would ever start"
-        )
-    if not whole(trial_retries, 0):
-        raise ConfigurationError(f"trial_retries must be a whole number >= 0, got {trial_retries!r}")
+    retries = 0 if trial_retries is None else whole("trial_retries", trial_retries, 0, "None: no retry")
+    if max_active_trials is None:
+        return None, retries
+    return whole("max_active_trials", max_active_trials, 1, "None: as many as the workers run"), retries
 
 
 def check_on_exceeded(on_exceeded: Any) -> str:
