@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import warnings
+from pathlib import Path
 
 import pytest
 
@@ -53,6 +54,21 @@ def test_a_misspelt_name_in_a_module_that_imports_is_named_with_the_closest() ->
         "'costaware.training.tuning' has no attribute 'boosting_trainr': did you mean "
         "'costaware.training.tuning:boosting_trainer'?"
     )
+
+
+def test_a_module_whose_own_import_raises_attribute_error_is_a_configuration_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # np.float (removed in NumPy 1.24) at the module's import: a bare AttributeError, retried as if transient.
+    (tmp_path / "stale_trainer_module.py").write_text(
+        "import types\nX = types.SimpleNamespace().float\ndef train(**kw):\n    return 0.0\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(ConfigurationError) as refused:
+        import_object("stale_trainer_module:train", what="trainer")
+    assert str(refused.value).startswith("cannot import trainer 'stale_trainer_module:train': ")
+    assert "has no attribute 'float'" in str(refused.value)
+    assert "did you mean" not in str(refused.value)  # the hint is for the name looked up only
 
 
 def test_unknown_builtin_trainer_lists_the_choices() -> None:

@@ -50,7 +50,9 @@ def import_object(path: str, *, what: str) -> Any:
     module, attr = split_path(path, what=what)
     try:
         imported = importlib.import_module(module)
-    except ImportError as e:
+    except (ImportError, AttributeError) as e:
+        # AttributeError: the module's own import failed (np.float, removed in NumPy 1.24), a code error that
+        # no retry fixes; the closest-name hint below is only for the name looked up in it.
         raise ConfigurationError(f"cannot import {what} {path!r}: {e}") from e
     try:
         return getattr(imported, attr)
