@@ -309,6 +309,29 @@ def test_alerts_set_refuses_a_misspelt_module_of_a_package_installed_here(
         notifiers_from_spec(pager)
 
 
+def test_alerts_set_keeps_a_module_a_newer_provider_may_have_where_the_close_one_lacks_the_class(
+    ledger_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # ...notifications.sesv2 (a newer amazon provider, maybe on the workers) was refused "did you mean
+    # ...notifications.ses.SesV2Notifier?", though ses has no SesV2Notifier: a suggestion that cannot import.
+    ledger = Ledger.from_url(ledger_url)
+    ledger.set_budget("project=churn", "month", "100")
+    args = ["--ledger-url", ledger_url, "alerts", "set", "--scope", "project=churn", "--period", "month"]
+    newer = [{"class": "airflow.providers.amazon.aws.notifications.sesv2.SesV2Notifier", "kwargs": {}}]
+    assert main([*args, "--notifiers", json.dumps(newer)]) == 0
+    err = capsys.readouterr().err
+    assert "cannot be imported here (ModuleNotFoundError" in err
+    assert "did you mean" not in err
+    assert alert_rules(ledger)["project=churn/month"].notifiers == newer
+    # The workers (where it is not installed either) say to install its provider, not the bad suggestion.
+    with pytest.raises(ConfigurationError, match=r"; install its provider$"):
+        notifiers_from_spec(newer)
+    # A close module with a class of a close name only is no sure typo either: kept with the warning.
+    two_typos = [{"class": "airflow.providers.smtp.notifications.smpt.SmtpNotifer", "kwargs": {"to": "a@b"}}]
+    assert main([*args, "--notifiers", json.dumps(two_typos)]) == 0
+    assert "did you mean" not in capsys.readouterr().err
+
+
 def test_alerts_set_refuses_templates_a_budgets_own_notifier_cannot_render(
     ledger_url: str, capsys: pytest.CaptureFixture[str]
 ) -> None:

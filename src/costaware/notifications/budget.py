@@ -153,8 +153,8 @@ def close_module_path(class_path: str, missing: str | None) -> str | None:
     """``class_path`` with its missing module ``missing`` replaced by the closest one of its package, or None.
 
     Only where that package is a regular one importable here (``airflow.providers.smtp.notifications``, for
-    ``...notifications.smpt``): a provider missing under the namespace ``airflow.providers`` may be one
-    installed elsewhere, not a typo.
+    ``...notifications.smpt``) and the close module imports and has the class: a provider missing under the
+    namespace ``airflow.providers``, or a module only a newer provider has, may be installed elsewhere.
     """
     import pkgutil
 
@@ -168,7 +168,17 @@ def close_module_path(class_path: str, missing: str | None) -> str | None:
     if getattr(package, "__file__", None) is None or not hasattr(package, "__path__"):  # a namespace
         return None
     close = difflib.get_close_matches(last, [m.name for m in pkgutil.iter_modules(package.__path__)], n=1)
-    return f"{package_name}.{close[0]}{class_path[len(missing or '') :]}" if close else None
+    if not close:
+        return None
+    # Suggested only where that module has the class: ...notifications.sesv2 (a newer provider, maybe on the
+    # workers) is no typo of ...notifications.ses, which has no SesV2Notifier.
+    fixed_module, _, name = f"{package_name}.{close[0]}{class_path[len(missing or '') :]}".rpartition(".")
+    try:
+        module = importlib.import_module(fixed_module)
+    except Exception:
+        return None
+    # The class exactly: a close one (SesNotifier for SesV2Notifier) is more likely another class than a typo.
+    return f"{fixed_module}.{name}" if hasattr(module, name) else None
 
 
 # What a budget's own notifiers' templates see (rule_context): no secrets reachable from the ledger's rows.
