@@ -180,12 +180,51 @@ def test_alerts_list_warns_of_a_configured_notifier_reading_a_field_an_alert_lac
     assert (
         f"warning: [costaware] alert_notifiers: notifier '{SMTP}': its template "
         "'{{ costaware_alert.mesage }}' reads costaware_alert.mesage, which an alert does not have (did you "
-        "mean 'message'?): it fails every alert it sends (given back unsent, tried again at each check)"
+        "mean 'message'?): this notifier fails to send every alert (where another notifier delivers it, the "
+        "alert counts as sent and this one misses it; where none does, it is given back unsent and tried "
+        "again at each check)"
     ) in capsys.readouterr().err
     spec[0]["kwargs"]["subject"] = "{{ costaware_alert.message }}"
     monkeypatch.setenv("AIRFLOW__COSTAWARE__ALERT_NOTIFIERS", json.dumps(spec))
     assert main(["--ledger-url", ledger_url, "alerts", "list"]) == 0
     assert "warning" not in capsys.readouterr().err
+
+
+def test_alerts_list_takes_guarded_reads_and_checks_a_notifier_missing_here(
+    ledger_url: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A guarded read renders under the DAG's StrictUndefined, yet was warned of (the `is defined` one
+    # twice); a class this machine lacks (Slack, on the workers) skipped the field check and was said to be
+    # "refused (...; install its provider)", as though the workers refused it.
+    Ledger.from_url(ledger_url).set_budget("project=churn", "month", "100")
+    guarded = {
+        "to": "a@b",
+        "subject": "{{ costaware_alert.team | default('ml') }}",
+        "html_content": "{% if costaware_alert.owner is defined %}{{ costaware_alert.owner }}{% endif %}",
+    }
+    slack = "airflow.providers.slack.notifications.slack.SlackNotifier"
+    spec = [
+        {"class": SMTP, "kwargs": guarded},
+        {"class": slack, "kwargs": {"text": "{{ costaware_alert.mesage }} {{ costaware_alert.mesage }}"}},
+    ]
+    monkeypatch.setenv("AIRFLOW__COSTAWARE__ALERT_NOTIFIERS", json.dumps(spec))
+    assert main(["--ledger-url", ledger_url, "alerts", "list"]) == 0
+    warnings = [line for line in capsys.readouterr().err.splitlines() if "warning" in line]
+    assert warnings == [
+        f"costaware: warning: [costaware] alert_notifiers: notifier class '{slack}' cannot be imported here "
+        "(ModuleNotFoundError: No module named 'airflow.providers.slack'); an alert fails to send unless the "
+        "workers can import it",
+        f"costaware: warning: [costaware] alert_notifiers: notifier '{slack}': its template "
+        "'{{ costaware_alert.mesage }} {{ costaware_alert.mesage }}' reads costaware_alert.mesage, which an "
+        "alert does not have (did you mean 'message'?): this notifier fails to send every alert (where "
+        "another notifier delivers it, the alert counts as sent and this one misses it; where none does, it "
+        "is given back unsent and tried again at each check)",
+    ]
+    # A misspelt module of a package installed here is still refused, as the workers refuse it.
+    typo = [{"class": SMTP.replace(".smtp.SmtpNotifier", ".smpt.SmtpNotifier"), "kwargs": {"to": "a@b"}}]
+    monkeypatch.setenv("AIRFLOW__COSTAWARE__ALERT_NOTIFIERS", json.dumps(typo))
+    assert main(["--ledger-url", ledger_url, "alerts", "list"]) == 0
+    assert "warning: [costaware] alert_notifiers is refused (" in capsys.readouterr().err
 
 
 def test_alerts_list_warns_of_a_percent_airflow_cfg_cannot_read(

@@ -504,14 +504,20 @@ def rule_template_failure(
     return None
 
 
-def unknown_alert_fields(spec: object) -> list[tuple[str, str, str | None]]:
+def unknown_alert_fields(spec: object, *, skip_guarded: bool = False) -> list[tuple[str, str, str | None]]:
     """Each ``costaware_alert.<field>`` a notifier's kwargs read that an alert lacks, with the closest one.
 
     A budget's own notifiers render without a DAG, where Jinja reads a missing field as empty:
     ``{{ costaware_alert.mesage }}`` rendered, and the alerts went out with an empty subject or text.
 
+    Args:
+        spec: ``{"class": ..., "kwargs": {...}}``.
+        skip_guarded: Leave out a field read through ``| default(...)`` or tested with ``is defined`` (``is
+            undefined``) in its template: under the DAG's StrictUndefined (``[costaware] alert_notifiers``)
+            such a template renders.
+
     Returns:
-        ``(template, field, closest field or None)`` for each such field.
+        ``(template, field, closest field or None)`` for each such field, once per template.
     """
     from jinja2 import nodes
     from jinja2.exceptions import TemplateSyntaxError
@@ -526,15 +532,24 @@ def unknown_alert_fields(spec: object) -> list[tuple[str, str, str | None]]:
             tree = env.parse(template)
         except TemplateSyntaxError:  # refused by rendering it, or not a template field
             continue
-        read = [(n.node, n.attr) for n in tree.find_all(nodes.Getattr)]
-        read += [
-            (n.node, n.arg.value) for n in tree.find_all(nodes.Getitem) if isinstance(n.arg, nodes.Const)
+        read: list[tuple[nodes.Expr, nodes.Expr, Any]] = [
+            (n, n.node, n.attr) for n in tree.find_all(nodes.Getattr)
         ]
-        for node, field in read:
+        read += [
+            (n, n.node, n.arg.value) for n in tree.find_all(nodes.Getitem) if isinstance(n.arg, nodes.Const)
+        ]
+        defaulted = {id(f.node) for f in tree.find_all(nodes.Filter) if f.name in ("default", "d")}
+        tested = {id(t.node) for t in tree.find_all(nodes.Test) if t.name in ("defined", "undefined")}
+        tested_fields = {field for lookup, _, field in read if id(lookup) in tested}
+        said: set[str] = set()
+        for lookup, node, field in read:
             if not (isinstance(node, nodes.Name) and node.name == "costaware_alert"):
                 continue
             if not isinstance(field, str) or field in fields or hasattr(dict, field):  # .items() is a dict's
                 continue
+            if field in said or (skip_guarded and (id(lookup) in defaulted or field in tested_fields)):
+                continue
+            said.add(field)
             close = difflib.get_close_matches(field, fields, n=1)
             out.append((template, field, close[0] if close else None))
     return out

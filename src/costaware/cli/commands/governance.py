@@ -443,40 +443,81 @@ def _warn_of_bad_defaults() -> None:
     """Say on stderr when "(defaults)" stands for a [costaware] setting the workers refuse."""
     from costaware.core.budget_forecast import DEFAULT_THRESHOLDS
     from costaware.core.errors import ConfigurationError
-    from costaware.notifications.budget import configured_notifiers, configured_thresholds
+    from costaware.notifications.budget import (
+        configured_notifiers,
+        configured_thresholds,
+        notifiers_from_spec,
+    )
+    from costaware.settings import option
 
     try:
         configured_thresholds()
     except ConfigurationError as e:
         print(f"costaware: warning: {e}; the workers use {','.join(DEFAULT_THRESHOLDS)}", file=sys.stderr)
     try:
-        configured_notifiers()
-    except ConfigurationError as e:
-        print(
-            f"costaware: warning: [costaware] alert_notifiers is refused ({e}): the workers send the alerts "
-            "of budgets without notifiers of their own to the task log only",
-            file=sys.stderr,
-        )
-        return
-    _warn_of_configured_fields_an_alert_lacks()
+        raw = option("alert_notifiers")
+        specs = json.loads(raw) if raw else []
+    except (ConfigurationError, json.JSONDecodeError):
+        specs = None
+    if not isinstance(specs, list):  # not even a list: said as the workers say it
+        specs = []
+        try:
+            configured_notifiers()
+        except ConfigurationError as e:
+            _say_alert_notifiers_refused(e)
+            return
+    for spec in specs:  # one at a time: a class missing here may be on the workers, unlike a bad kwarg
+        try:
+            notifiers_from_spec([spec])
+        except ConfigurationError as e:
+            if not _missing_here_only(spec, e):
+                _say_alert_notifiers_refused(e)
+                return
+            why = f"{type(e.__cause__).__name__}: {e.__cause__}"
+            print(
+                f"costaware: warning: [costaware] alert_notifiers: notifier class {spec['class']!r} cannot "
+                f"be imported here ({why}); an alert fails to send unless the workers can import it",
+                file=sys.stderr,
+            )
+    # Read from the template strings alone: a class missing here (Slack's provider) is checked too.
+    _warn_of_configured_fields_an_alert_lacks(specs)
 
 
-def _warn_of_configured_fields_an_alert_lacks() -> None:
+def _say_alert_notifiers_refused(e: Exception) -> None:
+    print(
+        f"costaware: warning: [costaware] alert_notifiers is refused ({e}): the workers send the alerts "
+        "of budgets without notifiers of their own to the task log only",
+        file=sys.stderr,
+    )
+
+
+def _missing_here_only(spec: Any, refused: Exception) -> bool:
+    """Whether ``spec`` was refused only for a module this machine lacks (not a typo of one it has)."""
+    from costaware.notifications.budget import close_module_path
+
+    cause = refused.__cause__
+    if not isinstance(cause, ImportError):
+        return False
+    missing = cause.name if isinstance(cause, ModuleNotFoundError) else None
+    return close_module_path(str(spec["class"]), missing) is None
+
+
+def _warn_of_configured_fields_an_alert_lacks(specs: Sequence[Any]) -> None:
     """Say on stderr which ``[costaware] alert_notifiers`` templates read a field an alert does not have.
 
-    With the task's context (its DAG's StrictUndefined) ``{{ costaware_alert.mesage }}`` fails every send:
-    each alert was given back unsent at every check, and nothing here said why.
+    With the task's context (its DAG's StrictUndefined) ``{{ costaware_alert.mesage }}`` fails every send of
+    that notifier, and nothing here said why. A read guarded by ``| default(...)`` or ``is defined`` renders.
     """
     from costaware.notifications.budget import unknown_alert_fields
-    from costaware.settings import option
 
-    raw = option("alert_notifiers")
-    for spec in json.loads(raw) if raw else []:  # readable: configured_notifiers() built it
-        for template, field, close in unknown_alert_fields(spec):
+    for spec in specs:
+        for template, field, close in unknown_alert_fields(spec, skip_guarded=True):
             hint = f" (did you mean {close!r}?)" if close else ""
             print(
                 f"costaware: warning: [costaware] alert_notifiers: notifier {spec['class']!r}: its template "
-                f"{template!r} reads costaware_alert.{field}, which an alert does not have{hint}: it fails "
-                "every alert it sends (given back unsent, tried again at each check)",
+                f"{template!r} reads costaware_alert.{field}, which an alert does not have{hint}: this "
+                "notifier fails to send every alert (where another notifier delivers it, the alert counts as "
+                "sent and this one misses it; where none does, it is given back unsent and tried again at "
+                "each check)",
                 file=sys.stderr,
             )
