@@ -134,6 +134,15 @@ def test_no_approvers_asks_any_user_who_may_answer(approvers: Any) -> None:
     assert gate(on_exceeded="fail", approvers=approvers).approvers == []
 
 
+def test_approvers_given_as_a_generator_keep_their_names() -> None:
+    # all(...) used a generator (or map) up: approvers ended [], "any user may approve", leads named or not.
+    users = ["ann", "lead"]
+    assert gate(approvers=(u for u in users)).approvers == ["ann", "lead"]
+    assert gate(approvers=map(str.strip, [" ann", "lead "])).approvers == ["ann", "lead"]
+    with pytest.raises(ValueError, match=r"approvers=\['ann', ''\]: give a list"):
+        gate(approvers=(u for u in ["ann", ""]))
+
+
 def test_approvers_that_are_no_list_are_refused_by_name() -> None:
     with pytest.raises(ValueError, match=r"approvers=5: give a list of Airflow user ids, e\.g\. \['ann'\]"):
         gate(approvers=5)

@@ -143,10 +143,12 @@ class SpendCapSensor(BaseSensorOperator):
             raise ValueError(f"on_rejected={on_rejected!r}: use one of {', '.join(ON_REJECTED)}")
         if approvers is None:  # as HITLOperator's assigned_users=None: any user who may answer
             approvers = ()
-        if (
-            isinstance(approvers, str)
-            or not isinstance(approvers, Iterable)
-            or not all(isinstance(a, str) and a.strip() for a in approvers)
+        if isinstance(approvers, Iterable) and not isinstance(approvers, str | list | tuple):
+            # Read once: a generator or map() was used up by the check below, leaving [] ("any user may
+            # approve"), so an overage meant for named leads could be approved by anyone.
+            approvers = list(approvers)
+        if not isinstance(approvers, list | tuple) or not all(
+            isinstance(a, str) and a.strip() for a in approvers
         ):
             raise ValueError(f"approvers={approvers!r}: give a list of Airflow user ids, e.g. ['ann']")
         if approvers and on_exceeded != "approve":
