@@ -319,6 +319,43 @@ def test_alerts_set_refuses_a_kwarg_the_notifier_passes_on_and_its_base_refuses(
     assert alert_rules(ledger)["project=churn/month"].notifiers == own
 
 
+def test_alerts_set_passes_on_a_kwargs_notifiers_own_type_error(
+    ledger_url: str, capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A **kwargs notifier's own check ("priority must be an int") was reported as "takes no kwarg
+    # 'priority'", and its list of kwargs named `context`, which Airflow passes in.
+    (tmp_path / "checked_notifier.py").write_text(
+        "from airflow.sdk import BaseNotifier\n"
+        "class PriorityNotifier(BaseNotifier):\n"
+        "    def __init__(self, text, **kwargs):\n"
+        "        if not isinstance(kwargs.get('priority', 0), int):\n"
+        "            raise TypeError('priority must be an int')\n"
+        "        super().__init__()\n"
+        "        self.text = text\n"
+        "    def notify(self, context):\n"
+        "        pass\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    Ledger.from_url(ledger_url).set_budget("project=churn", "month", "100")
+    args = ["--ledger-url", ledger_url, "alerts", "set", "--scope", "project=churn", "--period", "month"]
+    spec = [{"class": "checked_notifier.PriorityNotifier", "kwargs": {"text": "x", "priority": "high"}}]
+    assert main([*args, "--notifiers", json.dumps(spec)]) == 2
+    err = capsys.readouterr().err
+    assert (
+        "notifier 'checked_notifier.PriorityNotifier' refuses kwargs ['priority', 'text']: priority must be "
+        "an int: fix its kwargs"
+    ) in err
+    assert "takes no kwarg" not in err
+    # Python's own refusal is still named, with the close name, and without `context` in what it takes.
+    typo = [{"class": SMTP, "kwargs": {"to": "a@b", "subjet": "x"}}]
+    assert main([*args, "--notifiers", json.dumps(typo)]) == 2
+    err = capsys.readouterr().err
+    assert "takes no kwarg 'subjet' (did you mean 'subject'?): fix the name in its kwargs (it takes to, " in (
+        err
+    )
+    assert "context" not in err
+
+
 def test_alerts_set_refuses_a_misspelt_module_of_a_package_installed_here(
     ledger_url: str, capsys: pytest.CaptureFixture[str]
 ) -> None:

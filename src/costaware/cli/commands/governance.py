@@ -226,7 +226,7 @@ def _check_kwargs(cls: object, spec: dict[str, Any]) -> None:
     try:
         inspect.signature(cls).bind(**kwargs)  # type: ignore[arg-type]
     except TypeError as e:  # said with what to write: "kwargs []" alone left the fix to guess
-        takes = f" (it takes {', '.join(_init_parameter_names(cls))})" if isinstance(cls, type) else ""
+        takes = f" (it takes {', '.join(_kwargs_to_give(cls))})" if isinstance(cls, type) else ""
         raise ConfigurationError(
             f"notifier {spec['class']!r} cannot take kwargs {sorted(kwargs)}: {e}: fix its kwargs{takes}"
         ) from e
@@ -241,13 +241,18 @@ def _check_kwargs(cls: object, spec: dict[str, Any]) -> None:
         return
     try:
         cls(**kwargs)
-    except TypeError:
-        pass
+    except TypeError as e:
+        # Only Python's own refusal names a kwarg nobody takes; a notifier's own check ("priority must be an
+        # int") took the name, and its text says what to fix.
+        if "unexpected keyword argument" not in str(e):
+            raise ConfigurationError(
+                f"notifier {spec['class']!r} refuses kwargs {sorted(kwargs)}: {e}: fix its kwargs"
+            ) from e
     except Exception:  # it got past the arguments (a connection missing here): they were taken
         return
     else:  # a notifier of its own that keeps its **kwargs: they were taken
         return
-    known = _init_parameter_names(cls)
+    known = _kwargs_to_give(cls)
     hints = [
         f"{name!r} (did you mean {close[0]!r}?)" if close else repr(name)
         for name in unknown
@@ -274,6 +279,11 @@ def _init_parameter_names(cls: type) -> list[str]:
         if not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters):
             break
     return names
+
+
+def _kwargs_to_give(cls: type) -> list[str]:
+    """The kwargs to name in a rule's spec: ``context`` is the task's, passed in by Airflow, not set here."""
+    return [name for name in _init_parameter_names(cls) if name != "context"]
 
 
 def _kwargs_no_init_takes(cls: type, kwargs: dict[str, Any]) -> list[str]:
