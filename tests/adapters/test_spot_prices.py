@@ -106,6 +106,17 @@ def test_bad_spot_files(text: str, message: str) -> None:
         spot_history_from_text(text, source="prices")
 
 
+def test_a_csv_saved_by_excel_with_a_byte_order_mark_loads_as_without_one() -> None:
+    # Excel's "CSV UTF-8" starts with U+FEFF: refused as lacking 'timestamp', its header '\ufefftimestamp'.
+    text = (
+        "timestamp,region,availability_zone,instance_type,product_description,usd_per_hour\r\n"
+        "2021-03-01T00:00:00Z,us-east-1,us-east-1a,m5.large,Linux/UNIX,0.30\r\n"
+    )
+    for loaded in (spot_history_from_text(t, source="prices") for t in (text, "\ufeff" + text)):
+        assert loaded.zones("m5.large", "us-east-1") == ["us-east-1a"]
+        assert loaded.last_record == datetime(2021, 3, 1, tzinfo=timezone.utc)
+
+
 def test_a_bad_csv_row_is_named_by_its_line_in_the_file() -> None:
     # It said "record 1", the row's place among its zone's rows: line 4 here, after another zone's row.
     text = (

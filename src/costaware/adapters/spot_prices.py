@@ -213,7 +213,8 @@ def spot_history_from_text(text: str, *, source: str, products: Sequence[str] = 
         return SpotPriceHistory.from_records(records, source=source, products=products)
     # By position, not csv.DictReader: it names every unnamed column '', so a header ending in two commas
     # kept one value of the fields under them (the last, often empty), and a split price read as $0.
-    reader = csv.reader(io.StringIO(text))
+    # Excel's "CSV UTF-8" starts with a byte-order mark: its header read '\ufefftimestamp', "lacks timestamp".
+    reader = csv.reader(io.StringIO(text.lstrip("\ufeff")))
     header = next(reader, [])
     missing = [c for c in SPOT_CSV_COLUMNS if c not in header]
     if missing:
