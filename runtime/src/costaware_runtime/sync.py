@@ -451,9 +451,9 @@ def clear(uri: str) -> list[str]:
     An S3 prefix that holds no checkpoint returns ``[]``: it cannot be told from one never written.
 
     Raises:
-        ContractError: ``uri`` is empty, not a location a store can use (see :func:`open_store`), or a local
-            folder (a relative one read against the current folder, as ``costaware-run`` reads it) that does
-            not exist or is a file.
+        ContractError: ``uri`` is empty, None or a ``file:`` URI with no path, not a location a store can use
+            (see :func:`open_store`), or a local folder (a relative one read against the current folder, as
+            ``costaware-run`` reads it) that does not exist or is a file.
         StoreError: The store could not be listed or written.
     """
     if not isinstance(uri, str) or not uri.strip() or _names_no_file_path(uri):
