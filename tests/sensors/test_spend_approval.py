@@ -141,6 +141,11 @@ def test_approvers_given_as_a_generator_keep_their_names() -> None:
     assert gate(approvers=map(str.strip, [" ann", "lead "])).approvers == ["ann", "lead"]
     with pytest.raises(ValueError, match=r"approvers=\['ann', ''\]: give a list"):
         gate(approvers=(u for u in ["ann", ""]))
+    # One map() shared by two gates is empty at the second: [] there let any user approve.
+    leads = map(str.strip, [" ann", "lead "])
+    assert gate(approvers=leads).approvers == ["ann", "lead"]
+    with pytest.raises(ValueError, match=r"gave no names \(a generator or map\(\) is read once"):
+        gate(approvers=leads)
 
 
 def test_approvers_that_are_no_list_are_refused_by_name() -> None:

@@ -146,7 +146,13 @@ class SpendCapSensor(BaseSensorOperator):
         if isinstance(approvers, Iterable) and not isinstance(approvers, str | list | tuple):
             # Read once: a generator or map() was used up by the check below, leaving [] ("any user may
             # approve"), so an overage meant for named leads could be approved by anyone.
+            given = approvers
             approvers = list(approvers)
+            if not approvers:  # one map() shared by two gates (or default_args) is empty at the second
+                raise ValueError(
+                    f"approvers={given!r} gave no names (a generator or map() is read once, so a second "
+                    "gate sharing it gets none, which would let any user approve): give a list, e.g. ['ann']"
+                )
         if not isinstance(approvers, list | tuple) or not all(
             isinstance(a, str) and a.strip() for a in approvers
         ):
