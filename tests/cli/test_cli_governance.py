@@ -622,3 +622,21 @@ def test_alerts_list_shows_a_percentage_covered_by_a_higher_one_as_not_sent(
     assert main(["--ledger-url", ledger_url, "alerts", "list", "--format", "json"]) == 0
     (row,) = json.loads(capsys.readouterr().out)
     assert row["sent"] == [f"80%@{period}"] and row["covered"] == {f"50%@{period}": "80%"}
+
+
+@pytest.mark.parametrize(
+    ("template", "warned"),
+    [
+        ("{% if costaware_alert.owner is defined %}{{ costaware_alert.owner }}{% endif %}", False),
+        # A test anywhere hid every read of the field: these fail under StrictUndefined.
+        ("{% if costaware_alert.owner is defined %}x{% endif %} by {{ costaware_alert.owner }}", True),
+        ("{% if costaware_alert.owner is undefined %}{{ costaware_alert.owner }}{% endif %}", True),
+        ("{% if params.owner is defined %}{{ costaware_alert.owner }}{% endif %}", True),
+        ("{% if costaware_alert.owner is defined %}x{% else %}{{ costaware_alert.owner }}{% endif %}", True),
+    ],
+)
+def test_only_a_read_inside_its_own_is_defined_block_counts_as_guarded(template: str, warned: bool) -> None:
+    from costaware.notifications.budget import unknown_alert_fields
+
+    found = unknown_alert_fields({"class": SMTP, "kwargs": {"subject": template}}, skip_guarded=True)
+    assert [field for _, field, _ in found] == (["owner"] if warned else [])

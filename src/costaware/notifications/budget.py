@@ -540,19 +540,46 @@ def unknown_alert_fields(spec: object, *, skip_guarded: bool = False) -> list[tu
         ]
         defaulted = {id(f.node) for f in tree.find_all(nodes.Filter) if f.name in ("default", "d")}
         tested = {id(t.node) for t in tree.find_all(nodes.Test) if t.name in ("defined", "undefined")}
-        tested_fields = {field for lookup, _, field in read if id(lookup) in tested}
+        guarded = _reads_inside_their_defined_test(tree, read)
         said: set[str] = set()
         for lookup, node, field in read:
             if not (isinstance(node, nodes.Name) and node.name == "costaware_alert"):
                 continue
             if not isinstance(field, str) or field in fields or hasattr(dict, field):  # .items() is a dict's
                 continue
-            if field in said or (skip_guarded and (id(lookup) in defaulted or field in tested_fields)):
+            if field in said or (skip_guarded and id(lookup) in defaulted | tested | guarded):
                 continue
             said.add(field)
             close = difflib.get_close_matches(field, fields, n=1)
             out.append((template, field, close[0] if close else None))
     return out
+
+
+def _reads_inside_their_defined_test(tree: Any, read: list[tuple[Any, Any, Any]]) -> set[int]:
+    """The ``costaware_alert.<field>`` reads inside ``{% if costaware_alert.<field> is defined %}``'s body.
+
+    Only those render under StrictUndefined: a read of the field elsewhere in the template (after the block,
+    in its ``else``, under ``is undefined``) fails, and a test anywhere hid it from the warning.
+    """
+    from jinja2 import nodes
+
+    def alert_field(lookup: Any) -> Any:
+        for node, base, field in read:
+            if node is lookup and isinstance(base, nodes.Name) and base.name == "costaware_alert":
+                return field
+        return None
+
+    inside: set[int] = set()
+    for block in tree.find_all(nodes.If):
+        test = block.test
+        if not (isinstance(test, nodes.Test) and test.name == "defined"):
+            continue
+        field = alert_field(test.node)
+        if field is None:
+            continue
+        body = {id(n) for part in block.body for n in part.find_all((nodes.Getattr, nodes.Getitem))}
+        inside |= {id(node) for node, _, f in read if f == field and id(node) in body}
+    return inside
 
 
 def _strings(value: object) -> list[str]:
