@@ -115,6 +115,14 @@ def test_a_csv_saved_by_excel_with_a_byte_order_mark_loads_as_without_one() -> N
     for loaded in (spot_history_from_text(t, source="prices") for t in (text, "\ufeff" + text)):
         assert loaded.zones("m5.large", "us-east-1") == ["us-east-1a"]
         assert loaded.last_record == datetime(2021, 3, 1, tzinfo=timezone.utc)
+    # DescribeSpotPriceHistory's JSON saved with one (PowerShell's utf8) was read as a CSV without columns.
+    document = (
+        '{"SpotPriceHistory": [{"AvailabilityZone": "us-east-1a", "InstanceType": "m5.large", '
+        '"ProductDescription": "Linux/UNIX", "SpotPrice": "0.1", "Timestamp": "2021-03-01T00:00:00Z"}]}'
+    )
+    assert spot_history_from_text("\ufeff" + document, source="prices").zones("m5.large", "us-east-1") == [
+        "us-east-1a"
+    ]
 
 
 def test_a_bad_csv_row_is_named_by_its_line_in_the_file() -> None:

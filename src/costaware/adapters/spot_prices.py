@@ -200,6 +200,8 @@ def spot_history_from_text(text: str, *, source: str, products: Sequence[str] = 
     Raises:
         InvalidPriceDataError: neither format, missing columns or keys, bad values, no matching rows.
     """
+    # A byte-order mark first (Excel's "CSV UTF-8", PowerShell's utf8): a JSON file was read as a CSV.
+    text = text.lstrip("\ufeff")
     stripped = text.lstrip()
     if stripped.startswith(("{", "[")):
         records: list[Mapping[str, Any]] = []
@@ -213,8 +215,7 @@ def spot_history_from_text(text: str, *, source: str, products: Sequence[str] = 
         return SpotPriceHistory.from_records(records, source=source, products=products)
     # By position, not csv.DictReader: it names every unnamed column '', so a header ending in two commas
     # kept one value of the fields under them (the last, often empty), and a split price read as $0.
-    # Excel's "CSV UTF-8" starts with a byte-order mark: its header read '\ufefftimestamp', "lacks timestamp".
-    reader = csv.reader(io.StringIO(text.lstrip("\ufeff")))
+    reader = csv.reader(io.StringIO(text))
     header = next(reader, [])
     missing = [c for c in SPOT_CSV_COLUMNS if c not in header]
     if missing:
