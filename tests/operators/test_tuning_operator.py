@@ -284,6 +284,9 @@ def test_trainer_kwargs_the_trainer_does_not_take_fail_the_slot_before_any_money
          "fewer than 0"),
         ({"trial_retries": "x"}, "trial_retries must be a whole number >= 0 (None: no retry), got 'x': "
          "give a whole number"),
+        # A whole number below the least, as text: told "give a whole number"; '²' escaped as a ValueError.
+        ({"trial_retries": "-1"}, "got '-1': with fewer than 0"),
+        ({"trial_retries": "²"}, "got '²': give a whole number"),
     ],
 )  # fmt: skip
 def test_trial_concurrency_no_trial_could_start_under_is_refused_as_the_dag_is_parsed(
@@ -316,6 +319,7 @@ def test_trial_concurrency_no_trial_could_start_under_is_refused_as_the_dag_is_p
         ({"trial_retries": np.int64(2)}, 2, None),
         ({"max_active_trials": "2"}, 1, 2),
         ({"max_active_trials": np.int64(2)}, 1, 2),
+        ({"trial_retries": 2.0}, 2, None),  # Airflow's retries take int(2.0)
     ],
 )
 def test_trial_concurrency_airflow_takes_is_converted_not_refused(

@@ -17,6 +17,7 @@ plan's slots, one trial per task instance, as many in parallel as workers allow)
 from __future__ import annotations
 
 import operator
+import re
 from collections.abc import Callable, Mapping, Sequence
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
@@ -637,9 +638,13 @@ def check_trial_concurrency(max_active_trials: Any, trial_retries: Any) -> tuple
 
     def whole(name: str, value: Any, least: int, none_is: str) -> int:
         number: int | None = None
-        if isinstance(value, str) and value.strip().isdigit():
-            number = int(value.strip())
-        elif not isinstance(value, (bool, float)):
+        # Text of a whole number ('²' passed isdigit() and escaped int()); a float Airflow's retries take as
+        # int(2.0).
+        if (isinstance(value, str) and re.fullmatch(r"\s*[+-]?[0-9]+\s*", value)) or (
+            isinstance(value, float) and value.is_integer()
+        ):
+            number = int(value)
+        elif not isinstance(value, (bool, float, str)):
             try:
                 number = operator.index(value)
             except TypeError:
