@@ -911,7 +911,7 @@ class RemoteTrainingJobTrigger(BaseTrigger):
         if due_before is None or self._stopped_for_cap == job_id:
             return
         if due_before - self.poll_interval > CAP_STOP_RETRY_SECONDS:
-            self._cap_stop_due_after(due_before - self.poll_interval)  # not due yet: the wait sleeps up to it
+            self._keep_cap_stop_due(due_before)  # not due yet: the wait sleeps up to it
             return
         self.log.warning(
             "job %s, not listed on %s now, has run what is left of max_usd: stopping it by its id",

@@ -97,8 +97,9 @@ def untagged_grouping_hint(
     """
     if not group_by.startswith("tag:") or not groups or any(group != "(none)" for group in groups):
         return ""
-    recent = [e for e in ledger.entries(limit=500) if dag_ids is None or e["dag_id"] in dag_ids]
-    seen = sorted({key for e in recent for key in e["tags"]})  # the ledger's, not the selection's
+    seen = sorted(
+        {key for tags in recent_tags(ledger, dag_ids) for key in tags}
+    )  # the ledger's, not the selection's
     tag = group_by.removeprefix("tag:")
     if tag in seen:
         return f"no entry in this report has the tag {tag!r} (entries outside this selection do)"
