@@ -517,13 +517,13 @@ def budgeted_search(
                             "the first model's making, billed before its first rung trains",
                         )
                         running, making = None, 0.0
-                        short = billing.past_cap()
+                        short, passed = billing.past_cap()
                         if short > 0:
                             log.warning(
                                 "the spend passed %s by %s: its first model's making took %.2f s against the "
                                 "%.2f s reserved for its first rung; a making is not interrupted, so it is "
                                 "billed as it ran (the rung is reserved anew)",
-                                billing.the_budget_passed(),
+                                passed,
                                 format_usd_exact(short),
                                 made,
                                 seconds,
@@ -586,14 +586,14 @@ def budgeted_search(
                     # a budget only where it had no room left beside it, which is said, naming that budget.
                     # Counted with the bookkeeping's hold: money the rung took from it passes the cap when the
                     # search ends, unless the tail is shorter than the hold.
-                    short = billing.past_cap()
+                    short, passed = billing.past_cap()
                     if short > 0:
                         over = short - billing.held_usd
                         log.warning(
                             "the spend %s: rung %d of trial %d was billed %.2f s against the %.2f s reserved "
                             "for it (its training took %.2f s, estimated at %.2f s); a rung is not "
                             "interrupted, so it is billed as it ran",
-                            f"passed {billing.the_budget_passed()} by {format_usd_exact(over)}"
+                            f"passed {passed} by {format_usd_exact(over)}"
                             if over > 0
                             else f"took {format_usd_exact(short)} of the money held for its bookkeeping",
                             rung,

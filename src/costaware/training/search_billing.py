@@ -137,9 +137,12 @@ class SearchBilling:
         """Is ``usage`` the search's own budget (set from ``cap_usd``, deleted when the search ends)?"""
         return usage.label.startswith(f"{self.budget_scope}/")
 
-    def the_budget_passed(self) -> str:
-        """The budget the spend passed, as said: "the cap" (the search's own), or the project's named."""
-        tightest = self.tightest()
+    def the_budget_passed(self, tightest: BudgetUsage | None = None) -> str:
+        """The budget the spend passed, as said: "the cap" (the search's own), or the project's named.
+
+        ``tightest``: that budget where the caller read it already (:meth:`past_cap`), else it is read.
+        """
+        tightest = tightest or self.tightest()
         if tightest is None or self.is_own(tightest):
             return "the cap"
         return f"budget '{tightest.name}' over the search's scope"
@@ -167,9 +170,13 @@ class SearchBilling:
             return  # no time used (a meter that moves only as models train)
         self.bill(self.hold.id, "setup", "the search's setup before its first rung", now, settle=False)
 
-    def past_cap(self) -> Decimal:
-        """How far the spend is past the tightest budget over the search (0 or less: within them all)."""
-        return -min((u.left_usd for u in self.ledger.usage(self.budget_scope)), default=Decimal(0))
+    def past_cap(self) -> tuple[Decimal, str]:
+        """How far the spend is past the tightest budget over the search (0 or less: within them all).
+
+        With that budget as :meth:`the_budget_passed` says it: one read of the budgets serves both.
+        """
+        tightest = self.tightest()
+        return (-tightest.left_usd if tightest else Decimal(0)), self.the_budget_passed(tightest)
 
     def keep_hold(self) -> None:
         """Keep the bookkeeping hold counting for as long as the search runs (it may run for days)."""
@@ -271,11 +278,10 @@ class SearchBilling:
             self.hold = None
             # Said from the budget as settled: a setup longer than slack_seconds left the hold "overdrawn"
             # and read as past the cap where the cap still had room.
-            over = self.past_cap()
+            # The budget passed: the search's own (its cap), or a project's over its scope, named.
+            over, passed = self.past_cap()
             if over <= 0:
                 return stop
-            # The budget passed: the search's own (its cap), or a project's over its scope, named.
-            passed = self.the_budget_passed()
             if beyond_hold and self.measured:
                 # Only what these seconds took past the hold is theirs: a first making or a rung billed past
                 # its reservation before them passed the budget already (its warning says by how much).
