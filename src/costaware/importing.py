@@ -58,6 +58,12 @@ def import_object(path: str, *, what: str) -> Any:
         return getattr(imported, attr)
     except AttributeError as e:
         # The module is there: a misspelt name (boosting_trainr), which failed every trial by its name alone.
-        close = difflib.get_close_matches(attr, [n for n in dir(imported) if not n.startswith("_")], n=1)
-        hint = f": did you mean '{module}:{close[0]}'?" if close else ""
+        close = closest_public_name(imported, attr)
+        hint = f": did you mean '{module}:{close}'?" if close else ""
         raise ConfigurationError(f"cannot import {what} {path!r}: {e}{hint}") from e
+
+
+def closest_public_name(module: object, name: str) -> str | None:
+    """The public name in ``module`` closest to a misspelt ``name``, or None: what a "did you mean" names."""
+    close = difflib.get_close_matches(name, [n for n in dir(module) if not n.startswith("_")], n=1)
+    return close[0] if close else None

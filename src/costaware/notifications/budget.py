@@ -32,6 +32,7 @@ from costaware.core.budget_forecast import DEFAULT_THRESHOLDS, FORECAST, crossed
 from costaware.core.errors import BudgetNotFoundError, ConfigurationError
 from costaware.core.money import format_usd_exact
 from costaware.glue import DEFAULT_LEDGER_CONN_ID
+from costaware.importing import closest_public_name
 from costaware.settings import option
 
 log = logging.getLogger(__name__)
@@ -145,8 +146,8 @@ def close_class_path(module: object, module_name: str, name: str) -> str | None:
 
     ``notifiers_from_spec`` (the workers) and ``costaware alerts set`` suggest it alike.
     """
-    close = difflib.get_close_matches(name, [n for n in dir(module) if not n.startswith("_")], n=1)
-    return f"{module_name}.{close[0]}" if close else None
+    close = closest_public_name(module, name)
+    return f"{module_name}.{close}" if close else None
 
 
 def close_module_path(class_path: str, missing: str | None) -> str | None:
