@@ -248,17 +248,17 @@ def test_a_secrets_backend_is_asked_for_the_ledger_connection_where_airflow_home
 ) -> None:
     # With no airflow.db in AIRFLOW_HOME nothing was asked, though a Vault-like backend kept the connection
     # the workers read: the budget went to the fallback ledger.
-    from costaware.cli.arguments import _airflow_database_may_exist
+    from costaware.cli.arguments import _airflow_cfg, _airflow_database_may_exist
 
     monkeypatch.setenv("AIRFLOW_HOME", str(tmp_path))
     for name in ("AIRFLOW__SECRETS__BACKEND", "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"):
         monkeypatch.delenv(name, raising=False)
-    assert not _airflow_database_may_exist()
+    assert not _airflow_database_may_exist(_airflow_cfg())
     monkeypatch.setenv("AIRFLOW__SECRETS__BACKEND", "team.secrets.Vault")
-    assert _airflow_database_may_exist()
+    assert _airflow_database_may_exist(_airflow_cfg())
     monkeypatch.delenv("AIRFLOW__SECRETS__BACKEND")
     (tmp_path / "airflow.cfg").write_text("[secrets]\nbackend = team.secrets.Vault\n")
-    assert _airflow_database_may_exist()
+    assert _airflow_database_may_exist(_airflow_cfg())
 
 
 def test_an_airflow_metadata_database_that_cannot_be_read_refuses_writes_and_is_warned_of_by_reads(

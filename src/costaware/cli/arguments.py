@@ -515,13 +515,14 @@ def ledger_url_in_airflow_database(conn_id: str | None = None) -> str | None:
         ConnectionLookupError: Airflow's configuration, a secrets backend or the metadata database failed
             (not migrated, down): whether it keeps the connection is not known.
     """
-    if not _airflow_database_may_exist():
+    parser = _airflow_cfg()  # read once for both checks below
+    if not _airflow_database_may_exist(parser):
         return None
     from costaware.adapters.ledger.engine import url_from_connection_fields
     from costaware.glue import DEFAULT_LEDGER_CONN_ID
 
     conn_id = conn_id or DEFAULT_LEDGER_CONN_ID
-    with _logging_as_before_airflow(), _airflow_import_bounded():
+    with _logging_as_before_airflow(), _airflow_import_bounded(parser):
         conn = _connection_from_secrets_backends(conn_id)
     if conn is None:
         return None
@@ -603,16 +604,15 @@ def _logging_as_before_airflow() -> Iterator[None]:
             logging.getLogger("airflow").setLevel(logging.NOTSET)  # as the root logger, as before
 
 
-def _airflow_database_may_exist() -> bool:
+def _airflow_database_may_exist(parser: configparser.RawConfigParser | None) -> bool:
     """Whether Airflow may keep connections: False only for no SQLite metadata file and no secrets backend.
 
     A Vault's connection was ignored where ``AIRFLOW_HOME`` had no airflow.db. Read from the environment or
-    airflow.cfg without importing Airflow.
+    airflow.cfg (``parser``, :func:`_airflow_cfg`'s) without importing Airflow.
     """
     import os
     from pathlib import Path
 
-    parser = _airflow_cfg()
     if parser is None:
         return True  # Airflow says what is wrong with it
     if (
@@ -688,7 +688,7 @@ def _connect_timeout_in_url(url: str | None) -> str | None:
 
 
 @contextlib.contextmanager
-def _airflow_import_bounded() -> Iterator[None]:
+def _airflow_import_bounded(parser: configparser.RawConfigParser | None) -> Iterator[None]:
     """Import Airflow for a connection look-up that waits a bounded time and leaves no trace when it fails.
 
     * A metadata database that does not answer (a firewalled PostgreSQL, a hung server) held the command for
@@ -708,7 +708,6 @@ def _airflow_import_bounded() -> Iterator[None]:
 
     from costaware.settings import airflow_home
 
-    parser = _airflow_cfg()
     if "airflow" in sys.modules or parser is None:
         yield
         return
