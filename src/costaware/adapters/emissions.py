@@ -169,24 +169,28 @@ def _recorded_then_typical_year(
     end = max(end, start + timedelta(seconds=1))
     weighted = recorded_seconds = 0.0
     recorded_names: list[str] = []
-    first_gap: datetime | None = None
+    gaps: list[tuple[datetime, datetime]] = []
     at = start
     while at < end:
         until = min(end, at.replace(minute=0, second=0, microsecond=0) + _HOUR)
-        seconds = (until - at).total_seconds()
         try:
             part = intensity_of(zone, at, until)
+        except (PriceNotFoundError, ConfigurationError):
+            gaps.append((at, until))
+        else:
+            seconds = (until - at).total_seconds()
             weighted += float(part.mean_usd_per_hour(max(at, part.start), until)) * seconds
             recorded_seconds += seconds
             if part.name not in recorded_names:
                 recorded_names.append(part.name)
-        except (PriceNotFoundError, ConfigurationError):
-            typical = _typical_year(zone, at, until)
-            if typical is None:
-                return None
-            weighted += typical[0] * seconds
-            first_gap = first_gap or at
         at = until
+    # The gaps' typical year only once it is known some hour was recorded: a try with none takes it whole.
+    for gap_start, gap_end in gaps if recorded_seconds else []:
+        typical = _typical_year(zone, gap_start, gap_end)
+        if typical is None:
+            return None
+        weighted += typical[0] * (gap_end - gap_start).total_seconds()
+    first_gap = gaps[0][0] if gaps else None
     if not recorded_seconds:  # the whole try over one span, as its source says
         whole = _typical_year(zone, start, end)
         if whole is None:
