@@ -29,8 +29,25 @@ ANNOTATION_FIELDS = ("trial", "instance_type", "region", "market", "usd_per_hour
 _ANNOTATIONS: dict[tuple[str, str, str, int, int], dict[str, Any]] = {}
 
 
-def parse_decimal(value: object, *, name: str, non_negative: bool = False, positive: bool = False) -> Decimal:
-    """A templated money or rate argument as a finite ``Decimal``.
+def parse_decimal(
+    value: object,
+    *,
+    name: str,
+    non_negative: bool = False,
+    positive: bool = False,
+    unit: str = "",
+    read_at_parse: bool = False,
+) -> Decimal:
+    """A money, rate or amount argument as a finite ``Decimal``.
+
+    Args:
+        value: The argument as given (a number, or text once a template is rendered).
+        name: The argument's name, for the message.
+        non_negative: Refuse a value below 0.
+        positive: Refuse a value of 0 or below.
+        unit: What the number counts (``"minutes"``), said in the message.
+        read_at_parse: The argument is not templated and is read when the DAG is parsed: a Jinja template
+            in it is said to be one (it is never rendered), not only a bad number.
 
     Raises:
         ConfigurationError: not a finite number, or out of the asked range; the message names ``name``.
@@ -39,17 +56,28 @@ def parse_decimal(value: object, *, name: str, non_negative: bool = False, posit
         number: Decimal | None = Decimal(str(value).strip())
     except (InvalidOperation, ValueError):
         number = None
+    what = f"a number of {unit}" if unit else "a number"
     if non_negative or positive:
-        if number is None or not number.is_finite() or number < 0 or (positive and number == 0):
-            raise ConfigurationError(
-                f"{name} must be a number {'> 0' if positive else '>= 0'}, got {value!r}"
-            )
-        return number
-    if number is None:
-        raise ConfigurationError(f"{name} must be a number, got {value!r}")
-    if not number.is_finite():
-        raise ConfigurationError(f"{name} must be a finite number, got {value!r}")
+        what += " > 0" if positive else " >= 0"
+    elif number is not None and not number.is_finite():
+        what = f"a finite {what.removeprefix('a ')}"
+    if (
+        number is None
+        or not number.is_finite()
+        or (non_negative and number < 0)
+        or (positive and number <= 0)
+    ):
+        raise ConfigurationError(f"{name} must be {what}, got {value!r}{_not_rendered(value, read_at_parse)}")
     return number
+
+
+def _not_rendered(value: object, read_at_parse: bool) -> str:
+    """Why a template in an argument read when the DAG is parsed failed as a number: it is never rendered."""
+    from costaware.operators.templating import is_template
+
+    if read_at_parse and is_template(value):
+        return " (it is not templated: it is read when the DAG is parsed; write the number)"
+    return ""
 
 
 def as_bool(value: object, name: str) -> bool:

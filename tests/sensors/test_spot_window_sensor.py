@@ -407,16 +407,21 @@ def test_constructor_rejects_bad_static_arguments() -> None:
         make_sensor(history_days=2)
     # A unit in the text failed the parse with a bare TypeError that named no argument.
     with pytest.raises(
-        ConfigurationError, match="restart_overhead_minutes must be a number of minutes, got '10m'"
+        ConfigurationError, match="restart_overhead_minutes must be a number of minutes >= 0, got '10m'"
     ):
         make_sensor(restart_overhead_minutes="10m")
+    # Said with its unit, as a text that is no number is.
+    with pytest.raises(
+        ConfigurationError, match="restart_overhead_minutes must be a number of minutes >= 0, got -1"
+    ):
+        make_sensor(restart_overhead_minutes=-1)
     with pytest.raises(ConfigurationError, match="history_days must be a number of days, got '4w'"):
         make_sensor(history_days="4w")
     assert make_sensor(restart_overhead_minutes="5", history_days="14").restart_overhead_minutes == 5.0
 
 
 @pytest.mark.parametrize(
-    ("argument", "unit"), [("restart_overhead_minutes", "minutes"), ("history_days", "days")]
+    ("argument", "unit"), [("restart_overhead_minutes", "minutes >= 0"), ("history_days", "days")]
 )
 def test_a_template_in_an_argument_that_is_not_templated_says_so(argument: str, unit: str) -> None:
     # The error named the template as a bad number, as if it would be rendered: it never is.

@@ -46,7 +46,7 @@ from costaware.glue import (
     parse_decimal,
 )
 from costaware.operators.remote_training_args import parse_zones
-from costaware.operators.templating import is_literal, is_template
+from costaware.operators.templating import is_literal
 from costaware.training.plan import blank
 from costaware.triggers.spot_window import SpotWindowTrigger
 
@@ -160,12 +160,14 @@ class SpotWindowSensor(BaseSensorOperator):
     ) -> None:
         super().__init__(**kwargs)
         # "10m" or "7d" failed the parse with a bare TypeError ("'<' not supported between ... 'str'").
-        overhead = _number(restart_overhead_minutes, "restart_overhead_minutes", "minutes")
-        if overhead < 0:
-            raise ConfigurationError(
-                f"restart_overhead_minutes must be >= 0, got {restart_overhead_minutes!r}"
-            )
-        days = _number(history_days, "history_days", "days")
+        overhead = parse_decimal(
+            restart_overhead_minutes,
+            name="restart_overhead_minutes",
+            non_negative=True,
+            unit="minutes",
+            read_at_parse=True,
+        )
+        days = parse_decimal(history_days, name="history_days", unit="days", read_at_parse=True)
         if days < 7 or days != int(days):
             raise ConfigurationError(
                 f"history_days must be 7 or more (one week of prices), a whole number of days, "
@@ -191,7 +193,7 @@ class SpotWindowSensor(BaseSensorOperator):
         self.earliest_start = earliest_start
         self.target_usd_per_hour = target_usd_per_hour
         self.on_demand_usd_per_hour = on_demand_usd_per_hour
-        self.restart_overhead_minutes = overhead
+        self.restart_overhead_minutes = float(overhead)
         self.history_days = int(days)
         self.aws_conn_id = aws_conn_id
         self.cache_seconds = cache_seconds
@@ -567,25 +569,6 @@ def _written(value: Any) -> bool:
     """Whether ``value`` is given and holds no template (so it can be checked when the DAG is parsed)."""
     # A datetime written out too: a naive one passed the parse, and failed the run.
     return blank(value) is not None and (is_literal(value) or isinstance(value, datetime))
-
-
-def _number(value: object, name: str, unit: str) -> float:
-    """``value`` as a finite number, or a ConfigurationError naming the argument and its unit."""
-    import math
-
-    try:
-        number = math.nan if isinstance(value, bool) else float(value)  # type: ignore[arg-type]
-    except (TypeError, ValueError):
-        number = math.nan
-    if not math.isfinite(number):
-        # A Jinja template here is passed on as its text: the argument is read when the DAG is parsed.
-        hint = (
-            " (it is not templated: it is read when the DAG is parsed; write the number)"
-            if is_template(value)
-            else ""
-        )
-        raise ConfigurationError(f"{name} must be a number of {unit}, got {value!r}{hint}")
-    return number
 
 
 def _check_written(
