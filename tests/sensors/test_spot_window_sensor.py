@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 from airflow.sdk import DAG
+from airflow.sdk.api.datamodels._generated import DagRunType
 from airflow.sdk.exceptions import AirflowFailException, TaskDeferred
 from spot_decisions import SENSOR_XCOM_KEYS  # tests/support/
 from spot_history import append, now, write_history
@@ -645,6 +646,50 @@ def test_a_deadline_in_the_past_is_said_out_loud(
     assert result["market"] == "on_demand"
     out = capsys.readouterr().out
     assert "is already past" in out and "give a later deadline" in out and "the deadline argument" in out
+
+
+@pytest.mark.parametrize("run_type", [DagRunType.SCHEDULED, DagRunType.BACKFILL, "scheduled"])
+def test_a_catch_up_run_of_a_past_window_goes_on_demand_as_a_logged_decision_not_a_warning(
+    tmp_path: Path, ledger_env: Ledger, capsys: pytest.CaptureFixture[str], run_type: object
+) -> None:
+    from types import SimpleNamespace
+
+    # catchup=True (or a backfill) runs every past window: its deadline, the window's end, is past as a rule.
+    # It was warned as if the deadline were wrong, with a remedy for manual runs ("a logical date inside or
+    # before its window") that a catch-up run cannot follow.
+    prices = tmp_path / "prices.csv"
+    write_history(prices, current="0.10")
+    window_end = now() - timedelta(days=2)
+    ctx = context(
+        dag_run=SimpleNamespace(run_type=run_type),
+        data_interval_start=window_end - timedelta(hours=8),
+        data_interval_end=window_end,
+    )
+    result = make_sensor(prices=str(prices)).execute(ctx)
+    assert result["market"] == "on_demand" and result["deadline"] == window_end.isoformat()
+    out = capsys.readouterr().out
+    assert f"a catch-up run: its data interval ended at {window_end.isoformat()}" in out
+    assert "already past" not in out and "WARNING" not in out
+
+
+def test_a_manual_run_given_a_past_window_is_still_warned(
+    tmp_path: Path, ledger_env: Ledger, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from types import SimpleNamespace
+
+    # A manual run with a logical date in a past window more likely picked the wrong date: said out loud.
+    prices = tmp_path / "prices.csv"
+    write_history(prices, current="0.10")
+    window_end = now() - timedelta(days=2)
+    ctx = context(
+        dag_run=SimpleNamespace(run_type=DagRunType.MANUAL),
+        data_interval_start=window_end - timedelta(hours=8),
+        data_interval_end=window_end,
+    )
+    result = make_sensor(prices=str(prices)).execute(ctx)
+    assert result["market"] == "on_demand"
+    out = capsys.readouterr().out
+    assert "is already past" in out and "catch-up" not in out
 
 
 def test_a_price_file_that_is_not_there_fails_even_when_the_deadline_decides_at_once(

@@ -312,7 +312,19 @@ class SpotWindowSensor(BaseSensorOperator):
                 not_before.isoformat(),
             )
             not_before = None
-        if deadline <= now + timedelta(hours=float(runtime)):
+        caught_up_window = _caught_up_window(context, now)
+        if deadline <= now and caught_up_window is not None:
+            # A catch-up or backfill run: its window is over, so a deadline counted from it is past as a
+            # rule, not by mistake. It still trains, at once, on the market that cannot be interrupted: a
+            # deadline already missed leaves no room to wait for spot.
+            self.log.info(
+                "a catch-up run: its data interval ended at %s and its deadline %s is past, so on-demand "
+                "starts now (catchup=False leaves past windows out; a deadline argument later than now lets "
+                "such a run wait for spot)",
+                caught_up_window.isoformat(),
+                deadline.isoformat(),
+            )
+        elif deadline <= now + timedelta(hours=float(runtime)):
             source, remedy = (
                 ("the deadline argument", "give a later deadline (in the trigger form where the DAG has one)")
                 if given_deadline
@@ -563,6 +575,21 @@ class SpotWindowSensor(BaseSensorOperator):
 def _objective(plan: dict[str, Any]) -> Objective:
     """The plan's objective (``cost`` when it has none: a plan of today's form)."""
     return Objective(plan.get("objective") or "cost", float(plan.get("carbon_usd_per_tonne") or 0.0))
+
+
+def _caught_up_window(context: Context, now: datetime) -> datetime | None:
+    """The end of a scheduled or backfill run's window that is over by ``now`` (the run catches up), or None.
+
+    A manual run is left out: one given a logical date in a past window more likely chose the wrong date.
+    """
+    run_type = getattr(context.get("dag_run"), "run_type", None)
+    # The task SDK's DagRunType is a str Enum whose str() is "DagRunType.SCHEDULED": its value is compared.
+    run_type = str(getattr(run_type, "value", run_type) or "")
+    window_end = context.get("data_interval_end")
+    if run_type not in ("scheduled", "backfill") or window_end is None:
+        return None
+    end = parse_instant(window_end, name="data_interval_end")
+    return end if end <= now else None
 
 
 def _written(value: Any) -> bool:
