@@ -6,7 +6,15 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from costaware.core.budgets import Budget, Period, Scope, check_cap, period_window, valid_tags
+from costaware.core.budgets import (
+    Budget,
+    Period,
+    Scope,
+    check_cap,
+    period_window,
+    quoted_scope_refusal,
+    valid_tags,
+)
 from costaware.core.errors import BudgetExceededError, ConfigurationError, InvalidBudgetError
 from costaware.core.ledger import BudgetUsage
 from costaware.core.money import format_usd, from_micros, parse_usd, to_micros
@@ -269,3 +277,21 @@ def test_check_cap_refuses_a_gpu_hour_overrun() -> None:
         BudgetExceededError, match=r"has 2 GPU-hours left of 8; task 'x' needs 3: raise the GPU"
     ):
         check_cap(standing("0", "0", gpu_cap="8", gpu_used="6"), Decimal(1), Decimal(3), "task 'x'")
+
+
+@pytest.mark.parametrize(
+    ("scope", "said"),
+    [
+        ("project=churn", None),
+        ("*", None),
+        (
+            'project="churn"',
+            '\'project="churn"\': "churn" is in quotes, which would be part of the tag and match no task\'s '
+            "tags: drop them (as project=churn)",
+        ),
+        ("'project'=churn, team=\u2018ml\u2019", "'project', \u2018ml\u2019 are in quotes"),
+    ],
+)
+def test_a_scope_in_quotes_is_refused_in_the_callers_own_terms(scope: str, said: str | None) -> None:
+    refusal = quoted_scope_refusal(scope, lambda bare: f"as {bare}")
+    assert refusal is None if said is None else refusal is not None and said in refusal

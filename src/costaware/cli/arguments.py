@@ -792,18 +792,14 @@ def unquoted_scope(text: str) -> str:
     ``--scope 'project="churn"'`` made a budget over the tag value ``"churn"``, quotes included, which no
     task's tags have: it capped nothing. Tags are compared exactly, so the quotes are refused, not dropped.
     """
-    from costaware.core.budgets import quoted_in_scope
+    from costaware.core.budgets import quoted_scope_refusal
 
     if not text.strip():
         raise argparse.ArgumentTypeError(f"empty: {SCOPE_IF_EMPTY}")
-    quoted = quoted_in_scope(text)
-    if quoted is None:
-        return text
-    parts, bare = quoted
-    raise argparse.ArgumentTypeError(
-        f"{text!r}: {', '.join(parts)} {'is' if len(parts) == 1 else 'are'} in quotes, which would be "
-        f"part of the tag and match no task's tags: drop them (--scope {shlex.quote(bare)})"
-    )
+    refusal = quoted_scope_refusal(text, lambda bare: f"--scope {shlex.quote(bare)}")
+    if refusal is not None:
+        raise argparse.ArgumentTypeError(refusal)
+    return text
 
 
 ARG_NEW_SCOPE = Arg("--scope", required=True, type=unquoted_scope, help=SCOPE_HELP)

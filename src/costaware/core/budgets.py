@@ -6,7 +6,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from decimal import Decimal
@@ -77,7 +77,7 @@ def tag_problem(key: str, value: object) -> str | None:
 _QUOTE_MARKS = "'\"\u2018\u2019\u201c\u201d"
 
 
-def quoted_in_scope(text: str) -> tuple[list[str], str] | None:
+def _quoted_in_scope(text: str) -> tuple[list[str], str] | None:
     """The tag names and values of scope ``text`` in quotes, and the scope without them; None if none.
 
     ``project="churn"`` (a shell's or a YAML's quotes kept) names the value ``"churn"``, quotes included,
@@ -93,6 +93,25 @@ def quoted_in_scope(text: str) -> tuple[list[str], str] | None:
         return word.strip().strip(_QUOTE_MARKS).strip()
 
     return quoted, ",".join(f"{bare(key)}{sep}{bare(value)}" for key, sep, value in parts)
+
+
+def quoted_scope_refusal(text: str, write: Callable[[str], str]) -> str | None:
+    """Why scope ``text`` is refused for a tag name or value in quotes, or None where none is.
+
+    The CLI and the Cost API refuse it alike; each says how to give the scope without them in its own terms.
+
+    Args:
+        text: The scope as given.
+        write: The scope without the quotes, as the caller takes it (``--scope project=churn``).
+    """
+    quoted = _quoted_in_scope(text)
+    if quoted is None:
+        return None
+    parts, bare = quoted
+    return (
+        f"{text!r}: {', '.join(parts)} {'is' if len(parts) == 1 else 'are'} in quotes, which would be "
+        f"part of the tag and match no task's tags: drop them ({write(bare)})"
+    )
 
 
 def valid_tags(tags: Mapping[str, object]) -> tuple[dict[str, str], dict[str, str]]:

@@ -121,19 +121,15 @@ class BudgetChange(BaseModel):
         The pattern alone refused ``project = churn`` and ``project churn`` with the regex as the only
         explanation.
         """
-        from costaware.core.budgets import Scope, quoted_in_scope
+        from costaware.core.budgets import Scope, quoted_scope_refusal
         from costaware.core.errors import InvalidBudgetError
 
         if not isinstance(value, str):
             return value  # pydantic's own "Input should be a valid string"
-        quoted = quoted_in_scope(value)
-        if quoted is not None:
-            # Taken as typed, the quotes were part of the tag: a budget over a value no task has.
-            parts, bare = quoted
-            raise ValueError(
-                f"{value!r}: {', '.join(parts)} {'is' if len(parts) == 1 else 'are'} in quotes, which would "
-                f"be part of the tag and match no task's tags: drop them (give {bare!r})"
-            )
+        # Taken as typed, the quotes were part of the tag: a budget over a value no task has.
+        refusal = quoted_scope_refusal(value, lambda bare: f"give {bare!r}")
+        if refusal is not None:
+            raise ValueError(refusal)
         scope = tidy_scope(value)
         if not re.fullmatch(SCOPE_PATTERN, scope):
             try:
