@@ -407,6 +407,30 @@ def test_a_stored_rule_whose_templates_cannot_render_is_refused_by_name_and_the_
     assert "notifier FileNotifier failed" not in caplog.text  # refused by name, never tried and failed
 
 
+def test_a_check_that_lost_the_claim_does_not_render_a_refused_rule_again(
+    ledger: Ledger, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # With [costaware] notifiers to fall back on, the rule's templates are tried only once the alert is
+    # claimed: tried before it (as where nothing else would send it), every worker that lost the claim
+    # rendered the rule and logged its refusal for an alert another worker sent.
+    from types import SimpleNamespace
+
+    from costaware.adapters.ledger.governance import set_alert_rule
+
+    ledger.set_budget("project=churn", "month", "10", actor="lead")
+    message = "{{ ti.task_id }}: {{ costaware_alert.message }}"
+    notifier = [
+        {"class": "file_notifier.FileNotifier", "kwargs": {"path": str(tmp_path / "o"), "message": message}}
+    ]
+    set_alert_rule(ledger, "project=churn/month", thresholds="50%", notifiers=notifier, actor="lead")
+    run_cost(ledger, 1, "6")
+    context = {"ti": SimpleNamespace(dag_id="retrain", run_id="r", task_id="t")}
+    assert len(check_budget_alerts(ledger, TAGS, context=context, notifiers=[ListNotifier([])])) == 1
+    caplog.clear()
+    assert check_budget_alerts(ledger, TAGS, context=context, notifiers=[ListNotifier([])]) == []
+    assert "are refused" not in caplog.text
+
+
 def test_a_stored_rule_renders_what_its_notifier_renders_and_only_a_failing_template_is_refused(
     ledger: Ledger, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
