@@ -1,6 +1,9 @@
 """Benchmark: spot-window and power policies against the oracle and on-demand-now, on all the shared data.
 
-Run: ``.venv/bin/python benchmarks/spot_windows.py [--quick] --json``.
+Run: ``.venv/bin/python benchmarks/spot_windows.py [--quick] [--zones-only] --json``. ``--zones-only`` runs
+the multi-zone mode alone (about a minute on 2 cores) on the jobs of a whole run (of a ``--quick`` run with
+``--quick``): the other groups' jobs are drawn from the seeded stream, not run, so its figures are the whole
+run's.
 
 Data (``shared/data`` beside the repository):
 * spot: the six AWS us-east-1 spot price histories of 2021 (one scenario per instance type and zone; jobs are
@@ -11,7 +14,9 @@ Data (``shared/data`` beside the repository):
 * power: CAISO and DE-LU hourly electricity prices of 2023, for an on-premises 8-GPU node drawing 6.5 kW, one
   row per market;
 * multi-zone mode (issue 26 item 5): the 2a and 2b traces of one GPU type as the zones us-west-2a and
-  us-west-2b of one job (priced by us-east-1a and us-east-1b), each (re)start placed by ``choose_zone``; per
+  us-west-2b of one job, each (re)start placed by ``choose_zone``. The two zones take their spot prices from
+  the p3.16xlarge histories of us-east-1a and us-east-1b, which are equal on every tick of these jobs: the
+  zones differ only in capacity, so a policy gains nothing by choosing the cheaper zone. Per
   policy, cost vs the multi-zone oracle (exact: the least cost of any schedule under the simulator's rules,
   where a move between zones is a new start and only a drop in the job's own zone preempts it), vs the
   oracle that moves between zones for free (a looser bound, reported beside), vs the best single zone (the
@@ -128,7 +133,10 @@ def nightly_jobs(
     return jobs
 
 
-def spot_group(nights: int, zones_per_type: int | None, rng: random.Random) -> tuple[list[JobOutcome], int]:
+def spot_group(
+    nights: int, zones_per_type: int | None, rng: random.Random, *, run: bool = True
+) -> tuple[list[JobOutcome], int]:
+    """Outcomes on the spot price histories and the number of jobs (``run=False``: jobs drawn, not run)."""
     catalog = bundled_catalog()
     outcomes: list[JobOutcome] = []
     jobs_total = 0
@@ -150,13 +158,19 @@ def spot_group(nights: int, zones_per_type: int | None, rng: random.Random) -> t
             data = MarketData(
                 on_demand_usd_per_hour=catalog.on_demand_usd_per_hour, spot_series=history.series
             )
-            outcomes += simulate(jobs, data, POLICIES).outcomes
+            if run:
+                outcomes += simulate(jobs, data, POLICIES).outcomes
             jobs_total += len(jobs)
     return outcomes, jobs_total
 
 
-def trace_group(nights: int, rng: random.Random) -> tuple[dict[str, list[JobOutcome]], list[str]]:
-    """Outcomes per availability trace (file name without ``.json``), and the traces that are missing."""
+def trace_group(
+    nights: int, rng: random.Random, *, run: bool = True
+) -> tuple[dict[str, list[JobOutcome]], list[str]]:
+    """Outcomes per availability trace (file name without ``.json``), and the traces that are missing.
+
+    ``run=False``: the jobs are drawn (the random draws the later groups follow), not run.
+    """
     catalog = bundled_catalog()
     history = spot_prices.load_spot_history(SHARED / "aws_spot_price_history" / "p3.16xlarge.json")
     first = history.series("p3.16xlarge", "us-east-1", "us-east-1a").start + timedelta(days=28)
@@ -176,6 +190,8 @@ def trace_group(nights: int, rng: random.Random) -> tuple[dict[str, list[JobOutc
             region="us-east-1",
             availability_zone="us-east-1a",
         )
+        if not run:
+            continue
         trace = spot_prices.load_availability(path, start=min(j.submit_time for j in jobs))
         data = MarketData(
             on_demand_usd_per_hour=catalog.on_demand_usd_per_hour,
@@ -263,11 +279,12 @@ def hindsight_diagnostics(jobs: list[Job], data: MarketData, oracle_usd: float) 
 
 #: The multi-zone mode's zones: the two halves of the availability traces, in their real zones (us-west-2a,
 #: us-west-2b), each priced by a us-east-1 zone's p3.16xlarge spot history (the pairing is ours, as above).
+#: Those two histories are equal on every tick of the mode's jobs: the zones differ only in capacity.
 ZONE_PRICES = {"us-west-2a": "us-east-1a", "us-west-2b": "us-east-1b"}
 MULTI_ZONE_MEASURED_ON = (
     "the us-west-2a and us-west-2b availability traces (2022-10-26) of k80_1, k80_8, v100_1 and v100_8 as "
-    "the two zones of a job, priced by the p3.16xlarge spot histories of us-east-1a and us-east-1b (2021); "
-    "10-minute ticks"
+    "the two zones of a job, priced by the p3.16xlarge spot histories of us-east-1a and us-east-1b (2021), "
+    "equal on every tick of these jobs (the zones differ only in capacity); 10-minute ticks"
 )
 GUARD_MEASURED_ON = "the eight single-zone availability traces (us-west-2a and us-west-2b halves), as above"
 
@@ -467,8 +484,8 @@ def guard_figures(on: dict[str, list[JobOutcome]], off: dict[str, list[JobOutcom
     return {"measured_on": GUARD_MEASURED_ON, "per_trace": per_trace, "total": total}
 
 
-def power_group(nights: int, rng: random.Random) -> dict[str, list[JobOutcome]]:
-    """Outcomes per power market (file name without ``.csv``)."""
+def power_group(nights: int, rng: random.Random, *, run: bool = True) -> dict[str, list[JobOutcome]]:
+    """Outcomes per power market (file name without ``.csv``; ``run=False``: jobs drawn, not run)."""
     per_market: dict[str, list[JobOutcome]] = {}
     for name in POWER:
         prices = spot_prices.load_electricity(SHARED / "electricity_prices" / name)
@@ -482,13 +499,17 @@ def power_group(nights: int, rng: random.Random) -> dict[str, list[JobOutcome]]:
             region="on-prem",
             power_kw=Decimal("6.5"),
         )
+        if not run:
+            continue
         data = MarketData(on_demand_usd_per_hour=lambda t, r: Decimal(0), electricity_usd_per_mwh=prices)
         per_market[name.removesuffix(".csv")] = simulate(jobs, data, POLICIES).outcomes
     return per_market
 
 
-def markov_group(jobs: int, rng: random.Random) -> dict[str, dict[str, float]]:
+def markov_group(jobs: int, rng: random.Random, *, run: bool = True) -> dict[str, dict[str, float]]:
     """Cost vs the oracle on synthetic capacity that is exactly a two-state Markov chain.
+
+    ``run=False``: the chains and jobs are drawn (the random draws the later groups follow), not run.
 
     There the expected-cost plan of ``availability_aware`` (its model fitted on the chain's own past) is about
     the best an online policy can do, so the ratios show how much of the gap to the oracle is the value of
@@ -518,8 +539,10 @@ def markov_group(jobs: int, rng: random.Random) -> dict[str, dict[str, float]]:
                 available_before=chain[at - 1000 : at],
             )
             at += n
-            for name in ("deadline_aware", "availability_aware", "oracle"):
+            for name in ("deadline_aware", "availability_aware", "oracle") if run else ():
                 totals[name] = totals.get(name, 0.0) + float(run_job(policy_class(name)(), market, plan).usd)
+        if not run:
+            continue
         results[f"lose={lose},regain={regain}"] = {
             name: round(total / totals["oracle"], 3) for name, total in totals.items() if name != "oracle"
         }
@@ -598,38 +621,10 @@ def per_row_table(title: str, groups: dict[str, list[JobOutcome]]) -> str:
     return "\n".join(lines)
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser()
-    parser.add_argument(
-        "--quick", action="store_true", help="fewer nights and zones (about a minute on 2 cores)"
-    )
-    parser.add_argument("--json", action="store_true", help="end with one JSON line of results")
-    args = parser.parse_args()
-    if not (SHARED / "aws_spot_price_history").exists():
-        print(f"shared data not found at {SHARED.resolve()}", file=sys.stderr)
-        return 2
-    rng = random.Random(20210301)
-    started = time.perf_counter()
-    nights = 20 if args.quick else 60
-    spot, spot_jobs = spot_group(nights, 2 if args.quick else None, rng)
-    traces, missing = trace_group(12 if args.quick else 25, rng)
-    power = power_group(nights, rng)
-    markov = markov_group(30 if args.quick else 100, rng)
-    pairs = zone_pair_group(12 if args.quick else 25, rng)
-    elapsed = time.perf_counter() - started
-    traced = [o for rows in traces.values() for o in rows]
-    powered = [o for rows in power.values() for o in rows]
-
-    groups = {"spot": spot, "spot_with_capacity_traces": traced, "power": powered}
-    for title, rows in groups.items():
-        if rows:
-            print(table(f"{title} ({len({o.job for o in rows})} jobs)", rows))
-            print()
-    fit = {k: v for k, v in traces.items() if k.startswith(FIT_HALF)}
-    held_out = {k: v for k, v in traces.items() if not k.startswith(FIT_HALF)}
-    print(per_row_table(f"availability traces, fit half ({FIT_HALF}): best of {'/'.join(TARGETED)}", fit))
-    print(per_row_table("availability traces, held-out half (us-west-2b)", held_out))
-    print(per_row_table("power markets", power))
+def report_zones(
+    pairs: dict[str, dict[str, list[JobOutcome]]],
+) -> tuple[dict[str, list[JobOutcome]], dict[str, object]]:
+    """Print the two-zone mode's tables; its outcomes per GPU type and its figures (guard off, and on)."""
     multi = {key: runs["multi"] for key, runs in pairs.items()}
     print(
         per_row_table(
@@ -642,7 +637,6 @@ def main() -> int:
     zoned = multi_zone_figures(pairs)
     zoned_on = multi_zone_figures(pairs, "/guard_on")
     zoned["guard_on"] = {k: zoned_on[k] for k in ("total", "checks", "target_met")}
-    guard = guard_figures(GUARDED, traces)
     print(f"multi-zone mode, measured on {zoned['measured_on']} (restart-thrash guard off, the default):")
     header = f"  {'policy':<24}{'vs_mz_oracle':>13}{'vs_free_moves':>14}{'vs_best_1zone':>15}{'misses':>8}"
     print(f"{header}{'guard':>7}  target")
@@ -665,6 +659,70 @@ def main() -> int:
         f"  (vs_free_moves: against the oracle that moves between zones for free, a looser bound; the exact "
         f"multi-zone oracle is {first['oracle_vs_collapsed_bound']:.3f}x it)"
     )
+    return multi, zoned
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument(
+        "--quick", action="store_true", help="fewer nights and zones (about a minute on 2 cores)"
+    )
+    parser.add_argument("--json", action="store_true", help="end with one JSON line of results")
+    parser.add_argument(
+        "--zones-only",
+        action="store_true",
+        help="run the two-zone mode alone, on the same jobs as a whole run (with --quick: as --quick)",
+    )
+    args = parser.parse_args()
+    if not (SHARED / "aws_spot_price_history").exists():
+        print(f"shared data not found at {SHARED.resolve()}", file=sys.stderr)
+        return 2
+    rng = random.Random(20210301)
+    started = time.perf_counter()
+    nights = 20 if args.quick else 60
+    # The groups draw their jobs from one random stream in this order: --zones-only draws the earlier
+    # groups' jobs without running them, so the two-zone mode gets the jobs of a whole run.
+    run_all = not args.zones_only
+    spot, spot_jobs = spot_group(nights, 2 if args.quick else None, rng, run=run_all)
+    traces, missing = trace_group(12 if args.quick else 25, rng, run=run_all)
+    power = power_group(nights, rng, run=run_all)
+    markov = markov_group(30 if args.quick else 100, rng, run=run_all)
+    pairs = zone_pair_group(12 if args.quick else 25, rng)
+    elapsed = time.perf_counter() - started
+    if args.zones_only:
+        multi, zoned = report_zones(pairs)
+        jobs = len({o.job for rows in multi.values() for o in rows})
+        print(f"\n{jobs} jobs in {elapsed:.1f} s (two-zone mode only)")
+        if args.json:
+            print(
+                json.dumps(
+                    {
+                        "benchmark": "spot_windows",
+                        "quick": args.quick,
+                        "zones_only": True,
+                        "jobs": jobs,
+                        "two_zones": {k: figures(v) for k, v in multi.items()},
+                        "multi_zone": zoned,
+                        "seconds": round(elapsed, 1),
+                    }
+                )
+            )
+        return 0
+    traced = [o for rows in traces.values() for o in rows]
+    powered = [o for rows in power.values() for o in rows]
+
+    groups = {"spot": spot, "spot_with_capacity_traces": traced, "power": powered}
+    for title, rows in groups.items():
+        if rows:
+            print(table(f"{title} ({len({o.job for o in rows})} jobs)", rows))
+            print()
+    fit = {k: v for k, v in traces.items() if k.startswith(FIT_HALF)}
+    held_out = {k: v for k, v in traces.items() if not k.startswith(FIT_HALF)}
+    print(per_row_table(f"availability traces, fit half ({FIT_HALF}): best of {'/'.join(TARGETED)}", fit))
+    print(per_row_table("availability traces, held-out half (us-west-2b)", held_out))
+    print(per_row_table("power markets", power))
+    multi, zoned = report_zones(pairs)
+    guard = guard_figures(GUARDED, traces)
     print(f"restart-thrash guard on vs off, measured on {guard['measured_on']}:")
     print(f"  {'policy':<24}{'vs_oracle on':>13}{'off':>8}{'misses on':>11}{'off':>5}{'fired':>7}")
     for name, f in guard["total"].items():  # type: ignore[attr-defined]
