@@ -230,6 +230,13 @@ def test_open_store(uri: str, kind: type, root: str) -> None:
             "file://ckpts/run1",  # not /run1
             "'file://ckpts/run1' names the host 'ckpts': a file URI takes three slashes, file:///ckpts/run1",
         ),
+        # Read as Path(""), the current folder: checkpoints were pushed (and pruned) there.
+        (
+            "file://",
+            "'file://' names no folder: give an absolute path after three slashes (file:///data/ckpt)",
+        ),
+        ("file:", "'file:' names no folder"),
+        ("file://localhost", "'file://localhost' names no folder"),
     ],
 )
 def test_open_store_refuses(uri: str, message: str) -> None:

@@ -1126,6 +1126,9 @@ def test_a_uri_in_a_local_path_variable_is_refused_naming_the_uri_variable(
         ("COSTAWARE_ATTEMPT", "zero", "COSTAWARE_ATTEMPT='zero' is not an attempt number"),
         ("COSTAWARE_MARKET", "preemptible", "COSTAWARE_MARKET='preemptible' is not a market"),
         ("COSTAWARE_CHECKPOINT_URI", "gs://bucket/run", "'gs://bucket/run' is not a supported location"),
+        # Read as the current folder, where the launcher pushed and pruned checkpoints.
+        ("COSTAWARE_CHECKPOINT_URI", "file://", "'file://' names no folder"),
+        ("COSTAWARE_OUTPUT_URI", "file://", "'file://' names no folder"),
         ("COSTAWARE_GRACE_SECONDS", "-1", "COSTAWARE_GRACE_SECONDS='-1' is not a grace period, a number"),
         ("COSTAWARE_GRACE_SECONDS", "0", "COSTAWARE_GRACE_SECONDS='0' is not a grace period, a number"),
     ],
@@ -1252,7 +1255,7 @@ def test_no_command_is_a_usage_error() -> None:
 def test_the_console_script_is_installed() -> None:
     script = Path(sys.executable).with_name("costaware-run")
     done = subprocess.run([str(script), "--version"], capture_output=True, text=True)
-    assert done.stdout.strip() == "costaware-runtime 0.1.5"
+    assert done.stdout.strip() == "costaware-runtime 0.1.6"
 
 
 # The job starts a helper process (like a DataLoader worker) that notes whether it got SIGTERM.

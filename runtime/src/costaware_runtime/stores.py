@@ -562,7 +562,7 @@ def open_store(uri: str) -> Store:
 
     Raises:
         ContractError: ``uri`` has another scheme, an ``s3://`` URI names no bucket, a ``file://`` URI
-            names a host, or an ``s3://`` or ``file://`` URI holds a ``#`` or ``?``.
+            names a host or no path, or an ``s3://`` or ``file://`` URI holds a ``#`` or ``?``.
     """
     parsed = urlparse(uri)
     _refuse_cut_uri(uri, parsed.scheme)
@@ -576,6 +576,13 @@ def open_store(uri: str) -> Store:
             raise ContractError(
                 f"{uri!r} names the host {parsed.netloc!r}: a file URI takes three slashes, "
                 f"file:///{parsed.netloc}{parsed.path} for an absolute path, or give the folder's path itself"
+            )
+        if not parsed.path.strip():
+            # file:// (what f"file://{unset}" gives) was read as Path(""): the current folder, whose
+            # step-* folders a checkpoint push pruned and where the outputs were uploaded.
+            raise ContractError(
+                f"{uri!r} names no folder: give an absolute path after three slashes (file:///data/ckpt), "
+                "or the folder's path itself; leave the variable unset for no store"
             )
         return LocalStore(Path(parsed.path))
     if "://" in uri:
