@@ -182,6 +182,13 @@ def test_a_uri_in_a_local_path_variable_is_refused_in_the_job_too(
             {"COSTAWARE_METRICS_PATH": "file:///data/m.json"},
             "give the path itself, COSTAWARE_METRICS_PATH='/data/m.json'",
         ),
+        # '?x=1' was left out of the advice without a word.
+        (
+            {"COSTAWARE_CHECKPOINT_DIR": "file:///data/ck?x=1"},
+            "give the path itself, COSTAWARE_CHECKPOINT_DIR='/data/ck' (a URI's path ends at '?', so "
+            "'?x=1' is not part of it; where the folder's name holds it, "
+            "COSTAWARE_CHECKPOINT_DIR='/data/ck?x=1')",
+        ),
         # One slash, which the stores read as /data/ck, was a local folder named "file:".
         (
             {"COSTAWARE_CHECKPOINT_DIR": "file:/data/ck"},
@@ -212,6 +219,17 @@ def test_a_uri_in_a_local_path_variable_is_told_what_the_job_meant(
 def test_open_store(uri: str, kind: type, root: str) -> None:
     store = open_store(uri)
     assert isinstance(store, kind) and store.uri == root
+
+
+def test_a_local_path_holding_a_scheme_separator_is_a_path() -> None:
+    # '://' anywhere made /data/a://b a URI: refused in a *_DIR variable and as a store location.
+    found = JobEnvironment.from_env(
+        {"COSTAWARE_CHECKPOINT_DIR": "/data/a://b", "COSTAWARE_OUTPUT_DIR": "o/a://x"}
+    )
+    assert (found.checkpoint_dir, found.output_dir) == (Path("/data/a://b"), Path("o/a://x"))
+    assert open_store("/data/a://b").uri == "/data/a:/b"
+    with pytest.raises(ContractError, match="'s3://b/x' is a URI"):
+        JobEnvironment.from_env({"COSTAWARE_CHECKPOINT_DIR": "s3://b/x"})
 
 
 @pytest.mark.parametrize(

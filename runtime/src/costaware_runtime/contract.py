@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -142,6 +143,15 @@ class JobEnvironment:
         )
 
 
+#: A URI's start: a scheme, then '://'. Only there: /data/a://b is a local path, not a URI.
+_URI_START = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
+
+
+def is_uri(value: str) -> bool:
+    """Whether ``value`` starts with a URI scheme and '://' (``s3://b/x``), not a path holding '://'."""
+    return bool(_URI_START.match(value))
+
+
 #: The variable naming the store that each local path variable's files go to (the metrics go into the result).
 _STORE_OF = {CHECKPOINT_DIR: CHECKPOINT_URI, OUTPUT_DIR: OUTPUT_URI}
 
@@ -157,7 +167,7 @@ def local_path(name: str, value: str, environ: Mapping[str, str] | None = None) 
     """
     # file:/data/ck (one slash) too, which the stores read as /data/ck: taken as a path, a folder "file:".
     is_file_uri = value[:5].lower() == "file:"
-    if "://" not in value and not is_file_uri:
+    if not is_uri(value) and not is_file_uri:
         return Path(value)
     env = os.environ if environ is None else environ
     kind = "file" if name == METRICS_PATH else "folder"
@@ -167,6 +177,16 @@ def local_path(name: str, value: str, environ: Mapping[str, str] | None = None) 
         # A local path was meant, not a store: setting the store to it would replace a real (s3://) one.
         parsed = urlparse(value)
         if parsed.netloc in ("", "localhost") and parsed.path.strip("/"):
+            ends = [at for at in (value.find("?"), value.find("#")) if at >= 0]
+            cut = value[min(ends) :] if ends else ""
+            if cut:
+                # A URI's path ends at '?' or '#': the advice named a path without them, and said nothing.
+                whole = parsed.path + cut
+                raise ContractError(
+                    f"{refusal}: give the path itself, {name}={parsed.path!r} (a URI's path ends at "
+                    f"{cut[0]!r}, so {cut!r} is not part of it; where the {kind}'s name holds it, "
+                    f"{name}={whole!r})"
+                )
             raise ContractError(f"{refusal}: give the path itself, {name}={parsed.path!r}")
         raise ContractError(f"{refusal}: {leave}")
     if name == METRICS_PATH:

@@ -23,7 +23,7 @@ from typing import Any, BinaryIO
 from urllib.parse import urlparse
 
 from costaware_runtime import _files
-from costaware_runtime.contract import S3_ENDPOINT_URL
+from costaware_runtime.contract import S3_ENDPOINT_URL, is_uri
 from costaware_runtime.errors import ContractError, StoreError
 
 S3_INSTALL_HINT = "pip install 'costaware-runtime[s3]'"
@@ -585,7 +585,7 @@ def open_store(uri: str) -> Store:
                 "or the folder's path itself; leave the variable unset for no store"
             )
         return LocalStore(Path(parsed.path))
-    if "://" in uri:
+    if is_uri(uri):
         raise ContractError(f"{uri!r} is not a supported location: use a local folder, file:// or s3://")
     return LocalStore(Path(uri))
 
