@@ -109,6 +109,8 @@ def test_launcher_command_and_locations() -> None:
         (2, "broke the contract"),
         (76, "exited 75 (preempted) without a notice and without a committed checkpoint"),
         (127, "a program was not found (exit 127): costaware-run itself (install costaware-runtime"),
+        # It had the exit-127 hint's old words: "check its first element and the image".
+        (126, "the command was found but could not run (exit 126): make it executable in the image"),
         (137, "killed by signal 9"),
         (None, ""),
     ],

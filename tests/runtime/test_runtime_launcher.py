@@ -1162,6 +1162,33 @@ def test_a_missing_command_is_127(tmp_path: Path) -> None:
     )
 
 
+def test_a_command_that_is_not_executable_is_126_and_says_what_to_do(tmp_path: Path) -> None:
+    script, folder = tmp_path / "train.py", tmp_path / "src"
+    script.write_text("#!/bin/sh\n")  # no execute bit: refused even to root
+    folder.mkdir()
+    env = {"PATH": "/usr/bin:/bin", "COSTAWARE_CHECKPOINT_DIR": str(tmp_path / "c")}
+    env |= {name: os.environ[name] for name in ("PYTHONPATH",) if name in os.environ}
+
+    def run(command: Path) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "costaware_runtime", "--", str(command)],
+            capture_output=True,
+            text=True,
+            env=env,
+        )
+
+    # It said only "command is not executable", with nothing to do about it.
+    done = run(script)
+    assert done.returncode == 126
+    assert (
+        f"command is not executable: {script}; make it executable in the image (chmod +x), or run it "
+        f"through its interpreter (python3 {script})"
+    ) in " ".join(done.stderr.split())
+    done = run(folder)
+    assert done.returncode == 126
+    assert f"command is a folder, not a program: {folder}; give the program's path" in done.stderr
+
+
 @pytest.mark.parametrize(
     ("first_line", "code", "message"),
     [

@@ -711,7 +711,13 @@ def _start_failure(command: Sequence[str], error: OSError) -> tuple[int, str]:
             )
         return 127, f"command not found: {command[0]}{_one_word_hint(command)}"
     if isinstance(error, PermissionError):
-        return 126, f"command is not executable: {command[0]}"
+        found = command[0] if os.sep in command[0] else shutil.which(command[0])
+        if found and Path(found).is_dir():
+            return 126, f"command is a folder, not a program: {command[0]}; give the program's path"
+        return 126, (
+            f"command is not executable: {command[0]}; make it executable in the image (chmod +x), or run "
+            f"it through its interpreter (python3 {command[0]})"
+        )
     # ENOEXEC (a script without a #! line) and the like: the file is there but cannot run.
     hint = (
         " (a script needs a first line such as #!/usr/bin/env python3)"

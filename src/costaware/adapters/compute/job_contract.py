@@ -135,7 +135,12 @@ _HINTS = {
         "the job exited 75 (preempted) without a notice and without a committed checkpoint (exit 76): save "
         "and commit a checkpoint before exiting 75, or let SIGTERM end it"
     ),
-    126: "the command is not executable (exit 126): check its first element and the image",
+    126: (
+        "the command was found but could not run (exit 126): make it executable in the image (chmod +x), "
+        "run it through its interpreter (python3 train.py), or give a script a first line such as "
+        "#!/usr/bin/env python3; a folder is no program either. The job's last log lines (costaware-run's "
+        "begin with 'costaware-run:') say which"
+    ),
 }
 
 
