@@ -6,6 +6,8 @@ local backend's contract is tested for real in ``tests/operators/test_remote_tra
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -270,3 +272,29 @@ def test_pod_exit_codes_of_the_contract(code: int, state: JobState) -> None:
         },
     }
     assert kubernetes.status_from_pod(pod).state == state
+
+
+def test_a_local_store_the_worker_may_not_write_is_refused_though_its_mode_allows(tmp_path: Path) -> None:
+    # os.access passed root on sysfs or a read-only mount: the job failed at its first save, after training.
+    from costaware.adapters.compute.base import require_usable_locations
+
+    if os.geteuid() != 0:
+        folder = tmp_path / "read-only"
+        folder.mkdir()
+        folder.chmod(0o555)
+    else:
+        folder = Path("/sys/kernel")
+        try:
+            (folder / "costaware-probe").touch()
+            pytest.skip("no folder here refuses root a new file")
+        except OSError:
+            pass
+    store = str(folder / "models")
+    with pytest.raises(ConfigurationError) as caught:
+        require_usable_locations("local", model_store=store)
+    assert str(caught.value).startswith(
+        f"model_store {store!r} cannot be written: this worker may not create a file in {str(folder)!r} ("
+    )
+    assert "give a folder it may write, or change the folder's permissions" in str(caught.value)
+    require_usable_locations("local", model_store=str(tmp_path / "models"))  # a folder it may write
+    assert list(tmp_path.glob("*")) in ([], [tmp_path / "read-only"])  # the write check left nothing

@@ -835,14 +835,15 @@ def test_a_local_store_under_a_file_is_refused_before_the_job_starts(
 def test_a_local_store_that_refuses_deletions_is_refused_saying_so(
     make_job: MakeJob, append_only_folder: Path, variable: str
 ) -> None:
-    # Its write check's delete failed and it was said to refuse a new file, which it had taken.
+    # Its write check's delete failed and it was said to refuse a new file, which it had taken. The check
+    # renames its probe first, as a store renames each file it writes: an append-only folder refuses that.
     job = make_job(RESUMING_JOB)
     done = job.run(env=job.env(**{variable: str(append_only_folder)}))
     assert done.returncode == 2, done.stderr
     (probe,) = append_only_folder.glob(".costaware-write-check.*.tmp")
     said = " ".join(done.stderr.split())
     assert (
-        f"{append_only_folder} cannot be a store: {append_only_folder} takes new files but refuses to delete "
+        f"{append_only_folder} cannot be a store: {append_only_folder} takes new files but refuses to rename "
         f"them (Operation not permitted), and a store renames and deletes files; its write check "
         f"{str(probe)!r} stays there; give a folder that allows both" in said
     )

@@ -24,14 +24,14 @@ import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from costaware_runtime import __version__, _files, _tree, contract
+from costaware_runtime import __version__, _tree, contract
 from costaware_runtime._signals import Notices, die_with_the_launcher, end_job
 from costaware_runtime.checkpoints import Marker, latest_step, read_marker, retired_marker
 from costaware_runtime.contract import JobEnvironment
 from costaware_runtime.errors import CheckpointChangedError, ContractError, CostawareRuntimeError, StoreError
 from costaware_runtime.metrics import read_metrics
 from costaware_runtime.outputs import OutputSummary, check_outputs, upload_outputs
-from costaware_runtime.stores import open_object, open_store
+from costaware_runtime.stores import check_writes, open_object, open_store
 from costaware_runtime.sync import CheckpointSync
 
 log = logging.getLogger("costaware_runtime.launcher")
@@ -568,41 +568,30 @@ def _make_job_folder(folder: Path, variable: str, given: Path) -> str | None:
             f"{variable}={str(given)!r} cannot be used: its folder {str(folder)!r} cannot be made ({why}); "
             f"{advice}"
         ) from e
-    # A real write, not os.access: a read-only mount, or a folder root may not write (sysfs), passes that.
-    probe = _files.write_check_probe(folder)
-    try:
-        probe.touch(exist_ok=False)
-    except OSError as e:
+    refusal = check_writes(folder, rename=variable in _RENAMED_IN)
+    if refusal is None:
+        return None
+    error = refusal.error
+    if refusal.step == "create":
         raise ContractError(
             f"{variable}={str(given)!r} cannot be used: the job may not write its folder {str(folder)!r} "
-            f"({e}); {advice}"
-        ) from e
-    renamed = _RENAMED_IN.get(variable)
-    if renamed is not None:
-        moved = _files.write_check_probe(folder)
-        try:
-            probe.rename(moved)
-        except OSError as e:
-            with contextlib.suppress(OSError):
-                probe.unlink()
-            left = f"; the launcher's write check {str(probe)!r} stays there" if probe.exists() else ""
-            raise ContractError(
-                f"{variable}={str(given)!r} cannot be used: its folder {str(folder)!r} takes new files but "
-                f"refuses to rename them ({e.strerror or e}), which writing {renamed} whole needs (a "
-                f"temporary file renamed over it): the job would fail at its first save{left}; {advice}"
-            ) from e
-        probe = moved
-    try:
-        probe.unlink()
-    except OSError as e:
-        # The job may write there, which is all it needs: refusing it said the opposite of what happened.
-        skipped = " (it is never uploaded as an output)" if variable == contract.OUTPUT_DIR else ""
-        return (
-            f"{variable}={str(given)!r}: its folder {str(folder)!r} takes new files but refuses to delete "
-            f"them ({e.strerror or e}), so the launcher's write check {str(probe)!r} stays there; delete it "
-            f"by hand where you can{skipped}"
-        )
-    return None
+            f"({error}); {advice}"
+        ) from error
+    if refusal.step == "rename":
+        left = f"; the launcher's write check {str(refusal.left)!r} stays there" if refusal.left else ""
+        raise ContractError(
+            f"{variable}={str(given)!r} cannot be used: its folder {str(folder)!r} takes new files but "
+            f"refuses to rename them ({error.strerror or error}), which writing {_RENAMED_IN[variable]} "
+            f"whole needs (a temporary file renamed over it): the job would fail at its first save{left}; "
+            f"{advice}"
+        ) from error
+    # The job may write there, which is all it needs: refusing it said the opposite of what happened.
+    skipped = " (it is never uploaded as an output)" if variable == contract.OUTPUT_DIR else ""
+    return (
+        f"{variable}={str(given)!r}: its folder {str(folder)!r} takes new files but refuses to delete "
+        f"them ({error.strerror or error}), so the launcher's write check {str(refusal.left)!r} stays there; "
+        f"delete it by hand where you can{skipped}"
+    )
 
 
 def _temp_dir(kind: str, variable: str, note: str = "") -> Path:

@@ -17,6 +17,7 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path, PurePosixPath
 from typing import Any, BinaryIO
@@ -152,7 +153,7 @@ class LocalStore(Store):
 
         Raises:
             ContractError: The folder, or the nearest folder above it that exists, is a file, not writable,
-                or refuses to delete a file.
+                or refuses to rename or delete a file.
             StoreError: The filesystem could not be asked (a mount that does not answer).
         """
         existing = self.root.absolute()
@@ -162,30 +163,28 @@ class LocalStore(Store):
             where = "is a file" if existing == self.root.absolute() else f"is under {existing}, a file"
             raise ContractError(f"{self.uri} {where}, not a folder: give a folder's path")
         made = "" if existing == self.root.absolute() else f" (where {self.uri} would be made)"
-        # A real write, not os.access: a read-only mount or an ACL refuses it where the mode bits allow.
-        probe = _files.write_check_probe(existing)
-        try:
-            probe.touch(exist_ok=False)
-        except OSError as e:
-            if not _refused(e):
-                raise StoreError(f"could not write to {existing} for {self.uri}: {e}") from e
+        refusal = check_writes(existing)
+        if refusal is None:
+            return
+        error = refusal.error
+        if not refusal.refused:
+            raise StoreError(
+                f"could not {refusal.step} a file in {existing} for {self.uri}: {error}"
+            ) from error
+        if refusal.step == "create":
             raise ContractError(
-                f"{self.uri} cannot be written: {existing}{made} refuses a new file ({e.strerror}); "
+                f"{self.uri} cannot be written: {existing}{made} refuses a new file ({error.strerror}); "
                 "give a folder the job may write, or make it writable"
-            ) from e
-        try:
-            probe.unlink()
-        except OSError as e:
-            if not _refused(e):
-                raise StoreError(f"could not delete {probe} in {existing} for {self.uri}: {e}") from e
-            # An append-only folder, a Mountpoint for S3 without --allow-delete: "refuses a new file" said the
-            # opposite of what happened. A store renames and deletes files (each is written to a temporary
-            # name first; old steps and manifests are deleted), so it is still refused.
-            raise ContractError(
-                f"{self.uri} cannot be a store: {existing}{made} takes new files but refuses to delete them "
-                f"({e.strerror}), and a store renames and deletes files; its write check {str(probe)!r} "
-                "stays there; give a folder that allows both"
-            ) from e
+            ) from error
+        # An append-only folder, a Mountpoint for S3 without --allow-delete: "refuses a new file" said the
+        # opposite of what happened. A store renames and deletes files (each is written to a temporary
+        # name first; old steps and manifests are deleted), so it is still refused.
+        left = f"; its write check {str(refusal.left)!r} stays there" if refusal.left else ""
+        raise ContractError(
+            f"{self.uri} cannot be a store: {existing}{made} takes new files but refuses to "
+            f"{refusal.step} them ({error.strerror}), and a store renames and deletes files{left}; give a "
+            "folder that allows both"
+        ) from error
 
     def put(self, key: str, source: BinaryIO) -> None:
         with (
@@ -550,6 +549,53 @@ def _local_errors(where: str, action: str) -> Iterator[None]:
 
 #: Waits before asking again for credentials that were not found (then "no credentials" is final).
 CREDENTIAL_RETRY_SECONDS = (1.0, 3.0)
+
+
+@dataclass(frozen=True, slots=True)
+class WriteRefusal:
+    """Where a folder's write check stopped.
+
+    Attributes:
+        step: What the folder refused: ``"create"`` a new file, ``"rename"`` it, or ``"delete"`` it.
+        error: The filesystem's error.
+        left: The probe file still there (it could not be deleted), else None.
+    """
+
+    step: str
+    error: OSError
+    left: Path | None
+
+    @property
+    def refused(self) -> bool:
+        """Whether the filesystem refused (no permission, read-only), not failed to answer."""
+        return _refused(self.error)
+
+
+def check_writes(folder: Path, *, rename: bool = True) -> WriteRefusal | None:
+    """Create a probe file in ``folder``, rename it (where ``rename``) and delete it; None where all passed.
+
+    A real write, not ``os.access``: root passes that on a read-only mount or sysfs, and an ACL refuses
+    where the mode bits allow. The launcher's check of its folders and a folder store's check share it.
+    """
+    probe = _files.write_check_probe(folder)
+    try:
+        probe.touch(exist_ok=False)
+    except OSError as e:
+        return WriteRefusal("create", e, None)
+    if rename:
+        moved = _files.write_check_probe(folder)
+        try:
+            probe.rename(moved)
+        except OSError as e:
+            with contextlib.suppress(OSError):
+                probe.unlink()
+            return WriteRefusal("rename", e, probe if probe.exists() else None)
+        probe = moved
+    try:
+        probe.unlink()
+    except OSError as e:
+        return WriteRefusal("delete", e, probe)
+    return None
 
 
 def _refused(error: OSError) -> bool:

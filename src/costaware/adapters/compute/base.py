@@ -469,9 +469,10 @@ def require_usable_locations(
     Raises:
         ConfigurationError: the first unusable location, named with its argument and what to do.
     """
-    import os
     from pathlib import Path
     from urllib.parse import urlparse
+
+    from costaware_runtime.stores import check_writes
 
     from costaware.adapters.object_store.location import refuse_cut_uri
 
@@ -521,10 +522,15 @@ def require_usable_locations(
                 f"{what} {text!r} cannot be created: {str(existing)!r} is a file, not a folder; give a "
                 "folder path"
             )
-        if not os.access(existing, os.W_OK | os.X_OK):
+        # A real write, not os.access: root passes that on a read-only mount or sysfs, where the job
+        # then failed at its first save, after it trained.
+        refusal = check_writes(existing)
+        if refusal is not None:
+            left = f"; its write check {str(refusal.left)!r} stays there" if refusal.left else ""
             raise ConfigurationError(
-                f"{what} {text!r} cannot be written: this worker may not write {str(existing)!r}; give a "
-                "folder it may write, or change the folder's permissions"
+                f"{what} {text!r} cannot be written: this worker may not {refusal.step} a file in "
+                f"{str(existing)!r} ({refusal.error.strerror or refusal.error}), which a store needs{left}; "
+                "give a folder it may write, or change the folder's permissions"
             )
 
 
