@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import json
+import re
 import threading
 import urllib.parse
 from collections.abc import Iterator
@@ -537,3 +538,67 @@ def test_live_argument_checks(kwargs: dict[str, Any], message: str) -> None:
 def test_live_rejects_naive_times() -> None:
     with pytest.raises(ConfigurationError, match="has no time zone"):
         LiveSpotPrices(aws_conn_id="unused").history(["m5.large"], start=datetime(2021, 1, 1))
+
+
+@pytest.mark.parametrize(
+    ("rows", "message"),
+    [
+        # Its only value under the unnamed column: skipped as a blank row.
+        (
+            ",,0.31,,,",
+            "prices line 3: column 3 has no name in the header, but the row holds '0.31' there: name",
+        ),
+        # Read without it.
+        (
+            "2021-03-01T01:00:00Z,us-east-1b,x,m5.large,Linux/UNIX,0.31",
+            "prices line 3: column 3 has no name in the header, but the row holds 'x' there",
+        ),
+    ],
+)
+def test_a_value_under_an_unnamed_column_between_names_is_refused_naming_its_position(
+    rows: str, message: str
+) -> None:
+    header = "timestamp,availability_zone,,instance_type,product_description,usd_per_hour\n"
+    text = header + "2021-03-01T00:00:00Z,us-east-1a,,m5.large,Linux/UNIX,0.30\n" + rows + "\n"
+    with pytest.raises(InvalidPriceDataError, match=re.escape(message)):
+        spot_history_from_text(text, source="prices")
+    loaded = spot_history_from_text(
+        header + "2021-03-01T00:00:00Z,us-east-1a,,m5.large,Linux/UNIX,0.30\n", source="p"
+    )
+    assert loaded.zones("m5.large", "us-east-1") == ["us-east-1a"]  # nothing under it: nothing lost
+
+
+def test_a_region_column_that_disagrees_with_the_zone_is_refused() -> None:
+    # The region column was never read: a row of eu-west-1 filed under us-east-1a's zone in silence.
+    header = "timestamp,region,availability_zone,instance_type,product_description,usd_per_hour\n"
+    wrong = header + "2021-03-01T00:00:00Z,eu-west-1,us-east-1a,m5.large,Linux/UNIX,0.30\n"
+    with pytest.raises(
+        InvalidPriceDataError,
+        match=re.escape(
+            "prices line 2: region 'eu-west-1' is not the region of availability_zone 'us-east-1a' "
+            "('us-east-1'): fix the one that is wrong, or leave region empty"
+        ),
+    ):
+        spot_history_from_text(wrong, source="prices")
+    agreeing = header + (
+        "2021-03-01T00:00:00Z,us-east-1,us-east-1a,m5.large,Linux/UNIX,0.30\n"
+        "2021-03-01T00:00:00Z,,us-east-1b,m5.large,Linux/UNIX,0.31\n"  # empty: the zone files it
+    )
+    assert spot_history_from_text(agreeing, source="prices").zones("m5.large", "us-east-1") == [
+        "us-east-1a",
+        "us-east-1b",
+    ]
+
+
+def test_the_extra_field_message_does_not_count_pandas_index_as_named() -> None:
+    # It said "its header 6 named" where 5 columns are named and the first is pandas' index.
+    indexed = "\n".join(
+        f"{number - 1 if number else ''},{row}," for number, row in enumerate(_CLEAN_CSV.split())
+    ).replace("0.31,", "0,31")
+    with pytest.raises(
+        InvalidPriceDataError,
+        match=re.escape(
+            "prices line 3 has 7 fields, its header 6 (pandas' index and 5 named): remove the extra"
+        ),
+    ):
+        spot_history_from_text(indexed + "\n", source="prices")

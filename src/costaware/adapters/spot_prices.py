@@ -243,21 +243,35 @@ def _spot_csv_records(reader: CsvReader, header: list[str], source: str) -> Iter
     named = [index for index, column in enumerate(header) if column.strip()]
     # Every field past the header's last name is a spare one, under an unnamed column (a header ending in
     # commas) or past the header: "0,31" read as a price of 0, its 31 under an unnamed column. An unnamed
-    # column before the last name is pandas' index, its number no part of whether a row is blank.
+    # first column is pandas' index, its number no part of whether a row is blank.
     named_width = named[-1] + 1 if named else 0
+    pandas_index = bool(named) and named[0] > 0
+    # An unnamed column between names is no index: a value under it was dropped (a row holding only
+    # that was skipped as blank).
+    unnamed_inside = [index for index in range(1, named_width) if not header[index].strip()]
+    if pandas_index:
+        header_width = f"{named_width} (pandas' index and {len(named)} named)"
+    else:
+        header_width = f"{named_width}{' named' if len(header) > named_width else ''}"
     for fields in reader:
         line = reader.line_num  # the file's line, as an editor shows it (the header is line 1)
+        for index in unnamed_inside:
+            if index < len(fields) and fields[index].strip():
+                raise InvalidPriceDataError(
+                    f"{source} line {line}: column {index + 1} has no name in the header, but the row holds "
+                    f"{fields[index]!r} there: name that column in the header, or remove the value (a value "
+                    "holding a comma goes in double quotes; a price takes a decimal point, 0.31)"
+                )
         extra = fields[named_width:]
         while extra and not extra[-1].strip():
             extra.pop()
         if not any(fields[index].strip() for index in named if index < len(fields)) and not extra:
             continue
         if extra:
-            unnamed_tail = len(header) > named_width
             raise InvalidPriceDataError(
-                f"{source} line {line} has {named_width + len(extra)} fields, its header {named_width}"
-                f"{' named' if unnamed_tail else ''}: remove the extra {', '.join(map(repr, extra))} (a "
-                "value holding a comma goes in double quotes; a price takes a decimal point, 0.31)"
+                f"{source} line {line} has {named_width + len(extra)} fields, its header {header_width}: "
+                f"remove the extra {', '.join(map(repr, extra))} (a value holding a comma goes in double "
+                "quotes; a price takes a decimal point, 0.31)"
             )
         lacking = [header[index] for index in named if index >= len(fields)]
         if lacking:
@@ -277,6 +291,14 @@ def _spot_csv_records(reader: CsvReader, header: list[str], source: str) -> Iter
                     f"{source} line {line}: {column} {value!r} has a space around it: write it "
                     f"{value.strip()!r}"
                 )
+        # The optional region column: a row whose zone lies in another region was filed by its zone alone.
+        region, zone = row.get("region", "").strip(), row["availability_zone"]
+        if region and region != region_of(zone):
+            raise InvalidPriceDataError(
+                f"{source} line {line}: region {region!r} is not the region of availability_zone {zone!r} "
+                f"({region_of(zone)!r}): fix the one that is wrong, or leave region empty (the zone files "
+                "the price)"
+            )
         yield {
             "AvailabilityZone": row["availability_zone"],
             "InstanceType": row["instance_type"],
