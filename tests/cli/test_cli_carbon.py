@@ -177,6 +177,38 @@ def test_an_imported_zone_without_a_bundled_year_is_told_its_recorded_hours(
     assert "or pass --start within the recorded hours" in err, err
 
 
+def test_a_window_partly_past_the_import_of_a_zone_without_a_typical_year_shows_its_recorded_hours(
+    home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # PL has no bundled year: a window running past its file's end (2026-11-22 00:00) showed no hour at all.
+    assert main(["carbon", "import", str(RECORDED), "--zone", "PL"]) == 0
+    capsys.readouterr()
+    argv = [
+        "carbon",
+        "show",
+        "--zone",
+        "PL",
+        "--start",
+        "2026-11-21T22:00Z",
+        "--hours",
+        "4",
+        "--format",
+        "json",
+    ]
+    with time_machine.travel("2026-11-30T00:00:00Z", tick=False):
+        assert main(argv) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert [(h["hour"], h["g_co2e_per_kwh"]) for h in shown["hours"]] == [
+        ("2026-11-21T22:00:00+00:00", "166"),
+        ("2026-11-21T23:00:00+00:00", "167"),
+    ]
+    assert shown["kind"] == "recorded" and shown["mean"] == "166.5"
+    assert shown["note"].startswith(
+        "PL has no value for 2 of these 4 hour(s), from 2026-11-22 00:00 UTC: no file records them and PL "
+        "has no bundled typical year; they are left out; import a file that covers them"
+    )
+
+
 def test_import_then_show_finds_it(home: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["carbon", "import", str(RECORDED), "--zone", "GB"]) == 0
     out = capsys.readouterr().out

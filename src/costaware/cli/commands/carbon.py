@@ -54,6 +54,7 @@ def show(args: argparse.Namespace) -> int:
     now = datetime.now(timezone.utc).replace(minute=0, second=0, microsecond=0)
     start = args.start.astimezone(timezone.utc) if args.start is not None else now
     source = carbon_source(args.source)
+    unrecorded: list[datetime] = []  # hours left out: no file records them and the zone has no typical year
     forecast = start >= now  # the future (or now): what the source forecasts
     try:
         if forecast:
@@ -64,6 +65,8 @@ def show(args: argparse.Namespace) -> int:
         # Past hours no file records are priced by the ledger's emissions at the typical year too: show that.
         typical = _typical_year(source, args.zone, start, args.hours)
         if typical is None:
+            typical, unrecorded = _recorded_part(source, args.zone, start, args.hours)
+        if typical is None:
             # A --start helps only a zone the source records: for an unknown or miscased zone ("gb",
             # "US-EAST") it sent the user hunting for hours that no file has.
             recorded = getattr(source, "zones", None)
@@ -73,7 +76,18 @@ def show(args: argparse.Namespace) -> int:
         series = typical
     kind = _kind(series.name, forecast)
     fallback = _fallback_note(source, args, start)
-    hours = [start + i * _HOUR for i in range(args.hours) if start + i * _HOUR >= series.start]
+    if unrecorded:
+        fallback = (
+            f"{args.zone} has no value for {len(unrecorded)} of these {args.hours} hour(s), from "
+            f"{unrecorded[0]:%Y-%m-%d %H:%M} UTC: no file records them and {args.zone} has no bundled "
+            "typical year; they are left out; import a file that covers them (costaware carbon import FILE "
+            f"--zone {args.zone})"
+        )
+    hours = [
+        start + i * _HOUR
+        for i in range(args.hours)
+        if start + i * _HOUR >= series.start and start + i * _HOUR not in unrecorded
+    ]
     values = [series.mean_usd_per_hour(h, h + _HOUR) for h in hours]
     if not values:
         raise ConfigurationError(f"{series.name} has no value from {start.isoformat()}")
@@ -143,6 +157,30 @@ def _typical_year(source: object, zone: str, start: datetime, hours: int) -> Pri
         [recorded.get(t, Decimal(repr(round(value, 2)))) for t, value in zip(times, values, strict=True)],
         name=name,
     )
+
+
+def _recorded_part(
+    source: object, zone: str, start: datetime, hours: int
+) -> tuple[PriceSeries | None, list[datetime]]:
+    """The hours a file records, and those it does not, for a zone without a typical year to fill them.
+
+    A window partly past an imported file of such a zone (PL) showed no hour at all, its recorded ones too.
+    ``(None, [])`` where no hour is recorded.
+    """
+    from costaware.adapters.carbon_source import RecordedCarbon
+    from costaware.core.series import PriceSeries
+
+    if not isinstance(source, RecordedCarbon):
+        return None, []
+    recorded = source.covered_hours(zone, start, hours)
+    if not recorded:
+        return None, []
+    times = sorted(recorded)
+    files = ", ".join(f.name for f in source.files.get(zone, []))
+    series = PriceSeries(
+        times, [recorded[t] for t in times], name=f"{files} for {len(times)} of {hours} hour(s), recorded"
+    )
+    return series, [start + i * _HOUR for i in range(hours) if start + i * _HOUR not in recorded]
 
 
 def _fallback_note(source: object, args: argparse.Namespace, start: datetime) -> str | None:
