@@ -171,8 +171,11 @@ class RecordedCarbon:
                 raise PriceNotFoundError(
                     f"no recorded carbon intensity for grid zone {zone!r}: {hint.strip()}"
                 )
+            # zone_hint's look-up needs three letters: a two-letter typo (PK for PL, GN for GB) got no advice.
+            near = [z for z in self.zones if len(z) == len(zone) == 2 and _one_letter_apart(z, zone)]
+            meant = f"did you mean {' or '.join(map(repr, near))}? If not, " if near else ""
             raise PriceNotFoundError(
-                f"no recorded carbon intensity for grid zone {zone!r}: recorded zones are "
+                f"no recorded carbon intensity for grid zone {zone!r}: {meant}recorded zones are "
                 f"{', '.join(self.zones) or 'none'}; import a file with "
                 f"`costaware carbon import FILE --zone {zone}`{_or_live(zone)}{self._not_read(zone)}"
             )
@@ -259,6 +262,11 @@ class RecordedCarbon:
             name=name,
             notes=recorded.notes,
         )
+
+
+def _one_letter_apart(known: str, given: str) -> bool:
+    """Whether ``given`` is ``known`` with one letter changed, in any case (``PK``, ``pk`` for ``PL``)."""
+    return sum(a != b for a, b in zip(known.upper(), given.upper(), strict=True)) == 1
 
 
 def _joined(candidates: Sequence[PriceSeries], start: datetime, end: datetime) -> PriceSeries | None:
