@@ -8,7 +8,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from airflow.sdk.definitions.param import ParamValidationError
+from airflow.sdk.definitions.param import ParamsDict, ParamValidationError
 
 from costaware.core.errors import ConfigurationError
 from costaware.params import (
@@ -54,6 +54,18 @@ def test_seconds_param_takes_zero_and_refuses_negatives(given: object, ok: bool)
     else:
         with pytest.raises(ParamValidationError):
             param.resolve(given)
+
+
+def test_seconds_param_says_its_refusal_plainly_and_the_form_does_not_clamp_it() -> None:
+    # It said "-1 should not be valid under {'exclusiveMaximum': 0}": JSON schema at the user.
+    params = ParamsDict({"step_sleep": seconds_param(0, title="Seconds per step", description="x")})
+    with pytest.raises(ParamValidationError) as caught:
+        params["step_sleep"] = -1  # as a triggered run's conf is merged into the DAG's params
+    first = str(caught.value).splitlines()[0]
+    assert first == "Invalid input for param step_sleep: -1 is less than the minimum of 0", first
+    # The trigger form clamps to a top-level minimum or maximum without a word: none is there.
+    schema = seconds_param(0, title="S", description="x").schema
+    assert "minimum" not in schema and "maximum" not in schema
 
 
 def test_check_local_command_refuses_a_script_or_python_this_worker_lacks(tmp_path: Path) -> None:

@@ -124,8 +124,10 @@ def usd_param(default: str | None, *, title: str, description: str, optional: bo
 def seconds_param(default: float, *, title: str, description: str) -> Any:
     """An Airflow ``Param`` for seconds, 0 or more, refused by name below 0 when the run is triggered.
 
-    ``minimum`` would be clamped by the form without a word (see :func:`bounded_param`), and no exclusive
-    bound lets 0 in and keeps every negative out; ``not`` below 0 does.
+    A top-level ``minimum`` would be clamped by the form without a word (see :func:`bounded_param`), and no
+    exclusive bound lets 0 in and keeps every negative out. The form reads only the top level, so the
+    minimum sits in an ``allOf``: refused as "-1 is less than the minimum of 0" (``not`` below 0 said "-1
+    should not be valid under {'exclusiveMaximum': 0}", JSON schema at the user).
     """
     from airflow.sdk import Param
 
@@ -134,7 +136,7 @@ def seconds_param(default: float, *, title: str, description: str) -> Any:
         type="number",
         title=title,
         description=f"0 or more: {description}",
-        **{"not": {"exclusiveMaximum": 0}},  # type: ignore[arg-type]  # a JSON-schema keyword
+        allOf=[{"minimum": 0}],
     )
 
 
