@@ -1128,3 +1128,50 @@ def test_a_sagemaker_job_found_by_its_name_after_it_ended_says_when_and_how(
     job.update(TrainingJobStatus="InProgress", TrainingEndTime=None)
     found = sagemaker.SageMakerBackend.find(backend, "n")
     assert found is not None and (found.end_state, found.ended_at) == (None, None)
+
+
+_NO_LAUNCHER = (
+    "CannotStartContainerError: Error response from daemon: failed to create shim task: OCI runtime create "
+    'failed: runc create failed: unable to start container process: exec: "costaware-run": executable file '
+    "not found in $PATH: unknown"
+)
+_NO_IMAGE = (
+    "CannotPullContainerError: pull image manifest has been retried 5 time(s): failed to resolve ref "
+    "1234.dkr.ecr.us-east-1.amazonaws.com/train:v9: not found"
+)
+
+
+@pytest.mark.parametrize(
+    ("job_reason", "container_reason", "reason"),
+    [
+        # The job said "Task failed to start"; its container's reason, naming the missing launcher, unread.
+        (
+            "Task failed to start",
+            _NO_LAUNCHER,
+            f"{_NO_LAUNCHER} (the image has no costaware-run: install costaware-runtime[s3] in it, as "
+            "runtime/Dockerfile.train.example does)",
+        ),
+        (
+            _NO_IMAGE,
+            "",
+            f"{_NO_IMAGE} (the image could not be pulled: check its URI and tag, and that the job "
+            "definition's execution role may pull it; not retried)",
+        ),
+        (
+            "Task failed to start",
+            "CannotStartContainerError: failed to mount /data",
+            "CannotStartContainerError: failed to mount /data (the container never started, so it has no log "
+            "lines: fix the image or the job definition)",
+        ),
+    ],
+)
+def test_a_batch_container_that_never_started_says_what_to_fix(
+    job_reason: str, container_reason: str, reason: str
+) -> None:
+    # moto runs no container: the description is the one Batch gives for such a job.
+    attempt = {"startedAt": 1_000, "stoppedAt": 2_000, "statusReason": "Task failed to start"}
+    if container_reason:
+        attempt["container"] = {"reason": container_reason}  # type: ignore[assignment]
+    described = {"jobId": "j1", "status": "FAILED", "statusReason": job_reason, "attempts": [attempt]}
+    status = batch.status_from_description(described, "spot", "m5.large")
+    assert (status.state, status.exit_code, status.reason) == (JobState.FAILED, None, reason)

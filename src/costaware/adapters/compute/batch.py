@@ -51,8 +51,10 @@ from costaware.adapters.compute.base import (
 from costaware.adapters.compute.job_contract import (
     GRACE_SECONDS,
     LAUNCHER_MARGIN_SECONDS,
+    MISSING_LAUNCHER_ADVICE,
     RESUBMIT_EXIT_CODES,
     launcher_grace_seconds,
+    launcher_not_found,
 )
 from costaware.core.errors import ComputeBackendError, ConfigurationError, JobNotFoundError
 
@@ -287,6 +289,8 @@ def status_from_description(
         state = JobState.PENDING
     else:
         state = JobState.RUNNING
+    if state == JobState.FAILED:
+        reason = _start_error(reason, last_reason, str(last_container.get("reason") or "")) or reason
     stops = [int(a["stoppedAt"]) for a in attempts if a.get("stoppedAt") is not None]
     if job.get("stoppedAt") is not None:
         stops.append(int(job["stoppedAt"]))
@@ -304,6 +308,31 @@ def status_from_description(
         metrics={"batch_attempts": len(attempts)},
         ended_at=ended,
         availability_zone=availability_zone,
+    )
+
+
+#: ECS's reasons for a container it could not start or pull (the job's, its attempt's or its container's).
+_START_ERRORS = ("CannotStartContainerError", "CannotPullContainerError")
+
+
+def _start_error(*reasons: str) -> str:
+    """The first of ``reasons`` saying the container never started, with what to do; "" where none does.
+
+    The job's reason was "Task failed to start", the container's (which names the missing launcher) unread,
+    and no hint came with either: the other backends give the install hint.
+    """
+    said = next((text.strip() for text in reasons if text.strip().startswith(_START_ERRORS)), "")
+    if not said:
+        return ""
+    if said.startswith("CannotPullContainerError"):
+        return (
+            f"{said} (the image could not be pulled: check its URI and tag, and that the job definition's "
+            "execution role may pull it; not retried)"
+        )
+    if launcher_not_found(said):
+        return f"{said} ({MISSING_LAUNCHER_ADVICE})"
+    return (
+        f"{said} (the container never started, so it has no log lines: fix the image or the job definition)"
     )
 
 

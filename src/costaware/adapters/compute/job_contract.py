@@ -76,6 +76,7 @@ __all__ = [
     "MARKET",
     "METRICS_FILE",
     "METRICS_PATH",
+    "MISSING_LAUNCHER_ADVICE",
     "OUTPUT_DIR",
     "OUTPUT_FOLDER",
     "OUTPUT_URI",
@@ -291,8 +292,20 @@ def exit_hint(exit_code: int | None, reason: str = "") -> str:
     return f"the command exited {exit_code}: a code error, not retried (see its last log lines)"
 
 
-#: A container runtime's reason for a container whose command it could not start (containerd, Docker).
-_NEVER_STARTED_REASONS = ("StartError", "ContainerCannotRun")
+#: A container runtime's reason for a container whose command it could not start (containerd, Docker), and
+#: AWS Batch's (ECS's) for one it could not start or pull.
+_NEVER_STARTED_REASONS = (
+    "StartError",
+    "ContainerCannotRun",
+    "CannotStartContainerError",
+    "CannotPullContainerError",
+)
+
+#: What a container runtime's start error naming a missing ``costaware-run`` asks for (every backend's words).
+MISSING_LAUNCHER_ADVICE = (
+    f"the image has no {LAUNCHER}: install costaware-runtime[s3] in it, as runtime/Dockerfile.train.example "
+    "does"
+)
 
 
 def launcher_not_found(text: str) -> bool:

@@ -39,8 +39,8 @@ from costaware.adapters.compute.base import (
 )
 from costaware.adapters.compute.job_contract import (
     GRACE_SECONDS,
-    LAUNCHER,
     LAUNCHER_MARGIN_SECONDS,
+    MISSING_LAUNCHER_ADVICE,
     RESUBMIT_EXIT_CODES,
     launcher_grace_seconds,
     launcher_not_found,
@@ -410,10 +410,7 @@ def status_from_pod(
             # not found is a missing costaware-runtime ('permission denied' is a file mode to fix).
             reason = f"StartError: {start_error}"
             if launcher_not_found(start_error):
-                reason += (
-                    f" (the image has no {LAUNCHER}: install costaware-runtime[s3] in it, as "
-                    "runtime/Dockerfile.train.example does)"
-                )
+                reason += f" ({MISSING_LAUNCHER_ADVICE})"
     elif waiting and str(waiting.get("reason")) in CANNOT_START_REASONS:
         # A bad image or container setting stays Pending until activeDeadlineSeconds (a day), its node
         # paid the while; no retry mends it.
