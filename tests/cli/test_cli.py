@@ -1795,3 +1795,22 @@ def test_a_refused_budget_set_makes_no_ledger_file(
     err = capsys.readouterr().err
     assert said in err and "creating one there" not in err
     assert not (tmp_path / "ledger.db").exists()
+
+
+def test_a_budget_set_without_a_cap_leaves_a_postgres_database_without_tables(
+    postgres_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # PostgreSQL's database is made by hand, but opening the ledger made its tables, then the set was refused.
+    from services import fresh_postgres_database
+    from sqlalchemy import create_engine, inspect
+
+    url = fresh_postgres_database(postgres_url, "no_cap")
+    argv = ["--ledger-url", url, "budget", "set", "--scope", "project=q", "--period", "month"]
+    assert main(argv) == 2
+    assert "budget 'project=q/month' does not exist yet: give its cap" in capsys.readouterr().err
+    engine = create_engine(url)
+    assert inspect(engine).get_table_names() == []
+    engine.dispose()
+    # With its cap the same database gets its tables and the budget.
+    assert main([*argv, "--cap-usd", "5"]) == 0
+    assert [b.label for b in Ledger.from_url(url).budgets()] == ["project=q/month"]

@@ -334,6 +334,17 @@ def open_ledger(
             "keeps the costaware_ledger connection); a ledger is made by the first DAG run that records a "
             "cost or by `costaware budget set`"
         )
+    if missing is None and not reading and before_creating is not None:
+        # Another database (PostgreSQL) is not made by opening it, but its tables are: a refused command
+        # left a ledger's empty schema in a database that had none.
+        from costaware.adapters.ledger.migrate import holds_ledger
+
+        unopened = Ledger.from_url(url, create=False)
+        if not holds_ledger(unopened):
+            unopened.dispose()
+            before_creating()
+        unopened.create_schema()
+        return unopened
     return Ledger.from_url(url)
 
 

@@ -91,6 +91,16 @@ def _not_permitted(ledger: LedgerDatabase, url: str, revision: str | None, reaso
     )
 
 
+def holds_ledger(ledger: LedgerDatabase) -> bool:
+    """Whether the database has a ledger's tables yet (its budgets table): read, nothing created.
+
+    Raises:
+        LedgerUnavailableError: the database cannot be reached or read.
+    """
+    with ledger.reading() as conn:
+        return inspect(conn).has_table(schema.budgets.name)
+
+
 def current_revision(conn: Connection) -> str | None:
     """The revision in the ledger's version table (None: no table, or it is empty)."""
     if not inspect(conn).has_table(VERSION_TABLE):
