@@ -630,6 +630,36 @@ def test_the_gate_row_s_message_says_why_first_and_fits_its_budget_list(
     assert more == f"and {len(labels) - len(names)} more", listed
 
 
+@pytest.mark.parametrize("on_exceeded", ["approve", "fail"])
+def test_a_gate_row_message_cut_to_its_length_says_so_and_where_it_is_whole(
+    on_exceeded: str, env_ledger: Ledger, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A refusal naming every budget it would pass ran past the row's 2,000 characters and was cut mid-name,
+    # with nothing on the Cost page to say that more was said, or where.
+    import costaware.sensors.spend_approval as spend_approval
+    from costaware.adapters.ledger.gate_requests import MESSAGE_CHARACTERS, gate_requests
+
+    tags = [f"{name}={name[0] * 120}" for name in ("project", "team", "owner")]
+    for scope in (*tags, ",".join(tags[:2]), ",".join(tags)):
+        for period in ("day", "month", "total"):
+            env_ledger.set_budget(scope, period, "3")
+    monkeypatch.setenv("AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS", "admin:admin,ann:user")
+
+    def ask(context: Any, **request: Any) -> None:
+        raise RuntimeError("parked")
+
+    monkeypatch.setattr(spend_approval, "ask", ask)
+    with pytest.raises((RuntimeError, AirflowFailException)):
+        asked = {} if on_exceeded == "approve" else {"approvers": []}
+        gate(scope=",".join(tags), deferrable=False, on_exceeded=on_exceeded, **asked).execute(context())
+    (noted,) = gate_requests(env_ledger, since=datetime(2000, 1, 1, tzinfo=timezone.utc))
+    assert len(noted.message) == MESSAGE_CHARACTERS
+    kept, _, said = noted.message.rpartition(" … ")
+    assert said == "[cut here: the gate task's log holds the whole message]", noted.message
+    assert kept in capsys.readouterr().out  # the task's log has the message the row keeps the start of
+    assert "would pass" in kept
+
+
 def test_a_rejection_counts_a_budget_too_long_for_the_gate_row_once(
     env_ledger: Ledger, monkeypatch: pytest.MonkeyPatch
 ) -> None:

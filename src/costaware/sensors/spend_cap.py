@@ -641,9 +641,11 @@ class SpendCapSensor(BaseSensorOperator):
         self, ledger: Any, context: Any, target: str, usd: Any, status: str, budget: str, message: str
     ) -> None:
         """Record a refusal or wait (or the end of a wait) for the Cost page; never fails the gate."""
-        from costaware.adapters.ledger.gate_requests import note_gate_request
+        from costaware.adapters.ledger.gate_requests import MESSAGE_CHARACTERS, note_gate_request
 
         ti = context["ti"]
+        if len(message) > MESSAGE_CHARACTERS:  # where the row's cut message sends a person for the rest
+            self.log.info("The Cost page's row of this gate is cut; its whole message: %s", message)
         try:
             note_gate_request(
                 ledger,
@@ -773,6 +775,8 @@ def _approval_message(error: Any, passed: Sequence[Any], left_out: int) -> str:
         return reason
     room = MESSAGE_CHARACTERS - len(reason) - len(_EVERY_BUDGET)
     listed, _ = _noted_budgets([b.name for b in passed], max(room, 0))
+    if _MORE.fullmatch(listed):
+        return reason  # no name fits beside the reason, which names them: the row cuts it, saying so
     return f"{reason}{_EVERY_BUDGET}{listed}"
 
 

@@ -41,6 +41,18 @@ ENDING_STATUSES = ("reserved", "approved", "rejected")
 BUDGET_CHARACTERS = cast(int, cast(String, schema.gate_requests.c.budget.type).length)
 #: The longest ``message`` a row keeps (the Cost page shows it in a table cell).
 MESSAGE_CHARACTERS = 2000
+#: Ends a message cut to fit: the gate logs it whole (``SpendCapSensor._note``).
+CUT_MESSAGE = " … [cut here: the gate task's log holds the whole message]"
+
+
+def fitted_message(message: str) -> str:
+    """``message`` as a row keeps it: whole, or cut to fit with :data:`CUT_MESSAGE` at its end.
+
+    Cut silently, a refusal naming many long budgets ended mid-name, as if that were all it said.
+    """
+    if len(message) <= MESSAGE_CHARACTERS:
+        return message
+    return message[: MESSAGE_CHARACTERS - len(CUT_MESSAGE)] + CUT_MESSAGE
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,10 +105,10 @@ def note_gate_request(
             values.update(
                 budget=budget[:BUDGET_CHARACTERS],
                 usd_micros=to_micros(usd),
-                message=message[:MESSAGE_CHARACTERS],
+                message=fitted_message(message),
             )
         elif message:  # who approved or rejected
-            values.update(message=message[:MESSAGE_CHARACTERS])
+            values.update(message=fitted_message(message))
         if waiting is not None:
             conn.execute(t.update().where(t.c.id == waiting[0]).values(**values))
             return
