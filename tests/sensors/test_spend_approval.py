@@ -116,6 +116,15 @@ def test_an_answer_outside_the_options_fails_without_reserving(env_ledger: Ledge
             {"on_exceeded": "fail", "approvers": [], "on_rejected": "skip"},
             "on_rejected='skip' applies only with on_exceeded='approve'",
         ),
+        # Accepted and never used: the gate waited its sensor timeout.
+        (
+            {"on_exceeded": "wait", "approvers": [], "approval_timeout": timedelta(hours=1)},
+            "approval_timeout=datetime.timedelta\\(seconds=3600\\) applies only with on_exceeded='approve'",
+        ),
+        (
+            {"on_exceeded": "fail", "approvers": [], "approval_timeout": None},
+            "approval_timeout=None applies only with on_exceeded='approve' .* not 'fail'",
+        ),
         ({"approval_timeout": 4}, "approval_timeout=4: give a positive timedelta"),
         ({"approval_timeout": timedelta(seconds=-5)}, "give a positive timedelta"),
         ({"reservation_ttl": 3600}, "reservation_ttl=3600: give a positive timedelta"),

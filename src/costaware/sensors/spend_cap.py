@@ -22,6 +22,11 @@ from costaware.triggers.budget import BudgetAvailableTrigger
 ON_EXCEEDED = ("wait", "skip", "fail", "approve")
 
 
+#: ``approval_timeout`` when not given; one object, so that a value given with another ``on_exceeded`` (which
+#: never asks a person) is told apart from the default and refused.
+DEFAULT_APPROVAL_TIMEOUT = timedelta(hours=12)
+
+
 class SpendCapSensor(BaseSensorOperator):
     """Passes when the scope's budget has room for ``estimated_usd``, and reserves it for ``for_task_id``.
 
@@ -83,7 +88,7 @@ class SpendCapSensor(BaseSensorOperator):
         ledger_conn_id: str = DEFAULT_LEDGER_CONN_ID,
         deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
         approvers: Sequence[str] | None = (),
-        approval_timeout: timedelta | None = timedelta(hours=12),
+        approval_timeout: timedelta | None = DEFAULT_APPROVAL_TIMEOUT,
         on_rejected: str = "fail",
         instance_type: str | None = None,
         region: str | None = None,
@@ -167,6 +172,13 @@ class SpendCapSensor(BaseSensorOperator):
                 f"on_rejected={on_rejected!r} applies only with on_exceeded='approve' (a person's answer), "
                 f"not {on_exceeded!r}: set on_exceeded='approve', or on_exceeded={on_rejected!r} for what a "
                 "refusal does"
+            )
+        if approval_timeout is not DEFAULT_APPROVAL_TIMEOUT and on_exceeded != "approve":
+            # Accepted and never used: the gate waited its sensor timeout, or refused at once, not this.
+            raise ValueError(
+                f"approval_timeout={approval_timeout!r} applies only with on_exceeded='approve' (how long a "
+                f"person may take to answer), not {on_exceeded!r}: set on_exceeded='approve', or drop "
+                "approval_timeout (a wait's length is the sensor's timeout)"
             )
         # An int read as hours was 4 seconds: the request timed out (a rejection) before anyone saw it.
         if approval_timeout is not None and (
