@@ -143,12 +143,39 @@ def test_no_approvers_asks_any_user_who_may_answer(approvers: Any) -> None:
     assert gate(on_exceeded="fail", approvers=approvers).approvers == []
 
 
+@pytest.mark.parametrize(
+    ("approvers", "said"),
+    [
+        # Its keys were taken silently: the values may have been the user ids.
+        ({"ann": "lead"}, "approvers={'ann': 'lead'} is a dict, whose keys or values could be the user ids: "
+         "give a list of Airflow user ids, e.g. ['ann']"),
+        # Shown as read, a list: not what the DAG file holds.
+        (("ann", ""), "approvers=('ann', ''): give a list"),
+        ({"", "ann"}, f"approvers={ {'', 'ann'}!r}: give a list"),
+        (frozenset({"ann", ""}), f"approvers={frozenset({'ann', ''})!r}: give a list"),
+    ],
+)  # fmt: skip
+def test_refused_approvers_are_named_as_given(approvers: Any, said: str) -> None:
+    with pytest.raises(ValueError) as refused:
+        gate(approvers=approvers)
+    assert str(refused.value).startswith(said), str(refused.value)
+
+
+def test_approvers_given_as_a_set_are_read_in_one_order() -> None:
+    # A set's order changes from one process to the next (string hashing is salted): one order every parse.
+    assert gate(approvers={"lead", "ann", "bob"}).approvers == ["ann", "bob", "lead"]
+    assert gate(approvers=frozenset({"lead", " ann"})).approvers == ["ann", "lead"]
+
+
 def test_approvers_given_as_a_generator_keep_their_names() -> None:
     # all(...) used a generator (or map) up: approvers ended [], "any user may approve", leads named or not.
     users = ["ann", "lead"]
     assert gate(approvers=(u for u in users)).approvers == ["ann", "lead"]
     assert gate(approvers=map(str.strip, [" ann", "lead "])).approvers == ["ann", "lead"]
-    with pytest.raises(ValueError, match=r"approvers=\['ann', ''\]: give a list"):
+    # Named as given, with the names it gave (a generator's repr shows none).
+    with pytest.raises(
+        ValueError, match=r"^approvers=<generator object .*> \(it gave \['ann', ''\]\): give a list"
+    ):
         gate(approvers=(u for u in ["ann", ""]))
     # One map() shared by two gates is empty at the second: [] there let any user approve.
     leads = map(str.strip, [" ann", "lead "])

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence, Set
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -53,8 +53,9 @@ class SpendCapSensor(BaseSensorOperator):
         reservation_ttl: How long the reservation holds if never settled.
         ledger_conn_id: Airflow connection of the ledger (falls back to ``COSTAWARE_LEDGER_URL``).
         deferrable: Wait in the triggerer, not a worker slot; default ``[operators] default_deferrable``.
-        approvers: With ``on_exceeded="approve"``: the Airflow user ids who may approve (empty or None:
-            any user allowed to answer the DAG's required actions).
+        approvers: With ``on_exceeded="approve"``: the Airflow user ids who may approve, a list (a set is
+            read in sorted order; a dict is refused); empty or None: any user allowed to answer the DAG's
+            required actions.
         approval_timeout: With ``on_exceeded="approve"``: how long to wait for an answer (then: rejected).
         on_rejected: With ``on_exceeded="approve"``: ``fail`` or ``skip`` after a rejection or timeout.
         instance_type: Instance type the reserved-for task will run on; checked against the price list
@@ -148,10 +149,18 @@ class SpendCapSensor(BaseSensorOperator):
             raise ValueError(f"on_rejected={on_rejected!r}: use one of {', '.join(ON_REJECTED)}")
         if approvers is None:  # as HITLOperator's assigned_users=None: any user who may answer
             approvers = ()
-        if isinstance(approvers, Iterable) and not isinstance(approvers, str | list | tuple):
+        given = approvers
+        if isinstance(approvers, Mapping):
+            # Its keys were taken without a word: {"ann": "lead"} may mean the values are the user ids.
+            raise ValueError(
+                f"approvers={given!r} is a dict, whose keys or values could be the user ids: give a list of "
+                f"Airflow user ids, e.g. {list(given)!r}"
+            )
+        if isinstance(approvers, Set):
+            approvers = sorted(approvers, key=str)  # no order of its own: one order at every parse
+        elif isinstance(approvers, Iterable) and not isinstance(approvers, str | list | tuple):
             # Read once: a generator or map() was used up by the check below, leaving [] ("any user may
             # approve"), so an overage meant for named leads could be approved by anyone.
-            given = approvers
             approvers = list(approvers)
             if not approvers:  # one map() shared by two gates (or default_args) is empty at the second
                 raise ValueError(
@@ -161,7 +170,9 @@ class SpendCapSensor(BaseSensorOperator):
         if not isinstance(approvers, list | tuple) or not all(
             isinstance(a, str) and a.strip() for a in approvers
         ):
-            raise ValueError(f"approvers={approvers!r}: give a list of Airflow user ids, e.g. ['ann']")
+            # As written in the DAG; what a generator gave beside it, which its repr does not show.
+            read = "" if given is approvers or isinstance(given, Set) else f" (it gave {approvers!r})"
+            raise ValueError(f"approvers={given!r}{read}: give a list of Airflow user ids, e.g. ['ann']")
         if approvers and on_exceeded != "approve":
             raise ValueError(
                 f"approvers={list(approvers)!r} are asked only with on_exceeded='approve', not "
