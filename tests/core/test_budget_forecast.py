@@ -87,13 +87,18 @@ def test_bad_inputs_name_the_value(build: object, match: str) -> None:
         ([100, "50", "forecast", "50%"], ("50%", "100%", "forecast")),
         (" 90% ", ("90%",)),
         ("1%", ("1%",)),
+        # A percentage with a fraction was told it is no percentage.
+        ("80.5%,50,80.50%,100.0%", ("50%", "80.5%", "100%")),
+        ("1.25%", ("1.25%",)),
     ],
 )
 def test_thresholds_parse(spec: object, expected: tuple[str, ...]) -> None:
     assert parse_thresholds(spec) == expected  # type: ignore[arg-type]
 
 
-@pytest.mark.parametrize("spec", ["", "0%", "eighty", "50%,soon", "1001"])
+@pytest.mark.parametrize(
+    "spec", ["", "0%", "eighty", "50%,soon", "1001", "1000.5%", "1e2%", "nan%", "-5%", "80.%"]
+)
 def test_bad_thresholds_are_refused(spec: str) -> None:
     with pytest.raises(ConfigurationError, match="threshold"):
         parse_thresholds(spec)
@@ -126,7 +131,7 @@ def test_a_bare_1_is_refused_as_ambiguous() -> None:
         ("80%,0.95", "'95%'"),
         ("1.0", "'100%'"),
         (".5", "'50%'"),
-        ("0.855", "a whole one, e.g. '80%'"),
+        ("0.855", "'85.5%'"),
     ],
 )
 def test_a_fraction_of_the_cap_is_refused_with_the_percentage_to_write(spec: str, write: str) -> None:
@@ -138,6 +143,26 @@ def test_a_fraction_of_the_cap_is_refused_with_the_percentage_to_write(spec: str
         f"alert threshold {fraction!r} reads as a fraction of the cap, but thresholds are percentages: "
         f"write {write}"
     )
+
+
+@pytest.mark.parametrize(("spec", "meant"), [("0.8%", "80"), ("0.805%", "80.5"), ("0.05%", "5")])
+def test_a_fraction_with_a_percent_sign_is_refused_saying_what_it_would_mean(spec: str, meant: str) -> None:
+    # '0.8%' was "neither a percentage of the cap": it is one, under 1 %, and most likely 80 % mistyped.
+    with pytest.raises(ConfigurationError) as refused:
+        parse_thresholds(f"50%,{spec}")
+    assert str(refused.value) == (
+        f"alert threshold {spec!r} is {spec[:-1]} % of the cap, under the least of 1%: "
+        f"if you meant {meant} % of the cap, write '{meant}%'"
+    )
+
+
+def test_a_threshold_with_a_fraction_is_crossed_at_its_amount() -> None:
+    (threshold,) = parse_thresholds("80.5%")
+    crossed = crossed_thresholds((threshold,), spent_usd=D("80.49"), cap_usd=D(100), forecast_usd=None)
+    assert crossed == []
+    assert crossed_thresholds((threshold,), spent_usd=D("80.5"), cap_usd=D(100), forecast_usd=None) == [
+        "80.5%"
+    ]
 
 
 def test_a_percent_written_as_airflow_cfg_writes_it_is_refused_with_the_one_to_write() -> None:

@@ -18,6 +18,7 @@ it is a single point.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
@@ -124,18 +125,19 @@ DEFAULT_THRESHOLDS = ("50%", "80%", "100%", FORECAST)
 def parse_thresholds(spec: str | Sequence[str | int]) -> tuple[str, ...]:
     """Normalise thresholds such as ``"50%,80%,100%,forecast"`` or ``[50, 80, "forecast"]``.
 
-    A number is a percentage of the cap (``50`` and ``"50%"`` are the same); ``forecast`` fires when the
-    period-end forecast passes the cap. Returns them as ``("50%", "80%", "forecast")``, percentages ascending.
+    A number is a percentage of the cap (``50`` and ``"50%"`` are the same; ``"80.5%"`` has a fraction);
+    ``forecast`` fires when the period-end forecast passes the cap. Returns them as
+    ``("50%", "80.5%", "forecast")``, percentages ascending.
 
     Raises:
-        ConfigurationError: an empty list, a percentage that is not a whole number in 1..1000, or an
-            unknown word.
+        ConfigurationError: an empty list, a percentage that is not a number in 1..1000, or an unknown
+            word.
     """
     parts = [p.strip() for p in spec.split(",")] if isinstance(spec, str) else [str(p).strip() for p in spec]
     parts = [p for p in parts if p]
     if not parts:
         raise ConfigurationError(f"alert thresholds {spec!r} are empty: use e.g. '50%,80%,100%,forecast'")
-    percents: set[int] = set()
+    percents: set[Decimal] = set()
     forecast = False
     for part in parts:
         if part.lower() == FORECAST:
@@ -156,18 +158,34 @@ def parse_thresholds(spec: str | Sequence[str | int]) -> tuple[str, ...]:
             )
         percent = _percent_of_a_fraction(part)
         if percent is not None:  # the habit of 0.8 for 80 %, as in other tools' alert settings
-            what = f"'{percent:f}%'" if percent == percent.to_integral_value() else "a whole one, e.g. '80%'"
             raise ConfigurationError(
                 f"alert threshold {part!r} reads as a fraction of the cap, but thresholds are percentages: "
-                f"write {what}"
+                f"write '{_plain(percent)}%'"
             )
-        if not digits.isdigit() or not 1 <= int(digits) <= 1000:
+        written = _PERCENT.fullmatch(digits)
+        percent = Decimal(digits) if written else None
+        if percent is not None and 0 < percent < 1 and part.endswith("%"):
+            # '0.8%' is most likely 0.8 (80 %) with a '%' added, and alerted at the first cents spent.
             raise ConfigurationError(
-                f"alert threshold {part!r} is neither a percentage of the cap (1..1000, e.g. '80%') "
-                f"nor 'forecast'"
+                f"alert threshold {part!r} is {_plain(percent)} % of the cap, under the least of 1%: if you "
+                f"meant {_plain(percent * 100)} % of the cap, write '{_plain(percent * 100)}%'"
             )
-        percents.add(int(digits))
-    return tuple(f"{p}%" for p in sorted(percents)) + ((FORECAST,) if forecast else ())
+        if percent is None or not 1 <= percent <= 1000:
+            raise ConfigurationError(
+                f"alert threshold {part!r} is neither a percentage of the cap (1..1000, e.g. '80%' or "
+                "'80.5%') nor 'forecast'"
+            )
+        percents.add(percent.normalize())
+    return tuple(f"{_plain(p)}%" for p in sorted(percents)) + ((FORECAST,) if forecast else ())
+
+
+#: A percentage as written: digits, maybe a fraction (no sign, exponent, nan or inf).
+_PERCENT = re.compile(r"[0-9]+(\.[0-9]+)?")
+
+
+def _plain(number: Decimal) -> str:
+    """``80.50`` -> ``80.5``, ``100`` -> ``100`` (never ``1E+2``)."""
+    return f"{number.normalize():f}"
 
 
 def _percent_of_a_fraction(part: str) -> Decimal | None:
