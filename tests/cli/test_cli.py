@@ -465,6 +465,25 @@ def test_a_zero_cap_says_what_an_unquoted_dollar_does(
     assert "note" not in capsys.readouterr().err
 
 
+def test_a_zero_gpu_hour_cap_says_it_refuses_every_gpu_hold_and_how_to_drop_the_cap(
+    ledger_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # As a $0 cap is: set without a word, where 0 may have been meant as "no limit".
+    argv = ["--ledger-url", ledger_url, *SET_BUDGET, "--cap-usd", "500"]
+    assert main([*argv, "--cap-gpu-hours", "0.0"]) == 0
+    assert (
+        "note: a 0 GPU-hour cap refuses every hold of project=x that needs GPU-hours (those needing none "
+        "pass); for no GPU-hour cap give --cap-gpu-hours none"
+    ) in capsys.readouterr().err
+    (budget,) = Ledger.from_url(ledger_url).budgets()
+    assert budget.cap_gpu_hours == 0
+    # Kept, not given again: said once, when set.
+    assert main(argv) == 0
+    assert "note" not in capsys.readouterr().err
+    assert main([*argv, "--cap-gpu-hours", "4"]) == 0
+    assert "note" not in capsys.readouterr().err
+
+
 def test_budget_show_names_the_budget_like_the_page_and_logs_with_every_digit(
     ledger_url: str, capsys: pytest.CaptureFixture[str]
 ) -> None:

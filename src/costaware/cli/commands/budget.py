@@ -78,6 +78,13 @@ def budget_set(args: argparse.Namespace) -> int:
             "('$500') or leave the $ out (500): the shell reads $5 as a variable",
             file=sys.stderr,
         )
+    if budget.cap_gpu_hours == 0 and gpu_given is not None:
+        # Said as a $0 cap is: where 0 means "no limit" (as in many tools), every GPU hold was refused unsaid.
+        print(
+            f"note: a 0 GPU-hour cap refuses every hold of {budget.scope} that needs GPU-hours (those "
+            "needing none pass); for no GPU-hour cap give --cap-gpu-hours none",
+            file=sys.stderr,
+        )
     _say_over_cap(ledger, budget)
     _say_close_tags(ledger, budget.scope)
     scope = str(budget.scope)
