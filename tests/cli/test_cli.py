@@ -1833,3 +1833,42 @@ def test_a_budget_set_without_a_cap_leaves_a_postgres_database_without_tables(
     # With its cap the same database gets its tables and the budget.
     assert main([*argv, "--cap-usd", "5"]) == 0
     assert [b.label for b in Ledger.from_url(url).budgets()] == ["project=q/month"]
+
+
+def test_budget_list_flags_a_budget_set_in_quotes_with_how_to_replace_it(
+    ledger_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Set before quoted scopes were refused (or through the Python API): listed as any other, capping nothing.
+    ledger = Ledger.from_url(ledger_url)
+    ledger.set_budget('project="team-a"', "month", "100", cap_gpu_hours="8", timezone="Europe/Berlin")
+    ledger.set_budget("project=b,team='ml'", "day", "5")
+    ledger.set_budget("project=b", "day", "5")
+    ledger.set_budget("project='b'", "day", "3")
+    assert main(["--ledger-url", ledger_url, "budget", "list", "--format", "json"]) == 0
+    captured = capsys.readouterr()
+    assert len(json.loads(captured.out)) == 4
+    notes = captured.err.strip().splitlines()
+    assert notes == [
+        'note: budget \'project="team-a"/month\' has "team-a" in quotes, which are part of the tag and match '
+        "no task's tags, so it caps nothing: set it without them, then delete it (`costaware budget set "
+        "--scope project=team-a --period month --cap-usd 100 --cap-gpu-hours 8 --timezone Europe/Berlin`, "
+        "then `costaware budget delete --scope 'project=\"team-a\"' --period month`)",
+        "note: budget 'project='b'/day' has 'b' in quotes, which are part of the tag and match no task's "
+        "tags, so it caps nothing: budget 'project=b/day' is the one without them; delete it "
+        "(`costaware budget delete --scope 'project='\"'\"'b'\"'\"'' --period day`)",
+        "note: budget 'project=b,team='ml'/day' has 'ml' in quotes, which are part of the tag and match no "
+        "task's tags, so it caps nothing: set it without them, then delete it (`costaware budget set --scope "
+        "project=b,team=ml --period day --cap-usd 5`, then `costaware budget delete --scope "
+        "'project=b,team='\"'\"'ml'\"'\"'' --period day`)",
+    ]
+    # The commands it gives work as given, and leave nothing to flag.
+    for command in re.findall(r"`costaware ([^`]+)`", captured.err):
+        assert main(["--ledger-url", ledger_url, *shlex.split(command)]) == 0
+    capsys.readouterr()
+    assert main(["--ledger-url", ledger_url, "budget", "list"]) == 0
+    assert "note" not in capsys.readouterr().err
+    assert sorted(b.label for b in Ledger.from_url(ledger_url).budgets()) == [
+        "project=b,team=ml/day",
+        "project=b/day",
+        "project=team-a/month",
+    ]

@@ -239,7 +239,45 @@ def budget_list(args: argparse.Namespace) -> int:
         )
         return 0
     emit(rows, args.format, headers=["scope", "period", "cap", "GPU-hour cap", "time zone"], payload=payload)
+    labels = {b.label for b in budgets}
+    for budget in budgets:
+        _say_quoted(budget, labels)
     return 0
+
+
+def _say_quoted(budget: Any, labels: set[str]) -> None:
+    """Say how to replace a budget whose scope has a tag in quotes, set before such scopes were refused.
+
+    ``project="team-a"`` caps nothing (no task is tagged with the quotes), and was listed as any other.
+    """
+    from costaware.core.budgets import Scope, quoted_in_scope
+
+    quoted = quoted_in_scope(str(budget.scope))
+    if quoted is None:
+        return
+    parts, bare = quoted
+    period = budget.period.value
+    delete = f"`costaware budget delete --scope {shlex.quote(str(budget.scope))} --period {period}`"
+    said = (
+        f"note: budget '{budget.label}' has {', '.join(parts)} in quotes, which are part of the tag and "
+        "match no task's tags, so it caps nothing: "
+    )
+    if f"{Scope.parse(bare)}/{period}" in labels:  # the budget meant exists beside it: its cap is kept
+        print(
+            f"{said}budget '{Scope.parse(bare)}/{period}' is the one without them; delete it ({delete})",
+            file=sys.stderr,
+        )
+        return
+    options = f"--cap-usd {plain(budget.cap_usd)}"
+    if budget.cap_gpu_hours is not None:
+        options += f" --cap-gpu-hours {plain(budget.cap_gpu_hours)}"
+    if budget.timezone != "UTC":
+        options += f" --timezone {budget.timezone}"
+    print(
+        f"{said}set it without them, then delete it "
+        f"(`costaware budget set --scope {shlex.quote(bare)} --period {period} {options}`, then {delete})",
+        file=sys.stderr,
+    )
 
 
 def budget_show(args: argparse.Namespace) -> int:
