@@ -1872,3 +1872,35 @@ def test_budget_list_flags_a_budget_set_in_quotes_with_how_to_replace_it(
         "project=b/day",
         "project=team-a/month",
     ]
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"])
+@pytest.mark.parametrize(
+    "command", [["budget", "list"], ["report"], ["budget", "show", "--scope", "project=x"]]
+)
+def test_a_command_that_reads_a_database_without_ledger_tables_says_so_and_makes_none(
+    backend: str,
+    command: list[str],
+    tmp_path: Path,
+    request: pytest.FixtureRequest,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # A mistyped database name (another team's, Airflow's own) got the ledger's tables from a command that
+    # only reads, which then reported "no budgets" or "no entries" as if it were the real ledger.
+    from services import fresh_postgres_database
+    from sqlalchemy import create_engine, inspect, text
+
+    if backend == "sqlite":
+        url = f"sqlite:///{tmp_path / 'other.db'}"
+        other = create_engine(url)
+        with other.begin() as conn:
+            conn.execute(text("CREATE TABLE other (id INTEGER)"))
+        other.dispose()
+    else:
+        url = fresh_postgres_database(request.getfixturevalue("postgres_url"), "not_a_ledger")
+    assert main(["--ledger-url", url, *command]) == 2
+    err = capsys.readouterr().err
+    assert " (the database has no costaware tables): check --ledger-url" in err, err
+    engine = create_engine(url)
+    assert [t for t in inspect(engine).get_table_names() if t.startswith("costaware")] == []
+    engine.dispose()

@@ -296,12 +296,14 @@ def open_ledger(
     ``read_only``: the command writes nothing, so Airflow's metadata database that cannot be read (where the
     workers' ledger connection may be kept) is a warning, not a refusal.
 
-    ``before_creating``: called where the SQLite file does not exist yet, before it is made; it raises where
-    the command cannot succeed on an empty ledger, so that a refused command creates nothing.
+    ``before_creating``: called where the SQLite file does not exist yet, or the database has no ledger's
+    tables, before they are made; it raises where the command cannot succeed on an empty ledger, so that a
+    refused command creates nothing.
 
     Raises:
-        CostawareError: ``reading`` and the SQLite file does not exist; not ``read_only`` and the metadata
-            database could not be read; what ``before_creating`` raises.
+        CostawareError: ``reading`` and the SQLite file does not exist, or the database has no ledger's
+            tables; not ``read_only`` and the metadata database could not be read; what ``before_creating``
+            raises.
     """
     from costaware.adapters.ledger.engine import missing_sqlite_file
     from costaware.adapters.ledger.store import Ledger
@@ -310,7 +312,23 @@ def open_ledger(
     # A blank --ledger-url (a script's unset variable) is refused by the parser: not the default ledger.
     url = getattr(args, "ledger_url", None) or default_ledger_url(read_only=read_only)
     missing = missing_sqlite_file(url)
-    if missing is not None and not reading and before_creating is not None:
+    if missing is None and (reading or before_creating is not None):
+        # A database that exists (PostgreSQL's, made by hand, or a SQLite file) is not made by opening it,
+        # but a ledger's tables are: a refused command left them there, and a command that reads made them
+        # and reported "nothing" from a database that was no ledger (a mistyped database name).
+        from costaware.adapters.ledger.engine import safe_url
+        from costaware.adapters.ledger.migrate import holds_ledger
+
+        unopened = Ledger.from_url(url, create=False)
+        if holds_ledger(unopened):
+            unopened.create_schema()
+            return unopened
+        unopened.dispose()
+        if reading:
+            missing = f"{safe_url(url)} (the database has no costaware tables)"
+        elif before_creating is not None:
+            before_creating()
+    elif missing is not None and not reading and before_creating is not None:
         before_creating()
     if missing is not None and not reading:
         # Said, so that a mistyped path (sqlite:///tmp/x.db under the current folder, for sqlite:////tmp/x.db)
@@ -334,17 +352,6 @@ def open_ledger(
             "keeps the costaware_ledger connection); a ledger is made by the first DAG run that records a "
             "cost or by `costaware budget set`"
         )
-    if missing is None and not reading and before_creating is not None:
-        # Another database (PostgreSQL) is not made by opening it, but its tables are: a refused command
-        # left a ledger's empty schema in a database that had none.
-        from costaware.adapters.ledger.migrate import holds_ledger
-
-        unopened = Ledger.from_url(url, create=False)
-        if not holds_ledger(unopened):
-            unopened.dispose()
-            before_creating()
-        unopened.create_schema()
-        return unopened
     return Ledger.from_url(url)
 
 

@@ -94,10 +94,14 @@ def _not_permitted(ledger: LedgerDatabase, url: str, revision: str | None, reaso
 def holds_ledger(ledger: LedgerDatabase) -> bool:
     """Whether the database has a ledger's tables yet (its budgets table): read, nothing created.
 
+    Read in the transaction opening the ledger takes, so that a database that cannot be reached, or was not
+    created, is said as opening it says it.
+
     Raises:
         LedgerUnavailableError: the database cannot be reached or read.
+        LedgerDatabaseMissingError: the PostgreSQL server has no database of the URL's name.
     """
-    with ledger.reading() as conn:
+    with ledger.transaction() as conn:
         return inspect(conn).has_table(schema.budgets.name)
 
 
