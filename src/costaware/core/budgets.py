@@ -77,7 +77,7 @@ def tag_problem(key: str, value: object) -> str | None:
 _QUOTE_MARKS = "'\"\u2018\u2019\u201c\u201d"
 
 
-def _quoted_in_scope(text: str) -> tuple[list[str], str] | None:
+def quoted_in_scope(text: str) -> tuple[list[str], str] | None:
     """The tag names and values of scope ``text`` in quotes, and the scope without them; None if none.
 
     ``project="churn"`` (a shell's or a YAML's quotes kept) names the value ``"churn"``, quotes included,
@@ -104,7 +104,7 @@ def quoted_scope_refusal(text: str, write: Callable[[str], str]) -> str | None:
         text: The scope as given.
         write: The scope without the quotes, as the caller takes it (``--scope project=churn``).
     """
-    quoted = _quoted_in_scope(text)
+    quoted = quoted_in_scope(text)
     if quoted is None:
         return None
     parts, bare = quoted
