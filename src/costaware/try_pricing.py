@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from costaware.core.errors import CostawareError, PriceNotFoundError
+from costaware.core.given import not_given
 from costaware.core.money import parse_usd
 from costaware.settings import option
 
@@ -24,14 +25,6 @@ COMPUTE_FIELDS = ("instance_type", "region", "market", "usd_per_hour")
 #: Operator attributes (or ``costaware_compute`` param keys) an on-premises task gives for its emissions,
 #: read by the utilization listener (``plugins/utilization.py``).
 CARBON_FIELDS = ("power_kw", "grid_zone")
-#: What a template of a param left blank renders ("None", or "null" through ``| tojson``): not given, as the
-#: operators read it. Kept, an in-worker try templated from an unset param was priced as type 'None' at $0.
-_NOT_GIVEN = (None, "", "None", "null")
-
-
-def not_given(value: object) -> bool:
-    """Whether a field's value gives nothing: None, blank, or what a template of an unset param renders."""
-    return value is None or (isinstance(value, str) and value.strip() in _NOT_GIVEN)
 
 
 def stripped(value: Any) -> Any:

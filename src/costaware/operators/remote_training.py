@@ -953,9 +953,10 @@ def cap_usd(value: Any) -> Decimal | None:
     Raises:
         ConfigurationError: not an amount, or not above $0 (no attempt could run).
     """
+    from costaware.core.given import not_given
     from costaware.core.money import parse_usd
 
-    if value is None or (isinstance(value, str) and value.strip() in ("", "None", "null")):
+    if not_given(value):
         return None
     amount = parse_usd(value, name="max_usd", allow_negative=True)
     if amount <= 0:

@@ -175,7 +175,8 @@ def carbon_overrides(task: Any) -> dict[str, Any]:
     ``[costaware] worker_grid_zone`` (the region's zone was used), "None" was read as a zone of that name, and
     a power_kw of "None" lost the try's estimate ("not a number of kW").
     """
-    from costaware.try_pricing import CARBON_FIELDS, PRICING_PARAM, not_given, stripped
+    from costaware.core.given import not_given
+    from costaware.try_pricing import CARBON_FIELDS, PRICING_PARAM, stripped
 
     try:
         param = (getattr(task, "params", None) or {}).get(PRICING_PARAM)
