@@ -223,8 +223,13 @@ def test_bad_arguments_fail_without_writing(
     assert ledger_conn.entries() == []
 
 
-# "None": what "{{ params.rate }}" renders with the param left blank; it failed the run ("not an amount").
-@pytest.mark.parametrize("usd_per_hour", [None, "None", "null"], ids=["not-given", "None", "null"])
+# "None": what "{{ params.rate }}" renders with the param left blank; it failed the run ("not an amount"), as
+# " " did, which the cost listener reads as not given too.
+@pytest.mark.parametrize(
+    "usd_per_hour",
+    [None, "None", "null", " ", "None "],
+    ids=["not-given", "None", "null", "space", "None-space"],
+)
 def test_miss_is_priced_from_the_catalog(
     flights_dir: Path, tmp_path: Path, ledger_conn: Ledger, usd_per_hour: str | None
 ) -> None:

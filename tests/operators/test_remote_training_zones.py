@@ -423,6 +423,16 @@ def test_zones_read_from_a_list_or_the_text_a_template_renders(value: object) ->
     assert parse_names("null", name="availability_zones") == ()  # | tojson of a param left blank
 
 
+@pytest.mark.parametrize("rendered", [" ", "None ", " null"])
+def test_zones_and_options_rendered_blank_with_spaces_are_not_given(rendered: str) -> None:
+    # "None " was the zone list ('None',), a zone of that name; " " was refused as an empty zone name and
+    # as backend_options that are no dict, where the rest of the plan reads them as not given.
+    from costaware.operators.remote_training_args import parse_mapping
+
+    assert parse_names(rendered, name="availability_zones") == ()
+    assert parse_mapping(rendered, name="backend_options") == {}
+
+
 def test_zones_that_are_no_list_are_refused_by_name() -> None:
     with pytest.raises(
         ConfigurationError, match=r"availability_zones '\[us-west-2a' is neither JSON nor a list"

@@ -196,6 +196,36 @@ def test_an_instance_type_no_price_source_knows_fails_before_any_training(
     )["version"]
 
 
+@pytest.mark.parametrize("rendered", [" ", "None ", " null"])
+def test_a_rate_and_market_rendered_blank_are_checked_as_the_bill_reads_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, rendered: str
+) -> None:
+    # The bill (try_pricing) read a rendered " " as not given, priced from the catalog, but the check before
+    # training refused it as "usd_per_hour ' ' is no number of USD" (and a market " " as no market).
+    from costaware.try_pricing import compute_of
+
+    _day(tmp_path / "landing", 1)
+    monkeypatch.setenv("COSTAWARE_LEDGER_URL", f"sqlite:///{tmp_path / 'ledger.db'}")
+    templated = {"usd_per_hour": "{{ params.rate }}", "market": "{{ params.market }}"}
+    op = _operator(tmp_path, 1, instance_type="m5.large", region="us-east-1", **templated)
+    op.usd_per_hour = op.market = rendered  # as rendered
+    assert compute_of(op) == {
+        "instance_type": "m5.large",
+        "region": "us-east-1",
+        "market": "on_demand",
+        "usd_per_hour": None,
+    }
+    result = op.execute(_context())
+    assert ModelStore.open(str(tmp_path / "models")).get(result["version"]).cost_usd is None
+    # What the bill cannot price is what the check names: the type, not the blank rate.
+    misspelt = _operator(tmp_path, 1, instance_type="m5.larg", region="us-east-1", **templated)
+    misspelt.usd_per_hour = misspelt.market = rendered
+    with pytest.raises(AirflowFailException, match=r"'m5\.larg'.*did you mean m5\.large"):
+        misspelt.execute(_context("r2"))
+    # Written out, as when parsed.
+    assert _operator(tmp_path, 1, usd_per_hour=rendered, market=rendered).usd_per_hour == rendered
+
+
 def test_a_local_try_on_a_type_of_the_teams_own_is_not_priced_before_training(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -89,6 +89,25 @@ def test_arguments_win_over_the_decision_and_templates_rendered_empty_do_not() -
     assert plan.backend_options == {}  # the local backend needs no AWS connection
 
 
+@pytest.mark.parametrize("rendered", [" ", "None ", " null"])
+@pytest.mark.parametrize(
+    "field",
+    ["market", "instance_type", "region", "spot_usd_per_hour", "on_demand_usd_per_hour", "image", "deadline"],
+)
+def test_an_argument_rendered_blank_with_spaces_falls_back_to_the_decision(field: str, rendered: str) -> None:
+    # A rendered " " or "None " was read as given: a price or market " " failed the task, a region " " was
+    # another job than the window's, an image " " was submitted. The bill reads all of them as not given.
+    start = plan_of(PlanArguments(**{field: rendered}))
+    plan = start.plan
+    assert (plan.first_market, plan.instance_type, plan.region, plan.image) == (
+        "spot",
+        "m5.2xlarge",
+        "us-west-2",
+        None,
+    )
+    assert (plan.on_demand_usd_per_hour, start.spot_usd_per_hour, plan.deadline) == ("0.96", "0.31", DEADLINE)
+
+
 def test_an_on_demand_start_the_spot_window_chose_says_why() -> None:
     # The window's reason goes to attempt 1's ledger note; a market given, or the default, is no choice.
     said = {**DECISION, "market": "on_demand", "reason": "spot price 0.45 above your maximum 0.40"}

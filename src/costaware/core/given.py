@@ -23,6 +23,6 @@ def not_given(value: object) -> bool:
     return value is None or (isinstance(value, str) and value.strip() in UNSET_TEXTS)
 
 
-def blank(value: _Value) -> _Value | None:
+def blank(value: _Value | None) -> _Value | None:
     """``value`` as given (not stripped), or None where it is not given (see :func:`not_given`)."""
     return None if not_given(value) else value

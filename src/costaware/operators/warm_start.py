@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseOperator
 
+from costaware.core.given import blank
 from costaware.core.ledger import Market
 from costaware.glue import (
     DEFAULT_AWS_CONN_ID,
@@ -17,7 +18,6 @@ from costaware.glue import (
 )
 from costaware.operators.templating import is_literal
 from costaware.operators.training_args import TRAINING_TEMPLATE_FIELDS, BuiltInTrainingArguments
-from costaware.training.plan import blank
 
 if TYPE_CHECKING:
     from airflow.sdk import Context

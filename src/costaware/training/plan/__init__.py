@@ -11,12 +11,12 @@ importable from here.
 
 from __future__ import annotations
 
+from costaware.core.given import blank
 from costaware.training.plan.arguments import (
     AWS_BACKENDS,
     PlanArguments,
     Start,
     billing_plan,
-    blank,
     job_seconds_left,
     make_plan,
     positive_hours,

@@ -14,6 +14,7 @@ from typing import Any
 from costaware.core.carbon import Objective
 from costaware.core.checkpoint_interval import is_auto
 from costaware.core.errors import ConfigurationError
+from costaware.core.given import blank
 from costaware.core.money import parse_usd
 from costaware.core.series import parse_instant
 from costaware.core.spot_decision import SpotDecision
@@ -29,14 +30,6 @@ from costaware.training.plan.remote_plan import (
 
 #: Backends whose jobs run on AWS and reach it through the task's AWS connection.
 AWS_BACKENDS = ("sagemaker", "batch")
-
-
-def blank(value: Any) -> Any:
-    """``value``, or None when a template rendered it empty: ``""``, ``"None"``, or ``"null"``.
-
-    ``"null"`` is what ``| tojson`` renders of a param left blank; kept, it became a zone named "null".
-    """
-    return None if value in (None, "", "None", "null") else value
 
 
 def positive_hours(value: Any, *, name: str, why: str) -> Decimal:
