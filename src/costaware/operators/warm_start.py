@@ -142,15 +142,12 @@ class WarmStartRetrainOperator(BuiltInTrainingArguments, BaseOperator):
         # this task's runtime on it. None: the worker defaults.
         self.instance_type = instance_type
         self.region = region
-        if blank(market) is not None and is_literal(market):
-            Market.parse(str(market))  # a typo was priced at the worker's market, with only a logged error
         self.market = market
         self.drift_columns = None if drift_columns is None else list(drift_columns)
-        if blank(usd_per_hour) is not None and is_literal(usd_per_hour):
-            from costaware.core.money import parse_usd
-
-            # -1 passed the parse: the cost listener then ignored it with a warning and priced the catalog's.
-            parse_usd(usd_per_hour, name=f"{type(self).__name__} {self.task_id!r}: usd_per_hour")
+        self._check_own_compute(  # written out: when parsed; a template once rendered, in execute
+            market=market if is_literal(market) else None,
+            usd_per_hour=usd_per_hour if is_literal(usd_per_hour) else None,
+        )
         self.usd_per_hour = usd_per_hour
         self.aws_conn_id = aws_conn_id
         self._checkpointer: Checkpointer | None = None
@@ -165,8 +162,7 @@ class WarmStartRetrainOperator(BuiltInTrainingArguments, BaseOperator):
 
         facts = run_identity(context, self.task_id)
         with airflow_errors():
-            if blank(self.market) is not None:
-                Market.parse(str(self.market))  # rendered: checked before the training is paid for
+            self._check_own_compute(market=self.market, usd_per_hour=self.usd_per_hour)
             self._check_priced()
             spec = self.training_spec()
             job = spec.retrain_job(
@@ -203,13 +199,9 @@ class WarmStartRetrainOperator(BuiltInTrainingArguments, BaseOperator):
         name of theirs like 'dgx-box-1') is skipped, as the listener prices none from the catalog.
         """
         from costaware.core.errors import ConfigurationError, PriceNotFoundError
-        from costaware.core.money import parse_usd
         from costaware.glue import ledger_conn_id_of
         from costaware.try_pricing import PRICING_PARAM, charge_of, compute_of
 
-        if blank(self.usd_per_hour) is not None:
-            # As rendered: a rate that is no amount is named, not hidden behind the catalog's price.
-            parse_usd(self.usd_per_hour, name=f"{type(self).__name__} {self.task_id!r}: usd_per_hour")
         compute = compute_of(self)
         try:
             # The task's own market was checked in execute, a bad worker_market reads as on_demand: only the
@@ -226,6 +218,20 @@ class WarmStartRetrainOperator(BuiltInTrainingArguments, BaseOperator):
                 f"task {self.task_id!r} on {compute['instance_type']!r} in {compute['region']!r} "
                 f"({compute['market']}) cannot be priced, so its cost would be recorded at $0: {e}"
             ) from e
+
+    def _check_own_compute(self, *, market: Any, usd_per_hour: Any) -> None:
+        """Refuse a given ``market`` or ``usd_per_hour`` that is none, naming it, before training is paid for.
+
+        The cost listener reads such a value with only a logged error: a misspelt market priced the try on
+        the worker's market; a rate that is no amount of $0 or more (-1 passed the parse) was ignored, and the
+        catalog's price billed.
+        """
+        from costaware.core.money import parse_usd
+
+        if blank(market) is not None:
+            Market.parse(str(market))
+        if blank(usd_per_hour) is not None:
+            parse_usd(usd_per_hour, name=f"{type(self).__name__} {self.task_id!r}: usd_per_hour")
 
     def on_kill(self) -> None:
         """Airflow's SIGTERM path: ask the training to checkpoint and stop after the current step."""
