@@ -186,7 +186,7 @@ def _section_lines() -> tuple[list[str], list[str]]:
         for name, where in sorted(_set_options().items())
         if name not in OPTIONS
     ]
-    market, market_problem = _worker_market()
+    market, market_problem = worker_market(_read("worker_market", OPTIONS["worker_market"].default))
     problems.extend(market_problem)
     if market == "spot":
         return [*problems, *_unpriced_worker_lines(spot=True)], []
@@ -230,13 +230,17 @@ def unpriced_worker_compute() -> list[str]:
     return _section_lines()[1]
 
 
-def _worker_market() -> tuple[str, list[str]]:
-    """The workers' market as a try is priced on it, and the problem of one that is no market (on-demand)."""
+def worker_market(raw: str) -> tuple[str, list[str]]:
+    """The workers' market (``raw``: the option's text) as a try is priced on it, and a bad one's problem.
+
+    One that is no market ('spto') is read as on-demand, not refused: else every try priced on the worker
+    would fail to be recorded at all.
+    """
     from costaware.core.errors import ConfigurationError
     from costaware.core.ledger import Market
 
     try:
-        return Market.parse(_read("worker_market", OPTIONS["worker_market"].default)).value, []
+        return Market.parse(raw).value, []
     except ConfigurationError as e:
         return Market.ON_DEMAND.value, [
             f"[costaware] worker_market: {e}. Set it ({env_name('worker_market')}) to the market the workers "

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from costaware.core.errors import CostawareError, PriceNotFoundError
 from costaware.core.given import not_given
 from costaware.core.money import parse_usd
-from costaware.settings import option
+from costaware.settings import option, worker_market
 
 if TYPE_CHECKING:
     from costaware.core.pricing import ComputeCharge
@@ -93,18 +93,11 @@ def compute_of(task: Any) -> dict[str, Any]:
 
 
 def _worker_market() -> str:
-    """``[costaware] worker_market``; a value that is no market ('spto') is said and read as on-demand.
-
-    Else every try priced on the worker would fail to be recorded at all.
-    """
-    from costaware.core.ledger import Market
-
-    raw = option("worker_market")
-    try:
-        return Market.parse(raw).value
-    except CostawareError as e:
-        log.error("costaware: [costaware] worker_market: %s; tries on the worker are priced on-demand", e)
-        return "on_demand"
+    """``[costaware] worker_market``; a value that is no market ('spto') is said with each try it prices."""
+    market, problems = worker_market(option("worker_market"))
+    for problem in problems:
+        log.error("costaware: %s", problem)
+    return market
 
 
 def charge_of(
