@@ -142,6 +142,20 @@ def test_a_tag_value_never_set_is_refused_naming_the_tag(value: object) -> None:
     assert Scope.of({"project": "None-such"}) == Scope.parse("project=None-such")  # only the bare word
 
 
+@pytest.mark.parametrize("value", ["null", " null "])
+def test_a_tag_value_a_tojson_template_of_an_unset_param_renders_is_refused(value: str) -> None:
+    # "{{ params.project | tojson }}" of an unset param renders null: it became the tag project=null, where
+    # the rest of costaware reads it as not given.
+    message = r"tag 'project' has value .*null.*, which says it was never set .*: give it a value"
+    with pytest.raises(InvalidBudgetError, match=message):
+        Scope.given(f"team=ml,project={value}")
+    with pytest.raises(InvalidBudgetError, match=message):
+        Budget.create(f"team=ml,project={value}", "month", "5")
+    kept, dropped = valid_tags({"team": "ml", "project": value})
+    assert kept == {"team": "ml"} and list(dropped) == ["project"]
+    assert Scope.of({"project": "nullable"}) == Scope.parse("project=nullable")  # only the bare word
+
+
 @pytest.mark.parametrize(
     ("cap", "period", "tz", "message"),
     [

@@ -59,6 +59,8 @@ def test_tags_from_dag_tags_and_params() -> None:
     }
     # "None" is what a template of an unset param renders: skipped as a blank, so the DAG's own project stays
     assert tags_for(dag, {"project": "None", "owner": "None"}) == {"team": "ml", "project": "churn"}
+    # And "null", what | tojson renders of it: it was the project 'null'.
+    assert tags_for(dag, {"project": "null", "owner": " null "}) == {"team": "ml", "project": "churn"}
 
 
 def test_success_is_priced_on_the_declared_instance(ledger_env: Ledger) -> None:

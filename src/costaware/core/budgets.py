@@ -15,6 +15,7 @@ from typing import Protocol
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from costaware.core.errors import BudgetExceededError, ConfigurationError, InvalidBudgetError
+from costaware.core.given import not_given
 from costaware.core.money import MICRO_USD, format_usd_exact, parse_gpu_hours, parse_usd
 from costaware.core.windows import zone_name_hint
 
@@ -38,8 +39,11 @@ _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
 def is_unset(value: object) -> bool:
-    """Whether a tag value is None, or the text ``None`` that a template of an unset value renders to."""
-    return value is None or (isinstance(value, str) and value.strip() == "None")
+    """Whether a tag value says it was never set, by the rule every argument is read by (``core.given``).
+
+    ``null`` too: what ``| tojson`` renders of an unset param became the tag project=null.
+    """
+    return not_given(value)
 
 
 def unset_problem(key: str, value: object) -> str | None:
@@ -52,7 +56,7 @@ def unset_problem(key: str, value: object) -> str | None:
         # str(None) would have made a real tag of it, "project=None", as would a template of an unset param.
         return (
             f"tag {key!r} has value {value!r}, which says it was never set (a template of an unset param "
-            "renders 'None'): give it a value, or leave the tag out"
+            "renders 'None', or 'null' through | tojson): give it a value, or leave the tag out"
         )
     return None
 
