@@ -3,6 +3,7 @@ from __future__ import annotations
 import logging
 import os
 import signal
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -93,6 +94,19 @@ def test_a_price_template_of_an_unset_param_trains_without_a_cost(tmp_path: Path
     op.usd_per_hour = unset  # as rendered
     result = op.execute(_context("r1"))
     assert ModelStore.open(str(tmp_path / "models")).get(result["version"]).cost_usd is None
+
+
+@pytest.mark.parametrize("free", [0, "0", 0.0])
+def test_a_rate_of_zero_is_a_cost_of_zero_not_an_unknown_one(tmp_path: Path, free: object) -> None:
+    # usd_per_hour=0 (the team's own box) was dropped as "not given" by an `or None`, so the model version's
+    # cost was unknown, while "0" gave $0 and the cost listener billed the try at $0/hour.
+    from costaware.try_pricing import compute_of
+
+    _day(tmp_path / "landing", 1)
+    op = _operator(tmp_path, 1, usd_per_hour=free)
+    assert compute_of(op)["usd_per_hour"] == 0  # as the try is billed
+    cost = ModelStore.open(str(tmp_path / "models")).get(op.execute(_context("r1"))["version"]).cost_usd
+    assert cost is not None and Decimal(cost) == 0
 
 
 def test_force_full_and_drift_trigger_full_retrains(tmp_path: Path) -> None:

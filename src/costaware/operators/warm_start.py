@@ -171,7 +171,7 @@ class WarmStartRetrainOperator(BuiltInTrainingArguments, BaseOperator):
                 ),
                 run=facts,
                 storage_options=storage_options(self.aws_conn_id),
-                usd_per_hour=blank(self.usd_per_hour) or None,  # "None": a template of an unset param
+                usd_per_hour=blank(self.usd_per_hour),  # "None": a template of an unset param
                 drift_columns=self.drift_columns,
             )
             result = run_retrain(job, on_checkpointer=self._remember)
