@@ -75,3 +75,18 @@ def test_a_fresh_virtualenv_installs_only_the_runtime(tmp_path: Path) -> None:
     package_kb = folder_mb(next(env_dir.glob("lib/python*/site-packages/costaware_runtime"))) * 1000
     print(f"\nfresh venv with costaware-runtime: {size_mb:.1f} MB (the package itself: {package_kb:.0f} kB)")
     assert size_mb < 0.1 * PROVIDER_INSTALL_MB
+
+
+def test_the_provider_requires_the_runtime_version_it_ships_with() -> None:
+    """The provider imports the runtime's newest code (``check_writes`` came in 0.1.6): a lower floor lets an
+    upgrade keep an older runtime, and every remote-training DAG then fails to import."""
+    import costaware_runtime
+    import tomllib
+
+    root = Path(__file__).resolve().parents[2]
+    requirements = tomllib.loads((root / "pyproject.toml").read_text())["project"]["dependencies"]
+    runtime = next(line for line in requirements if line.startswith("costaware-runtime"))
+    assert f">={costaware_runtime.__version__}," in runtime, (
+        f"pyproject.toml requires {runtime!r}, but the runtime in this repository is "
+        f"{costaware_runtime.__version__}: raise the floor to it"
+    )
