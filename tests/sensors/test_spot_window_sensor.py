@@ -648,28 +648,104 @@ def test_a_deadline_in_the_past_is_said_out_loud(
     assert "is already past" in out and "give a later deadline" in out and "the deadline argument" in out
 
 
-@pytest.mark.parametrize("run_type", [DagRunType.SCHEDULED, DagRunType.BACKFILL, "scheduled"])
+def scheduled_run_context(
+    timetable: Any, *, catchup: bool, run_type: DagRunType = DagRunType.SCHEDULED
+) -> dict[str, Any]:
+    """The context of the first run ``timetable`` schedules from three days ago, its dag_run as the SDK's.
+
+    ``catchup=False``: the run due now, started on time; ``catchup=True``: the oldest of the past runs.
+    """
+    import pendulum
+    from airflow.sdk.api.datamodels._generated import DagRun, DagRunState
+    from airflow.timetables.base import TimeRestriction
+
+    earliest = pendulum.instance(now() - timedelta(days=3))
+    info = timetable.next_dagrun_info(
+        last_automated_data_interval=None,
+        restriction=TimeRestriction(earliest=earliest, latest=None, catchup=catchup),
+    )
+    interval = info.data_interval
+    dag_run = DagRun(
+        dag_id="spot_window_test",
+        run_id=f"{run_type.value}__{info.run_after.isoformat()}",
+        logical_date=info.logical_date,
+        data_interval_start=interval.start,
+        data_interval_end=interval.end,
+        run_after=info.run_after,
+        start_date=now(),
+        end_date=None,
+        run_type=run_type,
+        state=DagRunState.RUNNING,
+        consumed_asset_events=[],
+        partition_key=None,
+    )
+    return context(dag_run=dag_run, data_interval_start=interval.start, data_interval_end=interval.end)
+
+
+@pytest.mark.parametrize("run_type", [DagRunType.SCHEDULED, DagRunType.BACKFILL])
 def test_a_catch_up_run_of_a_past_window_goes_on_demand_as_a_logged_decision_not_a_warning(
-    tmp_path: Path, ledger_env: Ledger, capsys: pytest.CaptureFixture[str], run_type: object
+    tmp_path: Path, ledger_env: Ledger, capsys: pytest.CaptureFixture[str], run_type: DagRunType
 ) -> None:
-    from types import SimpleNamespace
+    from costaware.timetables import OffPeakTimetable
 
     # catchup=True (or a backfill) runs every past window: its deadline, the window's end, is past as a rule.
     # It was warned as if the deadline were wrong, with a remedy for manual runs ("a logical date inside or
     # before its window") that a catch-up run cannot follow.
     prices = tmp_path / "prices.csv"
     write_history(prices, current="0.10")
-    window_end = now() - timedelta(days=2)
-    ctx = context(
-        dag_run=SimpleNamespace(run_type=run_type),
-        data_interval_start=window_end - timedelta(hours=8),
-        data_interval_end=window_end,
-    )
+    ctx = scheduled_run_context(OffPeakTimetable(windows=["22:00-06:00"]), catchup=True, run_type=run_type)
+    window_end = ctx["data_interval_end"]
+    assert window_end < now()
     result = make_sensor(prices=str(prices)).execute(ctx)
     assert result["market"] == "on_demand" and result["deadline"] == window_end.isoformat()
     out = capsys.readouterr().out
     assert f"a catch-up run: its data interval ended at {window_end.isoformat()}" in out
     assert "already past" not in out and "WARNING" not in out
+
+
+@pytest.mark.parametrize("catchup", [False, True], ids=["on-time", "catch-up"])
+@pytest.mark.parametrize("timetable", ["CronTriggerTimetable", "CronDataIntervalTimetable"])
+def test_a_cron_scheduled_run_is_no_catch_up_and_is_told_to_give_a_deadline(
+    tmp_path: Path, ledger_env: Ledger, capsys: pytest.CaptureFixture[str], timetable: str, catchup: bool
+) -> None:
+    from airflow.timetables.interval import CronDataIntervalTimetable
+    from airflow.timetables.trigger import CronTriggerTimetable
+
+    # A cron timetable starts each run when its data interval ends: every run, on time too, had that end
+    # just past and was logged as "a catch-up run" (INFO), its remedy (catchup=False) of no use, and paid
+    # on-demand every night with no warning. The deadline is what to give.
+    cron: dict[str, Any] = {
+        "CronTriggerTimetable": CronTriggerTimetable,
+        "CronDataIntervalTimetable": CronDataIntervalTimetable,
+    }
+    prices = tmp_path / "prices.csv"
+    write_history(prices, current="0.10")
+    ctx = scheduled_run_context(cron[timetable]("*/5 * * * *", timezone="UTC"), catchup=catchup)
+    assert ctx["dag_run"].run_after == ctx["data_interval_end"] <= now()
+    result = make_sensor(prices=str(prices)).execute(ctx)
+    assert result["market"] == "on_demand"
+    out = capsys.readouterr().out
+    assert "catch-up" not in out
+    assert f"the deadline {result['deadline']} (the end of the run's data interval) is already past" in out
+    assert "give the sensor a deadline after the run starts" in out and "OffPeakTimetable" in out
+    assert "logical date" not in out  # a manual run's remedy: a scheduled run has no logical date to pick
+
+
+def test_a_catch_up_run_given_a_deadline_argument_already_past_is_warned(
+    tmp_path: Path, ledger_env: Ledger, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from costaware.timetables import OffPeakTimetable
+
+    # The deadline argument was chosen for the run, and it is past: said as a warning, with what to change.
+    prices = tmp_path / "prices.csv"
+    write_history(prices, current="0.10")
+    ctx = scheduled_run_context(OffPeakTimetable(windows=["22:00-06:00"]), catchup=True)
+    past = (now() - timedelta(hours=1)).isoformat()
+    result = make_sensor(prices=str(prices), deadline=past).execute(ctx)
+    assert result["market"] == "on_demand"
+    out = capsys.readouterr().out
+    assert f"the deadline {past} (the deadline argument) is already past" in out
+    assert "give a later deadline" in out and "catch-up" not in out
 
 
 def test_a_manual_run_given_a_past_window_is_still_warned(

@@ -312,7 +312,8 @@ class SpotWindowSensor(BaseSensorOperator):
                 not_before.isoformat(),
             )
             not_before = None
-        caught_up_window = _caught_up_window(context, now)
+        # A deadline argument already past was chosen for this run: its warning says to give a later one.
+        caught_up_window = None if given_deadline else _caught_up_window(context, now)
         if deadline <= now and caught_up_window is not None:
             # A catch-up or backfill run: its window is over, so a deadline counted from it is past as a
             # rule, not by mistake. It still trains, at once, on the market that cannot be interrupted: a
@@ -325,22 +326,13 @@ class SpotWindowSensor(BaseSensorOperator):
                 deadline.isoformat(),
             )
         elif deadline <= now + timedelta(hours=float(runtime)):
-            source, remedy = (
-                ("the deadline argument", "give a later deadline (in the trigger form where the DAG has one)")
-                if given_deadline
-                else (
-                    "the end of the run's data interval",
-                    "set the sensor's deadline (e.g. from a trigger-form param)",
-                )
-            )
             self.log.warning(
                 "the deadline %s (%s) is %s: no time is left to wait for spot or absorb an interruption, "
-                "so on-demand starts now. To let this run use spot, %s, or trigger it with a logical date "
-                "inside or before its window.",
+                "so on-demand starts now. To let this run use spot, %s.",
                 deadline.isoformat(),
-                source,
+                "the deadline argument" if given_deadline else "the end of the run's data interval",
                 "already past" if deadline <= now else "less than the expected runtime away",
-                remedy,
+                _late_deadline_remedy(given_deadline=given_deadline, run_type=_run_type(context)),
             )
         # A template of an unset param renders "None" (or "null" with tojson): unset, as for the deadline.
         if blank(self.on_demand_usd_per_hour) is not None:
@@ -577,18 +569,49 @@ def _objective(plan: dict[str, Any]) -> Objective:
     return Objective(plan.get("objective") or "cost", float(plan.get("carbon_usd_per_tonne") or 0.0))
 
 
+def _run_type(context: Context) -> str:
+    """The run's type as text (``"scheduled"``, ``"backfill"``, ``"manual"``, ...), empty when unknown."""
+    run_type = getattr(context.get("dag_run"), "run_type", None)
+    # The task SDK's DagRunType is a str Enum whose str() is "DagRunType.SCHEDULED": its value is compared.
+    return str(getattr(run_type, "value", run_type) or "")
+
+
+def _late_deadline_remedy(*, given_deadline: bool, run_type: str) -> str:
+    """What lets a run whose deadline is past, or too near, use spot, for where its deadline came from."""
+    if given_deadline:
+        return (
+            "give a later deadline (in the trigger form where the DAG has one), or trigger it with a logical "
+            "date inside or before its window"
+        )
+    if run_type in ("scheduled", "backfill"):
+        # Not a catch-up (_caught_up_window): the timetable starts each run when its data interval ends.
+        return (
+            "give the sensor a deadline after the run starts (the DAG's schedule ends each run's data "
+            'interval when the run starts), e.g. deadline="{{ (data_interval_end + macros.timedelta(hours=6))'
+            '.isoformat() }}", or schedule the DAG with OffPeakTimetable, whose data interval is the window'
+        )
+    return (
+        "set the sensor's deadline (e.g. from a trigger-form param), or trigger it with a logical date "
+        "inside or before its window"
+    )
+
+
 def _caught_up_window(context: Context, now: datetime) -> datetime | None:
     """The end of a scheduled or backfill run's window that is over by ``now`` (the run catches up), or None.
 
-    A manual run is left out: one given a logical date in a past window more likely chose the wrong date.
+    Only a timetable that starts its runs inside their window (``OffPeakTimetable``: ``run_after`` is the
+    window's start, or its best hour) makes a window whose end is past a catch-up. A cron timetable
+    (``CronTriggerTimetable``, ``CronDataIntervalTimetable``) starts each run at its data interval's end, so
+    every run on time has that end just past: a deadline to give, not a catch-up. A manual run is left out
+    too: one given a logical date in a past window more likely chose the wrong date.
     """
-    run_type = getattr(context.get("dag_run"), "run_type", None)
-    # The task SDK's DagRunType is a str Enum whose str() is "DagRunType.SCHEDULED": its value is compared.
-    run_type = str(getattr(run_type, "value", run_type) or "")
     window_end = context.get("data_interval_end")
-    if run_type not in ("scheduled", "backfill") or window_end is None:
+    run_after = getattr(context.get("dag_run"), "run_after", None)
+    if _run_type(context) not in ("scheduled", "backfill") or window_end is None or run_after is None:
         return None
     end = parse_instant(window_end, name="data_interval_end")
+    if parse_instant(run_after, name="run_after") >= end:
+        return None
     return end if end <= now else None
 
 
