@@ -422,6 +422,47 @@ def test_constructor_rejects_bad_static_arguments() -> None:
 
 
 @pytest.mark.parametrize(
+    ("arguments", "said"),
+    [
+        # Finite as Decimals, infinite or past a timedelta as the run counts them: they passed the parse and
+        # failed the run, naming inf (restart_overhead_minutes) or with a bare OverflowError (history_days).
+        (
+            {"restart_overhead_minutes": "1e400"},
+            "restart_overhead_minutes must be a number of minutes from 0 to 5256000 (ten years), got '1e400'"
+            ": write the minutes a restart takes, e.g. 10",
+        ),
+        (
+            {"restart_overhead_minutes": 5_256_001},
+            "restart_overhead_minutes must be a number of minutes from 0 to 5256000 (ten years), got 5256001"
+            ": write the minutes a restart takes, e.g. 10",
+        ),
+        (
+            {"history_days": "1e400"},
+            "history_days must be 7 or more (one week of prices) and at most 3650 (ten years), a whole "
+            "number of days, got '1e400'",
+        ),
+        (
+            {"history_days": 3651},
+            "history_days must be 7 or more (one week of prices) and at most 3650 (ten years), a whole "
+            "number of days, got 3651",
+        ),
+        ({"history_days": "inf"}, "history_days must be a finite number of days, got 'inf'"),
+    ],
+)
+def test_a_number_the_run_cannot_count_with_is_refused_when_the_dag_is_parsed(
+    arguments: dict[str, Any], said: str
+) -> None:
+    with pytest.raises(ConfigurationError) as raised:
+        make_sensor(**arguments)
+    assert str(raised.value) == said
+
+
+def test_the_largest_numbers_allowed_are_taken() -> None:
+    sensor = make_sensor(restart_overhead_minutes="5256000", history_days=3650)
+    assert (sensor.restart_overhead_minutes, sensor.history_days) == (5_256_000.0, 3650)
+
+
+@pytest.mark.parametrize(
     ("argument", "unit"), [("restart_overhead_minutes", "minutes >= 0"), ("history_days", "days")]
 )
 def test_a_template_in_an_argument_that_is_not_templated_says_so(argument: str, unit: str) -> None:

@@ -113,6 +113,8 @@ def _finite_at_least_0(value: object, name: str, unit: str) -> Decimal:
 
 
 _MOST = {"hours": Decimal(87_600), "minutes": Decimal(87_600 * 60)}
+#: The longest restart overhead a latest start is counted with (ten years); the sensor refuses more at parse.
+MOST_RESTART_OVERHEAD_MINUTES = _MOST["minutes"]
 
 
 def forecast_min(

@@ -32,6 +32,7 @@ from costaware.core.errors import ConfigurationError
 from costaware.core.ledger import utcnow
 from costaware.core.series import parse_instant
 from costaware.core.spot_window import (
+    MOST_RESTART_OVERHEAD_MINUTES,
     Observation,
     SpotDecision,
     check_priority,
@@ -56,6 +57,10 @@ if TYPE_CHECKING:
     from costaware.hooks.ledger import CostLedgerHook
 
 
+#: The most days of price history the forecast reads (ten years, as the core's longest durations).
+_MOST_HISTORY_DAYS = 3650
+
+
 class SpotWindowSensor(BaseSensorOperator):
     """Waits for a good spot start; falls back to on-demand when waiting longer would miss the deadline.
 
@@ -78,8 +83,8 @@ class SpotWindowSensor(BaseSensorOperator):
         earliest_start: Nothing starts before this; default the run's ``data_interval_start`` (templated).
         target_usd_per_hour: Start on spot at once at or below this price (templated).
         on_demand_usd_per_hour: On-demand price; default the bundled AWS price list (templated).
-        restart_overhead_minutes: Time to (re)start training, kept free before the deadline.
-        history_days: Days of live price history for the forecast.
+        restart_overhead_minutes: Time to (re)start training, kept free before the deadline (0 to 5256000).
+        history_days: Days of live price history for the forecast (a whole 7 to 3650).
         aws_conn_id: Airflow AWS connection for live prices.
         cache_seconds: How long live price responses are reused.
         products: Spot product descriptions to keep (default Linux/UNIX).
@@ -167,11 +172,20 @@ class SpotWindowSensor(BaseSensorOperator):
             unit="minutes",
             read_at_parse=True,
         )
-        days = parse_decimal(history_days, name="history_days", unit="days", read_at_parse=True)
-        if days < 7 or days != int(days):
+        # Finite as a Decimal, "1e400" is infinite as the float the latest start is counted with: it passed
+        # the parse and failed the run naming inf. Refused here, as written, at the core's bound.
+        if overhead > MOST_RESTART_OVERHEAD_MINUTES:
             raise ConfigurationError(
-                f"history_days must be 7 or more (one week of prices), a whole number of days, "
-                f"got {history_days!r}"
+                "restart_overhead_minutes must be a number of minutes from 0 to "
+                f"{MOST_RESTART_OVERHEAD_MINUTES} (ten years), got {restart_overhead_minutes!r}: write the "
+                "minutes a restart takes, e.g. 10"
+            )
+        days = parse_decimal(history_days, name="history_days", unit="days", read_at_parse=True)
+        # "1e400" days overflowed the run's timedelta with a bare OverflowError.
+        if days < 7 or days > _MOST_HISTORY_DAYS or days != int(days):
+            raise ConfigurationError(
+                f"history_days must be 7 or more (one week of prices) and at most {_MOST_HISTORY_DAYS} (ten "
+                f"years), a whole number of days, got {history_days!r}"
             )
         _check_written(
             expected_runtime_hours=expected_runtime_hours,
