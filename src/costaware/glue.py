@@ -73,8 +73,6 @@ def parse_decimal(
 
 def _not_rendered(value: object, read_at_parse: bool) -> str:
     """Why a template in an argument read when the DAG is parsed failed as a number: it is never rendered."""
-    from costaware.operators.templating import is_template
-
     if read_at_parse and is_template(value):
         return " (it is not templated: it is read when the DAG is parsed; write the number)"
     return ""
@@ -259,9 +257,16 @@ def check_tags(tags: Mapping[str, str], *, owner: str) -> dict[str, str]:
     return dict(tags)
 
 
-def is_template(value: Any) -> bool:
-    """Whether ``value`` is Jinja text Airflow renders (``{{ ... }}``, ``{% ... %}``, ``{# ... #}``)."""
-    return isinstance(value, str) and any(mark in value for mark in ("{{", "{%", "{#"))
+#: What marks a string as a Jinja template: an expression, a statement or a comment (rendered away).
+JINJA_MARKERS = ("{{", "{%", "{#")
+
+
+def is_template(value: object) -> bool:
+    """Whether ``value`` is Jinja text Airflow renders (``{{ ... }}``, ``{% ... %}``, ``{# ... #}``).
+
+    The one test of it: operators, sensors, triggers, hooks and the CLI all ask here.
+    """
+    return isinstance(value, str) and any(mark in value for mark in JINJA_MARKERS)
 
 
 def ledger_conn_id_of(task: Any) -> str:

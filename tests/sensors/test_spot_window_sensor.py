@@ -475,6 +475,18 @@ def test_a_template_in_an_argument_that_is_not_templated_says_so(argument: str, 
     )
 
 
+def test_a_jinja_comment_makes_a_template_checked_once_rendered() -> None:
+    # Airflow renders "{# ... #}normal" to "normal"; it was checked as written when the DAG was parsed, and
+    # refused as an unknown priority.
+    sensor = make_sensor(priority="{# from the trigger form #}normal")
+    sensor.render_template_fields(context(params={}))
+    assert sensor.priority == "normal"
+    typo = make_sensor(priority="{# typo #}urgent")
+    typo.render_template_fields(context(params={}))
+    with pytest.raises(AirflowFailException, match="priority 'urgent' is unknown"):
+        typo.execute(context())
+
+
 def test_no_dags_folder_import_is_needed() -> None:
     assert SpotWindowSensor.__module__ == "costaware.sensors.spot_window"
     assert str(ROOT / "dags") not in [str(Path(p)) for p in sys.path if p]

@@ -18,16 +18,12 @@ from collections.abc import Mapping
 from decimal import Decimal
 from typing import Any
 
-#: What marks a string as a Jinja template (an expression or a statement).
-JINJA_MARKERS = ("{{", "{%")
+# One test of what is a template, glue's: a Jinja comment ("{# ... #}") is one too, rendered away.
+from costaware.glue import is_template as is_template
+
 _BOOLS = {"true": True, "false": False, "True": True, "False": False}
 #: The shape of a number literal (JSON's, or Python's with ``_``, ``0x``, ``.5``, ...); ``ast`` decides.
 _NUMBER = re.compile(r"[+-]?[0-9.][0-9a-zA-Z_.+-]*")
-
-
-def is_template(value: object) -> bool:
-    """Whether ``value`` is a string Airflow renders as a Jinja template."""
-    return isinstance(value, str) and any(marker in value for marker in JINJA_MARKERS)
 
 
 def is_literal(value: object) -> bool:
