@@ -138,6 +138,27 @@ def test_holder_makes_reserve_idempotent(any_ledger: Ledger) -> None:
     assert any_ledger.usage("project=churn")[0].reserved_usd == 6
 
 
+def test_a_reservation_replacing_its_holders_hold_frees_it_only_when_granted(any_ledger: Ledger) -> None:
+    # A trial slot's small hold for loading its study, then its trial's reservation in a wider scope.
+    any_ledger.set_budget("project=churn", "total", "10")
+    any_ledger.set_budget("project=churn,study=s", "total", "5")
+    early = any_ledger.reserve("project=churn", "1", holder="d/r/trial/0")
+    with pytest.raises(BudgetExceededError, match="study=s"):
+        any_ledger.reserve("project=churn,study=s", "6", holder="d/r/trial/0", replacing=early.id)
+    assert [r.id for r in any_ledger.open_reservations()] == [early.id]  # refused: still held
+    # Granted: it needs room for $9.50 where the $1 hold is counted no more ($10.50 with it).
+    any_ledger.set_budget("project=churn,study=s", "total", "10")
+    trial = any_ledger.reserve("project=churn,study=s", "9.5", holder="d/r/trial/0", replacing=early.id)
+    assert trial.id != early.id and [r.id for r in any_ledger.open_reservations()] == [trial.id]
+    assert {u.label: u.reserved_usd for u in any_ledger.usage("project=churn,study=s")} == {
+        "project=churn/total": Decimal("9.5"),
+        "project=churn,study=s/total": Decimal("9.5"),
+    }
+    with pytest.raises(ConfigurationError, match=r"held by 'd/r/trial/0', not 'd/r/trial/1'"):
+        any_ledger.reserve("project=churn", "0.1", holder="d/r/trial/1", replacing=trial.id)
+    assert [r.id for r in any_ledger.open_reservations()] == [trial.id]
+
+
 def test_a_hold_committed_while_a_reserve_waited_for_the_budgets_is_the_one(
     postgres_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:

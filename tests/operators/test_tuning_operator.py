@@ -10,10 +10,12 @@ import optuna
 import pytest
 from airflow.sdk import DAG
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
+from sqlalchemy import select
 
 from costaware import Ledger
+from costaware.adapters.ledger import schema
 from costaware.core.errors import ConfigurationError
-from costaware.core.ledger import Kind, LedgerEntry
+from costaware.core.ledger import Kind, LedgerEntry, reservation_holder
 from costaware.core.tuning import fall_adjusted_value
 from costaware.operators.tuning import (
     BudgetedTuningOperator,
@@ -865,3 +867,115 @@ def test_a_run_whose_study_was_never_made_names_the_task_that_failed_first(env: 
     assert "study s-manual__1: the plan task failed or did not run, so this run made no study" in said
     assert "see the log of 'prepare', the first to fail" in said
     assert "has not run or it failed" not in said
+
+
+def _slot_in_tagged_dag(slot: int = 0, **kwargs: Any) -> tuple[BudgetedTuningOperator, SimpleNamespace]:
+    """A trial task of a DAG tagged ``project:churn``: a refused slot's try is billed to those tags."""
+    with DAG(DAG_ID, schedule=None, tags=["project:churn"]):
+        op = BudgetedTuningOperator(
+            task_id="trial", study_name="s1", trainer=QuadraticTrainer, slot=slot, **kwargs
+        )
+    return op, _ti(op, map_index=slot)
+
+
+def _slow_study_store(monkeypatch: pytest.MonkeyPatch, ti: Any, seconds: float) -> None:
+    """Loading the study takes ``seconds`` more of the try, as a far study store does (no sleep)."""
+    import costaware.training.tuning as tuning
+
+    real = tuning.load_study
+
+    def slow(*args: Any, **kwargs: Any) -> Any:
+        listener._STARTS[listener._key(ti)] -= seconds  # the listener's measure of the try grows by it
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(tuning, "load_study", slow)
+
+
+def _spent_and_holds(env: Ledger, label: str) -> tuple[Decimal, Decimal]:
+    (usage,) = [u for u in env.usage("project=churn") if u.label == label]
+    return usage.spent_usd, usage.reserved_usd
+
+
+def test_a_refused_slots_slow_study_load_is_held_before_it_runs(
+    env: Ledger, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The slot's 600 s of loading the study, at the worker's $0.096/h, is $0.016: before any reservation.
+    # Refused by the study's budget ($0.07 for a trial of $0.04), the try was billed to the DAG's tags,
+    # and the project's budget of $0.02 (spent $0.01) was charged it with nothing held: $0.026 of $0.02.
+    env.set_budget("project=churn", "total", "0.02")
+    env.record(
+        LedgerEntry(
+            dag_id="other",
+            run_id="r",
+            task_id="t",
+            kind=Kind.STORAGE,
+            usd=Decimal("0.01"),
+            tags={"project": "churn"},
+        )
+    )
+    plan = _plan(max_usd="0.04", fallback_trial_seconds=5)
+    plan.execute({"ti": _ti(plan)})
+    op, ti = _slot_in_tagged_dag(study_load_seconds=600)
+    listener.cost_listener.on_task_instance_running(None, ti)
+    _slow_study_store(monkeypatch, ti, 600)
+    with pytest.raises(AirflowSkipException) as skipped:
+        op.execute({"ti": ti})
+    listener.cost_listener.on_task_instance_skipped(None, ti)
+    spent, held = _spent_and_holds(env, "project=churn/total")
+    assert spent <= Decimal("0.02") and held == 0
+    said = str(skipped.value)
+    assert "slot 0 runs no trial, its time before the trial's reservation cannot be held: budget " in said
+    assert "'project=churn/total (total)' has $0.01 left" in said and "study_load_seconds=600" in said
+    assert said.endswith(
+        "needs an estimated $0.016: raise the cap with `costaware budget set`, or lower study_load_seconds "
+        "if the study loads faster"
+    )
+
+
+def test_a_refused_slots_study_load_is_paid_from_the_hold_taken_before_it(
+    env: Ledger, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    env.set_budget("project=churn", "total", "0.05")
+    plan = _plan(max_usd="0.04", fallback_trial_seconds=5)  # a trial needs $0.07: refused by the study
+    plan.execute({"ti": _ti(plan)})
+    op, ti = _slot_in_tagged_dag(study_load_seconds=600)
+    listener.cost_listener.on_task_instance_running(None, ti)
+    _slow_study_store(monkeypatch, ti, 600)
+    with pytest.raises(AirflowSkipException, match=r"stopped \(budget\)"):
+        op.execute({"ti": ti})
+    listener.cost_listener.on_task_instance_skipped(None, ti)
+    assert env.open_reservations() == []
+    (entry,) = [e for e in env.entries() if e["task_id"] == "trial"]
+    usd = Decimal(str(entry["usd"]))
+    assert usd >= Decimal("0.016") and entry["reservation_id"] is not None  # paid from the slot's hold
+    spent, held = _spent_and_holds(env, "project=churn/total")
+    assert spent == usd <= Decimal("0.05") and held == 0
+
+
+def test_a_granted_trial_takes_the_place_of_the_slots_hold(env: Ledger) -> None:
+    env.set_budget("project=churn", "total", "1")
+    plan = _plan(max_usd="0.5", fallback_trial_seconds=5)
+    plan.execute({"ti": _ti(plan)})
+    op, ti = _slot_in_tagged_dag(study_load_seconds=60)
+    listener.cost_listener.on_task_instance_running(None, ti)
+    op.execute({"ti": ti})
+    listener.cost_listener.on_task_instance_success(None, ti)
+    assert env.open_reservations() == []
+    (entry,) = [e for e in env.entries() if e["task_id"] == "trial"]
+    reservation = env.latest_reservation(reservation_holder(DAG_ID, RUN_ID, "trial", 0))
+    assert reservation is not None and reservation.status == "settled"
+    assert entry["reservation_id"] == reservation.id and "study" in dict(reservation.scope.tags)
+    r = schema.reservations
+    with env.reading() as conn:
+        taken = [tuple(row) for row in conn.execute(select(r.c.scope, r.c.status).order_by(r.c.created_at))]
+    assert taken == [("project=churn", "released"), (str(reservation.scope), "settled")]  # replaced by it
+
+
+@pytest.mark.parametrize("seconds", [-1, float("nan"), "60", True, None])
+def test_a_study_load_bound_that_is_no_seconds_is_refused_as_the_dag_is_parsed(seconds: Any) -> None:
+    with pytest.raises(ConfigurationError, match=r"study_load_seconds must be a number of seconds >= 0, got"):
+        BudgetedTuningOperator(
+            task_id="trial", study_name="s1", trainer=QuadraticTrainer, study_load_seconds=seconds
+        )
+    with pytest.raises(ConfigurationError, match="study_load_seconds must be"):
+        budgeted_tuning(study_name="s1", trainer=QuadraticTrainer, study_load_seconds=seconds)

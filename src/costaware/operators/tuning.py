@@ -50,6 +50,9 @@ __all__ = [
     "budgeted_tuning",
 ]
 
+#: Seconds a trial slot is let take to load its study before its trial's reservation, held before it.
+DEFAULT_STUDY_LOAD_SECONDS = 60.0
+
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
@@ -282,6 +285,9 @@ class BudgetedTuningOperator(_StudyOperator):
             exactly a number or bool literal arrives as an ``int``, ``float`` or ``bool``; other strings
             stay strings.
         slot: The slot number (set by ``expand(slot=...)``).
+        study_load_seconds: Seconds the slot is let take before its trial's reservation (loading the study,
+            which the estimate needs), held with the try's time so far before the study is loaded, at the
+            worker's price, in every budget over the run's tags (60 s unless set).
         storage_url: Optuna storage URL (templated); None: the ledger's database.
         ledger_conn_id: Airflow connection of the cost ledger.
         **kwargs: ``BaseOperator`` arguments.
@@ -297,10 +303,12 @@ class BudgetedTuningOperator(_StudyOperator):
         trainer: Callable[..., Any] | str,
         trainer_kwargs: Mapping[str, Any] | str | None = None,
         slot: int = 0,
+        study_load_seconds: float = DEFAULT_STUDY_LOAD_SECONDS,
         **kwargs: Any,
     ) -> None:
         super().__init__(study_name=study_name, **kwargs)
         check_trial_trainer(trainer)
+        self.study_load_seconds = check_study_load_seconds(study_load_seconds)
         self.trainer = trainer
         self.trainer_kwargs = keyword_arguments(trainer_kwargs, "trainer_kwargs")
         self._trainer_kwargs_written = as_written(self.trainer_kwargs)
@@ -312,7 +320,13 @@ class BudgetedTuningOperator(_StudyOperator):
         from costaware.training.tuning import load_study, run_trial
 
         ti = context["ti"]
+        holder = reservation_holder(
+            ti.dag_id, ti.run_id, ti.task_id, -1 if ti.map_index is None else int(ti.map_index)
+        )
         with airflow_errors():
+            # Before the study is loaded (a far store takes minutes): a slot refused after it was billed
+            # that time with nothing held, past a project budget with little left.
+            slot_hold = self._hold_slot_time(ti, context, holder)
             trainer = resolve_trial_trainer(self.trainer)
             _, spec = load_study(self.study_storage(), str(self.study_name))
 
@@ -336,14 +350,13 @@ class BudgetedTuningOperator(_StudyOperator):
                 trainer_kwargs=native_rendered(
                     self._trainer_kwargs_written, rendered_keywords(self.trainer_kwargs, "trainer_kwargs")
                 ),
-                holder=reservation_holder(
-                    ti.dag_id, ti.run_id, ti.task_id, -1 if ti.map_index is None else int(ti.map_index)
-                ),
+                holder=holder,
                 slot=int(self.slot),
                 run_id=ti.run_id,
                 on_label=label,
                 keep_for_retry_seconds=retry_wait_seconds(self, int(ti.try_number), int(ti.max_tries)),
                 seconds_already_used=seconds_since_try_began(ti),
+                slot_hold=slot_hold,
             )
         if not result.ran:
             why = result.stop.value if result.stop is not None else "stopped"
@@ -351,6 +364,69 @@ class BudgetedTuningOperator(_StudyOperator):
         assert result.trial is not None
         self.log.info("trial %s %s: %s", result.trial.label, result.trial.params, result.trial.decision)
         return result.trial.to_json()
+
+    def _hold_slot_time(self, ti: Any, context: Context, holder: str) -> str | None:
+        """Hold the try's time so far plus ``study_load_seconds`` where a refused slot's bill would land.
+
+        Refused, the slot's try is billed by the cost listener to the run's tags on the worker's compute:
+        held here in every budget over those tags, priced as the listener prices it, before anything slow.
+
+        Returns:
+            The hold's id, or None where no budget counts the try or the worker's compute has no price.
+
+        Raises:
+            AirflowSkipException: a budget over the run's tags cannot hold even that time.
+        """
+        from costaware.core.budgets import RAISE_THE_CAP, RAISE_THE_CAP_ONLY, valid_tags
+        from costaware.core.errors import BudgetExceededError, CostawareError
+        from costaware.glue import tags_for
+        from costaware.training.tuning.reservations import hold_slot_time
+        from costaware.try_pricing import charge_of, compute_of
+
+        try:
+            dag = self.dag
+        except (AttributeError, RuntimeError):  # an operator run outside any DAG
+            dag = None
+        params = context.get("params") or getattr(self, "params", None) or {}
+        tags, _ = valid_tags(tags_for(dag, dict(params)))
+        began = seconds_since_try_began(ti)
+        seconds = began + self.study_load_seconds
+        compute = compute_of(self)
+        try:
+            charge = charge_of(compute, tags, self.ledger_conn_id, seconds=seconds)
+        except CostawareError as e:  # the listener records such a try at $0: nothing to hold
+            self.log.warning("the slot's time before its trial is not held: %s", e)
+            return None
+        rate = f"${charge.usd_per_hour}/h ({compute['instance_type']} {compute['market']}, the worker's)"
+        try:
+            held = hold_slot_time(
+                self.hook.get_conn(),
+                tags,
+                charge.usd,
+                holder=holder,
+                run_id=ti.run_id,
+                dag_id=ti.dag_id,
+                seconds=seconds,
+                purpose=(
+                    f"slot {self.slot} of study '{self.study_name}' before its trial's reservation (the "
+                    f"task's start, {began:.1f} s so far, and loading the study, study_load_seconds="
+                    f"{self.study_load_seconds:g}, at {rate})"
+                ),
+            )
+        except BudgetExceededError as e:
+            message = str(e)
+            # The longer first: a budget with nothing left is not told to lower the estimate.
+            todo = RAISE_THE_CAP if RAISE_THE_CAP in message else RAISE_THE_CAP_ONLY
+            lower = (
+                ""
+                if todo == RAISE_THE_CAP_ONLY
+                else ", or lower study_load_seconds if the study loads faster"
+            )
+            raise AirflowSkipException(
+                f"study {self.study_name}: slot {self.slot} runs no trial, its time before the trial's "
+                f"reservation cannot be held: {message.replace(todo, RAISE_THE_CAP_ONLY + lower)}"
+            ) from e
+        return None if held is None else held.id
 
 
 def seconds_since_try_began(ti: Any) -> float:
@@ -574,6 +650,7 @@ def budgeted_tuning(
     trial_retries: int = 1,
     max_active_trials: int | None = None,
     on_exceeded: str = "fail",
+    study_load_seconds: float = DEFAULT_STUDY_LOAD_SECONDS,
     **study: Any,
 ) -> TaskGroup:
     """A task group ``plan -> trial (mapped) -> summarize`` that runs one budget-capped study.
@@ -589,12 +666,14 @@ def budgeted_tuning(
         max_active_trials: Most trial tasks running at once in a DAG run (None: as workers allow).
         on_exceeded: See :class:`TuningStudySummarizeOperator`: ``fail`` or ``skip`` a run whose budget had
             no room for one trial.
+        study_load_seconds: See :class:`BudgetedTuningOperator`.
         **study: The study's settings, passed to :class:`TuningStudyCreateOperator` (``search_space``,
             ``min_resource``, ``max_resource``, ``max_usd``, ``max_trials``, ...).
     """
     # partial() builds no operator until the trials are mapped: check the trainer here, as the DAG is parsed.
     check_trial_trainer(trainer)
     max_active_trials, trial_retries = check_trial_concurrency(max_active_trials, trial_retries)
+    study_load_seconds = check_study_load_seconds(study_load_seconds)
     shared: dict[str, Any] = {
         "study_name": study_name,
         "storage_url": storage_url,
@@ -609,6 +688,7 @@ def budgeted_tuning(
             task_id="trial",
             trainer=trainer,
             trainer_kwargs=keyword_arguments(trainer_kwargs, "trainer_kwargs"),
+            study_load_seconds=study_load_seconds,
             **shared,
             **trial_args,
         ).expand(slot=plan.output)
@@ -665,6 +745,19 @@ def check_trial_concurrency(max_active_trials: Any, trial_retries: Any) -> tuple
     if max_active_trials is None:
         return None, retries
     return whole("max_active_trials", max_active_trials, 1, "None: as many as the workers run"), retries
+
+
+def check_study_load_seconds(seconds: Any) -> float:
+    """``study_load_seconds`` as a float, refused as the DAG is parsed unless a number of seconds >= 0."""
+    import math
+
+    number = isinstance(seconds, (int, float)) and not isinstance(seconds, bool)
+    if number and math.isfinite(seconds) and seconds >= 0:
+        return float(seconds)
+    raise ConfigurationError(
+        f"study_load_seconds must be a number of seconds >= 0, got {seconds!r}: give about what loading "
+        f"the study takes on a worker ({DEFAULT_STUDY_LOAD_SECONDS:g} unless set)"
+    )
 
 
 def check_on_exceeded(on_exceeded: Any) -> str:

@@ -49,6 +49,7 @@ def reserve(
     purpose: str = "the next task",
     approved_by: str | None = None,
     approval: dict[str, Any] | None = None,
+    replacing: str | None = None,
 ) -> Reservation:
     """Set ``usd`` aside in every budget that covers ``scope``; see ``Ledger.reserve``."""
     wanted = Scope.given(scope, what="reservation scope")
@@ -67,7 +68,7 @@ def reserve(
     r, h = schema.reservations, schema.holds
     with ledger.transaction() as conn:
         if holder:
-            existing = _open_hold_of(conn, holder, now)
+            existing = _open_hold_of(conn, holder, now, but=replacing)
             if existing is not None:
                 return existing
         # The periods at the reservation's own instant: a hold made at a period's last moment is keyed as
@@ -78,9 +79,13 @@ def reserve(
         if holder and not ledger.is_sqlite:
             # Again under the budgets' locks: a reservation for this holder committed while this one
             # waited for them (two tries of one task at once) is the one, not a second hold.
-            existing = _open_hold_of(conn, holder, now)
+            existing = _open_hold_of(conn, holder, now, but=replacing)
             if existing is not None:
                 return existing
+        if replacing is not None:
+            # Given back in this transaction: a refusal below rolls it back, so the money it held for time
+            # already spent stays held until that time is billed.
+            _release_replaced(conn, replacing, holder)
         standing = []
         refusals: list[tuple[Any, BudgetExceededError]] = []
         for budget_id, budget, window in covering:
@@ -148,13 +153,34 @@ def reserve(
         return reservation(conn, reservation_id)
 
 
-def _open_hold_of(conn: Connection, holder: str, now: datetime) -> Reservation | None:
-    """The open, unexpired reservation of ``holder``: a retried task's own, returned instead of a second."""
+def _open_hold_of(
+    conn: Connection, holder: str, now: datetime, *, but: str | None = None
+) -> Reservation | None:
+    """The open, unexpired reservation of ``holder``: a retried task's own, returned instead of a second.
+
+    ``but``: a reservation of the holder's that the new one replaces, which is not returned for it.
+    """
     r = schema.reservations
-    found = conn.execute(
-        select(r.c.id).where(r.c.holder == holder, r.c.status == "open", r.c.expires_at > now)
-    ).first()
+    query = select(r.c.id).where(r.c.holder == holder, r.c.status == "open", r.c.expires_at > now)
+    if but is not None:
+        query = query.where(r.c.id != but)
+    found = conn.execute(query).first()
     return reservation(conn, found[0]) if found else None
+
+
+def _release_replaced(conn: Connection, replacing: str, holder: str | None) -> None:
+    """Give back the hold a new reservation of the same holder replaces (gone already: nothing to do).
+
+    Raises:
+        ConfigurationError: ``replacing`` is another holder's: its money is not this reservation's to free.
+    """
+    replaced = reservation(conn, replacing)
+    if replaced.holder != holder:
+        raise ConfigurationError(
+            f"reservation {replacing} is held by {replaced.holder!r}, not {holder!r}: a reservation replaces "
+            "only a hold of its own holder; reserve without replacing it"
+        )
+    close(conn, replacing, "released", None)
 
 
 def _all_refusals(refusals: list[tuple[Any, BudgetExceededError]]) -> BudgetExceededError:

@@ -140,6 +140,7 @@ class Ledger(LedgerDatabase):
         purpose: str = "the next task",
         approved_by: str | None = None,
         approval: dict[str, Any] | None = None,
+        replacing: str | None = None,
     ) -> Reservation:
         """Set ``usd`` aside in every budget that covers ``scope``, or raise if any cap would be passed.
 
@@ -152,6 +153,10 @@ class Ledger(LedgerDatabase):
         reservation is open returns the same reservation, so a retried sensor does not reserve twice.
         A per-run budget holds it in the run ``run_id`` of DAG ``dag_id`` (give both: run ids such as
         ``scheduled__<date>`` repeat across DAGs).
+
+        ``replacing``: the id of an open reservation of the same ``holder`` that this one takes the place
+        of (a small hold for time spent before the amount was known): released in the same transaction
+        when this one is granted, left as it was when it is refused.
 
         Raises:
             BudgetExceededError: a covering budget has too little left; the message names it.
@@ -169,6 +174,7 @@ class Ledger(LedgerDatabase):
             purpose=purpose,
             approved_by=approved_by,
             approval=approval,
+            replacing=replacing,
         )
 
     def grow(self, reservation_id: str, usd: object) -> Reservation:

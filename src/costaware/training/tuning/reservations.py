@@ -34,8 +34,13 @@ def reserve_trial_cost(
     slot: int,
     poll_seconds: float,
     keep_for_retry_seconds: float = 0.0,
+    replacing: str | None = None,
 ) -> Reservation:
     """Reserve the trial's cost; while refused only because other trials hold money, wait for them.
+
+    ``replacing``: the slot's hold for its time before this reservation (:func:`hold_slot_time`), given
+    back as the trial's reservation is granted (which holds that time too) and kept while it is refused,
+    so that the slot's bill is paid from it.
 
     The hold lasts 2 x the trial's time (at least 60 s), plus ``keep_for_retry_seconds``: how long Airflow
     waits before the task's retry, where it has one left. A failed or killed try leaves its hold open,
@@ -76,6 +81,7 @@ def reserve_trial_cost(
                 dag_id=holder_dag_id(holder),  # Airflow's holder: the trial task's DAG
                 ttl=lease,
                 purpose=f"trial slot {slot} of study '{spec.study_name}'",
+                replacing=replacing,
             )
             # An earlier try's hold, found by its holder, ends where that try's lease did: extended (never
             # shortened, so a hold made just now is left as it is).
@@ -100,6 +106,51 @@ def reserve_trial_cost(
             )
             time.sleep(pause)
             seconds = seconds_needed()
+
+
+def hold_slot_time(
+    ledger: Ledger,
+    tags: Mapping[str, str],
+    usd: Decimal,
+    *,
+    holder: str,
+    run_id: str | None,
+    dag_id: str | None,
+    seconds: float,
+    purpose: str,
+) -> Reservation | None:
+    """Hold a slot's time before its trial's reservation in every budget over ``tags``; None: none to hold.
+
+    A slot loads its study (a far store: seconds to minutes) before it knows the trial's estimate; refused
+    then, that time was billed to the try's ``tags`` with nothing held, past a project budget with little
+    left. Held by ``holder``, the try's bill settles it; a granted trial's reservation replaces it
+    (:func:`reserve_trial_cost`). An open hold of ``holder`` over other tags is an earlier try's trial
+    hold, which pays for this try as it did (None); one over ``tags`` is an earlier try's slot hold, kept
+    and grown back toward ``usd`` less what that try paid.
+
+    Raises:
+        BudgetExceededError: a budget over ``tags`` cannot hold even this.
+    """
+    from costaware.core.budgets import Scope
+    from costaware.core.errors import BudgetNotFoundError
+
+    scope = Scope.given(dict(tags), what="the try's tags")
+    try:
+        held = ledger.reserve(
+            scope,
+            usd,
+            holder=holder,
+            run_id=run_id,
+            dag_id=dag_id,
+            # Longer than the load is let to take: an expired hold no longer pays the bill it was for.
+            ttl=timedelta(seconds=max(10 * seconds, 600.0)),
+            purpose=purpose,
+        )
+    except BudgetNotFoundError:
+        return None  # no budget counts the try's bill: nothing to overspend
+    if held.scope != scope:
+        return None
+    return _unpaid(ledger, held, usd)
 
 
 def _pause_until_first_hold_ends(first_end: datetime, poll_seconds: float) -> float:

@@ -120,6 +120,7 @@ def run_trial(
     wait_poll_seconds: float = 1.0,
     keep_for_retry_seconds: float = 0.0,
     seconds_already_used: float = 0.0,
+    slot_hold: str | None = None,
 ) -> SlotResult:
     """Run one trial of the study in this slot, within the money it reserves.
 
@@ -146,6 +147,9 @@ def run_trial(
             task to find it again (Airflow: the task's retry delay, where it has a retry left; 0: none).
         seconds_already_used: What the caller's try has run before this call (Airflow: since the task try
             began), paid from the trial's reservation as the cost listener bills the whole try.
+        slot_hold: The id of ``holder``'s hold on the slot's time before the trial's reservation
+            (:func:`~costaware.training.tuning.reservations.hold_slot_time`): the trial's reservation
+            replaces it as it is granted; a slot that runs no trial leaves it to the try's bill.
 
     Returns:
         The slot's result; ``ran=False`` with the stop reason when the study is over.
@@ -166,7 +170,9 @@ def run_trial(
             record_skipped_slot(ledger, spec, meter() - started, settle_as, opened.reason)
         return opened
     s = opened
-    reserved = _reserve_trial(s, ledger, holder, run_id, slot, wait_poll_seconds, keep_for_retry_seconds)
+    reserved = _reserve_trial(
+        s, ledger, holder, run_id, slot, wait_poll_seconds, keep_for_retry_seconds, slot_hold
+    )
     if isinstance(reserved, SlotResult):
         if settle_as is not None:  # in Airflow the cost listener bills the skipped try
             record_skipped_slot(ledger, spec, meter() - started, settle_as, reserved.reason)
@@ -261,6 +267,7 @@ def _reserve_trial(
     slot: int,
     wait_poll_seconds: float,
     keep_for_retry_seconds: float,
+    slot_hold: str | None,
 ) -> tuple[Reservation, TrialEstimate] | SlotResult:
     """Estimate the trial's full-fidelity cost and reserve it; a refusal stops the study for good."""
     spec = s.spec
@@ -275,7 +282,15 @@ def _reserve_trial(
 
     try:
         reservation = reserve_trial_cost(
-            ledger, spec, seconds_needed, holder, run_id, slot, wait_poll_seconds, keep_for_retry_seconds
+            ledger,
+            spec,
+            seconds_needed,
+            holder,
+            run_id,
+            slot,
+            wait_poll_seconds,
+            keep_for_retry_seconds,
+            replacing=slot_hold,
         )
     except BudgetExceededError as e:
         if s.resumed is not None:
