@@ -282,13 +282,8 @@ def budgeted_search(
         bookkeeping = f"slack_seconds={slack_seconds:g}"
         least_usd = first_rung_usd + usd_for_seconds(slack_seconds, usd_per_hour)
     if cap_usd < least_usd:
-        raise ConfigurationError(
-            f"cap_usd {format_usd_exact(cap_usd)} cannot pay one rung: the first rung's reservation "
-            f"(first_rung_seconds={first_rung_seconds:g} x safety_factor={safety_factor:g}: "
-            f"{format_usd_exact(first_rung_usd)}) and the search's own bookkeeping ({bookkeeping}"
-            f") cost {format_usd_exact(least_usd)} at usd_per_hour {usd_per_hour}; set "
-            f"cap_usd to at least {format_usd_exact(least_usd)} (or lower first_rung_seconds, if the first "
-            "rung is shorter)"
+        raise _cap_cannot_pay_one_rung(
+            cap_usd, first_rung_seconds, safety_factor, first_rung_usd, bookkeeping, least_usd, usd_per_hour
         )
     if not space:
         raise ConfigurationError("space is empty: give at least one hyperparameter distribution")
@@ -454,16 +449,16 @@ def budgeted_search(
                             # The setup ran: billed as such (once, by the failure's settlement), and the
                             # budget goes as on any failure.
                             setup_failed = "the search's setup (cap refused)"
-                            raise ConfigurationError(
-                                f"cap_usd {format_usd_exact(cap_usd)} cannot pay one rung: the first rung's "
-                                f"reservation (first_rung_seconds={first_rung_seconds:g} x safety_factor="
-                                f"{safety_factor:g}: {format_usd_exact(first_rung_usd)}) and the search's "
-                                f"own bookkeeping (its setup, measured {setup:.3f} s, x safety_factor: "
-                                f"{format_usd_exact(held)}) "
-                                f"cost {format_usd_exact(least)} at usd_per_hour {usd_per_hour}; set cap_usd "
-                                f"to at least {format_usd_exact(least)} "
-                                "(or lower first_rung_seconds, if the first rung is shorter); the setup's "
-                                f"time is billed under {budget_scope}"
+                            raise _cap_cannot_pay_one_rung(
+                                cap_usd,
+                                first_rung_seconds,
+                                safety_factor,
+                                first_rung_usd,
+                                f"its setup, measured {setup:.3f} s, x safety_factor: "
+                                f"{format_usd_exact(held)}",
+                                least,
+                                usd_per_hour,
+                                then=f"; the setup's time is billed under {budget_scope}",
                             )
                         refused = billing.hold_bookkeeping(hold_seconds)
                         if refused:
@@ -711,6 +706,31 @@ def budgeted_search(
         stop=stop,
         states=states,
         budget_scope=str(budget_scope),
+    )
+
+
+def _cap_cannot_pay_one_rung(
+    cap_usd: Decimal,
+    first_rung_seconds: float,
+    safety_factor: float,
+    first_rung_usd: Decimal,
+    bookkeeping: str,
+    least_usd: Decimal,
+    usd_per_hour: Decimal,
+    *,
+    then: str = "",
+) -> ConfigurationError:
+    """The refusal of a ``cap_usd`` below the first rung's reservation and the bookkeeping's hold.
+
+    Said before the start (a given ``slack_seconds``, or the least a measured hold can be) and again once
+    the setup ran (the measured hold): ``bookkeeping`` says how the hold was sized, ``then`` what follows.
+    """
+    return ConfigurationError(
+        f"cap_usd {format_usd_exact(cap_usd)} cannot pay one rung: the first rung's reservation "
+        f"(first_rung_seconds={first_rung_seconds:g} x safety_factor={safety_factor:g}: "
+        f"{format_usd_exact(first_rung_usd)}) and the search's own bookkeeping ({bookkeeping}) cost "
+        f"{format_usd_exact(least_usd)} at usd_per_hour {usd_per_hour}; set cap_usd to at least "
+        f"{format_usd_exact(least_usd)} (or lower first_rung_seconds, if the first rung is shorter){then}"
     )
 
 
