@@ -270,12 +270,13 @@ def budgeted_search(
             f"slack_seconds must be seconds > 0, got {slack_seconds!r}: the search's own bookkeeping "
             "(Optuna, the ledger) is paid from it; or None (the default) to hold what it is measured to take"
         )
+    hold_measured = slack_seconds is None  # the bookkeeping's hold is measured, not given (billing.measured)
     # The first rung is reserved at first_rung_seconds x safety_factor beside the bookkeeping's hold (which
     # pays the setup before it): a cap below both cut the first rung, and the setup and bookkeeping were
     # billed past it. Each rounded up as it is reserved, so the first rung fits at exactly this cap.
     first_rung_usd = usd_for_seconds(first_rung_seconds * safety_factor, usd_per_hour)
     # A measured hold is known once the setup ran: checked here at the least it can be (a micro-dollar).
-    if slack_seconds is None:
+    if slack_seconds is None:  # hold_measured, tested so that mypy knows it a number below
         bookkeeping = "slack_seconds=None: measured once it starts, at least $0.000001"
         least_usd = first_rung_usd + MICRO_USD
     else:
@@ -306,7 +307,7 @@ def budgeted_search(
         # Started, the search's setup (the study, its budget, the refused hold) was billed past that budget.
         has = f"{format_usd_exact(too_low.left_usd)} left" if too_low.left_usd > 0 else "nothing left"
         # Measured, the hold is already the least it can be: any slack_seconds holds more.
-        smaller_hold = "" if slack_seconds is None else " or slack_seconds"
+        smaller_hold = "" if hold_measured else " or slack_seconds"
         stop = (
             f"no rung was run: budget '{too_low.name}' over the search's scope has {has}, less than the "
             f"{format_usd_exact(least_usd)} the search "
@@ -349,7 +350,7 @@ def budgeted_search(
         run=run,
         meter=meter,
         started=started,
-        measured=slack_seconds is None,
+        measured=hold_measured,
     )
 
     def judged_at(bracket: int, rung: int) -> bool:
@@ -384,7 +385,8 @@ def budgeted_search(
     try:
         # Held before any rung: reserved only at the end, it found the cap spent by the rungs and was billed
         # past it. No rung is run where even it cannot be held (another budget over the scope has no room).
-        # A measured hold is reserved once the setup it is measured on ran (before the first rung).
+        # A measured hold is reserved once the setup it is measured on ran (before the first rung). (The
+        # test of slack_seconds itself, not billing.measured, tells mypy it is a number here.)
         refused = billing.hold_bookkeeping(slack_seconds) if slack_seconds is not None else ""
         while not refused and len(trials) < max_trials:
             trial = study.ask(dict(space))
@@ -406,7 +408,7 @@ def budgeted_search(
             repeats = 0
             bracket = next_bracket(in_bracket, weights) if prune_rungs is not None else 0
             model: FidelityModel | None = None
-            if not trials and slack_seconds is not None:
+            if not trials and not billing.measured:
                 # With a given slack_seconds the first model is made in the setup, paid from that hold,
                 # reserved before it: one that refuses its inputs (a one-class validation set) fails the
                 # search before any rung is reserved. A measured hold is reserved only once the setup ran:
@@ -439,7 +441,7 @@ def budgeted_search(
                     estimate = first_rung_seconds  # as the least cap was named: guess x the first rung
                 now = meter()
                 if not trials and not done:
-                    if slack_seconds is None:
+                    if billing.measured:
                         # The setup so far (no model made yet) is held x safety_factor.
                         setup = now - started
                         hold_seconds = setup * safety_factor
@@ -475,7 +477,7 @@ def budgeted_search(
                 to_make = slowest_make if model is None else 0.0
                 seconds = unbilled + to_make + estimate * safety_factor + overhead
                 billing.keep_hold()
-                if slack_seconds is None:
+                if billing.measured:
                     # The bookkeeping after the last rung takes about what it took between rungs: held so
                     # before this rung, else this rung would spend the money that pays it.
                     unpaid = billing.grow_hold(overhead * safety_factor)
@@ -599,7 +601,7 @@ def budgeted_search(
                             estimate,
                         )
                 overhead = max(overhead, billed - trained - making)  # making is reserved on its own
-                if slack_seconds is None:
+                if billing.measured:
                     # Checked as soon as the bookkeeping is measured, before the proposals and tells that
                     # come before the next rung: a slow-down seen now stops the search before it spends more.
                     halted = billing.grow_hold(overhead * safety_factor)

@@ -75,7 +75,12 @@ class SearchBilling:
         self.hold: Reservation | None = None
         #: What the hold has paid already (the setup), while it stays open for the time after the last rung.
         self.hold_paid = Decimal(0)
-        self.measured = measured
+        self._measured = measured
+
+    @property
+    def measured(self) -> bool:
+        """The hold is measured (``slack_seconds=None``): sized from the bookkeeping's time, grown with it."""
+        return self._measured
 
     @property
     def held_usd(self) -> Decimal:
