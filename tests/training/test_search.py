@@ -504,6 +504,21 @@ def test_a_rung_past_its_reservation_names_the_project_budget_it_passed(
     assert "passed the cap" not in caplog.text
 
 
+def test_a_rung_past_its_reservation_names_the_per_run_budget_it_passed(
+    ledger: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    # A budget of period 'run' caps each search (its rungs reserve in the search's run): read without the
+    # run, it was left out of the budgets over the search, and the warning said "passed the cap" ($100).
+    ledger.set_budget("study=toy", "run", "20")
+    clock = Clock()
+    result = search(ledger, "100", clock, make_model=lambda params: SlowsDown(params, clock))
+    run = result.budget_scope.partition("search=")[2].split(",")[0]
+    (usage,) = ledger.usage("study=toy", run_id=run, dag_id="search")
+    assert usage.left_usd < 0 and result.spent_usd < 100
+    assert f"the spend passed budget '{usage.name}' over the search's scope by $" in caplog.text
+    assert "passed the cap" not in caplog.text
+
+
 @pytest.mark.parametrize("slack_seconds", [None, 2.0])
 def test_the_stop_names_the_project_budget_a_rung_past_its_reservation_passed(
     ledger: Any, slack_seconds: float | None

@@ -135,8 +135,13 @@ class SearchBilling:
         )
 
     def tightest(self) -> BudgetUsage | None:
-        """The budget over the search with the least left: its own, or a project's over its scope."""
-        return min(self.ledger.usage(self.budget_scope), key=lambda u: u.left_usd, default=None)
+        """The budget over the search with the least left: its own, or a project's over its scope.
+
+        Read in the search's run, as its holds are taken: a budget of period ``run`` over the scope caps
+        each search, and read without the run it was left out (a spend past it read as within the cap).
+        """
+        standing = self.ledger.usage(self.budget_scope, run_id=self.run, dag_id=self.owner[0])
+        return min(standing, key=lambda u: u.left_usd, default=None)
 
     def is_own(self, usage: BudgetUsage) -> bool:
         """Is ``usage`` the search's own budget (set from ``cap_usd``, deleted when the search ends)?"""
