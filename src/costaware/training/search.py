@@ -73,7 +73,7 @@ from costaware.core.money import MICRO_USD, format_usd_exact
 from costaware.core.tuning import TrialState, fall_adjusted_value, trial_label, usd_for_seconds
 from costaware.core.tuning.rungs import promotable
 from costaware.extras import require
-from costaware.training.search_billing import SearchBilling
+from costaware.training.search_billing import SearchBilling, tightest_budget
 from costaware.training.search_rungs import bracket_weights, next_bracket, trusted_rungs
 
 require("tuning", needed_by=__name__)  # with the pip line, not an import error inside a search
@@ -748,10 +748,9 @@ def _short_budget(
     from costaware.core.errors import BudgetNotFoundError
 
     try:
-        standing = ledger.usage(budget_scope, run_id=run, dag_id=dag_id)
+        tightest = tightest_budget(ledger, budget_scope, run, dag_id)  # as SearchBilling.tightest reads it
     except BudgetNotFoundError:
         return None  # no budget over the scope: the search's own is the only one
-    tightest = min(standing, key=lambda u: u.left_usd, default=None)
     return tightest if tightest is not None and tightest.left_usd < least_usd else None
 
 

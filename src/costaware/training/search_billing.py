@@ -33,6 +33,16 @@ BOOKKEEPING_HOLD_TTL = timedelta(hours=6)
 BOOKKEEPING_HOLD_RENEWED_WITHIN = timedelta(hours=1)
 
 
+def tightest_budget(ledger: Ledger, budget_scope: Scope, run: str, dag_id: str) -> BudgetUsage | None:
+    """The budget over ``budget_scope`` with the least left, read in the search's run ``run`` of ``dag_id``.
+
+    Raises:
+        BudgetNotFoundError: no budget covers the scope (before the search's own is set).
+    """
+    standing = ledger.usage(budget_scope, run_id=run, dag_id=dag_id)
+    return min(standing, key=lambda u: u.left_usd, default=None)
+
+
 class SearchBilling:
     """The search's settled time and money so far, and the settlements that bring them up to date.
 
@@ -140,8 +150,7 @@ class SearchBilling:
         Read in the search's run, as its holds are taken: a budget of period ``run`` over the scope caps
         each search, and read without the run it was left out (a spend past it read as within the cap).
         """
-        standing = self.ledger.usage(self.budget_scope, run_id=self.run, dag_id=self.owner[0])
-        return min(standing, key=lambda u: u.left_usd, default=None)
+        return tightest_budget(self.ledger, self.budget_scope, self.run, self.owner[0])
 
     def is_own(self, usage: BudgetUsage) -> bool:
         """Is ``usage`` the search's own budget (set from ``cap_usd``, deleted when the search ends)?"""
