@@ -17,37 +17,9 @@ fell from its best rung (:meth:`SearchTrial.score`): a configuration whose metri
 is past its best, and the lucky end of a falling curve would otherwise win the search and do worse on new
 data than its value said. ``SearchResult.best_value`` stays the winner's value at full fidelity.
 
-The money is ours: a cap that cannot pay the first rung and the search's own bookkeeping is refused, and a
-search that another budget over its scope leaves less than that returns before anything is spent. The
-bookkeeping's hold in the cost ledger is measured by default (``slack_seconds=None``): once the setup before
-the first rung (the study, the budget, the first proposal) has run, the search holds its time x
-``safety_factor`` (a cap that cannot pay that and the first rung's reservation is refused then, the setup
-billed) and reserves the first rung before the first model is made (a refusal spends only the setup, billed
-as ``setup``). Right after each rung's bill, and before the next rung, it grows the hold, from what is left
-beside it, to the bookkeeping measured between rungs (the time billed with a rung beyond its training and
-making) x ``safety_factor``; where it cannot grow that far, no rung is run that would leave the bookkeeping
-unpaid: the search stops as a refused rung stops it, naming the budget with the least left. No measurement
-foresees a slow-down: bookkeeping that slows down beyond what was measured is billed past the cap (a given
-``slack_seconds`` holds more up front). A given ``slack_seconds`` is held from the start, fixed, and refuses
-a cap before anything is spent.
-Before every rung the search reserves, from what is left beside that hold, the rung's estimated
-cost and the time used since the last settlement (proposals, the model's making), and settles it with what
-the rung really used once it ran. A rung that cannot be reserved is not run, so the spend passes the cap
-only where a rung ran past its reservation when the budget had no room left beside it (a rung is one call
-to the model and is not interrupted: what it used is billed, and a warning says by how much the cap was
-passed), or the bookkeeping after the last rung took longer than its hold and the money left (the setup, run
-before a measured hold is reserved, is billed as it ran: past the cap only where it alone took more; so is
-a first model's making slower than its first rung's reservation).
-After a cut the search goes on only while the money left could carry the fastest configuration seen through
-every rung (no money on trials that can no longer finish), and none sits idle in a reservation for a whole
-trial.
-
-Every second the search uses (training, Optuna, the ledger) is settled against some rung: each settlement
-bills the time since the previous one (the first, since the search started). The ledger counts whole
-micro-dollars, and a rung can cost only a few: each settlement therefore brings what was billed up to the
-time used so far rounded up (the rounding is carried, never dropped, so the ledger's total is never below
-the time it was given), and the time after the last rung (the last proposal, the refused reservation) is
-settled on the bookkeeping hold when the search ends.
+The money is ours: how a search is refused before it starts, holds its bookkeeping, reserves each rung and
+where it can pass a cap is told in :mod:`costaware.training.search_holds`; every second it uses is settled
+against some rung, rounded up to the micro-dollar and carried (:mod:`costaware.training.search_billing`).
 
 This is the sequential form, for one worker (a notebook, a benchmark, one Airflow task). The Airflow
 tuning operator runs trials in parallel slots with :func:`costaware.training.tuning.run_trial`.
@@ -57,23 +29,32 @@ from __future__ import annotations
 
 import logging
 import math
-import numbers
-import re
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
-from datetime import timedelta
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
-from costaware.core.budgets import RAISE_THE_CAP, RAISE_THE_CAP_ONLY
-from costaware.core.errors import BudgetExceededError, ConfigurationError
-from costaware.core.money import MICRO_USD, format_usd_exact
-from costaware.core.tuning import TrialState, fall_adjusted_value, trial_label, usd_for_seconds
+from costaware.core.errors import BudgetExceededError
+from costaware.core.money import format_usd_exact
+from costaware.core.tuning import TrialState, trial_label
 from costaware.core.tuning.rungs import promotable
 from costaware.extras import require
-from costaware.training.search_billing import SearchBilling, tightest_budget
+from costaware.training.search_arguments import check_space, checked_settings
+from costaware.training.search_billing import SearchBilling
+from costaware.training.search_holds import (
+    bill_what_ran,
+    cap_cannot_pay_one_rung,
+    delete_search_budget,
+    least_cap,
+    making_past_reservation,
+    no_room_to_start,
+    own_budget_advice,
+    release_rung,
+    rung_past_reservation,
+    short_budget,
+)
+from costaware.training.search_results import SearchResult, SearchTrial, search_result
 from costaware.training.search_rungs import bracket_weights, next_bracket, trusted_rungs
 
 require("tuning", needed_by=__name__)  # with the pip line, not an import error inside a search
@@ -82,58 +63,11 @@ if TYPE_CHECKING:
     import optuna
 
     from costaware.adapters.ledger.store import Ledger
-    from costaware.core.ledger import BudgetUsage
     from costaware.training.tuning import FidelityModel
 
+__all__ = ["SearchResult", "SearchTrial", "budgeted_search"]  # the results' home is search_results
+
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True, slots=True)
-class SearchTrial:
-    """One configuration the search tried: the rungs it ran and how it ended."""
-
-    number: int
-    params: dict[str, Any]
-    rungs: tuple[tuple[int, float], ...]
-    #: "complete", "pruned", "cut" (its next rung could not be paid) or "failed" (its metric was not a
-    #: finite number at the rung after its last: it diverged; that rung is not in ``rungs``).
-    state: str
-    #: Its Hyperband bracket: judged from early rung ``bracket`` on (as many as early rungs: never judged).
-    bracket: int = 0
-    #: The rungs it was judged at (its bracket's, where pruning was trusted when it passed them).
-    judged: tuple[int, ...] = ()
-
-    @property
-    def value(self) -> float | None:
-        """The value at full fidelity (None unless the trial completed)."""
-        return self.rungs[-1][1] if self.state == "complete" and self.rungs else None
-
-    def score(self, direction: str = "maximize") -> float | None:
-        """Its value at full fidelity less that value's fall from its best rung (None: not completed).
-
-        See :func:`~costaware.core.tuning.fall_adjusted_value`: why a falling curve ranks lower.
-        """
-        if self.value is None:
-            return None
-        return fall_adjusted_value([v for _, v in self.rungs], direction)
-
-
-@dataclass(frozen=True, slots=True)
-class SearchResult:
-    """What the search found, what it tried and what it spent."""
-
-    best_params: dict[str, Any] | None
-    best_value: float | None
-    trials: tuple[SearchTrial, ...]
-    spent_usd: Decimal
-    stop: str
-    states: dict[str, int] = field(default_factory=dict)
-    #: The rungs the default pruner judged at when the search ended (empty: no early rung ranked the fair
-    #: evidence above chance; None: a pruner was given).
-    prune_rungs: tuple[int, ...] | None = None
-    #: The search's own budget while it ran, ``scope`` plus ``search=<id>``; deleted at its end, its spend
-    #: stays tagged so (``costaware report --scope search=<id>``).
-    budget_scope: str = ""
 
 
 def budgeted_search(
@@ -213,108 +147,39 @@ def budgeted_search(
     import optuna
 
     from costaware.core.budgets import Scope
-    from costaware.core.money import parse_usd
 
-    given_cap = cap_usd
-    cap_usd = parse_usd(cap_usd, name="cap_usd")
-    if cap_usd < MICRO_USD:
-        # A $0 cap refused every rung, yet the bookkeeping after it was billed past it, and the stop said
-        # to raise the cap with `costaware budget set`, on a budget the search deletes when it ends.
-        raise ConfigurationError(
-            f"cap_usd must be at least $0.000001, got {given_cap!r}: no rung could be paid; give what the "
-            "search may spend in USD, e.g. '0.50'"
-        )
-    usd_per_hour = parse_usd(usd_per_hour, name="usd_per_hour", allow_negative=True)
-    if usd_per_hour <= 0:
-        # Free compute: every rung's reservation is $0, so cap_usd never stops the search, and a cut (another
-        # budget refusing) divided by the price.
-        raise ConfigurationError(
-            f"usd_per_hour must be more than $0, got {usd_per_hour}: the search stops when cap_usd is spent, "
-            "which free compute never does; give what an hour of this machine costs you (owned GPUs: their "
-            "hourly cost, amortized)"
-        )
-    if isinstance(scope, str) or not isinstance(scope, Mapping):
-        raise ConfigurationError(f"scope must be a mapping of tags ({{'project': 'churn'}}), got {scope!r}")
-    if "search" in scope:
-        raise ConfigurationError(
-            f"scope has a 'search' tag ({scope['search']!r}): that tag is the search's own (its budget is "
-            "over scope plus search=<id>); name yours otherwise"
-        )
-    if isinstance(reduction_factor, bool) or not isinstance(reduction_factor, int) or reduction_factor < 2:
-        raise ConfigurationError(f"reduction_factor must be an integer >= 2, got {reduction_factor!r}")
-    if isinstance(max_trials, bool) or not isinstance(max_trials, int) or max_trials < 1:
-        raise ConfigurationError(f"max_trials must be an integer >= 1, got {max_trials!r}")
-    if isinstance(first_rung_seconds, bool) or not isinstance(first_rung_seconds, int | float):
-        raise ConfigurationError(f"first_rung_seconds must be seconds (a number), got {first_rung_seconds!r}")
-    # A fractional rung (2.5) is no level the model trains to: refused, not cut to a whole one.
-    whole = all(isinstance(r, numbers.Integral) and not isinstance(r, bool) for r in rungs)
-    rung_list = [int(r) for r in rungs] if whole else []
-    if not rung_list or any(r < 1 for r in rung_list) or rung_list != sorted(set(rung_list)):
-        raise ConfigurationError(f"rungs must be increasing integers >= 1, got {list(rungs)!r}")
-    if direction not in ("maximize", "minimize"):
-        raise ConfigurationError(f"direction must be 'maximize' or 'minimize', got {direction!r}")
-    if not (first_rung_seconds > 0 and math.isfinite(first_rung_seconds)):
-        raise ConfigurationError(f"first_rung_seconds must be > 0, got {first_rung_seconds!r}")
-    if (
-        isinstance(safety_factor, bool)
-        or not isinstance(safety_factor, int | float)
-        or not (math.isfinite(safety_factor) and safety_factor >= 1)
-    ):
-        raise ConfigurationError(f"safety_factor must be a number >= 1, got {safety_factor!r}")
-    if slack_seconds is not None and (
-        isinstance(slack_seconds, bool)
-        or not isinstance(slack_seconds, int | float)
-        or not (math.isfinite(slack_seconds) and slack_seconds > 0)
-    ):
-        raise ConfigurationError(
-            f"slack_seconds must be seconds > 0, got {slack_seconds!r}: the search's own bookkeeping "
-            "(Optuna, the ledger) is paid from it; or None (the default) to hold what it is measured to take"
-        )
+    cap_usd, usd_per_hour, rung_list = checked_settings(
+        cap_usd=cap_usd,
+        usd_per_hour=usd_per_hour,
+        scope=scope,
+        reduction_factor=reduction_factor,
+        max_trials=max_trials,
+        first_rung_seconds=first_rung_seconds,
+        rungs=rungs,
+        direction=direction,
+        safety_factor=safety_factor,
+        slack_seconds=slack_seconds,
+    )
     hold_measured = slack_seconds is None  # the bookkeeping's hold is measured, not given (billing.measured)
-    # The first rung is reserved at first_rung_seconds x safety_factor beside the bookkeeping's hold (which
-    # pays the setup before it): a cap below both cut the first rung, and the setup and bookkeeping were
-    # billed past it. Each rounded up as it is reserved, so the first rung fits at exactly this cap.
-    first_rung_usd = usd_for_seconds(first_rung_seconds * safety_factor, usd_per_hour)
-    # A measured hold is known once the setup ran: checked here at the least it can be (a micro-dollar).
-    if slack_seconds is None:  # hold_measured, tested so that mypy knows it a number below
-        bookkeeping = "slack_seconds=None: measured once it starts, at least $0.000001"
-        least_usd = first_rung_usd + MICRO_USD
-    else:
-        bookkeeping = f"slack_seconds={slack_seconds:g}"
-        least_usd = first_rung_usd + usd_for_seconds(slack_seconds, usd_per_hour)
+    first_rung_usd, bookkeeping, least_usd = least_cap(
+        first_rung_seconds, safety_factor, slack_seconds, usd_per_hour
+    )
     if cap_usd < least_usd:
-        raise _cap_cannot_pay_one_rung(
+        raise cap_cannot_pay_one_rung(
             cap_usd, first_rung_seconds, safety_factor, first_rung_usd, bookkeeping, least_usd, usd_per_hour
         )
-    if not space:
-        raise ConfigurationError("space is empty: give at least one hyperparameter distribution")
-    for name, distribution in space.items():
-        # budgeted_tuning's JSON form ({"type": "float", ...}) failed deep in Optuna with an AttributeError.
-        if not isinstance(distribution, optuna.distributions.BaseDistribution):
-            raise ConfigurationError(
-                f"space[{name!r}] is {distribution!r}, not an Optuna distribution: write it as, e.g., "
-                "optuna.distributions.FloatDistribution(0.01, 0.3, log=True) or "
-                "CategoricalDistribution([7, 15, 31]) (the JSON form is budgeted_tuning's search_space)"
-            )
+    check_space(space)
     run = uuid.uuid4().hex[:8]
     # A budget of its own: set on the caller's scope, it capped (or freed) a whole project for all time.
     tags = {**scope, "search": run}
     budget_scope = Scope.of(tags)
     # prune_rungs stays None with a given pruner, used as it is at every rung.
     prune_rungs: tuple[int, ...] | None = () if pruner is None else None
-    too_low = _short_budget(ledger, budget_scope, run, owner[0], least_usd)
+    too_low = short_budget(ledger, budget_scope, run, owner[0], least_usd)
     if too_low is not None:
         # Started, the search's setup (the study, its budget, the refused hold) was billed past that budget.
-        has = f"{format_usd_exact(too_low.left_usd)} left" if too_low.left_usd > 0 else "nothing left"
-        # Measured, the hold is already the least it can be: any slack_seconds holds more.
-        smaller_hold = "" if hold_measured else " or slack_seconds"
-        stop = (
-            f"no rung was run: budget '{too_low.name}' over the search's scope has {has}, less than the "
-            f"{format_usd_exact(least_usd)} the search "
-            f"holds before its first rung (the first rung's reservation, first_rung_seconds="
-            f"{first_rung_seconds:g} x safety_factor={safety_factor:g}, and its own bookkeeping, "
-            f"{bookkeeping}): nothing was spent; raise the cap with `costaware budget "
-            f"set`, or give the search a smaller first_rung_seconds{smaller_hold}"
+        stop = no_room_to_start(
+            too_low, least_usd, first_rung_seconds, safety_factor, bookkeeping, hold_measured
         )
         return SearchResult(
             None, None, (), Decimal(0), stop, prune_rungs=prune_rungs, budget_scope=str(budget_scope)
@@ -363,19 +228,6 @@ def budgeted_search(
             v for t in trials if t.bracket == bracket and t.number != number for r, v in t.rungs if r == rung
         ]
         return promotable(value, competing, reduction_factor, direction)
-
-    def reserve_rung(number: int, rung: int, seconds: float) -> tuple[str, int, int]:
-        """Reserve ``seconds`` for rung ``rung`` of trial ``number`` (BudgetExceededError: refused)."""
-        reservation = ledger.reserve(
-            budget_scope,
-            usd_for_seconds(seconds, usd_per_hour),
-            holder=f"search/{run}/{number}/{rung}",
-            run_id=run,  # a per-run budget caps one search
-            dag_id=owner[0],
-            ttl=timedelta(seconds=max(2 * seconds, 60.0)),
-            purpose=f"rung {rung} of trial {number}",
-        )
-        return (reservation.id, number, rung)
 
     # The rung reserved and not billed yet: (its reservation, trial number, rung).
     running: tuple[str, int, int] | None = None
@@ -451,7 +303,7 @@ def budgeted_search(
                             # The setup ran: billed as such (once, by the failure's settlement), and the
                             # budget goes as on any failure.
                             setup_failed = "the search's setup (cap refused)"
-                            raise _cap_cannot_pay_one_rung(
+                            raise cap_cannot_pay_one_rung(
                                 cap_usd,
                                 first_rung_seconds,
                                 safety_factor,
@@ -485,9 +337,9 @@ def budgeted_search(
                         state, stop = "cut", unpaid
                         break
                 try:
-                    running = reserve_rung(trial.number, rung, seconds)
+                    running = billing.reserve_rung(trial.number, rung, seconds)
                 except BudgetExceededError as e:
-                    state, stop = "cut", _own_budget_advice(e, budget_scope, cap_usd)
+                    state, stop = "cut", own_budget_advice(e, budget_scope, cap_usd)
                     break
                 making = 0.0
                 if model is None:
@@ -498,7 +350,7 @@ def budgeted_search(
                         if not rungs_billed:
                             # No rung ran: the first making is the setup's, billed so with the rest of it
                             # on the bookkeeping hold; the rung's reservation is given back.
-                            _release_rung(ledger, running)
+                            release_rung(ledger, running)
                             running = None
                         raise
                     making = meter() - tick
@@ -514,22 +366,14 @@ def budgeted_search(
                             "the first model's making, billed before its first rung trains",
                         )
                         running, making = None, 0.0
-                        short, passed = billing.past_cap()
-                        if short > 0:
-                            log.warning(
-                                "the spend passed %s by %s: its first model's making took %.2f s against the "
-                                "%.2f s reserved for its first rung; a making is not interrupted, so it is "
-                                "billed as it ran (the rung is reserved anew)",
-                                passed,
-                                format_usd_exact(short),
-                                made,
-                                seconds,
-                            )
+                        said = making_past_reservation(billing, made, seconds)
+                        if said:
+                            log.warning("%s", said)
                         seconds = estimate * safety_factor + overhead
                         try:
-                            running = reserve_rung(trial.number, rung, seconds)
+                            running = billing.reserve_rung(trial.number, rung, seconds)
                         except BudgetExceededError as e:
-                            state, stop = "cut", _own_budget_advice(e, budget_scope, cap_usd)
+                            state, stop = "cut", own_budget_advice(e, budget_scope, cap_usd)
                             break
                 tick = meter()
                 value = float(model.advance(rung))
@@ -583,23 +427,11 @@ def budgeted_search(
                     # a budget only where it had no room left beside it, which is said, naming that budget.
                     # Counted with the bookkeeping's hold: money the rung took from it passes the cap when the
                     # search ends, unless the tail is shorter than the hold.
-                    short, passed = billing.past_cap()
-                    if short > 0:
-                        over = short - billing.held_usd
-                        log.warning(
-                            "the spend %s: rung %d of trial %d was billed %.2f s against the %.2f s reserved "
-                            "for it (its training took %.2f s, estimated at %.2f s); a rung is not "
-                            "interrupted, so it is billed as it ran",
-                            f"passed {passed} by {format_usd_exact(over)}"
-                            if over > 0
-                            else f"took {format_usd_exact(short)} of the money held for its bookkeeping",
-                            rung,
-                            trial.number,
-                            billed,
-                            seconds,
-                            trained,
-                            estimate,
-                        )
+                    said = rung_past_reservation(
+                        billing, rung, trial.number, billed, seconds, trained, estimate
+                    )
+                    if said:
+                        log.warning("%s", said)
                 overhead = max(overhead, billed - trained - making)  # making is reserved on its own
                 if billing.measured:
                     # Checked as soon as the bookkeeping is measured, before the proposals and tells that
@@ -677,152 +509,23 @@ def budgeted_search(
         # rung's reservation, and the search's budget goes, as at its end; else the hold counted against the
         # project's budgets until its time limit and the search's budget stayed for good.
         if rungs_billed:
-            _bill_what_ran(billing, running, e)
+            bill_what_ran(billing, running, e)
         else:
             what = setup_failed or f"the search's setup (it failed: {type(e).__name__}: {e})"
-            _bill_what_ran(billing, running, e, label="setup", what=what)
-        _delete_search_budget(ledger, budget_scope, run)
+            bill_what_ran(billing, running, e, label="setup", what=what)
+        delete_search_budget(ledger, budget_scope, run)
         raise
     if rungs_billed:
         stop = billing.settle_tail(stop)
     else:
         stop = billing.settle_tail(stop, label="setup", what="the search's setup (no rung run)")
-    _delete_search_budget(ledger, budget_scope, run)
-    # Only a finite score can win: nan compares neither above nor below, so max/min kept one that came first.
-    scores = [(t.score(direction), t) for t in trials]
-    scored = [(score, t) for score, t in scores if score is not None and math.isfinite(score)]
-    best = None
-    if scored:
-        pick = max if direction == "maximize" else min
-        best = pick(scored, key=lambda pair: pair[0])[1]
-    states: dict[str, int] = {}
-    for t in trials:
-        states[t.state] = states.get(t.state, 0) + 1
-    return SearchResult(
-        prune_rungs=prune_rungs,
-        best_params=best.params if best else None,
-        best_value=best.value if best else None,
-        trials=tuple(trials),
+    delete_search_budget(ledger, budget_scope, run)
+    return search_result(
+        trials,
+        direction,
         # This search's own bill: the scope's spend also holds earlier searches and other tasks.
         spent_usd=billing.billed_usd,
         stop=stop,
-        states=states,
+        prune_rungs=prune_rungs,
         budget_scope=str(budget_scope),
     )
-
-
-def _cap_cannot_pay_one_rung(
-    cap_usd: Decimal,
-    first_rung_seconds: float,
-    safety_factor: float,
-    first_rung_usd: Decimal,
-    bookkeeping: str,
-    least_usd: Decimal,
-    usd_per_hour: Decimal,
-    *,
-    then: str = "",
-) -> ConfigurationError:
-    """The refusal of a ``cap_usd`` below the first rung's reservation and the bookkeeping's hold.
-
-    Said before the start (a given ``slack_seconds``, or the least a measured hold can be) and again once
-    the setup ran (the measured hold): ``bookkeeping`` says how the hold was sized, ``then`` what follows.
-    """
-    return ConfigurationError(
-        f"cap_usd {format_usd_exact(cap_usd)} cannot pay one rung: the first rung's reservation "
-        f"(first_rung_seconds={first_rung_seconds:g} x safety_factor={safety_factor:g}: "
-        f"{format_usd_exact(first_rung_usd)}) and the search's own bookkeeping ({bookkeeping}) cost "
-        f"{format_usd_exact(least_usd)} at usd_per_hour {usd_per_hour}; set cap_usd to at least "
-        f"{format_usd_exact(least_usd)} (or lower first_rung_seconds, if the first rung is shorter){then}"
-    )
-
-
-def _short_budget(
-    ledger: Ledger, budget_scope: Any, run: str, dag_id: str, least_usd: Decimal
-) -> BudgetUsage | None:
-    """The tightest budget over the search's scope with less than ``least_usd`` left, if one has.
-
-    Read before the search starts (its own budget is not set yet, so only the caller's budgets are read): a
-    search that starts runs its setup before its bookkeeping hold can be reserved, and where another budget
-    refused that hold, the setup was billed past it. What is read here is a check, as ``cap_usd``'s is.
-    """
-    from costaware.core.errors import BudgetNotFoundError
-
-    try:
-        tightest = tightest_budget(ledger, budget_scope, run, dag_id)  # as SearchBilling.tightest reads it
-    except BudgetNotFoundError:
-        return None  # no budget over the scope: the search's own is the only one
-    return tightest if tightest is not None and tightest.left_usd < least_usd else None
-
-
-def _own_budget_advice(refused: BudgetExceededError, budget_scope: Any, cap_usd: Decimal) -> str:
-    """The refusal's message; where the search's own budget refused, it says to raise ``cap_usd``.
-
-    That budget is set from ``cap_usd`` and deleted when the search ends: `costaware budget set`, which the
-    ledger's message names, cannot raise it. What it has reserved is the search's own bookkeeping hold, not
-    a killed run's hold for `costaware budget release` to give back.
-    """
-    message = str(refused)
-    if not refused.scope.startswith(f"{budget_scope}/"):
-        return message
-    message = re.sub(
-        r"; the (\S+) reserved is held by open holds: .*$",
-        r"; the \1 reserved is held for the search's own bookkeeping (slack_seconds)",
-        message,
-    )
-    todo = RAISE_THE_CAP if RAISE_THE_CAP in message else RAISE_THE_CAP_ONLY
-    return message.replace(
-        todo, f"the search's budget is its cap_usd ({format_usd_exact(cap_usd)}): raise cap_usd"
-    )
-
-
-def _bill_what_ran(
-    billing: SearchBilling,
-    running: tuple[str, int, int] | None,
-    error: BaseException,
-    *,
-    label: str = "tail",
-    what: str = "bookkeeping after the last rung",
-) -> None:
-    """Bill the time a search used up to its failure: on its running rung's reservation, then the rest.
-
-    The running rung's trial ended there: it is billed as failed (``#3 failed@9``), as a diverged one is;
-    a bare rung label (``#3@9``) read as a trial the budget cut.
-    """
-    try:
-        if running is not None:
-            reservation_id, number, rung = running
-            billing.bill(
-                reservation_id,
-                trial_label(number, TrialState.FAILED, rung),
-                f"the rung failed: {type(error).__name__}: {error}",
-                outcome="failed",
-            )
-    except Exception:
-        log.exception("search %s: the rung that failed could not be billed", billing.run)
-    # Settled whatever became of the rung's bill: skipped, the bookkeeping hold counted against the project's
-    # budgets for hours (its time limit), and the time since was billed nowhere.
-    try:
-        billing.settle_tail("", label=label, what=what)
-    except Exception:
-        log.exception("search %s: its bookkeeping after it failed could not be billed", billing.run)
-
-
-def _release_rung(ledger: Ledger, running: tuple[str, int, int] | None) -> None:
-    """Give back a rung's reservation that ran nothing (its model's making failed)."""
-    if running is None:
-        return
-    try:
-        ledger.release(running[0])
-    except Exception:  # it expires at its time limit; the failure itself is what is raised
-        log.exception("rung %d of trial %d: its reservation could not be given back", running[2], running[1])
-
-
-def _delete_search_budget(ledger: Ledger, budget_scope: Any, run: str) -> None:
-    """Delete the search's own budget: its cap served one call (the spend stays, tagged search=<id>).
-
-    Kept, one budget a call piled up, and every reserve and budget check of the ledger reads them all.
-    """
-    try:
-        ledger.delete_budget(budget_scope, "total", actor=f"budgeted_search {run}")
-    except Exception as e:  # a rung still held (its settle failed): the budget stays, as said
-        log.warning("search %s: its budget %s/total stays: %s", run, budget_scope, e)

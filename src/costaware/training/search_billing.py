@@ -179,6 +179,23 @@ class SearchBilling:
             "left: raise it with `costaware budget set`"
         )
 
+    def reserve_rung(self, number: int, rung: int, seconds: float) -> tuple[str, int, int]:
+        """Reserve ``seconds`` for rung ``rung`` of trial ``number``: ``(its reservation, number, rung)``.
+
+        Raises:
+            BudgetExceededError: a budget over the search's scope has too little left.
+        """
+        reservation = self.ledger.reserve(
+            self.budget_scope,
+            usd_for_seconds(seconds, self.usd_per_hour),
+            holder=f"search/{self.run}/{number}/{rung}",
+            run_id=self.run,  # a per-run budget caps one search
+            dag_id=self.owner[0],
+            ttl=timedelta(seconds=max(2 * seconds, 60.0)),
+            purpose=f"rung {rung} of trial {number}",
+        )
+        return (reservation.id, number, rung)
+
     def bill_setup(self, now: float) -> None:
         """Bill the time before the first rung (the budget, the study, the first proposal) from the hold.
 
