@@ -979,3 +979,21 @@ def test_a_study_load_bound_that_is_no_seconds_is_refused_as_the_dag_is_parsed(s
         )
     with pytest.raises(ConfigurationError, match="study_load_seconds must be"):
         budgeted_tuning(study_name="s1", trainer=QuadraticTrainer, study_load_seconds=seconds)
+
+
+def test_a_trial_holds_its_cost_in_budgets_over_the_dags_tags_its_bill_counts_in(env: Ledger) -> None:
+    # The trial's bill carries the DAG's tags (team:ml) beside the study's; held over the study's scope only,
+    # the team's budget of $0.05 was charged the trial's $0.2 (at $1 a second) with nothing held in it.
+    env.set_budget("team=ml", "total", "0.05")
+    plan = _plan(max_usd="100", usd_per_hour="3600", fallback_trial_seconds=5)  # a trial reserves $7
+    plan.execute({"ti": _ti(plan)})
+    with DAG(DAG_ID, schedule=None, tags=["team:ml"]):
+        op = BudgetedTuningOperator(task_id="trial", study_name="s1", trainer=QuadraticTrainer, slot=0)
+    ti = _ti(op, map_index=0)
+    listener.cost_listener.on_task_instance_running(None, ti)
+    with pytest.raises(AirflowSkipException, match=r"stopped \(budget\): budget 'team=ml/total \(total\)'"):
+        op.execute({"ti": ti})
+    listener.cost_listener.on_task_instance_skipped(None, ti)
+    (usage,) = env.usage("team=ml")
+    assert usage.spent_usd <= usage.cap_usd and usage.reserved_usd == 0
+    assert env.open_reservations() == []

@@ -326,7 +326,8 @@ class BudgetedTuningOperator(_StudyOperator):
         with airflow_errors():
             # Before the study is loaded (a far store takes minutes): a slot refused after it was billed
             # that time with nothing held, past a project budget with little left.
-            slot_hold = self._hold_slot_time(ti, context, holder)
+            run_tags = self._run_tags(context)
+            slot_hold = self._hold_slot_time(ti, run_tags, holder)
             trainer = resolve_trial_trainer(self.trainer)
             _, spec = load_study(self.study_storage(), str(self.study_name))
 
@@ -357,6 +358,7 @@ class BudgetedTuningOperator(_StudyOperator):
                 keep_for_retry_seconds=retry_wait_seconds(self, int(ti.try_number), int(ti.max_tries)),
                 seconds_already_used=seconds_since_try_began(ti),
                 slot_hold=slot_hold,
+                bill_tags=run_tags,
             )
         if not result.ran:
             why = result.stop.value if result.stop is not None else "stopped"
@@ -365,7 +367,20 @@ class BudgetedTuningOperator(_StudyOperator):
         self.log.info("trial %s %s: %s", result.trial.label, result.trial.params, result.trial.decision)
         return result.trial.to_json()
 
-    def _hold_slot_time(self, ti: Any, context: Context, holder: str) -> str | None:
+    def _run_tags(self, context: Context) -> dict[str, str]:
+        """The run's tags as the cost listener bills this try with them (the DAG's, the run's params)."""
+        from costaware.core.budgets import valid_tags
+        from costaware.glue import tags_for
+
+        try:
+            dag = self.dag
+        except (AttributeError, RuntimeError):  # an operator run outside any DAG
+            dag = None
+        params = context.get("params") or getattr(self, "params", None) or {}
+        tags, _ = valid_tags(tags_for(dag, dict(params)))
+        return tags
+
+    def _hold_slot_time(self, ti: Any, tags: dict[str, str], holder: str) -> str | None:
         """Hold the try's time so far plus ``study_load_seconds`` where a refused slot's bill would land.
 
         Refused, the slot's try is billed by the cost listener to the run's tags on the worker's compute:
@@ -377,18 +392,11 @@ class BudgetedTuningOperator(_StudyOperator):
         Raises:
             AirflowSkipException: a budget over the run's tags cannot hold even that time.
         """
-        from costaware.core.budgets import RAISE_THE_CAP, RAISE_THE_CAP_ONLY, valid_tags
+        from costaware.core.budgets import RAISE_THE_CAP, RAISE_THE_CAP_ONLY
         from costaware.core.errors import BudgetExceededError, CostawareError
-        from costaware.glue import tags_for
         from costaware.training.tuning.reservations import hold_slot_time
         from costaware.try_pricing import charge_of, compute_of
 
-        try:
-            dag = self.dag
-        except (AttributeError, RuntimeError):  # an operator run outside any DAG
-            dag = None
-        params = context.get("params") or getattr(self, "params", None) or {}
-        tags, _ = valid_tags(tags_for(dag, dict(params)))
         began = seconds_since_try_began(ti)
         seconds = began + self.study_load_seconds
         compute = compute_of(self)

@@ -9,6 +9,7 @@ from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import TYPE_CHECKING
 
+from costaware.core.budgets import Scope
 from costaware.core.errors import BudgetExceededError
 from costaware.core.ledger import Kind, LedgerEntry, Market, clipped_note, holder_dag_id, utcnow
 from costaware.core.money import format_usd
@@ -35,8 +36,14 @@ def reserve_trial_cost(
     poll_seconds: float,
     keep_for_retry_seconds: float = 0.0,
     replacing: str | None = None,
+    bill_tags: Mapping[str, str] | None = None,
 ) -> Reservation:
     """Reserve the trial's cost; while refused only because other trials hold money, wait for them.
+
+    ``bill_tags``: tags the trial's bill carries beside the study's scope (in Airflow the run's, which the
+    cost listener adds, the study's winning a tag both name): the reservation holds in every budget over
+    them too. Held over the study's scope only, a budget over a DAG tag the scope lacks (``team:ml``)
+    counted the trial's spend with nothing held in it.
 
     ``replacing``: the slot's hold for its time before this reservation (:func:`hold_slot_time`), given
     back as the trial's reservation is granted (which holds that time too) and kept while it is refused,
@@ -61,6 +68,7 @@ def reserve_trial_cost(
     outlives the slot's own lease; a slot that gave up at its own lease stopped the study for good, where
     the hold's end would have made room.
     """
+    scope = spec.budget_scope if not bill_tags else Scope.of({**bill_tags, **spec.budget_scope.as_dict()})
     seconds = seconds_needed()
     # Real time, not the trial's meter: what is waited for is other trials' holds, whose ttl the ledger
     # counts in real time.
@@ -73,7 +81,7 @@ def reserve_trial_cost(
         asked_at = utcnow()
         try:
             held = ledger.reserve(
-                spec.budget_scope,
+                scope,
                 usd,
                 gpu_hours=gpu_hours,
                 holder=holder,
@@ -131,7 +139,6 @@ def hold_slot_time(
     Raises:
         BudgetExceededError: a budget over ``tags`` cannot hold even this.
     """
-    from costaware.core.budgets import Scope
     from costaware.core.errors import BudgetNotFoundError
 
     scope = Scope.given(dict(tags), what="the try's tags")

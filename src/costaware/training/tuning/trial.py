@@ -121,6 +121,7 @@ def run_trial(
     keep_for_retry_seconds: float = 0.0,
     seconds_already_used: float = 0.0,
     slot_hold: str | None = None,
+    bill_tags: Mapping[str, str] | None = None,
 ) -> SlotResult:
     """Run one trial of the study in this slot, within the money it reserves.
 
@@ -150,6 +151,9 @@ def run_trial(
         slot_hold: The id of ``holder``'s hold on the slot's time before the trial's reservation
             (:func:`~costaware.training.tuning.reservations.hold_slot_time`): the trial's reservation
             replaces it as it is granted; a slot that runs no trial leaves it to the try's bill.
+        bill_tags: Tags the try's bill carries beside the study's scope (Airflow: the run's tags, which the
+            listener adds): the trial's reservation holds in every budget over both, as the bill counts in
+            them all.
 
     Returns:
         The slot's result; ``ran=False`` with the stop reason when the study is over.
@@ -171,7 +175,7 @@ def run_trial(
         return opened
     s = opened
     reserved = _reserve_trial(
-        s, ledger, holder, run_id, slot, wait_poll_seconds, keep_for_retry_seconds, slot_hold
+        s, ledger, holder, run_id, slot, wait_poll_seconds, keep_for_retry_seconds, slot_hold, bill_tags
     )
     if isinstance(reserved, SlotResult):
         if settle_as is not None:  # in Airflow the cost listener bills the skipped try
@@ -268,6 +272,7 @@ def _reserve_trial(
     wait_poll_seconds: float,
     keep_for_retry_seconds: float,
     slot_hold: str | None,
+    bill_tags: Mapping[str, str] | None,
 ) -> tuple[Reservation, TrialEstimate] | SlotResult:
     """Estimate the trial's full-fidelity cost and reserve it; a refusal stops the study for good."""
     spec = s.spec
@@ -291,6 +296,7 @@ def _reserve_trial(
             wait_poll_seconds,
             keep_for_retry_seconds,
             replacing=slot_hold,
+            bill_tags=bill_tags,
         )
     except BudgetExceededError as e:
         if s.resumed is not None:
