@@ -429,11 +429,25 @@ def _started_before(job: Mapping[str, Any], moment: datetime, plan: RemotePlan) 
 class KilledTrainingBilling(AttemptBilling):
     """:class:`AttemptBilling` outside the task: what the trigger of a killed task bills with."""
 
-    def __init__(self, *, ledger_conn_id: str, aws_conn_id: str | None, log: Any) -> None:
+    def __init__(self, *, ledger_conn_id: str, aws_conn_id: str | None, log: Any, ledger: Any = None) -> None:
         self.ledger_conn_id = ledger_conn_id
         self.aws_conn_id = aws_conn_id
         self._log = log
+        if ledger is not None:
+            # A ledger the caller opened (the CLI's --ledger-url): this process's look-up of
+            # ``ledger_conn_id`` could lead elsewhere (the hook's fallback file, outside a worker).
+            self.__dict__["ledger_hook"] = _OpenedLedger(ledger)
 
     @property
     def log(self) -> Any:
         return self._log
+
+
+class _OpenedLedger:
+    """What :attr:`AttemptBilling.ledger_hook` is asked for, for a ledger already open."""
+
+    def __init__(self, ledger: Any) -> None:
+        self._ledger = ledger
+
+    def get_conn(self) -> Any:
+        return self._ledger

@@ -584,6 +584,46 @@ SPOOL_COMMANDS = (
     ),
 )
 
+# -- jobs -----------------------------------------------------------------------------------------
+
+JOBS_COMMANDS = (
+    ActionCommand(
+        "reconcile",
+        "stop and bill the remote training jobs of ended tasks that no ledger entry bills",
+        lazy_load_command(f"{_COMMANDS}.jobs.reconcile"),
+        (
+            ARG_DAG_ID,
+            Arg(
+                "--dry-run",
+                action="store_true",
+                help="list those jobs only: stop nothing, bill nothing",
+            ),
+            Arg(
+                "--wait-seconds",
+                type=float,
+                default=20.0,
+                help="how long to wait for a stopped job to end before it is billed to the end of its "
+                "grace period, the latest it can run (default: 20)",
+            ),
+            ARG_FORMAT,
+            ARG_LEDGER_URL,
+        ),
+        description=(
+            "Reads, in Airflow's metadata database of AIRFLOW_HOME, the tasks that ended (failed, success, "
+            "skipped, upstream_failed, removed) with a deferred RemoteTrainingOperator wait kept in their "
+            "XCom costaware_wait_state, and lists the job of each that has no entry in the ledger: a task "
+            "ended by a person, or with its run marked failed or timed out, after Airflow's deferral "
+            "timeout took its wait away and before its resume or retry ran. Without --dry-run each is "
+            "stopped on its backend and billed (cause unwatched), as the last try's resume would have, and "
+            "the task's hold settled; the resume, a retry or a trigger that comes after finds the entry and "
+            "bills nothing again. A task that ended less than 5 minutes ago while its trigger still ran is "
+            "listed as left to that trigger, whose kill stops and bills the job, and not touched. Give "
+            "--ledger-url where the tasks bill another ledger than the default. "
+            "Exits 1 when a job could not be stopped and billed, or a wait state could not be read."
+        ),
+    ),
+)
+
 COMMANDS: tuple[ActionCommand | GroupCommand, ...] = (
     GroupCommand("budget", "set and inspect budgets", BUDGET_COMMANDS),
     ActionCommand(
@@ -619,4 +659,5 @@ COMMANDS: tuple[ActionCommand | GroupCommand, ...] = (
     GroupCommand("cache", "list, show, evict and bill the feature cache", CACHE_COMMANDS),
     GroupCommand("runs", "retrain runs: model outcome, cost and reproducibility record", RUNS_COMMANDS),
     GroupCommand("spool", "cost entries waiting for the ledger: list them, write them now", SPOOL_COMMANDS),
+    GroupCommand("jobs", "remote training jobs nobody follows: list them, stop and bill them", JOBS_COMMANDS),
 )

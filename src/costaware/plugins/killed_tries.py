@@ -117,6 +117,19 @@ def _said_unpriced(ti: Any) -> None:
     )
 
 
+def task_the_try_ran(ti: Any) -> Any:
+    """``ti``'s task as its DAG version defines it (its ``ledger_conn_id``), or None; never raises."""
+    task = getattr(ti, "task", None)
+    if task is not None:
+        return task
+    try:
+        dag = _dag_the_try_ran(ti, _session_of(ti))
+    except Exception as e:  # the caller falls back to the default ledger, and says so
+        log.warning("costaware: the DAG of %s.%s could not be read: %s", ti.dag_id, ti.task_id, e)
+        return None
+    return _task_of(dag, ti.task_id) if dag is not None else None
+
+
 def _session_of(ti: Any) -> Any:
     """The metadata-database session ``ti`` belongs to, else Airflow's thread-local one (the caller's).
 

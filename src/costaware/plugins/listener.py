@@ -14,7 +14,9 @@ drain``: no row is lost.
 
 Money reserved for a task that will never run is given back at once: when a task fails for good (or
 skips), the reservations of the downstream tasks that can no longer run are released; when a run ends
-(failed, marked failed, or succeeded with a consumer skipped), every reservation still open for the run is.
+(failed, marked failed, or succeeded with a consumer skipped), every reservation still open for the run is,
+and the remote training jobs its ended tasks left running with nothing to follow them are stopped and billed
+(:func:`reconcile_unfollowed_jobs`; a person's mark of one such task, at once: :func:`reconcile_marked_task`).
 
 Pricing a try lives in :mod:`costaware.plugins.try_cost`, releasing reservations in
 :mod:`costaware.plugins.reservation_release`; this module holds the hooks and the runtime.
@@ -198,6 +200,94 @@ def drain_spool_at_start(wait_seconds: float = 5.0) -> None:
         log.error("costaware: could not drain the spool at start: %s; `costaware spool drain` writes it", e)
 
 
+def reconcile_unfollowed_jobs(dag_run: Any, *, wait_seconds: float = 0.0) -> None:
+    """Stop and bill the remote training jobs the run's ended tasks left unbilled; never raises.
+
+    A deferred wait whose trigger Airflow's timeout check took away is followed by the task's resume or
+    retry only: a run marked failed or success, or timed out, before those ran left its job running
+    (:mod:`costaware.remote_reconcile`); a wait whose trigger still ran is that trigger's (its ``on_kill``).
+    The waits are read in the caller's session: the scheduler calls this for a ``dagrun_timeout`` with the
+    run's tasks set skipped but not committed yet, which a session of its own would read as still deferred.
+    The backends' calls take seconds per job (a stop waits for the job's end), so they run in a thread of
+    their own, which the scheduler or API server does not wait for.
+    """
+    dag = getattr(dag_run, "dag", None)
+    tasks = list(getattr(dag, "tasks", None) or [])
+    if not tasks:
+        return  # no DAG to read the tasks' ledgers from: `costaware jobs reconcile` lists them
+    try:
+        from costaware.glue import DEFAULT_AWS_CONN_ID
+        from costaware.remote_reconcile import ended_waits, reconcile_ended_run
+
+        dag_id, run_id = str(dag_run.dag_id), str(dag_run.run_id)
+        session = _session_of(dag_run)
+        waits = ended_waits(dag_id=dag_id, run_id=run_id, session=session) if session is not None else None
+        if waits is not None and not any(w.current is not None and w.taken_away for w in waits):
+            return  # nothing to stop: no thread, no ledger opened
+        ledgers = {task.task_id: ledger_conn_id_of(task) for task in tasks}
+        aws = {task.task_id: getattr(task, "aws_conn_id", DEFAULT_AWS_CONN_ID) for task in tasks}
+        in_own_thread(
+            lambda: reconcile_ended_run(dag_id, run_id, ledgers, aws, log=log, waits=waits),
+            name="costaware-reconcile",
+            wait_seconds=wait_seconds,
+        )
+    except Exception as e:  # the run ends as Airflow says; `costaware jobs reconcile` lists what was left
+        log.error("costaware: could not reconcile the remote training jobs of run %s: %s", dag_run.run_id, e)
+
+
+def reconcile_marked_task(ti: Any) -> None:
+    """A task ended by a person after Airflow's timeout check took its wait's trigger: its job; never raises.
+
+    The API server reports the mark (a metadata-database TaskInstance, committed). Its ``__fail__`` resume
+    will not run now, and the run may go on for hours: the job is stopped and billed now, as at the run's
+    end (:func:`reconcile_unfollowed_jobs`).
+    """
+    from costaware.remote_reconcile import TRIGGER_TAKEN_AWAY
+    from costaware.triggers.remote_training import ENDED_STATES
+
+    state = getattr(ti, "state", None)
+    ended = str(getattr(state, "value", state)) in ENDED_STATES
+    if not ended or getattr(ti, "next_method", None) != TRIGGER_TAKEN_AWAY:
+        return  # any other task's wait is its trigger's, its resume's or its retry's
+    try:
+        from costaware.glue import DEFAULT_AWS_CONN_ID, DEFAULT_LEDGER_CONN_ID
+        from costaware.plugins.killed_tries import task_the_try_ran
+        from costaware.remote_reconcile import ended_waits, reconcile_ended_run
+
+        dag_id, run_id, task_id = str(ti.dag_id), str(ti.run_id), str(ti.task_id)
+        map_index = int(ti.map_index if ti.map_index is not None else -1)
+        session = _session_of(ti)
+        waits = (
+            ended_waits(dag_id=dag_id, run_id=run_id, task_id=task_id, map_index=map_index, session=session)
+            if session is not None
+            else None
+        )
+        if waits is not None and not any(w.current is not None and w.taken_away for w in waits):
+            return
+        task = task_the_try_ran(ti)
+        ledgers = {task_id: ledger_conn_id_of(task) if task is not None else DEFAULT_LEDGER_CONN_ID}
+        aws = {task_id: getattr(task, "aws_conn_id", DEFAULT_AWS_CONN_ID)}
+        in_own_thread(
+            lambda: reconcile_ended_run(dag_id, run_id, ledgers, aws, log=log, waits=waits),
+            name="costaware-reconcile",
+            wait_seconds=0.0,
+        )
+    except Exception as e:  # the mark stands; `costaware jobs reconcile` lists what was left
+        log.error("costaware: could not reconcile the job of %s.%s: %s", ti.dag_id, ti.task_id, e)
+
+
+def _session_of(dag_run: Any) -> Any:
+    """The database session ``dag_run`` was loaded in (the scheduler's, the API server's), else None."""
+    from sqlalchemy.exc import NoInspectionAvailable
+    from sqlalchemy.orm import object_session
+    from sqlalchemy.orm.exc import UnmappedInstanceError
+
+    try:
+        return object_session(dag_run)
+    except (UnmappedInstanceError, NoInspectionAvailable):
+        return None  # not a database row (`dag.test()` keeps one, a stand-in does not)
+
+
 class CostListener:
     """Airflow listener that writes one compute entry per finished task try."""
 
@@ -218,12 +308,16 @@ class CostListener:
     @hookimpl
     def on_task_instance_success(self, previous_state: Any, task_instance: Any) -> None:
         self._record(task_instance, "success", None)
+        if type(task_instance).__module__.startswith("airflow.models"):
+            reconcile_marked_task(task_instance)  # a person's mark, which the API server reports
 
     @hookimpl
     def on_task_instance_failed(
         self, previous_state: Any, task_instance: Any, error: BaseException | None
     ) -> None:
         self._record(task_instance, "failed", error)
+        if type(task_instance).__module__.startswith("airflow.models"):
+            reconcile_marked_task(task_instance)
         state = getattr(task_instance, "state", None)
         if str(getattr(state, "value", state)) == "failed":  # not on a retry: it may still succeed
             release_for_doomed_downstream(task_instance, "failed")
@@ -232,16 +326,20 @@ class CostListener:
     @hookimpl
     def on_task_instance_skipped(self, previous_state: Any, task_instance: Any) -> None:
         self._record(task_instance, "skipped", None)
+        if type(task_instance).__module__.startswith("airflow.models"):
+            reconcile_marked_task(task_instance)
         release_for_doomed_downstream(task_instance, "skipped")
         end_waiting_gate(task_instance)  # a spend gate with soft_fail whose wait timed out
 
     @hookimpl
     def on_dag_run_failed(self, dag_run: Any, msg: str) -> None:
         release_run_reservations(dag_run, f"the run failed ({msg or 'no reason given'})")
+        reconcile_unfollowed_jobs(dag_run)
 
     @hookimpl
     def on_dag_run_success(self, dag_run: Any, msg: str) -> None:
         release_run_reservations(dag_run, "the run ended with its consumer skipped or never run")
+        reconcile_unfollowed_jobs(dag_run)
 
     def _record(self, ti: Any, outcome: str, error: BaseException | None) -> None:
         if type(ti).__module__.startswith("airflow.models"):

@@ -30,10 +30,10 @@ state in ``WAIT_STATE_XCOM_KEY``. A person's mark-failed or mark-success of the 
 deadline, before the scheduler's timeout check, gets no ``on_kill`` and no resume either: on a cancel past
 the deadline from Airflow's trigger assignment (a person's action, the timeout check or a hand-over to
 another triggerer all send it), the trigger asks the task's state and stops and bills the job itself where
-the task ended (:meth:`RemoteTrainingJobTrigger._stop_and_bill_if_the_task_ended`). Known gap: a task ended
-after the scheduler's timeout check, before its resume or retry runs (a person's mark, its DAG run marked
-failed or timed out), leaves its job running, unbilled, to its own time limit (docs/remote-training.md says
-what to do).
+the task ended (:meth:`RemoteTrainingJobTrigger._stop_and_bill_if_the_task_ended`). A task ended after the
+scheduler's timeout check, before its resume or retry runs (a person's mark, its DAG run marked failed or
+timed out), has its job stopped and billed from that XCom by the run-end listener, or by ``costaware jobs
+reconcile`` (:mod:`costaware.remote_reconcile`).
 """
 
 from __future__ import annotations
@@ -1258,6 +1258,7 @@ class RemoteTrainingJobTrigger(BaseTrigger):
         ask_state: bool = True,
         cause: str = "killed",
         why: str = "its task was killed",
+        ledger: Any = None,
     ) -> None:
         """Stop the job of a task a person killed, bill what it ran, and settle the task's hold (blocking IO).
 
@@ -1274,7 +1275,8 @@ class RemoteTrainingJobTrigger(BaseTrigger):
         the task is taken as ended.
 
         ``cause`` and ``why`` say why the job was stopped in its entry (a task failing for good with its job
-        still running, no retry left to follow it, uses this too: ``unwatched``).
+        still running, no retry left to follow it, uses this too: ``unwatched``). ``ledger``: the ledger to
+        bill in, opened by the caller (``costaware jobs reconcile``'s), instead of ``ledger_conn_id``'s.
         """
         from costaware.remote_billing import KilledTrainingBilling
         from costaware.training.attempts import AttemptState
@@ -1285,7 +1287,7 @@ class RemoteTrainingJobTrigger(BaseTrigger):
             return
         state = AttemptState.from_json(self.state)
         billing = KilledTrainingBilling(
-            ledger_conn_id=self.ledger_conn_id, aws_conn_id=self.aws_conn_id, log=self.log
+            ledger_conn_id=self.ledger_conn_id, aws_conn_id=self.aws_conn_id, log=self.log, ledger=ledger
         )
         try:
             if self.job_id is not None and state.current is not None:

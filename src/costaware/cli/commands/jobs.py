@@ -1,0 +1,133 @@
+"""``costaware jobs reconcile``: remote training jobs of ended tasks that no ledger entry bills.
+
+A deferred remote training whose wait's trigger Airflow's timeout check took away is followed only by the
+task's resume or its retry; a task ended before those (a person's mark, its run marked failed or timed out)
+left its job running and unbilled. This lists those jobs from Airflow's metadata database and the ledger,
+and stops and bills them (see :mod:`costaware.remote_reconcile`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from decimal import Decimal
+from typing import Any
+
+from costaware.cli.output import emit
+
+HEADERS = ["task", "task_state", "backend", "job", "attempt", "market", "submitted_at", "result"]
+
+
+def reconcile(args: argparse.Namespace) -> int:
+    """List the unbilled jobs of ended tasks; stop and bill them unless ``--dry-run``; 1 when one failed.
+
+    Raises:
+        CostawareError: Airflow's metadata database cannot be read, or the ledger cannot be opened.
+    """
+    from costaware.cli.arguments import check_range, open_ledger
+    from costaware.remote_reconcile import (
+        TRIGGER_SETTLE_SECONDS,
+        billed_usd,
+        ended_waits,
+        left_to_triggers,
+        stop_and_bill,
+    )
+
+    check_range("--wait-seconds", args.wait_seconds, low=0, high=600)
+    waits = _ended_waits(args.dag_id, ended_waits)
+    with_job = [w for w in waits if w.current is not None]
+    # No ledger is needed where no ended task left a job (a new deployment's maintenance DAG).
+    ledger = open_ledger(args, reading=True, read_only=args.dry_run) if with_job else None
+    unreadable: dict[str, str] = {}  # by task: why its wait state cannot be read
+    not_in_ledger, broken = [], []
+    for wait in with_job:
+        try:
+            if billed_usd(ledger, wait) is None:
+                not_in_ledger.append(wait)
+        except (KeyError, TypeError, ValueError) as e:  # a state an older or newer version kept
+            unreadable[wait.task] = f"{type(e).__name__}: {e}"
+            broken.append(wait)
+    unbilled, settling = left_to_triggers(not_in_ledger)
+    rows: list[list[Any]] = []
+    failed = len(broken)
+    for wait in [*unbilled, *settling, *broken]:
+        if wait in broken:
+            result = (
+                f"FAILED: its wait state cannot be read ({unreadable[wait.task]}): look for the task's jobs "
+                f"on {wait.backend or 'its backend'} by hand and stop any still running"
+            )
+        elif wait in settling:
+            minutes = f"{TRIGGER_SETTLE_SECONDS / 60:.0f}"
+            result = (
+                f"left to its trigger: the task ended less than {minutes} minutes ago, and its trigger's "
+                "kill stops and bills the job; run again after that"
+            )
+        elif args.dry_run:
+            result = "unbilled (dry run: not stopped)"
+        else:
+            print(f"costaware: stopping and billing job {wait.job_id} on {wait.backend} ...", file=sys.stderr)
+            try:
+                usd = stop_and_bill(wait, ledger, wait_seconds=args.wait_seconds)
+            except Exception as e:  # said per job; the others are reconciled all the same
+                usd, why = None, f"{type(e).__name__}: {e}"
+            else:
+                why = "see the log above"
+            if usd is None:
+                failed += 1
+                result = f"FAILED ({why}): stop job {wait.job_id} on {wait.backend} by hand"
+            else:
+                # A job that had ended meanwhile was only billed: its entry's note says which.
+                result = f"billed ${usd.quantize(Decimal('0.000001'))} (stopped where it still ran)"
+        current = wait.current or {}
+        rows.append(
+            [
+                wait.task,
+                wait.task_state,
+                wait.backend,
+                wait.job_id,
+                current.get("attempt", ""),
+                current.get("market", ""),
+                current.get("submitted_at", ""),
+                result,
+            ]
+        )
+    if not rows and args.format == "table":
+        scope = f" of DAG {args.dag_id!r}" if args.dag_id else ""
+        if with_job:
+            print(
+                f"nothing to reconcile: the jobs of the {len(with_job)} ended task(s){scope} with a remote "
+                "training wait are in the ledger"
+            )
+        else:
+            print(f"nothing to reconcile: no ended task{scope} left a remote training job")
+        return 0
+    emit(rows, args.format, headers=HEADERS)
+    if args.dry_run and rows:
+        print(
+            f"costaware: {len(rows)} job(s) of ended tasks have no ledger entry; run without --dry-run to "
+            "stop and bill them",
+            file=sys.stderr,
+        )
+    return 1 if failed else 0
+
+
+def _ended_waits(dag_id: str | None, read: Any) -> list[Any]:
+    """The ended tasks' waits, from Airflow's metadata database of ``AIRFLOW_HOME``.
+
+    Raises:
+        CostawareError: that database cannot be read (not migrated, down, another AIRFLOW_HOME's).
+    """
+    import os
+
+    from costaware.core.errors import CostawareError
+
+    try:
+        return list(read(dag_id=dag_id))
+    except Exception as e:
+        home = os.environ.get("AIRFLOW_HOME", "~/airflow")
+        cause = getattr(e, "orig", None) or e  # a database's own error, without SQLAlchemy's SQL text
+        raise CostawareError(
+            f"cannot read the task states and XComs in Airflow's metadata database of AIRFLOW_HOME={home} "
+            f"({type(cause).__name__}: {cause}): run with the deployment's AIRFLOW_HOME (or its "
+            "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN), after `airflow db migrate`"
+        ) from e

@@ -1,0 +1,339 @@
+"""Remote training jobs whose task ended with nobody left to follow them: found, stopped and billed.
+
+A deferred ``RemoteTrainingOperator`` wait whose trigger the scheduler's timeout check took away is followed
+only by the task's ``__fail__`` resume or its retry. A task ended before either runs (a person's mark
+failed or success, its DAG run marked failed, which skips its unfinished tasks, or its ``dagrun_timeout``)
+left its job running, unbilled, to its own time limit. Each such wait kept its attempt state in the task's
+XCom ``costaware_wait_state``: a task that ended with the job of that state not in the ledger is one of
+them. Its job is stopped and billed by the trigger's own kill path
+(:meth:`~costaware.triggers.remote_training.RemoteTrainingJobTrigger.stop_and_bill`, cause ``unwatched``),
+under the same ledger keys as the resume, a retry or the trigger: whichever comes second finds the entry and
+bills nothing again. The listener runs it at a run's end and at a person's mark of a task
+(:mod:`costaware.plugins.listener`), for waits whose trigger was taken away only (a wait whose trigger still
+ran is that trigger's kill's); ``costaware jobs reconcile`` runs it for any ended task (``--dry-run`` lists
+them), ``TRIGGER_SETTLE_SECONDS`` after the task's end where its trigger still ran.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from decimal import Decimal
+from typing import Any
+
+from costaware.core.ledger import utcnow
+from costaware.glue import DEFAULT_AWS_CONN_ID, DEFAULT_LEDGER_CONN_ID
+
+#: What the entry of a job stopped here says stopped it.
+RECONCILE_WHY = "its task ended with no resume or retry left to follow it"
+#: Airflow's ``next_method`` of a task whose wait ended without an event: the scheduler's timeout check (or
+#: a failed trigger) took its trigger away, and no ``on_kill`` comes. ``BaseOperator``'s
+#: ``TRIGGER_FAIL_REPR``, copied: the listener reads it without importing the task SDK.
+TRIGGER_TAKEN_AWAY = "__fail__"
+#: How long after a task ended whose trigger may still run its job is left to that trigger: a person's
+#: mark of a deferred task cancels the trigger, whose ``on_kill`` (or its check of a cancel past the
+#: deadline) stops and bills the job within ``KILL_WAIT_SECONDS`` and the backend's calls. Stopped here too
+#: meanwhile, the job could be billed twice, each stop before the other's entry was there.
+TRIGGER_SETTLE_SECONDS = 300.0
+
+#: The jobs this process is stopping and billing now: a person's mark of a run reports its killed tasks and
+#: the run's end at once, and two threads on one job could each bill it before the other's entry was there.
+_UNDER_WAY: set[tuple[str, str]] = set()
+_UNDER_WAY_LOCK = threading.Lock()
+
+
+@dataclass(frozen=True)
+class EndedWait:
+    """A task that ended with a deferred remote training wait kept in its XCom (its attempt state)."""
+
+    dag_id: str
+    run_id: str
+    task_id: str
+    map_index: int
+    task_state: str
+    state: Mapping[str, Any]
+    #: Whether the wait ended without an event (``TRIGGER_TAKEN_AWAY``): no trigger bills its job.
+    taken_away: bool = False
+    #: When the task ended (its run's end where Airflow gave the task none), or None.
+    ended_at: datetime | None = None
+
+    def left_to_its_trigger(self, now: datetime) -> bool:
+        """Whether the task's trigger may still stop and bill the job (see ``TRIGGER_SETTLE_SECONDS``)."""
+        if self.taken_away or self.ended_at is None:
+            return False
+        return (now - _aware(self.ended_at)).total_seconds() < TRIGGER_SETTLE_SECONDS
+
+    @property
+    def current(self) -> Mapping[str, Any] | None:
+        """The attempt the wait watched (None: a paused training, with no job running)."""
+        current = self.state.get("current")
+        return current if isinstance(current, Mapping) and current.get("job_id") else None
+
+    @property
+    def job_id(self) -> str:
+        return str(self.current["job_id"]) if self.current else ""
+
+    @property
+    def backend(self) -> str:
+        return str(self.state.get("backend") or "")
+
+    @property
+    def task(self) -> str:
+        """``DAG/RUN/TASK/MAP_INDEX``, as ``costaware budget holds`` names a task."""
+        return f"{self.dag_id}/{self.run_id}/{self.task_id}/{self.map_index}"
+
+
+def ended_waits(
+    *,
+    dag_id: str | None = None,
+    run_id: str | None = None,
+    task_id: str | None = None,
+    map_index: int | None = None,
+    session: Any = None,
+) -> list[EndedWait]:
+    """The ended tasks whose XCom keeps a remote training's wait state, oldest run first (metadata DB IO).
+
+    ``session``: Airflow's session to read with (None: one of its own). A task that ran again since its wait
+    (cleared, or a retry) is not ended, or kept a newer state: only the last wait of an ended task is read.
+    """
+    from airflow.models.dagrun import DagRun
+    from airflow.models.taskinstance import TaskInstance
+    from airflow.models.xcom import XComModel
+    from sqlalchemy import and_, func, select
+
+    from costaware.triggers.remote_training import ENDED_STATES, WAIT_STATE_XCOM_KEY
+
+    query = (
+        select(
+            XComModel.dag_id,
+            XComModel.run_id,
+            XComModel.task_id,
+            XComModel.map_index,
+            XComModel.value,
+            TaskInstance.state,
+            TaskInstance.next_method,
+            func.coalesce(TaskInstance.end_date, DagRun.end_date).label("ended_at"),
+        )
+        .join(
+            TaskInstance,
+            and_(
+                TaskInstance.dag_id == XComModel.dag_id,
+                TaskInstance.run_id == XComModel.run_id,
+                TaskInstance.task_id == XComModel.task_id,
+                TaskInstance.map_index == XComModel.map_index,
+            ),
+        )
+        .outerjoin(DagRun, and_(DagRun.dag_id == XComModel.dag_id, DagRun.run_id == XComModel.run_id))
+        .where(XComModel.key == WAIT_STATE_XCOM_KEY, TaskInstance.state.in_(sorted(ENDED_STATES)))
+        .order_by(XComModel.timestamp)
+    )
+    if dag_id is not None:
+        query = query.where(XComModel.dag_id == dag_id)
+    if run_id is not None:
+        query = query.where(XComModel.run_id == run_id)
+    if task_id is not None:
+        query = query.where(XComModel.task_id == task_id)
+    if map_index is not None:
+        query = query.where(XComModel.map_index == map_index)
+    if session is None:
+        from airflow.utils.session import create_session
+
+        with create_session() as own:
+            rows = own.execute(query).all()
+    else:
+        rows = session.execute(query).all()
+    waits = []
+    for row in rows:
+        state = XComModel.deserialize_value(row)
+        if isinstance(state, Mapping):
+            value = getattr(row.state, "value", row.state)
+            ended_at = row.ended_at
+            if isinstance(ended_at, str):  # SQLite gives COALESCE's result as text
+                ended_at = datetime.fromisoformat(ended_at)
+            waits.append(
+                EndedWait(
+                    row.dag_id,
+                    row.run_id,
+                    row.task_id,
+                    int(row.map_index),
+                    str(value),
+                    state,
+                    taken_away=row.next_method == TRIGGER_TAKEN_AWAY,
+                    ended_at=ended_at,
+                )
+            )
+    return waits
+
+
+def left_to_triggers(waits: list[EndedWait]) -> tuple[list[EndedWait], list[EndedWait]]:
+    """``waits`` split: those to stop and bill now, and those their trigger may still be billing (clock)."""
+    now = utcnow()
+    later = [w for w in waits if w.left_to_its_trigger(now)]
+    return [w for w in waits if w not in later], later
+
+
+def billed_usd(ledger: Any, wait: EndedWait) -> Decimal | None:
+    """What the ledger holds for the job ``wait`` watched, from its run, else None (it was never billed).
+
+    Any entry naming the job counts that the resume, a retry, the trigger or this module wrote since the
+    attempt's submit (an earlier run under the same name, lost by its backend, was billed before it).
+    """
+    from costaware.training.attempt_effects import task_attempt_entries
+    from costaware.training.attempts import AttemptState
+    from costaware.training.remote import job_of_attempt_note
+
+    if wait.current is None:
+        return None
+    plan = AttemptState.from_json(dict(wait.state)).plan
+    since = _submitted_at(wait)
+    billed = [
+        Decimal(str(row["usd"]))
+        for row in task_attempt_entries(ledger, plan)
+        if job_of_attempt_note(str(row["note"] or "")) == wait.job_id
+        and (since is None or _aware(row["incurred_at"]) >= since)
+    ]
+    return sum(billed, Decimal(0)) if billed else None
+
+
+def stop_and_bill(
+    wait: EndedWait,
+    ledger: Any,
+    *,
+    ledger_conn_id: str = DEFAULT_LEDGER_CONN_ID,
+    aws_conn_id: str | None = DEFAULT_AWS_CONN_ID,
+    wait_seconds: float | None = None,
+) -> Decimal | None:
+    """Stop ``wait``'s job where it runs, bill it in ``ledger`` and settle the task's hold (backend IO).
+
+    The trigger's kill path does it, as the last try's resume would have: ``unwatched``, to the end of the
+    job's grace period where it has not ended within ``wait_seconds`` (default the kill's). Returns what the
+    ledger holds for the job after it (None: not billed, said in the log).
+    """
+    from costaware.training.attempts import AttemptState
+    from costaware.triggers.remote_training import KILL_WAIT_SECONDS, RemoteTrainingJobTrigger
+
+    state = AttemptState.from_json(dict(wait.state))
+    if state.current is None:
+        return None
+    trigger = RemoteTrainingJobTrigger(
+        backend=state.plan.backend,
+        backend_options=dict(state.plan.backend_options),
+        job_id=state.current.job_id,
+        state=state.to_json(),
+        ledger_conn_id=ledger_conn_id,
+        aws_conn_id=aws_conn_id,
+    )
+    trigger.stop_and_bill(
+        wait_seconds=KILL_WAIT_SECONDS if wait_seconds is None else wait_seconds,
+        ask_state=False,
+        cause="unwatched",
+        why=f"{RECONCILE_WHY} (task {wait.task_state})",
+        ledger=ledger,
+    )
+    return billed_usd(ledger, wait)
+
+
+def _submitted_at(wait: EndedWait) -> datetime | None:
+    from costaware.core.series import parse_instant
+
+    submitted = (wait.current or {}).get("submitted_at")
+    return parse_instant(submitted, name="submitted_at") if submitted else None
+
+
+def _aware(moment: datetime) -> datetime:
+    return moment if moment.tzinfo else moment.replace(tzinfo=timezone.utc)
+
+
+def reconcile_ended_run(
+    dag_id: str,
+    run_id: str,
+    ledger_conn_ids: Mapping[str, str],
+    aws_conn_ids: Mapping[str, str | None],
+    *,
+    log: Any,
+    waits: list[EndedWait] | None = None,
+) -> int:
+    """Stop and bill the unbilled jobs of a run's ended tasks (the run-end listener's); never raises.
+
+    ``waits``: the run's, read already (None: read here, in a session of its own). Each task's job is
+    billed in the ledger its task names (``ledger_conn_ids``, by task id; the default elsewhere), opened as
+    a drain opens it here: a ledger this machine does not see is left to ``costaware jobs reconcile`` where
+    it is, and said. Returns how many jobs were stopped and billed.
+    """
+    try:
+        if waits is None:
+            waits = ended_waits(dag_id=dag_id, run_id=run_id)
+    except Exception as e:
+        log.warning(
+            "costaware: could not read the remote training waits of run %s/%s (%s): `costaware jobs "
+            "reconcile --dag-id %s` lists the jobs its ended tasks left running",
+            dag_id,
+            run_id,
+            e,
+            dag_id,
+        )
+        return 0
+    billed = 0
+    # A wait whose trigger still ran when the task ended is that trigger's to stop and bill (its on_kill):
+    # both at once billed the job twice. `costaware jobs reconcile` takes one its trigger left unbilled.
+    for wait in (w for w in waits if w.current is not None and w.taken_away):
+        key = (wait.task, wait.job_id)
+        with _UNDER_WAY_LOCK:
+            if key in _UNDER_WAY:
+                continue  # another thread of this process has it
+            _UNDER_WAY.add(key)
+        try:
+            billed += _reconcile_one(wait, ledger_conn_ids, aws_conn_ids, dag_id=dag_id, log=log)
+        finally:
+            with _UNDER_WAY_LOCK:
+                _UNDER_WAY.discard(key)
+    return billed
+
+
+def _reconcile_one(
+    wait: EndedWait,
+    ledger_conn_ids: Mapping[str, str],
+    aws_conn_ids: Mapping[str, str | None],
+    *,
+    dag_id: str,
+    log: Any,
+) -> int:
+    """:func:`reconcile_ended_run` for one wait: 1 where its job was stopped and billed here, else 0."""
+    from costaware.ledger_spool import workers_ledger
+
+    conn_id = ledger_conn_ids.get(wait.task_id, DEFAULT_LEDGER_CONN_ID)
+    try:
+        ledger = workers_ledger(conn_id)
+        if billed_usd(ledger, wait) is not None:
+            return 0
+        log.warning(
+            "costaware: job %s on %s of task %s (%s) has no ledger entry and nothing follows it: stopping "
+            "and billing it",
+            wait.job_id,
+            wait.backend,
+            wait.task,
+            wait.task_state,
+        )
+        usd = stop_and_bill(
+            wait,
+            ledger,
+            ledger_conn_id=conn_id,
+            aws_conn_id=aws_conn_ids.get(wait.task_id, DEFAULT_AWS_CONN_ID),
+        )
+    except Exception as e:
+        usd = None
+        log.error("costaware: stopping and billing job %s failed: %s", wait.job_id, e)
+    if usd is None:
+        log.error(
+            "costaware: job %s on %s of task %s is not billed: stop it on its backend by hand, or run "
+            "`costaware jobs reconcile --dag-id %s` where its ledger is seen",
+            wait.job_id,
+            wait.backend,
+            wait.task,
+            dag_id,
+        )
+        return 0
+    log.warning("costaware: job %s stopped and billed, $%s", wait.job_id, usd)
+    return 1

@@ -1,0 +1,433 @@
+"""`costaware jobs reconcile`: the job of a task ended with nobody left to follow it is stopped and billed.
+
+A deferred wait whose trigger Airflow's timeout check took away is followed only by the task's resume or
+retry; a task marked failed (or its run marked failed, which skips it) before those ran left its job
+running, unbilled, to its time limit. Real jobs on the local backend (a team's command under
+``costaware-run``), a real SQLite metadata database with Airflow's own tables.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import signal
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from datetime import datetime, timedelta, timezone
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import pytest
+from airflow.sdk.exceptions import TaskDeferred
+from airflow_db import airflow_metadata_db, put_xcom
+from remote_support import command_operator_args, context_for, reimported
+
+from costaware.adapters.compute.base import open_backend
+from costaware.adapters.ledger import reservations
+from costaware.cli import main
+from costaware.operators.remote_training import RemoteTrainingOperator
+from costaware.remote_reconcile import TRIGGER_TAKEN_AWAY
+from costaware.triggers.remote_training import WAIT_STATE_XCOM_KEY, RemoteTrainingJobTrigger
+
+pytest.importorskip("costaware_runtime.launcher", reason="pip install -e ./runtime (costaware-run)")
+
+DAG, RUN, TASK = "remote_dag", "scheduled__2026-01-01", "train"
+HOLDER = f"{DAG}/{RUN}/{TASK}/-1"
+IN_THE_LEDGER = (
+    "nothing to reconcile: the jobs of the 1 ended task(s) with a remote training wait are in the ledger"
+)
+
+
+@pytest.fixture(autouse=True)
+def _ledger(monkeypatch: pytest.MonkeyPatch, ledger_url: str) -> None:
+    monkeypatch.setenv("COSTAWARE_LEDGER_URL", ledger_url)
+
+
+@pytest.fixture(autouse=True)
+def _no_job_left(tmp_path: Path) -> Iterator[None]:
+    """Every job a test started is gone at its end, whatever the test did."""
+    yield
+    root = tmp_path / "jobs"
+    if root.exists():
+        backend = open_backend("local", {"root": str(root)})
+        for folder in root.iterdir():
+            (folder / "stop").touch()
+            with contextlib.suppress(Exception):
+                backend.signal(folder.name, signal.SIGKILL)
+
+
+def _deferred(tmp: Path, op: RemoteTrainingOperator | None = None) -> RemoteTrainingJobTrigger:
+    """A training deferred on a running job, as the triggerer builds its trigger."""
+    args = {**command_operator_args(tmp, "wait-for-notice"), "tags": {"project": "churn"}}
+    op = op or RemoteTrainingOperator(**args)
+    with pytest.raises(TaskDeferred) as deferred:
+        op.execute(context_for())
+    trigger = reimported(deferred.value.trigger)
+    give_up = time.monotonic() + 60
+    ready = "seen.jsonl.ready" if "wait-for-notice" in op.command else "seen.jsonl"
+    while not (tmp / ready).exists():  # the job runs: it checkpointed and waits (or ignores a stop)
+        assert time.monotonic() < give_up, "the job never started"
+        time.sleep(0.05)
+    assert isinstance(trigger, RemoteTrainingJobTrigger) and trigger.job_id is not None
+    return trigger
+
+
+def _task_ended_with_its_wait(
+    tmp: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    state: str,
+    trigger: RemoteTrainingJobTrigger,
+    *,
+    next_method: str | None = TRIGGER_TAKEN_AWAY,
+    end_date: datetime | None = None,
+) -> None:
+    """The metadata database of a task in ``state`` whose deferred wait kept ``trigger``'s attempt state.
+
+    By default the wait's trigger was taken away by Airflow's timeout check (``__fail__``), no ``on_kill``.
+    """
+    put = airflow_metadata_db(tmp, monkeypatch)
+    put(DAG, RUN, TASK, state, next_method=next_method, end_date=end_date)
+    put_xcom(DAG, RUN, TASK, WAIT_STATE_XCOM_KEY, trigger.state)
+
+
+def _listed(out: str) -> list[dict[str, Any]]:
+    """The JSON rows of ``--format json``: this process imported Airflow before, whose logs go to stdout."""
+    return list(json.loads(out[out.index("[\n") :]))
+
+
+def _reconciled() -> None:
+    """Wait for the listener's reconcile, in a thread of its own: the scheduler does not wait for it."""
+    for reconciling in [t for t in threading.enumerate() if t.name == "costaware-reconcile"]:
+        reconciling.join(timeout=60)
+        assert not reconciling.is_alive()
+
+
+def _entries(ledger: Any) -> list[dict[str, Any]]:
+    return [e for e in ledger.entries() if e["task_id"] == TASK]
+
+
+def _running(tmp: Path, job_id: str) -> bool:
+    return not open_backend("local", {"root": str(tmp / "jobs")}).poll(job_id).state.done
+
+
+def test_a_task_marked_failed_after_its_wait_was_taken_has_its_job_listed_then_stopped_and_billed_once(
+    tmp_path: Path, ledger: Any, ledger_url: str, monkeypatch: pytest.MonkeyPatch, capsys: Any
+) -> None:
+    ledger.set_budget("project=churn", "month", "10")
+    gate = ledger.reserve("project=churn", "1.00", holder=HOLDER, run_id=RUN, dag_id=DAG)
+    trigger = _deferred(tmp_path)
+    assert trigger.job_id is not None
+    _task_ended_with_its_wait(tmp_path, monkeypatch, "failed", trigger)
+    # Run where the workers' ledger is not this machine's default: --ledger-url names it, and is billed.
+    monkeypatch.setenv("COSTAWARE_LEDGER_URL", f"sqlite:///{tmp_path / 'not-the-workers.db'}")
+    argv = ["jobs", "reconcile", "--ledger-url", ledger_url, "--format", "json"]
+    capsys.readouterr()  # the operator's own log lines
+
+    assert main([*argv, "--dry-run"]) == 0
+    (listed,) = _listed(capsys.readouterr().out)
+    assert (listed["task"], listed["task_state"], listed["job"], listed["backend"]) == (
+        HOLDER,
+        "failed",
+        trigger.job_id,
+        "local",
+    )
+    assert _running(tmp_path, trigger.job_id) and _entries(ledger) == []  # a dry run touches nothing
+
+    assert main([*argv, "--wait-seconds", "10"]) == 0
+    (done,) = _listed(capsys.readouterr().out)
+    assert not _running(tmp_path, trigger.job_id)
+    (entry,) = _entries(ledger)
+    assert entry["cause"] == "unwatched" and Decimal(str(entry["usd"])) > 0
+    assert done["result"] == f"billed ${Decimal(str(entry['usd'])):.6f} (stopped where it still ran)"
+    with ledger.reading() as conn:
+        assert reservations.reservation(conn, gate.id).status == "settled"
+
+    # Billed: listed no more; and the resume (or a trigger) that comes late finds the entry.
+    assert main(["jobs", "reconcile", "--ledger-url", ledger_url]) == 0
+    assert IN_THE_LEDGER in capsys.readouterr().out
+    reimported(trigger).stop_and_bill(ask_state=False, cause="unwatched", why="the wait timed out")
+    assert len(_entries(ledger)) == 1
+
+
+@pytest.mark.parametrize("state", ["up_for_retry", "scheduled", "deferred"])
+def test_a_task_whose_resume_or_retry_still_follows_the_job_is_left_to_it(
+    state: str, tmp_path: Path, ledger: Any, ledger_url: str, monkeypatch: pytest.MonkeyPatch, capsys: Any
+) -> None:
+    trigger = _deferred(tmp_path)
+    assert trigger.job_id is not None
+    _task_ended_with_its_wait(tmp_path, monkeypatch, state, trigger)
+    capsys.readouterr()
+    assert main(["jobs", "reconcile", "--ledger-url", ledger_url]) == 0
+    assert "nothing to reconcile: no ended task left a remote training job" in capsys.readouterr().out
+    assert _running(tmp_path, trigger.job_id) and _entries(ledger) == []
+
+
+def test_a_job_billed_already_is_not_listed(
+    tmp_path: Path, ledger: Any, ledger_url: str, monkeypatch: pytest.MonkeyPatch, capsys: Any
+) -> None:
+    trigger = _deferred(tmp_path)
+    trigger.stop_and_bill(wait_seconds=10, ask_state=False)  # a person's kill, before Airflow's deadline
+    _task_ended_with_its_wait(tmp_path, monkeypatch, "success", trigger)
+    capsys.readouterr()
+    assert main(["jobs", "reconcile", "--ledger-url", ledger_url, "--dry-run"]) == 0
+    assert IN_THE_LEDGER in capsys.readouterr().out
+    assert [e["cause"] for e in _entries(ledger)] == ["killed"]
+
+
+def test_a_metadata_database_that_cannot_be_read_is_named_with_what_to_do(
+    tmp_path: Path, ledger_url: str, monkeypatch: pytest.MonkeyPatch, capsys: Any
+) -> None:
+    from airflow import settings
+    from sqlalchemy import create_engine
+    from sqlalchemy.orm import scoped_session, sessionmaker
+
+    empty = create_engine(f"sqlite:///{tmp_path / 'not-migrated.db'}")  # no tables: never migrated
+    monkeypatch.setattr(settings, "Session", scoped_session(sessionmaker(bind=empty)))
+    assert main(["jobs", "reconcile", "--ledger-url", ledger_url, "--dry-run"]) == 2
+    err = capsys.readouterr().err
+    assert "cannot read the task states and XComs in Airflow's metadata database" in err
+    assert "no such table: xcom" in err and "`airflow db migrate`" in err
+
+
+@pytest.mark.parametrize("hook", ["on_dag_run_failed", "on_dag_run_success"])
+def test_a_run_ended_by_hand_or_its_timeout_has_the_job_its_task_left_stopped_and_billed_by_the_listener(
+    hook: str, tmp_path: Path, ledger: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from types import SimpleNamespace
+
+    from costaware.plugins.listener import CostListener
+
+    op = RemoteTrainingOperator(**{**command_operator_args(tmp_path, "wait-for-notice"), "tags": {"x": "y"}})
+    trigger = _deferred(tmp_path, op)
+    assert trigger.job_id is not None
+    # Marked failed (its unfinished tasks skipped), timed out, or marked success (its tasks set success).
+    task_state = "skipped" if hook == "on_dag_run_failed" else "success"
+    put = airflow_metadata_db(tmp_path, monkeypatch)
+    put(
+        DAG, RUN, TASK, task_state, run_state=hook.removeprefix("on_dag_run_"), next_method=TRIGGER_TAKEN_AWAY
+    )
+    put_xcom(DAG, RUN, TASK, WAIT_STATE_XCOM_KEY, trigger.state)
+
+    run = SimpleNamespace(dag_id=DAG, run_id=RUN, dag=SimpleNamespace(tasks=[op]))
+    getattr(CostListener(), hook)(run, "timed_out")
+
+    _reconciled()
+    (entry,) = _entries(ledger)
+    assert entry["cause"] == "unwatched" and Decimal(str(entry["usd"])) > 0
+    assert not _running(tmp_path, trigger.job_id)
+
+
+def test_a_dagrun_timeout_read_before_the_scheduler_commits_its_skips_still_bills_the_job(
+    tmp_path: Path, ledger: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The scheduler sets a timed-out run's unfinished tasks skipped, flushes, and calls the listener before
+    # it commits: a session of the listener's own read the task still deferred, and left its job running.
+    from types import SimpleNamespace
+
+    from airflow import settings
+    from airflow.models.dagrun import DagRun
+    from airflow.models.taskinstance import TaskInstance
+
+    from costaware.plugins.listener import CostListener
+
+    op = RemoteTrainingOperator(**{**command_operator_args(tmp_path, "wait-for-notice"), "tags": {"x": "y"}})
+    trigger = _deferred(tmp_path, op)
+    assert trigger.job_id is not None
+    put = airflow_metadata_db(tmp_path, monkeypatch)
+    put(DAG, RUN, TASK, "scheduled", next_method=TRIGGER_TAKEN_AWAY)  # the timeout check took its trigger
+    put_xcom(DAG, RUN, TASK, WAIT_STATE_XCOM_KEY, trigger.state)
+
+    with settings.Session() as scheduler:  # the scheduler's transaction
+        run = scheduler.query(DagRun).filter_by(dag_id=DAG, run_id=RUN).one()
+        run.state = "failed"
+        scheduler.query(TaskInstance).filter_by(dag_id=DAG, run_id=RUN).one().state = "skipped"
+        scheduler.flush()
+        run.dag = SimpleNamespace(tasks=[op])
+        CostListener().on_dag_run_failed(run, "timed_out")
+        _reconciled()  # before the commit: what the listener acts on is what it read in the transaction
+        scheduler.commit()
+
+    (entry,) = _entries(ledger)
+    assert entry["cause"] == "unwatched"
+    assert not _running(tmp_path, trigger.job_id)
+
+
+def test_a_wait_for_the_stopped_job_out_of_range_is_refused_naming_it(ledger_url: str, capsys: Any) -> None:
+    assert main(["jobs", "reconcile", "--ledger-url", ledger_url, "--wait-seconds", "-3"]) == 2
+    assert "--wait-seconds must be 0 or more and at most 600, got -3" in capsys.readouterr().err
+
+
+def test_a_task_ended_while_its_trigger_still_ran_is_left_to_that_triggers_kill_for_a_while(
+    tmp_path: Path, ledger: Any, ledger_url: str, monkeypatch: pytest.MonkeyPatch, capsys: Any
+) -> None:
+    # A person marked the deferred task failed before Airflow's deadline: its trigger's on_kill stops and
+    # bills the job. Stopped here too at the same time, both billed it, each before the other's entry.
+    from types import SimpleNamespace
+
+    from costaware import remote_reconcile
+    from costaware.plugins.listener import CostListener
+
+    now = datetime(2026, 12, 1, 12, 0, tzinfo=timezone.utc)
+    monkeypatch.setattr(remote_reconcile, "utcnow", lambda: now)
+    op = RemoteTrainingOperator(**{**command_operator_args(tmp_path, "wait-for-notice"), "tags": {"x": "y"}})
+    trigger = _deferred(tmp_path, op)
+    assert trigger.job_id is not None
+    marked = now - timedelta(minutes=1)
+    _task_ended_with_its_wait(
+        tmp_path, monkeypatch, "failed", trigger, next_method="execute_complete", end_date=marked
+    )
+    capsys.readouterr()
+
+    assert main(["jobs", "reconcile", "--ledger-url", ledger_url, "--format", "json"]) == 0
+    (listed,) = _listed(capsys.readouterr().out)
+    assert listed["result"].startswith("left to its trigger: the task ended less than 5 minutes ago")
+    CostListener().on_dag_run_failed(
+        SimpleNamespace(dag_id=DAG, run_id=RUN, dag=SimpleNamespace(tasks=[op])), ""
+    )
+    _reconciled()
+    assert _running(tmp_path, trigger.job_id) and _entries(ledger) == []
+
+    # Its trigger never billed it (its on_kill failed, or it could not read the task's state): taken now.
+    now += timedelta(minutes=5)
+    assert main(["jobs", "reconcile", "--ledger-url", ledger_url, "--format", "json"]) == 0
+    (done,) = _listed(capsys.readouterr().out)
+    assert done["result"].startswith("billed $") and done["result"].endswith("(stopped where it still ran)")
+    assert [e["cause"] for e in _entries(ledger)] == ["unwatched"]
+    assert not _running(tmp_path, trigger.job_id)
+
+
+@pytest.mark.parametrize(
+    ("hook", "next_method", "stopped"),
+    [
+        ("on_task_instance_failed", TRIGGER_TAKEN_AWAY, True),
+        ("on_task_instance_success", TRIGGER_TAKEN_AWAY, True),
+        # Marked while its trigger still ran: that trigger's kill stops and bills it, not this.
+        ("on_task_instance_failed", "execute_complete", False),
+    ],
+)
+def test_a_task_a_person_marks_after_its_wait_was_taken_has_its_job_stopped_and_billed_while_its_run_goes_on(
+    hook: str,
+    next_method: str,
+    stopped: bool,
+    tmp_path: Path,
+    ledger: Any,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from airflow import settings
+    from airflow.models.taskinstance import TaskInstance
+
+    from costaware.plugins.listener import CostListener
+
+    trigger = _deferred(tmp_path)
+    assert trigger.job_id is not None
+    state = hook.removeprefix("on_task_instance_")
+    _task_ended_with_its_wait(tmp_path, monkeypatch, state, trigger, next_method=next_method)
+
+    with settings.Session() as api_server:  # the API server's request, its mark committed
+        ti = api_server.query(TaskInstance).filter_by(dag_id=DAG, run_id=RUN, task_id=TASK).one()
+        if hook == "on_task_instance_failed":
+            CostListener().on_task_instance_failed(None, ti, "TaskInstance's state was manually set")
+        else:
+            CostListener().on_task_instance_success(None, ti)
+    _reconciled()
+
+    assert _running(tmp_path, trigger.job_id) is not stopped
+    assert [e["cause"] for e in _entries(ledger)] == (["unwatched"] if stopped else [])
+
+
+def test_a_run_marked_failed_reports_its_task_and_its_end_and_the_job_is_stopped_once(
+    tmp_path: Path, ledger: Any, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The API server reports the killed task's mark and the run's end at once: two threads of one process.
+    # The job ignores its stop until its grace period ends, so the first is still at it when the second
+    # comes; each, not seeing the other's entry yet, stopped it and billed it.
+    from types import SimpleNamespace
+
+    from airflow import settings
+    from airflow.models.taskinstance import TaskInstance
+
+    from costaware.plugins.listener import CostListener
+
+    args = {**command_operator_args(tmp_path, "ignore-notice"), "preemption_grace_seconds": 3}
+    op = RemoteTrainingOperator(**{**args, "tags": {"x": "y"}})
+    trigger = _deferred(tmp_path, op)
+    assert trigger.job_id is not None
+    _task_ended_with_its_wait(tmp_path, monkeypatch, "failed", trigger)
+
+    with settings.Session() as api_server:
+        ti = api_server.query(TaskInstance).filter_by(dag_id=DAG, run_id=RUN, task_id=TASK).one()
+        CostListener().on_task_instance_failed(None, ti, "Dag Run's state was manually set")
+        run = SimpleNamespace(dag_id=DAG, run_id=RUN, dag=SimpleNamespace(tasks=[op]))
+        CostListener().on_dag_run_failed(run, "Dag Run's state was manually set to `failed`.")
+    _reconciled()
+
+    stops = [r for r in caplog.records if "has no ledger entry and nothing follows it" in r.getMessage()]
+    assert len(stops) == 1
+    assert [e["cause"] for e in _entries(ledger)] == ["unwatched"]
+
+
+def test_a_sagemaker_job_whose_task_ended_unbilled_is_found_through_the_tasks_aws_connection(
+    moto_endpoint: str,
+    moto_aws_conn: str,
+    ledger: Any,
+    ledger_url: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: Any,
+) -> None:
+    # moto's SageMaker completes a job at once without running it: billed as it ended, for its 0 s.
+    from remote_support import aws_client
+
+    bucket = f"own-{uuid.uuid4().hex[:12]}"
+    aws_client("s3", moto_endpoint).create_bucket(Bucket=bucket)
+    op = RemoteTrainingOperator(
+        task_id=TASK,
+        command=["python", "train.py"],
+        image="123456789012.dkr.ecr.us-east-1.amazonaws.com/team-train:7",
+        model_store=f"s3://{bucket}/models",
+        checkpoint_store=f"s3://{bucket}/checkpoints",
+        backend="sagemaker",
+        backend_options={
+            "role_arn": "arn:aws:iam::123456789012:role/train",
+            "output_s3_uri": f"s3://{bucket}/o",
+        },
+        market="on_demand",
+        instance_type="ml.m5.xlarge",
+        on_demand_usd_per_hour="0.23",
+        aws_conn_id=moto_aws_conn,
+        poll_interval=0.1,
+    )
+    with pytest.raises(TaskDeferred) as deferred:
+        op.execute(context_for())
+    trigger = deferred.value.trigger
+    _task_ended_with_its_wait(tmp_path, monkeypatch, "success", trigger)
+    capsys.readouterr()
+
+    assert main(["jobs", "reconcile", "--ledger-url", ledger_url, "--format", "json"]) == 0
+    (done,) = _listed(capsys.readouterr().out)
+    assert (done["backend"], done["job"]) == ("sagemaker", trigger.job_id)
+    (entry,) = _entries(ledger)
+    assert done["result"] == f"billed ${Decimal(str(entry['usd'])):.6f} (stopped where it still ran)"
+    assert f"job {trigger.job_id} on sagemaker" in entry["note"]
+    assert main(["jobs", "reconcile", "--ledger-url", ledger_url]) == 0
+    assert IN_THE_LEDGER in capsys.readouterr().out
+
+
+def test_a_wait_state_that_cannot_be_read_is_named_with_what_to_do_and_fails_the_command(
+    tmp_path: Path, ledger: Any, ledger_url: str, monkeypatch: pytest.MonkeyPatch, capsys: Any
+) -> None:
+    # Kept by another version of costaware: the others are still reconciled, this one is said.
+    put = airflow_metadata_db(tmp_path, monkeypatch)
+    put(DAG, RUN, TASK, "failed", next_method=TRIGGER_TAKEN_AWAY)
+    kept = {"backend": "batch", "current": {"attempt": 1, "job_id": "train-3f2a9c01de-a1", "market": "spot"}}
+    put_xcom(DAG, RUN, TASK, WAIT_STATE_XCOM_KEY, kept)
+    assert main(["jobs", "reconcile", "--ledger-url", ledger_url, "--format", "json"]) == 1
+    (row,) = _listed(capsys.readouterr().out)
+    assert row["job"] == "train-3f2a9c01de-a1"
+    assert row["result"] == (
+        "FAILED: its wait state cannot be read (KeyError: 'instance_type'): look for the task's jobs on "
+        "batch by hand and stop any still running"
+    )
