@@ -159,6 +159,36 @@ def test_a_reservation_replacing_its_holders_hold_frees_it_only_when_granted(any
     assert [r.id for r in any_ledger.open_reservations()] == [trial.id]
 
 
+def test_replace_unlike_replaces_a_hold_smaller_than_asked_or_in_another_scope(any_ledger: Ledger) -> None:
+    # A gate cleared and run again: its task's open hold is returned only where it holds what is asked.
+    any_ledger.set_budget("project=churn", "month", "10")
+    any_ledger.set_budget("project=fraud", "month", "1")
+    first = any_ledger.reserve("project=churn", "4", holder="d/r/train/-1")
+    grown = any_ledger.reserve("project=churn", "6", holder="d/r/train/-1", replace_unlike=True)
+    assert grown.id != first.id and grown.usd == 6 and grown.scope == first.scope
+    assert any_ledger.release(first.id).status == "released"  # given back already: returned as it is
+    assert any_ledger.usage("project=churn")[0].reserved_usd == 6  # not 4, and not 4 + 6
+    with pytest.raises(BudgetExceededError):
+        any_ledger.reserve("project=churn", "5", holder="d/other/train/-1")  # $4 left, not $6
+    # A hold bigger than asked (grown to a max_usd) is kept.
+    assert any_ledger.reserve("project=churn", "3", holder="d/r/train/-1", replace_unlike=True).id == grown.id
+    # Another scope, refused there: nothing changes, the old hold stays open where it was.
+    with pytest.raises(BudgetExceededError, match="project=fraud/month"):
+        any_ledger.reserve("project=fraud", "4", holder="d/r/train/-1", replace_unlike=True)
+    assert [r.id for r in any_ledger.open_reservations()] == [grown.id]
+    assert any_ledger.usage("project=churn")[0].reserved_usd == 6
+    any_ledger.set_budget("project=fraud", "month", "5")
+    moved = any_ledger.reserve("project=fraud", "4", holder="d/r/train/-1", replace_unlike=True)
+    assert str(moved.scope) == "project=fraud" and moved.budgets == ("project=fraud/month",)
+    assert [r.id for r in any_ledger.open_reservations()] == [moved.id]
+    assert any_ledger.usage("project=churn")[0].reserved_usd == 0
+    # More GPU-hours asked than held: replaced too.
+    more_gpu = any_ledger.reserve(
+        "project=fraud", "4", gpu_hours="1", holder="d/r/train/-1", replace_unlike=True
+    )
+    assert more_gpu.id != moved.id and more_gpu.gpu_hours == 1
+
+
 def test_a_hold_committed_while_a_reserve_waited_for_the_budgets_is_the_one(
     postgres_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:

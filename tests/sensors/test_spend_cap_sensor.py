@@ -57,6 +57,40 @@ def test_poke_reserves_for_the_downstream_task(env_ledger: Ledger) -> None:
     assert env_ledger.usage("project=churn")[0].reserved_usd == 4
 
 
+def test_a_gate_run_again_holds_what_it_asks_now_not_its_earlier_hold(
+    env_ledger: Ledger, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Cleared and run again with a higher estimate while its task's hold was open, the gate passed with
+    # the earlier $4 held, and its log said "Reserved $6.00".
+    sensor(deferrable=False, estimated_usd="4").poke(context())
+    capsys.readouterr()
+    again = sensor(deferrable=False, estimated_usd="6").poke(context())
+    assert again.xcom_value["usd"] == "6.000000"  # type: ignore[union-attr]
+    assert env_ledger.usage("project=churn")[0].reserved_usd == 6
+    assert "Reserved $6.00 for task 'train'" in capsys.readouterr().out
+    # A lower estimate keeps the bigger hold, and the log says what is held.
+    lower = sensor(deferrable=False, estimated_usd="2").poke(context())
+    assert lower.xcom_value["usd"] == "6.000000"  # type: ignore[union-attr]
+    out = capsys.readouterr().out
+    assert "Reserved $6.00 for task 'train'" in out and "its open hold, above the $2.00 asked" in out
+
+
+def test_a_gate_run_again_in_another_scope_checks_that_scope(env_ledger: Ledger) -> None:
+    # It passed in a budget it never checked ($4 against project=fraud's $1 cap), holding in project=churn.
+    env_ledger.set_budget("project=fraud", "month", "1")
+    sensor(deferrable=False).poke(context())
+    assert sensor(deferrable=False, scope="project=fraud").poke(context()) is False  # waits for room
+    with pytest.raises(AirflowFailException, match="budget 'project=fraud/month"):
+        sensor(scope="project=fraud", on_exceeded="fail").execute(context())
+    assert env_ledger.usage("project=churn")[0].reserved_usd == 4  # the earlier hold stands meanwhile
+    env_ledger.set_budget("project=fraud", "month", "5")
+    moved = sensor(deferrable=False, scope="project=fraud").poke(context())
+    assert moved.xcom_value["scope"] == "project=fraud"  # type: ignore[union-attr]
+    assert moved.xcom_value["budgets"] == ["project=fraud/month"]  # type: ignore[union-attr]
+    assert env_ledger.usage("project=churn")[0].reserved_usd == 0
+    assert env_ledger.usage("project=fraud")[0].reserved_usd == 4
+
+
 def test_poke_waits_while_the_budget_is_short(env_ledger: Ledger, capsys: pytest.CaptureFixture[str]) -> None:
     assert sensor(estimated_usd="11", deferrable=False).poke(context()) is False
     assert env_ledger.open_reservations() == []

@@ -276,6 +276,8 @@ class SpendCapSensor(BaseSensorOperator):
                     dag_id=ti.dag_id,
                     ttl=self.reservation_ttl,
                     purpose=f"task {target!r}",
+                    # The task's open hold (a cleared gate run again) only where it holds what is asked now.
+                    replace_unlike=True,
                 )
             except BudgetExceededError as e:
                 if self.on_exceeded == "approve":
@@ -289,12 +291,14 @@ class SpendCapSensor(BaseSensorOperator):
                 self._note(ledger, context, target, usd, "refused", "", message)
                 raise BudgetNotFoundError(message) from None
         self._note(ledger, context, target, usd, "reserved", "", "")
+        # What is held, which is more than the estimate where the task's open hold was grown (max_usd).
         self.log.info(
-            "Reserved %s for task %r in %s (reservation %s)",
-            format_usd_exact(usd),
+            "Reserved %s for task %r in %s (reservation %s)%s",
+            format_usd_exact(reservation.usd),
             target,
             self._budget_names(ledger, ti, reservation.budgets),
             reservation.id,
+            "" if reservation.usd == usd else f": its open hold, above the {format_usd_exact(usd)} asked",
         )
         catch_all_only = all(b.rpartition("/")[0] == "*" for b in reservation.budgets)
         if str(reservation.scope) != "*" and reservation.budgets and catch_all_only:
@@ -615,6 +619,7 @@ class SpendCapSensor(BaseSensorOperator):
                 purpose=f"task {target!r}",
                 approved_by=who,
                 approval=details,
+                replace_unlike=True,
             )
             self._note(ledger, context, target, usd, "approved", "", f"approved by {who}")
         self.log.warning(

@@ -50,6 +50,7 @@ def reserve(
     approved_by: str | None = None,
     approval: dict[str, Any] | None = None,
     replacing: str | None = None,
+    replace_unlike: bool = False,
 ) -> Reservation:
     """Set ``usd`` aside in every budget that covers ``scope``; see ``Ledger.reserve``."""
     wanted = Scope.given(scope, what="reservation scope")
@@ -66,11 +67,15 @@ def reserve(
             f"{DEFAULT_RESERVATION_TTL}; `Ledger.extend` keeps a hold counting longer)"
         ) from None
     r, h = schema.reservations, schema.holds
+
+    def kept(existing: Reservation) -> bool:
+        # Unless asked to replace it, the holder's open hold is returned as it stands, whatever it holds.
+        return not replace_unlike or _holds_as_asked(existing, wanted, amount, gpu)
+
     with ledger.transaction() as conn:
-        if holder:
-            existing = _open_hold_of(conn, holder, now, but=replacing)
-            if existing is not None:
-                return existing
+        existing = _open_hold_of(conn, holder, now, but=replacing) if holder else None
+        if existing is not None and kept(existing):
+            return existing
         # The periods at the reservation's own instant: a hold made at a period's last moment is keyed as
         # its created_at says (grow finds its window from it).
         covering = applicable(
@@ -80,12 +85,16 @@ def reserve(
             # Again under the budgets' locks: a reservation for this holder committed while this one
             # waited for them (two tries of one task at once) is the one, not a second hold.
             existing = _open_hold_of(conn, holder, now, but=replacing)
-            if existing is not None:
+            if existing is not None and kept(existing):
                 return existing
         if replacing is not None:
             # Given back in this transaction: a refusal below rolls it back, so the money it held for time
             # already spent stays held until that time is billed.
             _release_replaced(conn, replacing, holder)
+        if existing is not None:
+            # Given back in this transaction, so the caps below are checked without it; a refusal rolls
+            # the release back with the rest, and the hold stays as it was.
+            close(conn, existing.id, "released", None)
         standing = []
         refusals: list[tuple[Any, BudgetExceededError]] = []
         for budget_id, budget, window in covering:
@@ -150,7 +159,20 @@ def reserve(
         )
         names = ", ".join(f"{b.label} ({w.key})" for _, b, w in covering)  # as BudgetUsage.name
         log.info("reserved %s in %s for %s", format_usd_exact(amount), names, purpose)
+        if existing is not None:
+            log.info(
+                "it replaces the open hold %s of %s (%s in %s): less than asked, or in another scope",
+                existing.id,
+                holder,
+                format_usd_exact(existing.usd),
+                existing.scope,
+            )
         return reservation(conn, reservation_id)
+
+
+def _holds_as_asked(existing: Reservation, scope: Scope, usd: Decimal, gpu_hours: Decimal) -> bool:
+    """Whether an open hold is in ``scope`` and holds at least ``usd`` and ``gpu_hours`` (more is kept)."""
+    return existing.scope == scope and existing.usd >= usd and existing.gpu_hours >= gpu_hours
 
 
 def _open_hold_of(

@@ -141,6 +141,7 @@ class Ledger(LedgerDatabase):
         approved_by: str | None = None,
         approval: dict[str, Any] | None = None,
         replacing: str | None = None,
+        replace_unlike: bool = False,
     ) -> Reservation:
         """Set ``usd`` aside in every budget that covers ``scope``, or raise if any cap would be passed.
 
@@ -151,6 +152,11 @@ class Ledger(LedgerDatabase):
         Atomic across processes: two workers racing for the last dollars cannot both get them.
         With ``holder`` set (e.g. ``dag/run/task/map_index``), asking again while that holder's
         reservation is open returns the same reservation, so a retried sensor does not reserve twice.
+        With ``replace_unlike`` too, that open reservation is returned only when it is in ``scope`` and holds
+        at least ``usd`` and ``gpu_hours``; otherwise it is replaced: released and a new one reserved in one
+        transaction, the caps checked without the old one (a refusal keeps the old one as it was). A gate
+        cleared and run again with a higher estimate, or another scope, otherwise passed holding less than it
+        asked, or in budgets it never checked.
         A per-run budget holds it in the run ``run_id`` of DAG ``dag_id`` (give both: run ids such as
         ``scheduled__<date>`` repeat across DAGs).
 
@@ -175,6 +181,7 @@ class Ledger(LedgerDatabase):
             approved_by=approved_by,
             approval=approval,
             replacing=replacing,
+            replace_unlike=replace_unlike,
         )
 
     def grow(self, reservation_id: str, usd: object) -> Reservation:
