@@ -61,10 +61,14 @@ def event(option: str, user: str | None = "ann", timedout: bool = False) -> dict
     }
 
 
-def test_an_approval_reserves_the_overage_and_is_audited(env_ledger: Ledger) -> None:
+def test_an_approval_reserves_the_overage_and_is_audited(
+    env_ledger: Ledger, capsys: pytest.CaptureFixture[str]
+) -> None:
     with pytest.raises(BudgetExceededError):  # $8 of $10 reserved: $4 more does not fit
         env_ledger.reserve("project=churn", "4")
-    result = gate().approval_complete(context(), event("Approve"))
+    result = gate(scope={"project": "churn"}).approval_complete(context(), event("Approve"))
+    # As every amount and scope is written: it read "approved $4 past the cap of {'project': 'churn'}".
+    assert "ann approved $4.00 past the cap of project=churn (reservation" in capsys.readouterr().out
     assert result["approved_by"] == "ann" and result["usd"] == "4.000000"
     (usage,) = env_ledger.usage("project=churn")
     assert usage.reserved_usd == 12 and usage.left_usd == -2

@@ -264,6 +264,25 @@ def test_deferral_waits_for_a_raised_cap_then_reserves(env_ledger: Ledger) -> No
     assert env_ledger.usage("project=churn")[0].reserved_usd == 12
 
 
+def test_a_dict_scope_waits_and_is_noted_as_the_scope_it_is(env_ledger: Ledger) -> None:
+    # As dags/budgeted_tuning.py writes it: the trigger got "{'project': 'churn'}" and its wait failed with
+    # InvalidBudgetError, and the Cost page row held the dict's text.
+    from datetime import datetime, timezone
+
+    from costaware.adapters.ledger.gate_requests import gate_requests
+
+    gate = sensor(scope={"project": "churn"}, estimated_usd="12", deferrable=True)
+    with pytest.raises(TaskDeferred) as deferred:
+        gate.execute(context())
+    trigger = deferred.value.trigger
+    assert trigger.scope == "project=churn"
+    env_ledger.set_budget("project=churn", "month", "20")
+    event = asyncio.run(asyncio.wait_for(trigger.run().__anext__(), timeout=10))
+    assert event.payload["status"] == "success"
+    (noted,) = gate_requests(env_ledger, since=datetime(2000, 1, 1, tzinfo=timezone.utc))
+    assert noted.scope == "project=churn"
+
+
 def test_resume_defers_again_when_someone_else_took_the_money(env_ledger: Ledger) -> None:
     env_ledger.reserve("project=churn", "8")
     with pytest.raises(TaskDeferred):

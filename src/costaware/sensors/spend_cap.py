@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping, Sequence, Set
 from datetime import datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseSensorOperator, PokeReturnValue, conf
 from airflow.sdk.exceptions import (
@@ -16,6 +16,9 @@ from airflow.sdk.exceptions import (
 )
 
 from costaware.core.ledger import Reservation, utcnow
+
+if TYPE_CHECKING:
+    from costaware.core.budgets import Scope
 from costaware.glue import DEFAULT_LEDGER_CONN_ID
 from costaware.triggers.budget import BudgetAvailableTrigger
 
@@ -43,7 +46,8 @@ class SpendCapSensor(BaseSensorOperator):
     name, the time and the amount; a rejection or a timeout fails or skips, as ``on_rejected`` says.
 
     Args:
-        scope: Budget scope as ``key=value`` tags, e.g. ``project=churn`` (templated).
+        scope: Budget scope as ``key=value`` tags, e.g. ``project=churn``, or a dict of them,
+            ``{"project": "churn"}`` (templated).
         estimated_usd: What the next task is expected to cost, in USD (templated).
         estimated_gpu_hours: Its expected GPU-hours, for budgets with a GPU-hour cap (templated).
         for_task_id: Task the money is for; default: this sensor's only downstream task (templated). It
@@ -80,7 +84,7 @@ class SpendCapSensor(BaseSensorOperator):
     def __init__(
         self,
         *,
-        scope: str,
+        scope: str | Mapping[str, str],
         estimated_usd: Any,
         estimated_gpu_hours: Any = "0",
         for_task_id: str | None = None,
@@ -204,6 +208,26 @@ class SpendCapSensor(BaseSensorOperator):
         self.approval_timeout = approval_timeout
         self.on_rejected = on_rejected
 
+    def _scope(self) -> Scope:
+        """The rendered ``scope`` read as a ledger scope; a dict as its tags.
+
+        Raises:
+            InvalidBudgetError: a blank scope (not read as ``*``), or one that is not ``key=value,...``.
+        """
+        from costaware.core.budgets import Scope
+
+        given = self.scope
+        scope = given if given is None or isinstance(given, Scope | Mapping) else str(given)
+        return Scope.given(scope, what="reservation scope")  # as the ledger said it, given the text
+
+    def _scope_text(self) -> str:
+        """The scope as the ledger writes it (``project=churn``), also where it was given as a dict.
+
+        ``str()`` of ``{"project": "churn"}`` is no scope: the deferred wait failed on it, and the Cost page
+        showed the dict's text.
+        """
+        return str(self._scope())
+
     def _target(self) -> str:
         from costaware.core.errors import ConfigurationError
 
@@ -268,7 +292,7 @@ class SpendCapSensor(BaseSensorOperator):
             gpu_hours = parse_gpu_hours(self.estimated_gpu_hours, name="estimated_gpu_hours")
             try:
                 reservation = ledger.reserve(
-                    self.scope,
+                    self._scope(),
                     usd,
                     gpu_hours=gpu_hours,
                     holder=reservation_holder(ti.dag_id, ti.run_id, target, ti.map_index),
@@ -521,7 +545,7 @@ class SpendCapSensor(BaseSensorOperator):
             ledger = CostLedgerHook(self.ledger_conn_id).get_conn()
             budgets = {b.label: b for b in ledger.budgets()}
             passed = []
-            for u in ledger.usage(self.scope, run_id=ti.run_id, dag_id=ti.dag_id):
+            for u in ledger.usage(self._scope(), run_id=ti.run_id, dag_id=ti.dag_id):
                 committed = u.spent_usd + u.reserved_usd
                 gpu_committed = u.spent_gpu_hours + u.reserved_gpu_hours
                 gpu_passed = u.cap_gpu_hours is not None and gpu_committed + gpu_hours > u.cap_gpu_hours
@@ -581,7 +605,7 @@ class SpendCapSensor(BaseSensorOperator):
                     actor=who,
                     action="rejection",
                     target=holder,
-                    details={**details, "usd": str(usd), "scope": str(self.scope)},
+                    details={**details, "usd": str(usd), "scope": self._scope_text()},
                 )
                 # The budgets the request was asked with, as the Cost page lists them: read again when the
                 # answer came (hours later), a cap raised meanwhile named other budgets than the request.
@@ -595,7 +619,7 @@ class SpendCapSensor(BaseSensorOperator):
                     f"the budget{'s' if len(passed) + more > 1 else ''} {', '.join(map(repr, passed))}"
                     + (f" and {more} more" if more else "")
                     if passed
-                    else f"the budget of {self.scope!r}"
+                    else f"the budget of '{self._scope_text()}'"
                 )
                 # Written as every other amount (format_usd_exact): an estimate of "4" read "spending $4".
                 message = (
@@ -609,7 +633,7 @@ class SpendCapSensor(BaseSensorOperator):
                     raise AirflowSkipException(message)
                 raise AirflowFailException(message)
             reservation = ledger.reserve(
-                self.scope,
+                self._scope(),
                 usd,
                 gpu_hours=parse_gpu_hours(self.estimated_gpu_hours, name="estimated_gpu_hours"),
                 holder=holder,
@@ -623,7 +647,11 @@ class SpendCapSensor(BaseSensorOperator):
             )
             self._note(ledger, context, target, usd, "approved", "", f"approved by {who}")
         self.log.warning(
-            "%s approved $%s past the cap of %s (reservation %s)", who, usd, self.scope, reservation.id
+            "%s approved %s past the cap of %s (reservation %s)",
+            who,
+            format_usd_exact(usd),
+            self._scope_text(),
+            reservation.id,
         )
         return {**_handed_on(reservation, target), "approved_by": who}
 
@@ -642,7 +670,7 @@ class SpendCapSensor(BaseSensorOperator):
     def _budget_names(self, ledger: Any, ti: Any, labels: Any) -> str:
         """``project=churn/month (2026-11)``: the names the Cost page and the CLI use."""
         try:
-            in_run = ledger.usage(self.scope, run_id=ti.run_id, dag_id=ti.dag_id)
+            in_run = ledger.usage(self._scope(), run_id=ti.run_id, dag_id=ti.dag_id)
             names = [u.name for u in in_run if u.label in set(labels)]
         except Exception:  # only a log line: the labels will do
             names = []
@@ -682,7 +710,7 @@ class SpendCapSensor(BaseSensorOperator):
                 task_id=ti.task_id,
                 map_index=int(ti.map_index),
                 for_task_id=target,
-                scope=str(self.scope),
+                scope=self._scope_text(),
                 budget=budget,
                 usd=usd,
                 status=status,
@@ -725,13 +753,13 @@ class SpendCapSensor(BaseSensorOperator):
         )
         if ends <= now:
             raise AirflowSensorTimeout(
-                f"budget scope '{self.scope}' had no room left for {self._target()!r} when the sensor's "
-                f"timeout of {float(self.timeout):g} s ran out (the room that came was taken by other runs): "
-                "raise the cap, lower estimated_usd, or give the sensor a longer timeout"
+                f"budget scope '{self._scope_text()}' had no room left for {self._target()!r} when the "
+                f"sensor's timeout of {float(self.timeout):g} s ran out (the room that came was taken by "
+                "other runs): raise the cap, lower estimated_usd, or give the sensor a longer timeout"
             )
         self.defer(
             trigger=BudgetAvailableTrigger(
-                scope=str(self.scope),
+                scope=self._scope_text(),
                 # Parsed as the sensor reads them: the trigger's Decimal() could not read "$4.20" or "1,200".
                 usd=str(parse_usd(self.estimated_usd, name="estimated_usd")),
                 gpu_hours=str(parse_gpu_hours(self.estimated_gpu_hours, name="estimated_gpu_hours")),
