@@ -54,7 +54,8 @@ class SpendCapSensor(BaseSensorOperator):
             must be mapped as the sensor is: both unmapped, or both in one mapped task group (each sensor
             instance reserves for the task instance of its own map index); otherwise it is refused.
         on_exceeded: ``wait``, ``skip``, ``fail`` or ``approve`` (ask a person, see ``approvers``).
-        reservation_ttl: How long the reservation holds if never settled.
+        reservation_ttl: How long the reservation holds if never settled; a ``SpotWindowSensor`` waiting
+            between the gate and its task counts it from its latest start instead.
         ledger_conn_id: Airflow connection of the ledger (falls back to ``COSTAWARE_LEDGER_URL``).
         deferrable: Wait in the triggerer, not a worker slot; default ``[operators] default_deferrable``.
         approvers: With ``on_exceeded="approve"``: the Airflow user ids who may approve, a list (a set is

@@ -491,6 +491,7 @@ class SpotWindowSensor(BaseSensorOperator):
             if decision is not None:
                 return self._finish(context, plan, decision)
         latest_start = parse_instant(plan["latest_start"], name="latest_start")
+        self._keep_gated_holds(context, latest_start)
         self.log.info("deferring: waiting for a spot start until %s at the latest", plan["latest_start"])
         self.defer(
             trigger=self._trigger(plan),
@@ -498,6 +499,16 @@ class SpotWindowSensor(BaseSensorOperator):
             kwargs={"plan": plan},
             timeout=max(latest_start - now, timedelta(0)) + timedelta(minutes=15),
         )
+
+    def _keep_gated_holds(self, context: Context, latest_start: datetime) -> None:
+        """While waiting, keep the spend gate's hold of the task waited for counting past the latest start.
+
+        See :mod:`costaware.sensors.gated_holds`: a hold of the gate's ``reservation_ttl`` lapsed during a
+        night's wait for spot, and another run took its money before the task billed.
+        """
+        from costaware.sensors.gated_holds import keep_gated_holds
+
+        keep_gated_holds(self, context, latest_start)
 
     def _trigger(self, plan: Mapping[str, Any]) -> SpotWindowTrigger:
         """The trigger that waits out ``plan`` in the triggerer, polling every ``poke_interval``."""
@@ -520,6 +531,7 @@ class SpotWindowSensor(BaseSensorOperator):
             plan = self._plan(context, now)
             decision = self._decide_now(plan, now)
             if decision is None:
+                self._keep_gated_holds(context, parse_instant(plan["latest_start"], name="latest_start"))
                 return False
             return PokeReturnValue(is_done=True, xcom_value=self._finish(context, plan, decision))
 

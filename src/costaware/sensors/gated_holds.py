@@ -1,0 +1,84 @@
+"""Keeping a spend gate's hold counting while a sensor between the gate and its task waits.
+
+With ``spend_gate >> spot_window >> retrain`` the gate reserves at the start of the window and the spot
+window may wait for spot until its latest start, hours later: a hold of ``reservation_ttl`` from the gate
+lapsed meanwhile (reserved at 22:00 for 6 hours, gone at 04:00 while the task started at 05:35), another run
+reserved that money, and the task's cost passed the cap when it billed. A sensor that waits keeps the holds
+of the tasks it waits for until its latest start plus the gate's ``reservation_ttl``: the wait does not eat
+the time the gate gave the task.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any
+
+
+def keep_gated_holds(sensor: Any, context: Mapping[str, Any], latest_start: datetime) -> list[Any]:
+    """Keep the open holds of the run's tasks downstream of ``sensor`` until ``latest_start`` + their TTL.
+
+    The holds are the ones the spend gates upstream of ``sensor`` made (each in its own ledger, for a task
+    instance of ``sensor``'s map index, or any where ``sensor`` is not mapped); each counts until
+    ``latest_start`` plus that gate's ``reservation_ttl``, never less than it already does. A ledger that
+    cannot be reached is only warned about: the wait goes on, and the hold keeps its own time limit.
+
+    Returns:
+        The reservations that now count longer.
+    """
+    from costaware.core.errors import LEDGER_UNREADABLE
+    from costaware.core.ledger import read_holder
+    from costaware.glue import is_template
+    from costaware.hooks.ledger import CostLedgerHook
+    from costaware.sensors.spend_cap import SpendCapSensor
+
+    ti = context.get("ti")
+    if ti is None or not sensor.has_dag():
+        return []
+    gates = [t for t in sensor.get_flat_relatives(upstream=True) if isinstance(t, SpendCapSensor)]
+    if not gates:
+        return []
+    waited_for = sensor.get_flat_relative_ids(upstream=False)
+    map_index = -1 if getattr(ti, "map_index", None) is None else int(ti.map_index)
+    until_by_ledger: dict[str, datetime] = {}
+    for gate in gates:
+        conn_id = str(gate.ledger_conn_id)
+        if is_template(conn_id):  # rendered as the gate rendered it, in this run
+            conn_id = str(sensor.render_template(conn_id, context))
+        until = latest_start + gate.reservation_ttl
+        until_by_ledger[conn_id] = max(until, until_by_ledger.get(conn_id, until))
+    kept = []
+    for conn_id, until in until_by_ledger.items():
+        try:
+            ledger = CostLedgerHook(conn_id).get_conn()
+            for held in ledger.open_reservations(holder_prefix=f"{ti.dag_id}/{ti.run_id}/"):
+                key = read_holder(held.holder)
+                if (
+                    key is None
+                    or key.suffix is not None
+                    or (key.dag_id, key.run_id) != (ti.dag_id, ti.run_id)
+                    or key.task_id not in waited_for
+                    or (map_index >= 0 and key.map_index != map_index)
+                    or held.expires_at >= until
+                ):
+                    continue
+                longer = ledger.extend(held.id, until)
+                if longer.expires_at > held.expires_at:
+                    kept.append(longer)
+                    sensor.log.info(
+                        "kept the budget hold %s of task %r counting until %s (it ended %s): waiting for the "
+                        "latest start %s, plus the gate's reservation_ttl",
+                        held.id,
+                        key.task_id,
+                        until.isoformat(),
+                        held.expires_at.isoformat(),
+                        latest_start.isoformat(),
+                    )
+        except LEDGER_UNREADABLE as e:
+            sensor.log.warning(
+                "could not keep the budget holds of the tasks this sensor waits for (ledger %r: %s); they "
+                "lapse at their own time limit (the gate's reservation_ttl) if the wait outlasts it",
+                conn_id,
+                e,
+            )
+    return kept

@@ -1,0 +1,92 @@
+"""A spend gate's hold keeps counting while the spot window between the gate and its task waits.
+
+``spend_gate >> spot_window >> retrain`` (dags/cost_aware_retrain.py): the gate reserves when the night's
+window opens, and the spot window may wait for spot until its latest start, after the gate's hold lapsed.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any
+
+import pytest
+import time_machine
+from airflow.providers.standard.operators.empty import EmptyOperator
+from airflow.sdk import DAG
+from airflow.sdk.exceptions import TaskDeferred
+from contexts import task_context
+from spot_history import write_history
+
+from costaware import Ledger
+from costaware.core.errors import BudgetExceededError
+from costaware.sensors.spend_cap import SpendCapSensor
+from costaware.sensors.spot_window import SpotWindowSensor
+
+WINDOW_OPENS = datetime(2026, 11, 30, 22, 0, tzinfo=timezone.utc)
+DEADLINE = datetime(2026, 12, 1, 6, 0, tzinfo=timezone.utc)
+RUN = "scheduled__2026-11-30T22:00:00+00:00"
+
+
+@pytest.fixture
+def ledger(ledger_url: str, monkeypatch: pytest.MonkeyPatch) -> Ledger:
+    monkeypatch.setenv("COSTAWARE_LEDGER_URL", ledger_url)
+    opened = Ledger.from_url(ledger_url)
+    opened.set_budget("project=churn", "total", "10")
+    return opened
+
+
+def nightly(prices: Path, *, deferrable: bool) -> tuple[SpendCapSensor, SpotWindowSensor]:
+    with DAG("nightly", schedule=None, start_date=datetime(2026, 1, 1, tzinfo=timezone.utc)):
+        land = EmptyOperator(task_id="land")
+        gate = SpendCapSensor(
+            task_id="spend_gate", scope="project=churn", estimated_usd="8", for_task_id="retrain"
+        )
+        window = SpotWindowSensor(
+            task_id="spot_window",
+            instance_type="p3.2xlarge",
+            region="us-east-1",
+            expected_runtime_hours=0.25,
+            on_demand_usd_per_hour="3.06",
+            prices=str(prices),
+            deadline=DEADLINE.isoformat(),
+            record_decision=False,
+            deferrable=deferrable,
+        )
+        land >> gate >> window >> EmptyOperator(task_id="retrain")
+    return gate, window
+
+
+def context(task_id: str) -> dict[str, Any]:
+    return task_context(task_id, dag_id="nightly", run_id=RUN)
+
+
+@pytest.mark.parametrize("deferrable", [True, False])
+def test_the_gates_hold_counts_until_the_latest_start_plus_its_ttl(
+    ledger: Ledger, tmp_path: Path, deferrable: bool
+) -> None:
+    with time_machine.travel(WINDOW_OPENS, tick=False) as clock:
+        prices = tmp_path / "prices.csv"
+        write_history(prices, current="1.00")  # 0.50 at 03:00 in the forecast: the window waits for it
+        gate, window = nightly(prices, deferrable=deferrable)
+        # An upstream task's hold (land's) is not the window's to keep.
+        land = f"nightly/{RUN}/land/-1"
+        upstream = ledger.reserve("project=churn", "1", holder=land, ttl=timedelta(hours=1))
+        assert gate.poke(context("spend_gate"))
+        (held,) = [r for r in ledger.open_reservations() if r.holder == f"nightly/{RUN}/retrain/-1"]
+        assert held.expires_at == WINDOW_OPENS + timedelta(hours=6)  # 04:00, before the latest start
+        if deferrable:
+            with pytest.raises(TaskDeferred):
+                window.execute(context("spot_window"))
+        else:
+            assert window.poke(context("spot_window")) is False
+        assert ledger.release(upstream.id).expires_at == upstream.expires_at
+
+        # 05:00: the task still waits for spot. Its $8 were free for another run once the hold lapsed at
+        # 04:00, and with both billed, $16 against the $10 cap.
+        clock.move_to(datetime(2026, 12, 1, 5, 0, tzinfo=timezone.utc))
+        with pytest.raises(BudgetExceededError):
+            ledger.reserve("project=churn", "8", holder="other/r/train/-1")
+        (kept,) = ledger.open_reservations()
+        latest_start = DEADLINE - timedelta(hours=0.25, minutes=10)  # 05:35
+        assert kept.id == held.id and kept.expires_at == latest_start + timedelta(hours=6)
