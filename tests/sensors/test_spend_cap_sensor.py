@@ -264,6 +264,25 @@ def test_deferral_waits_for_a_raised_cap_then_reserves(env_ledger: Ledger) -> No
     assert env_ledger.usage("project=churn")[0].reserved_usd == 12
 
 
+def test_a_deferred_gate_run_again_waits_only_for_the_room_its_own_hold_does_not_give(
+    env_ledger: Ledger,
+) -> None:
+    # The trigger counted the gate's own $4 hold as taken: with the other run's $5 given back, $6 fit once
+    # the hold was replaced, yet the wait went on until the sensor's timeout.
+    sensor(deferrable=False).poke(context())
+    other = env_ledger.reserve("project=churn", "5", holder="retrain/other/train/-1")
+    gate = sensor(estimated_usd="6", deferrable=True)
+    with pytest.raises(TaskDeferred) as deferred:
+        gate.execute(context())  # $6 needs $5 of room beside the other run's $5 hold: $1 + $4
+    trigger = deferred.value.trigger
+    assert "has $5.00 left, need $6.00" in str(trigger._shortfall())  # $1 free + its own $4
+    env_ledger.release(other.id)
+    assert trigger._shortfall() is None  # $10 with its own hold replaced (it read "$5.00 left")
+    event = asyncio.run(asyncio.wait_for(trigger.run().__anext__(), timeout=10))
+    assert gate.execute_complete(context(), event=event.payload)["usd"] == "6.000000"
+    assert env_ledger.usage("project=churn")[0].reserved_usd == 6
+
+
 def test_a_dict_scope_waits_and_is_noted_as_the_scope_it_is(env_ledger: Ledger) -> None:
     # As dags/budgeted_tuning.py writes it: the trigger got "{'project': 'churn'}" and its wait failed with
     # InvalidBudgetError, and the Cost page row held the dict's text.

@@ -31,6 +31,7 @@ EXAMPLES: dict[str, dict[str, Any]] = {
         "ledger_conn_id": "test_ledger",
         "poll_interval": 5.0,
         "dag_id": "churn_retrain",
+        "holder": "churn_retrain/manual__2026-01-01/train/-1",
     },
     "RemoteTrainingJobTrigger": {
         "backend": "local",

@@ -746,8 +746,10 @@ class SpendCapSensor(BaseSensorOperator):
         Raises:
             AirflowSensorTimeout: ``wait_ends`` has passed.
         """
+        from costaware.core.ledger import reservation_holder
         from costaware.core.money import parse_gpu_hours, parse_usd
 
+        ti = context["ti"]
         now = utcnow()
         ends = (
             datetime.fromisoformat(wait_ends) if wait_ends else now + timedelta(seconds=float(self.timeout))
@@ -764,10 +766,12 @@ class SpendCapSensor(BaseSensorOperator):
                 # Parsed as the sensor reads them: the trigger's Decimal() could not read "$4.20" or "1,200".
                 usd=str(parse_usd(self.estimated_usd, name="estimated_usd")),
                 gpu_hours=str(parse_gpu_hours(self.estimated_gpu_hours, name="estimated_gpu_hours")),
-                run_id=context["ti"].run_id,
-                dag_id=context["ti"].dag_id,
+                run_id=ti.run_id,
+                dag_id=ti.dag_id,
                 ledger_conn_id=self.ledger_conn_id,
                 poll_interval=float(self.poke_interval),
+                # Its task's open hold, which the resume replaces (a gate run again asking more).
+                holder=reservation_holder(ti.dag_id, ti.run_id, self._target(), ti.map_index),
             ),
             method_name="execute_complete",
             kwargs={"wait_ends": ends.isoformat()},

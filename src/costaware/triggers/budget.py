@@ -28,6 +28,9 @@ class BudgetAvailableTrigger(BaseTrigger):
         dag_id: The DAG of that run (None: a trigger serialized before it was kept; any DAG's run).
         ledger_conn_id: Airflow connection of the ledger.
         poll_interval: Seconds between checks.
+        holder: The holder key of the task's open hold that the sensor replaces when it resumes (a gate
+            run again asking more, or in another scope): what it holds unpaid counts as room in the
+            budgets it is in. None: no hold is replaced.
     """
 
     def __init__(
@@ -39,6 +42,7 @@ class BudgetAvailableTrigger(BaseTrigger):
         ledger_conn_id: str = DEFAULT_LEDGER_CONN_ID,
         poll_interval: float = 60.0,
         dag_id: str | None = None,
+        holder: str | None = None,
     ) -> None:
         super().__init__()
         self.scope = scope
@@ -48,6 +52,7 @@ class BudgetAvailableTrigger(BaseTrigger):
         self.dag_id = dag_id
         self.ledger_conn_id = ledger_conn_id
         self.poll_interval = poll_interval
+        self.holder = holder
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (
@@ -60,6 +65,7 @@ class BudgetAvailableTrigger(BaseTrigger):
                 "dag_id": self.dag_id,
                 "ledger_conn_id": self.ledger_conn_id,
                 "poll_interval": self.poll_interval,
+                "holder": self.holder,
             },
         )
 
@@ -70,18 +76,38 @@ class BudgetAvailableTrigger(BaseTrigger):
 
         ledger = CostLedgerHook(self.ledger_conn_id).get_conn()
         need, gpu = Decimal(self.usd), Decimal(self.gpu_hours)
+        freed_usd, freed_gpu = self._replaced_hold(ledger)
         for usage in ledger.usage(self.scope, run_id=self.run_id, dag_id=self.dag_id):
-            if usage.left_usd < need:
-                left = format_usd_exact(usage.left_usd)
+            left_usd = usage.left_usd + freed_usd.get(usage.label, Decimal(0))
+            if left_usd < need:
+                left = format_usd_exact(left_usd)
                 whole = (
                     " (more than its whole cap: only a higher cap makes room)" if need > usage.cap_usd else ""
                 )
                 return f"budget '{usage.name}' has {left} left, need {format_usd_exact(need)}{whole}"
             if usage.cap_gpu_hours is not None:
                 left_gpu = usage.cap_gpu_hours - usage.spent_gpu_hours - usage.reserved_gpu_hours
+                left_gpu += freed_gpu.get(usage.label, Decimal(0))
                 if left_gpu < gpu:
                     return f"budget '{usage.name}' has {left_gpu} GPU-hours left, need {gpu}"
         return None
+
+    def _replaced_hold(self, ledger: Any) -> tuple[dict[str, Decimal], dict[str, Decimal]]:
+        """What the open hold of ``holder`` holds unpaid, in USD and GPU-hours, by the label of each budget.
+
+        The sensor replaces that hold when it resumes, the caps checked without it: counted as taken here,
+        a gate asking $6 where its own $4 hold and $5 of room were enough waited until its timeout.
+        """
+        if not self.holder:
+            return {}, {}
+        held = [r for r in ledger.open_reservations(holder_prefix=self.holder) if r.holder == self.holder]
+        if not held:
+            return {}, {}
+        hold = held[0]
+        paid_usd = ledger.paid_from([hold.id]).get(hold.id, Decimal(0))
+        paid_gpu = ledger.paid_from([hold.id], gpu_hours=True).get(hold.id, Decimal(0))
+        usd, gpu = max(hold.usd - paid_usd, Decimal(0)), max(hold.gpu_hours - paid_gpu, Decimal(0))
+        return dict.fromkeys(hold.budgets, usd), dict.fromkeys(hold.budgets, gpu)
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         from costaware.core.errors import ConfigurationError
