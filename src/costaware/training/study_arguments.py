@@ -158,12 +158,15 @@ class StudyArguments:
     def _compute(self) -> tuple[Market, Decimal, Decimal]:
         """The trials' market, USD per hour (the catalog's unless given) and GPUs (the catalog's)."""
         from costaware.adapters.price_files import bundled_catalog
+        from costaware.core.given import not_given
         from costaware.core.ledger import Market
         from costaware.core.money import parse_usd
 
         catalog = bundled_catalog()
         market = Market.parse(self.market)
-        if self.usd_per_hour in (None, "", "None"):
+        # A template of an unset param renders "None", or "null" through | tojson, maybe with spaces: the
+        # catalog's price, as everywhere else (" " or "null" failed the plan as "not a number of USD").
+        if not_given(self.usd_per_hour):
             rate = (
                 catalog.spot_estimate_usd_per_hour(self.instance_type, self.region)
                 if market is Market.SPOT
