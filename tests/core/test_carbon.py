@@ -105,3 +105,25 @@ def test_an_intensity_no_grid_has_is_refused_with_its_hour() -> None:
         carbon_from_text(text, source="x.csv")
     for zone in ("GB", "DE-LU", "US-CAL-CISO", "AU-NSW"):  # the bundled years load, lca and direct
         assert bundled_carbon(zone, "lca") and bundled_carbon(zone, "direct")
+
+
+@pytest.mark.parametrize("rendered", [None, "", " ", "None", "None ", "null", " null "])
+def test_a_carbon_price_rendered_from_an_unset_param_is_not_given(rendered: object) -> None:
+    # What a template of an unset param renders, as the remote training's plan reads it: "null" was
+    # refused as "not a price" (and " " read as one by check_settings_used) before the plan ran.
+    assert Objective.parse("cost", rendered) == Objective("cost", 0.0)
+    Objective.parse("carbon", rendered).check_settings_used(rendered)
+    with pytest.raises(ConfigurationError, match="objective 'cost\\+carbon' needs carbon_usd_per_tonne"):
+        Objective.parse("cost+carbon", rendered)
+
+
+@pytest.mark.parametrize("given", ["", " ", "null"])
+def test_cost_carbon_without_a_carbon_price_names_what_was_given(given: str) -> None:
+    with pytest.raises(ConfigurationError, match=f"e.g. 100\\), got '{given}' \\(not given\\)"):
+        Objective.parse("cost+carbon", given)
+
+
+@pytest.mark.parametrize("given", ["none", "NULL"])
+def test_a_carbon_price_no_template_renders_of_an_unset_param_is_refused_naming_it(given: str) -> None:
+    with pytest.raises(ConfigurationError, match=f"carbon_usd_per_tonne='{given}' is not a price"):
+        Objective.parse("cost", given)

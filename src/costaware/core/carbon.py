@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 
 from costaware.core.errors import ConfigurationError, did_you_mean
+from costaware.core.given import not_given
 from costaware.core.money import parse_usd
 
 OBJECTIVES = ("cost", "carbon", "cost+carbon")
@@ -45,6 +46,9 @@ class Objective:
     def parse(cls, name: object, carbon_usd_per_tonne: object = None) -> Objective:
         """Check a (rendered) objective and its carbon price.
 
+        A carbon price that is blank, ``None`` or ``null`` (what a template of an unset param renders) is not
+        given (:func:`~costaware.core.given.not_given`).
+
         Raises:
             ConfigurationError: an unknown objective, or a carbon price that is not a number >= 0, or none
                 for ``cost+carbon`` (named, with what to pass).
@@ -56,7 +60,9 @@ class Objective:
                 f"{did_you_mean(''.join(text.split()).lower(), OBJECTIVES)}"
             )
         price = 0.0
-        if carbon_usd_per_tonne not in (None, "", "None"):
+        # A template of an unset param renders "None", or "null" through | tojson, maybe with spaces: not
+        # given, as the remote training's plan reads it ("null" was refused as "not a price" first).
+        if not not_given(carbon_usd_per_tonne):
             try:  # money as every amount is read: "$100" and "1,000" too, as --cap-usd takes them
                 price = float(parse_usd(carbon_usd_per_tonne, name="carbon_usd_per_tonne"))
             except ConfigurationError:
@@ -69,8 +75,9 @@ class Objective:
                     f"from 0 to {MAX_USD_PER_TONNE:,.0f} (e.g. 100)"
                 )
         elif text == "cost+carbon":
+            given = "" if carbon_usd_per_tonne is None else f", got {carbon_usd_per_tonne!r} (not given)"
             raise ConfigurationError(
-                "objective 'cost+carbon' needs carbon_usd_per_tonne (USD per tonne CO2e, e.g. 100)"
+                f"objective 'cost+carbon' needs carbon_usd_per_tonne (USD per tonne CO2e, e.g. 100){given}"
             )
         return cls(text, price)
 
@@ -82,7 +89,7 @@ class Objective:
         Raises:
             ConfigurationError: ``carbon_usd_per_tonne`` without ``cost+carbon``, or ``carbon`` with ``cost``.
         """
-        if carbon_usd_per_tonne not in (None, "", "None") and self.name != "cost+carbon":
+        if not not_given(carbon_usd_per_tonne) and self.name != "cost+carbon":
             raise ConfigurationError(
                 f"carbon_usd_per_tonne={carbon_usd_per_tonne!r} is read only by objective 'cost+carbon', not "
                 f"{self.name!r}: set objective='cost+carbon', or leave carbon_usd_per_tonne out"
