@@ -127,3 +127,16 @@ def test_cost_carbon_without_a_carbon_price_names_what_was_given(given: str) -> 
 def test_a_carbon_price_no_template_renders_of_an_unset_param_is_refused_naming_it(given: str) -> None:
     with pytest.raises(ConfigurationError, match=f"carbon_usd_per_tonne='{given}' is not a price"):
         Objective.parse("cost", given)
+
+
+@pytest.mark.parametrize("rendered", [None, "", " ", "None", "None ", "null", " null "])
+def test_an_objective_rendered_from_an_unset_param_is_cost(rendered: object) -> None:
+    # As RemoteTrainingOperator's plan reads it (blank); its check after rendering refused "None" first.
+    assert Objective.parse(rendered) == Objective("cost", 0.0)
+    assert Objective.parse(rendered, "null") == Objective("cost", 0.0)
+
+
+@pytest.mark.parametrize("given", ["none", "NULL"])
+def test_an_objective_no_template_renders_of_an_unset_param_is_refused_naming_it(given: str) -> None:
+    with pytest.raises(ConfigurationError, match=f"objective '{given}' is not one of"):
+        Objective.parse(given)

@@ -46,14 +46,16 @@ class Objective:
     def parse(cls, name: object, carbon_usd_per_tonne: object = None) -> Objective:
         """Check a (rendered) objective and its carbon price.
 
-        A carbon price that is blank, ``None`` or ``null`` (what a template of an unset param renders) is not
-        given (:func:`~costaware.core.given.not_given`).
+        An objective or carbon price that is blank, ``None`` or ``null`` (what a template of an unset param
+        renders) is not given (:func:`~costaware.core.given.not_given`): the objective is then ``cost``.
 
         Raises:
             ConfigurationError: an unknown objective, or a carbon price that is not a number >= 0, or none
                 for ``cost+carbon`` (named, with what to pass).
         """
-        text = str(name or "cost").strip()
+        # Not given (a template of an unset param renders "None", or "null" through | tojson): the default,
+        # as RemoteTrainingOperator's plan reads it ("None" was refused here as no objective first).
+        text = "cost" if not_given(name) else str(name).strip()
         if text not in OBJECTIVES:
             raise ConfigurationError(
                 f"objective {name!r} is not one of {', '.join(OBJECTIVES)}"
