@@ -130,6 +130,26 @@ def test_bad_inputs_fail_without_writing(env_ledger: Ledger, kwargs: dict, messa
     assert env_ledger.entries() == before and env_ledger.open_reservations() == []
 
 
+@pytest.mark.parametrize("rendered", [" ", "None ", "null"])
+@pytest.mark.parametrize("name", ["deadline_hours", "min_vcpus"])
+def test_a_number_rendered_from_an_unset_param_is_not_given(
+    env_ledger: Ledger, name: str, rendered: str
+) -> None:
+    # What a template of an unset param renders ("null" through | tojson, with spaces) is read as the
+    # argument left out: it failed as "min_vcpus must be a number, got 'null'".
+    templated = _operator()
+    setattr(templated, name, rendered)  # as Airflow renders it
+    assert templated.execute(_context()) == _operator().execute(_context())
+
+
+@pytest.mark.parametrize("rendered", [" ", "None ", "null"])
+def test_a_fallback_rendered_from_an_unset_param_is_no_fallback(env_ledger: Ledger, rendered: str) -> None:
+    first_run = _operator(for_task_id="never_ran")
+    first_run.fallback_hours = rendered
+    with pytest.raises(AirflowFailException, match="on a type in the catalog and no fallback_hours"):
+        first_run.execute(_context())
+
+
 def test_arch_keeps_graviton_types_of_the_full_snapshot(env_ledger: Ledger) -> None:
     # Every us-east-1 type is a candidate (no instance_types): the choice is arm64, e.g. m7g/c7g/r8g.
     result = _operator(

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import BaseOperator
 
 from costaware.core.errors import ConfigurationError
+from costaware.core.given import not_given
 from costaware.glue import DEFAULT_LEDGER_CONN_ID, airflow_errors, check_task_of_dag, parse_decimal, tags_for
 
 if TYPE_CHECKING:
@@ -292,16 +293,15 @@ def _whole_vcpus(value: object) -> int:
     Raises:
         ConfigurationError: anything else, named.
     """
-    from costaware.core.errors import ConfigurationError
-
-    number = parse_decimal(value, name="min_vcpus") if value not in (None, "", "None") else 0
+    number = 0 if not_given(value) else parse_decimal(value, name="min_vcpus")
     if number < 0 or number != int(number):
         raise ConfigurationError(f"min_vcpus must be a whole number of vCPUs >= 0, got {value!r}")
     return int(number)
 
 
 def _optional_float(value: object, name: str) -> float | None:
-    if value in (None, "", "None"):
+    """``value`` as a number, or None where not given (a template of an unset param: "None", "null")."""
+    if not_given(value):
         return None
     return float(parse_decimal(value, name=name))
 
