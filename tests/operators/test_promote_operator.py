@@ -144,7 +144,11 @@ def test_half_written_candidate_is_never_promoted(tmp_path: Path, store: ModelSt
     ("candidate", "kwargs", "message"),
     [
         ("v-missing", {}, "model version 'v-missing' is not in"),
-        ("None", {}, "no candidate version given"),
+        ("None", {}, "no candidate version given, got 'None'"),
+        # What a template of an unset value renders too: "null" was looked up as a version of that name.
+        ("null", {}, "no candidate version given, got 'null'"),
+        (" ", {}, "no candidate version given, got ' '"),
+        ("None ", {}, "no candidate version given, got 'None '"),
         ("TRAINED", {"holdout_path": "/nowhere/holdout.parquet"}, "does not exist"),
         ("TRAINED", {"label_column": "x1"}, r"needs labels that are 0/1; label column 'x1' holds \["),
     ],

@@ -24,6 +24,7 @@ from typing import Any
 from costaware.adapters.model_store import ModelStore
 from costaware.adapters.model_versions import UNRECORDED, IncompleteVersionError, ModelVersion
 from costaware.core.errors import ConfigurationError
+from costaware.core.given import not_given
 from costaware.core.promotion import (
     COMMAND,
     COMPLETE,
@@ -116,8 +117,10 @@ def promote_candidate(
     )
     command = parse_command(scoring_command) if scoring_command is not None else []
     timeout = validate_timeout(scoring_timeout_seconds)
-    if not candidate or candidate == "None":
-        raise ConfigurationError("no candidate version given: pass the retrain task's 'version' (its XCom)")
+    if not_given(candidate):  # "None", or "null" through | tojson: an XCom or param that gave nothing
+        raise ConfigurationError(
+            f"no candidate version given, got {candidate!r}: pass the retrain task's 'version' (its XCom)"
+        )
     opts = dict(storage_options or {})
     store = ModelStore.open(model_store, **opts)
     meta: ModelVersion | None
