@@ -151,10 +151,20 @@ def test_promotion_rejects_bad_arguments(kwargs: dict[str, object], message: str
         (" false ", False),
         ("", None),
         ("None", None),
+        (" None ", None),
+        ("null", None),
     ],
 )
 def test_parse_direction(value: Any, expected: bool | None) -> None:
     assert parse_direction(value) is expected
+
+
+@pytest.mark.parametrize("value", ["none", "NULL", "Null", "yes"])
+def test_a_direction_no_template_renders_is_refused_naming_it(value: str) -> None:
+    # "none"/"NULL" were read as not given, wider than the one rule every other templated value follows.
+    message = f"higher_is_better must be True, False or None, got '{value}'"
+    with pytest.raises(ConfigurationError, match=message):
+        parse_direction(value)
 
 
 @pytest.mark.parametrize(

@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from costaware.core.errors import ConfigurationError
+from costaware.core.given import not_given
 from costaware.core.metrics import BINARY, BUILTIN_METRICS, builtin_metric
 
 #: Metrics costaware knows, and whether higher is better.
@@ -56,16 +57,19 @@ def higher_is_better(metric: str) -> bool:
 def parse_direction(value: bool | str | None) -> bool | None:
     """``higher_is_better`` as given in a DAG or rendered from a template: True, False or None (not given).
 
+    Not given is :func:`~costaware.core.given.not_given`'s: blank, ``None`` or ``null``, as every templated
+    value; ``none`` or ``NULL`` is what no template renders of None, and is refused.
+
     Raises:
-        ConfigurationError: A value that is not a bool, ``"true"``/``"false"`` (any case) or None.
+        ConfigurationError: A value that is not a bool, ``"true"``/``"false"`` (any case) or not given.
     """
-    if value is None or isinstance(value, bool):
+    if isinstance(value, bool):
         return value
+    if not_given(value):
+        return None
     text = str(value).strip().lower()
     if text in ("true", "false"):
         return text == "true"
-    if text in ("", "none", "null"):
-        return None
     raise ConfigurationError(f"higher_is_better must be True, False or None, got {value!r}")
 
 
