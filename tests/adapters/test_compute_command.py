@@ -298,3 +298,17 @@ def test_a_local_store_the_worker_may_not_write_is_refused_though_its_mode_allow
     assert "give a folder it may write, or change the folder's permissions" in str(caught.value)
     require_usable_locations("local", model_store=str(tmp_path / "models"))  # a folder it may write
     assert list(tmp_path.glob("*")) in ([], [tmp_path / "read-only"])  # the write check left nothing
+
+
+@pytest.mark.parametrize("rendered", [" ", "None", "None ", "null", " null"])
+def test_a_location_rendered_from_an_unset_param_is_refused_as_naming_nothing(rendered: str) -> None:
+    # " " and "null" were read as a relative path (named '' or 'null', an absolute one under it offered).
+    from costaware.adapters.compute.base import require_usable_locations
+
+    with pytest.raises(ConfigurationError) as caught:
+        require_usable_locations("local", model_store=rendered)
+    assert str(caught.value) == (
+        f"model_store rendered to {rendered!r}: its template names nothing (a param or XCom that is not "
+        "set); give a location"
+    )
+    require_usable_locations("local", model_store="", spec_uri=None)  # not set: a command has no spec

@@ -404,7 +404,10 @@ def test_a_step_interval_is_refused_for_a_command(tmp_path: Path) -> None:
             "names the host 'data': a file URI takes three slashes, file:///data/m",
         ),
         # What {{ params.nope }} renders to: it read as the relative path "None" with an absolute one offered.
-        ({"model_store": "None"}, "model_store rendered to 'None': its template names nothing"),
+        ({"model_store": "None"}, "model_store is 'None', which names no location"),
+        # As the rule every templated value follows: "null" was "a relative path" with '/.../null' offered.
+        ({"model_store": "null"}, "model_store is 'null', which names no location"),
+        ({"checkpoint_store": " None "}, "checkpoint_store is ' None ', which names no location"),
     ],
 )
 def test_a_store_written_wrong_fails_when_the_dag_is_parsed(

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import signal
 from decimal import Decimal
 from pathlib import Path
@@ -452,5 +453,17 @@ def test_a_relative_store_is_refused_when_the_dag_is_parsed(
     # It was refused only when the task ran, against whatever folder the worker ran in.
     with pytest.raises(ConfigurationError, match=f"{message}.*give an absolute folder such as '/srv/ml/"):
         _operator(tmp_path, 1, **kwargs)
+
+
+@pytest.mark.parametrize(
+    ("name", "store"), [("model_store", "None"), ("model_store", "null"), ("checkpoint_store", " None ")]
+)
+def test_a_store_written_as_what_an_unset_param_renders_is_refused_when_the_dag_is_parsed(
+    tmp_path: Path, name: str, store: str
+) -> None:
+    # "None" passed the parse and failed when the task ran; "null" was "a relative path" ('/srv/ml/null').
+    message = f"{name} is {store!r}, which names no location (it is what a template of an unset param"
+    with pytest.raises(ConfigurationError, match=re.escape(message)):
+        _operator(tmp_path, 1, **{name: store})
     _operator(tmp_path, 1, model_store="{{ params.store }}")  # a template is checked once rendered
     _operator(tmp_path, 1, model_store="~/models")  # expanded to the worker's home: absolute

@@ -18,6 +18,8 @@ from collections.abc import Mapping
 from decimal import Decimal
 from typing import Any
 
+from costaware.core.given import not_given
+
 # One test of what is a template, glue's: a Jinja comment ("{# ... #}") is one too, rendered away.
 from costaware.glue import is_template as is_template
 
@@ -195,7 +197,8 @@ def refuse_relative_store(owner: str, name: str, value: object) -> None:
     ``dag.param`` is checked once rendered, by the store itself.
 
     Raises:
-        ConfigurationError: ``value`` is a literal relative path (``models/rel``, ``file:models/rel``).
+        ConfigurationError: ``value`` is a literal relative path (``models/rel``, ``file:models/rel``), or
+            ``None`` / ``null`` (what a template of an unset param renders).
     """
     from pathlib import PurePosixPath
     from urllib.parse import urlparse
@@ -203,16 +206,19 @@ def refuse_relative_store(owner: str, name: str, value: object) -> None:
     if not isinstance(value, str) or not is_literal(value) or not value.strip():
         return
     text = value.strip()
-    if text == "None":  # what a template naming nothing renders to: the stores' own check says that
-        return
+    from costaware.core.errors import ConfigurationError
+
+    if not_given(text):  # "None" was let through, and failed only when the task ran, as a relative path
+        raise ConfigurationError(
+            f"{owner}: {name} is {value!r}, which names no location (it is what a template of an unset "
+            "param renders): give an absolute folder, file:///... or an s3:// URI"
+        )
     parsed = urlparse(text)
     if parsed.scheme not in ("", "file") or parsed.netloc:
         return
     path = parsed.path if parsed.scheme == "file" else text
     if path.startswith(("/", "~")):  # "~/models" is expanded to the worker's home, an absolute folder
         return
-    from costaware.core.errors import ConfigurationError
-
     raise ConfigurationError(
         f"{owner}: {name} {value!r} is a relative path: it would resolve against the folder each worker "
         f"runs the task in; give an absolute folder such as {str(PurePosixPath('/srv/ml') / path)!r} or an "

@@ -20,6 +20,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from costaware.adapters.compute import job_contract
 from costaware.core.errors import ConfigurationError, check_keywords, did_you_mean
+from costaware.core.given import not_given
 
 #: Backend names and the class that implements each (module path, class name).
 BACKENDS: dict[str, tuple[str, str]] = {
@@ -480,10 +481,11 @@ def require_usable_locations(
         if not uri:
             continue
         text = str(uri).strip()
-        if text == "None":
-            # A template that rendered nothing ({{ params.nope }}) read as a relative path named "None".
+        if not_given(uri):
+            # A template that rendered nothing ({{ params.nope }}, "null" through | tojson, a blank param)
+            # read as a relative path named "None", "null" or "".
             raise ConfigurationError(
-                f"{what} rendered to {text!r}: its template names nothing (a param or XCom that is not set); "
+                f"{what} rendered to {uri!r}: its template names nothing (a param or XCom that is not set); "
                 "give a location"
             )
         parsed = urlparse(text)
