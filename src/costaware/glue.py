@@ -125,8 +125,8 @@ def tags_for(dag: Any, params: Mapping[str, Any]) -> dict[str, str]:
 
     for name in TAG_NAMES:
         param = params.get(name)
-        # "None" too, as a blank: what a template of an unset param renders, not a project called None.
-        if param not in (None, "") and str(param).strip() and not is_unset(param):
+        # Blank, "None" or "null": what a template of an unset param renders, not a project called None.
+        if not is_unset(param):
             # Stripped, as the cost listener records them: "flight-delays " was a second project.
             tags[name] = str(param).strip()
     return tags
