@@ -209,6 +209,47 @@ def test_prices_a_template_of_an_unset_param_rendered_are_unset(
     assert Decimal(decision["on_demand_usd_per_hour"]) == listed  # the list price, as when not given
 
 
+@pytest.mark.parametrize("unset", [" ", "None ", "null", " null "])
+@pytest.mark.parametrize(
+    "name", ["availability_zone", "earliest_start", "target_usd_per_hour", "on_demand_usd_per_hour"]
+)
+def test_each_value_rendered_from_an_unset_param_is_not_given(
+    tmp_path: Path, ledger_env: Ledger, name: str, unset: str
+) -> None:
+    # As the bill and the remote training read it (core.given, stripped): " " was a zone, an instant or a
+    # price to parse, and failed the run.
+    prices = tmp_path / "prices.csv"
+    write_history(prices, current="0.30")
+    deadline = (now() + timedelta(hours=12)).isoformat()
+    sensor = make_sensor(prices=str(prices), deadline=deadline, deferrable=False)
+    setattr(sensor, name, unset)  # as rendered
+    poked = sensor.poke(context())
+    assert not isinstance(poked, bool) and poked.is_done
+    decision = poked.xcom_value
+    assert decision["market"] == "spot" and "target" not in decision["reason"]
+    if name == "on_demand_usd_per_hour":
+        from costaware.adapters.price_files import bundled_catalog
+
+        listed = bundled_catalog().on_demand_usd_per_hour("p3.2xlarge", "us-east-1")
+        assert Decimal(decision["on_demand_usd_per_hour"]) == listed  # the list price, as when not given
+
+
+@pytest.mark.parametrize("unset", [" ", "None ", "null", " null "])
+def test_a_deadline_rendered_from_an_unset_param_is_the_end_of_the_runs_data_interval(
+    tmp_path: Path, ledger_env: Ledger, unset: str
+) -> None:
+    # As the bill and the remote training read it (core.given): not given, not an instant to parse.
+    prices = tmp_path / "prices.csv"
+    write_history(prices, current="0.30")
+    sensor = make_sensor(prices=str(prices), deadline="{{ params.deadline }}", deferrable=False)
+    sensor.deadline = unset  # as rendered
+    end = (now() + timedelta(hours=12)).replace(microsecond=0)
+    poked = sensor.poke(context(data_interval_start=end - timedelta(hours=24), data_interval_end=end))
+    assert not isinstance(poked, bool) and poked.is_done
+    assert poked.xcom_value["market"] == "spot"
+    assert datetime.fromisoformat(poked.xcom_value["deadline"]) == end
+
+
 def test_waits_for_the_window_to_open(tmp_path: Path, ledger_env: Ledger) -> None:
     prices = tmp_path / "prices.csv"
     write_history(prices, current="0.10")  # cheap now, but the window has not opened
