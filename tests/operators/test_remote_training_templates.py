@@ -360,6 +360,43 @@ def test_a_templated_grace_period_is_read_rendered_and_blank_is_the_backends(
         assert cut_grace(seconds, float(options.get("stop_timeout_seconds", 30))) is None
 
 
+UNSET_RENDERINGS = [
+    ("{{ params.v }}", " "),  # a blank trigger-form field
+    ("{{ params.v }} ", None),  # "None "
+    ("{{ params.v | tojson }}", None),  # "null"
+]
+
+
+def _rendered_unset(tmp_path: Path, template: str, value: Any, **templated: Any) -> RemoteTrainingOperator:
+    with DAG("templated_unset", schedule=None, params={"v": Param(None, type=["null", "string"])}):
+        op = RemoteTrainingOperator(
+            **local_operator_args(tmp_path),
+            **{name: template for name in templated},
+            market="on_demand",
+            instance_type="m5.large",
+            on_demand_usd_per_hour="0.1",
+        )
+    rendered(op, context_for(), {"v": value})
+    assert all(getattr(op, name).strip() in ("", "None", "null") for name in templated)  # rendered
+    return op
+
+
+# As the bill reads them (core.given, stripped): " " and "None " failed the task as no number of seconds
+# and as no prices file.
+@pytest.mark.parametrize(("template", "value"), UNSET_RENDERINGS)
+def test_a_grace_period_rendered_from_an_unset_param_is_the_backends(
+    tmp_path: Path, template: str, value: Any
+) -> None:
+    op = _rendered_unset(tmp_path, template, value, preemption_grace_seconds=True)
+    assert op._plan_arguments().grace_seconds == 110.0  # the local backend's default
+
+
+@pytest.mark.parametrize(("template", "value"), UNSET_RENDERINGS)
+def test_prices_rendered_from_an_unset_param_are_not_given(tmp_path: Path, template: str, value: Any) -> None:
+    op = _rendered_unset(tmp_path, template, value, prices=True)
+    assert op._plan_arguments().prices is None
+
+
 def test_a_templated_grace_period_that_renders_no_number_is_named(tmp_path: Path) -> None:
     from costaware.core.errors import ConfigurationError
 
