@@ -467,3 +467,13 @@ def test_a_store_written_as_what_an_unset_param_renders_is_refused_when_the_dag_
         _operator(tmp_path, 1, **{name: store})
     _operator(tmp_path, 1, model_store="{{ params.store }}")  # a template is checked once rendered
     _operator(tmp_path, 1, model_store="~/models")  # expanded to the worker's home: absolute
+
+
+@pytest.mark.parametrize("rendered", [" ", "None ", "null", " null"])
+def test_a_new_data_path_rendered_from_an_unset_param_is_not_given(tmp_path: Path, rendered: str) -> None:
+    # As every templated value is read (core.given, stripped): " " was a path to read the new rows from.
+    op = _operator(tmp_path, 1, new_data_path="{{ params.new_rows }}")
+    op.new_data_path = rendered  # as Airflow renders it
+    assert op.training_spec().new_data_path is None
+    op.new_data_path = "/data/day-1.parquet"
+    assert op.training_spec().new_data_path == "/data/day-1.parquet"
