@@ -161,3 +161,12 @@ def test_an_imported_zone_written_in_another_case_is_named_when_parsed_and_when_
     with pytest.raises(AirflowFailException, match=hint):
         sensor.execute({"run_id": "manual__pl"})
     assert make_sensor(tmp_path, objective="carbon", carbon="PL").carbon == "PL"
+
+
+@pytest.mark.parametrize("rendered", ["None", "null", " None "])
+def test_a_grid_zone_rendered_from_an_unset_param_is_the_regions(tmp_path: Path, rendered: str) -> None:
+    # As the remote training's plan reads it: "None" was looked up as a grid zone of that name.
+    sensor = make_sensor(tmp_path, objective="carbon", carbon="{{ params.zone }}")
+    sensor.carbon = rendered  # as Airflow renders it
+    with pytest.raises(AirflowFailException, match="region 'us-east-1' has no known grid zone: pass carbon="):
+        sensor.execute({"run_id": "manual__unset_zone"})

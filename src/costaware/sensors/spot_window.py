@@ -366,7 +366,9 @@ class SpotWindowSensor(BaseSensorOperator):
             carbon = {
                 "objective": objective.name,
                 "carbon_usd_per_tonne": objective.carbon_usd_per_tonne,
-                "carbon": self.carbon or None,
+                # Not given (a template of an unset param: "None", "null"): the region's zone, as the
+                # remote training's plan reads it; "None" was looked up as a grid zone of that name.
+                "carbon": blank(self.carbon),
                 "power_kw": instance_power_kw(self.instance_type, self.region),
             }
         return carbon | {
