@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import math
 import os
@@ -13,6 +14,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from costaware_runtime import (
@@ -721,6 +723,48 @@ def test_a_local_store_in_a_folder_it_may_not_write_is_refused(tmp_path: Path) -
             LocalStore(locked / "store").check()
     finally:
         locked.chmod(0o700)
+
+
+def _failing(monkeypatch: pytest.MonkeyPatch, folder: Path, name: str, code: int) -> None:
+    """Make ``os.<name>`` of a path in ``folder`` fail with ``code``, as a mount's filesystem answers."""
+    real = getattr(os, name)
+
+    def fake(path: Any, *args: Any, **kwargs: Any) -> Any:
+        if Path(path).parent == folder:
+            raise OSError(code, os.strerror(code), str(path))
+        return real(path, *args, **kwargs)
+
+    monkeypatch.setattr(os, name, fake)
+
+
+@pytest.mark.parametrize("code", [errno.ENOSYS, errno.EOPNOTSUPP, errno.EXDEV])
+def test_a_local_store_on_a_mount_that_cannot_rename_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, code: int
+) -> None:
+    # Mountpoint for S3 answers ENOSYS to a rename: a StoreError (exit 74, retried, each retry billed) where
+    # no retry can help, since a store renames every file it writes into place.
+    _failing(monkeypatch, tmp_path, "rename", code)
+    with pytest.raises(ContractError) as caught:
+        LocalStore(tmp_path).check()
+    assert str(caught.value) == (
+        f"{tmp_path} cannot be a store: {tmp_path} takes new files but refuses to rename them "
+        f"({os.strerror(code)}), and a store renames and deletes files; give a folder that allows both (a "
+        "Mountpoint for S3 renames no file: give the bucket's s3:// URI instead)"
+    )
+    assert list(tmp_path.iterdir()) == []  # the probe was deleted
+
+
+def test_a_local_store_whose_check_failed_names_the_probe_it_left(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A mount that did not answer (an I/O error) is retried, but its write check stayed there unnamed.
+    _failing(monkeypatch, tmp_path, "rename", errno.EIO)
+    _failing(monkeypatch, tmp_path, "unlink", errno.EIO)
+    with pytest.raises(StoreError) as caught:
+        LocalStore(tmp_path).check()
+    (probe,) = tmp_path.iterdir()
+    assert str(caught.value).startswith(f"could not rename a file in {tmp_path} for {tmp_path}: [Errno 5] ")
+    assert str(caught.value).endswith(f"; its write check {str(probe)!r} stays there")
 
 
 def test_only_rank_0_saves_in_a_multi_process_training(local: Path, monkeypatch: pytest.MonkeyPatch) -> None:

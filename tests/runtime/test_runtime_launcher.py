@@ -850,6 +850,57 @@ def test_a_local_store_that_refuses_deletions_is_refused_saying_so(
     assert "refuses a new file" not in said and not (job.root / "seen-1.json").exists()
 
 
+#: Python's view of a Mountpoint for S3 on a general purpose bucket without --allow-delete, for the folder in
+#: $MOUNTPOINT_FOLDER: a rename answers ENOSYS, a delete EPERM (what the C library answers there).
+MOUNTPOINT_SITECUSTOMIZE = """\
+import errno, os
+_folder = os.environ["MOUNTPOINT_FOLDER"].rstrip("/") + "/"
+_rename, _replace, _unlink = os.rename, os.replace, os.unlink
+def _under(*paths):
+    return any(os.fspath(p).startswith(_folder) for p in paths)
+def rename(a, b, *args, **kwargs):
+    if _under(a, b):
+        raise OSError(errno.ENOSYS, os.strerror(errno.ENOSYS), os.fspath(a), None, os.fspath(b))
+    return _rename(a, b, *args, **kwargs)
+def replace(a, b, *args, **kwargs):
+    if _under(a, b):
+        raise OSError(errno.ENOSYS, os.strerror(errno.ENOSYS), os.fspath(a), None, os.fspath(b))
+    return _replace(a, b, *args, **kwargs)
+def unlink(a, *args, **kwargs):
+    if _under(a):
+        raise PermissionError(errno.EPERM, os.strerror(errno.EPERM), os.fspath(a))
+    return _unlink(a, *args, **kwargs)
+os.rename, os.replace, os.unlink = rename, replace, unlink
+"""
+
+
+@pytest.mark.parametrize("variable", ["COSTAWARE_CHECKPOINT_URI", "COSTAWARE_OUTPUT_URI"])
+def test_a_local_store_on_a_mount_that_cannot_rename_is_refused_not_retried(
+    make_job: MakeJob, tmp_path: Path, variable: str
+) -> None:
+    # Mountpoint for S3 answers ENOSYS to a rename: read as a mount that did not answer, exit 74, each retry a
+    # billed attempt failing the same way, its write check left there unnamed. A store renames every file it
+    # writes into place, so the folder cannot be one.
+    job = make_job(RESUMING_JOB)
+    mount = tmp_path / "mountpoint"
+    mount.mkdir()
+    (tmp_path / "site").mkdir()
+    (tmp_path / "site" / "sitecustomize.py").write_text(MOUNTPOINT_SITECUSTOMIZE)
+    path = os.pathsep.join(filter(None, [str(tmp_path / "site"), os.environ.get("PYTHONPATH")]))
+    env = job.env(**{variable: str(mount / "store")}) | {"MOUNTPOINT_FOLDER": str(mount), "PYTHONPATH": path}
+    done = job.run(env=env)
+    assert done.returncode == 2, done.stderr
+    (probe,) = mount.glob(".costaware-write-check.*.tmp")
+    said = " ".join(done.stderr.split())
+    assert (
+        f"{mount / 'store'} cannot be a store: {mount} (where {mount / 'store'} would be made) takes new "
+        "files but refuses to rename them (Function not implemented), and a store renames and deletes files; "
+        f"its write check {str(probe)!r} stays there; give a folder that allows both (a Mountpoint for S3 "
+        "renames no file: give the bucket's s3:// URI instead)" in said
+    )
+    assert not (job.root / "seen-1.json").exists()
+
+
 def test_no_outputs_and_an_output_uri_disagree_before_the_job_starts(make_job: MakeJob) -> None:
     job = make_job(SELF_STORING_JOB)
     done = job.run("--no-outputs")
@@ -1283,7 +1334,7 @@ def test_no_command_is_a_usage_error() -> None:
 def test_the_console_script_is_installed() -> None:
     script = Path(sys.executable).with_name("costaware-run")
     done = subprocess.run([str(script), "--version"], capture_output=True, text=True)
-    assert done.stdout.strip() == "costaware-runtime 0.1.6"
+    assert done.stdout.strip() == "costaware-runtime 0.1.7"
 
 
 # The job starts a helper process (like a DataLoader worker) that notes whether it got SIGTERM.

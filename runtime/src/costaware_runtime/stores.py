@@ -167,9 +167,10 @@ class LocalStore(Store):
         if refusal is None:
             return
         error = refusal.error
+        left = f"; its write check {str(refusal.left)!r} stays there" if refusal.left else ""
         if not refusal.refused:
             raise StoreError(
-                f"could not {refusal.step} a file in {existing} for {self.uri}: {error}"
+                f"could not {refusal.step} a file in {existing} for {self.uri}: {error}{left}"
             ) from error
         if refusal.step == "create":
             raise ContractError(
@@ -179,11 +180,15 @@ class LocalStore(Store):
         # An append-only folder, a Mountpoint for S3 without --allow-delete: "refuses a new file" said the
         # opposite of what happened. A store renames and deletes files (each is written to a temporary
         # name first; old steps and manifests are deleted), so it is still refused.
-        left = f"; its write check {str(refusal.left)!r} stays there" if refusal.left else ""
+        mount = (
+            " (a Mountpoint for S3 renames no file: give the bucket's s3:// URI instead)"
+            if refusal.step == "rename" and refusal.unsupported
+            else ""
+        )
         raise ContractError(
             f"{self.uri} cannot be a store: {existing}{made} takes new files but refuses to "
             f"{refusal.step} them ({error.strerror}), and a store renames and deletes files{left}; give a "
-            "folder that allows both"
+            f"folder that allows both{mount}"
         ) from error
 
     def put(self, key: str, source: BinaryIO) -> None:
@@ -567,8 +572,13 @@ class WriteRefusal:
 
     @property
     def refused(self) -> bool:
-        """Whether the filesystem refused (no permission, read-only), not failed to answer."""
-        return _refused(self.error)
+        """Whether the filesystem refused (no permission, read-only, a step it never does), not failed."""
+        return _refused(self.error) or self.unsupported
+
+    @property
+    def unsupported(self) -> bool:
+        """Whether the filesystem does not do this step at all (Mountpoint for S3 renames nothing)."""
+        return self.error.errno in _UNSUPPORTED
 
 
 def check_writes(folder: Path, *, rename: bool = True) -> WriteRefusal | None:
@@ -596,6 +606,13 @@ def check_writes(folder: Path, *, rename: bool = True) -> WriteRefusal | None:
     except OSError as e:
         return WriteRefusal("delete", e, probe)
     return None
+
+
+#: A filesystem's answer for a step it never does, which a retry gets again: Mountpoint for S3 on a general
+#: purpose bucket renames nothing (ENOSYS), some FUSE and network mounts answer EOPNOTSUPP, and EXDEV is a
+#: rename within the folder that crossed mounts. Read as a failure to answer, such a store was retried
+#: (exit 74, each retry a billed attempt) to fail the same way.
+_UNSUPPORTED = frozenset({errno.ENOSYS, errno.EOPNOTSUPP, errno.ENOTSUP, errno.EXDEV})
 
 
 def _refused(error: OSError) -> bool:
