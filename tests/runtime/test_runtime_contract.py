@@ -255,6 +255,13 @@ def test_a_local_path_holding_a_scheme_separator_is_a_path() -> None:
         ),
         ("file:", "'file:' names no folder"),
         ("file://localhost", "'file://localhost' names no folder"),
+        # What file://$UNSET/ gives: the machine's root was opened as the store.
+        (
+            "file:///",
+            "'file:///' names no folder but the root, / (what file://$UNSET/ gives): give an absolute path",
+        ),
+        ("file://localhost/", "'file://localhost/' names no folder but the root, /"),
+        ("file://ckpts/", "'file://ckpts/' names the host 'ckpts': a file URI takes three slashes"),
     ],
 )
 def test_open_store_refuses(uri: str, message: str) -> None:
@@ -269,6 +276,10 @@ def test_open_object_splits_a_file_uri() -> None:
     # The parent of file:///result.json was read as "file:", the current folder.
     store, key = open_object("file:///result.json")
     assert (store.uri, key) == ("/", "result.json")
+    store, key = open_object("file://localhost/runs/result.json")
+    assert (store.uri, key) == ("/runs", "result.json")
+    with pytest.raises(ContractError, match=r"'file://runs/result\.json' names the host 'runs'"):
+        open_object("file://runs/result.json")
     store, key = open_object("result.json")
     assert (store.uri, key) == (".", "result.json")
     with pytest.raises(ContractError, match=r"'s3://b/r\.json#2' holds '#', which ends a URI's path"):

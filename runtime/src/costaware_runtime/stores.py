@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path, PurePosixPath
 from typing import Any, BinaryIO
-from urllib.parse import urlparse
+from urllib.parse import urlparse, urlsplit
 
 from costaware_runtime import _files
 from costaware_runtime.contract import S3_ENDPOINT_URL, is_uri
@@ -634,18 +634,15 @@ def open_store(uri: str) -> Store:
             raise ContractError(f"{uri!r} names no bucket: use s3://bucket/prefix")
         return S3Store(parsed.netloc, parsed.path)
     if parsed.scheme == "file":
-        if parsed.netloc not in ("", "localhost"):
-            # file://ckpts/run1 would otherwise write to /run1: the host part is not a folder.
-            raise ContractError(
-                f"{uri!r} names the host {parsed.netloc!r}: a file URI takes three slashes, "
-                f"file:///{parsed.netloc}{parsed.path} for an absolute path, or give the folder's path itself"
-            )
-        if not parsed.path.strip():
+        _refuse_file_host(uri, parsed.netloc, parsed.path)
+        if names_no_file_path(uri):
             # file:// (what f"file://{unset}" gives) was read as Path(""): the current folder, whose
-            # step-* folders a checkpoint push pruned and where the outputs were uploaded.
+            # step-* folders a checkpoint push pruned and where the outputs were uploaded; file:/// (what
+            # f"file://{unset}/" gives) the whole machine's root.
+            root = " but the root, / (what file://$UNSET/ gives)" if parsed.path.strip() else ""
             raise ContractError(
-                f"{uri!r} names no folder: give an absolute path after three slashes (file:///data/ckpt), "
-                "or the folder's path itself; leave the variable unset for no store"
+                f"{uri!r} names no folder{root}: give an absolute path after three slashes "
+                "(file:///data/ckpt), or the folder's path itself; leave the variable unset for no store"
             )
         return LocalStore(Path(parsed.path))
     if is_uri(uri):
@@ -660,10 +657,28 @@ def open_object(uri: str) -> tuple[Store, str]:
     path = PurePosixPath(parsed.path if parsed.scheme else uri)
     if not path.name or uri.endswith("/"):
         raise ContractError(f"{uri!r} names a folder, not a file: add a file name such as result.json")
-    # From the parsed path: cutting the name off the text left file:///result.json's parent as "file:",
-    # which opened the current folder.
+    if parsed.scheme == "file":
+        # From the parsed path: cutting the name off the text left file:///result.json's parent as "file:",
+        # which opened the current folder. A file names its folder, the root too (file:///result.json).
+        _refuse_file_host(uri, parsed.netloc, parsed.path)
+        return LocalStore(Path(path.parent)), path.name
     parent = f"{parsed.scheme}://{parsed.netloc}{path.parent}" if parsed.scheme else str(path.parent)
     return open_store(parent), path.name
+
+
+def _refuse_file_host(uri: str, host: str, path: str) -> None:
+    """Refuse a ``file://`` URI naming a host: file://ckpts/run1 would otherwise write to /run1."""
+    if host not in ("", "localhost"):
+        raise ContractError(
+            f"{uri!r} names the host {host!r}: a file URI takes three slashes, file:///{host}{path} for an "
+            "absolute path, or give the folder's path itself"
+        )
+
+
+def names_no_file_path(uri: str) -> bool:
+    """Is ``uri`` a ``file:`` URI with no folder (``file://``, ``file:``, ``file://localhost``, ``file:///``)?"""
+    parts = urlsplit(uri.strip())
+    return parts.scheme.lower() == "file" and not parts.path.strip("/ ")
 
 
 def _refuse_cut_uri(uri: str, scheme: str) -> None:

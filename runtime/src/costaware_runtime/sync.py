@@ -54,13 +54,12 @@ import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
-from urllib.parse import urlsplit
 
 from costaware_runtime import _files
 from costaware_runtime.checkpoints import CommittedFile, Marker, parse_marker, read_marker, write_marker
 from costaware_runtime.contract import CHECKPOINT_MARKER, LATEST_NAME, ORIGIN_NAME
 from costaware_runtime.errors import CheckpointChangedError, ContractError, StoreError
-from costaware_runtime.stores import LocalStore, check_key, open_store
+from costaware_runtime.stores import LocalStore, check_key, names_no_file_path, open_store
 
 log = logging.getLogger(__name__)
 
@@ -456,7 +455,7 @@ def clear(uri: str) -> list[str]:
             ``costaware-run`` reads it) that does not exist or is a file.
         StoreError: The store could not be listed or written.
     """
-    if not isinstance(uri, str) or not uri.strip() or _names_no_file_path(uri):
+    if not isinstance(uri, str) or not uri.strip() or names_no_file_path(uri):
         # Read as the current folder, whose step folders it deleted; costaware-run takes an empty
         # COSTAWARE_CHECKPOINT_URI for no location at all. 'file://' is what f"file://{unset}" gives.
         raise ContractError(
@@ -479,12 +478,6 @@ def clear(uri: str) -> list[str]:
         log.warning("deleted the checkpoints at %s, but their unfinished uploads may stay open: %s", uri, e)
     log.info("deleted %s and %s step folders at %s", LATEST_NAME, len(folders), store.uri)
     return folders
-
-
-def _names_no_file_path(uri: str) -> bool:
-    """Is ``uri`` a ``file:`` URI with no path (``file://``, ``file:``, ``file://localhost``)?"""
-    parts = urlsplit(uri.strip())
-    return parts.scheme.lower() == "file" and not parts.path.strip("/ ")
 
 
 #: A relative path that reads as an S3 bucket and a prefix: ``s3://`` left out, most likely.
