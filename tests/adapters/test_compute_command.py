@@ -6,6 +6,7 @@ local backend's contract is tested for real in ``tests/operators/test_remote_tra
 
 from __future__ import annotations
 
+import errno
 import os
 from pathlib import Path
 from typing import Any
@@ -15,7 +16,7 @@ from remote_support import aws_client, make_batch_queues
 
 from costaware.adapters.compute import batch, kubernetes, sagemaker
 from costaware.adapters.compute.base import JobRequest, JobState, open_backend
-from costaware.core.errors import ConfigurationError
+from costaware.core.errors import ConfigurationError, StoreUnavailableError
 
 ROLE = "arn:aws:iam::123456789012:role/train"
 IMAGE = "123456789012.dkr.ecr.us-east-1.amazonaws.com/team-train:7"
@@ -312,3 +313,57 @@ def test_a_location_rendered_from_an_unset_param_is_refused_as_naming_nothing(re
         "set); give a location"
     )
     require_usable_locations("local", model_store="", spec_uri=None)  # not set: a command has no spec
+
+
+def _failing(monkeypatch: pytest.MonkeyPatch, folder: Path, name: str, code: int) -> None:
+    """Make ``os.<name>`` of a path in ``folder`` fail with ``code``, as a mount's filesystem answers."""
+    real = getattr(os, name)
+
+    def fake(path: Any, *args: Any, **kwargs: Any) -> Any:
+        if Path(path).parent == folder:
+            raise OSError(code, os.strerror(code), str(path))
+        return real(path, *args, **kwargs)
+
+    monkeypatch.setattr(os, name, fake)
+
+
+def test_a_local_store_whose_filesystem_failed_its_write_check_is_retried(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A full disk, an I/O error, a stale NFS handle was a ConfigurationError (not retried) telling the team
+    # to change the folder's permissions, where the job's launcher reads the same as passing (exit 74).
+    from costaware.adapters.compute.base import require_usable_locations
+
+    _failing(monkeypatch, tmp_path, "rename", errno.EIO)
+    _failing(monkeypatch, tmp_path, "unlink", errno.EIO)
+    store = str(tmp_path / "models")
+    with pytest.raises(StoreUnavailableError) as caught:
+        require_usable_locations("local", model_store=store)
+    (probe,) = tmp_path.iterdir()
+    said = str(caught.value)
+    assert said.startswith(
+        f"model_store {store!r} could not be checked: this worker could not rename a file in "
+        f"{str(tmp_path)!r} ([Errno 5] Input/output error: "
+    )
+    assert said.endswith(
+        f"; its write check {str(probe)!r} stays there; check that filesystem (its free space, its mount): "
+        "the task's retry checks it again"
+    )
+    assert isinstance(caught.value.__cause__, OSError) and caught.value.__cause__.errno == errno.EIO
+
+
+def test_a_local_store_on_a_mount_that_cannot_rename_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Mountpoint for S3 answers ENOSYS to a rename: no permission would help, the s3:// URI does.
+    from costaware.adapters.compute.base import require_usable_locations
+
+    _failing(monkeypatch, tmp_path, "rename", errno.ENOSYS)
+    store = str(tmp_path / "models")
+    with pytest.raises(ConfigurationError) as caught:
+        require_usable_locations("local", model_store=store)
+    assert str(caught.value) == (
+        f"model_store {store!r} cannot be written: this worker may not rename a file in {str(tmp_path)!r} "
+        "(Function not implemented), which a store needs; give a folder on a filesystem that does (a "
+        "Mountpoint for S3 renames no file: give the bucket's s3:// URI)"
+    )

@@ -19,7 +19,7 @@ from enum import Enum
 from typing import Any, Protocol, runtime_checkable
 
 from costaware.adapters.compute import job_contract
-from costaware.core.errors import ConfigurationError, check_keywords, did_you_mean
+from costaware.core.errors import ConfigurationError, StoreUnavailableError, check_keywords, did_you_mean
 from costaware.core.given import not_given
 
 #: Backend names and the class that implements each (module path, class name).
@@ -469,6 +469,8 @@ def require_usable_locations(
 
     Raises:
         ConfigurationError: the first unusable location, named with its argument and what to do.
+        StoreUnavailableError: a local folder's filesystem failed its write check (a full disk, an I/O
+            error): retried.
     """
     from pathlib import Path
     from urllib.parse import urlparse
@@ -529,10 +531,24 @@ def require_usable_locations(
         refusal = check_writes(existing)
         if refusal is not None:
             left = f"; its write check {str(refusal.left)!r} stays there" if refusal.left else ""
+            if not refusal.refused:
+                # A full disk, an I/O error, a stale NFS handle: the filesystem failed, as a retry may not
+                # (the job's launcher reads it so too, exit 74); no permission to change.
+                raise StoreUnavailableError(
+                    f"{what} {text!r} could not be checked: this worker could not {refusal.step} a file in "
+                    f"{str(existing)!r} ({refusal.error}){left}; check that filesystem (its free space, its "
+                    "mount): the task's retry checks it again"
+                ) from refusal.error
+            advice = (
+                "give a folder on a filesystem that does (a Mountpoint for S3 renames no file: give the "
+                "bucket's s3:// URI)"
+                if refusal.unsupported
+                else "give a folder it may write, or change the folder's permissions"
+            )
             raise ConfigurationError(
                 f"{what} {text!r} cannot be written: this worker may not {refusal.step} a file in "
                 f"{str(existing)!r} ({refusal.error.strerror or refusal.error}), which a store needs{left}; "
-                "give a folder it may write, or change the folder's permissions"
+                f"{advice}"
             )
 
 
