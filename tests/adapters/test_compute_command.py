@@ -367,3 +367,18 @@ def test_a_local_store_on_a_mount_that_cannot_rename_is_refused(
         "(Function not implemented), which a store needs; give a folder on a filesystem that does (a "
         "Mountpoint for S3 renames no file: give the bucket's s3:// URI)"
     )
+
+
+@pytest.mark.parametrize("launcher_reads", [(), ("checkpoint_store",)])
+def test_a_local_path_holding_a_scheme_separator_is_a_local_folder(
+    tmp_path: Path, launcher_reads: tuple[str, ...]
+) -> None:
+    # '://' anywhere made /data/a://b a URI: told to give a local folder (an absolute path), which it is, or
+    # that its scheme '' no store can open; the job's launcher takes it as a folder.
+    from costaware.adapters.compute.base import require_usable_locations
+
+    folder = f"{tmp_path}/a://b"
+    require_usable_locations("local", launcher_reads=launcher_reads, checkpoint_store=folder)
+    assert list(tmp_path.iterdir()) == []  # checked through tmp_path, where it would be made
+    with pytest.raises(ConfigurationError, match="is not a location a training job can use"):
+        require_usable_locations("local", launcher_reads=("checkpoint_store",), checkpoint_store="gs://b/x")

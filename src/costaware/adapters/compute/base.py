@@ -475,6 +475,7 @@ def require_usable_locations(
     from pathlib import Path
     from urllib.parse import urlparse
 
+    from costaware_runtime.contract import is_uri
     from costaware_runtime.stores import check_writes
 
     from costaware.adapters.object_store.location import refuse_cut_uri
@@ -498,7 +499,8 @@ def require_usable_locations(
             if not parsed.netloc:
                 raise ConfigurationError(f"{what} {text!r} names no bucket: use s3://bucket/prefix")
             continue
-        if "://" in text and parsed.scheme != "file":
+        # A scheme at the start makes a URI: /data/a://b is a local folder, which the launcher takes as one.
+        if is_uri(text) and parsed.scheme != "file":
             if what in launcher_reads:
                 raise ConfigurationError(
                     f"{what} {text!r} is not a location a training job can use: give a local folder (an "
