@@ -602,3 +602,43 @@ def test_the_extra_field_message_does_not_count_pandas_index_as_named() -> None:
         ),
     ):
         spot_history_from_text(indexed + "\n", source="prices")
+
+
+@pytest.mark.parametrize(
+    ("region", "zone"),
+    [
+        ("us-east-1", "use1-az1"),  # a zone ID: it names no region
+        ("us-west-2", "usw2-lax1-az1"),  # a Local Zone's ID
+        ("europe-west4", "europe-west4-a"),  # another cloud's zone
+        ("US-EAST-1", "us-east-1a"),  # AWS reads a region in any case
+        ("us-east-1", "us-east-1-bos-1a"),  # a Local Zone's name
+    ],
+)
+def test_a_region_column_is_compared_only_with_an_aws_zone_name(region: str, zone: str) -> None:
+    # These loaded before the region column was read, and were then refused: "region 'us-east-1' is not the
+    # region of availability_zone 'use1-az1' ('use1-az1')".
+    header = "timestamp,region,availability_zone,instance_type,product_description,usd_per_hour\n"
+    text = header + f"2021-03-01T00:00:00Z,{region},{zone},m5.large,Linux/UNIX,0.30\n"
+    history = spot_history_from_text(text, source="prices")
+    assert history.zones("m5.large", spot_prices.region_of(zone)) == [zone]
+    wrong = header + f"2021-03-01T00:00:00Z,EU-WEST-1,{zone},m5.large,Linux/UNIX,0.30\n"
+    if zone.startswith("us-east-1"):  # an AWS zone name in another region than the one written
+        with pytest.raises(InvalidPriceDataError, match="region 'EU-WEST-1' is not the region of"):
+            spot_history_from_text(wrong, source="prices")
+
+
+def test_a_two_level_pandas_index_is_read_as_the_index() -> None:
+    # A MultiIndex writes one unnamed column per level (",,timestamp,..."): its second level was refused as
+    # "column 2 has no name in the header, but the row holds '0' there".
+    rows = _CLEAN_CSV.splitlines()
+    text = "\n".join([f",,{rows[0]}", *(f"a,{n},{row}" for n, row in enumerate(rows[1:]))]) + "\n"
+    history = spot_history_from_text(text, source="prices")
+    assert history.zones("m5.large", "us-east-1") == ["us-east-1a", "us-east-1b"]
+    with pytest.raises(
+        InvalidPriceDataError,
+        match=re.escape(
+            "prices line 3 has 8 fields, its header 7 (pandas' index of 2 columns and 5 named): remove the "
+            "extra '31'"
+        ),
+    ):
+        spot_history_from_text(text.replace("0.31", "0,31"), source="prices")

@@ -240,17 +240,22 @@ def _spot_csv_records(reader: CsvReader, header: list[str], source: str) -> Iter
     skipped, and an empty field past the header (a trailing comma), or a header column with no name that a
     row leaves out, holds nothing to lose.
     """
+    from costaware.core.zone_choice import region_of as aws_region_of
+
     named = [index for index, column in enumerate(header) if column.strip()]
     # Every field past the header's last name is a spare one, under an unnamed column (a header ending in
     # commas) or past the header: "0,31" read as a price of 0, its 31 under an unnamed column. An unnamed
     # first column is pandas' index, its number no part of whether a row is blank.
     named_width = named[-1] + 1 if named else 0
-    pandas_index = bool(named) and named[0] > 0
+    # The unnamed columns before the first name are pandas' index, one per level (a MultiIndex writes two or
+    # more): the second level was refused as a value under an unnamed column.
+    index_levels = named[0] if named else 0
     # An unnamed column between names is no index: a value under it was dropped (a row holding only
     # that was skipped as blank).
-    unnamed_inside = [index for index in range(1, named_width) if not header[index].strip()]
-    if pandas_index:
-        header_width = f"{named_width} (pandas' index and {len(named)} named)"
+    unnamed_inside = [index for index in range(index_levels + 1, named_width) if not header[index].strip()]
+    if index_levels:
+        levels = "pandas' index" if index_levels == 1 else f"pandas' index of {index_levels} columns"
+        header_width = f"{named_width} ({levels} and {len(named)} named)"
     else:
         header_width = f"{named_width}{' named' if len(header) > named_width else ''}"
     for fields in reader:
@@ -292,11 +297,14 @@ def _spot_csv_records(reader: CsvReader, header: list[str], source: str) -> Iter
                     f"{value.strip()!r}"
                 )
         # The optional region column: a row whose zone lies in another region was filed by its zone alone.
+        # Only an AWS zone name tells its region (a zone ID, use1-az1, or another cloud's zone does not:
+        # they load unchecked, as before the column was read), and AWS reads a region in any case.
         region, zone = row.get("region", "").strip(), row["availability_zone"]
-        if region and region != region_of(zone):
+        zone_region = aws_region_of(zone, "")
+        if region and zone_region and region.lower() != zone_region:
             raise InvalidPriceDataError(
                 f"{source} line {line}: region {region!r} is not the region of availability_zone {zone!r} "
-                f"({region_of(zone)!r}): fix the one that is wrong, or leave region empty (the zone files "
+                f"({zone_region!r}): fix the one that is wrong, or leave region empty (the zone files "
                 "the price)"
             )
         yield {
