@@ -1216,7 +1216,7 @@ def test_a_missing_command_is_127(tmp_path: Path) -> None:
 
 def test_a_command_that_is_not_executable_is_126_and_says_what_to_do(tmp_path: Path) -> None:
     script, folder = tmp_path / "train.py", tmp_path / "src"
-    script.write_text("#!/bin/sh\n")  # no execute bit: refused even to root
+    script.write_text("#!/usr/bin/env python3\n")  # no execute bit: refused even to root
     folder.mkdir()
     env = {"PATH": "/usr/bin:/bin", "COSTAWARE_CHECKPOINT_DIR": str(tmp_path / "c")}
     env |= {name: os.environ[name] for name in ("PYTHONPATH",) if name in os.environ}
@@ -1239,6 +1239,20 @@ def test_a_command_that_is_not_executable_is_126_and_says_what_to_do(tmp_path: P
     done = run(folder)
     assert done.returncode == 126
     assert f"command is a folder, not a program: {folder}; give the program's path" in done.stderr
+    # A shell script was told to run it as "python3 run.sh": the interpreter is its #! line's, else its
+    # suffix's, else none is guessed.
+    for name, first_line, interpreter in [
+        ("run.sh", "echo no first line naming a program", "sh"),
+        ("train", "#!/bin/bash -e", "bash"),
+        ("job", "#!/usr/bin/env -S python3.11 -u", "python3.11"),
+        ("job.bin", "\x7fELF", None),
+    ]:
+        other = tmp_path / name
+        other.write_text(first_line + "\n")
+        done = run(other)
+        assert done.returncode == 126
+        run_it = f"{interpreter} {other}" if interpreter else "sh run.sh, python3 train.py"
+        assert f"or run it through its interpreter ({run_it})" in " ".join(done.stderr.split())
 
 
 @pytest.mark.parametrize(

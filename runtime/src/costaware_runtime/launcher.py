@@ -703,9 +703,12 @@ def _start_failure(command: Sequence[str], error: OSError) -> tuple[int, str]:
         found = command[0] if os.sep in command[0] else shutil.which(command[0])
         if found and Path(found).is_dir():
             return 126, f"command is a folder, not a program: {command[0]}; give the program's path"
+        # The program its #! line or its suffix names: "python3 run.sh" was said of a shell script too.
+        interpreter = _interpreter_of(Path(found)) if found else None
+        run_it = f"{interpreter} {command[0]}" if interpreter else "sh run.sh, python3 train.py"
         return 126, (
             f"command is not executable: {command[0]}; make it executable in the image (chmod +x), or run "
-            f"it through its interpreter (python3 {command[0]})"
+            f"it through its interpreter ({run_it})"
         )
     # ENOEXEC (a script without a #! line) and the like: the file is there but cannot run.
     hint = (
@@ -714,6 +717,23 @@ def _start_failure(command: Sequence[str], error: OSError) -> tuple[int, str]:
         else ""
     )
     return 126, f"cannot run {command[0]}: {error.strerror or error}{hint}"
+
+
+#: The interpreter a script's suffix calls for, where its first line names none.
+_INTERPRETER_BY_SUFFIX = {".py": "python3", ".sh": "sh", ".bash": "bash"}
+
+
+def _interpreter_of(script: Path) -> str | None:
+    """The program that runs ``script``: the one its ``#!`` line names, else its suffix's; None if neither."""
+    with contextlib.suppress(OSError), open(script, "rb") as opened:
+        line = opened.readline(200).decode(errors="replace").strip()
+        if line.startswith("#!"):
+            words = line[2:].split()
+            if words and Path(words[0]).name == "env":  # #!/usr/bin/env -S python3 -u: the program after
+                words = [word for word in words[1:] if not word.startswith("-") and "=" not in word]
+            if words:
+                return Path(words[0]).name
+    return _INTERPRETER_BY_SUFFIX.get(script.suffix.lower())
 
 
 def main(argv: Sequence[str] | None = None) -> int:
