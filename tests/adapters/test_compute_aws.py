@@ -1140,6 +1140,17 @@ _NO_IMAGE = (
     "1234.dkr.ecr.us-east-1.amazonaws.com/train:v9: not found"
 )
 
+_RATE_LIMITED = (
+    "CannotPullContainerError: inspect image has been retried 1 time(s): httpReaderSeeker: failed open: "
+    "unexpected status code https://registry-1.docker.io/v2/library/python/manifests/sha256:ab12: 429 "
+    "Too Many Requests - Server message: toomanyrequests: You have reached your pull rate limit."
+)
+_PULL_TIMEOUT = (
+    "CannotPullContainerError: Error response from daemon: Get "
+    "https://1234.dkr.ecr.us-east-1.amazonaws.com/v2/: net/http: request canceled while waiting for "
+    "connection: dial tcp 10.0.0.1:443: i/o timeout"
+)
+
 
 @pytest.mark.parametrize(
     ("job_reason", "container_reason", "reason"),
@@ -1156,6 +1167,21 @@ _NO_IMAGE = (
             "",
             f"{_NO_IMAGE} (the image could not be pulled: check its URI and tag, and that the job "
             "definition's execution role may pull it; not retried)",
+        ),
+        # A pull limit or a network timeout was told to check the image's URI and tag, which are right.
+        (
+            _RATE_LIMITED,
+            "",
+            f"{_RATE_LIMITED} (the image could not be pulled, which may pass: the registry limited its pulls "
+            "or the network did not answer in time; clear the task to try again later, and for a registry's "
+            "pull limit (Docker Hub) pull through an ECR pull-through cache or with a login; not retried)",
+        ),
+        (
+            "Task failed to start",
+            _PULL_TIMEOUT,
+            f"{_PULL_TIMEOUT} (the image could not be pulled, which may pass: the registry limited its pulls "
+            "or the network did not answer in time; clear the task to try again later, and for a registry's "
+            "pull limit (Docker Hub) pull through an ECR pull-through cache or with a login; not retried)",
         ),
         (
             "Task failed to start",

@@ -315,6 +315,20 @@ def status_from_description(
 _START_ERRORS = ("CannotStartContainerError", "CannotPullContainerError")
 
 
+#: Words of a pull failure that may pass (a registry's rate limit, a network that timed out), lower case.
+_PASSING_PULL = (
+    "toomanyrequests",
+    "too many requests",
+    "rate limit",
+    "i/o timeout",
+    "timeout",
+    "timed out",
+    "deadline exceeded",
+    "connection reset",
+    "service unavailable",
+)
+
+
 def _start_error(*reasons: str) -> str:
     """The first of ``reasons`` saying the container never started, with what to do; "" where none does.
 
@@ -324,6 +338,13 @@ def _start_error(*reasons: str) -> str:
     said = next((text.strip() for text in reasons if text.strip().startswith(_START_ERRORS)), "")
     if not said:
         return ""
+    if said.startswith("CannotPullContainerError") and any(word in said.lower() for word in _PASSING_PULL):
+        # "check its URI and tag" sent the team to fix an image that is right.
+        return (
+            f"{said} (the image could not be pulled, which may pass: the registry limited its pulls or the "
+            "network did not answer in time; clear the task to try again later, and for a registry's pull "
+            "limit (Docker Hub) pull through an ECR pull-through cache or with a login; not retried)"
+        )
     if said.startswith("CannotPullContainerError"):
         return (
             f"{said} (the image could not be pulled: check its URI and tag, and that the job definition's "
