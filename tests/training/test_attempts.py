@@ -228,6 +228,19 @@ CASES: list[tuple[str, AttemptState, Event, datetime | None, Step]] = [
         ),
     ),
     (
+        # No exit code, so no hint: "...; ; nothing was registered".
+        "a command's image that could not be pulled: no exit code to explain",
+        state(command=("python", "train.py")),
+        JobEnded(job("failed", reason="CannotPullContainerError: not found (check its URI and tag)")),
+        None,
+        Fail(
+            "training job j-a1 failed: CannotPullContainerError: not found (check its URI and tag); nothing "
+            "was registered",
+            job_id="j-a1",
+            record_cause="code_error",
+        ),
+    ),
+    (
         "an image without costaware-run: the launcher is named, not the command's first element",
         state(command=("python", "train.py")),
         JobEnded(job("failed", exit_code=127, reason="sh: 1: costaware-run: not found")),

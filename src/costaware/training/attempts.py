@@ -542,11 +542,12 @@ def _store_unreachable_again(state: AttemptState, job: Mapping[str, Any]) -> Fai
 
 
 def _failure(state: AttemptState, job: Mapping[str, Any], cause: str) -> Fail:
-    hint = (
-        f"; {exit_hint(job.get('exit_code'), str(job.get('reason') or ''))}; nothing was registered"
-        if state.command
-        else ""
-    )
+    hint = ""
+    if state.command:
+        # No exit code (a Batch container that could not be pulled) has no hint: "...; ; nothing was" read
+        # as a part left out.
+        said = exit_hint(job.get("exit_code"), str(job.get("reason") or ""))
+        hint = f"{'; ' + said if said else ''}; nothing was registered"
     return Fail(
         message=f"training job {job['job_id']} failed: {job.get('reason') or 'no reason given'}{hint}",
         job_id=str(job["job_id"]),
