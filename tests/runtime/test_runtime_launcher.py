@@ -901,6 +901,32 @@ def test_a_local_store_on_a_mount_that_cannot_rename_is_refused_not_retried(
     assert not (job.root / "seen-1.json").exists()
 
 
+def test_a_job_folder_whose_filesystem_fails_is_a_store_error_not_a_contract_one(
+    make_job: MakeJob, tmp_path: Path
+) -> None:
+    # An I/O error at the write check's rename was exit 2 (not retried), saying the folder refuses renames.
+    job = make_job(RESUMING_JOB)
+    folder = tmp_path / "failing"
+    folder.mkdir()
+    (tmp_path / "site").mkdir()
+    (tmp_path / "site" / "sitecustomize.py").write_text(
+        MOUNTPOINT_SITECUSTOMIZE.replace("errno.ENOSYS", "errno.EIO").replace("errno.EPERM", "errno.EIO")
+    )
+    path = os.pathsep.join(filter(None, [str(tmp_path / "site"), os.environ.get("PYTHONPATH")]))
+    env = job.env(COSTAWARE_CHECKPOINT_DIR=str(folder)) | {
+        "MOUNTPOINT_FOLDER": str(folder),
+        "PYTHONPATH": path,
+    }
+    done = job.run(env=env)
+    assert done.returncode == 74, done.stderr
+    (probe,) = folder.glob(".costaware-write-check.*.tmp")
+    said = " ".join(done.stderr.split())
+    where = f"COSTAWARE_CHECKPOINT_DIR={str(folder)!r}: could not rename a file in its folder {str(folder)!r}"
+    assert f"{where} ([Errno 5] Input/output error: " in said
+    assert f"the launcher's write check {str(probe)!r} stays there; check that filesystem (its free" in said
+    assert not (job.root / "seen-1.json").exists()
+
+
 def test_no_outputs_and_an_output_uri_disagree_before_the_job_starts(make_job: MakeJob) -> None:
     job = make_job(SELF_STORING_JOB)
     done = job.run("--no-outputs")

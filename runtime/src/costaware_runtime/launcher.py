@@ -555,6 +555,7 @@ def _make_job_folder(folder: Path, variable: str, given: Path) -> str | None:
     Raises:
         ContractError: The folder cannot be made, refuses a new file, or (the checkpoint and metrics folders,
             see :data:`_RENAMED_IN`) refuses to rename one.
+        StoreError: Its filesystem failed to create or rename the write check (an I/O error): exit 74.
     """
     advice = "give a folder the job may write, or leave the variable unset for a temporary one"
     try:
@@ -572,6 +573,14 @@ def _make_job_folder(folder: Path, variable: str, given: Path) -> str | None:
     if refusal is None:
         return None
     error = refusal.error
+    if not refusal.refused and refusal.step != "delete":
+        # A full disk, an I/O error, a stale NFS handle: the filesystem failed, which a retry on another
+        # machine may not meet; exit 2 said the job may not write there and was not retried.
+        left = f"; the launcher's write check {str(refusal.left)!r} stays there" if refusal.left else ""
+        raise StoreError(
+            f"{variable}={str(given)!r}: could not {refusal.step} a file in its folder {str(folder)!r} "
+            f"({error}){left}; check that filesystem (its free space, its mount)"
+        ) from error
     if refusal.step == "create":
         raise ContractError(
             f"{variable}={str(given)!r} cannot be used: the job may not write its folder {str(folder)!r} "
