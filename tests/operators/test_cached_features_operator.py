@@ -255,6 +255,49 @@ def test_miss_is_priced_from_the_catalog(
     assert avoided["usd"] == Decimal(first["cost_usd"]) and avoided["market"] == "on_demand"
 
 
+# "{{ params.instance_type }}" or "{{ params.region }}" with the param unset renders "None" (or " " from a
+# form): the miss failed as "unknown instance type 'None'" / "unknown region ' '", while the cost listener
+# reads both as not given.
+@pytest.mark.parametrize("rendered", ["None", "null", " ", "None "])
+def test_an_instance_type_rendered_not_given_is_not_given(
+    rendered: str, flights_dir: Path, tmp_path: Path, ledger_conn: Ledger
+) -> None:
+    op = operator(
+        _paths_transform,
+        {"flights": str(flights_dir)},
+        str(tmp_path / "cache"),
+        instance_type="{{ params.instance_type }}",
+        region="us-east-1",
+        usd_per_hour=None,
+        pass_paths=True,
+    )
+    op.instance_type = rendered  # what it rendered to
+    first = op.execute(context())
+    assert first["hit"] is False and Decimal(first["cost_usd"]) == 0  # as with instance_type not set
+    op.execute(context("run_2"))
+    (avoided,) = [e for e in ledger_conn.entries(run_id="run_2") if e["outcome"] == "cache_hit"]
+    assert (avoided["usd"], avoided["instance_type"], avoided["market"]) == (Decimal(0), None, "local")
+
+
+@pytest.mark.parametrize("rendered", ["None", "null", " "])
+def test_a_region_rendered_not_given_is_not_given(
+    rendered: str, flights_dir: Path, tmp_path: Path, ledger_conn: Ledger
+) -> None:
+    op = operator(
+        _paths_transform,
+        {"flights": str(flights_dir)},
+        str(tmp_path / "cache"),
+        instance_type="m5.2xlarge",
+        region="{{ params.region }}",
+        usd_per_hour=None,
+        pass_paths=True,
+    )
+    op.region = rendered
+    with pytest.raises(AirflowFailException, match="needs region= to look up its price"):
+        op.execute(context())
+    assert ledger_conn.entries() == []
+
+
 def test_asset_inputs_by_uri_and_by_event(flights_dir: Path, tmp_path: Path, ledger_conn: Ledger) -> None:
     from airflow.sdk import Asset
 

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseOperator
 
+from costaware.core.given import blank
 from costaware.glue import (
     DEFAULT_AWS_CONN_ID,
     DEFAULT_LEDGER_CONN_ID,
@@ -19,7 +20,6 @@ from costaware.glue import (
 )
 from costaware.operators.templating import is_literal
 from costaware.settings import feature_cache
-from costaware.training.plan import blank
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -155,8 +155,9 @@ class CachedFeaturesOperator(BaseOperator):
         aws_conn_id: Airflow AWS connection for S3 inputs and an S3 store (default ``aws_default``; when that
             connection does not exist, or with ``None``, the SDKs' default credential chain).
         ledger_conn_id: Airflow connection of the cost ledger.
-        instance_type: Instance type the transform runs on, to price a miss from the catalog (templated).
-        region: Region of that instance (templated).
+        instance_type: Instance type the transform runs on, to price a miss from the catalog (templated;
+            one rendered empty, ``None`` or ``null`` is not given).
+        region: Region of that instance (templated; one rendered empty, ``None`` or ``null`` is not given).
         usd_per_hour: Price of the worker per hour, when it is not a catalog instance (templated; one
             rendered empty, ``None`` or ``null`` is not given).
         tags: Allocation tags (team, project, owner) of the ledger entries.
@@ -282,17 +283,19 @@ class CachedFeaturesOperator(BaseOperator):
 
         if blank(self.usd_per_hour) is not None:  # a template of an unset param renders "None": unset
             return parse_usd(self.usd_per_hour, name="usd_per_hour")
-        if self.instance_type:
+        # A rendered "None" or " " is not given, as the cost listener reads it (core.given).
+        instance_type = blank(self.instance_type)
+        if instance_type:
             from costaware.adapters.price_source import list_price
             from costaware.core.errors import ConfigurationError
             from costaware.hooks.ledger import CostLedgerHook
 
-            region = self.region or options.region
+            region = blank(self.region) or options.region
             if not region:
                 raise ConfigurationError(
-                    f"instance_type={self.instance_type!r} needs region= to look up its price, e.g. us-east-1"
+                    f"instance_type={instance_type!r} needs region= to look up its price, e.g. us-east-1"
                 )
-            return list_price(CostLedgerHook(self.ledger_conn_id).get_conn(), self.instance_type, region)
+            return list_price(CostLedgerHook(self.ledger_conn_id).get_conn(), instance_type, region)
         self.log.warning("neither instance_type nor usd_per_hour is set: misses are recorded at $0")
         return Decimal(0)
 
@@ -408,10 +411,12 @@ class CachedFeaturesOperator(BaseOperator):
             "usd": Decimal(manifest.cost_usd),
             "quantity": hours,
             "unit": "hour",
-            "instance_type": self.instance_type,
-            "region": self.region,
+            "instance_type": blank(self.instance_type),
+            "region": blank(self.region),
             "market": (
-                Market.ON_DEMAND if self.instance_type and blank(self.usd_per_hour) is None else Market.LOCAL
+                Market.ON_DEMAND
+                if blank(self.instance_type) and blank(self.usd_per_hour) is None
+                else Market.LOCAL
             ),
             "tags": who["tags"],
         }
