@@ -643,6 +643,20 @@ def test_priority_moves_the_fallback(
         assert result["market"] == market and result["priority"] == priority
 
 
+# "{{ params.prices }}" / "{{ params.priority }}" with the param unset renders "None" (" " from a form,
+# "null" through | tojson): the run failed ("prices 'None' is neither 'live' ... nor a file", "priority
+# 'None' is unknown"), while RemoteTrainingOperator in the same DAG reads them as not given.
+@pytest.mark.parametrize("unset", ["None", "null", " ", "None "])
+def test_prices_and_priority_rendered_not_given_take_their_defaults(ledger_env: Ledger, unset: str) -> None:
+    sensor = make_sensor(prices="{{ params.prices }}", priority="{{ params.priority }}")
+    sensor.prices = sensor.priority = unset  # as rendered
+    sensor.deadline = (now() + timedelta(hours=12)).isoformat()
+    plan = sensor._plan(context(), now(), forecast=False)
+    assert (sensor.prices, plan["priority"]) == ("live", "normal")
+    # Written out, such a priority is not given either (was refused as unknown when the DAG was parsed).
+    assert make_sensor(priority=unset).priority == unset
+
+
 def test_priority_and_zone_traces_are_checked(tmp_path: Path, ledger_env: Ledger) -> None:
     with pytest.raises(ValueError, match="priority 'urgent' is unknown; choose one of critical, normal"):
         make_sensor(priority="urgent")

@@ -29,6 +29,7 @@ from costaware.adapters.spot_market import (
 from costaware.core import spot_window as rules
 from costaware.core.carbon import Objective
 from costaware.core.errors import ConfigurationError
+from costaware.core.given import blank
 from costaware.core.ledger import utcnow
 from costaware.core.series import parse_instant
 from costaware.core.spot_window import (
@@ -48,7 +49,6 @@ from costaware.glue import (
 )
 from costaware.operators.remote_training_args import parse_zones
 from costaware.operators.templating import is_literal
-from costaware.training.plan import blank
 from costaware.triggers.spot_window import SpotWindowTrigger
 
 if TYPE_CHECKING:
@@ -77,7 +77,8 @@ class SpotWindowSensor(BaseSensorOperator):
         expected_runtime_hours: Expected training time (templated).
         availability_zone: Zone whose price to use; default the region's cheapest zone (templated).
         prices: ``"live"`` for EC2 ``DescribeSpotPriceHistory`` through ``aws_conn_id``, or the path of a
-            recorded price file (JSON or CSV) (templated).
+            recorded price file (JSON or CSV) (templated; one rendered empty, ``None`` or ``null`` is
+            ``"live"``).
         deadline: When training must be done, ISO text or datetime; default the run's ``data_interval_end``
             (with ``OffPeakTimetable``, the end of the window) (templated).
         earliest_start: Nothing starts before this; default the run's ``data_interval_start`` (templated).
@@ -95,7 +96,8 @@ class SpotWindowSensor(BaseSensorOperator):
             With it, ``availability`` may map each zone to its trace path.
         priority: ``"critical"`` (falls back to on-demand while a preemption can still be absorbed),
             ``"normal"`` or ``"best_effort"`` (the deadline is soft: waits for spot until the deadline
-            itself) (templated, e.g. ``"{{ params.priority }}"``).
+            itself) (templated, e.g. ``"{{ params.priority }}"``; one rendered empty, ``None`` or ``null``
+            is ``"normal"``).
         ledger_conn_id: Connection of the cost ledger.
         record_decision: Write the decision to the ledger as an estimated compute entry.
         tags: Allocation tags of the ledger entry (team, project, owner, ...).
@@ -220,7 +222,7 @@ class SpotWindowSensor(BaseSensorOperator):
             parse_zones(availability_zones)
         self.availability_zones = availability_zones
         if is_literal(priority):
-            check_priority(priority)
+            check_priority(blank(priority))
         self.priority = priority
         self.ledger_conn_id = ledger_conn_id
         self.record_decision = record_decision
@@ -282,7 +284,9 @@ class SpotWindowSensor(BaseSensorOperator):
         """Everything the decision needs, as JSON primitives (they also become the trigger's kwargs)."""
         if self._zone() is not None:
             check_aws_zone(str(self.availability_zone))  # rendered: checked before any decision uses it
-        self.prices = check_prices(self.prices or LIVE)  # a run that decides at once never reads the file
+        # Checked now: a run that decides at once never reads the file. A rendered "None" or " " is not
+        # given, as RemoteTrainingOperator in the same DAG reads it: live prices (and priority normal).
+        self.prices = check_prices(blank(self.prices) or LIVE)
         runtime = parse_decimal(self.expected_runtime_hours, name="expected_runtime_hours", positive=True)
         deadline_value = (
             self.deadline if blank(self.deadline) is not None else context.get("data_interval_end")
@@ -302,7 +306,7 @@ class SpotWindowSensor(BaseSensorOperator):
         window_start = start_value is None
         start_value = start_value or context.get("data_interval_start")
         not_before = parse_instant(start_value, name="earliest_start") if start_value else None
-        priority = check_priority(self.priority)
+        priority = check_priority(blank(self.priority))
         latest = rules.latest_start(
             deadline=deadline,
             runtime_hours=runtime,
