@@ -170,6 +170,28 @@ def test_known_compute_passes_the_early_check(env_ledger: Ledger) -> None:
     assert gate.poke(context()).xcom_value["usd"] == "4.000000"  # type: ignore[union-attr]
 
 
+# "{{ params.market }}" and the like with the param unset render "None", " " (a form) or "null" (| tojson):
+# the gate refused " " and "null" (unknown market ' ', unknown instance type 'null', unknown region 'null')
+# that the bill reads as not given.
+@pytest.mark.parametrize(
+    "rendered",
+    [
+        {"market": " "},
+        {"market": "None "},
+        {"instance_type": "null"},
+        {"instance_type": " "},
+        {"region": "null"},
+    ],
+)
+def test_compute_rendered_not_given_passes_the_early_check(
+    env_ledger: Ledger, rendered: dict[str, str]
+) -> None:
+    gate = sensor(deferrable=False, instance_type="c5.4xlarge", region="us-east-1", market="spot")
+    for name, value in rendered.items():
+        setattr(gate, name, value)  # as rendered
+    assert gate.poke(context()).xcom_value["usd"] == "4.000000"  # type: ignore[union-attr]
+
+
 def test_refusals_and_waits_are_noted_for_the_cost_page(env_ledger: Ledger) -> None:
     from datetime import datetime, timedelta, timezone
 

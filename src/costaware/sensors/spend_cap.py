@@ -124,18 +124,19 @@ class SpendCapSensor(BaseSensorOperator):
 
     def _check_compute(self) -> None:
         """Fail on an instance type, region or market that cannot be priced, before money is reserved."""
+        from costaware.core.given import not_given  # the bill's rule: " " and "null" are not given either
         from costaware.core.ledger import Market
 
-        if self.market not in (None, "", "None"):
+        if not not_given(self.market):
             Market.parse(str(self.market))
-        if self.instance_type in (None, "", "None"):
+        if not_given(self.instance_type):
             return
         from costaware.adapters.price_source import list_price
         from costaware.hooks.ledger import CostLedgerHook
         from costaware.settings import option
 
         # No region: the one a task naming none is priced in (it was "set region too", hiding a typo).
-        region = str(option("worker_region")) if self.region in (None, "", "None") else str(self.region)
+        region = str(option("worker_region")) if not_given(self.region) else str(self.region)
         # The sources the ledger prices with: a type only a refreshed or imported price knows is accepted.
         list_price(CostLedgerHook(self.ledger_conn_id).get_conn(), str(self.instance_type), region)
 
