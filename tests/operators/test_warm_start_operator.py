@@ -379,6 +379,8 @@ def test_a_market_misspelt_in_a_template_fails_when_rendered_before_any_training
         ({"policy": "always-full", "policy_params": {"max_warm_steps": 3}}, "it takes no options"),
         # Priced at the worker's market with a logged error, and the run ended green.
         ({"market": "spto"}, "unknown market 'spto': use one of"),
+        # Checked first: drift_columns=5 raised a bare TypeError before the market was named.
+        ({"market": "spto", "drift_columns": 5}, "unknown market 'spto': use one of"),
         (
             {"label_threshold": "abc"},
             r"label_threshold must be a number \(a label above it counts as 1\), got 'abc'",

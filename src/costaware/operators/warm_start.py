@@ -143,11 +143,13 @@ class WarmStartRetrainOperator(BuiltInTrainingArguments, BaseOperator):
         self.instance_type = instance_type
         self.region = region
         self.market = market
-        self.drift_columns = None if drift_columns is None else list(drift_columns)
-        self._check_own_compute(  # written out: when parsed; a template once rendered, in execute
+        # Before the other arguments' checks (drift_columns=5 raised a bare TypeError before "unknown
+        # market 'spto'"). Written out: when parsed; a template once rendered, in execute.
+        self._check_own_compute(
             market=market if is_literal(market) else None,
             usd_per_hour=usd_per_hour if is_literal(usd_per_hour) else None,
         )
+        self.drift_columns = None if drift_columns is None else list(drift_columns)
         self.usd_per_hour = usd_per_hour
         self.aws_conn_id = aws_conn_id
         self._checkpointer: Checkpointer | None = None
@@ -220,7 +222,9 @@ class WarmStartRetrainOperator(BuiltInTrainingArguments, BaseOperator):
             ) from e
 
     def _check_own_compute(self, *, market: Any, usd_per_hour: Any) -> None:
-        """Refuse a given ``market`` or ``usd_per_hour`` that is none, naming it, before training is paid for.
+        """Refuse a given ``market`` that is no market or ``usd_per_hour`` that is no amount, naming it.
+
+        Checked before training is paid for.
 
         The cost listener reads such a value with only a logged error: a misspelt market priced the try on
         the worker's market; a rate that is no amount of $0 or more (-1 passed the parse) was ignored, and the
