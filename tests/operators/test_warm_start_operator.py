@@ -110,6 +110,18 @@ def test_a_rate_of_zero_is_a_cost_of_zero_not_an_unknown_one(tmp_path: Path, fre
     assert cost is not None and Decimal(cost) == 0
 
 
+def test_the_version_s_cost_is_at_the_rate_the_try_is_billed_at(tmp_path: Path) -> None:
+    # The try was billed at the costaware_compute param's $2/hour, but the model version's cost was unknown:
+    # the training was handed only the operator's own usd_per_hour.
+    from costaware.try_pricing import compute_of
+
+    _day(tmp_path / "landing", 1)
+    op = _operator(tmp_path, 1, usd_per_hour=None, params={"costaware_compute": {"usd_per_hour": "2"}})
+    assert compute_of(op)["usd_per_hour"] == Decimal(2)  # as the try is billed
+    version = ModelStore.open(str(tmp_path / "models")).get(op.execute(_context("r1"))["version"])
+    assert version.cost_usd is not None and Decimal(version.cost_usd) > 0
+
+
 def test_force_full_and_drift_trigger_full_retrains(tmp_path: Path) -> None:
     store = ModelStore.open(str(tmp_path / "models"))
     _day(tmp_path / "landing", 1)

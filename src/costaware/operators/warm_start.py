@@ -65,7 +65,8 @@ class WarmStartRetrainOperator(BuiltInTrainingArguments, BaseOperator):
         checkpoint_every_seconds: Checkpoint at least this often (None: not by time).
         checkpoint_every_steps: Checkpoint every this many steps (None: not by steps).
         usd_per_hour: Price of the worker, to store the training's cost with the version (templated; one
-            rendered empty, ``None`` or ``null`` is not given).
+            rendered empty, ``None`` or ``null`` is not given); default the task's ``costaware_compute``
+            param's, the rate the try is billed at.
         instance_type: Instance type the training runs on, for the cost listener (templated).
         region: Its region (templated).
         market: ``on_demand``, ``spot`` or ``local``, e.g. a ``SpotWindowSensor``'s decision (templated).
@@ -165,7 +166,7 @@ class WarmStartRetrainOperator(BuiltInTrainingArguments, BaseOperator):
         facts = run_identity(context, self.task_id)
         with airflow_errors():
             self._check_own_compute(market=self.market, usd_per_hour=self.usd_per_hour)
-            self._check_priced()
+            billed_rate = self._check_priced()["usd_per_hour"]
             spec = self.training_spec()
             job = spec.retrain_job(
                 checkpoint_key=checkpoint_key(
@@ -173,7 +174,9 @@ class WarmStartRetrainOperator(BuiltInTrainingArguments, BaseOperator):
                 ),
                 run=facts,
                 storage_options=storage_options(self.aws_conn_id),
-                usd_per_hour=blank(self.usd_per_hour),  # "None": a template of an unset param
+                # The rate the try is billed at: this task's own, else its costaware_compute param's (the
+                # version's cost was unknown with the param's rate alone). None: priced from the catalog.
+                usd_per_hour=None if billed_rate is None else str(billed_rate),
                 drift_columns=self.drift_columns,
             )
             result = run_retrain(job, on_checkpointer=self._remember)
@@ -189,8 +192,8 @@ class WarmStartRetrainOperator(BuiltInTrainingArguments, BaseOperator):
         )
         return result
 
-    def _check_priced(self) -> None:
-        """Refuse, before training, a compute the cost listener would record at $0 (unpriced).
+    def _check_priced(self) -> dict[str, Any]:
+        """Refuse, before training, a compute the cost listener would record at $0 (unpriced); return it.
 
         The check prices the try as the listener bills it (:mod:`costaware.try_pricing`): the compute this
         task's arguments, its ``costaware_compute`` param or the ``worker_*`` settings name, priced from the
@@ -209,7 +212,7 @@ class WarmStartRetrainOperator(BuiltInTrainingArguments, BaseOperator):
             # The task's own market was checked in execute, a bad worker_market reads as on_demand: only the
             # param's can be bad here.
             if Market.parse(compute["market"]) is Market.LOCAL:
-                return
+                return compute
         except ConfigurationError as e:
             raise ConfigurationError(f"task {self.task_id!r}: its {PRICING_PARAM} param's market: {e}") from e
         try:
@@ -220,6 +223,7 @@ class WarmStartRetrainOperator(BuiltInTrainingArguments, BaseOperator):
                 f"task {self.task_id!r} on {compute['instance_type']!r} in {compute['region']!r} "
                 f"({compute['market']}) cannot be priced, so its cost would be recorded at $0: {e}"
             ) from e
+        return compute
 
     def _check_own_compute(self, *, market: Any, usd_per_hour: Any) -> None:
         """Refuse a given ``market`` that is no market or ``usd_per_hour`` that is no amount, naming it.
