@@ -352,6 +352,9 @@ def test_a_cap_json_cannot_hold_as_a_float_is_a_422_and_the_answer_is_the_stored
          "'project=churn,team=ml'; period: unknown budget period 'weekly': use one of run, day, month, "
          "total"),
         ('{"period": "month", "cap_usd": "1"}', "scope: missing: give it"),
+        # A scope the pattern takes but whose tag reads as never set was refused under cap_usd.
+        ('{"scope": "project=null", "period": "month", "cap_usd": "100"}',
+         "scope: tag 'project' has value 'null', which says it was never set"),
         ('{"scope": 5, "period": "month"}', "scope: 5 is not valid: Input should be a valid string"),
         ('{"scope": "project=churn", "period": "month", "cap_usd": 1e400}',
          "cap_usd: cap_usd must be a finite number of USD, got inf"),

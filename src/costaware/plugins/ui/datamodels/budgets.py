@@ -131,11 +131,13 @@ class BudgetChange(BaseModel):
         if refusal is not None:
             raise ValueError(refusal)
         scope = tidy_scope(value)
+        # Always, not only where the pattern fails: 'project=null' matches it, and its refusal (a tag never
+        # set) came from the cap's check, filed under cap_usd.
+        try:
+            Scope.given(scope)  # its message says which part is wrong
+        except InvalidBudgetError as e:
+            raise ValueError(str(e)) from e
         if not re.fullmatch(SCOPE_PATTERN, scope):
-            try:
-                Scope.given(scope)  # its message says which part is wrong
-            except InvalidBudgetError as e:
-                raise ValueError(str(e)) from e
             raise ValueError(
                 f"scope {value!r} is not tags such as project=churn or project=churn,team=ml (a tag name "
                 "starts with a letter, up to 64 letters, digits, '_', '.', '-'; a value up to 128 "
