@@ -67,6 +67,25 @@ def test_tag_param_refuses_a_bad_default_and_states_the_rule() -> None:
         tag_param("a,b", title="Team")
 
 
+@pytest.mark.parametrize("unset", ["null", " null ", "None", "None "])
+def test_tag_param_refuses_a_trigger_value_that_reads_as_never_set(unset: str) -> None:
+    # The form took "null" and the run's tags then dropped it without a word (run tags {}).
+    from airflow.sdk.definitions.param import ParamsDict
+    from airflow.sdk.exceptions import ParamValidationError
+
+    from costaware.params import tag_param
+
+    params = ParamsDict({"project": tag_param("churn", title="Project")})
+    with pytest.raises(ParamValidationError, match=r"Invalid input for param project") as refused:
+        params["project"] = unset  # as a trigger's conf is applied
+    assert repr(unset) in str(refused.value)
+    params["project"] = "nullable"  # a name that only starts so is a name
+    assert params.validate() == {"project": "nullable"}
+    assert "not 'None' or 'null'" in tag_param("churn", title="Project").description
+    with pytest.raises(ValueError, match=f"{unset!r} for 'Project'"):
+        tag_param(unset, title="Project")
+
+
 @pytest.mark.parametrize(
     ("scope", "meant"),
     [

@@ -2,8 +2,9 @@
 
 ``team``, ``project`` and ``owner`` become ledger tags of every cost a run records (and ``project`` picks
 the budget that gates training). A tag value cannot hold ``,`` or ``=``: those separate the parts of a
-budget scope such as ``project=churn,team=ml``. Declare them with :func:`tag_param` and Airflow refuses a
-trigger with such a value before the run starts, naming the param::
+budget scope such as ``project=churn,team=ml``; nor be ``None`` or ``null``, which read as never set (the
+run's tag dropped). Declare them with :func:`tag_param` and Airflow refuses a trigger with such a value
+before the run starts, naming the param::
 
     from costaware.params import tag_param
 
@@ -31,7 +32,7 @@ __all__ = [
 
 
 def tag_param(default: str, *, title: str, description: str = "", max_length: int = 200) -> Any:
-    """An Airflow ``Param`` for a value that becomes a ledger tag: a string, not blank, no ``,`` or ``=``.
+    """An Airflow ``Param`` for a ledger tag's value: not blank, ``None`` or ``null``, no ``,`` or ``=``.
 
     Args:
         default: The value a scheduled run uses; checked here, so a bad default fails when the DAG parses.

@@ -26,13 +26,17 @@ _TAG_KEY = re.compile(rf"^{TAG_NAME_PATTERN}$")
 TAG_NAMES = ("team", "project", "owner")
 _ALL = "*"
 
-TAG_VALUE_PATTERN = r"^[^,=]*[^,=\s][^,=]*$"
-"""A tag value: not blank, without ``,`` or ``=`` (they separate a scope's ``key=value`` parts).
+# A value the ledger can store: not blank, without "," or "=" (they separate a scope's key=value parts).
+# Stored tags are read by it: a budget made project=None before unset_problem must still load.
+_STORABLE_TAG_VALUE = r"^[^,=]*[^,=\s][^,=]*$"
+TAG_VALUE_PATTERN = r"^(?!\s*(?:None|null)\s*$)" + _STORABLE_TAG_VALUE[1:]
+"""A new tag value: not blank, not ``None`` or ``null`` (:func:`unset_problem`), without ``,`` or ``=``.
 
-The one spelling of the rule: ``Scope.of`` checks it, and DAG params that become tags carry it as their
-JSON-schema ``pattern`` so a trigger with such a value is refused before the run starts.
+DAG params that become tags carry it as their JSON-schema ``pattern``, so a trigger with such a value is
+refused before the run starts, naming the param: a trigger form's ``null`` was read as not given and the
+run's tag dropped without a word. (A lookahead is valid in JSON schema's ECMA-262 regexes and Python's.)
 """
-TAG_VALUE_RULE = "non-empty, without ',' or '='"
+TAG_VALUE_RULE = "non-empty, not 'None' or 'null', without ',' or '='"
 #: The longest tag value: the ledger's team/project/owner columns hold 128 characters.
 MAX_TAG_VALUE = 128
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
@@ -68,8 +72,8 @@ def tag_problem(key: str, value: object) -> str | None:
             f"tag name {key!r} is not allowed: start with a letter, then letters, digits, '_', '.', '-' "
             "(at most 64 characters)"
         )
-    if not re.match(TAG_VALUE_PATTERN, str(value)):
-        return f"tag {key!r} has value {value!r}: it must be {TAG_VALUE_RULE}"
+    if not re.match(_STORABLE_TAG_VALUE, str(value)):
+        return f"tag {key!r} has value {value!r}: it must be non-empty, without ',' or '='"
     # PostgreSQL refused such an entry where SQLite took it: spooled, it blocked every later one there.
     if len(str(value).strip()) > MAX_TAG_VALUE:
         return f"tag {key!r} has a value of {len(str(value).strip())} characters: at most {MAX_TAG_VALUE}"
