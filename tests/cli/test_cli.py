@@ -1904,3 +1904,44 @@ def test_a_command_that_reads_a_database_without_ledger_tables_says_so_and_makes
     engine = create_engine(url)
     assert [t for t in inspect(engine).get_table_names() if t.startswith("costaware")] == []
     engine.dispose()
+
+
+def test_a_budget_whose_scope_reads_as_unset_is_flagged_with_how_to_delete_it(
+    ledger_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Made before such scopes were refused: listed and shown as a live cap though no new spend counts in it,
+    # and `budget show --scope project=None` advised a `budget set` that is refused.
+    from sqlalchemy import update
+
+    from costaware.adapters.ledger import schema
+
+    ledger = Ledger.from_url(ledger_url)
+    ledger.set_budget("project=churn", "month", "100")
+    ledger.set_budget("project=old", "month", "5")
+    with ledger.transaction() as conn:
+        conn.execute(
+            update(schema.budgets).where(schema.budgets.c.scope == "project=old").values(scope="project=null")
+        )
+    ledger.dispose()
+    delete = "`costaware budget delete --scope project=null --period month`"
+    assert main(["--ledger-url", ledger_url, "budget", "list"]) == 0
+    listed = capsys.readouterr()
+    assert "project=null" in listed.out and "project=churn" in listed.out
+    assert listed.err.strip().splitlines() == [
+        "costaware: note: budget 'project=null/month': its scope reads as unset (project=null, what a "
+        f"template of an unset param renders): no new spend counts in it; delete it with {delete}"
+    ]
+    argv = ["--ledger-url", ledger_url, "budget", "show", "--no-schedule", "--scope"]
+    assert main([*argv, "project=null"]) == 0
+    assert "its scope reads as unset" in capsys.readouterr().err
+    assert main([*argv, "project=churn"]) == 0
+    assert "reads as unset" not in capsys.readouterr().err
+    assert main([*argv, "project=None"]) == 2
+    refused = capsys.readouterr().err
+    assert "tag 'project' has value 'None', which says it was never set" in refused
+    assert "budget set" not in refused
+    # The command it gives works as given, and leaves nothing to flag.
+    assert main(["--ledger-url", ledger_url, *shlex.split(delete.strip("`").removeprefix("costaware "))]) == 0
+    capsys.readouterr()
+    assert main(["--ledger-url", ledger_url, "budget", "list"]) == 0
+    assert "reads as unset" not in capsys.readouterr().err

@@ -26,6 +26,7 @@ from costaware.core.budgets import (
     period_window,
     run_key,
     run_of_key,
+    unset_problem,
 )
 from costaware.core.errors import BudgetNotFoundError, ConfigurationError
 from costaware.core.ledger import BudgetUsage, utcnow
@@ -213,6 +214,11 @@ def applicable(
         window = period_window(budget.period, at or utcnow(), budget.timezone, run_id, dag_id)
         found.append((row["id"], budget, window))
     if not found:
+        known = ", ".join(f"'{budget_from_row(r).label}'" for r in rows) or "none"
+        unset = next(filter(None, (unset_problem(key, value) for key, value in wanted.tags)), None)
+        if unset is not None:
+            # `budget set` over it is refused for that reason: its hint gave a command that fails.
+            raise BudgetNotFoundError(f"no budget covers scope '{wanted}' (budgets: {known}): {unset}")
         # A budget over this scope and more tags (a study's 'project=churn,study=s1'): that is the one asked
         # for; setting one over the shorter scope, as the generic hint says, would make a second budget.
         narrower = [b for b in map(budget_from_row, rows) if wanted.covers(b.scope) and b.scope != wanted]
@@ -223,7 +229,6 @@ def applicable(
                 f"give its whole scope, e.g. --scope '{narrower[0].scope}'); or set one with `costaware "
                 f"budget set --scope '{wanted}' --period {suggested_period(wanted)} --cap-usd <USD>`"
             )
-        known = ", ".join(f"'{budget_from_row(r).label}'" for r in rows) or "none"
         raise BudgetNotFoundError(
             f"no budget covers scope '{wanted}' (budgets: {known}); set one with "
             f"`costaware budget set --scope '{wanted}' --period {suggested_period(wanted)} --cap-usd <USD>`"

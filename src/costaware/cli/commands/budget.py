@@ -242,7 +242,25 @@ def budget_list(args: argparse.Namespace) -> int:
     labels = {b.label for b in budgets}
     for budget in budgets:
         _say_quoted(budget, labels)
+        _say_unset(budget)
     return 0
+
+
+def _say_unset(budget: Any) -> None:
+    """Flag a budget whose scope has a tag that reads as unset (``project=null``), set before it was refused.
+
+    No new entry or hold can carry such a tag, so no new spend counts in it; it was listed as a live cap.
+    """
+    from costaware.core.budgets import is_unset
+
+    unset = [f"{key}={value}" for key, value in budget.scope.tags if is_unset(value)]
+    if unset:
+        print(
+            f"costaware: note: budget '{budget.label}': its scope reads as unset ({', '.join(unset)}, what a "
+            "template of an unset param renders): no new spend counts in it; delete it with `costaware "
+            f"budget delete --scope {shlex.quote(str(budget.scope))} --period {budget.period.value}`",
+            file=sys.stderr,
+        )
 
 
 def _say_quoted(budget: Any, labels: set[str]) -> None:
@@ -375,6 +393,10 @@ def budget_show(args: argparse.Namespace) -> int:
             "(`costaware budget list` lists the budgets)",
             file=sys.stderr,
         )
+    shown = {u.label for u in usages}
+    for budget in budgets:
+        if budget.label in shown:
+            _say_unset(budget)
     _say_unpriced(ledger, scope, usages, args.run_id)
     if args.format == "table" and any(f.get("forecast_above_cap") for f in forecasts):
         print("! the forecast passes the cap by the period's end")
