@@ -413,3 +413,30 @@ def test_a_templated_grace_period_that_renders_no_number_is_named(tmp_path: Path
         ConfigurationError, match="preemption_grace_seconds must be a number of seconds > 0, got 'soon'"
     ):
         op._plan_arguments()
+
+
+@pytest.mark.parametrize("deadline", [" ", "None", "null"])
+def test_a_deadline_template_that_renders_not_given_is_warned(
+    tmp_path: Path, ledger: Any, deadline: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # "{{ params.deadline }}" left unset meant no deadline of the run's own, said at most at INFO.
+    write_data(tmp_path / "data")
+    with DAG("templated_deadline", schedule=None, params={"deadline": Param(None, type=["null", "string"])}):
+        op = RemoteTrainingOperator(
+            **local_operator_args(tmp_path),
+            deadline="{{ params.deadline }}",
+            market="on_demand",
+            instance_type="m5.large",
+            on_demand_usd_per_hour="0.1",
+            poll_interval=0.1,
+        )
+    drive(op, rendered(op, context_for(), {"deadline": deadline}))
+    [line] = [line for line in capsys.readouterr().out.splitlines() if "which is not given" in line]
+    assert (
+        "warning" in line
+        and (
+            f"deadline '{{{{ params.deadline }}}}' rendered {deadline!r}, which is not given (blank, None or "
+            "null): there is none; give the param a value for a deadline of this run's own"
+        )
+        in line
+    )

@@ -542,6 +542,29 @@ def test_manual_run_without_data_interval_decides_at_once(tmp_path: Path, ledger
     assert result["market"] == "on_demand" and "miss the deadline" in result["reason"]
 
 
+@pytest.mark.parametrize("written", ["{{ params.deadline }}", None])
+def test_a_deadline_template_that_renders_not_given_is_warned(
+    tmp_path: Path, ledger_env: Ledger, written: str | None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A manual run whose "{{ params.deadline }}" rendered " " went on-demand at once, said only at INFO.
+    prices = tmp_path / "prices.csv"
+    write_history(prices, current="0.10")
+    sensor = make_sensor(prices=str(prices), deadline=written)
+    sensor.deadline = " " if written else None  # as rendered
+    assert sensor.execute(context())["market"] == "on_demand"
+    warned = [line for line in capsys.readouterr().out.splitlines() if "which is not given" in line]
+    if written is None:  # no deadline asked for: nothing to warn of
+        assert warned == []
+    else:
+        [line] = warned
+        said = (
+            "deadline '{{ params.deadline }}' rendered ' ', which is not given (blank, None or null): with "
+            "no data interval either, the decision is taken now, with no slack for spot; give the param a "
+            "value for a deadline of this run's own"
+        )
+        assert "warning" in line and said in line
+
+
 def test_deadline_from_the_run_s_pendulum_data_interval(tmp_path: Path, ledger_env: Ledger) -> None:
     import pendulum
 

@@ -480,6 +480,15 @@ class RemoteTrainingOperator(RemoteAttemptSteps, RemotePlanArguments, BuiltInTra
 
         args = self._plan_arguments()
         decision = self._decision(context)
+        if blank(self.deadline) is None and not is_literal(self._deadline_written):
+            # Asked for by a template, then dropped without a word.
+            self.log.warning(
+                "deadline %r rendered %r, which is not given (blank, None or null): %s; give the param a "
+                "value for a deadline of this run's own",
+                self._deadline_written,
+                self.deadline,
+                "the spot decision's deadline is used" if decision and decision.deadline else "there is none",
+            )
         identity = run_identity(context, self.task_id)
         key = checkpoint_key(
             identity["dag_id"], identity["task_id"], identity["run_id"], identity["map_index"]

@@ -254,6 +254,8 @@ class RemotePlanArguments:
         self.on_demand_usd_per_hour = on_demand_usd_per_hour
         _check_instants_written(deadline, latest_start)
         self.deadline = deadline
+        # As written: a template of it that renders not given ("{{ params.deadline }}" unset) is warned.
+        self._deadline_written = deadline
         self.latest_start = latest_start
         self.tags = check_tags(tags or {}, owner=f"{type(self).__name__} {self.task_id!r}")
         self.aws_conn_id = aws_conn_id

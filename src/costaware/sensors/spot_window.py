@@ -206,6 +206,9 @@ class SpotWindowSensor(BaseSensorOperator):
         self.availability_zone = availability_zone
         self.prices = prices
         self.deadline = deadline
+        # As written: a template of it that renders not given ("{{ params.deadline }}" unset) is warned.
+        self._deadline_written = deadline
+        self._said_deadline_not_given = False
         self.earliest_start = earliest_start
         self.target_usd_per_hour = target_usd_per_hour
         self.on_demand_usd_per_hour = on_demand_usd_per_hour
@@ -302,6 +305,19 @@ class SpotWindowSensor(BaseSensorOperator):
         else:
             deadline = parse_instant(deadline_value, name="deadline")
         given_deadline = blank(self.deadline) is not None
+        asked = not is_literal(self._deadline_written)
+        if asked and not given_deadline and not self._said_deadline_not_given:  # said once, not every poke
+            # Asked for by a template, then dropped at INFO: a manual run went on-demand at once unwarned.
+            self._said_deadline_not_given = True
+            self.log.warning(
+                "deadline %r rendered %r, which is not given (blank, None or null): %s; give the param a "
+                "value for a deadline of this run's own",
+                self._deadline_written,
+                self.deadline,
+                "the run's data interval end is the deadline"
+                if deadline_value is not None
+                else "with no data interval either, the decision is taken now, with no slack for spot",
+            )
         start_value = blank(self.earliest_start)
         window_start = start_value is None
         start_value = start_value or context.get("data_interval_start")
