@@ -158,6 +158,9 @@ def test_no_approvers_asks_any_user_who_may_answer(approvers: Any) -> None:
         ({"", "ann"}, f"approvers={ {'', 'ann'}!r}: give a list"),
         (frozenset({"ann", ""}), f"approvers={frozenset({'ann', ''})!r}: give a list"),
     ],
+    # A set's repr follows the process's string hashes: ids of their own, or pytest-xdist's workers collect
+    # different test names and refuse to run.
+    ids=["dict", "tuple", "set", "frozenset"],
 )  # fmt: skip
 def test_refused_approvers_are_named_as_given(approvers: Any, said: str) -> None:
     with pytest.raises(ValueError) as refused:
