@@ -640,3 +640,50 @@ def test_only_a_read_inside_its_own_is_defined_block_counts_as_guarded(template:
 
     found = unknown_alert_fields({"class": SMTP, "kwargs": {"subject": template}}, skip_guarded=True)
     assert [field for _, field, _ in found] == (["owner"] if warned else [])
+
+
+MANY_THRESHOLDS = ",".join(f"{percent}.25%" for percent in range(1, 50))
+
+
+@pytest.mark.parametrize(
+    ("thresholds", "said"),
+    [
+        # Set, then every check of the budget failed on PostgreSQL: the threshold is stored per alert sent
+        # in 16 characters, and its alerts were lost.
+        ("10.00000000000001%", "alert threshold '10.00000000000001%' has 14 decimal places: at most 2"),
+        # Refused by PostgreSQL, in an error blamed on the ledger's URL.
+        (
+            MANY_THRESHOLDS,
+            f"are {len(MANY_THRESHOLDS)} characters as stored ({MANY_THRESHOLDS!r}): at most 256; give fewer",
+        ),
+    ],
+)
+def test_alerts_set_refuses_thresholds_postgresql_cannot_store_naming_them(
+    postgres_url: str, capsys: pytest.CaptureFixture[str], thresholds: str, said: str
+) -> None:
+    from services import fresh_postgres_database
+
+    url = fresh_postgres_database(postgres_url, "thresholds")
+    Ledger.from_url(url).set_budget("project=churn", "month", "100")
+    args = ["--ledger-url", url, "alerts", "set", "--scope", "project=churn", "--period", "month"]
+    assert main([*args, "--thresholds", thresholds]) == 2
+    err = capsys.readouterr().err
+    assert said in err, err
+    assert alert_rules(Ledger.from_url(url)) == {}
+
+
+def test_thresholds_with_two_decimals_alert_on_postgresql(
+    postgres_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from services import fresh_postgres_database
+
+    from costaware.notifications.budget import check_budget_alerts
+
+    url = fresh_postgres_database(postgres_url, "thresholds")
+    ledger = Ledger.from_url(url)
+    ledger.set_budget("project=churn", "month", "100")
+    args = ["--ledger-url", url, "alerts", "set", "--scope", "project=churn", "--period", "month"]
+    assert main([*args, "--thresholds", "10.25%,999.99%"]) == 0
+    spend(ledger, "r1", "11")
+    (alert,) = check_budget_alerts(ledger, {"project": "churn"}, notifiers=[])
+    assert alert.threshold == "10.25%"

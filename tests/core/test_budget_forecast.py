@@ -171,3 +171,14 @@ def test_a_percent_written_as_airflow_cfg_writes_it_is_refused_with_the_one_to_w
         ConfigurationError, match=r"'50%%' has '%%', which only airflow.cfg needs .* write '50%'"
     ):
         parse_thresholds("50%%,80%,forecast")
+
+
+@pytest.mark.parametrize(("spec", "decimals"), [("10.00000000000001%", 14), ("80.125", 3), ("99.999%", 3)])
+def test_a_threshold_with_more_than_two_decimals_is_refused_naming_it(spec: str, decimals: int) -> None:
+    # Each alert sent stores its threshold in 16 characters: PostgreSQL refused '10.00000000000001%' at
+    # every check, and every alert of its budget was lost.
+    with pytest.raises(ConfigurationError) as refused:
+        parse_thresholds(f"50%,{spec}")
+    assert str(refused.value) == (
+        f"alert threshold {spec!r} has {decimals} decimal places: at most 2 (e.g. '80.25%'); round it"
+    )

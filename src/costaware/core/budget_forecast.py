@@ -120,6 +120,8 @@ def outlooks_from(
 
 FORECAST = "forecast"
 DEFAULT_THRESHOLDS = ("50%", "80%", "100%", FORECAST)
+#: The most decimal places of a percentage threshold: ``'999.99%'`` fits where alerts sent are stored.
+MAX_THRESHOLD_DECIMALS = 2
 
 
 def parse_thresholds(spec: str | Sequence[str | int]) -> tuple[str, ...]:
@@ -130,8 +132,8 @@ def parse_thresholds(spec: str | Sequence[str | int]) -> tuple[str, ...]:
     ``("50%", "80.5%", "forecast")``, percentages ascending.
 
     Raises:
-        ConfigurationError: an empty list, a percentage that is not a number in 1..1000, or an unknown
-            word.
+        ConfigurationError: an empty list, a percentage that is not a number in 1..1000 with at most two
+            decimal places, or an unknown word.
     """
     parts = [p.strip() for p in spec.split(",")] if isinstance(spec, str) else [str(p).strip() for p in spec]
     parts = [p for p in parts if p]
@@ -174,6 +176,14 @@ def parse_thresholds(spec: str | Sequence[str | int]) -> tuple[str, ...]:
             raise ConfigurationError(
                 f"alert threshold {part!r} is neither a percentage of the cap (1..1000, e.g. '80%' or "
                 "'80.5%') nor 'forecast'"
+            )
+        decimals = -min(0, int(percent.normalize().as_tuple().exponent))
+        if decimals > MAX_THRESHOLD_DECIMALS:
+            # Stored per alert sent in a 16-character column: PostgreSQL refused '10.00000000000001%' at
+            # every check, and every alert of its budget was lost.
+            raise ConfigurationError(
+                f"alert threshold {part!r} has {decimals} decimal places: at most "
+                f"{MAX_THRESHOLD_DECIMALS} (e.g. '80.25%'); round it"
             )
         percents.add(percent.normalize())
     return tuple(f"{_plain(p)}%" for p in sorted(percents)) + ((FORECAST,) if forecast else ())

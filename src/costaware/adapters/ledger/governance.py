@@ -15,7 +15,7 @@ from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any, Protocol
 
-from sqlalchemy import and_, func, select, true
+from sqlalchemy import String, and_, func, select, true
 from sqlalchemy.exc import IntegrityError
 
 from costaware.adapters.ledger import schema
@@ -374,6 +374,15 @@ def set_alert_rule(
         )
     # "" and [] go back to the [costaware] thresholds and notifiers.
     parsed = None if thresholds is None or not thresholds.strip() else parse_thresholds(thresholds)
+    written = ",".join(parsed or ())
+    stored_as = schema.alert_rules.c.thresholds.type
+    room = stored_as.length if isinstance(stored_as, String) else None
+    if room is not None and len(written) > room:
+        # PostgreSQL refused the row, and the error read as a problem with the ledger's URL.
+        raise ConfigurationError(
+            f"alert thresholds {thresholds!r} are {len(written)} characters as stored ({written!r}): at most "
+            f"{room}; give fewer thresholds"
+        )
     for spec in notifiers or []:
         if not isinstance(spec, dict) or not isinstance(spec.get("class"), str) or "." not in spec["class"]:
             raise ConfigurationError(
