@@ -1874,6 +1874,45 @@ def test_budget_list_flags_a_budget_set_in_quotes_with_how_to_replace_it(
     ]
 
 
+def test_budget_list_flags_a_budget_whose_value_is_only_quotes_with_its_delete(
+    ledger_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # project="" without its quotes is 'project=', no scope: the table was printed, then the command exited 2
+    # with an error naming no budget.
+    ledger = Ledger.from_url(ledger_url)
+    ledger.set_budget('project=""', "month", "100")
+    ledger.set_budget("project=b", "day", "5")
+    assert main(["--ledger-url", ledger_url, "budget", "list", "--format", "json"]) == 0
+    captured = capsys.readouterr()
+    assert len(json.loads(captured.out)) == 2
+    assert captured.err.strip().splitlines() == [
+        'note: budget \'project=""/month\' has "" in quotes, which are part of the tag and match no task\'s '
+        "tags, so it caps nothing: without them it is no scope; delete it (`costaware budget delete --scope "
+        "'project=\"\"' --period month`)"
+    ]
+    (command,) = re.findall(r"`costaware ([^`]+)`", captured.err)
+    assert main(["--ledger-url", ledger_url, *shlex.split(command)]) == 0
+    assert [b.label for b in Ledger.from_url(ledger_url).budgets()] == ["project=b/day"]
+
+
+@pytest.mark.parametrize("scope", ['project=""', "project=\u201c\u201d,team=ml"])
+def test_budget_set_with_a_value_only_in_quotes_suggests_no_empty_value(
+    scope: str, ledger_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # It advised "drop them (--scope project=)", which is refused in turn.
+    argv = ["--ledger-url", ledger_url, "budget", "set", "--scope", scope, "--period", "month"]
+    with pytest.raises(SystemExit) as exited:
+        main([*argv, "--cap-usd", "100"])
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert (
+        "in quotes, which would be part of the tag and match no task's tags, and without them tag 'project' "
+        "would have no value: write the tag's name and the value its tasks are tagged with, without quotes"
+    ) in err, err
+    assert "--scope project=" not in err
+    assert Ledger.from_url(ledger_url).budgets() == []
+
+
 @pytest.mark.parametrize("backend", ["sqlite", "postgres"])
 @pytest.mark.parametrize(
     "command", [["budget", "list"], ["report"], ["budget", "show", "--scope", "project=x"]]

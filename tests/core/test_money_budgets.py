@@ -304,8 +304,14 @@ def test_check_cap_refuses_a_gpu_hour_overrun() -> None:
             "tags: drop them (as project=churn)",
         ),
         ("'project'=churn, team=\u2018ml\u2019", "'project', \u2018ml\u2019 are in quotes"),
+        # Without the quotes no scope: 'drop them (as project=)' was refused in turn.
+        ('project=""', "and without them tag 'project' would have no value: write the tag's name and the"),
+        ('""=churn', "and without them a tag would have no name: write"),
+        ('project="a",project=b', "and without them: scope 'project=a,project=b' names tag 'project' twice"),
     ],
 )
 def test_a_scope_in_quotes_is_refused_in_the_callers_own_terms(scope: str, said: str | None) -> None:
     refusal = quoted_scope_refusal(scope, lambda bare: f"as {bare}")
     assert refusal is None if said is None else refusal is not None and said in refusal
+    if refusal is not None and "without them" in refusal:
+        assert "as " not in refusal  # no scope to suggest

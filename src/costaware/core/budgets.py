@@ -116,10 +116,27 @@ def quoted_scope_refusal(text: str, write: Callable[[str], str]) -> str | None:
     if quoted is None:
         return None
     parts, bare = quoted
-    return (
+    said = (
         f"{text!r}: {', '.join(parts)} {'is' if len(parts) == 1 else 'are'} in quotes, which would be "
-        f"part of the tag and match no task's tags: drop them ({write(bare)})"
+        "part of the tag and match no task's tags"
     )
+    # 'project=""' without its quotes is 'project=', no scope: suggesting it was refused in turn.
+    pairs = [(key.strip(), value.strip()) for key, _, value in (p.partition("=") for p in bare.split(","))]
+    empty = [
+        f"tag {key!r} would have no value" if key else "a tag would have no name"
+        for key, value in pairs
+        if not key or not value
+    ]
+    if empty:
+        return (
+            f"{said}, and without them {' and '.join(empty)}: write the tag's name and the value its tasks "
+            "are tagged with, without quotes"
+        )
+    try:
+        Scope.parse(bare)
+    except InvalidBudgetError as e:
+        return f"{said}, and without them: {e}"
+    return f"{said}: drop them ({write(bare)})"
 
 
 def valid_tags(tags: Mapping[str, object]) -> tuple[dict[str, str], dict[str, str]]:

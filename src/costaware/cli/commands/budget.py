@@ -269,6 +269,7 @@ def _say_quoted(budget: Any, labels: set[str]) -> None:
     ``project="team-a"`` caps nothing (no task is tagged with the quotes), and was listed as any other.
     """
     from costaware.core.budgets import Scope, quoted_in_scope
+    from costaware.core.errors import ConfigurationError
 
     quoted = quoted_in_scope(str(budget.scope))
     if quoted is None:
@@ -280,9 +281,15 @@ def _say_quoted(budget: Any, labels: set[str]) -> None:
         f"note: budget '{budget.label}' has {', '.join(parts)} in quotes, which are part of the tag and "
         "match no task's tags, so it caps nothing: "
     )
-    if f"{Scope.parse(bare)}/{period}" in labels:  # the budget meant exists beside it: its cap is kept
+    try:
+        meant = Scope.parse(bare)
+    except ConfigurationError:
+        # project="" without its quotes is no scope ('project='): listed, then exit 2 naming no budget.
+        print(f"{said}without them it is no scope; delete it ({delete})", file=sys.stderr)
+        return
+    if f"{meant}/{period}" in labels:  # the budget meant exists beside it: its cap is kept
         print(
-            f"{said}budget '{Scope.parse(bare)}/{period}' is the one without them; delete it ({delete})",
+            f"{said}budget '{meant}/{period}' is the one without them; delete it ({delete})",
             file=sys.stderr,
         )
         return
