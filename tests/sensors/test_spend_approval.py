@@ -139,6 +139,47 @@ def test_bad_arguments_fail_at_parse_time(kwargs: dict[str, Any], match: str) ->
         gate(**kwargs)
 
 
+def test_the_default_approval_timeout_written_out_is_no_mistake_with_another_on_exceeded() -> None:
+    # Compared by identity, the documented default given explicitly failed the DAG's parse.
+    waits = gate(on_exceeded="wait", approvers=[], approval_timeout=timedelta(hours=12))
+    assert waits.approval_timeout == timedelta(hours=12)
+
+
+@pytest.mark.parametrize(
+    "shared",
+    [
+        {"approval_timeout": timedelta(hours=4)},
+        {"approval_timeout": None},
+        {"approvers": ["ann"], "approval_timeout": timedelta(hours=4), "on_rejected": "skip"},
+    ],
+)
+def test_approval_settings_in_default_args_reach_an_approve_gate_and_pass_a_wait_gate_beside_it(
+    shared: dict[str, Any],
+) -> None:
+    # Airflow gives every operator the DAG's default_args it takes: a wait gate beside an approve gate
+    # failed the DAG's parse for settings it was never given.
+    from airflow.sdk import DAG
+
+    with DAG("retrain", schedule=None, default_args=shared):
+        asks = SpendCapSensor(
+            task_id="ask", scope="project=churn", estimated_usd="4", for_task_id="t", on_exceeded="approve"
+        )
+        waits = SpendCapSensor(task_id="wait", scope="project=churn", estimated_usd="4", for_task_id="t")
+    assert asks.approval_timeout == shared["approval_timeout"]
+    assert asks.approvers == shared.get("approvers", [])
+    assert asks.on_rejected == shared.get("on_rejected", "fail")
+    assert waits.on_exceeded == "wait"
+    # Given to the wait gate itself, they are still refused.
+    with pytest.raises(ValueError, match="applies only with on_exceeded='approve'"):
+        SpendCapSensor(
+            task_id="wait2",
+            scope="project=churn",
+            estimated_usd="4",
+            for_task_id="t",
+            approval_timeout=timedelta(hours=5),
+        )
+
+
 @pytest.mark.parametrize("approvers", [None, []])
 def test_no_approvers_asks_any_user_who_may_answer(approvers: Any) -> None:
     # approvers=None (HITLOperator's assigned_users=None) failed the DAG's parse with "'NoneType' object

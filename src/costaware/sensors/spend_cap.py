@@ -25,9 +25,12 @@ from costaware.triggers.budget import BudgetAvailableTrigger
 ON_EXCEEDED = ("wait", "skip", "fail", "approve")
 
 
-#: ``approval_timeout`` when not given; one object, so that a value given with another ``on_exceeded`` (which
-#: never asks a person) is told apart from the default and refused.
+#: ``approval_timeout`` when not given; another value given with another ``on_exceeded`` (which never asks a
+#: person) is refused. Compared by value: the default written out (``timedelta(hours=12)``) is no mistake.
 DEFAULT_APPROVAL_TIMEOUT = timedelta(hours=12)
+
+#: The arguments only ``on_exceeded="approve"`` reads.
+APPROVAL_ARGUMENTS = ("approvers", "approval_timeout", "on_rejected")
 
 
 class SpendCapSensor(BaseSensorOperator):
@@ -108,7 +111,14 @@ class SpendCapSensor(BaseSensorOperator):
             )
         if on_exceeded not in ON_EXCEEDED:
             raise ValueError(f"on_exceeded={on_exceeded!r}: use one of {', '.join(ON_EXCEEDED)}")
-        self._init_governance(on_exceeded, approvers, approval_timeout, on_rejected)
+        # Airflow passes the DAG's default_args to every operator that takes them: approval settings meant
+        # for an approve gate reach a wait gate beside it, which never reads them and must not refuse them.
+        defaults = kwargs.get("default_args") or {}
+        given = {"approvers": approvers, "approval_timeout": approval_timeout, "on_rejected": on_rejected}
+        from_defaults = {
+            name for name in APPROVAL_ARGUMENTS if name in defaults and defaults[name] is given[name]
+        }
+        self._init_governance(on_exceeded, approvers, approval_timeout, on_rejected, from_defaults)
         _check_written(scope, estimated_usd, estimated_gpu_hours)
         self.scope = scope
         self.estimated_usd = estimated_usd
@@ -146,7 +156,13 @@ class SpendCapSensor(BaseSensorOperator):
         approvers: Sequence[str] | None,
         approval_timeout: timedelta | None,
         on_rejected: str,
+        from_defaults: Set[str] = frozenset(),
     ) -> None:
+        """Check and keep the approval settings.
+
+        ``from_defaults``: those of them that came from the DAG's or task group's ``default_args``, not
+        refused where ``on_exceeded`` is not ``approve`` (they are meant for the approve gates beside it).
+        """
         from costaware.sensors.spend_approval import ON_REJECTED, require_hitl
 
         if on_exceeded == "approve":
@@ -179,18 +195,23 @@ class SpendCapSensor(BaseSensorOperator):
             # As written in the DAG; what a generator gave beside it, which its repr does not show.
             read = "" if given is approvers or isinstance(given, Set) else f" (it gave {approvers!r})"
             raise ValueError(f"approvers={given!r}{read}: give a list of Airflow user ids, e.g. ['ann']")
-        if approvers and on_exceeded != "approve":
+        asks = on_exceeded == "approve"
+        if approvers and not asks and "approvers" not in from_defaults:
             raise ValueError(
                 f"approvers={list(approvers)!r} are asked only with on_exceeded='approve', not "
                 f"{on_exceeded!r}: set on_exceeded='approve' or drop approvers"
             )
-        if on_rejected != "fail" and on_exceeded != "approve":
+        if on_rejected != "fail" and not asks and "on_rejected" not in from_defaults:
             raise ValueError(
                 f"on_rejected={on_rejected!r} applies only with on_exceeded='approve' (a person's answer), "
                 f"not {on_exceeded!r}: set on_exceeded='approve', or on_exceeded={on_rejected!r} for what a "
                 "refusal does"
             )
-        if approval_timeout is not DEFAULT_APPROVAL_TIMEOUT and on_exceeded != "approve":
+        if (
+            approval_timeout != DEFAULT_APPROVAL_TIMEOUT
+            and not asks
+            and "approval_timeout" not in from_defaults
+        ):
             # Accepted and never used: the gate waited its sensor timeout, or refused at once, not this.
             raise ValueError(
                 f"approval_timeout={approval_timeout!r} applies only with on_exceeded='approve' (how long a "
