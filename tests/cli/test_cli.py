@@ -484,6 +484,39 @@ def test_a_zero_gpu_hour_cap_says_it_refuses_every_gpu_hold_and_how_to_drop_the_
     assert "note" not in capsys.readouterr().err
 
 
+@pytest.mark.parametrize(("spent", "held"), [("1.5", "0"), ("0", "2"), ("1.5", "2")])
+def test_a_zero_gpu_hour_cap_over_gpu_hours_spent_or_held_says_every_hold_is_refused(
+    spent: str, held: str, ledger_url: str, capsys: pytest.CaptureFixture[str], clock: object
+) -> None:
+    # "(those needing none pass)" was false once the period had GPU-hours spent or held: past the cap, a hold
+    # of 0 GPU-hours is refused too.
+    from decimal import Decimal
+
+    from costaware.core.errors import BudgetExceededError
+    from costaware.core.ledger import Kind, LedgerEntry
+
+    ledger = Ledger.from_url(ledger_url)
+    ledger.record(
+        LedgerEntry(dag_id="d", run_id="r", task_id="t", kind=Kind.COMPUTE, usd=Decimal(1),
+                    gpu_hours=Decimal(spent), tags={"project": "x"})
+    )  # fmt: skip
+    argv = ["--ledger-url", ledger_url, *SET_BUDGET, "--cap-usd", "500", "--cap-gpu-hours"]
+    assert main([*argv, "10"]) == 0
+    if held != "0":
+        ledger.reserve("project=x", "1", gpu_hours=held, holder="d/r2/t/-1")
+    capsys.readouterr()
+    assert main([*argv, "0"]) == 0
+    err = capsys.readouterr().err
+    said = (
+        rf"note: a 0 GPU-hour cap refuses every hold of project=x \(project=x/month \(\d{{4}}-\d\d\) has "
+        rf"{re.escape(spent)} GPU-hours spent and {held} held, past it, so holds needing none are refused "
+        r"too until the period ends\); for no GPU-hour cap give --cap-gpu-hours none"
+    )
+    assert re.search(said, err), err
+    with pytest.raises(BudgetExceededError, match="GPU-hour"):
+        ledger.reserve("project=x", "1", gpu_hours=0, holder="d/r3/t/-1")
+
+
 def test_budget_show_names_the_budget_like_the_page_and_logs_with_every_digit(
     ledger_url: str, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -79,12 +79,7 @@ def budget_set(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
     if budget.cap_gpu_hours == 0 and gpu_given is not None:
-        # Said as a $0 cap is: where 0 means "no limit" (as in many tools), every GPU hold was refused unsaid.
-        print(
-            f"note: a 0 GPU-hour cap refuses every hold of {budget.scope} that needs GPU-hours (those "
-            "needing none pass); for no GPU-hour cap give --cap-gpu-hours none",
-            file=sys.stderr,
-        )
+        _say_zero_gpu_cap(ledger, budget)
     _say_over_cap(ledger, budget)
     _say_close_tags(ledger, budget.scope)
     scope = str(budget.scope)
@@ -135,6 +130,31 @@ def _say_close_tags(ledger: Any, scope: Any) -> None:
         f"note: no entry or open hold of the ledger is tagged {scope}, so this budget caps nothing yet; "
         f"did you mean {' and '.join(changes)}? "
         f"(--scope {shlex.quote(','.join(f'{k}={v}' for k, v in meant.items()))}); scopes match tags exactly",
+        file=sys.stderr,
+    )
+
+
+def _say_zero_gpu_cap(ledger: Any, budget: Any) -> None:
+    """Say what a 0 GPU-hour cap refuses, as a $0 cap is said.
+
+    Where 0 means "no limit" (as in many tools), every GPU hold was refused unsaid. Once the period has
+    GPU-hours spent or held, it is past the cap, and holds needing none are refused too.
+    """
+    from costaware.core.budgets import Period
+
+    usage = next((u for u in ledger.usage(budget.scope) if u.label == budget.label), None)
+    used = Decimal(0) if usage is None else usage.spent_gpu_hours + usage.reserved_gpu_hours
+    if budget.period is Period.RUN or usage is None or used <= 0:
+        refused = "that needs GPU-hours (those needing none pass)"
+    else:
+        until = "" if budget.period is Period.TOTAL else " until the period ends"
+        refused = (
+            f"({usage.name} has {plain(usage.spent_gpu_hours)} GPU-hours spent and "
+            f"{plain(usage.reserved_gpu_hours)} held, past it, so holds needing none are refused too{until})"
+        )
+    print(
+        f"note: a 0 GPU-hour cap refuses every hold of {budget.scope} {refused}; for no GPU-hour cap give "
+        "--cap-gpu-hours none",
         file=sys.stderr,
     )
 
