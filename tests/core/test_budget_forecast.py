@@ -182,3 +182,20 @@ def test_a_threshold_with_more_than_two_decimals_is_refused_naming_it(spec: str,
     assert str(refused.value) == (
         f"alert threshold {spec!r} has {decimals} decimal places: at most 2 (e.g. '80.25%'); round it"
     )
+
+
+@pytest.mark.parametrize(
+    ("spec", "percent", "times"), [("1.2", "1.2", "120"), ("9.99", "9.99", "999"), ("2.0", "2", "200")]
+)
+def test_a_bare_number_with_a_fraction_under_10_is_refused_as_ambiguous(
+    spec: str, percent: str, times: str
+) -> None:
+    # Read silently as 1.2 %, where someone used to fractions (0.8 is refused) meant 120 % of the cap.
+    with pytest.raises(ConfigurationError) as refused:
+        parse_thresholds(f"50%,{spec}")
+    assert str(refused.value) == (
+        f"alert threshold {spec!r} is ambiguous: write '{percent}%' for {percent} percent of the cap, or "
+        f"'{times}%' for {percent} times the cap"
+    )
+    assert parse_thresholds(f"{spec}%") == (f"{percent}%",)  # with its '%', it is a percentage
+    assert parse_thresholds("10.5") == ("10.5%",)  # as a fraction, past the greatest threshold (1000%)

@@ -166,6 +166,13 @@ def parse_thresholds(spec: str | Sequence[str | int]) -> tuple[str, ...]:
             )
         written = _PERCENT.fullmatch(digits)
         percent = Decimal(digits) if written else None
+        if percent is not None and "." in digits and percent < 10 and not part.endswith("%"):
+            # As a bare '1' is: someone used to fractions wrote 1.2 for 120 %, and it alerted at 1.2 %.
+            times = _plain(percent * 100)
+            raise ConfigurationError(
+                f"alert threshold {part!r} is ambiguous: write '{_plain(percent)}%' for {_plain(percent)} "
+                f"percent of the cap, or '{times}%' for {_plain(percent)} times the cap"
+            )
         if percent is not None and 0 < percent < 1 and part.endswith("%"):
             # '0.8%' is most likely 0.8 (80 %) with a '%' added, and alerted at the first cents spent.
             raise ConfigurationError(
