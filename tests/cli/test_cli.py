@@ -1868,6 +1868,32 @@ def test_a_budget_set_without_a_cap_leaves_a_postgres_database_without_tables(
     assert [b.label for b in Ledger.from_url(url).budgets()] == ["project=q/month"]
 
 
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"])
+def test_a_budget_set_on_a_database_without_ledger_tables_says_it_creates_them(
+    backend: str, tmp_path: Path, request: pytest.FixtureRequest, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A mistyped database name got the ledger's tables in silence, where a missing SQLite file is said.
+    from services import fresh_postgres_database
+    from sqlalchemy import create_engine, text
+
+    if backend == "sqlite":
+        url = f"sqlite:///{tmp_path / 'other.db'}"
+        other = create_engine(url)
+        with other.begin() as conn:
+            conn.execute(text("CREATE TABLE other (id INTEGER)"))
+        other.dispose()
+    else:
+        url = fresh_postgres_database(request.getfixturevalue("postgres_url"), "typo")
+    argv = ["--ledger-url", url, "budget", "set", "--scope", "project=q", "--period", "month"]
+    assert main([*argv, "--cap-usd", "5"]) == 0
+    assert (
+        f"costaware: no ledger at {url} (the database has no costaware tables) yet: creating one there"
+    ) in capsys.readouterr().err
+    # A ledger now: said once.
+    assert main([*argv, "--cap-usd", "6"]) == 0
+    assert "creating one there" not in capsys.readouterr().err
+
+
 def test_budget_list_flags_a_budget_set_in_quotes_with_how_to_replace_it(
     ledger_url: str, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -324,11 +324,9 @@ def open_ledger(
             unopened.create_schema()
             return unopened
         unopened.dispose()
-        if reading:
-            missing = f"{safe_url(url)} (the database has no costaware tables)"
-        elif before_creating is not None:
-            before_creating()
-    elif missing is not None and not reading and before_creating is not None:
+        # Said as a missing SQLite file is: a mistyped database name got a ledger's tables without a word.
+        missing = f"{safe_url(url)} (the database has no costaware tables)"
+    if missing is not None and not reading and before_creating is not None:
         before_creating()
     if missing is not None and not reading:
         # Said, so that a mistyped path (sqlite:///tmp/x.db under the current folder, for sqlite:////tmp/x.db)
