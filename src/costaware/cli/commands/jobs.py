@@ -117,14 +117,13 @@ def _ended_waits(dag_id: str | None, read: Any) -> list[Any]:
     Raises:
         CostawareError: that database cannot be read (not migrated, down, another AIRFLOW_HOME's).
     """
-    import os
-
+    from costaware import settings
     from costaware.core.errors import CostawareError
 
     try:
         return list(read(dag_id=dag_id))
     except Exception as e:
-        home = os.environ.get("AIRFLOW_HOME", "~/airflow")
+        home = settings.airflow_home()
         cause = getattr(e, "orig", None) or e  # a database's own error, without SQLAlchemy's SQL text
         raise CostawareError(
             f"cannot read the task states and XComs in Airflow's metadata database of AIRFLOW_HOME={home} "
