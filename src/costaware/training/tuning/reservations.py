@@ -24,6 +24,9 @@ log = logging.getLogger(__name__)
 
 #: The longest a slot past its own lease sleeps between two asks (see _pause_until_first_hold_ends).
 LATE_POLL_SECONDS = 30.0
+#: The least a slot's hold (:func:`hold_slot_time`) counts past what it is for: the cost listener settles it
+#: with the try's bill after the try ends.
+SLOT_HOLD_SECONDS = 600.0
 
 
 def reserve_trial_cost(
@@ -47,7 +50,9 @@ def reserve_trial_cost(
 
     ``replacing``: the slot's hold for its time before this reservation (:func:`hold_slot_time`), given
     back as the trial's reservation is granted (which holds that time too) and kept while it is refused,
-    so that the slot's bill is paid from it.
+    so that the slot's bill is paid from it: before each wait it is kept counting past that wait by
+    :data:`SLOT_HOLD_SECONDS` (a wait of up to an hour outlived its 600 s, others reserved its money, and a
+    refused slot's try was billed with nothing held).
 
     The hold lasts 2 x the trial's time (at least 60 s), plus ``keep_for_retry_seconds``: how long Airflow
     waits before the task's retry, where it has one left. A failed or killed try leaves its hold open,
@@ -112,6 +117,8 @@ def reserve_trial_cost(
                 format_usd(own.reserved_usd),
                 own.reserved_gpu_hours,
             )
+            if replacing is not None:
+                ledger.extend(replacing, utcnow() + timedelta(seconds=pause + SLOT_HOLD_SECONDS))
             time.sleep(pause)
             seconds = seconds_needed()
 
@@ -142,6 +149,8 @@ def hold_slot_time(
     from costaware.core.errors import BudgetNotFoundError
 
     scope = Scope.given(dict(tags), what="the try's tags")
+    # Longer than the load is let to take: an expired hold no longer pays the bill it was for.
+    ttl = timedelta(seconds=max(10 * seconds, SLOT_HOLD_SECONDS))
     try:
         held = ledger.reserve(
             scope,
@@ -149,8 +158,7 @@ def hold_slot_time(
             holder=holder,
             run_id=run_id,
             dag_id=dag_id,
-            # Longer than the load is let to take: an expired hold no longer pays the bill it was for.
-            ttl=timedelta(seconds=max(10 * seconds, 600.0)),
+            ttl=ttl,
             purpose=purpose,
         )
     except BudgetNotFoundError:

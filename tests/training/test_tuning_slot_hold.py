@@ -1,0 +1,75 @@
+"""A trial slot's hold on its time before its trial's reservation: it pays the try's bill while needed."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from decimal import Decimal
+from typing import Any
+
+import pytest
+from test_tuning_trial import FakeClock, study_spec
+
+from costaware import Ledger
+from costaware.core.budgets import Scope
+from costaware.core.errors import BudgetExceededError
+from costaware.core.ledger import Kind, LedgerEntry
+from costaware.ledger_spool import record_and_settle
+from costaware.training.tuning import create_study
+from costaware.training.tuning.reservations import hold_slot_time, reserve_trial_cost
+
+TEAM = Scope.of({"team": "ml"})
+SLOT_HOLDER = "tune/r1/trial/1"
+
+
+def _slot_bill(usd: str, tags: dict[str, str]) -> LedgerEntry:
+    """The cost listener's entry for slot 1's try."""
+    return LedgerEntry(
+        dag_id="tune",
+        run_id="r1",
+        task_id="trial",
+        map_index=1,
+        kind=Kind.COMPUTE,
+        usd=Decimal(usd),
+        tags=tags,
+    )
+
+
+def _hold_slot(ledger: Ledger, tags: dict[str, str], purpose: str = "slot 1") -> Any:
+    """Slot 1's hold: 60 s of study load at the worker's $0.096/h."""
+    return hold_slot_time(
+        ledger, tags, Decimal("0.0016"), holder=SLOT_HOLDER, run_id="r1", dag_id="tune", seconds=60.0,
+        purpose=purpose,
+    )  # fmt: skip
+
+
+def test_a_slot_hold_keeps_counting_while_its_slot_waits_an_hour_for_the_studys_money(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Slot 1 waited past its own 60 s for a hold of the study kept 3 h: its 600 s slot hold lapsed meanwhile,
+    # another task could reserve that money, and the refused slot's try was billed with nothing held.
+    clock = FakeClock(monkeypatch)
+    url = f"sqlite:///{tmp_path / 'study.db'}"
+    ledger = Ledger.from_url(url)
+    spec = study_spec("waits", max_usd="1", max_trials=5, fallback_trial_seconds=0.8)
+    create_study(url, ledger, spec)
+    ledger.set_budget(TEAM, "total", Decimal("10"))
+    running = reserve_trial_cost(ledger, spec, lambda: 0.8, "tune/r1/trial/0", "r1", 0, 1.0)
+    ledger.extend(running.id, clock.utcnow() + timedelta(hours=3))  # kept for its retry
+    slot = _hold_slot(ledger, {"team": "ml"})
+    assert slot is not None
+
+    with pytest.raises(BudgetExceededError):
+        reserve_trial_cost(
+            ledger, spec, lambda: 0.8, SLOT_HOLDER, "r1", 1, 10.0, replacing=slot.id, bill_tags={"team": "ml"}
+        )
+
+    assert clock.seconds > 3600  # it waited an hour, far past the slot hold's first 600 s
+    (team,) = ledger.usage(TEAM)
+    assert team.reserved_usd == slot.usd  # still held when the slot gives up
+    with pytest.raises(BudgetExceededError):
+        ledger.reserve(TEAM, Decimal("10"), holder="other/r1/gate/-1")
+    record_and_settle(ledger, _slot_bill("0.0016", {"team": "ml"}))
+    (bill,) = [e for e in ledger.entries() if e["task_id"] == "trial"]
+    assert bill["reservation_id"] == slot.id
+    (team,) = ledger.usage(TEAM)
+    assert team.spent_usd + team.reserved_usd <= team.cap_usd
