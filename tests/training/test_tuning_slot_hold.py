@@ -73,3 +73,22 @@ def test_a_slot_hold_keeps_counting_while_its_slot_waits_an_hour_for_the_studys_
     assert bill["reservation_id"] == slot.id
     (team,) = ledger.usage(TEAM)
     assert team.spent_usd + team.reserved_usd <= team.cap_usd
+
+
+def test_a_retry_that_finds_its_earlier_slot_hold_keeps_it_for_its_own_load(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Try 1 failed loading the study after 250 s; try 2, 300 s later, got the hold back as it stood: 50 s left
+    # for a load it is let take 60 s, and its bill settled nothing once it lapsed.
+    clock = FakeClock(monkeypatch)
+    ledger = Ledger.from_url(f"sqlite:///{tmp_path / 'ledger.db'}")
+    ledger.set_budget(TEAM, "total", Decimal("1"))
+    first = _hold_slot(ledger, {"team": "ml"}, purpose="try 1")
+    assert first is not None
+    record_and_settle(ledger, _slot_bill("0.0067", {"team": "ml"}), retrying=True)
+    clock.sleep(550)
+
+    second = _hold_slot(ledger, {"team": "ml"}, purpose="try 2")
+
+    assert second is not None and second.id == first.id
+    assert second.expires_at >= clock.utcnow() + timedelta(seconds=600)

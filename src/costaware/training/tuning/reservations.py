@@ -151,6 +151,7 @@ def hold_slot_time(
     scope = Scope.given(dict(tags), what="the try's tags")
     # Longer than the load is let to take: an expired hold no longer pays the bill it was for.
     ttl = timedelta(seconds=max(10 * seconds, SLOT_HOLD_SECONDS))
+    asked_at = utcnow()
     try:
         held = ledger.reserve(
             scope,
@@ -165,6 +166,9 @@ def hold_slot_time(
         return None  # no budget counts the try's bill: nothing to overspend
     if held.scope != scope:
         return None
+    # An earlier try's slot hold, found again, ends where that try's did (50 s left for a 60 s load): kept as
+    # long as a new one from now (never shortened).
+    held = ledger.extend(held.id, asked_at + ttl)
     return _unpaid(ledger, held, usd)
 
 
