@@ -92,3 +92,59 @@ def test_a_retry_that_finds_its_earlier_slot_hold_keeps_it_for_its_own_load(
 
     assert second is not None and second.id == first.id
     assert second.expires_at >= clock.utcnow() + timedelta(seconds=600)
+
+
+def _spend_the_teams_budget(ledger: Ledger, cap: str, spent: str) -> None:
+    ledger.set_budget(TEAM, "total", Decimal(cap))
+    if Decimal(spent) > 0:
+        ledger.record(
+            LedgerEntry(
+                dag_id="other",
+                run_id="r",
+                task_id="t",
+                kind=Kind.STORAGE,
+                usd=Decimal(spent),
+                tags={"team": "ml"},
+            )
+        )
+
+
+def test_a_slot_refused_by_a_budget_over_the_dags_tags_that_holds_nothing_of_the_study_stops_at_once(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The team's money was spent by others and no hold of the study is in its budget: nothing the study's
+    # running trial gives back makes room there. The slot polled an hour, paid from a budget at its cap.
+    clock = FakeClock(monkeypatch)
+    url = f"sqlite:///{tmp_path / 'study.db'}"
+    ledger = Ledger.from_url(url)
+    spec = study_spec("team-spent", max_usd="2", max_trials=5, fallback_trial_seconds=0.8)
+    create_study(url, ledger, spec)
+    _spend_the_teams_budget(ledger, cap="0.5", spent="0.5")
+    running = reserve_trial_cost(ledger, spec, lambda: 0.8, "tune/r1/trial/0", "r1", 0, 1.0)
+    ledger.extend(running.id, clock.utcnow() + timedelta(hours=3))
+
+    with pytest.raises(BudgetExceededError, match="team=ml/total"):
+        reserve_trial_cost(ledger, spec, lambda: 0.8, SLOT_HOLDER, "r1", 1, 1.0, bill_tags={"team": "ml"})
+
+    assert clock.seconds == 0
+
+
+def test_a_slot_refused_by_a_budget_over_the_dags_tags_waits_while_the_studys_trials_hold_its_money(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The team's budget is short only while another trial of the study (billed to the team too) holds $0.80.
+    clock = FakeClock(monkeypatch)
+    url = f"sqlite:///{tmp_path / 'study.db'}"
+    ledger = Ledger.from_url(url)
+    spec = study_spec("team-held", max_usd="10", max_trials=5, fallback_trial_seconds=0.8)
+    create_study(url, ledger, spec)
+    _spend_the_teams_budget(ledger, cap="1", spent="0")
+    running = reserve_trial_cost(
+        ledger, spec, lambda: 0.8, "tune/r1/trial/0", "r1", 0, 1.0, bill_tags={"team": "ml"}
+    )
+
+    granted = reserve_trial_cost(
+        ledger, spec, lambda: 0.8, SLOT_HOLDER, "r1", 1, 1.0, bill_tags={"team": "ml"}
+    )
+
+    assert granted.id != running.id and clock.utcnow() >= running.expires_at

@@ -66,7 +66,8 @@ def reserve_trial_cost(
 
     Other trials' reservations are mostly returned when they settle (pruned trials spend a fraction of
     their estimate), so a refusal stops the study only when nothing else of the study is in flight, or
-    what was already spent leaves no room for this trial (dollars, and GPU-hours under ``max_gpu_hours``).
+    what was already spent leaves no room for this trial (dollars, and GPU-hours under ``max_gpu_hours``),
+    or a budget over ``bill_tags`` too short for it holds none of the study's money.
     Waiting ends when those reservations expire: at the end of this slot's own lease (2 x its time, at least
     60 s) or of the study's last open hold, whichever is later, at most
     :data:`~costaware.core.tuning.MAX_KEEP_FOR_RETRY_SECONDS` past the former. A hold kept for a retry
@@ -103,6 +104,10 @@ def reserve_trial_cost(
         except BudgetExceededError:
             own = study_usage(ledger, spec)
             if own is None or not _may_come_back(own, usd, gpu_hours):
+                raise
+            if bill_tags and not _other_budgets_may_come_back(
+                ledger, spec, scope, holder, run_id, replacing, usd, gpu_hours
+            ):
                 raise
             waited = time.monotonic() - waiting_since
             pause = poll_seconds
@@ -185,7 +190,7 @@ def _pause_until_first_hold_ends(first_end: datetime, poll_seconds: float) -> fl
 
 
 def _may_come_back(own: BudgetUsage, usd: Decimal, gpu_hours: Decimal) -> bool:
-    """Whether the study's budget may make room: other trials hold some of it, and what is spent leaves room.
+    """Whether a budget (the study's) may make room: holds are open in it, and what is spent leaves room.
 
     GPU-hours count as dollars do: on free compute (a price of 0) trials hold GPU-hours and no dollars, and a
     slot refused while they ran stopped the study for good.
@@ -193,6 +198,57 @@ def _may_come_back(own: BudgetUsage, usd: Decimal, gpu_hours: Decimal) -> bool:
     in_flight = own.reserved_usd > 0 or own.reserved_gpu_hours > 0
     gpu_room = own.cap_gpu_hours is None or own.spent_gpu_hours + gpu_hours <= own.cap_gpu_hours
     return in_flight and own.spent_usd + usd <= own.cap_usd and gpu_room
+
+
+def _other_budgets_may_come_back(
+    ledger: Ledger,
+    spec: StudySpec,
+    scope: Scope,
+    holder: str,
+    run_id: str | None,
+    replacing: str | None,
+    usd: Decimal,
+    gpu_hours: Decimal,
+) -> bool:
+    """Whether each budget over the run's tags too short for the trial may make room as the study's holds end.
+
+    Only the study's own budget was looked at: refused by a budget over a DAG tag (``team=ml``) spent to its
+    cap by others, with nothing of the study's held in it, a slot polled for an hour while another trial of
+    the study ran, paid all the while from a budget already at its cap.
+    """
+    from dataclasses import replace
+
+    from costaware.core.budgets import check_cap
+
+    own_label = f"{spec.budget_scope}/"
+    others = [
+        u
+        for u in ledger.usage(scope, run_id=run_id, dag_id=holder_dag_id(holder))
+        if not u.label.startswith(own_label)
+    ]
+    # The slot's own hold is given back as the trial's reservation is granted: room it leaves counts.
+    slot_hold = ledger.reservation_to_settle(holder) if replacing is not None else None
+    if slot_hold is not None and (slot_hold.id != replacing or slot_hold.status != "open"):
+        slot_hold = None
+    short = []
+    for usage in others:
+        freed = slot_hold.usd if slot_hold is not None and usage.label in slot_hold.budgets else Decimal(0)
+        try:
+            check_cap(replace(usage, reserved_usd=usage.reserved_usd - freed), usd, gpu_hours, "the trial")
+        except BudgetExceededError:
+            short.append(usage)
+    if not short:
+        return True
+    study_tags = set(spec.budget_scope.as_dict().items())
+    study_holds = [
+        r
+        for r in ledger.open_reservations()
+        if r.holder != holder and study_tags <= set(r.scope.as_dict().items())
+    ]
+    return all(
+        _may_come_back(usage, usd, gpu_hours) and any(usage.label in r.budgets for r in study_holds)
+        for usage in short
+    )
 
 
 def _unpaid(ledger: Ledger, held: Reservation, usd: Decimal) -> Reservation:
