@@ -968,7 +968,7 @@ def test_a_granted_trial_takes_the_place_of_the_slots_hold(env: Ledger) -> None:
     r = schema.reservations
     with env.reading() as conn:
         taken = [tuple(row) for row in conn.execute(select(r.c.scope, r.c.status).order_by(r.c.created_at))]
-    assert taken == [("project=churn", "released"), (str(reservation.scope), "settled")]  # replaced by it
+    assert taken == [("project=churn", "replaced"), (str(reservation.scope), "settled")]  # replaced by it
 
 
 @pytest.mark.parametrize("seconds", [-1, float("nan"), "60", True, None])

@@ -236,7 +236,7 @@ class Reservation:
     holder: str | None
     created_at: datetime
     expires_at: datetime
-    status: str  # open | settled | released | expired
+    status: str  # open | settled | released | replaced (by a newer hold of its holder) | expired
     budgets: tuple[str, ...]  # labels of the budgets it counts against, e.g. "project=churn/month"
     settled_usd: Decimal | None = None
 

@@ -202,7 +202,9 @@ def _release_replaced(conn: Connection, replacing: str, holder: str | None) -> N
             f"reservation {replacing} is held by {replaced.holder!r}, not {holder!r}: a reservation replaces "
             "only a hold of its own holder; reserve without replacing it"
         )
-    close(conn, replacing, "released", None)
+    # A status of its own: reservation_to_settle takes a released hold for a bill that came after its release,
+    # and took this one, whose money the new hold carries, for a trial that outran its lease (a false ERROR).
+    close(conn, replacing, "replaced", None)
 
 
 def _all_refusals(refusals: list[tuple[Any, BudgetExceededError]]) -> BudgetExceededError:
@@ -451,7 +453,7 @@ def release(ledger: LedgerDatabase, reservation_id: str) -> Reservation:
     """Give a reservation's money back unspent (the task was skipped or never ran)."""
     with ledger.transaction() as conn:
         current = reservation(conn, reservation_id)
-        if current.status in ("settled", "released"):
+        if current.status in ("settled", "released", "replaced"):
             return current
         close(conn, reservation_id, "released", None)
         return reservation(conn, reservation_id)
@@ -505,7 +507,10 @@ def paid_from(
 
 
 def reservation_to_settle(ledger: LedgerDatabase, holder: str) -> Reservation | None:
-    """The reservation a finished task's cost settles: its open one, else one released for it meanwhile."""
+    """The reservation a finished task's cost settles: its open one, else one released for it meanwhile.
+
+    A hold ``replaced`` by a newer one of the holder is never it: its money went to the newer hold.
+    """
     r = schema.reservations
     live = and_(r.c.status == "open", r.c.expires_at > utcnow())
     query = (
@@ -551,14 +556,14 @@ def expire_stale(ledger: LedgerDatabase) -> int:
 
 
 def close(conn: Connection, reservation_id: str, status: str, actual: Decimal | None) -> None:
-    """Mark a reservation settled or released and stop its holds counting.
+    """Mark a reservation settled, released or replaced and stop its holds counting.
 
-    A release changes an open reservation only, and a settlement never overwrites another: on PostgreSQL
-    a release and a settlement of one reservation at once would otherwise both read it open, and the
-    release, written last, would drop the settled amount.
+    A release (or a replacement) changes an open reservation only, and a settlement never overwrites
+    another: on PostgreSQL a release and a settlement of one reservation at once would otherwise both read it
+    open, and the release, written last, would drop the settled amount.
     """
     r, h = schema.reservations, schema.holds
-    still = r.c.status == "open" if status == "released" else r.c.status != "settled"
+    still = r.c.status == "open" if status in ("released", "replaced") else r.c.status != "settled"
     conn.execute(
         r.update()
         .where(r.c.id == reservation_id, still)

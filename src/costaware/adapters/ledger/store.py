@@ -161,8 +161,9 @@ class Ledger(LedgerDatabase):
         ``scheduled__<date>`` repeat across DAGs).
 
         ``replacing``: the id of an open reservation of the same ``holder`` that this one takes the place
-        of (a small hold for time spent before the amount was known): released in the same transaction
-        when this one is granted, left as it was when it is refused.
+        of (a small hold for time spent before the amount was known): closed as ``replaced`` in the same
+        transaction when this one is granted (never the hold a later bill settles: its money is in this one),
+        left as it was when it is refused.
 
         Raises:
             BudgetExceededError: a covering budget has too little left; the message names it.
@@ -252,12 +253,13 @@ class Ledger(LedgerDatabase):
 
         A run can end, and give back what its tasks still hold, between a task reporting success and its
         listener recording the cost (the scheduler and the worker race); the cost still belongs to that
-        reservation. Settling a released reservation records the cost and keeps nothing held.
+        reservation. Settling a released reservation records the cost and keeps nothing held. A hold
+        ``replaced`` by a newer one (``reserve(replacing=...)``) is never it.
         """
         return reservations.reservation_to_settle(self, holder)
 
     def latest_reservation(self, holder: str) -> Reservation | None:
-        """The newest reservation made for ``holder`` (open, settled, released or expired), if any.
+        """The newest reservation made for ``holder``, if any: open, settled, released, replaced or expired.
 
         E.g. a retried task finds the scope its spend gate reserved in, after its failed try settled it.
         """

@@ -1,0 +1,86 @@
+"""A hold replaced by a newer one of its holder (``reserve(replacing=...)``) is closed as ``replaced``."""
+
+from __future__ import annotations
+
+import importlib
+import logging
+from collections.abc import Iterator
+from datetime import timedelta
+from decimal import Decimal
+from typing import Any
+
+import pytest
+from services import fresh_postgres_database
+
+from costaware import Ledger
+from costaware.core.ledger import Kind, LedgerEntry, reservation_holder, utcnow
+from costaware.ledger_spool import record_and_settle
+
+HOLDER = reservation_holder("tune", "r1", "trial", 0)
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def any_ledger(request: pytest.FixtureRequest, tmp_path: Any) -> Iterator[Ledger]:
+    if request.param == "sqlite":
+        url = f"sqlite:///{tmp_path / 'ledger.db'}"
+    else:
+        url = fresh_postgres_database(request.getfixturevalue("postgres_url"))
+    ledger = Ledger.from_url(url)
+    yield ledger
+    ledger.dispose()
+
+
+def _later(monkeypatch: pytest.MonkeyPatch, seconds: float) -> None:
+    """The ledger's clock ``seconds`` ahead."""
+    ahead = utcnow() + timedelta(seconds=seconds)
+    for name in ("reservations", "budgets"):
+        monkeypatch.setattr(
+            importlib.import_module(f"costaware.adapters.ledger.{name}"), "utcnow", lambda: ahead
+        )
+
+
+def test_a_trial_that_outran_its_hold_is_not_settled_against_the_slot_hold_its_hold_replaced(
+    any_ledger: Ledger, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The slot hold's money went to the trial's hold; that hold expired as the trial ran past its lease. The
+    # bill was settled against the released slot hold: the entry linked to the wrong hold, and an ERROR said
+    # the hold "had been released (`costaware budget release`, or its run's end)".
+    any_ledger.set_budget("project=churn", "total", "1")
+    slot = any_ledger.reserve("project=churn", "0.0016", holder=HOLDER, run_id="r1", dag_id="tune")
+    trial = any_ledger.reserve(
+        "project=churn,study=s1", "0.5", holder=HOLDER, run_id="r1", dag_id="tune", ttl=timedelta(seconds=60),
+        replacing=slot.id,
+    )  # fmt: skip
+    _later(monkeypatch, 120)
+
+    with caplog.at_level(logging.WARNING):
+        record_and_settle(
+            any_ledger,
+            LedgerEntry(
+                dag_id="tune",
+                run_id="r1",
+                task_id="trial",
+                map_index=0,
+                kind=Kind.COMPUTE,
+                usd=Decimal("1.2"),
+                tags={"project": "churn", "study": "s1"},
+            ),
+        )
+
+    (bill,) = any_ledger.entries()
+    assert bill["reservation_id"] != slot.id
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
+    replaced = any_ledger.latest_reservation(HOLDER)
+    assert replaced is not None and replaced.id == trial.id
+    assert any_ledger.reservation_to_settle(HOLDER) is None
+
+
+def test_a_replaced_hold_says_so_and_a_release_leaves_it_as_it_is(any_ledger: Ledger) -> None:
+    any_ledger.set_budget("project=churn", "total", "1")
+    slot = any_ledger.reserve("project=churn", "0.0016", holder=HOLDER)
+    trial = any_ledger.reserve("project=churn,study=s1", "0.5", holder=HOLDER, replacing=slot.id)
+
+    assert any_ledger.release(slot.id).status == "replaced"
+    assert any_ledger.reservation_to_settle(HOLDER) == trial
+    (usage,) = any_ledger.usage("project=churn")
+    assert usage.reserved_usd == Decimal("0.5")
