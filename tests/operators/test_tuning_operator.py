@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import re
 from datetime import datetime, timedelta, timezone
 from decimal import Decimal
 from types import SimpleNamespace
@@ -971,14 +972,25 @@ def test_a_granted_trial_takes_the_place_of_the_slots_hold(env: Ledger) -> None:
     assert taken == [("project=churn", "replaced"), (str(reservation.scope), "settled")]  # replaced by it
 
 
-@pytest.mark.parametrize("seconds", [-1, float("nan"), "60", True, None])
+@pytest.mark.parametrize("seconds", [-1, float("nan"), "60", True, None, 86400.5, 1e12, 1e13, 1e300])
 def test_a_study_load_bound_that_is_no_seconds_is_refused_as_the_dag_is_parsed(seconds: Any) -> None:
-    with pytest.raises(ConfigurationError, match=r"study_load_seconds must be a number of seconds >= 0, got"):
+    # 1e12 s failed each trial task as it ran ("would end after the year 9999"), 1e13 with an OverflowError.
+    said = r"study_load_seconds must be a number of seconds from 0 to 86400 \(a day\), got " + re.escape(
+        f"{seconds!r}:"
+    )
+    with pytest.raises(ConfigurationError, match=said):
         BudgetedTuningOperator(
             task_id="trial", study_name="s1", trainer=QuadraticTrainer, study_load_seconds=seconds
         )
     with pytest.raises(ConfigurationError, match="study_load_seconds must be"):
         budgeted_tuning(study_name="s1", trainer=QuadraticTrainer, study_load_seconds=seconds)
+
+
+def test_a_study_load_bound_of_a_day_is_taken() -> None:
+    op = BudgetedTuningOperator(
+        task_id="trial", study_name="s1", trainer=QuadraticTrainer, study_load_seconds=86400
+    )
+    assert op.study_load_seconds == 86400.0
 
 
 def test_a_trial_holds_its_cost_in_budgets_over_the_dags_tags_its_bill_counts_in(env: Ledger) -> None:

@@ -52,6 +52,9 @@ __all__ = [
 
 #: Seconds a trial slot is let take to load its study before its trial's reservation, held before it.
 DEFAULT_STUDY_LOAD_SECONDS = 60.0
+#: The most ``study_load_seconds`` may be: a day. Far above it the slot's hold outlived the ledger's dates
+#: (1e12 s: "would end after the year 9999"; 1e13: OverflowError), failing each trial task as it ran.
+MAX_STUDY_LOAD_SECONDS = 86400.0
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -287,7 +290,7 @@ class BudgetedTuningOperator(_StudyOperator):
         slot: The slot number (set by ``expand(slot=...)``).
         study_load_seconds: Seconds the slot is let take before its trial's reservation (loading the study,
             which the estimate needs), held with the try's time so far before the study is loaded, at the
-            worker's price, in every budget over the run's tags (60 s unless set).
+            worker's price, in every budget over the run's tags (60 s unless set; a day at most).
         storage_url: Optuna storage URL (templated); None: the ledger's database.
         ledger_conn_id: Airflow connection of the cost ledger.
         **kwargs: ``BaseOperator`` arguments.
@@ -756,15 +759,16 @@ def check_trial_concurrency(max_active_trials: Any, trial_retries: Any) -> tuple
 
 
 def check_study_load_seconds(seconds: Any) -> float:
-    """``study_load_seconds`` as a float, refused as the DAG is parsed unless a number of seconds >= 0."""
+    """``study_load_seconds`` as a float, refused as the DAG is parsed unless 0 to a day's seconds."""
     import math
 
     number = isinstance(seconds, (int, float)) and not isinstance(seconds, bool)
-    if number and math.isfinite(seconds) and seconds >= 0:
+    if number and math.isfinite(seconds) and 0 <= seconds <= MAX_STUDY_LOAD_SECONDS:
         return float(seconds)
     raise ConfigurationError(
-        f"study_load_seconds must be a number of seconds >= 0, got {seconds!r}: give about what loading "
-        f"the study takes on a worker ({DEFAULT_STUDY_LOAD_SECONDS:g} unless set)"
+        f"study_load_seconds must be a number of seconds from 0 to {MAX_STUDY_LOAD_SECONDS:g} (a day), got "
+        f"{seconds!r}: give about what loading the study takes on a worker ({DEFAULT_STUDY_LOAD_SECONDS:g} "
+        "unless set)"
     )
 
 
