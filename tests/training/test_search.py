@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Callable
 from decimal import Decimal
@@ -1166,3 +1167,18 @@ def test_a_tail_note_names_only_what_the_tail_took_past_a_budget_and_a_slow_firs
         and "its first model's making took 5.0" in r.getMessage()
         for r in caplog.records
     ), caplog.text  # it said "passed a budget over the search", naming none
+
+
+def test_what_a_search_cannot_clean_up_is_logged_under_the_searchs_own_logger(
+    ledger: Any, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Split out of search.py, these warnings moved to costaware.training.search_holds: a filter or level set
+    # for costaware.training.search no longer covered them.
+    def refused(*args: Any, **kwargs: Any) -> None:
+        raise RuntimeError("a rung still holds money in it")
+
+    monkeypatch.setattr(type(ledger), "delete_budget", refused)
+    with caplog.at_level(logging.WARNING, logger="costaware.training.search"):
+        search(ledger, "40", Clock())
+    (stays,) = [r for r in caplog.records if "stays: a rung still holds money in it" in r.getMessage()]
+    assert stays.name == "costaware.training.search"
