@@ -13,6 +13,7 @@ import pytest
 from services import fresh_postgres_database
 
 from costaware import Ledger
+from costaware.core.errors import ReservationNotFoundError
 from costaware.core.ledger import Kind, LedgerEntry, reservation_holder, utcnow
 from costaware.ledger_spool import record_and_settle
 
@@ -84,3 +85,26 @@ def test_a_replaced_hold_says_so_and_a_release_leaves_it_as_it_is(any_ledger: Le
     assert any_ledger.reservation_to_settle(HOLDER) == trial
     (usage,) = any_ledger.usage("project=churn")
     assert usage.reserved_usd == Decimal("0.5")
+
+
+def test_replacing_a_reservation_the_ledger_never_held_is_refused_naming_it(any_ledger: Ledger) -> None:
+    # The docstring said an id gone already was nothing to do, and the ledger's bare "holds no reservation"
+    # came out: an unknown id is refused, saying what to give instead, with nothing reserved.
+    any_ledger.set_budget("project=churn", "total", "1")
+    with pytest.raises(
+        ReservationNotFoundError,
+        match=rf"reservation '{'0' * 32}', which the new one of '{HOLDER}' would replace, is not in this "
+        "ledger: give the id this ledger's reserve returned for that holder's hold, or reserve without "
+        "replacing",
+    ):
+        any_ledger.reserve("project=churn", "0.1", holder=HOLDER, replacing="0" * 32)
+    assert any_ledger.open_reservations() == []
+
+
+def test_replacing_a_hold_closed_already_reserves_as_asked(any_ledger: Ledger) -> None:
+    any_ledger.set_budget("project=churn", "total", "1")
+    slot = any_ledger.reserve("project=churn", "0.1", holder=HOLDER)
+    any_ledger.release(slot.id)
+    trial = any_ledger.reserve("project=churn", "0.5", holder=HOLDER, replacing=slot.id)
+    assert any_ledger.open_reservations() == [trial]
+    assert any_ledger.latest_reservation(HOLDER) == trial

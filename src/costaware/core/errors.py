@@ -89,7 +89,7 @@ LEDGER_UNREADABLE = (LedgerUnavailableError, LedgerDatabaseMissingError, LedgerN
 
 
 class ReservationNotFoundError(CostawareError, LookupError):
-    """Raised when settling or releasing a reservation id that the ledger does not hold."""
+    """Raised when settling, releasing or replacing a reservation id that the ledger does not hold."""
 
 
 class CorruptEntryError(CostawareError):

@@ -191,12 +191,21 @@ def _open_hold_of(
 
 
 def _release_replaced(conn: Connection, replacing: str, holder: str | None) -> None:
-    """Give back the hold a new reservation of the same holder replaces (gone already: nothing to do).
+    """Close the hold a new reservation of the same holder replaces (closed already: nothing to do).
 
     Raises:
         ConfigurationError: ``replacing`` is another holder's: its money is not this reservation's to free.
+        ReservationNotFoundError: the ledger never held ``replacing`` (a typo, another ledger's id): the new
+            reservation would hold its money beside the one meant, counted twice.
     """
-    replaced = reservation(conn, replacing)
+    try:
+        replaced = reservation(conn, replacing)
+    except ReservationNotFoundError:
+        raise ReservationNotFoundError(
+            f"reservation {replacing!r}, which the new one of {holder!r} would replace, is not in this "
+            "ledger: give the id this ledger's reserve returned for that holder's hold, or reserve without "
+            "replacing"
+        ) from None
     if replaced.holder != holder:
         raise ConfigurationError(
             f"reservation {replacing} is held by {replaced.holder!r}, not {holder!r}: a reservation replaces "

@@ -168,6 +168,8 @@ class Ledger(LedgerDatabase):
         Raises:
             BudgetExceededError: a covering budget has too little left; the message names it.
             BudgetNotFoundError: no budget covers ``scope``.
+            ConfigurationError: ``replacing`` is another holder's reservation.
+            ReservationNotFoundError: the ledger holds no reservation ``replacing``.
         """
         return reservations.reserve(
             self,
