@@ -986,6 +986,40 @@ def test_a_study_load_bound_that_is_no_seconds_is_refused_as_the_dag_is_parsed(s
         budgeted_tuning(study_name="s1", trainer=QuadraticTrainer, study_load_seconds=seconds)
 
 
+def test_a_trial_task_loads_its_study_once_before_its_trials_reservation(
+    env: Ledger, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # study_load_seconds holds one load of the study, but run_trial loaded it again before the reservation:
+    # from a far store the slot's time before its reservation ran past its hold by a whole load.
+    import costaware.training.tuning.study as study_module
+    import costaware.training.tuning.trial as trial_module
+
+    calls: list[str] = []
+    real_open, real_reserve = study_module.open_storage, trial_module.reserve_trial_cost
+
+    def counted_open(*args: Any, **kwargs: Any) -> Any:
+        calls.append("load")
+        return real_open(*args, **kwargs)
+
+    def counted_reserve(*args: Any, **kwargs: Any) -> Any:
+        calls.append("reserve")
+        return real_reserve(*args, **kwargs)
+
+    monkeypatch.setattr(study_module, "open_storage", counted_open)
+    monkeypatch.setattr(trial_module, "reserve_trial_cost", counted_reserve)
+    env.set_budget("project=churn", "total", "1")
+    plan = _plan(max_usd="0.5", fallback_trial_seconds=5)
+    plan.execute({"ti": _ti(plan)})
+    calls.clear()
+    op, ti = _slot_in_tagged_dag(study_load_seconds=60)
+    listener.cost_listener.on_task_instance_running(None, ti)
+
+    trial = op.execute({"ti": ti})
+
+    assert calls[: calls.index("reserve") + 1] == ["load", "reserve"]
+    assert trial["state"] in ("promoted", "pruned")
+
+
 def test_a_study_load_bound_of_a_day_is_taken() -> None:
     op = BudgetedTuningOperator(
         task_id="trial", study_name="s1", trainer=QuadraticTrainer, study_load_seconds=86400

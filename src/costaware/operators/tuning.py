@@ -332,7 +332,9 @@ class BudgetedTuningOperator(_StudyOperator):
             run_tags = self._run_tags(context)
             slot_hold = self._hold_slot_time(ti, run_tags, holder)
             trainer = resolve_trial_trainer(self.trainer)
-            _, spec = load_study(self.study_storage(), str(self.study_name))
+            # Once: run_trial takes it as loaded (study_load_seconds holds one load).
+            loaded = load_study(self.study_storage(), str(self.study_name), int(self.slot), holder)
+            spec = loaded[1]
 
             def label(trial: str, tags: dict[str, str], note: str) -> None:
                 annotate_task(
@@ -362,6 +364,7 @@ class BudgetedTuningOperator(_StudyOperator):
                 seconds_already_used=seconds_since_try_began(ti),
                 slot_hold=slot_hold,
                 bill_tags=run_tags,
+                loaded=loaded,
             )
         if not result.ran:
             why = result.stop.value if result.stop is not None else "stopped"

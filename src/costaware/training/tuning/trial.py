@@ -122,6 +122,7 @@ def run_trial(
     seconds_already_used: float = 0.0,
     slot_hold: str | None = None,
     bill_tags: Mapping[str, str] | None = None,
+    loaded: tuple[optuna.study.Study, StudySpec] | None = None,
 ) -> SlotResult:
     """Run one trial of the study in this slot, within the money it reserves.
 
@@ -154,6 +155,9 @@ def run_trial(
         bill_tags: Tags the try's bill carries beside the study's scope (Airflow: the run's tags, which the
             listener adds): the trial's reservation holds in every budget over both, as the bill counts in
             them all.
+        loaded: The study as the caller loaded it, ``load_study(storage_url, study_name, slot, holder)``
+            (Airflow: to label the try), used as it is: loaded again, the slot's time before its reservation
+            held two loads where ``study_load_seconds`` held one.
 
     Returns:
         The slot's result; ``ran=False`` with the stop reason when the study is over.
@@ -168,7 +172,7 @@ def run_trial(
     # reservation too (a slow study store or task start once pushed a try past its hold and a study past
     # max_usd).
     started = meter() - max(seconds_already_used, 0.0)
-    spec, opened = _open_slot(storage_url, study_name, holder, slot, meter, started)
+    spec, opened = _open_slot(storage_url, study_name, holder, slot, meter, started, loaded)
     if isinstance(opened, SlotResult):
         if settle_as is not None:
             record_skipped_slot(ledger, spec, meter() - started, settle_as, opened.reason)
@@ -237,9 +241,10 @@ def _open_slot(
     slot: int,
     meter: Callable[[], float],
     started: float,
+    loaded: tuple[optuna.study.Study, StudySpec] | None = None,
 ) -> tuple[StudySpec, _Slot | SlotResult]:
-    """Load the study, fail its stale trials, and apply the stop rules (unless this holder resumes)."""
-    study, spec = load_study(storage_url, study_name, slot, holder)
+    """Load the study (unless ``loaded``), fail its stale trials, apply the stop rules (unless resumed)."""
+    study, spec = loaded if loaded is not None else load_study(storage_url, study_name, slot, holder)
     trials = study.get_trials(deepcopy=False)
     if fail_stale_trials(study, trials=trials):
         trials = study.get_trials(deepcopy=False)
