@@ -148,3 +148,67 @@ def test_a_slot_refused_by_a_budget_over_the_dags_tags_waits_while_the_studys_tr
     )
 
     assert granted.id != running.id and clock.utcnow() >= running.expires_at
+
+
+def test_a_retry_in_a_dag_tagged_with_its_studys_scope_is_paid_from_its_earlier_trys_trial_hold(
+    tmp_path: Any,
+) -> None:
+    # The DAG carries the study's own tags, so the trial's hold is over the very tags of the slot's hold: the
+    # retry's hold_slot_time found try 1's trial hold as if it were a slot hold, and the trial's reservation
+    # replaced it, asking the whole estimate again where the budget had room only for what try 1 left.
+    import optuna
+    from test_tuning_trial import InstantTrainer, Killed, SteppedMeter
+
+    from costaware.training.tuning import EntryOwner, run_trial
+
+    url = f"sqlite:///{tmp_path / 'study.db'}"
+    ledger = Ledger.from_url(url)
+    spec = study_spec("own-tags", max_usd="100", max_trials=2, fallback_trial_seconds=10.0, pruner="none")
+    create_study(url, ledger, spec)
+    tags, holder = spec.budget_scope.as_dict(), "own-tags/r1/trial/0"
+    meter = SteppedMeter()
+
+    class DiesAtFour(InstantTrainer):
+        def advance(self, resource: int) -> float:
+            meter.now += 1.0
+            if resource == 4:
+                raise Killed
+            return 0.5
+
+    class Climbs(InstantTrainer):
+        def advance(self, resource: int) -> float:
+            meter.now += 1.0
+            return resource / 10
+
+    def slot(trainer: Any) -> Any:
+        held = hold_slot_time(
+            ledger, tags, Decimal("0.0016"), holder=holder, run_id="r1", dag_id="own-tags", seconds=60.0,
+            purpose="slot 0",
+        )  # fmt: skip
+        assert held is not None
+        return run_trial(
+            storage_url=url, ledger=ledger, study_name="own-tags", trainer=trainer, holder=holder, slot=0,
+            run_id="r1", settle_as=EntryOwner(dag_id="own-tags", run_id="r1", map_index=0), meter=meter,
+            slot_hold=held.id, bill_tags=tags,
+        )  # fmt: skip
+
+    with pytest.raises(Killed):
+        slot(DiesAtFour)
+    (trial_hold,) = ledger.open_reservations()
+    ledger.record(
+        LedgerEntry(
+            dag_id="own-tags", run_id="r1", task_id="trial", map_index=0, kind=Kind.COMPUTE, usd=Decimal(3),
+            tags=tags, reservation_id=trial_hold.id,
+        )
+    )  # fmt: skip
+    # Room for what try 1 left of its hold, not for the whole estimate again.
+    ledger.set_budget(spec.budget_scope, "total", trial_hold.usd)
+
+    result = slot(Climbs)
+
+    assert result.ran, result.reason
+    assert result.trial is not None and result.trial.reservation_id == trial_hold.id
+    (old, retried) = optuna.load_study(study_name="own-tags", storage=url).get_trials()
+    assert old.state == optuna.trial.TrialState.FAIL and retried.params == old.params
+    (usage,) = ledger.usage(spec.budget_scope)
+    assert usage.spent_usd + usage.reserved_usd <= usage.cap_usd

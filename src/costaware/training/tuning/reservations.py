@@ -146,7 +146,9 @@ def hold_slot_time(
     left. Held by ``holder``, the try's bill settles it; a granted trial's reservation replaces it
     (:func:`reserve_trial_cost`). An open hold of ``holder`` over other tags is an earlier try's trial
     hold, which pays for this try as it did (None); one over ``tags`` is an earlier try's slot hold, kept
-    and grown back toward ``usd`` less what that try paid.
+    and grown back toward ``usd`` less what that try paid, or, where ``tags`` hold the study's scope, its
+    trial hold over the same tags, which :func:`~costaware.training.tuning.trial.run_trial` tells apart by
+    the reservation the study records on that try's trial.
 
     Raises:
         BudgetExceededError: a budget over ``tags`` cannot hold even this.

@@ -178,6 +178,12 @@ def run_trial(
             record_skipped_slot(ledger, spec, meter() - started, settle_as, opened.reason)
         return opened
     s = opened
+    if slot_hold is not None and _is_trial_hold(s.trials, holder, slot_hold):
+        # Where the run's tags hold the study's scope (a DAG tagged study:s1) the slot's hold and the trial's
+        # are over the same tags, and the hold found for the slot was an earlier try's trial hold (the study
+        # records it on that try's trial). Replaced, the retry asked the whole estimate again; left to
+        # reserve, which finds it by its holder, it pays the retry less what the earlier try spent.
+        slot_hold = None
     reserved = _reserve_trial(
         s, ledger, holder, run_id, slot, wait_poll_seconds, keep_for_retry_seconds, slot_hold, bill_tags
     )
@@ -619,6 +625,14 @@ def _stop(study: optuna.study.Study, reason: StopReason, message: str, *, renews
         study.set_user_attr(STOP_ATTR, stop if renews else {**stop, "renews": False})
     log.info("study %s stops: %s (%s)", study.study_name, reason.value, message)
     return SlotResult(ran=False, reason=message, stop=reason)
+
+
+def _is_trial_hold(trials: list[optuna.trial.FrozenTrial], holder: str, reservation_id: str) -> bool:
+    """Whether a trial of ``holder`` (an earlier try's) was granted the reservation ``reservation_id``."""
+    return any(
+        trial_info(trial).get("holder") == holder and trial_info(trial).get("reservation") == reservation_id
+        for trial in trials
+    )
 
 
 def _resumable(trials: list[optuna.trial.FrozenTrial], holder: str) -> optuna.trial.FrozenTrial | None:
