@@ -189,6 +189,28 @@ def test_replace_unlike_replaces_a_hold_smaller_than_asked_or_in_another_scope(a
     assert more_gpu.id != moved.id and more_gpu.gpu_hours == 1
 
 
+def test_replace_unlike_weighs_what_the_hold_has_not_paid_yet(any_ledger: Ledger) -> None:
+    # Try 1 failed after paying $5 of its $6 hold, which stays open for try 2: $1 is still held. A gate run
+    # again for $6 got the hold back, and try 2's $6 passed the $10 cap ($11 spent, $15 committed).
+    any_ledger.set_budget("project=churn", "month", "10")
+    held = any_ledger.reserve("project=churn", "6", gpu_hours="2", holder="d/r1/train/-1")
+    any_ledger.record(entry("5", gpu_hours=Decimal("1.5"), reservation_id=held.id))
+    assert any_ledger.unpaid(held.id) == (Decimal(1), Decimal("0.5"))
+    any_ledger.reserve("project=churn", "4", holder="d/r2/train/-1")
+    with pytest.raises(BudgetExceededError, match=r"has \$1\.00 left"):
+        any_ledger.reserve("project=churn", "6", holder="d/r1/train/-1", replace_unlike=True)
+    assert any_ledger.usage("project=churn")[0].reserved_usd == 5  # refused: the hold stays as it was
+    # What it has not paid covers what is asked: kept.
+    assert any_ledger.reserve("project=churn", "1", holder="d/r1/train/-1", replace_unlike=True).id == held.id
+    # $1 unpaid but 1 GPU-hour asked with 0.5 unpaid: replaced.
+    more_gpu = any_ledger.reserve(
+        "project=churn", "1", gpu_hours="1", holder="d/r1/train/-1", replace_unlike=True
+    )
+    assert more_gpu.id != held.id and any_ledger.unpaid(more_gpu.id) == (Decimal(1), Decimal(1))
+    usage = any_ledger.usage("project=churn")[0]
+    assert (usage.spent_usd, usage.reserved_usd) == (5, 5)
+
+
 def test_a_hold_committed_while_a_reserve_waited_for_the_budgets_is_the_one(
     postgres_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:

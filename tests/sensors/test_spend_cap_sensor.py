@@ -75,6 +75,61 @@ def test_a_gate_run_again_holds_what_it_asks_now_not_its_earlier_hold(
     assert "Reserved $6.00 for task 'train'" in out and "its open hold, above the $2.00 asked" in out
 
 
+def _try_paid(usd: str, try_number: int) -> Any:
+    from decimal import Decimal
+
+    from costaware.core.ledger import LedgerEntry
+
+    return LedgerEntry(
+        dag_id="retrain",
+        run_id="manual__1",
+        task_id="train",
+        kind="compute",
+        usd=Decimal(usd),
+        try_number=try_number,
+        tags={"project": "churn"},
+    )
+
+
+def test_a_gate_run_again_weighs_what_its_tasks_hold_has_not_paid(
+    env_ledger: Ledger, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from costaware.ledger_spool import record_and_settle
+
+    # Try 1 failed after paying $5 of the $6 hold, which stays open for try 2: $1 is still held. The gate,
+    # cleared and run again for $6, got the hold back ("Reserved $6.00", XCom 6), and try 2's $6 passed
+    # the $10 cap beside another run's $4: $11 spent, $15 committed.
+    first = sensor(deferrable=False, estimated_usd="6").poke(context())
+    record_and_settle(env_ledger, _try_paid("5", 1), retrying=True)
+    env_ledger.reserve("project=churn", "4", holder="retrain/other/train/-1")
+    capsys.readouterr()
+    assert sensor(deferrable=False, estimated_usd="6").poke(context()) is False  # $1 left, needs $6
+    assert "Reserved" not in capsys.readouterr().out
+    (still,) = [r for r in env_ledger.open_reservations() if r.holder == "retrain/manual__1/train/-1"]
+    assert still.id == first.xcom_value["reservation_id"]  # type: ignore[union-attr]
+    usage = env_ledger.usage("project=churn")[0]
+    assert usage.spent_usd + usage.reserved_usd == 10
+
+
+def test_a_gate_run_again_says_what_its_tasks_hold_still_holds(
+    env_ledger: Ledger, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from costaware.ledger_spool import record_and_settle
+
+    # Grown to a max_usd of $9, $3 of it paid by try 1: $6 is still held, more than the $4 asked, and the
+    # hold is kept; its log and XCom said $9.
+    first = sensor(deferrable=False).poke(context())
+    env_ledger.grow(first.xcom_value["reservation_id"], "9")  # type: ignore[union-attr]
+    record_and_settle(env_ledger, _try_paid("3", 1), retrying=True)
+    capsys.readouterr()
+    again = sensor(deferrable=False).poke(context())
+    assert again.xcom_value["reservation_id"] == first.xcom_value["reservation_id"]  # type: ignore[union-attr]
+    assert again.xcom_value["usd"] == "6.000000"  # type: ignore[union-attr]
+    out = capsys.readouterr().out
+    assert "Reserved $6.00 for task 'train'" in out
+    assert "its open hold, above the $4.00 asked ($9.00 held, $3.00 of it paid already)" in out
+
+
 def test_a_gate_run_again_in_another_scope_checks_that_scope(env_ledger: Ledger) -> None:
     # It passed in a budget it never checked ($4 against project=fraud's $1 cap), holding in project=churn.
     env_ledger.set_budget("project=fraud", "month", "1")

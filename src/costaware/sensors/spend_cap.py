@@ -18,6 +18,8 @@ from airflow.sdk.exceptions import (
 from costaware.core.ledger import Reservation, utcnow
 
 if TYPE_CHECKING:
+    from decimal import Decimal
+
     from costaware.core.budgets import Scope
 from costaware.glue import DEFAULT_LEDGER_CONN_ID
 from costaware.triggers.budget import BudgetAvailableTrigger
@@ -337,15 +339,21 @@ class SpendCapSensor(BaseSensorOperator):
                 message = f"{e}{self._unseen_ledger_hint()}"
                 self._note(ledger, context, target, usd, "refused", "", message)
                 raise BudgetNotFoundError(message) from None
+            # What is still held: more than the estimate where the task's open hold was grown (max_usd),
+            # less than the hold where a try billed part of it already.
+            held_usd, _ = ledger.unpaid(reservation.id)
         self._note(ledger, context, target, usd, "reserved", "", "")
-        # What is held, which is more than the estimate where the task's open hold was grown (max_usd).
         self.log.info(
-            "Reserved %s for task %r in %s (reservation %s)%s",
-            format_usd_exact(reservation.usd),
+            "Reserved %s for task %r in %s (reservation %s)%s%s",
+            format_usd_exact(held_usd),
             target,
             self._budget_names(ledger, ti, reservation.budgets),
             reservation.id,
-            "" if reservation.usd == usd else f": its open hold, above the {format_usd_exact(usd)} asked",
+            "" if held_usd == usd else f": its open hold, above the {format_usd_exact(usd)} asked",
+            ""
+            if held_usd == reservation.usd
+            else f" ({format_usd_exact(reservation.usd)} held, "
+            f"{format_usd_exact(reservation.usd - held_usd)} of it paid already)",
         )
         catch_all_only = all(b.rpartition("/")[0] == "*" for b in reservation.budgets)
         if str(reservation.scope) != "*" and reservation.budgets and catch_all_only:
@@ -358,7 +366,7 @@ class SpendCapSensor(BaseSensorOperator):
                 ", ".join(reservation.budgets),
                 str(reservation.scope),
             )
-        return _handed_on(reservation, target)
+        return _handed_on(reservation, target, held_usd)
 
     def _unseen_ledger_hint(self) -> str:
         """Where this gate's ledger is one the ``costaware`` command does not read by default, say which.
@@ -935,11 +943,15 @@ def _check_written(scope: Any, estimated_usd: Any, estimated_gpu_hours: Any) -> 
         parse_gpu_hours(estimated_gpu_hours, name="estimated_gpu_hours")
 
 
-def _handed_on(reservation: Reservation, target: str) -> dict[str, Any]:
-    """The gate's return value, its XCom: the reservation it made for ``target``."""
+def _handed_on(reservation: Reservation, target: str, held_usd: Decimal | None = None) -> dict[str, Any]:
+    """The gate's return value, its XCom: the reservation it made for ``target``.
+
+    ``held_usd``: what it still holds for ``target`` (None: all of it), less than its amount where an
+    earlier try paid part of it.
+    """
     return {
         "reservation_id": reservation.id,
-        "usd": str(reservation.usd),
+        "usd": str(reservation.usd if held_usd is None else held_usd),
         "scope": str(reservation.scope),
         "budgets": list(reservation.budgets),
         "for_task_id": target,

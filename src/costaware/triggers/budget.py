@@ -104,9 +104,7 @@ class BudgetAvailableTrigger(BaseTrigger):
         if not held:
             return {}, {}
         hold = held[0]
-        paid_usd = ledger.paid_from([hold.id]).get(hold.id, Decimal(0))
-        paid_gpu = ledger.paid_from([hold.id], gpu_hours=True).get(hold.id, Decimal(0))
-        usd, gpu = max(hold.usd - paid_usd, Decimal(0)), max(hold.gpu_hours - paid_gpu, Decimal(0))
+        usd, gpu = ledger.unpaid(hold.id)  # as the gate weighs it when it resumes
         return dict.fromkeys(hold.budgets, usd), dict.fromkeys(hold.budgets, gpu)
 
     async def run(self) -> AsyncIterator[TriggerEvent]:

@@ -68,13 +68,13 @@ def reserve(
         ) from None
     r, h = schema.reservations, schema.holds
 
-    def kept(existing: Reservation) -> bool:
+    def kept(conn: Connection, existing: Reservation) -> bool:
         # Unless asked to replace it, the holder's open hold is returned as it stands, whatever it holds.
-        return not replace_unlike or _holds_as_asked(existing, wanted, amount, gpu)
+        return not replace_unlike or _holds_as_asked(conn, existing, wanted, amount, gpu)
 
     with ledger.transaction() as conn:
         existing = _open_hold_of(conn, holder, now, but=replacing) if holder else None
-        if existing is not None and kept(existing):
+        if existing is not None and kept(conn, existing):
             return existing
         # The periods at the reservation's own instant: a hold made at a period's last moment is keyed as
         # its created_at says (grow finds its window from it).
@@ -85,7 +85,7 @@ def reserve(
             # Again under the budgets' locks: a reservation for this holder committed while this one
             # waited for them (two tries of one task at once) is the one, not a second hold.
             existing = _open_hold_of(conn, holder, now, but=replacing)
-            if existing is not None and kept(existing):
+            if existing is not None and kept(conn, existing):
                 return existing
         if replacing is not None:
             # Given back in this transaction: a refusal below rolls it back, so the money it held for time
@@ -161,7 +161,8 @@ def reserve(
         log.info("reserved %s in %s for %s", format_usd_exact(amount), names, purpose)
         if existing is not None:
             log.info(
-                "it replaces the open hold %s of %s (%s in %s): less than asked, or in another scope",
+                "it replaces the open hold %s of %s (%s in %s): it has less than asked left unpaid, or is in "
+                "another scope",
                 existing.id,
                 holder,
                 format_usd_exact(existing.usd),
@@ -170,9 +171,35 @@ def reserve(
         return reservation(conn, reservation_id)
 
 
-def _holds_as_asked(existing: Reservation, scope: Scope, usd: Decimal, gpu_hours: Decimal) -> bool:
-    """Whether an open hold is in ``scope`` and holds at least ``usd`` and ``gpu_hours`` (more is kept)."""
-    return existing.scope == scope and existing.usd >= usd and existing.gpu_hours >= gpu_hours
+def _holds_as_asked(
+    conn: Connection, existing: Reservation, scope: Scope, usd: Decimal, gpu_hours: Decimal
+) -> bool:
+    """Whether an open hold is in ``scope`` and still holds at least ``usd`` and ``gpu_hours`` (more is kept).
+
+    What it still holds is what it has not paid: a try that failed after billing $5 of a $6 hold left $1
+    held, and a gate run again for $6 that got it back let the next try pass the cap.
+    """
+    if existing.scope != scope:
+        return False
+    unpaid_usd, unpaid_gpu_hours = unpaid(conn, existing)
+    return unpaid_usd >= usd and unpaid_gpu_hours >= gpu_hours
+
+
+def unpaid(conn: Connection, held: Reservation) -> tuple[Decimal, Decimal]:
+    """What ``held`` still holds, in USD and GPU-hours: its amount less what entries paid from it (not < 0).
+
+    A budget counts an open hold so (``budget_usage``, of the entries in its scope): a training's attempts
+    are billed while its hold stays open.
+    """
+    e = schema.entries
+    paid = select(func.sum(e.c.usd_micros), func.sum(e.c.gpu_hours_micros)).where(
+        e.c.reservation_id == held.id, e.c.estimated.is_(False)
+    )
+    paid_usd, paid_gpu_hours = conn.execute(paid).one()
+    return (
+        from_micros(max(to_micros(held.usd) - (paid_usd or 0), 0)),
+        from_micros(max(to_micros(held.gpu_hours) - (paid_gpu_hours or 0), 0)),
+    )
 
 
 def _open_hold_of(

@@ -152,10 +152,11 @@ class Ledger(LedgerDatabase):
         Atomic across processes: two workers racing for the last dollars cannot both get them.
         With ``holder`` set (e.g. ``dag/run/task/map_index``), asking again while that holder's
         reservation is open returns the same reservation, so a retried sensor does not reserve twice.
-        With ``replace_unlike`` too, that open reservation is returned only when it is in ``scope`` and holds
-        at least ``usd`` and ``gpu_hours``; otherwise it is replaced: released and a new one reserved in one
-        transaction, the caps checked without the old one (a refusal keeps the old one as it was). A gate
-        cleared and run again with a higher estimate, or another scope, otherwise passed holding less than it
+        With ``replace_unlike`` too, that open reservation is returned only when it is in ``scope`` and still
+        holds at least ``usd`` and ``gpu_hours`` (what entries paid from it aside, see ``unpaid``); otherwise
+        it is replaced: released and a new one reserved in one transaction, the caps checked without the old
+        one (a refusal keeps the old one as it was). A gate cleared and run again with a higher estimate, or
+        another scope, or after a failed try billed part of the hold, otherwise passed holding less than it
         asked, or in budgets it never checked.
         A per-run budget holds it in the run ``run_id`` of DAG ``dag_id`` (give both: run ids such as
         ``scheduled__<date>`` repeat across DAGs).
@@ -249,6 +250,15 @@ class Ledger(LedgerDatabase):
         ``gpu_hours``: the GPU-hours they paid instead of the dollars.
         """
         return reservations.paid_from(self, reservation_ids, gpu_hours=gpu_hours)
+
+    def unpaid(self, reservation_id: str) -> tuple[Decimal, Decimal]:
+        """What a reservation still holds, in USD and GPU-hours: its amount less what entries paid from it.
+
+        A budget counts an open hold so, and a spend gate run again keeps its task's hold only where this
+        is at least what it asks.
+        """
+        with self.reading() as conn:
+            return reservations.unpaid(conn, reservations.reservation(conn, reservation_id))
 
     def reservation_to_settle(self, holder: str) -> Reservation | None:
         """The reservation a finished task's cost settles: its open one, else one released for it meanwhile.
