@@ -211,6 +211,29 @@ def test_replace_unlike_weighs_what_the_hold_has_not_paid_yet(any_ledger: Ledger
     assert (usage.spent_usd, usage.reserved_usd) == (5, 5)
 
 
+def test_a_kept_hold_counts_for_the_ttl_asked_now(any_ledger: Ledger) -> None:
+    # Kept with its old end, a gate run again at 03:59 passed holding until 04:00 (reservation_ttl 6 h),
+    # and the task ran with nothing held.
+    import time_machine
+
+    any_ledger.set_budget("project=churn", "month", "10")
+    start = datetime(2026, 12, 1, 22, 0, tzinfo=timezone.utc)
+    ttl = timedelta(hours=6)
+    with time_machine.travel(start, tick=False) as clock:
+        held = any_ledger.reserve("project=churn", "4", holder="d/r/train/-1", ttl=ttl)
+        clock.move_to(start + timedelta(hours=5, minutes=59))
+        again = any_ledger.reserve("project=churn", "4", holder="d/r/train/-1", ttl=ttl, replace_unlike=True)
+        assert again.id == held.id and again.expires_at == start + timedelta(hours=11, minutes=59)
+        clock.move_to(start + timedelta(hours=6, minutes=1))
+        assert [r.id for r in any_ledger.open_reservations()] == [held.id]
+        assert any_ledger.usage("project=churn")[0].reserved_usd == 4
+        # Never shortened: asked again with a shorter ttl, it keeps its later end.
+        shorter = any_ledger.reserve(
+            "project=churn", "4", holder="d/r/train/-1", ttl=timedelta(hours=1), replace_unlike=True
+        )
+        assert shorter.expires_at == again.expires_at
+
+
 def test_a_hold_committed_while_a_reserve_waited_for_the_budgets_is_the_one(
     postgres_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -130,6 +130,25 @@ def test_a_gate_run_again_says_what_its_tasks_hold_still_holds(
     assert "its open hold, above the $4.00 asked ($9.00 held, $3.00 of it paid already)" in out
 
 
+def test_a_gate_run_again_holds_for_its_reservation_ttl_from_now(env_ledger: Ledger) -> None:
+    from datetime import datetime, timedelta, timezone
+
+    import time_machine
+
+    # Cleared and run again at 03:59, the gate passed with its task's hold of 22:00 as it was: it lapsed
+    # at 04:00 (reservation_ttl 6 h), and the task ran with nothing held.
+    start = datetime(2026, 12, 1, 22, 0, tzinfo=timezone.utc)
+    with time_machine.travel(start, tick=False) as clock:
+        first = sensor(deferrable=False).poke(context())
+        clock.move_to(start + timedelta(hours=5, minutes=59))
+        again = sensor(deferrable=False).poke(context())
+        assert again.xcom_value["reservation_id"] == first.xcom_value["reservation_id"]  # type: ignore[union-attr]
+        clock.move_to(start + timedelta(hours=6, minutes=1))
+        (held,) = env_ledger.open_reservations()
+        assert held.expires_at == start + timedelta(hours=11, minutes=59)
+        assert env_ledger.usage("project=churn")[0].reserved_usd == 4
+
+
 def test_a_gate_run_again_in_another_scope_checks_that_scope(env_ledger: Ledger) -> None:
     # It passed in a budget it never checked ($4 against project=fraud's $1 cap), holding in project=churn.
     env_ledger.set_budget("project=fraud", "month", "1")

@@ -72,10 +72,15 @@ def reserve(
         # Unless asked to replace it, the holder's open hold is returned as it stands, whatever it holds.
         return not replace_unlike or _holds_as_asked(conn, existing, wanted, amount, gpu)
 
+    def returned(conn: Connection, existing: Reservation) -> Reservation:
+        # Kept for a gate run again, it holds for the ttl asked now: with its old end it passed at 03:59
+        # holding until 04:00, and its task ran with nothing held.
+        return _held_until(conn, existing, expires_at) if replace_unlike else existing
+
     with ledger.transaction() as conn:
         existing = _open_hold_of(conn, holder, now, but=replacing) if holder else None
         if existing is not None and kept(conn, existing):
-            return existing
+            return returned(conn, existing)
         # The periods at the reservation's own instant: a hold made at a period's last moment is keyed as
         # its created_at says (grow finds its window from it).
         covering = applicable(
@@ -86,7 +91,7 @@ def reserve(
             # waited for them (two tries of one task at once) is the one, not a second hold.
             existing = _open_hold_of(conn, holder, now, but=replacing)
             if existing is not None and kept(conn, existing):
-                return existing
+                return returned(conn, existing)
         if replacing is not None:
             # Given back in this transaction: a refusal below rolls it back, so the money it held for time
             # already spent stays held until that time is billed.
@@ -200,6 +205,17 @@ def unpaid(conn: Connection, held: Reservation) -> tuple[Decimal, Decimal]:
         from_micros(max(to_micros(held.usd) - (paid_usd or 0), 0)),
         from_micros(max(to_micros(held.gpu_hours) - (paid_gpu_hours or 0), 0)),
     )
+
+
+def _held_until(conn: Connection, held: Reservation, until: datetime) -> Reservation:
+    """``held`` counting until ``until`` where it ended sooner (never shortened), in the open transaction."""
+    if until <= held.expires_at:
+        return held
+    r, h = schema.reservations, schema.holds
+    conn.execute(r.update().where(r.c.id == held.id, r.c.status == "open").values(expires_at=until))
+    still_open = and_(h.c.reservation_id == held.id, h.c.open.is_(True))
+    conn.execute(h.update().where(still_open).values(expires_at=until))
+    return reservation(conn, held.id)
 
 
 def _open_hold_of(

@@ -157,7 +157,8 @@ class Ledger(LedgerDatabase):
         it is replaced: released and a new one reserved in one transaction, the caps checked without the old
         one (a refusal keeps the old one as it was). A gate cleared and run again with a higher estimate, or
         another scope, or after a failed try billed part of the hold, otherwise passed holding less than it
-        asked, or in budgets it never checked.
+        asked, or in budgets it never checked. One returned then counts until ``ttl`` from now at least
+        (never shortened): kept with its old end, it lapsed minutes after the gate passed.
         A per-run budget holds it in the run ``run_id`` of DAG ``dag_id`` (give both: run ids such as
         ``scheduled__<date>`` repeat across DAGs).
 
