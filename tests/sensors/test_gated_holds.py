@@ -90,3 +90,55 @@ def test_the_gates_hold_counts_until_the_latest_start_plus_its_ttl(
         (kept,) = ledger.open_reservations()
         latest_start = DEADLINE - timedelta(hours=0.25, minutes=10)  # 05:35
         assert kept.id == held.id and kept.expires_at == latest_start + timedelta(hours=6)
+
+
+def window_sensor(prices: Path) -> SpotWindowSensor:
+    return SpotWindowSensor(
+        task_id="spot_window",
+        instance_type="p3.2xlarge",
+        region="us-east-1",
+        expected_runtime_hours=0.25,
+        on_demand_usd_per_hour="3.06",
+        prices=str(prices),
+        deadline=DEADLINE.isoformat(),
+        record_decision=False,
+        deferrable=False,
+    )
+
+
+LATEST_START = DEADLINE - timedelta(hours=0.25, minutes=10)  # 05:35
+
+
+def test_each_gates_hold_counts_by_its_own_reservation_ttl(ledger: Ledger, tmp_path: Path) -> None:
+    # Kept by the longest reservation_ttl of the ledger's gates, retrain's 1-hour hold counted until two
+    # days after the latest start, as report's 48-hour one.
+    with time_machine.travel(WINDOW_OPENS, tick=False):
+        prices = tmp_path / "prices.csv"
+        write_history(prices, current="1.00")
+        with DAG("nightly", schedule=None, start_date=datetime(2026, 1, 1, tzinfo=timezone.utc)):
+            retrain_gate = SpendCapSensor(
+                task_id="retrain_gate",
+                scope="project=churn",
+                estimated_usd="8",
+                for_task_id="retrain",
+                reservation_ttl=timedelta(hours=1),
+            )
+            report_gate = SpendCapSensor(
+                task_id="report_gate",
+                scope="project=churn",
+                estimated_usd="1",
+                for_task_id="{{ 'report' }}",  # rendered as the gate renders it
+                reservation_ttl=timedelta(hours=48),
+            )
+            window = window_sensor(prices)
+            retrain, report = EmptyOperator(task_id="retrain"), EmptyOperator(task_id="report")
+            retrain_gate >> report_gate >> window >> retrain >> report
+        assert retrain_gate.poke(context("retrain_gate"))
+        report_gate.render_template_fields(context("report_gate"))
+        assert report_gate.poke(context("report_gate"))
+        assert window.poke(context("spot_window")) is False
+        ends = {r.holder.split("/")[-2]: r.expires_at for r in ledger.open_reservations()}
+        assert ends == {
+            "retrain": LATEST_START + timedelta(hours=1),
+            "report": LATEST_START + timedelta(hours=48),
+        }

@@ -40,15 +40,22 @@ def keep_gated_holds(sensor: Any, context: Mapping[str, Any], latest_start: date
         return []
     waited_for = sensor.get_flat_relative_ids(upstream=False)
     map_index = -1 if getattr(ti, "map_index", None) is None else int(ti.map_index)
-    until_by_ledger: dict[str, datetime] = {}
+
+    def rendered(value: Any) -> str:  # as the gate rendered it, in this run
+        return str(sensor.render_template(value, context)) if is_template(str(value)) else str(value)
+
+    # Each gate's task by its own reservation_ttl: by the longest of the ledger's gates, a gate of 1 hour
+    # for retrain had its hold kept 48 hours, as another gate's for report.
+    until_by_ledger: dict[str, dict[str, datetime]] = {}
     for gate in gates:
-        conn_id = str(gate.ledger_conn_id)
-        if is_template(conn_id):  # rendered as the gate rendered it, in this run
-            conn_id = str(sensor.render_template(conn_id, context))
+        target = _gated_task(gate, rendered)
+        if target is None or target not in waited_for:
+            continue
         until = latest_start + gate.reservation_ttl
-        until_by_ledger[conn_id] = max(until, until_by_ledger.get(conn_id, until))
+        of_ledger = until_by_ledger.setdefault(rendered(gate.ledger_conn_id), {})
+        of_ledger[target] = max(until, of_ledger.get(target, until))  # two gates for one task: the later
     kept = []
-    for conn_id, until in until_by_ledger.items():
+    for conn_id, until_by_task in until_by_ledger.items():
         try:
             ledger = CostLedgerHook(conn_id).get_conn()
             for held in ledger.open_reservations(holder_prefix=f"{ti.dag_id}/{ti.run_id}/"):
@@ -57,11 +64,12 @@ def keep_gated_holds(sensor: Any, context: Mapping[str, Any], latest_start: date
                     key is None
                     or key.suffix is not None
                     or (key.dag_id, key.run_id) != (ti.dag_id, ti.run_id)
-                    or key.task_id not in waited_for
+                    or key.task_id not in until_by_task
                     or (map_index >= 0 and key.map_index != map_index)
-                    or held.expires_at >= until
+                    or held.expires_at >= until_by_task[key.task_id]
                 ):
                     continue
+                until = until_by_task[key.task_id]
                 longer = ledger.extend(held.id, until)
                 if longer.expires_at > held.expires_at:
                     kept.append(longer)
@@ -82,3 +90,14 @@ def keep_gated_holds(sensor: Any, context: Mapping[str, Any], latest_start: date
                 e,
             )
     return kept
+
+
+def _gated_task(gate: Any, rendered: Any) -> str | None:
+    """The task ``gate`` reserves for (its ``for_task_id``, else its one downstream task); None: unclear.
+
+    Not the gate's own check: a gate that names none passed no hold to keep, and the wait goes on.
+    """
+    if gate.for_task_id:
+        return str(rendered(gate.for_task_id))
+    downstream = sorted(gate.downstream_task_ids)
+    return downstream[0] if len(downstream) == 1 else None
