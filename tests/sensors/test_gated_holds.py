@@ -142,3 +142,37 @@ def test_each_gates_hold_counts_by_its_own_reservation_ttl(ledger: Ledger, tmp_p
             "retrain": LATEST_START + timedelta(hours=1),
             "report": LATEST_START + timedelta(hours=48),
         }
+
+
+def test_a_hold_that_ended_before_the_sensor_first_looks_is_warned_about(
+    ledger: Ledger, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The gate's 30-minute hold ended while the spot window sat 45 minutes in the queue: the sensor went on
+    # without a word, and the task ran with nothing held.
+    with time_machine.travel(WINDOW_OPENS, tick=False) as clock:
+        prices = tmp_path / "prices.csv"
+        write_history(prices, current="1.00")
+        with DAG("nightly", schedule=None, start_date=datetime(2026, 1, 1, tzinfo=timezone.utc)):
+            gate = SpendCapSensor(
+                task_id="spend_gate",
+                scope="project=churn",
+                estimated_usd="8",
+                for_task_id="retrain",
+                reservation_ttl=timedelta(minutes=30),
+            )
+            window = window_sensor(prices)
+            gate >> window >> EmptyOperator(task_id="retrain")
+        held = gate.poke(context("spend_gate")).xcom_value["reservation_id"]  # type: ignore[union-attr]
+        clock.move_to(WINDOW_OPENS + timedelta(minutes=45))
+        capsys.readouterr()
+        assert window.poke(context("spot_window")) is False
+        out = capsys.readouterr().out
+        assert (
+            f"the budget hold {held} of task 'retrain' ended at 2026-11-30T22:30:00+00:00, before this "
+            "sensor could keep it counting" in out
+        )
+        assert "another run may take its $8.00" in out and "Clear the spend gate 'spend_gate'" in out
+        assert ledger.open_reservations() == []  # not brought back: that took the money without a check
+        clock.move_to(WINDOW_OPENS + timedelta(minutes=50))
+        assert window.poke(context("spot_window")) is False
+        assert "the budget hold" not in capsys.readouterr().out  # said once, not at every look

@@ -21,7 +21,8 @@ def keep_gated_holds(sensor: Any, context: Mapping[str, Any], latest_start: date
     The holds are the ones the spend gates upstream of ``sensor`` made (each in its own ledger, for a task
     instance of ``sensor``'s map index, or any where ``sensor`` is not mapped); each counts until
     ``latest_start`` plus that gate's ``reservation_ttl``, never less than it already does. A ledger that
-    cannot be reached is only warned about: the wait goes on, and the hold keeps its own time limit.
+    cannot be reached is only warned about: the wait goes on, and the hold keeps its own time limit. A hold
+    that ended already is warned about too, not brought back (its money was free for others meanwhile).
 
     Returns:
         The reservations that now count longer.
@@ -46,18 +47,19 @@ def keep_gated_holds(sensor: Any, context: Mapping[str, Any], latest_start: date
 
     # Each gate's task by its own reservation_ttl: by the longest of the ledger's gates, a gate of 1 hour
     # for retrain had its hold kept 48 hours, as another gate's for report.
-    until_by_ledger: dict[str, dict[str, datetime]] = {}
+    until_by_ledger: dict[str, dict[str, tuple[datetime, str]]] = {}  # task: (until, its gate)
     for gate in gates:
         target = _gated_task(gate, rendered)
         if target is None or target not in waited_for:
             continue
-        until = latest_start + gate.reservation_ttl
+        ends = (latest_start + gate.reservation_ttl, gate.task_id)
         of_ledger = until_by_ledger.setdefault(rendered(gate.ledger_conn_id), {})
-        of_ledger[target] = max(until, of_ledger.get(target, until))  # two gates for one task: the later
+        of_ledger[target] = max(ends, of_ledger.get(target, ends))  # two gates for one task: the later
     kept = []
     for conn_id, until_by_task in until_by_ledger.items():
         try:
             ledger = CostLedgerHook(conn_id).get_conn()
+            held_for: set[str] = set()
             for held in ledger.open_reservations(holder_prefix=f"{ti.dag_id}/{ti.run_id}/"):
                 key = read_holder(held.holder)
                 if (
@@ -66,10 +68,12 @@ def keep_gated_holds(sensor: Any, context: Mapping[str, Any], latest_start: date
                     or (key.dag_id, key.run_id) != (ti.dag_id, ti.run_id)
                     or key.task_id not in until_by_task
                     or (map_index >= 0 and key.map_index != map_index)
-                    or held.expires_at >= until_by_task[key.task_id]
                 ):
                     continue
-                until = until_by_task[key.task_id]
+                held_for.add(key.task_id)
+                until = until_by_task[key.task_id][0]
+                if held.expires_at >= until:
+                    continue
                 longer = ledger.extend(held.id, until)
                 if longer.expires_at > held.expires_at:
                     kept.append(longer)
@@ -82,6 +86,8 @@ def keep_gated_holds(sensor: Any, context: Mapping[str, Any], latest_start: date
                         held.expires_at.isoformat(),
                         latest_start.isoformat(),
                     )
+            for task_id in sorted(set(until_by_task) - held_for):
+                _say_if_lapsed(sensor, ledger, ti, task_id, map_index, gate_id=until_by_task[task_id][1])
         except LEDGER_UNREADABLE as e:
             sensor.log.warning(
                 "could not keep the budget holds of the tasks this sensor waits for (ledger %r: %s); they "
@@ -90,6 +96,37 @@ def keep_gated_holds(sensor: Any, context: Mapping[str, Any], latest_start: date
                 e,
             )
     return kept
+
+
+def _say_if_lapsed(sensor: Any, ledger: Any, ti: Any, task_id: str, map_index: int, *, gate_id: str) -> None:
+    """Warn, once a hold, where the gate's hold of ``task_id`` ended before this sensor could keep it.
+
+    It lapsed without a word: a queue longer than the gate's ``reservation_ttl`` before the first look, and
+    the task ran with nothing held while its money went to other runs.
+    """
+    from costaware.core.ledger import reservation_holder, utcnow
+    from costaware.core.money import format_usd_exact
+
+    latest = ledger.latest_reservation(reservation_holder(ti.dag_id, ti.run_id, task_id, map_index))
+    if latest is None or not (
+        latest.status == "expired" or (latest.status == "open" and latest.expires_at <= utcnow())
+    ):
+        return
+    told: set[str] = getattr(sensor, "_lapsed_holds_told", set())
+    if latest.id in told:
+        return
+    sensor._lapsed_holds_told = told | {latest.id}
+    sensor.log.warning(
+        "the budget hold %s of task %r ended at %s, before this sensor could keep it counting: nothing is "
+        "held for the task now, so another run may take its %s and the task's cost can pass the cap. Clear "
+        "the spend gate %r to reserve again, and give it a reservation_ttl that covers the time until this "
+        "sensor starts",
+        latest.id,
+        task_id,
+        latest.expires_at.isoformat(),
+        format_usd_exact(latest.usd),
+        gate_id,
+    )
 
 
 def _gated_task(gate: Any, rendered: Any) -> str | None:
