@@ -176,3 +176,67 @@ def test_a_hold_that_ended_before_the_sensor_first_looks_is_warned_about(
         clock.move_to(WINDOW_OPENS + timedelta(minutes=50))
         assert window.poke(context("spot_window")) is False
         assert "the budget hold" not in capsys.readouterr().out  # said once, not at every look
+
+
+def nightly_behind_one_gate(prices: Path) -> tuple[SpendCapSensor, SpotWindowSensor]:
+    with DAG("nightly", schedule=None, start_date=datetime(2026, 1, 1, tzinfo=timezone.utc)):
+        gate = SpendCapSensor(
+            task_id="spend_gate", scope="project=churn", estimated_usd="8", for_task_id="retrain"
+        )
+        window = window_sensor(prices)
+        gate >> window >> EmptyOperator(task_id="retrain")
+    return gate, window
+
+
+def test_an_unreachable_ledger_is_a_warning_and_the_wait_goes_on(
+    ledger: Ledger, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with time_machine.travel(WINDOW_OPENS, tick=False):
+        prices = tmp_path / "prices.csv"
+        write_history(prices, current="1.00")
+        gate, window = nightly_behind_one_gate(prices)
+        assert gate.poke(context("spend_gate"))
+        monkeypatch.setenv("COSTAWARE_LEDGER_URL", "postgresql://nobody:x@127.0.0.1:1/none")
+        capsys.readouterr()
+        assert window.poke(context("spot_window")) is False
+        out = capsys.readouterr().out
+        assert (
+            "could not keep the budget holds of the tasks this sensor waits for (ledger 'costaware_ledger'"
+            in out
+        )
+        assert "they lapse at their own time limit (the gate's reservation_ttl)" in out
+        (held,) = ledger.open_reservations()
+        assert held.expires_at == WINDOW_OPENS + timedelta(hours=6)
+
+
+def test_only_the_holds_of_the_waited_for_task_of_this_run_and_map_index_count_longer(
+    ledger: Ledger, tmp_path: Path
+) -> None:
+    from costaware.sensors.gated_holds import keep_gated_holds
+
+    with time_machine.travel(WINDOW_OPENS, tick=False):
+        prices = tmp_path / "prices.csv"
+        write_history(prices, current="1.00")
+        _, window = nightly_behind_one_gate(prices)
+        holders = [
+            f"nightly/{RUN}/retrain/0",
+            f"nightly/{RUN}/retrain/1",
+            f"nightly/{RUN}/retrain/-1",
+            f"nightly/{RUN}/x/retrain/0",  # another run, whose id extends this one's ('{RUN}/x')
+            f"nightlyx/{RUN}/retrain/0",  # another DAG
+            f"nightly/{RUN}/retrain/0/egress",  # a data-locality operator's own hold, not the gate's
+            f"nightly/{RUN}/spend_gate/0",  # upstream of the sensor
+        ]
+        for holder in holders:
+            ledger.reserve("project=churn", "1", holder=holder)
+
+        def longer(map_index: int) -> list[str]:
+            at = task_context("spot_window", dag_id="nightly", run_id=RUN, map_index=map_index)
+            return sorted(r.holder for r in keep_gated_holds(window, at, LATEST_START))
+
+        # Mapped, the sensor keeps its own map index's hold only; unmapped, every map index's.
+        assert longer(0) == [f"nightly/{RUN}/retrain/0"]
+        assert longer(-1) == [f"nightly/{RUN}/retrain/-1", f"nightly/{RUN}/retrain/1"]
+        ends = {r.holder: r.expires_at for r in ledger.open_reservations()}
+        kept_until, own_end = LATEST_START + timedelta(hours=6), WINDOW_OPENS + timedelta(hours=6)
+        assert ends == {holder: kept_until if i < 3 else own_end for i, holder in enumerate(holders)}
