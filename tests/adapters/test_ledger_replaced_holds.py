@@ -108,3 +108,31 @@ def test_replacing_a_hold_closed_already_reserves_as_asked(any_ledger: Ledger) -
     trial = any_ledger.reserve("project=churn", "0.5", holder=HOLDER, replacing=slot.id)
     assert any_ledger.open_reservations() == [trial]
     assert any_ledger.latest_reservation(HOLDER) == trial
+
+
+def test_a_gates_hold_given_back_for_a_bigger_one_is_not_settled_when_the_bigger_one_lapsed(
+    any_ledger: Ledger, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    # A gate run again asking more (replace_unlike) gave its old hold back as "released": once the new hold
+    # expired, the task's bill was settled against that old one, with an ERROR blaming a manual release.
+    any_ledger.set_budget("project=churn", "total", "10")
+    old = any_ledger.reserve("project=churn", "4", holder=HOLDER, run_id="r1", dag_id="tune")
+    new = any_ledger.reserve(
+        "project=churn", "6", holder=HOLDER, run_id="r1", dag_id="tune", ttl=timedelta(seconds=60),
+        replace_unlike=True,
+    )  # fmt: skip
+    assert new.id != old.id
+    _later(monkeypatch, 120)
+
+    with caplog.at_level(logging.WARNING):
+        record_and_settle(
+            any_ledger,
+            LedgerEntry(
+                dag_id="tune", run_id="r1", task_id="trial", map_index=0, kind=Kind.COMPUTE, usd=Decimal("5"),
+                tags={"project": "churn"},
+            ),
+        )  # fmt: skip
+
+    (bill,) = any_ledger.entries()
+    assert bill["reservation_id"] != old.id
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR]

@@ -166,7 +166,7 @@ def test_replace_unlike_replaces_a_hold_smaller_than_asked_or_in_another_scope(a
     first = any_ledger.reserve("project=churn", "4", holder="d/r/train/-1")
     grown = any_ledger.reserve("project=churn", "6", holder="d/r/train/-1", replace_unlike=True)
     assert grown.id != first.id and grown.usd == 6 and grown.scope == first.scope
-    assert any_ledger.release(first.id).status == "released"  # given back already: returned as it is
+    assert any_ledger.release(first.id).status == "replaced"  # given back for the new one already
     assert any_ledger.usage("project=churn")[0].reserved_usd == 6  # not 4, and not 4 + 6
     with pytest.raises(BudgetExceededError):
         any_ledger.reserve("project=churn", "5", holder="d/other/train/-1")  # $4 left, not $6

@@ -98,8 +98,9 @@ def reserve(
             _release_replaced(conn, replacing, holder)
         if existing is not None:
             # Given back in this transaction, so the caps below are checked without it; a refusal rolls
-            # the release back with the rest, and the hold stays as it was.
-            close(conn, existing.id, "released", None)
+            # the release back with the rest, and the hold stays as it was. "replaced", not "released": a
+            # bill after the new hold lapsed must not be settled against this one.
+            close(conn, existing.id, "replaced", None)
         standing = []
         refusals: list[tuple[Any, BudgetExceededError]] = []
         for budget_id, budget, window in covering:
