@@ -202,10 +202,13 @@ def _bad_transform(inputs: dict[str, pd.DataFrame]) -> dict[str, int]:
         # S3 spelt another way was told to add an Asset to the task's inlets.
         ({"inputs": {"t": "S3://ml-data/flights"}}, "spelt another way: write it 's3://ml-data/flights'"),
         ({"inputs": {"t": "s3a://ml-data/flights"}}, "spelt another way: write it 's3://ml-data/flights'"),
-        ({"instance_type": "m5.2xlarge", "usd_per_hour": None}, "needs region= to look up its price"),
         (
             {"instance_type": "m5.huge", "region": "us-east-1", "usd_per_hour": None},
-            "unknown instance type 'm5.huge'",
+            r"task 'features' on 'm5.huge' in 'us-east-1' \(on_demand; .*unknown instance type 'm5.huge'",
+        ),
+        (
+            {"instance_type": "m5.2xlarge", "region": "eu-wset-1", "usd_per_hour": None},
+            "unknown region 'eu-wset-1'",
         ),
         # A misspelt package keyed nothing: upgrading the real one returned stale features.
         ({"libraries": ["pandas", "pandsa"]}, r"libraries \['pandsa'\] are not installed on this worker"),
@@ -255,34 +258,84 @@ def test_miss_is_priced_from_the_catalog(
     assert avoided["usd"] == Decimal(first["cost_usd"]) and avoided["market"] == "on_demand"
 
 
-# "{{ params.instance_type }}" or "{{ params.region }}" with the param unset renders "None" (or " " from a
-# form): the miss failed as "unknown instance type 'None'" / "unknown region ' '", while the cost listener
-# reads both as not given.
-@pytest.mark.parametrize("rendered", ["None", "null", " ", "None "])
-def test_an_instance_type_rendered_not_given_is_not_given(
-    rendered: str, flights_dir: Path, tmp_path: Path, ledger_conn: Ledger
+@pytest.fixture
+def transform_takes_6_minutes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The operator's clock moves 360 s between its readings: a transform run is 0.1 h, worth cents."""
+    import itertools
+
+    from costaware.operators import cached_features
+
+    readings = itertools.count(0.0, 360.0)
+    monkeypatch.setattr(cached_features, "time", SimpleNamespace(monotonic=lambda: next(readings)))
+
+
+def bill_and_avoided(ledger_conn: Ledger) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The cost listener's entry of the miss (run_1) and the avoided cost of the hit (run_2)."""
+    (bill,) = ledger_conn.entries(run_id="run_1")
+    (avoided,) = [e for e in ledger_conn.entries(run_id="run_2") if e["outcome"] == "cache_hit"]
+    return bill, avoided
+
+
+# Not given (None, or "{{ params.instance_type }}" with the param unset: "None", or " " from a form): the miss
+# was recorded at $0, market "local", while the cost listener billed the try on the worker's m5.large: the
+# cache's cost and the hit's avoided cost said $0 of a try that was paid for.
+@pytest.mark.parametrize(
+    "instance_type",
+    [None, "None", "null", " ", "None "],
+    ids=["not-set", "None", "null", "space", "None-space"],
+)
+@pytest.mark.usefixtures("transform_takes_6_minutes")
+def test_a_miss_with_no_instance_type_is_priced_as_the_worker_it_is_billed_on(
+    instance_type: str | None,
+    flights_dir: Path,
+    tmp_path: Path,
+    ledger_conn: Ledger,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    from costaware.adapters.price_files import bundled_catalog
+    from costaware.core.ledger import compute_cost
+
+    monkeypatch.setenv("AIRFLOW__COSTAWARE__WORKER_INSTANCE_TYPE", "c5.xlarge")
+    monkeypatch.setenv("AIRFLOW__COSTAWARE__WORKER_REGION", "eu-west-1")
     op = operator(
         _paths_transform,
         {"flights": str(flights_dir)},
         str(tmp_path / "cache"),
         instance_type="{{ params.instance_type }}",
-        region="us-east-1",
         usd_per_hour=None,
         pass_paths=True,
     )
-    op.instance_type = rendered  # what it rendered to
-    first = op.execute(context())
-    assert first["hit"] is False and Decimal(first["cost_usd"]) == 0  # as with instance_type not set
-    op.execute(context("run_2"))
-    (avoided,) = [e for e in ledger_conn.entries(run_id="run_2") if e["outcome"] == "cache_hit"]
-    assert (avoided["usd"], avoided["instance_type"], avoided["market"]) == (Decimal(0), None, "local")
+    op.instance_type = instance_type  # what it rendered to
+    first = run_with_listener(op, context("run_1"))
+    run_with_listener(op, context("run_2"))
+    bill, avoided = bill_and_avoided(ledger_conn)
+    listed = bundled_catalog().on_demand_usd_per_hour("c5.xlarge", "eu-west-1")
+    assert (bill["instance_type"], bill["region"], bill["market"]) == ("c5.xlarge", "eu-west-1", "on_demand")
+    assert bill["unit_price_usd"] == listed > 0
+    assert Decimal(first["cost_usd"]) == compute_cost(360, listed)[1] > 0
+    assert (avoided["usd"], avoided["instance_type"], avoided["region"], avoided["market"]) == (
+        Decimal(first["cost_usd"]),
+        "c5.xlarge",
+        "eu-west-1",
+        "on_demand",
+    )
 
 
-@pytest.mark.parametrize("rendered", ["None", "null", " "])
-def test_a_region_rendered_not_given_is_not_given(
-    rendered: str, flights_dir: Path, tmp_path: Path, ledger_conn: Ledger
+# With no region, the miss failed ("needs region= to look up its price") though the bill priced the try in
+# the worker's region.
+@pytest.mark.parametrize("region", [None, "None", "null", " "], ids=["not-set", "None", "null", "space"])
+@pytest.mark.usefixtures("transform_takes_6_minutes")
+def test_a_miss_with_no_region_is_priced_in_the_region_it_is_billed_in(
+    region: str | None,
+    flights_dir: Path,
+    tmp_path: Path,
+    ledger_conn: Ledger,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    from costaware.adapters.price_files import bundled_catalog
+    from costaware.core.ledger import compute_cost
+
+    monkeypatch.setenv("AIRFLOW__COSTAWARE__WORKER_REGION", "eu-west-1")
     op = operator(
         _paths_transform,
         {"flights": str(flights_dir)},
@@ -292,10 +345,76 @@ def test_a_region_rendered_not_given_is_not_given(
         usd_per_hour=None,
         pass_paths=True,
     )
-    op.region = rendered
-    with pytest.raises(AirflowFailException, match="needs region= to look up its price"):
-        op.execute(context())
-    assert ledger_conn.entries() == []
+    op.region = region
+    first = run_with_listener(op, context("run_1"))
+    run_with_listener(op, context("run_2"))
+    bill, avoided = bill_and_avoided(ledger_conn)
+    listed = bundled_catalog().on_demand_usd_per_hour("m5.2xlarge", "eu-west-1")
+    assert (bill["instance_type"], bill["region"], bill["unit_price_usd"]) == (
+        "m5.2xlarge",
+        "eu-west-1",
+        listed,
+    )
+    assert Decimal(first["cost_usd"]) == compute_cost(360, listed)[1] > 0
+    assert avoided["region"] == "eu-west-1" and avoided["usd"] == Decimal(first["cost_usd"])
+
+
+@pytest.mark.usefixtures("transform_takes_6_minutes")
+def test_a_miss_is_priced_on_the_tasks_costaware_compute_param_as_billed(
+    flights_dir: Path, tmp_path: Path, ledger_conn: Ledger
+) -> None:
+    from costaware.core.ledger import compute_cost
+
+    # A spot try named only in the param is billed at the catalog's typical spot saving: the miss too.
+    op = operator(
+        _paths_transform,
+        {"flights": str(flights_dir)},
+        str(tmp_path / "cache"),
+        usd_per_hour=None,
+        pass_paths=True,
+        params={
+            "costaware_compute": {"instance_type": "m5.2xlarge", "region": "us-west-2", "market": "spot"}
+        },
+    )
+    first = run_with_listener(op, context("run_1"))
+    run_with_listener(op, context("run_2"))
+    bill, avoided = bill_and_avoided(ledger_conn)
+    assert (bill["instance_type"], bill["region"], bill["market"]) == ("m5.2xlarge", "us-west-2", "spot")
+    assert Decimal(first["cost_usd"]) == compute_cost(360, bill["unit_price_usd"])[1] > 0
+    assert (avoided["market"], avoided["usd"]) == ("spot", Decimal(first["cost_usd"]))
+
+
+# The team's own hardware: a name of theirs is no catalog type. With a rate, the miss costs that rate, as
+# billed; with none, the bill records the try at $0 (unpriced) and so does the cache, saying why.
+@pytest.mark.parametrize(("usd_per_hour", "rate"), [("2.00", Decimal("2.00")), (None, Decimal(0))])
+@pytest.mark.usefixtures("transform_takes_6_minutes")
+def test_a_miss_on_local_workers_is_priced_at_their_rate_as_billed(
+    usd_per_hour: str | None,
+    rate: Decimal,
+    flights_dir: Path,
+    tmp_path: Path,
+    ledger_conn: Ledger,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    monkeypatch.setenv("AIRFLOW__COSTAWARE__WORKER_MARKET", "local")
+    op = operator(
+        _paths_transform,
+        {"flights": str(flights_dir)},
+        str(tmp_path / "cache"),
+        instance_type="dgx-box-1",
+        usd_per_hour=usd_per_hour,
+        pass_paths=True,
+    )
+    first = run_with_listener(op, context("run_1"))
+    run_with_listener(op, context("run_2"))
+    bill, avoided = bill_and_avoided(ledger_conn)
+    assert (bill["instance_type"], bill["market"], bill["unit_price_usd"]) == ("dgx-box-1", "local", rate)
+    assert Decimal(first["cost_usd"]) == rate / 10
+    assert (avoided["market"], avoided["usd"]) == ("local", rate / 10)
+    if rate == 0:
+        said = "misses are recorded at $0, as the try is billed: local compute on 'dgx-box-1' needs a usd_per"
+        assert said in capsys.readouterr().out
 
 
 def test_asset_inputs_by_uri_and_by_event(flights_dir: Path, tmp_path: Path, ledger_conn: Ledger) -> None:

@@ -155,11 +155,14 @@ class CachedFeaturesOperator(BaseOperator):
         aws_conn_id: Airflow AWS connection for S3 inputs and an S3 store (default ``aws_default``; when that
             connection does not exist, or with ``None``, the SDKs' default credential chain).
         ledger_conn_id: Airflow connection of the cost ledger.
-        instance_type: Instance type the transform runs on, to price a miss from the catalog (templated;
-            one rendered empty, ``None`` or ``null`` is not given).
-        region: Region of that instance (templated; one rendered empty, ``None`` or ``null`` is not given).
+        instance_type: Instance type the transform runs on (templated; one rendered empty, ``None`` or
+            ``null`` is not given). A miss is priced as the cost listener bills the try: on this, else the
+            task's ``costaware_compute`` param's, else ``[costaware] worker_instance_type``.
+        region: Region of that instance (templated; one rendered empty, ``None`` or ``null`` is not given);
+            default the param's, else ``[costaware] worker_region``.
         usd_per_hour: Price of the worker per hour, when it is not a catalog instance (templated; one
-            rendered empty, ``None`` or ``null`` is not given).
+            rendered empty, ``None`` or ``null`` is not given); default the param's, else the price of the
+            instance type.
         tags: Allocation tags (team, project, owner) of the ledger entries.
         wait_timeout_seconds: How long to wait for another run computing the same key.
         bill_storage: Record the cache's storage cost (kind ``storage``) up to the current hour.
@@ -278,26 +281,38 @@ class CachedFeaturesOperator(BaseOperator):
                 if local and known(value):
                     parse_uri(value, what=f"input {name!r}")
 
-    def _usd_per_hour(self, options: S3Options) -> Decimal:
-        from costaware.core.money import parse_usd
+    def _billed_compute(self, tags: Mapping[str, str]) -> tuple[dict[str, Any], Decimal]:
+        """Where this try runs and its rate per hour, as the cost listener bills the try.
 
-        if blank(self.usd_per_hour) is not None:  # a template of an unset param renders "None": unset
-            return parse_usd(self.usd_per_hour, name="usd_per_hour")
-        # A rendered "None" or " " is not given, as the cost listener reads it (core.given).
-        instance_type = blank(self.instance_type)
-        if instance_type:
-            from costaware.adapters.price_source import list_price
-            from costaware.core.errors import ConfigurationError
-            from costaware.hooks.ledger import CostLedgerHook
+        A miss is priced at the bill's rate (:mod:`costaware.try_pricing`), so the cache's cost, and a later
+        hit's avoided cost, are what the try cost: with no ``instance_type`` or ``region``, the worker's
+        (``[costaware] worker_*``). A reading of its own recorded such a miss at $0 while the bill priced
+        the try on the worker's m5.large, and refused a type without ``region=`` that the bill priced.
 
-            region = blank(self.region) or options.region
-            if not region:
-                raise ConfigurationError(
-                    f"instance_type={instance_type!r} needs region= to look up its price, e.g. us-east-1"
-                )
-            return list_price(CostLedgerHook(self.ledger_conn_id).get_conn(), instance_type, region)
-        self.log.warning("neither instance_type nor usd_per_hour is set: misses are recorded at $0")
-        return Decimal(0)
+        Raises:
+            ConfigurationError: the compute cannot be priced (an unknown type, a ``costaware_compute``
+                param's market that is no market), before the transform runs; the bill would record the
+                try at $0.
+        """
+        from costaware.core.errors import ConfigurationError, PriceNotFoundError
+        from costaware.core.ledger import Market
+        from costaware.try_pricing import PRICING_PARAM, charge_of, compute_of
+
+        compute = compute_of(self)
+        try:
+            return compute, charge_of(compute, tags, self.ledger_conn_id, seconds=3600).usd_per_hour
+        except ConfigurationError as e:
+            if str(compute["market"]).strip().lower() == Market.LOCAL.value:
+                # The team's own hardware with no rate of its own: the bill records the try at $0 (unpriced).
+                self.log.warning("misses are recorded at $0, as the try is billed: %s", e)
+                return compute, Decimal(0)
+            error = PriceNotFoundError if isinstance(e, PriceNotFoundError) else ConfigurationError
+            raise error(
+                f"task {self.task_id!r} on {compute['instance_type']!r} in {compute['region']!r} "
+                f"({compute['market']}; from its instance_type, region, usd_per_hour, its {PRICING_PARAM} "
+                f"param, else the [costaware] worker_* settings) cannot be priced, so neither its bill nor "
+                f"the cache's cost would be right: {e}"
+            ) from e
 
     def _compute(self, options: S3Options, usd_per_hour: Decimal) -> Callable[[], Computed]:
         import pandas as pd
@@ -369,7 +384,7 @@ class CachedFeaturesOperator(BaseOperator):
                 params=canonical_params(self.transform_params),
                 libraries=libraries,
             )
-            rate = self._usd_per_hour(options)
+            compute, rate = self._billed_compute(who["tags"])
             outcome = store.get_or_compute(
                 key,
                 self._compute(options, rate),
@@ -377,7 +392,7 @@ class CachedFeaturesOperator(BaseOperator):
                 wait_timeout=timedelta(seconds=self.wait_timeout_seconds),
             )
             ledger = CostLedgerHook(self.ledger_conn_id).get_conn()
-            entry = self._ledger_entry(outcome, who, rate)
+            entry = self._ledger_entry(outcome, who, compute, rate)
             if outcome.hit:
                 ledger.record(entry)  # the avoided cost, as an estimate
             # A miss's compute is this try's runtime, which the cost listener prices like any task's;
@@ -392,11 +407,13 @@ class CachedFeaturesOperator(BaseOperator):
                 store.bill_storage(ledger.record, usd_per_gb_month=price, tags=self.tags)
         return self._report(outcome)
 
-    def _ledger_entry(self, outcome: Outcome, who: dict[str, Any], rate: Decimal) -> Any:
+    def _ledger_entry(
+        self, outcome: Outcome, who: dict[str, Any], compute: Mapping[str, Any], rate: Decimal
+    ) -> Any:
         """The avoided-cost entry of a hit; for a miss, the entry whose note the listener's entry takes."""
         import hashlib
 
-        from costaware.core.ledger import SECONDS_PER_HOUR, Kind, LedgerEntry, Market
+        from costaware.core.ledger import SECONDS_PER_HOUR, Kind, LedgerEntry
         from costaware.core.money import format_usd_exact
 
         manifest = outcome.entry.manifest
@@ -411,13 +428,10 @@ class CachedFeaturesOperator(BaseOperator):
             "usd": Decimal(manifest.cost_usd),
             "quantity": hours,
             "unit": "hour",
-            "instance_type": blank(self.instance_type),
-            "region": blank(self.region),
-            "market": (
-                Market.ON_DEMAND
-                if blank(self.instance_type) and blank(self.usd_per_hour) is None
-                else Market.LOCAL
-            ),
+            # Where the try is billed (compute_of): a hit's avoided cost is a miss of this task's, priced so.
+            "instance_type": compute["instance_type"],
+            "region": compute["region"],
+            "market": compute["market"],
             "tags": who["tags"],
         }
         if outcome.hit:
