@@ -644,6 +644,12 @@ def test_a_failed_scoring_command_fails_the_task_and_promotes_nothing(
         ({"holdout_path": None}, "scoring on a holdout needs holdout_path and label_column"),
         ({"margin": -0.1}, "margin must be a finite number >= 0, got -0.1"),
         ({"margin": "abc"}, "margin must be a number >= 0, got 'abc'"),
+        # Not rendered: both failed only once scored, blamed on the label column ("needs a numeric label").
+        (
+            {"label_threshold": "abc"},
+            "label_threshold must be a number (a label above it counts as 1), got 'abc'",
+        ),
+        ({"label_threshold": "null"}, "got 'null': write the number, or leave label_threshold out (None)"),
     ],
 )
 def test_bad_arguments_fail_when_the_dag_is_parsed(kwargs: dict[str, Any], message: str) -> None:

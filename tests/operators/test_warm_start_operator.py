@@ -397,6 +397,14 @@ def test_a_market_misspelt_in_a_template_fails_when_rendered_before_any_training
             {"label_threshold": "abc"},
             r"label_threshold must be a number \(a label above it counts as 1\), got 'abc'",
         ),
+        # Never rendered, so written out: "null" trained on the raw label, "None " was refused.
+        *[
+            (
+                {"label_threshold": written},
+                rf"got {written!r}: write the number, or leave label_threshold out",
+            )
+            for written in ("null", "None", "", "None ", " ")
+        ],
         # Read letter by letter before.
         ({"feature_columns": "x1, x2"}, r"feature_columns must be a list of column names, .*\['x1', 'x2'\]"),
         # The cost listener ignored it with a warning and priced the catalog's rate instead.

@@ -406,6 +406,32 @@ def test_a_label_threshold_as_text_is_read_as_a_number(tmp_path: Path) -> None:
     assert job_from_file(str(config)).label_threshold == 15.0
 
 
+# label_threshold is never rendered, so text that reads as not given was written out: "null" and "" were
+# read as not given (trained on the raw label) while " " and "None " were refused.
+@pytest.mark.parametrize("written", ["", " ", "None", "None ", "null", " null"])
+def test_a_label_threshold_written_as_not_given_is_refused_naming_it(tmp_path: Path, written: str) -> None:
+    import re
+
+    from costaware.training.runner import job_from_file
+
+    config = tmp_path / "job.json"
+    config.write_text(json.dumps({**_fields(tmp_path, "lt"), "label_threshold": written}))
+    message = (
+        rf"job file .*: label_threshold must be a number \(a label above it counts as 1\), got "
+        rf"{re.escape(repr(written))}: write the number, or leave label_threshold out \(None\)"
+    )
+    with pytest.raises(ConfigurationError, match=message):
+        job_from_file(str(config))
+
+
+def test_a_label_threshold_null_in_json_is_not_given(tmp_path: Path) -> None:
+    from costaware.training.runner import job_from_file
+
+    config = tmp_path / "job.json"
+    config.write_text(json.dumps({**_fields(tmp_path, "lt"), "label_threshold": None}))
+    assert job_from_file(str(config)).label_threshold is None
+
+
 def test_a_save_after_a_resume_past_a_corrupt_file_keeps_the_good_one(tmp_path: Path) -> None:
     # keep=2 kept the newest two files: the new one and the cut-off one, and deleted the good one the
     # training had just resumed from.

@@ -25,6 +25,7 @@ from costaware.glue import (
     storage_options,
 )
 from costaware.operators.templating import is_literal, is_template, refuse_relative_store
+from costaware.training.spec import parse_label_threshold
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -122,6 +123,8 @@ class ModelPromoteOperator(BaseOperator):
         # Everything that can be checked before rendering fails the DAG file, not the run after training;
         # templates are checked in execute, once rendered.
         source = metric_source(candidate_metrics, scoring_command)
+        # Not rendered: "abc" or "null" failed only once scored, as "needs a numeric label column".
+        parse_label_threshold(label_threshold)
         if not is_template(metric):
             if not is_template(higher_is_better):
                 metric_direction(metric, higher_is_better)

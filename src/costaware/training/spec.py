@@ -16,6 +16,7 @@ from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any
 
 from costaware.core.errors import ConfigurationError
+from costaware.core.given import not_given
 
 if TYPE_CHECKING:
     from costaware.core.retrain_policy import RetrainPolicy
@@ -118,13 +119,22 @@ def check_training_arguments(
 
 
 def parse_label_threshold(value: Any) -> float | None:
-    """``label_threshold`` as a number (a rendered template or a job file may give text); None when not given.
+    """``label_threshold`` as a number (a job file may give text); None when not given (None, JSON null).
+
+    It is never rendered (a template is refused), so text that reads as not given (blank, ``None``,
+    ``null``; :func:`costaware.core.given.not_given`) was written out: a mistake, refused like any other.
+    A rule of its own read ``"null"`` as not given and refused ``"None "``.
 
     Raises:
         ConfigurationError: not a finite number, naming the value.
     """
-    if value in (None, "", "None", "null"):  # what a template renders of a param left blank
+    if value is None:
         return None
+    if not_given(value):
+        raise ConfigurationError(
+            f"label_threshold must be a number (a label above it counts as 1), got {value!r}: write the "
+            "number, or leave label_threshold out (None) to train on a 0/1 or boolean label as it is"
+        )
     try:
         number = float(str(value).strip()) if not isinstance(value, bool) else math.nan
     except ValueError:
