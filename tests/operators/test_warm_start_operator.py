@@ -405,6 +405,16 @@ def test_a_market_misspelt_in_a_template_fails_when_rendered_before_any_training
             )
             for written in ("null", "None", "", "None ", " ")
         ],
+        # A bare "TypeError: 'int' object is not iterable" failed the parse; text was read letter by letter.
+        (
+            {"drift_columns": 5},
+            r"WarmStartRetrainOperator 'retrain': drift_columns must be a list of column names \(the "
+            r"features checked for drift\), got 5: e\.g\. \['dep_delay', 'distance'\], or leave drift",
+        ),
+        ({"drift_columns": "x1, x2"}, r"drift_columns .*got 'x1, x2': write \['x1', 'x2'\]"),
+        ({"drift_columns": ["x1", 3]}, r"drift_columns must be a list of column names .*got \['x1', 3\]"),
+        ({"drift_columns": {"x1": 1}}, r"drift_columns must be a list of column names .*got \{'x1': 1\}"),
+        ({"drift_columns": "{{ params.cols }}"}, "is a template, but drift_columns is not rendered"),
         # Read letter by letter before.
         ({"feature_columns": "x1, x2"}, r"feature_columns must be a list of column names, .*\['x1', 'x2'\]"),
         # The cost listener ignored it with a warning and priced the catalog's rate instead.

@@ -432,6 +432,24 @@ def test_a_label_threshold_null_in_json_is_not_given(tmp_path: Path) -> None:
     assert job_from_file(str(config)).label_threshold is None
 
 
+# 5 exited 2 with {"error": "'int' object is not iterable"}, naming neither the file nor the field.
+@pytest.mark.parametrize(
+    ("written", "what"),
+    [(5, "got 5: e.g."), ("x1", r"got 'x1': write \['x1'\]"), (["x1", 2], r"got \['x1', 2\]")],
+)
+def test_drift_columns_that_are_no_list_of_names_are_refused_naming_them(
+    tmp_path: Path, written: Any, what: str
+) -> None:
+    from costaware.training.runner import job_from_file
+
+    config = tmp_path / "job.json"
+    config.write_text(json.dumps({**_fields(tmp_path, "dc"), "drift_columns": written}))
+    with pytest.raises(ConfigurationError, match=rf"job file .*: drift_columns must be a list .*{what}"):
+        job_from_file(str(config))
+    config.write_text(json.dumps({**_fields(tmp_path, "dc"), "drift_columns": ["x1"]}))
+    assert job_from_file(str(config)).drift_columns == ["x1"]
+
+
 def test_a_save_after_a_resume_past_a_corrupt_file_keeps_the_good_one(tmp_path: Path) -> None:
     # keep=2 kept the newest two files: the new one and the cut-off one, and deleted the good one the
     # training had just resumed from.

@@ -59,8 +59,8 @@ class WarmStartRetrainOperator(BuiltInTrainingArguments, BaseOperator):
         label_threshold: When set, the label is ``label_column > label_threshold``.
         policy: ``drift`` (default), ``always-full``, ``always-warm``, or a ``RetrainPolicy`` instance.
         policy_params: Keyword arguments of a policy given by name (e.g. ``max_warm_steps``).
-        drift_columns: Features to check for drift (default: all features). Leave out columns that vary by
-            design between batches, such as the day of week of a daily batch.
+        drift_columns: Features to check for drift, a list of column names (default: all features). Leave
+            out columns that vary by design between batches, such as the day of week of a daily batch.
         force_full: Retrain in full whatever the policy says (templated, e.g. ``"{{ params.force_full }}"``).
         checkpoint_every_seconds: Checkpoint at least this often (None: not by time).
         checkpoint_every_steps: Checkpoint every this many steps (None: not by steps).
@@ -150,10 +150,23 @@ class WarmStartRetrainOperator(BuiltInTrainingArguments, BaseOperator):
             market=market if is_literal(market) else None,
             usd_per_hour=usd_per_hour if is_literal(usd_per_hour) else None,
         )
-        self.drift_columns = None if drift_columns is None else list(drift_columns)
+        self.drift_columns = self._drift_columns(drift_columns)
         self.usd_per_hour = usd_per_hour
         self.aws_conn_id = aws_conn_id
         self._checkpointer: Checkpointer | None = None
+
+    def _drift_columns(self, drift_columns: Any) -> list[str] | None:
+        """``drift_columns`` as column names, else refused naming it (not rendered: checked at parse)."""
+        from costaware.core.errors import ConfigurationError
+        from costaware.operators.templating import refuse_template
+        from costaware.training.spec import parse_drift_columns
+
+        owner = f"{type(self).__name__} {self.task_id!r}"
+        try:
+            refuse_template("drift_columns", drift_columns, write="write the list of column names")
+            return parse_drift_columns(drift_columns)
+        except ConfigurationError as e:
+            raise ConfigurationError(f"{owner}: {e}") from e
 
     def _remember(self, checkpointer: Checkpointer) -> None:
         self._checkpointer = checkpointer

@@ -36,7 +36,12 @@ from costaware.core.retrain_policy import (
 from costaware.training.checkpointing import PREEMPTED_EXIT_CODE, Checkpointer, PreemptedError
 from costaware.training.data import read_parquet, training_data
 from costaware.training.record import training_record
-from costaware.training.spec import RetrainJob, check_training_arguments, parse_label_threshold
+from costaware.training.spec import (
+    RetrainJob,
+    check_training_arguments,
+    parse_drift_columns,
+    parse_label_threshold,
+)
 from costaware.training.trainers import resolve_trainer, same_trainer, trainer_path
 
 #: ``read_parquet``, ``training_data`` (``training.data``), ``RetrainJob`` (``training.spec``), ``POLICIES``
@@ -405,6 +410,10 @@ def job_from_file(path: str) -> RetrainJob:
             f"job file {path!r}: feature_columns must be a list of column names, such as "
             f'["dep_delay", "distance"], got {columns!r}'
         )
+    try:  # 5 was {"error": "'int' object is not iterable"}, naming neither the file nor the field
+        given["drift_columns"] = parse_drift_columns(given.get("drift_columns"))
+    except ConfigurationError as e:
+        raise ConfigurationError(f"job file {path!r}: {e}") from e
     for name in ("trainer_params", "policy_params", "storage_options", "run"):
         if not isinstance(given.get(name, {}), dict):  # "anon=true" was a ValueError traceback, exit 1
             raise ConfigurationError(

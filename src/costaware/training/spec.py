@@ -146,6 +146,34 @@ def parse_label_threshold(value: Any) -> float | None:
     return number
 
 
+def parse_drift_columns(value: Any) -> list[str] | None:
+    """``drift_columns`` as a list of column names; None (not given): every feature is checked.
+
+    Raises:
+        ConfigurationError: not a list of column names (5 was a bare "'int' object is not iterable", a
+            string was read letter by letter), naming the value and what to give.
+    """
+    if value is None:
+        return None
+    names = None if isinstance(value, (str, Mapping)) else _items(value)
+    if names is not None and all(isinstance(name, str) and name.strip() for name in names):
+        return names
+    written = [name.strip() for name in value.split(",") if name.strip()] if isinstance(value, str) else []
+    raise ConfigurationError(
+        f"drift_columns must be a list of column names (the features checked for drift), got {value!r}: "
+        + (f"write {written!r}" if written else "e.g. ['dep_delay', 'distance']")
+        + ", or leave drift_columns out to check every feature"
+    )
+
+
+def _items(value: Any) -> list[Any] | None:
+    """``value``'s items, or None where it has none (a number)."""
+    try:
+        return list(value)
+    except TypeError:
+        return None
+
+
 @dataclass(frozen=True)
 class RetrainJob:
     """Everything one retrain needs; see ``WarmStartRetrainOperator`` for each field's meaning."""
