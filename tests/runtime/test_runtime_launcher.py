@@ -927,6 +927,56 @@ def test_a_job_folder_whose_filesystem_fails_is_a_store_error_not_a_contract_one
     assert not (job.root / "seen-1.json").exists()
 
 
+#: Python's view of a filesystem that fails to make a folder under $FAILING_FOLDER with $FAILING_ERRNO.
+FAILING_MKDIR_SITECUSTOMIZE = """\
+import errno, os
+_folder = os.environ["FAILING_FOLDER"].rstrip("/") + "/"
+_code = getattr(errno, os.environ["FAILING_ERRNO"])
+_mkdir = os.mkdir
+def mkdir(path, *args, **kwargs):
+    if os.fspath(path).startswith(_folder):
+        raise OSError(_code, os.strerror(_code), os.fspath(path))
+    return _mkdir(path, *args, **kwargs)
+os.mkdir = mkdir
+"""
+
+
+@pytest.mark.parametrize(
+    ("code", "exit_code", "words"),
+    [
+        ("ENOSPC", 74, "could not be made ([Errno 28] No space left on device: "),
+        ("EIO", 74, "could not be made ([Errno 5] Input/output error: "),
+        ("ESTALE", 74, "could not be made ([Errno 116] Stale file handle: "),
+        ("EROFS", 2, "cannot be used: its folder"),
+        ("EACCES", 2, "cannot be used: its folder"),
+    ],
+)
+def test_a_job_folder_that_its_filesystem_fails_to_make_is_a_store_error(
+    make_job: MakeJob, tmp_path: Path, code: str, exit_code: int, words: str
+) -> None:
+    # A full disk or an I/O error making the folder was exit 2 "cannot be made" (not retried); only a folder
+    # that may not be made there (read-only, no permission) is the contract.
+    job = make_job(RESUMING_JOB)
+    failing = tmp_path / "failing"
+    failing.mkdir()
+    (tmp_path / "site").mkdir()
+    (tmp_path / "site" / "sitecustomize.py").write_text(FAILING_MKDIR_SITECUSTOMIZE)
+    path = os.pathsep.join(filter(None, [str(tmp_path / "site"), os.environ.get("PYTHONPATH")]))
+    folder = failing / "checkpoints"
+    env = job.env(COSTAWARE_CHECKPOINT_DIR=str(folder)) | {
+        "FAILING_FOLDER": str(failing),
+        "FAILING_ERRNO": code,
+        "PYTHONPATH": path,
+    }
+    done = job.run(env=env)
+    assert done.returncode == exit_code, done.stderr
+    said = " ".join(done.stderr.split())
+    assert f"COSTAWARE_CHECKPOINT_DIR={str(folder)!r}" in said and words in said
+    if exit_code == 74:
+        assert "check that filesystem (its free space, its mount)" in said
+    assert not (job.root / "seen-1.json").exists()
+
+
 def test_no_outputs_and_an_output_uri_disagree_before_the_job_starts(make_job: MakeJob) -> None:
     job = make_job(SELF_STORING_JOB)
     done = job.run("--no-outputs")
@@ -1374,7 +1424,7 @@ def test_no_command_is_a_usage_error() -> None:
 def test_the_console_script_is_installed() -> None:
     script = Path(sys.executable).with_name("costaware-run")
     done = subprocess.run([str(script), "--version"], capture_output=True, text=True)
-    assert done.stdout.strip() == "costaware-runtime 0.1.7"
+    assert done.stdout.strip() == "costaware-runtime 0.1.8"
 
 
 # The job starts a helper process (like a DataLoader worker) that notes whether it got SIGTERM.

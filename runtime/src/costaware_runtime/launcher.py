@@ -541,6 +541,12 @@ _RENAMED_IN = {
 }
 
 
+#: What making a job folder answers, besides no permission, when the folder may not be made there (read-only,
+#: a file in the way, a name too long, a symlink loop): every attempt would meet it again, so the contract
+#: (exit 2), not the filesystem failing (exit 74).
+_FOLDER_REFUSED = frozenset({errno.EROFS, errno.ENOTDIR, errno.EEXIST, errno.ENAMETOOLONG, errno.ELOOP})
+
+
 def _make_job_folder(folder: Path, variable: str, given: Path) -> str | None:
     """Make the local ``folder`` that ``variable`` (``given``) names and check the job may write it.
 
@@ -553,9 +559,10 @@ def _make_job_folder(folder: Path, variable: str, given: Path) -> str | None:
         S3 without ``--allow-delete``): the probe file stays there (never uploaded as an output); else None.
 
     Raises:
-        ContractError: The folder cannot be made, refuses a new file, or (the checkpoint and metrics folders,
-            see :data:`_RENAMED_IN`) refuses to rename one.
-        StoreError: Its filesystem failed to create or rename the write check (an I/O error): exit 74.
+        ContractError: The folder may not be made (no permission, read-only, a file in its path), refuses a
+            new file, or (the checkpoint and metrics folders, see :data:`_RENAMED_IN`) refuses to rename one.
+        StoreError: Its filesystem failed to make the folder, or to create or rename the write check (a full
+            disk, an I/O error): exit 74.
     """
     advice = "give a folder the job may write, or leave the variable unset for a temporary one"
     try:
@@ -564,7 +571,15 @@ def _make_job_folder(folder: Path, variable: str, given: Path) -> str | None:
         existing = folder.absolute()
         while not existing.exists() and existing != existing.parent:
             existing = existing.parent
-        why = f"{str(existing)!r} is a file, not a folder" if not existing.is_dir() else str(e)
+        under_a_file = not existing.is_dir()
+        if not (under_a_file or isinstance(e, PermissionError) or e.errno in _FOLDER_REFUSED):
+            # A full disk, an I/O error, a stale NFS handle: exit 2 said the path cannot be used and was
+            # not retried, though another attempt (another machine) may well make it.
+            raise StoreError(
+                f"{variable}={str(given)!r}: its folder {str(folder)!r} could not be made ({e}); check that "
+                "filesystem (its free space, its mount)"
+            ) from e
+        why = f"{str(existing)!r} is a file, not a folder" if under_a_file else str(e)
         raise ContractError(
             f"{variable}={str(given)!r} cannot be used: its folder {str(folder)!r} cannot be made ({why}); "
             f"{advice}"
