@@ -808,6 +808,19 @@ def test_a_rank_that_is_not_a_number_is_refused(
     assert not local.exists()
 
 
+@pytest.mark.parametrize("location", ["/", "//", "/.", "file:///.", "."])
+def test_clearing_the_root_is_refused(location: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # "$UNSET/" cleared the machine's root: its LATEST.json and step-* folders were deleted. Nothing here may
+    # delete anything, whether the clear is refused or not.
+    monkeypatch.chdir("/")  # "." read against it
+    deleted: list[object] = []
+    monkeypatch.setattr(LocalStore, "delete", lambda self, keys: deleted.append(keys))
+    monkeypatch.setattr(LocalStore, "delete_folder", lambda self, folder: deleted.append(folder))
+    with pytest.raises(ContractError, match=r"is the root, /, of the whole machine .*give the store's own"):
+        clear_checkpoints(location)
+    assert deleted == []
+
+
 def test_clearing_no_location_at_all_is_refused_as_an_empty_one() -> None:
     # os.environ.get of an unset variable: an AttributeError on None.strip said nothing of what to do.
     with pytest.raises(ContractError, match="None names no location"):

@@ -262,6 +262,13 @@ def test_a_local_path_holding_a_scheme_separator_is_a_path() -> None:
         ),
         ("file://localhost/", "'file://localhost/' names no folder but the root, /"),
         ("file://ckpts/", "'file://ckpts/' names the host 'ckpts': a file URI takes three slashes"),
+        # The root by other names: what "$UNSET/" gives was opened as the store, pushed to and pruned.
+        ("/", "'/' is the root, /, of the whole machine (what \"$UNSET/\" or file://$UNSET/ gives): a store"),
+        ("//", "'//' is the root, /, of the whole machine"),
+        ("/.", "'/.' is the root, /, of the whole machine"),
+        ("/tmp/..", "'/tmp/..' is the root, /, of the whole machine"),
+        ("file:///.", "'file:///.' is the root, /, of the whole machine"),
+        ("file:///tmp/..", "'file:///tmp/..' is the root, /, of the whole machine"),
     ],
 )
 def test_open_store_refuses(uri: str, message: str) -> None:

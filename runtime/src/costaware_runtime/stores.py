@@ -625,7 +625,8 @@ def open_store(uri: str) -> Store:
 
     Raises:
         ContractError: ``uri`` has another scheme, an ``s3://`` URI names no bucket, a ``file://`` URI
-            names a host or no path, or an ``s3://`` or ``file://`` URI holds a ``#`` or ``?``.
+            names a host or no path, an ``s3://`` or ``file://`` URI holds a ``#`` or ``?``, or the local
+            folder is the root, ``/`` (``//``, ``/.``, ``file:///.``).
     """
     parsed = urlparse(uri)
     _refuse_cut_uri(uri, parsed.scheme)
@@ -644,10 +645,25 @@ def open_store(uri: str) -> Store:
                 f"{uri!r} names no folder{root}: give an absolute path after three slashes "
                 "(file:///data/ckpt), or the folder's path itself; leave the variable unset for no store"
             )
-        return LocalStore(Path(parsed.path))
+        return _local_store(uri, parsed.path)
     if is_uri(uri):
         raise ContractError(f"{uri!r} is not a supported location: use a local folder, file:// or s3://")
-    return LocalStore(Path(uri))
+    return _local_store(uri, uri)
+
+
+def _local_store(uri: str, path: str) -> LocalStore:
+    """The store in the local folder ``path`` (from ``uri``), refused where that folder is the root.
+
+    Only file:/// was refused: / (what "$UNSET/" gives), //, /. and file:///. opened the machine's root, where
+    a checkpoint push wrote its step folders and pruned older ones, and a clear deleted them.
+    """
+    if os.path.realpath(path) == "/":
+        raise ContractError(
+            f'{uri!r} is the root, /, of the whole machine (what "$UNSET/" or file://$UNSET/ gives): a '
+            "store there would write its files (checkpoint step folders, outputs) in / and delete old ones "
+            "from it; give the store's own folder (/data/ckpt), or leave the variable unset for no store"
+        )
+    return LocalStore(Path(path))
 
 
 def open_object(uri: str) -> tuple[Store, str]:
