@@ -280,9 +280,8 @@ def test_open_store_refuses(uri: str, message: str) -> None:
 def test_open_object_splits_a_file_uri() -> None:
     store, key = open_object("s3://bucket/runs/7/result.json")
     assert (store.uri, key) == ("s3://bucket/runs/7", "result.json")
-    # The parent of file:///result.json was read as "file:", the current folder.
-    store, key = open_object("file:///result.json")
-    assert (store.uri, key) == ("/", "result.json")
+    store, key = open_object("file:///runs/result.json")
+    assert (store.uri, key) == ("/runs", "result.json")
     store, key = open_object("file://localhost/runs/result.json")
     assert (store.uri, key) == ("/runs", "result.json")
     with pytest.raises(ContractError, match=r"'file://runs/result\.json' names the host 'runs'"):
@@ -293,6 +292,34 @@ def test_open_object_splits_a_file_uri() -> None:
         open_object("s3://b/r.json#2")
     with pytest.raises(ContractError, match="names a folder, not a file"):
         open_object("s3://bucket/runs/")
+
+
+@pytest.mark.parametrize(
+    ("uri", "message"),
+    [
+        # Written into whatever folder the job was started in.
+        (
+            "file:result.json",
+            "'file:result.json' is a relative file: URI: give an absolute path after three slashes "
+            "(file:///data/result.json), or the file's path itself",
+        ),
+        ("file:./r.json", "'file:./r.json' is a relative file: URI: give an absolute path"),
+        # What file://$UNSET/result.json gives: /result.json written, the root probed.
+        (
+            "file:///result.json",
+            "'file:///result.json' names a file in the root, /, of the whole machine (what "
+            'file://$UNSET/result.json or "$UNSET/result.json" gives): give the file a folder of its own '
+            "(/data/result.json), or leave the variable unset",
+        ),
+        ("file://localhost/./result.json", "names a file in the root, /, of the whole machine"),
+        ("/result.json", "'/result.json' names a file in the root, /, of the whole machine"),
+        ("//r.json", "'//r.json' names a file in the root, /, of the whole machine"),
+    ],
+)
+def test_open_object_refuses(uri: str, message: str) -> None:
+    with pytest.raises(ContractError) as caught:
+        open_object(uri)
+    assert message in str(caught.value)
 
 
 @pytest.mark.parametrize("key", ["", "/abs", "a/../b", "a//b", "./a", "a\\b"])

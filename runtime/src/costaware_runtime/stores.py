@@ -651,12 +651,19 @@ def open_store(uri: str) -> Store:
     return _local_store(uri, uri)
 
 
-def _local_store(uri: str, path: str) -> LocalStore:
+def _local_store(uri: str, path: str, file_name: str = "") -> LocalStore:
     """The store in the local folder ``path`` (from ``uri``), refused where that folder is the root.
 
     Only file:/// was refused: / (what "$UNSET/" gives), //, /. and file:///. opened the machine's root, where
-    a checkpoint push wrote its step folders and pruned older ones, and a clear deleted them.
+    a checkpoint push wrote its step folders and pruned older ones, and a clear deleted them. ``file_name``:
+    the one file ``uri`` names in that folder (the result), if it names one.
     """
+    if os.path.realpath(path) == "/" and file_name:
+        raise ContractError(
+            f"{uri!r} names a file in the root, /, of the whole machine (what file://$UNSET/{file_name} or "
+            f'"$UNSET/{file_name}" gives): give the file a folder of its own (/data/{file_name}), or leave '
+            "the variable unset"
+        )
     if os.path.realpath(path) == "/":
         raise ContractError(
             f'{uri!r} is the root, /, of the whole machine (what "$UNSET/" or file://$UNSET/ gives): a '
@@ -667,7 +674,12 @@ def _local_store(uri: str, path: str) -> LocalStore:
 
 
 def open_object(uri: str) -> tuple[Store, str]:
-    """The store holding the single object ``uri`` and the object's key in it."""
+    """The store holding the single object ``uri`` and the object's key in it.
+
+    Raises:
+        ContractError: ``uri`` names a folder, is a relative ``file:`` URI, or names a file in the root, ``/``
+            (see :func:`open_store`).
+    """
     parsed = urlparse(uri)
     _refuse_cut_uri(uri, parsed.scheme)
     path = PurePosixPath(parsed.path if parsed.scheme else uri)
@@ -675,11 +687,19 @@ def open_object(uri: str) -> tuple[Store, str]:
         raise ContractError(f"{uri!r} names a folder, not a file: add a file name such as result.json")
     if parsed.scheme == "file":
         # From the parsed path: cutting the name off the text left file:///result.json's parent as "file:",
-        # which opened the current folder. A file names its folder, the root too (file:///result.json).
+        # which opened the current folder.
         _refuse_file_host(uri, parsed.netloc, parsed.path)
-        return LocalStore(Path(path.parent)), path.name
-    parent = f"{parsed.scheme}://{parsed.netloc}{path.parent}" if parsed.scheme else str(path.parent)
-    return open_store(parent), path.name
+        if not path.is_absolute():
+            # file:result.json wrote into whatever folder the job was started in.
+            raise ContractError(
+                f"{uri!r} is a relative file: URI: give an absolute path after three slashes "
+                f"(file:///data/{path.name}), or the file's path itself"
+            )
+        # As a store: file:///result.json (what file://$UNSET/result.json gives) wrote /result.json.
+        return _local_store(uri, str(path.parent), path.name), path.name
+    if not parsed.scheme:
+        return _local_store(uri, str(path.parent), path.name), path.name
+    return open_store(f"{parsed.scheme}://{parsed.netloc}{path.parent}"), path.name
 
 
 def _refuse_file_host(uri: str, host: str, path: str) -> None:
