@@ -1184,6 +1184,39 @@ def test_an_output_folder_that_refuses_deletions_is_used_and_its_write_check_is_
     ]
 
 
+@pytest.mark.parametrize(("code", "words"), [("EIO", "Input/output error"), ("ESTALE", "Stale file handle")])
+def test_an_output_folder_whose_filesystem_fails_a_delete_is_not_said_to_refuse_deletions(
+    make_job: MakeJob, tmp_path: Path, code: str, words: str
+) -> None:
+    # An I/O error deleting the write check was told "refuses to delete them (Input/output error)".
+    job = make_job(RESUMING_JOB)
+    folder = tmp_path / "failing"
+    folder.mkdir()
+    (tmp_path / "site").mkdir()
+    (tmp_path / "site" / "sitecustomize.py").write_text(
+        MOUNTPOINT_SITECUSTOMIZE.replace(
+            "PermissionError(errno.EPERM, os.strerror(errno.EPERM)",
+            f"OSError(errno.{code}, os.strerror(errno.{code})",
+        )
+    )
+    path = os.pathsep.join(filter(None, [str(tmp_path / "site"), os.environ.get("PYTHONPATH")]))
+    env = job.env() | {
+        "COSTAWARE_OUTPUT_DIR": str(folder),
+        "MOUNTPOINT_FOLDER": str(folder),
+        "PYTHONPATH": path,
+    }
+    done = job.run(env=env)
+    assert done.returncode == 0, done.stderr
+    (probe,) = folder.glob(".costaware-write-check.*.tmp")
+    said = " ".join(done.stderr.split())
+    assert (
+        f"COSTAWARE_OUTPUT_DIR={str(folder)!r}: its folder {str(folder)!r} takes new files but could not "
+        f"delete one (the filesystem failed: {words}), so the launcher's write check {str(probe)!r} stays "
+        "there" in said
+    )
+    assert "refuses to delete" not in said
+
+
 @pytest.mark.parametrize(
     ("variable", "file", "written"),
     [

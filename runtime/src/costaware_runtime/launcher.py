@@ -556,7 +556,8 @@ def _make_job_folder(folder: Path, variable: str, given: Path) -> str | None:
 
     Returns:
         A warning where the folder takes new files but refuses to delete them (append-only, a Mountpoint for
-        S3 without ``--allow-delete``): the probe file stays there (never uploaded as an output); else None.
+        S3 without ``--allow-delete``) or its filesystem failed to (an I/O error): the probe file stays there
+        (never uploaded as an output); else None.
 
     Raises:
         ContractError: The folder may not be made (no permission, read-only, a file in its path), refuses a
@@ -611,10 +612,15 @@ def _make_job_folder(folder: Path, variable: str, given: Path) -> str | None:
         ) from error
     # The job may write there, which is all it needs: refusing it said the opposite of what happened.
     skipped = " (it is never uploaded as an output)" if variable == contract.OUTPUT_DIR else ""
+    # An I/O error or a stale handle at the delete is the filesystem failing, not a folder refusing deletions.
+    why = (
+        f"refuses to delete them ({error.strerror or error})"
+        if refusal.refused
+        else f"could not delete one (the filesystem failed: {error.strerror or error})"
+    )
     return (
-        f"{variable}={str(given)!r}: its folder {str(folder)!r} takes new files but refuses to delete "
-        f"them ({error.strerror or error}), so the launcher's write check {str(refusal.left)!r} stays there; "
-        f"delete it by hand where you can{skipped}"
+        f"{variable}={str(given)!r}: its folder {str(folder)!r} takes new files but {why}, so the "
+        f"launcher's write check {str(refusal.left)!r} stays there; delete it by hand where you can{skipped}"
     )
 
 
