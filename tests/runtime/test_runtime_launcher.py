@@ -1360,7 +1360,8 @@ def test_a_command_that_is_not_executable_is_126_and_says_what_to_do(tmp_path: P
         other.write_text(first_line + "\n")
         done = run(other)
         assert done.returncode == 126
-        run_it = f"{interpreter} {other}" if interpreter else "sh run.sh, python3 train.py"
+        # Neither: it said "(sh run.sh, python3 train.py)", naming no file of the user's.
+        run_it = f"{interpreter} {other}" if interpreter else f"sh {other} or python3 {other}"
         assert f"or run it through its interpreter ({run_it})" in " ".join(done.stderr.split())
 
 

@@ -735,7 +735,8 @@ def _start_failure(command: Sequence[str], error: OSError) -> tuple[int, str]:
             return 126, f"command is a folder, not a program: {command[0]}; give the program's path"
         # The program its #! line or its suffix names: "python3 run.sh" was said of a shell script too.
         interpreter = _interpreter_of(Path(found)) if found else None
-        run_it = f"{interpreter} {command[0]}" if interpreter else "sh run.sh, python3 train.py"
+        # Neither: the command itself, through the two likely ones (an example pair named no file of theirs).
+        run_it = f"{interpreter} {command[0]}" if interpreter else f"sh {command[0]} or python3 {command[0]}"
         return 126, (
             f"command is not executable: {command[0]}; make it executable in the image (chmod +x), or run "
             f"it through its interpreter ({run_it})"
