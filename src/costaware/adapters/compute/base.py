@@ -539,7 +539,7 @@ def require_usable_locations(
                 raise StoreUnavailableError(
                     f"{what} {text!r} could not be checked: this worker could not {refusal.step} a file in "
                     f"{str(existing)!r} ({refusal.error}){left}; check that filesystem (its free space, its "
-                    "mount): the task's retry checks it again"
+                    "mount): it is checked again when the task is retried, where it has retries left"
                 ) from refusal.error
             advice = (
                 "give a folder on a filesystem that does (a Mountpoint for S3 renames no file: give the "
