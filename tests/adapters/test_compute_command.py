@@ -370,6 +370,25 @@ def test_a_local_store_on_a_mount_that_cannot_rename_is_refused(
     )
 
 
+@pytest.mark.parametrize(("call", "step"), [("open", "create"), ("unlink", "delete")])
+def test_a_local_store_that_cannot_create_or_delete_is_not_told_of_a_mountpoint(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, call: str, step: str
+) -> None:
+    # A create or a delete answered ENOSYS was told "a Mountpoint for S3 renames no file": it renamed none.
+    from costaware.adapters.compute.base import require_usable_locations
+
+    _failing(monkeypatch, tmp_path, call, errno.ENOSYS)
+    store = str(tmp_path / "models")
+    with pytest.raises(ConfigurationError) as caught:
+        require_usable_locations("local", model_store=store)
+    said = str(caught.value)
+    assert said.startswith(
+        f"model_store {store!r} cannot be written: this worker may not {step} a file in {str(tmp_path)!r} "
+        "(Function not implemented), which a store needs"
+    )
+    assert said.endswith("; give a folder on a filesystem that does")
+
+
 @pytest.mark.parametrize("launcher_reads", [(), ("checkpoint_store",)])
 def test_a_local_path_holding_a_scheme_separator_is_a_local_folder(
     tmp_path: Path, launcher_reads: tuple[str, ...]

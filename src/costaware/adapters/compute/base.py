@@ -541,9 +541,14 @@ def require_usable_locations(
                     f"{str(existing)!r} ({refusal.error}){left}; check that filesystem (its free space, its "
                     "mount): it is checked again when the task is retried, where it has retries left"
                 ) from refusal.error
+            # Only a rename answered ENOSYS is a Mountpoint for S3's: a create or a delete answered so is not.
+            mountpoint = (
+                " (a Mountpoint for S3 renames no file: give the bucket's s3:// URI)"
+                if refusal.step == "rename"
+                else ""
+            )
             advice = (
-                "give a folder on a filesystem that does (a Mountpoint for S3 renames no file: give the "
-                "bucket's s3:// URI)"
+                f"give a folder on a filesystem that does{mountpoint}"
                 if refusal.unsupported
                 else "give a folder it may write, or change the folder's permissions"
             )
