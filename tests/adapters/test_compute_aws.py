@@ -1151,6 +1151,15 @@ _PULL_TIMEOUT = (
     "connection: dial tcp 10.0.0.1:443: i/o timeout"
 )
 
+_NAMED_LIKE_A_TIMEOUT = (
+    "CannotPullContainerError: pull image manifest has been retried 5 time(s): failed to resolve ref "
+    "1234.dkr.ecr.us-east-1.amazonaws.com/timeout-tuner:v2: not found"
+)
+_DENIED_AFTER_A_TIMEOUT = (
+    "CannotPullContainerError: pull image manifest has been retried 5 time(s): 1234.dkr.ecr.us-east-1."
+    "amazonaws.com/train:v9: request timed out once, then: denied: User is not authorized to pull"
+)
+
 
 @pytest.mark.parametrize(
     ("job_reason", "container_reason", "reason"),
@@ -1182,6 +1191,19 @@ _PULL_TIMEOUT = (
             f"{_PULL_TIMEOUT} (the image could not be pulled, which may pass: the registry limited its pulls "
             "or the network did not answer in time; clear the task to try again later, and for a registry's "
             "pull limit (Docker Hub) pull through an ECR pull-through cache or with a login; not retried)",
+        ),
+        # An image named like a passing failure was told it "may pass": it will not be found the next time.
+        (
+            _NAMED_LIKE_A_TIMEOUT,
+            "",
+            f"{_NAMED_LIKE_A_TIMEOUT} (the image could not be pulled: check its URI and tag, and that the "
+            "job definition's execution role may pull it; not retried)",
+        ),
+        (
+            _DENIED_AFTER_A_TIMEOUT,
+            "",
+            f"{_DENIED_AFTER_A_TIMEOUT} (the image could not be pulled: check its URI and tag, and that the "
+            "job definition's execution role may pull it; not retried)",
         ),
         (
             "Task failed to start",

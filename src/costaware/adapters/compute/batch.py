@@ -320,13 +320,17 @@ _PASSING_PULL = (
     "toomanyrequests",
     "too many requests",
     "rate limit",
-    "i/o timeout",
-    "timeout",
+    "i/o timeout",  # not the bare word: an image may be named timeout-tuner
     "timed out",
     "deadline exceeded",
     "connection reset",
     "service unavailable",
 )
+
+
+#: Words of a pull failure that will not pass, lower case: they outweigh any of :data:`_PASSING_PULL` that
+#: the image's own name may hold.
+_LASTING_PULL = ("not found", "denied")
 
 
 def _start_error(*reasons: str) -> str:
@@ -338,7 +342,12 @@ def _start_error(*reasons: str) -> str:
     said = next((text.strip() for text in reasons if text.strip().startswith(_START_ERRORS)), "")
     if not said:
         return ""
-    if said.startswith("CannotPullContainerError") and any(word in said.lower() for word in _PASSING_PULL):
+    pulled = said.lower()
+    if (
+        said.startswith("CannotPullContainerError")
+        and not any(word in pulled for word in _LASTING_PULL)
+        and any(word in pulled for word in _PASSING_PULL)
+    ):
         # "check its URI and tag" sent the team to fix an image that is right.
         return (
             f"{said} (the image could not be pulled, which may pass: the registry limited its pulls or the "
