@@ -61,7 +61,8 @@ def record_and_settle(ledger: Any, entry: Any, *, retrying: bool = False) -> Non
 
     ``retrying``: the try failed and the task will run again: its entry is paid from the task's hold, which
     stays open for the next try (settled by the first, the retries ran with no hold, and another task could
-    take the money they spent).
+    take the money they spent). The hold is then grown back by what the entry paid, where the budgets have
+    room (:func:`hold_again_for_retry`).
 
     Recorded alone beside an open hold, its cost counted twice in the budgets (spent and held) until the run
     ended; the ledger keeps one entry per ``entry_uid``, so a second write adds nothing.
@@ -75,9 +76,79 @@ def record_and_settle(ledger: Any, entry: Any, *, retrying: bool = False) -> Non
     if reservation is None:
         ledger.record(entry)
     elif retrying and reservation.status == "open":
+        unpaid_before, _ = ledger.unpaid(reservation.id)
         ledger.record(replace(entry, reservation_id=reservation.id))  # paid from the hold, which stays
+        hold_again_for_retry(ledger, reservation, entry, unpaid_before)
     else:
         ledger.settle(reservation.id, entry.usd, entry=replace(entry, reservation_id=reservation.id))
+
+
+def hold_again_for_retry(ledger: Any, reservation: Any, entry: Any, unpaid_before: Any) -> None:
+    """Grow a retried task's hold back to what it held unpaid before ``entry`` paid from it; never raises.
+
+    The hold was sized for one try: left paid in part, the retry (which no gate checks again, and no
+    listener can stop) spent past it, and another run meanwhile reserved the room it had freed: try 1 paid
+    $5 of a $6 hold, another run took $4 of the $10 cap, try 2 billed $6: $15 committed. ``grow`` takes
+    only the room every covering budget has; where one has less, a WARNING names the budgets short and by
+    how much: the retry may pass them by up to that. The same entry written again (a drain) pays nothing
+    more, so grows nothing more. An error here is logged, not raised: the entry is in the ledger already,
+    and the task's try is over (a listener cannot fail it).
+    """
+    from decimal import Decimal
+
+    from costaware.core.money import format_usd_exact
+
+    try:
+        paid = ledger.paid_from([reservation.id]).get(reservation.id, Decimal(0))
+        target = paid + unpaid_before
+        # As it stands now: grown already by another write of this try's costs, or closed meanwhile.
+        current = ledger.reservation_to_settle(reservation.holder)
+        if current is None or current.id != reservation.id or current.usd >= target:
+            return
+        grown = ledger.grow(reservation.id, target)
+        shortfall = target - grown.usd
+        if shortfall <= 0 or grown.status != "open":
+            return
+        log.warning(
+            "costaware: the hold %s of %s.%s is held again for its retry %s short of the %s it held for try "
+            "%s (which paid %s of it): %s. The retry may pass that cap by up to %s: raise the cap "
+            "(`costaware budget set`) before it runs, or mark the task failed to stop it",
+            reservation.id,
+            entry.dag_id,
+            entry.task_id,
+            format_usd_exact(shortfall),
+            format_usd_exact(unpaid_before),
+            entry.try_number,
+            format_usd_exact(entry.usd),
+            _budgets_without_room(ledger, grown, entry),
+            format_usd_exact(shortfall),
+        )
+    except Exception as e:  # the entry is recorded: only the regrowth is missing
+        log.warning(
+            "costaware: the hold %s of %s.%s was not held again for its retry (%s): the retry spends from "
+            "what is left of it unchecked against the caps",
+            reservation.id,
+            entry.dag_id,
+            entry.task_id,
+            e,
+        )
+
+
+def _budgets_without_room(ledger: Any, held: Any, entry: Any) -> str:
+    """Which of ``held``'s budgets have no room left, with what each has spent and holds against its cap."""
+    from costaware.core.money import format_usd_exact
+
+    try:
+        standing = ledger.usage(held.scope, run_id=entry.run_id, dag_id=entry.dag_id)
+    except Exception as e:
+        return f"its budgets could not be read ({e})"
+    full = [
+        f"budget '{u.name}' has {format_usd_exact(u.spent_usd)} spent and {format_usd_exact(u.reserved_usd)} "
+        f"reserved of its {format_usd_exact(u.cap_usd)} cap"
+        for u in standing
+        if u.left_usd <= 0 and u.label in held.budgets
+    ]
+    return "; ".join(full) or f"its budgets {', '.join(held.budgets)} have no room left"
 
 
 def workers_ledger(conn_id: str) -> Any:

@@ -99,11 +99,11 @@ def test_a_gate_run_again_weighs_what_its_tasks_hold_has_not_paid(
     # Try 1 failed after paying $5 of the $6 hold, which stays open for try 2: $1 is still held. The gate,
     # cleared and run again for $6, got the hold back ("Reserved $6.00", XCom 6), and try 2's $6 passed
     # the $10 cap beside another run's $4: $11 spent, $15 committed.
+    # The hold is grown back for the retry as far as the cap allows ($4 of the $5): $5 is held, not $6.
     first = sensor(deferrable=False, estimated_usd="6").poke(context())
     record_and_settle(env_ledger, _try_paid("5", 1), retrying=True)
-    env_ledger.reserve("project=churn", "4", holder="retrain/other/train/-1")
     capsys.readouterr()
-    assert sensor(deferrable=False, estimated_usd="6").poke(context()) is False  # $1 left, needs $6
+    assert sensor(deferrable=False, estimated_usd="6").poke(context()) is False  # $5 left, needs $6
     assert "Reserved" not in capsys.readouterr().out
     (still,) = [r for r in env_ledger.open_reservations() if r.holder == "retrain/manual__1/train/-1"]
     assert still.id == first.xcom_value["reservation_id"]  # type: ignore[union-attr]
@@ -116,18 +116,18 @@ def test_a_gate_run_again_says_what_its_tasks_hold_still_holds(
 ) -> None:
     from costaware.ledger_spool import record_and_settle
 
-    # Grown to a max_usd of $9, $3 of it paid by try 1: $6 is still held, more than the $4 asked, and the
-    # hold is kept; its log and XCom said $9.
+    # Grown to a max_usd of $9, $3 of it paid by try 1 and grown back as far as the $10 cap allows: $7 is
+    # still held, more than the $4 asked, and the hold is kept; its log and XCom said $10.
     first = sensor(deferrable=False).poke(context())
     env_ledger.grow(first.xcom_value["reservation_id"], "9")  # type: ignore[union-attr]
     record_and_settle(env_ledger, _try_paid("3", 1), retrying=True)
     capsys.readouterr()
     again = sensor(deferrable=False).poke(context())
     assert again.xcom_value["reservation_id"] == first.xcom_value["reservation_id"]  # type: ignore[union-attr]
-    assert again.xcom_value["usd"] == "6.000000"  # type: ignore[union-attr]
+    assert again.xcom_value["usd"] == "7.000000"  # type: ignore[union-attr]
     out = capsys.readouterr().out
-    assert "Reserved $6.00 for task 'train'" in out
-    assert "its open hold, above the $4.00 asked ($9.00 held, $3.00 of it paid already)" in out
+    assert "Reserved $7.00 for task 'train'" in out
+    assert "its open hold, above the $4.00 asked ($10.00 held, $3.00 of it paid already)" in out
 
 
 def test_a_gate_run_again_holds_for_its_reservation_ttl_from_now(env_ledger: Ledger) -> None:

@@ -1,0 +1,114 @@
+"""A failed try that will be retried gets its task's hold grown back for the retry, as far as caps allow."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from decimal import Decimal
+from typing import Any
+
+import pytest
+from services import fresh_postgres_database
+
+from costaware import Ledger
+from costaware.core.errors import BudgetExceededError
+from costaware.core.ledger import LedgerEntry
+from costaware.ledger_spool import record_and_settle
+
+HOLDER = "retrain/r1/train/-1"
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def any_ledger(request: pytest.FixtureRequest, tmp_path: Any) -> Iterator[Ledger]:
+    if request.param == "sqlite":
+        url = f"sqlite:///{tmp_path / 'ledger.db'}"
+    else:
+        url = fresh_postgres_database(request.getfixturevalue("postgres_url"))
+    ledger = Ledger.from_url(url)
+    yield ledger
+    ledger.dispose()
+
+
+def _try_bill(usd: str, try_number: int) -> LedgerEntry:
+    return LedgerEntry(
+        dag_id="retrain",
+        run_id="r1",
+        task_id="train",
+        kind="compute",
+        usd=Decimal(usd),
+        try_number=try_number,
+        tags={"project": "churn"},
+    )
+
+
+def _committed(ledger: Ledger) -> Decimal:
+    usage = ledger.usage("project=churn")[0]
+    return usage.spent_usd + usage.reserved_usd
+
+
+def test_a_retry_gets_its_hold_back_so_another_run_cannot_take_the_room(
+    any_ledger: Ledger, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Try 1 paid $5 of its $6 hold; the $5 it freed went to another run's $4, and try 2 billed $6 from the
+    # $1 left: $11 spent, $15 committed against the cap.
+    any_ledger.set_budget("project=churn", "month", "11")
+    held = any_ledger.reserve("project=churn", "6", holder=HOLDER, run_id="r1", dag_id="retrain")
+
+    with caplog.at_level(logging.WARNING):
+        record_and_settle(any_ledger, _try_bill("5", 1), retrying=True)
+
+    assert any_ledger.unpaid(held.id)[0] == 6  # as much for the retry as try 1 had
+    assert _committed(any_ledger) == 11
+    with pytest.raises(BudgetExceededError, match=r"has \$0.00 left"):
+        any_ledger.reserve("project=churn", "4", holder="retrain/r2/train/-1", run_id="r2", dag_id="retrain")
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
+    record_and_settle(any_ledger, _try_bill("6", 2))
+    usage = any_ledger.usage("project=churn")[0]
+    assert (usage.spent_usd, usage.reserved_usd) == (11, 0)
+
+
+def test_a_retry_whose_budget_has_too_little_room_is_warned_with_the_shortfall(
+    any_ledger: Ledger, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The probe's numbers: a $10 cap has $4 of room for the $5 try 1 paid: $1 short.
+    any_ledger.set_budget("project=churn", "month", "10")
+    held = any_ledger.reserve("project=churn", "6", holder=HOLDER, run_id="r1", dag_id="retrain")
+
+    with caplog.at_level(logging.WARNING):
+        record_and_settle(any_ledger, _try_bill("5", 1), retrying=True)
+
+    assert any_ledger.unpaid(held.id)[0] == 5
+    assert _committed(any_ledger) == 10
+    with pytest.raises(BudgetExceededError):
+        any_ledger.reserve("project=churn", "4", holder="retrain/r2/train/-1", run_id="r2", dag_id="retrain")
+    (warning,) = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    said = f"the hold {held.id} of retrain.train is held again for its retry $1.00 short of the $6.00"
+    assert said in warning
+    assert "budget 'project=churn/month (" in warning and "$5.00 reserved of its $10.00 cap" in warning
+    assert "may pass that cap by up to $1.00" in warning
+    record_and_settle(any_ledger, _try_bill("6", 2))
+    assert any_ledger.usage("project=churn")[0].spent_usd == 11  # past the cap by the shortfall, no more
+
+
+def test_a_try_written_again_grows_its_hold_once(any_ledger: Ledger) -> None:
+    # A drain writing a spooled entry that had gone in grew the hold a second time.
+    any_ledger.set_budget("project=churn", "month", "100")
+    held = any_ledger.reserve("project=churn", "6", holder=HOLDER, run_id="r1", dag_id="retrain")
+    bill = _try_bill("5", 1)
+
+    record_and_settle(any_ledger, bill, retrying=True)
+    record_and_settle(any_ledger, bill, retrying=True)
+
+    (hold,) = any_ledger.open_reservations()
+    assert (hold.id, hold.usd, any_ledger.unpaid(held.id)[0]) == (held.id, 11, 6)
+
+
+def test_each_retry_gets_back_what_its_try_paid(any_ledger: Ledger) -> None:
+    any_ledger.set_budget("project=churn", "month", "100")
+    held = any_ledger.reserve("project=churn", "6", holder=HOLDER, run_id="r1", dag_id="retrain")
+
+    record_and_settle(any_ledger, _try_bill("5", 1), retrying=True)
+    record_and_settle(any_ledger, _try_bill("7", 2), retrying=True)  # past what it held: all of it back
+
+    assert any_ledger.unpaid(held.id)[0] == 6
+    assert _committed(any_ledger) == 18
