@@ -198,6 +198,28 @@ def test_a_dag_with_an_unknown_metric_does_not_parse(tmp_path: Path) -> None:
     assert UNKNOWN_METRIC in error
 
 
+@pytest.mark.parametrize("written", ["none", "Null", "NULL"])
+def test_a_dag_with_higher_is_better_none_in_any_case_still_loads_with_a_warning(
+    tmp_path: Path, written: str
+) -> None:
+    from airflow.dag_processing.dagbag import DagBag
+
+    # It loaded before the one not-given rule; a DAG import error naming no task broke it without notice.
+    dag_file = tmp_path / "lowercase_none.py"
+    dag_file.write_text(
+        "from airflow.sdk import DAG\n"
+        "from costaware.operators.promote import ModelPromoteOperator\n"
+        "with DAG('lowercase_none', schedule=None):\n"
+        "    ModelPromoteOperator(task_id='promote', model_store='/m', candidate='v', holdout_path='/h',\n"
+        f"                         label_column='y', metric='rmse', higher_is_better={written!r})\n"
+    )
+    # The DagBag records the DeprecationWarning among the file's warnings and re-emits it as a UserWarning.
+    with pytest.warns(Warning, match="write None or leave higher_is_better out"):
+        bag = DagBag(dag_folder=str(dag_file))
+    assert bag.import_errors == {}
+    assert "lowercase_none" in bag.dags
+
+
 def test_templated_metric_is_checked_once_rendered(tmp_path: Path, store: ModelStore) -> None:
     from airflow.sdk import DAG
 

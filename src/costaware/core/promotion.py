@@ -9,6 +9,7 @@ from __future__ import annotations
 import ast
 import json
 import math
+import warnings
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -58,7 +59,8 @@ def parse_direction(value: bool | str | None) -> bool | None:
     """``higher_is_better`` as given in a DAG or rendered from a template: True, False or None (not given).
 
     Not given is :func:`~costaware.core.given.not_given`'s: blank, ``None`` or ``null``, as every templated
-    value; ``none`` or ``NULL`` is what no template renders of None, and is refused.
+    value. ``none`` or ``NULL`` (any case), which no template renders of None, was read as not given before
+    the one rule: DAGs that loaded with it still do, with a DeprecationWarning, for this release.
 
     Raises:
         ConfigurationError: A value that is not a bool, ``"true"``/``"false"`` (any case) or not given.
@@ -70,7 +72,18 @@ def parse_direction(value: bool | str | None) -> bool | None:
     text = str(value).strip().lower()
     if text in ("true", "false"):
         return text == "true"
-    raise ConfigurationError(f"higher_is_better must be True, False or None, got {value!r}")
+    if text in ("none", "null"):
+        warnings.warn(
+            f"higher_is_better={value!r} is read as not given (the metric's own direction), but the next "
+            "release refuses it: write None or leave higher_is_better out",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return None
+    raise ConfigurationError(
+        f"higher_is_better must be True, False or None, got {value!r}: write True or False, or None (or "
+        "leave it out) for the metric's own direction"
+    )
 
 
 def metric_direction(metric: str, higher: bool | str | None = None) -> bool:
