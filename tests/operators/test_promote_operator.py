@@ -435,6 +435,32 @@ def test_candidate_metrics_from_the_rendered_xcom_against_the_champions_stored_m
     assert store.decisions()[-1]["higher_is_better"] is False
 
 
+@pytest.mark.parametrize("holdout_path", ["None", "null", " None "])
+def test_a_holdout_path_not_given_beside_candidate_metrics_reads_as_left_out(
+    tmp_path: Path, store: ModelStore, holdout_path: str
+) -> None:
+    # Written out or rendered, the holdout is never read with the job's own metrics: it was an import error.
+    candidate = _files_version(store, {"rmse": 3.1})
+    decision = _promote(
+        tmp_path, candidate, holdout_path=holdout_path, candidate_metrics={"rmse": 3.1}, metric="rmse"
+    )
+    assert decision["promote"] and decision["source"] == "job"
+    assert store.champion_pointer().version == candidate  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("holdout_path", ["None", "null"])
+def test_a_holdout_path_not_given_where_the_holdout_is_scored_asks_for_one(holdout_path: str) -> None:
+    args = {"task_id": "promote", "model_store": "/m", "candidate": "v", "holdout_path": holdout_path}
+    message = (
+        "scoring on a holdout needs holdout_path and label_column; or pass candidate_metrics (the job's own "
+        f"metrics) or scoring_command (your scoring script) (holdout_path '{holdout_path}' names nothing)"
+    )
+    with pytest.raises(ConfigurationError, match=re.escape(message)):
+        ModelPromoteOperator(**args, label_column="y")
+    with pytest.raises(ConfigurationError, match=re.escape("pass holdout_path (the command reads it from")):
+        ModelPromoteOperator(**args, scoring_command=["python", "score.py"])
+
+
 def test_a_metric_of_your_own_with_its_direction(tmp_path: Path, store: ModelStore) -> None:
     champion = _files_version(store, {"wer": 0.12})
     store.set_champion(champion)

@@ -224,17 +224,20 @@ def check_source(
         ConfigurationError: A needed argument is missing, the metric is not built in (``holdout``), or
             ``label_threshold`` is set for a metric of regression or multiclass models.
     """
-    if source == COMMAND and not holdout_path:
+    # "None" or "null" (a param left unset, rendered) reads as left out, as every optional templated value.
+    named = f" (holdout_path {holdout_path!r} names nothing)" if isinstance(holdout_path, str) else ""
+    if source == COMMAND and not_given(holdout_path):
         raise ConfigurationError(
             "scoring_command scores both models on one holdout: pass holdout_path (the command reads it "
-            "from COSTAWARE_HOLDOUT_PATH)"
+            f"from COSTAWARE_HOLDOUT_PATH){named}"
         )
     if source != HOLDOUT:
         return
-    if not holdout_path or not label_column:
+    if not_given(holdout_path) or not label_column:
+        named = named if not_given(holdout_path) else ""
         raise ConfigurationError(
             "scoring on a holdout needs holdout_path and label_column; or pass candidate_metrics (the job's "
-            "own metrics) or scoring_command (your scoring script)"
+            f"own metrics) or scoring_command (your scoring script){named}"
         )
     spec = builtin_metric(metric)
     if label_threshold is not None and BINARY not in spec.kinds:

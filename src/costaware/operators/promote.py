@@ -145,7 +145,10 @@ class ModelPromoteOperator(BaseOperator):
         self.ledger_conn_id = ledger_conn_id
         refuse_relative_store(f"{type(self).__name__} {self.task_id!r}", "model_store", model_store)
         # Read from the folder the worker runs in, a relative holdout scored both models on another file.
-        refuse_relative_store(f"{type(self).__name__} {self.task_id!r}", "holdout_path", holdout_path)
+        # Optional: written out as "None" beside candidate_metrics (never read) it reads as left out.
+        refuse_relative_store(
+            f"{type(self).__name__} {self.task_id!r}", "holdout_path", holdout_path, optional=True
+        )
         self.model_store = model_store
         self.candidate = candidate
         self.holdout_path = holdout_path

@@ -189,21 +189,30 @@ def rendered_keywords(value: Any, name: str) -> dict[str, Any]:
     return dict(data)
 
 
-def refuse_relative_store(owner: str, name: str, value: object) -> None:
+def refuse_relative_store(owner: str, name: str, value: object, *, optional: bool = False) -> None:
     """Refuse a store written out in the DAG as a relative local path, when the DAG is parsed.
 
     The store would resolve against the folder each worker runs the task in (a retry could read another
     store than its first try wrote); it was refused only when the task ran. A template, an ``XComArg`` or a
     ``dag.param`` is checked once rendered, by the store itself.
 
+    Args:
+        owner: The operator and task, as a refusal names them.
+        name: The argument's name.
+        value: The argument as written in the DAG.
+        optional: The argument may be left out (a holdout where the figures come from elsewhere): a value
+            that is not given (:func:`~costaware.core.given.not_given`) reads as left out, not as a store.
+
     Raises:
-        ConfigurationError: ``value`` is a literal relative path (``models/rel``, ``file:models/rel``), or
-            ``None`` / ``null`` (what a template of an unset param renders).
+        ConfigurationError: ``value`` is a literal relative path (``models/rel``, ``file:models/rel``), or,
+            unless ``optional``, ``None`` / ``null`` (what a template of an unset param renders).
     """
     from pathlib import PurePosixPath
     from urllib.parse import urlparse
 
     if not isinstance(value, str) or not is_literal(value) or not value.strip():
+        return
+    if optional and not_given(value):
         return
     text = value.strip()
     from costaware.core.errors import ConfigurationError
