@@ -309,8 +309,8 @@ def test_a_location_rendered_from_an_unset_param_is_refused_as_naming_nothing(re
     with pytest.raises(ConfigurationError) as caught:
         require_usable_locations("local", model_store=rendered)
     assert str(caught.value) == (
-        f"model_store rendered to {rendered!r}: its template names nothing (a param or XCom that is not "
-        "set); give a location"
+        f"model_store {rendered!r} names nothing (what a template renders of a param or XCom that is not "
+        "set): give a location"
     )
     require_usable_locations("local", model_store="", spec_uri=None)  # not set: a command has no spec
 

@@ -257,6 +257,22 @@ def test_bad_locations_are_named(tmp_path: Path) -> None:
     assert store.champion() is None
 
 
+@pytest.mark.parametrize("rendered", ["None", "null", " None "])
+@pytest.mark.parametrize("create", [True, False])
+def test_a_store_location_a_template_rendered_from_nothing_is_refused_as_naming_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, rendered: str, create: bool
+) -> None:
+    # It was "a relative path: give an absolute folder such as /srv/ml/null", a fix that names nothing too.
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ConfigurationError) as caught:
+        BlobDir.from_uri(rendered, create=create)
+    assert str(caught.value) == (
+        f"store location {rendered!r} names nothing (what a template renders of a param or XCom that is not "
+        "set): give a location"
+    )
+    assert list(tmp_path.iterdir()) == []  # no folder named None or null was made
+
+
 @pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="PyTorch is not installed")
 def test_saving_a_model_does_not_import_pytorch_and_leaves_it_importable() -> None:
     # skops' estimator scan walks into sklearn's PyTorch shim: seconds of CPU per process for nothing.

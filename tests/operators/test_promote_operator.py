@@ -398,6 +398,25 @@ def _render(op: ModelPromoteOperator, xcom: dict[str, Any], **params: Any) -> di
     return context
 
 
+@pytest.mark.parametrize("rendered", ["None", "null"])
+def test_a_model_store_rendered_from_an_unset_param_is_refused_as_naming_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, rendered: str
+) -> None:
+    from airflow.sdk import DAG
+
+    monkeypatch.chdir(tmp_path)
+    with DAG("unset_store", schedule=None):
+        op = ModelPromoteOperator(
+            task_id="promote", model_store="{{ params.store }}", candidate="v", candidate_metrics={"rmse": 1}
+        )
+    context = _render(op, {}, store=None if rendered == "None" else rendered)
+    assert op.model_store == rendered
+    # It was "store location 'null' is a relative path: give an absolute folder such as .../null".
+    with pytest.raises(AirflowFailException, match=re.escape(f"store location {rendered!r} names nothing")):
+        op.execute(context)
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_candidate_metrics_from_the_rendered_xcom_against_the_champions_stored_metrics(
     tmp_path: Path, store: ModelStore
 ) -> None:

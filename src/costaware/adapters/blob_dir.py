@@ -15,6 +15,7 @@ from urllib.parse import urlparse
 
 from costaware.adapters.object_store.location import refuse_cut_uri
 from costaware.core.errors import ConfigurationError
+from costaware.core.given import names_nothing, not_given
 
 
 class BlobDir:
@@ -69,6 +70,8 @@ class BlobDir:
             raise ConfigurationError(
                 "store location is empty: pass a local folder or an s3://bucket/prefix URI"
             )
+        if not_given(text):  # read as a relative folder named "None" or "null" before
+            raise ConfigurationError(names_nothing("store location", uri))
         parsed = urlparse(text)
         refuse_cut_uri(parsed, text, "store location")
         if parsed.scheme in ("", "file") or (len(parsed.scheme) == 1 and os.name == "nt"):

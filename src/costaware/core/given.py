@@ -26,3 +26,14 @@ def not_given(value: object) -> bool:
 def blank(value: _Value | None) -> _Value | None:
     """``value`` as given (not stripped), or None where it is not given (see :func:`not_given`)."""
     return None if not_given(value) else value
+
+
+def names_nothing(what: str, value: object) -> str:
+    """The refusal of a location that is not given, one wording wherever a store or file is opened.
+
+    A model store ``null`` read as a relative path offered ``/srv/ml/null`` as the fix.
+    """
+    return (
+        f"{what} {value!r} names nothing (what a template renders of a param or XCom that is not set): give "
+        "a location"
+    )

@@ -20,7 +20,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from costaware.adapters.compute import job_contract
 from costaware.core.errors import ConfigurationError, StoreUnavailableError, check_keywords, did_you_mean
-from costaware.core.given import not_given
+from costaware.core.given import names_nothing, not_given
 
 #: Backend names and the class that implements each (module path, class name).
 BACKENDS: dict[str, tuple[str, str]] = {
@@ -487,10 +487,7 @@ def require_usable_locations(
         if not_given(uri):
             # A template that rendered nothing ({{ params.nope }}, "null" through | tojson, a blank param)
             # read as a relative path named "None", "null" or "".
-            raise ConfigurationError(
-                f"{what} rendered to {uri!r}: its template names nothing (a param or XCom that is not set); "
-                "give a location"
-            )
+            raise ConfigurationError(names_nothing(what, uri))
         parsed = urlparse(text)
         # The job's launcher cuts the URI there: runs/job#1 and runs/job#2 would share one checkpoint
         # prefix and prune each other's steps.
