@@ -130,6 +130,26 @@ def test_the_table_shows_kg_co2e(tmp_path: Path, capsys: pytest.CaptureFixture[s
         (["--objective", "carbon"], "--objective carbon needs --carbon (a bundled grid zone such as DE-LU"),
         (["--carbon", "C"], "--objective cost needs --prices"),
         (["--objective", "carbon", "--carbon", "SHORT"], "outside carbon short.csv"),
+        # A command line is no template: these ran as --objective cost (docs/cli.md: never "not given").
+        (
+            ["--objective", "None", "--prices", "P"],
+            "--objective 'None' is not one of cost, carbon, cost+carbon: write one of them, or leave "
+            "--objective out for cost",
+        ),
+        (["--objective", " null", "--carbon", "C"], "--objective ' null' is not one of cost, carbon"),
+        (
+            [
+                "--objective",
+                "cost+carbon",
+                "--carbon",
+                "C",
+                "--prices",
+                "P",
+                "--carbon-usd-per-tonne",
+                " null",
+            ],
+            "--carbon-usd-per-tonne ' null' is not a price: give USD per tonne CO2e (e.g. 100), or leave it",
+        ),
     ],
 )
 def test_bad_inputs_fail_naming_the_value(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pendulum
@@ -104,6 +105,19 @@ def test_serialize_round_trips_the_objective_and_keeps_todays_form() -> None:
 def test_bad_objective_arguments_are_named(kwargs: dict[str, object], message: str) -> None:
     with pytest.raises(ConfigurationError, match=message):
         OffPeakTimetable(["22:00-06:00"], **kwargs)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("written", ["None", "null", " None ", " "])
+def test_an_objective_written_as_none_is_refused_not_read_as_cost(written: str) -> None:
+    # A timetable's arguments are never templates: objective='None' was read as cost since the not-given
+    # rule for rendered values reached Objective.parse (it was refused before).
+    message = (
+        f"OffPeakTimetable objective={written!r} names no objective: write one of cost, carbon, cost+carbon, "
+        "or leave objective out for cost"
+    )
+    with pytest.raises(ConfigurationError, match=re.escape(message)):
+        OffPeakTimetable(["22:00-06:00"], objective=written)
+    assert OffPeakTimetable(["22:00-06:00"], objective="").objective == "cost"  # as it loaded before
 
 
 @pytest.mark.parametrize(

@@ -20,8 +20,9 @@ from typing import Any
 import pendulum
 from airflow.timetables.base import DagRunInfo, DataInterval, TimeRestriction, Timetable
 
-from costaware.core.carbon import MAX_POWER_KW, Objective
+from costaware.core.carbon import MAX_POWER_KW, OBJECTIVES, Objective
 from costaware.core.errors import ConfigurationError, CostawareError
+from costaware.core.given import not_given
 from costaware.core.ledger import utcnow
 from costaware.core.windows import Window, WindowSchedule, cheapest_start, power_hourly_values
 
@@ -94,6 +95,13 @@ class OffPeakTimetable(Timetable):
         self.days = days if isinstance(days, str) else ",".join(days)
         self.timezone = str(timezone)
         self._schedule = WindowSchedule.parse(self.windows, self.days, self.timezone)
+        # A timetable's arguments are never templates: "None" is a typo, not an unset param, and it was
+        # refused before Objective.parse read it as not given. "" (left as cost before) still is cost.
+        if isinstance(objective, str) and objective and not_given(objective):
+            raise ConfigurationError(
+                f"OffPeakTimetable objective={objective!r} names no objective: write one of "
+                f"{', '.join(OBJECTIVES)}, or leave objective out for cost"
+            )
         self._objective = Objective.parse(objective, carbon_usd_per_tonne)
         if check_sources:  # as the DAG is parsed; a DAG serialized before this check still deserializes
             self._objective.check_settings_used(carbon_usd_per_tonne, carbon)

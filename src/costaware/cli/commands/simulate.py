@@ -19,8 +19,9 @@ from typing import Any
 
 from costaware.cli.arguments import midnight_utc
 from costaware.cli.output import emit
-from costaware.core.carbon import Objective
+from costaware.core.carbon import OBJECTIVES, Objective
 from costaware.core.errors import ConfigurationError, PriceNotFoundError
+from costaware.core.given import not_given
 from costaware.core.money import format_usd_exact
 from costaware.core.series import PriceSeries
 from costaware.core.simulate import (
@@ -202,6 +203,18 @@ def carbon_inputs(args: argparse.Namespace) -> tuple[Objective, PriceSeries | No
     """
     name = getattr(args, "objective", None) or "cost"
     price = getattr(args, "carbon_usd_per_tonne", None)
+    # A command line is no template: "None" or "null" is a typo or an unset variable, not "not given"
+    # (Objective.parse reads it so, for a rendered param), and was refused before that reading.
+    if not_given(name):
+        raise ConfigurationError(
+            f"--objective {name!r} is not one of {', '.join(OBJECTIVES)}: write one of them, or leave "
+            "--objective out for cost"
+        )
+    if price is not None and not_given(price):
+        raise ConfigurationError(
+            f"--carbon-usd-per-tonne {price!r} is not a price: give USD per tonne CO2e (e.g. 100), or leave "
+            "it out"
+        )
     if str(name).strip() == "cost+carbon" and price in (None, ""):
         raise ConfigurationError(
             "--objective cost+carbon needs --carbon-usd-per-tonne N (USD per tonne CO2e, e.g. 100)"
