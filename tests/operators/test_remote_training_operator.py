@@ -573,6 +573,16 @@ def test_settings_written_out_fail_when_the_dag_is_parsed(
     assert operator(tmp_path, objective="{{ params.objective }}") is not None  # checked once rendered
 
 
+@pytest.mark.parametrize("written", ["None", "null", " None "])
+def test_a_grid_zone_written_out_as_not_given_is_read_at_parse_as_the_plan_reads_it(
+    tmp_path: Path, written: str
+) -> None:
+    # The plan reads it as the region's zone; the parse refused it beside 'cost', and looked it up as a
+    # zone named 'None' beside 'carbon'.
+    assert operator(tmp_path, objective="cost", carbon=written) is not None
+    assert operator(tmp_path, objective="carbon", pause_on_price=True, carbon=written) is not None
+
+
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [

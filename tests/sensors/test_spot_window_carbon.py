@@ -170,3 +170,15 @@ def test_a_grid_zone_rendered_from_an_unset_param_is_the_regions(tmp_path: Path,
     sensor.carbon = rendered  # as Airflow renders it
     with pytest.raises(AirflowFailException, match="region 'us-east-1' has no known grid zone: pass carbon="):
         sensor.execute({"run_id": "manual__unset_zone"})
+
+
+@pytest.mark.parametrize("written", ["None", "null", " null "])
+def test_a_grid_zone_written_out_as_not_given_is_read_at_parse_as_the_run_reads_it(
+    tmp_path: Path, written: str
+) -> None:
+    # The parse looked it up as a zone named 'None' (or refused it beside 'cost') where the run reads the
+    # region's zone.
+    assert make_sensor(tmp_path, objective="cost", carbon=written).carbon == written
+    assert make_sensor(tmp_path, objective="carbon", carbon=written, region="us-west-1").carbon == written
+    with pytest.raises(ConfigurationError, match="region 'us-east-1' has no known grid zone: pass carbon="):
+        make_sensor(tmp_path, objective="carbon", carbon=written)

@@ -96,7 +96,8 @@ class Objective:
                 f"carbon_usd_per_tonne={carbon_usd_per_tonne!r} is read only by objective 'cost+carbon', not "
                 f"{self.name!r}: set objective='cost+carbon', or leave carbon_usd_per_tonne out"
             )
-        if carbon not in (None, "") and not self.needs_carbon:
+        # "None" or "null" (a param left unset, rendered) is not given: the run reads the region's zone.
+        if not not_given(carbon) and not self.needs_carbon:
             raise ConfigurationError(
                 f"carbon={carbon!r} is read only by objective 'carbon' or 'cost+carbon', not 'cost': set the "
                 "objective, or leave carbon out"

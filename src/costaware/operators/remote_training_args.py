@@ -427,5 +427,5 @@ def _check_objective_written(objective: Any, usd_per_tonne: Any, carbon: Any, pa
             f"objective={objective!r} steers only the pause rule here, and pause_on_price is off: set "
             "pause_on_price=True, or give the objective to the SpotWindowSensor that chooses the start"
         )
-    if is_literal(carbon) and str(carbon or "").strip():
+    if is_literal(carbon) and blank(carbon) is not None:  # "None" or "null": the region's zone, as the plan
         check_carbon_source(str(carbon), region=None, objective=parsed)

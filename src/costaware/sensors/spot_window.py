@@ -264,10 +264,12 @@ class SpotWindowSensor(BaseSensorOperator):
                     f"'{region}a'), or the zone's region"
                 )
         literal = all(is_literal(v) for v in (self.objective, self.carbon_usd_per_tonne, self.carbon))
-        if literal and (self.carbon or region is not None):
+        # As the run reads it: carbon written "None" or "null" is the region's zone, not a zone so named.
+        carbon = blank(self.carbon)
+        if literal and (carbon or region is not None):
             objective = Objective.parse(self.objective, self.carbon_usd_per_tonne)
-            objective.check_settings_used(carbon=self.carbon)
-            check_carbon_source(self.carbon, region=region, objective=objective)
+            objective.check_settings_used(carbon=carbon)
+            check_carbon_source(carbon, region=region, objective=objective)
 
     def _zone(self) -> str | None:
         """The rendered ``availability_zone``; None when not given (a template of an unset param: "None")."""
