@@ -573,6 +573,24 @@ def test_settings_written_out_fail_when_the_dag_is_parsed(
     assert operator(tmp_path, objective="{{ params.objective }}") is not None  # checked once rendered
 
 
+@pytest.mark.parametrize("written", [" ", "None", "null", " null "])
+def test_a_spec_uri_written_out_as_not_given_is_left_out_as_the_run_reads_it(
+    tmp_path: Path, written: str
+) -> None:
+    # The run reads it as not given (the spec goes next to the checkpoints); the parse refused it as a
+    # template that "rendered to ' ': its template names nothing", which it neither was nor rendered.
+    assert operator(tmp_path, spec_uri=written).spec_uri == written
+
+
+def test_a_spec_uri_written_out_as_none_runs_with_the_spec_next_to_the_checkpoints(
+    tmp_path: Path, data: Path, ledger: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    result, _ = drive(operator(tmp_path, spec_uri="None", deferrable=False), context_for())
+    assert ModelStore.open(str(tmp_path / "models")).get(result["version"]).mode == "full"
+    assert not (tmp_path / "None").exists()  # never read as a relative file named None
+
+
 @pytest.mark.parametrize("written", ["None", "null", " None "])
 def test_a_grid_zone_written_out_as_not_given_is_read_at_parse_as_the_plan_reads_it(
     tmp_path: Path, written: str

@@ -18,6 +18,7 @@ from costaware.adapters.compute.base import require_usable_locations
 from costaware.adapters.compute.job_contract import DEFAULT_GRACE_SECONDS
 from costaware.core.budgets import Scope
 from costaware.core.errors import ConfigurationError, CostawareError
+from costaware.core.given import not_given
 from costaware.core.ledger import utcnow
 from costaware.glue import DEFAULT_AWS_CONN_ID, airflow_errors, run_identity, run_tags
 from costaware.operators.remote_attempts import RemoteAttemptSteps
@@ -372,6 +373,10 @@ class RemoteTrainingOperator(RemoteAttemptSteps, RemotePlanArguments, BuiltInTra
         # A store typed wrong fails as the DAG is parsed; its folders are checked on the worker, at the start.
         stores = {"model_store": model_store, "checkpoint_store": checkpoint_store, "spec_uri": spec_uri}
         written = {name: str(value) for name, value in stores.items() if value and is_literal(value)}
+        # spec_uri is optional: written blank, "None" or "null" it is left out (next to the checkpoints), as
+        # the run reads it. The stores written so are refused above, naming the argument.
+        if not_given(written.get("spec_uri")):
+            written.pop("spec_uri", None)
         require_usable_locations(
             str(backend),
             on_this_machine=False,
