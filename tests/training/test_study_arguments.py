@@ -64,3 +64,27 @@ def test_a_given_usd_per_hour_is_the_studys_price() -> None:
 def test_a_usd_per_hour_no_template_renders_of_an_unset_param_is_refused_naming_it(rendered: str) -> None:
     with pytest.raises(ConfigurationError, match=f"usd_per_hour must be a number of USD .*got '{rendered}'"):
         _arguments(usd_per_hour=rendered).spec()
+
+
+@pytest.mark.parametrize("rendered", ["", " ", "None", "None ", "null", " null"])
+@pytest.mark.parametrize(
+    ("name", "default"), [("market", "on_demand"), ("instance_type", "m5.large"), ("region", "us-east-1")]
+)
+def test_a_compute_rendered_from_an_unset_param_is_its_default(
+    name: str, default: str, rendered: str
+) -> None:
+    # As usd_per_hour is the catalog's: market='None' failed the plan as "unknown market 'None'", while
+    # usd_per_hour='None' beside it took the catalog's price.
+    given = {"instance_type": "p3.2xlarge", "region": "eu-west-1", "market": "spot", name: rendered}
+    spec = _arguments(**given).spec()
+    expected = {"instance_type": "p3.2xlarge", "region": "eu-west-1", "market": "spot", name: default}
+    assert (spec.instance_type, spec.region, spec.market) == (
+        expected["instance_type"],
+        expected["region"],
+        expected["market"],
+    )
+    catalog = bundled_catalog()
+    spot = expected["market"] == "spot"
+    price = catalog.spot_estimate_usd_per_hour if spot else catalog.on_demand_usd_per_hour
+    assert spec.usd_per_hour == price(expected["instance_type"], expected["region"])
+    assert spec.gpus == catalog.offer(expected["instance_type"], expected["region"]).gpus

@@ -39,7 +39,13 @@ from costaware.operators.templating import (
     refuse_template,
     rendered_keywords,
 )
-from costaware.training.study_arguments import StudyArguments, resolve_trial_trainer
+from costaware.training.study_arguments import (
+    DEFAULT_INSTANCE_TYPE,
+    DEFAULT_MARKET,
+    DEFAULT_REGION,
+    StudyArguments,
+    resolve_trial_trainer,
+)
 
 require("tuning", needed_by=__name__)  # at DAG parse time, with the pip line, rather than in a trial
 
@@ -185,9 +191,9 @@ class TuningStudyCreateOperator(_StudyOperator):
         sampler: str = "tpe",
         seed: int = 0,
         scope: Mapping[str, str] | None = None,
-        instance_type: str = "m5.large",
-        region: str = "us-east-1",
-        market: str = "on_demand",
+        instance_type: str = DEFAULT_INSTANCE_TYPE,
+        region: str = DEFAULT_REGION,
+        market: str = DEFAULT_MARKET,
         usd_per_hour: str | float | None = None,
         fallback_trial_seconds: float | str = 600.0,
         safety_factor: float = 1.5,

@@ -20,6 +20,11 @@ if TYPE_CHECKING:
     from costaware.core.ledger import Market
     from costaware.core.tuning import RungSchedule, StudySpec, TuningCaps
 
+#: The trials' compute when ``TuningStudyCreateOperator`` is given none (or a template of an unset param).
+DEFAULT_INSTANCE_TYPE = "m5.large"
+DEFAULT_REGION = "us-east-1"
+DEFAULT_MARKET = "on_demand"
+
 
 @dataclass(frozen=True, slots=True)
 class StudyArguments:
@@ -134,7 +139,7 @@ class StudyArguments:
         from costaware.core.tuning import StudySpec, parse_search_space
         from costaware.core.tuning.caps import positive_number
 
-        market, rate, gpus = self._compute()
+        instance_type, region, market, rate, gpus = self._compute()
         return StudySpec(
             study_name=str(self.study_name),
             direction=self.direction,
@@ -145,8 +150,8 @@ class StudyArguments:
             sampler=self.sampler,
             seed=parse_int(self.seed, "seed"),
             scope={str(k): str(v) for k, v in parse_mapping(self.scope, "scope").items()},
-            instance_type=self.instance_type,
-            region=self.region,
+            instance_type=instance_type,
+            region=region,
             market=market.value,
             usd_per_hour=rate,
             gpus=gpus,
@@ -155,29 +160,32 @@ class StudyArguments:
             slack_seconds=positive_number(self.slack_seconds, "slack_seconds", allow_zero=True),
         )
 
-    def _compute(self) -> tuple[Market, Decimal, Decimal]:
-        """The trials' market, USD per hour (the catalog's unless given) and GPUs (the catalog's)."""
+    def _compute(self) -> tuple[str, str, Market, Decimal, Decimal]:
+        """The trials' instance type, region, market, USD per hour (the catalog's unless given) and GPUs.
+
+        Each not given (a template of an unset param renders "None", or "null" through | tojson, maybe with
+        spaces) is its default, as usd_per_hour is the catalog's price: "None" failed the plan as "unknown
+        market 'None'".
+        """
         from costaware.adapters.price_files import bundled_catalog
-        from costaware.core.given import not_given
+        from costaware.core.given import blank
         from costaware.core.ledger import Market
         from costaware.core.money import parse_usd
 
         catalog = bundled_catalog()
-        market = Market.parse(self.market)
-        # A template of an unset param renders "None", or "null" through | tojson, maybe with spaces: the
-        # catalog's price, as everywhere else (" " or "null" failed the plan as "not a number of USD").
-        if not_given(self.usd_per_hour):
+        instance_type = str(blank(self.instance_type) or DEFAULT_INSTANCE_TYPE)
+        region = str(blank(self.region) or DEFAULT_REGION)
+        market = Market.parse(blank(self.market) or DEFAULT_MARKET)
+        if blank(self.usd_per_hour) is None:
             rate = (
-                catalog.spot_estimate_usd_per_hour(self.instance_type, self.region)
+                catalog.spot_estimate_usd_per_hour(instance_type, region)
                 if market is Market.SPOT
-                else catalog.on_demand_usd_per_hour(self.instance_type, self.region)
+                else catalog.on_demand_usd_per_hour(instance_type, region)
             )
         else:
             rate = parse_usd(self.usd_per_hour, name="usd_per_hour")
-        gpus = (
-            catalog.offer(self.instance_type, self.region).gpus if market is not Market.LOCAL else Decimal(0)
-        )
-        return market, rate, gpus
+        gpus = catalog.offer(instance_type, region).gpus if market is not Market.LOCAL else Decimal(0)
+        return instance_type, region, market, rate, gpus
 
 
 def resolve_trial_trainer(trainer: Callable[..., Any] | str) -> Callable[..., Any]:
