@@ -485,6 +485,8 @@ def test_a_relative_store_is_refused_when_the_dag_is_parsed(
     # It was refused only when the task ran, against whatever folder the worker ran in.
     with pytest.raises(ConfigurationError, match=f"{message}.*give an absolute folder such as '/srv/ml/"):
         _operator(tmp_path, 1, **kwargs)
+    _operator(tmp_path, 1, model_store="{{ params.store }}")  # a template is checked once rendered
+    _operator(tmp_path, 1, model_store="~/models")  # expanded to the worker's home: absolute
 
 
 @pytest.mark.parametrize(
@@ -497,8 +499,6 @@ def test_a_store_written_as_what_an_unset_param_renders_is_refused_when_the_dag_
     message = f"{name} is {store!r}, which names no location (it is what a template of an unset param"
     with pytest.raises(ConfigurationError, match=re.escape(message)):
         _operator(tmp_path, 1, **{name: store})
-    _operator(tmp_path, 1, model_store="{{ params.store }}")  # a template is checked once rendered
-    _operator(tmp_path, 1, model_store="~/models")  # expanded to the worker's home: absolute
 
 
 @pytest.mark.parametrize("rendered", [" ", "None ", "null", " null"])
