@@ -4,8 +4,9 @@ An Airflow template of a param left unset renders Python's None as the text ``No
 or ``null`` through ``| tojson``; a trigger form, or a template with a space around it, adds whitespace.
 So a value is not given when it is None, or text that, stripped, is empty, ``None`` or ``null``. Only those
 exact words: ``none`` or ``NULL`` is what no template renders of None, and fails the value's own check,
-named. Where a check and the bill read a value by two rules, a rendered ``" "`` was refused before training
-that the bill would have priced from the catalog.
+named (``higher_is_better``, which read them as not given before this rule, still does for one release,
+with a DeprecationWarning). Where a check and the bill read a value by two rules, a rendered ``" "`` was
+refused before training that the bill would have priced from the catalog.
 """
 
 from __future__ import annotations
