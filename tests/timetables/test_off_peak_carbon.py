@@ -120,6 +120,18 @@ def test_an_objective_written_as_none_is_refused_not_read_as_cost(written: str) 
     assert OffPeakTimetable(["22:00-06:00"], objective="").objective == "cost"  # as it loaded before
 
 
+@pytest.mark.parametrize("written", ["None", "null", " None "])
+@pytest.mark.parametrize("objective", ["cost", "carbon"])
+def test_a_carbon_written_as_none_is_refused_not_read_as_not_given(written: str, objective: str) -> None:
+    # Beside 'cost' it loaded without a word once check_settings_used read it as a rendered param's.
+    message = (
+        f"OffPeakTimetable carbon={written!r} names no grid zone or file: give one (e.g. 'GB'), or leave "
+        "carbon out for the region's grid"
+    )
+    with pytest.raises(ConfigurationError, match=re.escape(message)):
+        OffPeakTimetable(["22:00-06:00"], objective=objective, carbon=written, run_hours=2)
+
+
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [

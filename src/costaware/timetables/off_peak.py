@@ -102,6 +102,13 @@ class OffPeakTimetable(Timetable):
                 f"OffPeakTimetable objective={objective!r} names no objective: write one of "
                 f"{', '.join(OBJECTIVES)}, or leave objective out for cost"
             )
+        if check_sources and isinstance(carbon, str) and carbon and not_given(carbon):
+            # check_settings_used reads it as not given (a rendered param's reading), so beside 'cost' it
+            # loaded without a word; the timetable would look it up as a zone of that name.
+            raise ConfigurationError(
+                f"OffPeakTimetable carbon={carbon!r} names no grid zone or file: give one (e.g. 'GB'), or "
+                "leave carbon out for the region's grid"
+            )
         self._objective = Objective.parse(objective, carbon_usd_per_tonne)
         if check_sources:  # as the DAG is parsed; a DAG serialized before this check still deserializes
             self._objective.check_settings_used(carbon_usd_per_tonne, carbon)
