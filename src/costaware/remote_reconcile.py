@@ -85,6 +85,24 @@ class EndedWait:
         return f"{self.dag_id}/{self.run_id}/{self.task_id}/{self.map_index}"
 
 
+#: Template fields only a ``RemoteTrainingOperator`` (or a subclass under another name) has.
+_REMOTE_TRAINING_FIELDS = frozenset(
+    {"backend", "backend_options", "preemption_grace_seconds", "spot_decision"}
+)
+
+
+def may_keep_a_wait(task: Any) -> bool:
+    """Whether ``task`` (an operator, or its serialized definition) is a remote training, which keeps a wait.
+
+    No metadata database IO: the run-end listener reads the waits of a run only where one of its tasks is.
+    """
+    if getattr(task, "task_type", None) == "RemoteTrainingOperator":
+        return True
+    if getattr(task, "_task_module", None) == "costaware.operators.remote_training":
+        return True
+    return set(getattr(task, "template_fields", None) or ()) >= _REMOTE_TRAINING_FIELDS
+
+
 def ended_waits(
     *,
     dag_id: str | None = None,
@@ -246,6 +264,15 @@ def _aware(moment: datetime) -> datetime:
     return moment if moment.tzinfo else moment.replace(tzinfo=timezone.utc)
 
 
+def unfollowed(waits: list[EndedWait]) -> list[EndedWait]:
+    """The waits of ``waits`` with a job whose trigger Airflow took away: nothing but a reconcile bills it.
+
+    A wait whose trigger still ran when the task ended is that trigger's to stop and bill (its on_kill):
+    both at once billed the job twice. `costaware jobs reconcile` takes one its trigger left unbilled.
+    """
+    return [w for w in waits if w.current is not None and w.taken_away]
+
+
 def reconcile_ended_run(
     dag_id: str,
     run_id: str,
@@ -276,9 +303,7 @@ def reconcile_ended_run(
         )
         return 0
     billed = 0
-    # A wait whose trigger still ran when the task ended is that trigger's to stop and bill (its on_kill):
-    # both at once billed the job twice. `costaware jobs reconcile` takes one its trigger left unbilled.
-    for wait in (w for w in waits if w.current is not None and w.taken_away):
+    for wait in unfollowed(waits):
         key = (wait.task, wait.job_id)
         with _UNDER_WAY_LOCK:
             if key in _UNDER_WAY:

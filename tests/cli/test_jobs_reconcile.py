@@ -431,3 +431,92 @@ def test_a_wait_state_that_cannot_be_read_is_named_with_what_to_do_and_fails_the
         "FAILED: its wait state cannot be read (KeyError: 'instance_type'): look for the task's jobs on "
         "batch by hand and stop any still running"
     )
+
+
+def _remote_task(task_id: str = TASK) -> Any:
+    """A remote training task as the scheduler holds it (its serialized definition's type)."""
+    from types import SimpleNamespace
+
+    return SimpleNamespace(task_id=task_id, task_type="RemoteTrainingOperator", aws_conn_id=None)
+
+
+def test_a_failed_read_of_the_waits_at_a_runs_end_leaves_the_schedulers_postgresql_transaction_whole(
+    postgres_url: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # On PostgreSQL a failed statement aborts the whole transaction: the listener's read of the waits, run in
+    # the scheduler's, timed out on a lock, and the scheduler's next query failed (InFailedSqlTransaction)
+    # and its commit rolled back the run's end, the run left `running`.
+    from types import SimpleNamespace
+
+    from airflow.models import import_all_models
+    from airflow.models.base import Base
+    from airflow.models.dagrun import DagRun
+    from airflow.models.taskinstance import TaskInstance
+    from services import fresh_postgres_database
+    from sqlalchemy import create_engine, event, text
+    from sqlalchemy.orm import Session
+
+    from costaware.plugins.listener import CostListener
+
+    import_all_models()
+    engine = create_engine(fresh_postgres_database(postgres_url, "reconcile"))
+    Base.metadata.create_all(engine)
+    with engine.begin() as conn:
+        conn.execute(
+            DagRun.__table__.insert().values(
+                dag_id=DAG,
+                run_id=RUN,
+                run_type="manual",
+                state="running",
+                run_after=datetime(2026, 11, 2, tzinfo=timezone.utc),
+                log_template_id=None,
+            )
+        )
+        conn.execute(
+            TaskInstance.__table__.insert().values(
+                id=uuid.uuid4(),
+                dag_id=DAG,
+                run_id=RUN,
+                task_id=TASK,
+                map_index=-1,
+                state="skipped",
+                pool="default_pool",
+                try_number=1,
+                max_tries=0,
+                pool_slots=1,
+                span_status="not_started",
+                next_method=TRIGGER_TAKEN_AWAY,
+            )
+        )
+    read_xcom: list[str] = []
+    event.listen(
+        engine,
+        "before_cursor_execute",
+        lambda _c, _cur, statement, *_: read_xcom.append(statement) if "FROM xcom" in statement else None,
+    )
+    locker = engine.connect()
+    locked = locker.begin()
+    locker.execute(text("LOCK TABLE xcom IN ACCESS EXCLUSIVE MODE"))  # a long writer, say
+    try:
+        with Session(engine) as scheduler:
+            scheduler.execute(text("SET lock_timeout = '300ms'"))  # a deployment's lock timeout
+            run = scheduler.query(DagRun).one()
+            run.state = "failed"
+            scheduler.flush()
+            run.dag = SimpleNamespace(tasks=[_remote_task()])
+            CostListener().on_dag_run_failed(run, "timed_out")
+            assert read_xcom and "could not reconcile the remote training jobs" in caplog.text
+            assert scheduler.execute(text("SELECT count(*) FROM task_instance")).scalar() == 1
+            scheduler.commit()
+
+            # A DAG of no remote training task is not read at all.
+            read_xcom.clear()
+            run.dag = SimpleNamespace(tasks=[SimpleNamespace(task_id="report", task_type="PythonOperator")])
+            CostListener().on_dag_run_failed(run, "timed_out")
+            assert read_xcom == []
+    finally:
+        locked.rollback()
+        locker.close()
+    with engine.connect() as conn:
+        assert conn.execute(text("SELECT state FROM dag_run")).scalar() == "failed"
+    engine.dispose()

@@ -208,8 +208,11 @@ def reconcile_unfollowed_jobs(dag_run: Any, *, wait_seconds: float = 0.0) -> Non
     (:mod:`costaware.remote_reconcile`); a wait whose trigger still ran is that trigger's (its ``on_kill``).
     The waits are read in the caller's session: the scheduler calls this for a ``dagrun_timeout`` with the
     run's tasks set skipped but not committed yet, which a session of its own would read as still deferred.
-    The backends' calls take seconds per job (a stop waits for the job's end), so they run in a thread of
-    their own, which the scheduler or API server does not wait for.
+    The read runs in a savepoint of it: on PostgreSQL a failed statement (a lock or statement timeout)
+    aborts the whole transaction, and the scheduler's next query failed and its commit rolled the run's end
+    back. A run with no remote training task is not read at all. The backends' calls take seconds per job
+    (a stop waits for the job's end), so they run in a thread of their own, which the scheduler or API
+    server does not wait for.
     """
     dag = getattr(dag_run, "dag", None)
     tasks = list(getattr(dag, "tasks", None) or [])
@@ -217,12 +220,16 @@ def reconcile_unfollowed_jobs(dag_run: Any, *, wait_seconds: float = 0.0) -> Non
         return  # no DAG to read the tasks' ledgers from: `costaware jobs reconcile` lists them
     try:
         from costaware.glue import DEFAULT_AWS_CONN_ID
-        from costaware.remote_reconcile import ended_waits, reconcile_ended_run
+        from costaware.remote_reconcile import ended_waits, may_keep_a_wait, reconcile_ended_run, unfollowed
 
+        if not any(may_keep_a_wait(task) for task in tasks):
+            return  # no task of the run can have left a job: no query in the caller's transaction
         dag_id, run_id = str(dag_run.dag_id), str(dag_run.run_id)
-        session = _session_of(dag_run)
-        waits = ended_waits(dag_id=dag_id, run_id=run_id, session=session) if session is not None else None
-        if waits is not None and not any(w.current is not None and w.taken_away for w in waits):
+        waits = _read_in_savepoint(
+            _session_of(dag_run), lambda session: ended_waits(dag_id=dag_id, run_id=run_id, session=session)
+        )
+        to_bill = unfollowed(waits)
+        if not to_bill:
             return  # nothing to stop: no thread, no ledger opened
         ledgers = {task.task_id: ledger_conn_id_of(task) for task in tasks}
         aws = {task.task_id: getattr(task, "aws_conn_id", DEFAULT_AWS_CONN_ID) for task in tasks}
@@ -232,7 +239,24 @@ def reconcile_unfollowed_jobs(dag_run: Any, *, wait_seconds: float = 0.0) -> Non
             wait_seconds=wait_seconds,
         )
     except Exception as e:  # the run ends as Airflow says; `costaware jobs reconcile` lists what was left
-        log.error("costaware: could not reconcile the remote training jobs of run %s: %s", dag_run.run_id, e)
+        log.error(
+            "costaware: could not reconcile the remote training jobs of run %s: %s; `costaware jobs "
+            "reconcile --dag-id %s` lists the jobs its ended tasks left running",
+            dag_run.run_id,
+            e,
+            dag_run.dag_id,
+        )
+
+
+def _read_in_savepoint(session: Any, read: Any) -> Any:
+    """``read(session)`` in a savepoint of the caller's ``session`` (None: ``read(None)``, in its own).
+
+    A failure rolls back the savepoint only, and is raised: the caller's transaction goes on.
+    """
+    if session is None:
+        return read(None)
+    with session.begin_nested():
+        return read(session)
 
 
 def reconcile_marked_task(ti: Any) -> None:
@@ -240,7 +264,7 @@ def reconcile_marked_task(ti: Any) -> None:
 
     The API server reports the mark (a metadata-database TaskInstance, committed). Its ``__fail__`` resume
     will not run now, and the run may go on for hours: the job is stopped and billed now, as at the run's
-    end (:func:`reconcile_unfollowed_jobs`).
+    end (:func:`reconcile_unfollowed_jobs`, the read in a savepoint too).
     """
     from costaware.remote_reconcile import TRIGGER_TAKEN_AWAY
     from costaware.triggers.remote_training import ENDED_STATES
@@ -252,17 +276,17 @@ def reconcile_marked_task(ti: Any) -> None:
     try:
         from costaware.glue import DEFAULT_AWS_CONN_ID, DEFAULT_LEDGER_CONN_ID
         from costaware.plugins.killed_tries import task_the_try_ran
-        from costaware.remote_reconcile import ended_waits, reconcile_ended_run
+        from costaware.remote_reconcile import ended_waits, reconcile_ended_run, unfollowed
 
         dag_id, run_id, task_id = str(ti.dag_id), str(ti.run_id), str(ti.task_id)
         map_index = int(ti.map_index if ti.map_index is not None else -1)
-        session = _session_of(ti)
-        waits = (
-            ended_waits(dag_id=dag_id, run_id=run_id, task_id=task_id, map_index=map_index, session=session)
-            if session is not None
-            else None
+        waits = _read_in_savepoint(
+            _session_of(ti),
+            lambda session: ended_waits(
+                dag_id=dag_id, run_id=run_id, task_id=task_id, map_index=map_index, session=session
+            ),
         )
-        if waits is not None and not any(w.current is not None and w.taken_away for w in waits):
+        if not unfollowed(waits):
             return
         task = task_the_try_ran(ti)
         ledgers = {task_id: ledger_conn_id_of(task) if task is not None else DEFAULT_LEDGER_CONN_ID}
@@ -273,7 +297,14 @@ def reconcile_marked_task(ti: Any) -> None:
             wait_seconds=0.0,
         )
     except Exception as e:  # the mark stands; `costaware jobs reconcile` lists what was left
-        log.error("costaware: could not reconcile the job of %s.%s: %s", ti.dag_id, ti.task_id, e)
+        log.error(
+            "costaware: could not reconcile the job of %s.%s: %s; `costaware jobs reconcile --dag-id %s` "
+            "lists it",
+            ti.dag_id,
+            ti.task_id,
+            e,
+            ti.dag_id,
+        )
 
 
 def _session_of(dag_run: Any) -> Any:
