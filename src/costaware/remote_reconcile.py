@@ -17,7 +17,7 @@ them), ``TRIGGER_SETTLE_SECONDS`` after the task's end where its trigger still r
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from decimal import Decimal
@@ -281,13 +281,17 @@ def reconcile_ended_run(
     *,
     log: Any,
     waits: list[EndedWait] | None = None,
+    release_hold: Callable[[EndedWait, str], None] | None = None,
 ) -> int:
     """Stop and bill the unbilled jobs of a run's ended tasks (the run-end listener's); never raises.
 
     ``waits``: the run's, read already (None: read here, in a session of its own). Each task's job is
     billed in the ledger its task names (``ledger_conn_ids``, by task id; the default elsewhere), opened as
     a drain opens it here: a ledger this machine does not see is left to ``costaware jobs reconcile`` where
-    it is, and said. Returns how many jobs were stopped and billed.
+    it is, and said. The billing
+    settles the task's hold; a job not billed keeps it held (it may run on). ``release_hold(wait, ledger
+    conn id)``: called for a job found billed already, whose hold the run's end left to this. Returns how
+    many jobs were stopped and billed.
     """
     try:
         if waits is None:
@@ -310,7 +314,10 @@ def reconcile_ended_run(
                 continue  # another thread of this process has it
             _UNDER_WAY.add(key)
         try:
-            billed += _reconcile_one(wait, ledger_conn_ids, aws_conn_ids, dag_id=dag_id, log=log)
+            outcome = _reconcile_one(wait, ledger_conn_ids, aws_conn_ids, dag_id=dag_id, log=log)
+            billed += outcome == "billed"
+            if outcome == "found" and release_hold is not None:
+                release_hold(wait, ledger_conn_ids.get(wait.task_id, DEFAULT_LEDGER_CONN_ID))
         finally:
             with _UNDER_WAY_LOCK:
                 _UNDER_WAY.discard(key)
@@ -324,15 +331,15 @@ def _reconcile_one(
     *,
     dag_id: str,
     log: Any,
-) -> int:
-    """:func:`reconcile_ended_run` for one wait: 1 where its job was stopped and billed here, else 0."""
+) -> str:
+    """:func:`reconcile_ended_run` for one wait: ``billed`` here, ``found`` billed before, or ``unbilled``."""
     from costaware.ledger_spool import workers_ledger
 
     conn_id = ledger_conn_ids.get(wait.task_id, DEFAULT_LEDGER_CONN_ID)
     try:
         ledger = workers_ledger(conn_id)
         if billed_usd(ledger, wait) is not None:
-            return 0
+            return "found"
         log.warning(
             "costaware: job %s on %s of task %s (%s) has no ledger entry and nothing follows it: stopping "
             "and billing it",
@@ -359,6 +366,6 @@ def _reconcile_one(
             wait.task,
             dag_id,
         )
-        return 0
+        return "unbilled"
     log.warning("costaware: job %s stopped and billed, $%s", wait.job_id, usd)
-    return 1
+    return "billed"

@@ -520,3 +520,36 @@ def test_a_failed_read_of_the_waits_at_a_runs_end_leaves_the_schedulers_postgres
     with engine.connect() as conn:
         assert conn.execute(text("SELECT state FROM dag_run")).scalar() == "failed"
     engine.dispose()
+
+
+def test_a_runs_end_leaves_the_hold_of_a_task_whose_job_it_bills_to_that_bill(
+    tmp_path: Path, ledger: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The run's holds were released before its unwatched job was billed: meanwhile another task reserved the
+    # money the job still spent ($10 budget: $4.95 spent by the job and $9 held by the other, $13.95).
+    from types import SimpleNamespace
+
+    from remote_support import m5_decision
+
+    from costaware.core.errors import BudgetExceededError
+    from costaware.plugins.listener import CostListener
+
+    ledger.set_budget("x=y", "month", "10")
+    gate = ledger.reserve("x=y", "9.00", holder=HOLDER, run_id=RUN, dag_id=DAG)
+    decision = {**m5_decision(), "usd_per_hour": "3600", "on_demand_usd_per_hour": "7200"}  # $1 a second
+    args = {**command_operator_args(tmp_path, "ignore-notice"), "preemption_grace_seconds": 3}
+    op = RemoteTrainingOperator(**{**args, "spot_decision": decision, "tags": {"x": "y"}})
+    trigger = _deferred(tmp_path, op)
+    _task_ended_with_its_wait(tmp_path, monkeypatch, "skipped", trigger)
+
+    run = SimpleNamespace(dag_id=DAG, run_id=RUN, dag=SimpleNamespace(tasks=[op]))
+    CostListener().on_dag_run_failed(run, "timed_out")  # a dagrun_timeout; its release waited for
+    with ledger.reading() as conn:
+        assert reservations.reservation(conn, gate.id).status in ("open", "settled")  # never released
+    with pytest.raises(BudgetExceededError):  # the money the job spends stays held for it
+        ledger.reserve("x=y", "9.00", holder=f"other/{RUN}/t/-1", run_id=RUN, dag_id="other")
+    _reconciled()
+    with ledger.reading() as conn:
+        assert reservations.reservation(conn, gate.id).status == "settled"
+    (entry,) = _entries(ledger)
+    assert entry["cause"] == "unwatched" and Decimal(str(entry["usd"])) > 1

@@ -46,6 +46,7 @@ from costaware.plugins.reservation_release import (
     end_waiting_gate,
     in_own_thread,
     release_for_doomed_downstream,
+    release_reservations,
     release_run_reservations,
 )
 from costaware.plugins.try_cost import build_entry, dag_of
@@ -200,7 +201,7 @@ def drain_spool_at_start(wait_seconds: float = 5.0) -> None:
         log.error("costaware: could not drain the spool at start: %s; `costaware spool drain` writes it", e)
 
 
-def reconcile_unfollowed_jobs(dag_run: Any, *, wait_seconds: float = 0.0) -> None:
+def reconcile_unfollowed_jobs(dag_run: Any, *, wait_seconds: float = 0.0) -> frozenset[str]:
     """Stop and bill the remote training jobs the run's ended tasks left unbilled; never raises.
 
     A deferred wait whose trigger Airflow's timeout check took away is followed by the task's resume or
@@ -213,31 +214,38 @@ def reconcile_unfollowed_jobs(dag_run: Any, *, wait_seconds: float = 0.0) -> Non
     back. A run with no remote training task is not read at all. The backends' calls take seconds per job
     (a stop waits for the job's end), so they run in a thread of their own, which the scheduler or API
     server does not wait for.
+
+    Returns the holders (``DAG/RUN/TASK/MAP_INDEX``) of the tasks whose jobs that thread stops and bills:
+    billing a job settles its task's hold, and a job not billed keeps it held, so the run's end leaves
+    those holds to it.
     """
     dag = getattr(dag_run, "dag", None)
     tasks = list(getattr(dag, "tasks", None) or [])
     if not tasks:
-        return  # no DAG to read the tasks' ledgers from: `costaware jobs reconcile` lists them
+        return frozenset()  # no DAG to read the tasks' ledgers from: `costaware jobs reconcile` lists them
     try:
         from costaware.glue import DEFAULT_AWS_CONN_ID
         from costaware.remote_reconcile import ended_waits, may_keep_a_wait, reconcile_ended_run, unfollowed
 
         if not any(may_keep_a_wait(task) for task in tasks):
-            return  # no task of the run can have left a job: no query in the caller's transaction
+            return frozenset()  # no task of the run can have left a job: no query in the caller's transaction
         dag_id, run_id = str(dag_run.dag_id), str(dag_run.run_id)
         waits = _read_in_savepoint(
             _session_of(dag_run), lambda session: ended_waits(dag_id=dag_id, run_id=run_id, session=session)
         )
         to_bill = unfollowed(waits)
         if not to_bill:
-            return  # nothing to stop: no thread, no ledger opened
+            return frozenset()  # nothing to stop: no thread, no ledger opened
         ledgers = {task.task_id: ledger_conn_id_of(task) for task in tasks}
         aws = {task.task_id: getattr(task, "aws_conn_id", DEFAULT_AWS_CONN_ID) for task in tasks}
         in_own_thread(
-            lambda: reconcile_ended_run(dag_id, run_id, ledgers, aws, log=log, waits=waits),
+            lambda: reconcile_ended_run(
+                dag_id, run_id, ledgers, aws, log=log, waits=waits, release_hold=_release_hold_of
+            ),
             name="costaware-reconcile",
             wait_seconds=wait_seconds,
         )
+        return frozenset(wait.task for wait in to_bill)
     except Exception as e:  # the run ends as Airflow says; `costaware jobs reconcile` lists what was left
         log.error(
             "costaware: could not reconcile the remote training jobs of run %s: %s; `costaware jobs "
@@ -246,6 +254,7 @@ def reconcile_unfollowed_jobs(dag_run: Any, *, wait_seconds: float = 0.0) -> Non
             e,
             dag_run.dag_id,
         )
+        return frozenset()
 
 
 def _read_in_savepoint(session: Any, read: Any) -> Any:
@@ -257,6 +266,18 @@ def _read_in_savepoint(session: Any, read: Any) -> Any:
         return read(None)
     with session.begin_nested():
         return read(session)
+
+
+def _release_hold_of(wait: Any, ledger_conn_id: str) -> None:
+    """Release the hold of ``wait``'s task, whose job was found billed (the run's end left it to this)."""
+    release_reservations(
+        wait.dag_id,
+        wait.run_id,
+        {wait.task_id},
+        "the run ended; its remote training job was billed already",
+        {ledger_conn_id},
+        only_holders=frozenset({wait.task}),
+    )
 
 
 def reconcile_marked_task(ti: Any) -> None:
@@ -364,13 +385,18 @@ class CostListener:
 
     @hookimpl
     def on_dag_run_failed(self, dag_run: Any, msg: str) -> None:
-        release_run_reservations(dag_run, f"the run failed ({msg or 'no reason given'})")
-        reconcile_unfollowed_jobs(dag_run)
+        # The holds of the tasks whose unwatched jobs are stopped and billed are theirs to settle.
+        billing = reconcile_unfollowed_jobs(dag_run)
+        release_run_reservations(
+            dag_run, f"the run failed ({msg or 'no reason given'})", keep_holders=billing
+        )
 
     @hookimpl
     def on_dag_run_success(self, dag_run: Any, msg: str) -> None:
-        release_run_reservations(dag_run, "the run ended with its consumer skipped or never run")
-        reconcile_unfollowed_jobs(dag_run)
+        billing = reconcile_unfollowed_jobs(dag_run)
+        release_run_reservations(
+            dag_run, "the run ended with its consumer skipped or never run", keep_holders=billing
+        )
 
     def _record(self, ti: Any, outcome: str, error: BaseException | None) -> None:
         if type(ti).__module__.startswith("airflow.models"):

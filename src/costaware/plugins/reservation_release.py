@@ -59,8 +59,14 @@ def release_reservations(
     ledger_conn_ids: set[str] | frozenset[str] = frozenset({"costaware_ledger"}),
     *,
     in_task_process: bool = False,
+    keep_holders: frozenset[str] = frozenset(),
+    only_holders: frozenset[str] | None = None,
 ) -> list[Any]:
     """Release the open reservations held for ``task_ids`` of one run (all of the run's when None).
+
+    ``keep_holders``: holders left open (a task whose unwatched job a reconcile stops and bills: billing
+    it settles its hold, and freed before that, the money its job still spends could be reserved again);
+    ``only_holders``: release these holders only (None: any of the tasks').
 
     ``in_task_process``: called by a task's own worker, which opens each ledger as its tasks do; else (a
     run's end, in the scheduler or the API server) a non-default connection missing there is not replaced
@@ -85,6 +91,8 @@ def release_reservations(
             and key.dag_id == dag_id
             and key.run_id == run_id
             and (task_ids is None or key.task_id in task_ids)
+            and holder not in keep_holders
+            and (only_holders is None or holder in only_holders)
         )
 
     def release(ledger: Any) -> None:
@@ -141,8 +149,13 @@ def release_for_doomed_downstream(ti: Any, outcome: str) -> list[Any]:
     )
 
 
-def release_run_reservations(dag_run: Any, reason: str, *, wait_seconds: float = 5.0) -> list[Any]:
+def release_run_reservations(
+    dag_run: Any, reason: str, *, wait_seconds: float = 5.0, keep_holders: frozenset[str] = frozenset()
+) -> list[Any]:
     """At the end of a run, release every reservation still open for it (its consumers never settled).
+
+    ``keep_holders``: the holds a reconcile of the run's unwatched jobs settles (see
+    :func:`release_reservations`).
 
     This runs in the scheduler (or the api-server, when a person marks a run) inside its open database
     session. Looking up the ledger's Airflow connection there would use, and close, that very session (a
@@ -160,7 +173,7 @@ def release_run_reservations(dag_run: Any, reason: str, *, wait_seconds: float =
     released: list[Any] = []
 
     def work() -> None:
-        released.extend(release_reservations(*args))
+        released.extend(release_reservations(*args, keep_holders=keep_holders))
         end_waiting_gates(args[0], args[1], "run_ended", args[4])
 
     in_own_thread(work, name="costaware-release", wait_seconds=wait_seconds)
