@@ -23,6 +23,7 @@ from datetime import datetime, timezone
 from decimal import Decimal
 from typing import Any
 
+from costaware.core.errors import StopRefused
 from costaware.core.ledger import utcnow
 from costaware.glue import DEFAULT_AWS_CONN_ID, DEFAULT_LEDGER_CONN_ID
 
@@ -228,6 +229,10 @@ def stop_and_bill(
     The trigger's kill path does it, as the last try's resume would have: ``unwatched``, to the end of the
     job's grace period where it has not ended within ``wait_seconds`` (default the kill's). Returns what the
     ledger holds for the job after it (None: not billed, said in the log).
+
+    Raises:
+        StopRefused: the backend refused the stop (or did not answer it) and the job was not seen to end:
+            nothing is billed and the task's hold stays held; the message says to stop the job by hand.
     """
     from costaware.training.attempts import AttemptState
     from costaware.triggers.remote_training import KILL_WAIT_SECONDS, RemoteTrainingJobTrigger
@@ -243,13 +248,18 @@ def stop_and_bill(
         ledger_conn_id=ledger_conn_id,
         aws_conn_id=aws_conn_id,
     )
-    trigger.stop_and_bill(
+    refused = trigger.stop_and_bill(
         wait_seconds=KILL_WAIT_SECONDS if wait_seconds is None else wait_seconds,
         ask_state=False,
         cause="unwatched",
         why=f"{RECONCILE_WHY} (task {wait.task_state})",
         ledger=ledger,
     )
+    if refused is not None:
+        raise StopRefused(
+            f"stop refused ({refused}): stop job {wait.job_id} on {wait.backend} by hand; it is not billed "
+            "and the task's hold stays held until `costaware jobs reconcile` bills it"
+        )
     return billed_usd(ledger, wait)
 
 
@@ -354,6 +364,9 @@ def _reconcile_one(
             ledger_conn_id=conn_id,
             aws_conn_id=aws_conn_ids.get(wait.task_id, DEFAULT_AWS_CONN_ID),
         )
+    except StopRefused as e:
+        log.error("costaware: job %s of task %s is not billed: %s", wait.job_id, wait.task, e)
+        return "unbilled"
     except Exception as e:
         usd = None
         log.error("costaware: stopping and billing job %s failed: %s", wait.job_id, e)

@@ -522,6 +522,90 @@ def test_a_failed_read_of_the_waits_at_a_runs_end_leaves_the_schedulers_postgres
     engine.dispose()
 
 
+class _StopRefusing:
+    """A backend whose API refuses every call (a 503): the job it runs is neither stopped nor seen to end."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+
+    def poll(self, job_id: str) -> Any:
+        from costaware.core.errors import ComputeBackendError
+
+        raise ComputeBackendError("backend API unreachable (503)")
+
+    stop = poll
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+def test_a_job_whose_stop_the_backend_refuses_is_not_billed_keeps_its_hold_and_is_listed_again(
+    tmp_path: Path, ledger: Any, ledger_url: str, monkeypatch: pytest.MonkeyPatch, capsys: Any
+) -> None:
+    # Billed to its grace period's end under its name, the hold settled and "billed" said (exit 0): the next
+    # reconcile found the entry and said "nothing to reconcile" while the job ran on, unbilled.
+    from costaware.adapters.compute import base
+
+    ledger.set_budget("project=churn", "month", "10")
+    gate = ledger.reserve("project=churn", "9.00", holder=HOLDER, run_id=RUN, dag_id=DAG)
+    trigger = _deferred(tmp_path)
+    assert trigger.job_id is not None
+    _task_ended_with_its_wait(tmp_path, monkeypatch, "failed", trigger)
+    real_open = base.open_backend
+    argv = ["jobs", "reconcile", "--ledger-url", ledger_url, "--wait-seconds", "1", "--format", "json"]
+    capsys.readouterr()
+
+    with monkeypatch.context() as down:
+        down.setattr(base, "open_backend", lambda *a, **k: _StopRefusing(real_open(*a, **k)))
+        assert main(argv) == 1
+    (refused,) = _listed(capsys.readouterr().out)
+    assert refused["result"].startswith(
+        "FAILED: stop refused (ComputeBackendError: backend API unreachable (503)): stop job "
+        f"{trigger.job_id} on local by hand"
+    )
+    assert _running(tmp_path, trigger.job_id) and _entries(ledger) == []
+    with ledger.reading() as conn:
+        assert reservations.reservation(conn, gate.id).status == "open"
+
+    # The backend answers again: listed again, stopped and billed, and the hold settled.
+    assert main(argv) == 0
+    (done,) = _listed(capsys.readouterr().out)
+    assert done["result"].startswith("billed $")
+    assert [e["cause"] for e in _entries(ledger)] == ["unwatched"]
+    with ledger.reading() as conn:
+        assert reservations.reservation(conn, gate.id).status == "settled"
+
+
+def test_a_run_end_whose_job_stop_is_refused_logs_an_error_and_keeps_the_tasks_hold(
+    tmp_path: Path, ledger: Any, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    from types import SimpleNamespace
+
+    from costaware import triggers
+    from costaware.adapters.compute import base
+    from costaware.plugins.listener import CostListener
+
+    monkeypatch.setattr(triggers.remote_training, "KILL_WAIT_SECONDS", 1.0)
+    ledger.set_budget("x=y", "month", "10")
+    gate = ledger.reserve("x=y", "9.00", holder=HOLDER, run_id=RUN, dag_id=DAG)
+    op = RemoteTrainingOperator(**{**command_operator_args(tmp_path, "wait-for-notice"), "tags": {"x": "y"}})
+    trigger = _deferred(tmp_path, op)
+    assert trigger.job_id is not None
+    _task_ended_with_its_wait(tmp_path, monkeypatch, "skipped", trigger)
+    real_open = base.open_backend
+    with monkeypatch.context() as down:
+        down.setattr(base, "open_backend", lambda *a, **k: _StopRefusing(real_open(*a, **k)))
+        run = SimpleNamespace(dag_id=DAG, run_id=RUN, dag=SimpleNamespace(tasks=[op]))
+        CostListener().on_dag_run_failed(run, "timed_out")
+        _reconciled()
+
+    (error,) = [r for r in caplog.records if "stop refused" in r.getMessage() and r.name.endswith("listener")]
+    assert error.levelname == "ERROR" and f"stop job {trigger.job_id} on local by hand" in error.getMessage()
+    assert _running(tmp_path, trigger.job_id) and _entries(ledger) == []
+    with ledger.reading() as conn:
+        assert reservations.reservation(conn, gate.id).status == "open"
+
+
 def test_a_runs_end_leaves_the_hold_of_a_task_whose_job_it_bills_to_that_bill(
     tmp_path: Path, ledger: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -1500,3 +1500,33 @@ def test_sigterm_of_a_worker_as_its_resumed_run_handles_a_success_keeps_the_succ
     assert entry["cause"] == "success" and Decimal(str(entry["usd"])) > 0
     assert isinstance(result, dict) and Decimal(str(result["usd"])) == Decimal(str(entry["usd"]))
     assert ledger.open_reservations() == []
+
+
+def test_a_killed_job_whose_stop_the_backend_refuses_is_not_billed_and_keeps_the_tasks_hold(
+    tmp_path: Path, ledger: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Billed to the end of its grace period and the hold settled, the job ran on past it unbilled: its entry
+    # (keyed by its name) also hid it from `costaware jobs reconcile`.
+    from costaware.adapters.compute.local import LocalBackend
+    from costaware.core.errors import ComputeBackendError
+
+    ledger.set_budget("project=churn", "month", "10")
+    gate = ledger.reserve("project=churn", "1.00", holder=HOLDER, run_id="r")
+    trigger = deferred_trigger(operator(tmp_path, "wait-for-notice"))
+    wait_for(tmp_path / "seen.jsonl.ready")
+
+    def refused(self: LocalBackend, job_id: str) -> Any:
+        raise ComputeBackendError("AccessDeniedException: not authorized to perform StopTrainingJob")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(LocalBackend, "stop", refused)
+        why = trigger.stop_and_bill(wait_seconds=0.3, poll_seconds=0.1, ask_state=False)
+
+    assert why == "ComputeBackendError: AccessDeniedException: not authorized to perform StopTrainingJob"
+    assert train_entries(ledger) == []
+    (held,) = ledger.open_reservations()
+    assert held.id == gate.id
+    assert trigger.job_id is not None
+    assert not open_backend("local", {"root": str(tmp_path / "jobs")}).poll(trigger.job_id).state.done
+    trigger.stop_and_bill(wait_seconds=10, ask_state=False)  # stopped once the backend lets it: billed
+    assert [e["cause"] for e in train_entries(ledger)] == ["killed"]

@@ -104,6 +104,10 @@ class JobNotFoundError(ComputeBackendError):
     """Raised when a backend no longer knows a job (a Kubernetes pod deleted and gone)."""
 
 
+class StopRefused(ComputeBackendError):
+    """A backend refused (or did not answer) the stop of a job then not seen to end: it may run on."""
+
+
 class StoreUnavailableError(CostawareError):
     """Raised when an object store cannot be read or written for a reason a retry may fix; retried."""
 

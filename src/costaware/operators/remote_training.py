@@ -877,11 +877,11 @@ class RemoteTrainingOperator(RemoteAttemptSteps, RemotePlanArguments, BuiltInTra
         if state.current is None:
             return False
         try:
-            self._trigger(state).stop_and_bill(ask_state=False, cause="unwatched", why=why)
+            refused = self._trigger(state).stop_and_bill(ask_state=False, cause="unwatched", why=why)
         except Exception:  # best effort: the task's own failure is what it reports
             self.log.exception("could not stop and bill job %s of the failing task", state.current.job_id)
             return False
-        return True
+        return refused is None  # a refused stop left it unbilled, its hold held (said in the log)
 
     def _stop_killed(self, trigger: Any) -> NoReturn:
         """Stop and bill the job ``trigger`` waits on, once, and end the task (see :meth:`on_kill`)."""

@@ -1259,7 +1259,7 @@ class RemoteTrainingJobTrigger(BaseTrigger):
         cause: str = "killed",
         why: str = "its task was killed",
         ledger: Any = None,
-    ) -> None:
+    ) -> str | None:
         """Stop the job of a task a person killed, bill what it ran, and settle the task's hold (blocking IO).
 
         The operator would have billed the attempt when the job ended and settled the hold when the
@@ -1277,14 +1277,20 @@ class RemoteTrainingJobTrigger(BaseTrigger):
         ``cause`` and ``why`` say why the job was stopped in its entry (a task failing for good with its job
         still running, no retry left to follow it, uses this too: ``unwatched``). ``ledger``: the ledger to
         bill in, opened by the caller (``costaware jobs reconcile``'s), instead of ``ledger_conn_id``'s.
+
+        Returns None, or why the backend refused the stop of a job then not seen to end: it may run on, so
+        nothing is billed (billed to its grace period, it ran on unbilled past it) and the task's hold stays
+        held; the error in the log says to stop it by hand, and ``costaware jobs reconcile`` lists it still.
         """
+        from costaware.core.errors import StopRefused
         from costaware.remote_billing import KilledTrainingBilling
         from costaware.training.attempts import AttemptState
 
         verdict = self._task_verdict() if ask_state else "ended"
         if verdict == "waiting":
             self.log.info("the task still waits (no person ended it): job %s runs on", self.job_id)
-            return
+            return None
+        refused: str | None = None
         state = AttemptState.from_json(self.state)
         billing = KilledTrainingBilling(
             ledger_conn_id=self.ledger_conn_id, aws_conn_id=self.aws_conn_id, log=self.log, ledger=ledger
@@ -1308,6 +1314,16 @@ class RemoteTrainingJobTrigger(BaseTrigger):
                         float(job["billable_seconds"]),
                         state.attempts[-1].usd,
                     )
+        except StopRefused as e:
+            verdict, refused = "refused", str(e)
+            self.log.error(
+                "job %s not billed: the stop was refused (%s): stop job %s on %s by hand; the task's budget "
+                "hold stays held, and `costaware jobs reconcile` bills the job once it has ended",
+                self.job_id,
+                refused,
+                self.job_id,
+                self.backend,
+            )
         except KeyboardInterrupt:
             # Given up (a hung backend or ledger, see _interrupts_wait_for_the_bill): the job may train on
             # unbilled, so its money stays held; settled here, it was freed while the job spent it.
@@ -1320,12 +1336,15 @@ class RemoteTrainingJobTrigger(BaseTrigger):
                     "takes it over",
                     self.job_id,
                 )
+            elif verdict == "refused":
+                pass  # the job may run on: its money stays held (said above)
             elif verdict == "cleared":
                 # Its new try took over the task's hold (it may have started already) and settles it with
                 # all the attempts, this one included, when it ends.
                 self.log.info("the task was cleared: its new try keeps the task's budget hold")
             else:
                 billing._settle(state)
+        return refused
 
     def _task_verdict(self, *, unreadable: str = "ended") -> str:
         """``ended``, ``cleared`` or ``waiting``: what Airflow says of the killed task now (see above).
@@ -1377,7 +1396,7 @@ class RemoteTrainingJobTrigger(BaseTrigger):
             open_backend,
             with_copies_run_out,
         )
-        from costaware.core.errors import ComputeBackendError, JobNotFoundError
+        from costaware.core.errors import ComputeBackendError, JobNotFoundError, StopRefused
         from costaware.training.attempt_effects import stop_seconds
 
         assert self.job_id is not None and state.current is not None
@@ -1435,12 +1454,12 @@ class RemoteTrainingJobTrigger(BaseTrigger):
                 return dict(status.to_dict()), True, not stopped
         self.log.warning("%s: stopping job %s on %s", why, self.job_id, self.backend)
         stopped_at = utcnow()
+        refused: Exception | None = None
         try:
             backend.stop(self.job_id)
         except Exception as e:  # refused (it ended meanwhile: SageMaker's "in status Stopped") or failed
-            self.log.warning(
-                "stopping job %s failed (%s): it is billed to its grace period's end", self.job_id, e
-            )
+            refused = e
+            self.log.warning("stopping job %s failed (%s): waiting for its end all the same", self.job_id, e)
         give_up = time.monotonic() + wait_seconds
         gone = False
         while time.monotonic() < give_up:
@@ -1456,6 +1475,9 @@ class RemoteTrainingJobTrigger(BaseTrigger):
             status, seen_at, unpriced = polled, utcnow(), False
             if status.state.done:
                 return dict(status.to_dict()), True, False
+        if refused is not None and not gone:
+            # Not stopped, not seen to end: billed to its grace period, it would run on unbilled past it.
+            raise StopRefused(f"{type(refused).__name__}: {refused}")
         # The backend's own kill comes at stop_seconds (SageMaker's 120 s, the pod's grace + 10 s).
         latest_end = utcnow() if gone else stopped_at + timedelta(seconds=stop_seconds(state))
         billable = status.billable_seconds

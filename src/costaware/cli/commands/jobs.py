@@ -25,6 +25,7 @@ def reconcile(args: argparse.Namespace) -> int:
         CostawareError: Airflow's metadata database cannot be read, or the ledger cannot be opened.
     """
     from costaware.cli.arguments import check_range, open_ledger
+    from costaware.core.errors import StopRefused
     from costaware.remote_reconcile import (
         TRIGGER_SETTLE_SECONDS,
         billed_usd,
@@ -66,15 +67,17 @@ def reconcile(args: argparse.Namespace) -> int:
             result = "unbilled (dry run: not stopped)"
         else:
             print(f"costaware: stopping and billing job {wait.job_id} on {wait.backend} ...", file=sys.stderr)
+            by_hand = f"stop job {wait.job_id} on {wait.backend} by hand"
             try:
                 usd = stop_and_bill(wait, ledger, wait_seconds=args.wait_seconds)
+            except StopRefused as e:  # not billed, its hold held: listed again until it is
+                usd, result = None, f"FAILED: {e}"
             except Exception as e:  # said per job; the others are reconciled all the same
-                usd, why = None, f"{type(e).__name__}: {e}"
+                usd, result = None, f"FAILED ({type(e).__name__}: {e}): {by_hand}"
             else:
-                why = "see the log above"
+                result = f"FAILED (see the log above): {by_hand}"
             if usd is None:
                 failed += 1
-                result = f"FAILED ({why}): stop job {wait.job_id} on {wait.backend} by hand"
             else:
                 # A job that had ended meanwhile was only billed: its entry's note says which.
                 result = f"billed ${usd.quantize(Decimal('0.000001'))} (stopped where it still ran)"
