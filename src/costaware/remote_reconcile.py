@@ -80,6 +80,15 @@ class EndedWait:
     def backend(self) -> str:
         return str(self.state.get("backend") or "")
 
+    def aws_conn_id(self, fallback: str | None = DEFAULT_AWS_CONN_ID) -> str | None:
+        """The task's AWS connection, as its wait kept it; ``fallback`` for a state kept before it was."""
+        from costaware.triggers.remote_training import WAIT_STATE_AWS_CONN_KEY
+
+        if WAIT_STATE_AWS_CONN_KEY not in self.state:
+            return fallback
+        kept = self.state[WAIT_STATE_AWS_CONN_KEY]
+        return str(kept) if kept is not None else None  # None: the default AWS credentials, as the task ran
+
     @property
     def task(self) -> str:
         """``DAG/RUN/TASK/MAP_INDEX``, as ``costaware budget holds`` names a task."""
@@ -298,7 +307,7 @@ def reconcile_ended_run(
     ``waits``: the run's, read already (None: read here, in a session of its own). Each task's job is
     billed in the ledger its task names (``ledger_conn_ids``, by task id; the default elsewhere), opened as
     a drain opens it here: a ledger this machine does not see is left to ``costaware jobs reconcile`` where
-    it is, and said. The billing
+    it is, and said; with the task's AWS connection its wait kept (else ``aws_conn_ids``'). The billing
     settles the task's hold; a job not billed keeps it held (it may run on). ``release_hold(wait, ledger
     conn id)``: called for a job found billed already, whose hold the run's end left to this. Returns how
     many jobs were stopped and billed.
@@ -362,7 +371,7 @@ def _reconcile_one(
             wait,
             ledger,
             ledger_conn_id=conn_id,
-            aws_conn_id=aws_conn_ids.get(wait.task_id, DEFAULT_AWS_CONN_ID),
+            aws_conn_id=wait.aws_conn_id(aws_conn_ids.get(wait.task_id, DEFAULT_AWS_CONN_ID)),
         )
     except StopRefused as e:
         log.error("costaware: job %s of task %s is not billed: %s", wait.job_id, wait.task, e)

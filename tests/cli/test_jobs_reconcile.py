@@ -59,12 +59,20 @@ def _no_job_left(tmp_path: Path) -> Iterator[None]:
                 backend.signal(folder.name, signal.SIGKILL)
 
 
-def _deferred(tmp: Path, op: RemoteTrainingOperator | None = None) -> RemoteTrainingJobTrigger:
-    """A training deferred on a running job, as the triggerer builds its trigger."""
+def _deferred(
+    tmp: Path, op: RemoteTrainingOperator | None = None, *, kept: dict[str, Any] | None = None
+) -> RemoteTrainingJobTrigger:
+    """A training deferred on a running job, as the triggerer builds its trigger.
+
+    ``kept``: gets the XComs the task pushed (its wait state), as Airflow keeps them.
+    """
     args = {**command_operator_args(tmp, "wait-for-notice"), "tags": {"project": "churn"}}
     op = op or RemoteTrainingOperator(**args)
+    context = context_for()
+    if kept is not None:
+        context["ti"].xcom_push = lambda key, value: kept.__setitem__(key, value)
     with pytest.raises(TaskDeferred) as deferred:
-        op.execute(context_for())
+        op.execute(context)
     trigger = reimported(deferred.value.trigger)
     give_up = time.monotonic() + 60
     ready = "seen.jsonl.ready" if "wait-for-notice" in op.command else "seen.jsonl"
@@ -83,14 +91,16 @@ def _task_ended_with_its_wait(
     *,
     next_method: str | None = TRIGGER_TAKEN_AWAY,
     end_date: datetime | None = None,
+    kept: dict[str, Any] | None = None,
 ) -> None:
     """The metadata database of a task in ``state`` whose deferred wait kept ``trigger``'s attempt state.
 
     By default the wait's trigger was taken away by Airflow's timeout check (``__fail__``), no ``on_kill``.
+    ``kept``: the XComs the task pushed (:func:`_deferred`'s), whose wait state is kept instead.
     """
     put = airflow_metadata_db(tmp, monkeypatch)
     put(DAG, RUN, TASK, state, next_method=next_method, end_date=end_date)
-    put_xcom(DAG, RUN, TASK, WAIT_STATE_XCOM_KEY, trigger.state)
+    put_xcom(DAG, RUN, TASK, WAIT_STATE_XCOM_KEY, kept[WAIT_STATE_XCOM_KEY] if kept else trigger.state)
 
 
 def _listed(out: str) -> list[dict[str, Any]]:
@@ -369,6 +379,19 @@ def test_a_run_marked_failed_reports_its_task_and_its_end_and_the_job_is_stopped
     assert [e["cause"] for e in _entries(ledger)] == ["unwatched"]
 
 
+def _connections_billed_with(monkeypatch: pytest.MonkeyPatch) -> list[str | None]:
+    """The AWS connections each stop and bill of a job uses from now on (it reads live spot prices)."""
+    used: list[str | None] = []
+    real = RemoteTrainingJobTrigger.stop_and_bill
+
+    def stop_and_bill(self: RemoteTrainingJobTrigger, **kwargs: Any) -> Any:
+        used.append(self.aws_conn_id)
+        return real(self, **kwargs)
+
+    monkeypatch.setattr(RemoteTrainingJobTrigger, "stop_and_bill", stop_and_bill)
+    return used
+
+
 def test_a_sagemaker_job_whose_task_ended_unbilled_is_found_through_the_tasks_aws_connection(
     moto_endpoint: str,
     moto_aws_conn: str,
@@ -400,13 +423,18 @@ def test_a_sagemaker_job_whose_task_ended_unbilled_is_found_through_the_tasks_aw
         aws_conn_id=moto_aws_conn,
         poll_interval=0.1,
     )
+    kept: dict[str, Any] = {}
+    context = context_for()
+    context["ti"].xcom_push = lambda key, value: kept.__setitem__(key, value)
     with pytest.raises(TaskDeferred) as deferred:
-        op.execute(context_for())
+        op.execute(context)
     trigger = deferred.value.trigger
-    _task_ended_with_its_wait(tmp_path, monkeypatch, "success", trigger)
+    _task_ended_with_its_wait(tmp_path, monkeypatch, "success", trigger, kept=kept)
+    used = _connections_billed_with(monkeypatch)
     capsys.readouterr()
 
     assert main(["jobs", "reconcile", "--ledger-url", ledger_url, "--format", "json"]) == 0
+    assert used == [moto_aws_conn]  # not aws_default: the task's own serialized definition does not keep it
     (done,) = _listed(capsys.readouterr().out)
     assert (done["backend"], done["job"]) == ("sagemaker", trigger.job_id)
     (entry,) = _entries(ledger)
@@ -637,3 +665,32 @@ def test_a_runs_end_leaves_the_hold_of_a_task_whose_job_it_bills_to_that_bill(
         assert reservations.reservation(conn, gate.id).status == "settled"
     (entry,) = _entries(ledger)
     assert entry["cause"] == "unwatched" and Decimal(str(entry["usd"])) > 1
+
+
+@pytest.mark.parametrize("by", ["cli", "listener"])
+def test_a_job_is_stopped_and_billed_with_the_aws_connection_its_task_ran_with(
+    by: str, tmp_path: Path, ledger: Any, ledger_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The task's serialized definition keeps no aws_conn_id (not a template field): both used aws_default,
+    # live spot prices read with another account's credentials. The wait's state keeps the task's own.
+    from types import SimpleNamespace
+
+    from costaware.plugins.listener import CostListener
+
+    kept: dict[str, Any] = {}
+    args = {**command_operator_args(tmp_path, "wait-for-notice"), "aws_conn_id": "team_aws"}
+    trigger = _deferred(tmp_path, RemoteTrainingOperator(**args), kept=kept)
+    assert kept[WAIT_STATE_XCOM_KEY]["aws_conn_id"] == "team_aws"
+    _task_ended_with_its_wait(tmp_path, monkeypatch, "failed", trigger, kept=kept)
+    used = _connections_billed_with(monkeypatch)
+
+    if by == "cli":
+        assert main(["jobs", "reconcile", "--ledger-url", ledger_url, "--wait-seconds", "10"]) == 0
+    else:
+        serialized = SimpleNamespace(task_id=TASK, task_type="RemoteTrainingOperator")  # no aws_conn_id
+        CostListener().on_dag_run_failed(
+            SimpleNamespace(dag_id=DAG, run_id=RUN, dag=SimpleNamespace(tasks=[serialized])), "timed_out"
+        )
+        _reconciled()
+    assert used == ["team_aws"]
+    assert [e["cause"] for e in _entries(ledger)] == ["unwatched"]

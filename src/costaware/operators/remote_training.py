@@ -26,7 +26,7 @@ from costaware.operators.remote_command import check_job_kind
 from costaware.operators.remote_training_args import RemotePlanArguments
 from costaware.operators.templating import is_literal
 from costaware.operators.training_args import TRAINING_TEMPLATE_FIELDS, BuiltInTrainingArguments
-from costaware.triggers.remote_training import WAIT_STATE_XCOM_KEY
+from costaware.triggers.remote_training import WAIT_STATE_AWS_CONN_KEY, WAIT_STATE_XCOM_KEY
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -762,7 +762,10 @@ class RemoteTrainingOperator(RemoteAttemptSteps, RemotePlanArguments, BuiltInTra
         if push is None:  # outside Airflow
             return
         try:
-            push(key=WAIT_STATE_XCOM_KEY, value=state.to_json())
+            # With the task's AWS connection, which a reconcile of its job stops and bills with.
+            push(
+                key=WAIT_STATE_XCOM_KEY, value={**state.to_json(), WAIT_STATE_AWS_CONN_KEY: self.aws_conn_id}
+            )
         except Exception as e:
             self.log.warning(
                 "could not keep the wait's state in XCom %r (%s): the trigger watches the job all the same, "

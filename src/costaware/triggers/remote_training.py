@@ -93,6 +93,9 @@ AIRFLOW_USER_ACTION_CANCEL = "__airflow_user_action__"
 #: that timed out (or whose trigger failed) with nothing of the deferral but the error: this is how that
 #: resume finds the job to stop and bill. The wait keeps a stop at the cap it sent there too.
 WAIT_STATE_XCOM_KEY = "costaware_wait_state"
+#: The wait state's key of the task's AWS connection, which the task's serialized definition does not keep
+#: (not a template field): a run-end listener and ``costaware jobs reconcile`` stop and bill with it.
+WAIT_STATE_AWS_CONN_KEY = "aws_conn_id"
 #: The state's ``current`` key of a stop at the cap this wait sent: ``{"job_id", "sent_at"}``, with the
 #: job's ``job`` status and ``seen_at`` as last seen before it. Kept (see ``_keep_cap_stop``) so that a
 #: wait re-created by a triggerer restart stops the job once and bills it to its grace period's end.
@@ -811,7 +814,7 @@ class RemoteTrainingJobTrigger(BaseTrigger):
             if self._cancelled.is_set() and not self._xcom_holds_this_wait(XCom.get_one(**where)):
                 return
             key = where.pop("key")
-            XCom.set(key, self.state, **where)
+            XCom.set(key, {**self.state, WAIT_STATE_AWS_CONN_KEY: self.aws_conn_id}, **where)
         except Exception as e:
             self.log.warning(
                 "could not keep the stop at the cap of job %s in XCom (%s: %s): a triggerer restart would "

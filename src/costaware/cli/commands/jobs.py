@@ -69,7 +69,9 @@ def reconcile(args: argparse.Namespace) -> int:
             print(f"costaware: stopping and billing job {wait.job_id} on {wait.backend} ...", file=sys.stderr)
             by_hand = f"stop job {wait.job_id} on {wait.backend} by hand"
             try:
-                usd = stop_and_bill(wait, ledger, wait_seconds=args.wait_seconds)
+                usd = stop_and_bill(
+                    wait, ledger, wait_seconds=args.wait_seconds, aws_conn_id=wait.aws_conn_id()
+                )
             except StopRefused as e:  # not billed, its hold held: listed again until it is
                 usd, result = None, f"FAILED: {e}"
             except Exception as e:  # said per job; the others are reconciled all the same
