@@ -272,6 +272,59 @@ def stop_and_bill(
     return billed_usd(ledger, wait)
 
 
+def task_ledger_conn_ids(waits: list[EndedWait]) -> dict[tuple[str, str], str]:
+    """The ledger connection each wait's task bills, by ``(dag_id, task_id)`` (metadata database IO).
+
+    Read from its DAG's latest serialized definition, as the listener reads a killed try's (``ledger_conn_id``
+    is a template field). A DAG or task not found there (deleted since, or never parsed) is left out: its
+    task is taken to bill the ledger given.
+    """
+    from airflow.models.serialized_dag import SerializedDagModel
+
+    from costaware.glue import ledger_conn_id_of
+
+    conn_ids: dict[tuple[str, str], str] = {}
+    for dag_id in sorted({wait.dag_id for wait in waits}):
+        try:
+            dag = SerializedDagModel.get_dag(dag_id)
+        except Exception:  # no serialized_dag table (a bare test database), or no such DAG any more
+            dag = None
+        if dag is None:
+            continue
+        for wait in (w for w in waits if w.dag_id == dag_id):
+            try:
+                conn_ids[(dag_id, wait.task_id)] = ledger_conn_id_of(dag.get_task(wait.task_id))
+            except Exception:  # a task removed from the DAG since
+                continue
+    return conn_ids
+
+
+def is_ledger_of(ledger: Any, conn_id: str) -> bool:
+    """Whether connection ``conn_id`` names the database ``ledger`` is open on (False: not known here)."""
+    from sqlalchemy.engine import make_url
+
+    from costaware.hooks.ledger import CostLedgerHook
+
+    try:
+        hook = CostLedgerHook(conn_id)
+        hook.get_connection(conn_id)  # missing here, the hook's fallback is some other ledger
+        theirs = make_url(hook.get_url()).render_as_string(hide_password=False)
+        ours = make_url(str(ledger.engine.url.render_as_string(hide_password=False)))
+        return theirs == ours.render_as_string(hide_password=False)
+    except Exception:  # a connection missing on this machine
+        return False
+
+
+def billed_in_its_ledger(wait: EndedWait, conn_id: str) -> bool:
+    """Whether the job of ``wait`` is billed in the ledger ``conn_id`` names, where this machine sees it."""
+    from costaware.ledger_spool import workers_ledger
+
+    try:
+        return billed_usd(workers_ledger(conn_id), wait) is not None
+    except Exception:  # not seen here, or not readable: its own reconcile says
+        return False
+
+
 def _submitted_at(wait: EndedWait) -> datetime | None:
     from costaware.core.series import parse_instant
 

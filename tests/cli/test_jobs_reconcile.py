@@ -694,3 +694,56 @@ def test_a_job_is_stopped_and_billed_with_the_aws_connection_its_task_ran_with(
         _reconciled()
     assert used == ["team_aws"]
     assert [e["cause"] for e in _entries(ledger)] == ["unwatched"]
+
+
+def _serialized_dag(tmp: Path, **task_args: Any) -> None:
+    """The DAG of the task in Airflow's metadata database, as its DAG processor writes it (all its tables)."""
+    from airflow import settings
+    from airflow.models.base import Base
+    from airflow.models.dag import DagModel
+    from airflow.models.dagbundle import DagBundleModel
+    from airflow.models.serialized_dag import SerializedDagModel
+    from airflow.sdk import DAG as Dag
+    from airflow.serialization.serialized_objects import DagSerialization, LazyDeserializedDAG
+
+    with Dag(DAG, schedule=None, start_date=datetime(2026, 1, 1, tzinfo=timezone.utc)) as dag:
+        RemoteTrainingOperator(**{**command_operator_args(tmp, "wait-for-notice"), **task_args})
+    with settings.Session() as session:
+        Base.metadata.create_all(session.get_bind())
+        session.add_all([DagBundleModel(name="dags"), DagModel(dag_id=DAG, bundle_name="dags")])
+        session.flush()
+        serialized = LazyDeserializedDAG(data=DagSerialization.to_dict(dag))
+        SerializedDagModel.write_dag(serialized, bundle_name="dags", session=session)
+        session.commit()
+
+
+def test_a_task_that_bills_another_ledger_is_left_to_a_reconcile_of_that_ledger(
+    tmp_path: Path, ledger: Any, ledger_url: str, monkeypatch: pytest.MonkeyPatch, capsys: Any
+) -> None:
+    # Read in --ledger-url's ledger, the job of a task billing team_b's looked unbilled, and was billed there
+    # a second time (its resume billed it in team_b's).
+    from costaware import Ledger
+
+    team_b_db = tmp_path / "team_b.db"
+    team_b = Ledger.from_url(f"sqlite:///{team_b_db}")
+    trigger = _deferred(tmp_path)
+    assert trigger.job_id is not None
+    _task_ended_with_its_wait(tmp_path, monkeypatch, "failed", trigger)
+    _serialized_dag(tmp_path, ledger_conn_id="team_b")
+    capsys.readouterr()
+
+    # This machine does not see team_b: listed, neither stopped nor billed (dry run or not).
+    for dry_run in (["--dry-run"], []):
+        argv = ["jobs", "reconcile", "--ledger-url", ledger_url, "--format", "json", *dry_run]
+        assert main(argv) == 0
+        (listed,) = _listed(capsys.readouterr().out)
+        assert listed["result"] == "bills in team_b: run with its --ledger-url"
+    assert _running(tmp_path, trigger.job_id) and _entries(ledger) == []
+
+    # Its resume billed it in team_b's ledger: the job is no more listed, and nothing is billed here.
+    monkeypatch.setenv("AIRFLOW_CONN_TEAM_B", json.dumps({"conn_type": "sqlite", "host": str(team_b_db)}))
+    reimported(trigger).stop_and_bill(ask_state=False, cause="unwatched", why="resume", ledger=team_b)
+    for given in (ledger_url, f"sqlite:///{team_b_db}"):
+        assert main(["jobs", "reconcile", "--ledger-url", given]) == 0
+        assert IN_THE_LEDGER in capsys.readouterr().out
+    assert _entries(ledger) == [] and len(team_b.entries()) == 1

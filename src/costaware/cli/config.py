@@ -618,9 +618,11 @@ JOBS_COMMANDS = (
             "the task's hold settled; the resume, a retry or a trigger that comes after finds the entry and "
             "bills nothing again. A task that ended less than 5 minutes ago while its trigger still ran is "
             "listed as left to that trigger, whose kill stops and bills the job, and not touched. Give "
-            "--ledger-url where the tasks bill another ledger than the default. A job whose stop the "
-            "backend refuses is not billed and its hold stays held: stop it by hand, and the next run bills "
-            "it. Exits 1 when a job could not be stopped and billed, or a wait state could not be read."
+            "--ledger-url where the tasks bill another ledger than the default; a task whose DAG names "
+            "another ledger_conn_id is billed there only (listed as 'bills in CONN' where this machine "
+            "cannot read that ledger). A job whose stop the backend refuses is not billed and its hold stays "
+            "held: stop it by hand, and the next run bills it. Exits 1 when a job could not be stopped and "
+            "billed, or a wait state could not be read."
         ),
     ),
 )

@@ -26,12 +26,16 @@ def reconcile(args: argparse.Namespace) -> int:
     """
     from costaware.cli.arguments import check_range, open_ledger
     from costaware.core.errors import StopRefused
+    from costaware.glue import DEFAULT_LEDGER_CONN_ID
     from costaware.remote_reconcile import (
         TRIGGER_SETTLE_SECONDS,
+        billed_in_its_ledger,
         billed_usd,
         ended_waits,
+        is_ledger_of,
         left_to_triggers,
         stop_and_bill,
+        task_ledger_conn_ids,
     )
 
     check_range("--wait-seconds", args.wait_seconds, low=0, high=600)
@@ -39,19 +43,27 @@ def reconcile(args: argparse.Namespace) -> int:
     with_job = [w for w in waits if w.current is not None]
     # No ledger is needed where no ended task left a job (a new deployment's maintenance DAG).
     ledger = open_ledger(args, reading=True, read_only=args.dry_run) if with_job else None
+    # A task whose DAG bills another ledger is billed there only: read here it looked unbilled, billed twice.
+    conn_ids = task_ledger_conn_ids(with_job) if with_job else {}
+    elsewhere: dict[str, str] = {}  # by task: the ledger connection it bills, not this one
     unreadable: dict[str, str] = {}  # by task: why its wait state cannot be read
     not_in_ledger, broken = [], []
     for wait in with_job:
+        conn_id = conn_ids.get((wait.dag_id, wait.task_id), DEFAULT_LEDGER_CONN_ID)
         try:
-            if billed_usd(ledger, wait) is None:
+            if conn_id != DEFAULT_LEDGER_CONN_ID and not is_ledger_of(ledger, conn_id):
+                if not billed_in_its_ledger(wait, conn_id):
+                    elsewhere[wait.task] = conn_id
+            elif billed_usd(ledger, wait) is None:
                 not_in_ledger.append(wait)
         except (KeyError, TypeError, ValueError) as e:  # a state an older or newer version kept
             unreadable[wait.task] = f"{type(e).__name__}: {e}"
             broken.append(wait)
     unbilled, settling = left_to_triggers(not_in_ledger)
+    others = [w for w in with_job if w.task in elsewhere]
     rows: list[list[Any]] = []
     failed = len(broken)
-    for wait in [*unbilled, *settling, *broken]:
+    for wait in [*unbilled, *settling, *others, *broken]:
         if wait in broken:
             result = (
                 f"FAILED: its wait state cannot be read ({unreadable[wait.task]}): look for the task's jobs "
@@ -63,6 +75,8 @@ def reconcile(args: argparse.Namespace) -> int:
                 f"left to its trigger: the task ended less than {minutes} minutes ago, and its trigger's "
                 "kill stops and bills the job; run again after that"
             )
+        elif wait.task in elsewhere:
+            result = f"bills in {elsewhere[wait.task]}: run with its --ledger-url"
         elif args.dry_run:
             result = "unbilled (dry run: not stopped)"
         else:
