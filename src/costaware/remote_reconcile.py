@@ -325,6 +325,23 @@ def billed_in_its_ledger(wait: EndedWait, conn_id: str) -> bool:
         return False
 
 
+def known_dag_ids() -> list[str]:
+    """The DAG ids Airflow's metadata database knows: of its DAGs, and of its runs (metadata database IO)."""
+    from airflow.models.dag import DagModel
+    from airflow.models.dagrun import DagRun
+    from airflow.utils.session import create_session
+    from sqlalchemy import select
+
+    known: set[str] = set()
+    for column in (DagRun.dag_id, DagModel.dag_id):
+        try:
+            with create_session() as session:
+                known.update(str(dag_id) for dag_id in session.scalars(select(column).distinct()))
+        except Exception:  # a table this database does not have
+            continue
+    return sorted(known)
+
+
 def _submitted_at(wait: EndedWait) -> datetime | None:
     from costaware.core.series import parse_instant
 

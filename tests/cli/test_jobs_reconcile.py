@@ -747,3 +747,32 @@ def test_a_task_that_bills_another_ledger_is_left_to_a_reconcile_of_that_ledger(
         assert main(["jobs", "reconcile", "--ledger-url", given]) == 0
         assert IN_THE_LEDGER in capsys.readouterr().out
     assert _entries(ledger) == [] and len(team_b.entries()) == 1
+
+
+def test_a_dag_id_airflow_does_not_know_is_refused_naming_it(
+    tmp_path: Path, ledger_url: str, monkeypatch: pytest.MonkeyPatch, capsys: Any
+) -> None:
+    # Read as "nothing to reconcile" (exit 0): a typo hid the jobs of the DAG meant.
+    put = airflow_metadata_db(tmp_path, monkeypatch)
+    put(DAG, RUN, TASK, "failed", next_method=TRIGGER_TAKEN_AWAY)
+    assert main(["jobs", "reconcile", "--ledger-url", ledger_url, "--dry-run", "--dag-id", "remote_dga"]) == 2
+    assert (
+        "--dag-id 'remote_dga': Airflow's metadata database knows no such DAG; did you mean 'remote_dag'? "
+        "(DAGs known: remote_dag)"
+    ) in capsys.readouterr().err
+
+
+def test_a_dry_runs_count_is_of_the_jobs_it_would_stop_and_bill_only(
+    tmp_path: Path, ledger: Any, ledger_url: str, monkeypatch: pytest.MonkeyPatch, capsys: Any
+) -> None:
+    trigger = _deferred(tmp_path)
+    _task_ended_with_its_wait(tmp_path, monkeypatch, "failed", trigger)
+    put = airflow_metadata_db(tmp_path, monkeypatch)
+    # ... and a wait state another version of costaware kept, which cannot be read
+    put(DAG, RUN, "other", "failed", next_method=TRIGGER_TAKEN_AWAY)
+    kept = {"backend": "batch", "current": {"attempt": 1, "job_id": "other-3f2a9c01de-a1", "market": "spot"}}
+    put_xcom(DAG, RUN, "other", WAIT_STATE_XCOM_KEY, kept)
+    capsys.readouterr()
+    assert main(["jobs", "reconcile", "--ledger-url", ledger_url, "--dry-run"]) == 1
+    err = capsys.readouterr().err
+    assert "costaware: 1 job(s) of ended tasks have no ledger entry; run without --dry-run" in err

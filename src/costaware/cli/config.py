@@ -622,7 +622,7 @@ JOBS_COMMANDS = (
             "another ledger_conn_id is billed there only (listed as 'bills in CONN' where this machine "
             "cannot read that ledger). A job whose stop the backend refuses is not billed and its hold stays "
             "held: stop it by hand, and the next run bills it. Exits 1 when a job could not be stopped and "
-            "billed, or a wait state could not be read."
+            "billed, or a wait state could not be read; 2 when --dag-id names no DAG Airflow knows."
         ),
     ),
 )

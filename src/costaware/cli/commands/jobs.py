@@ -14,6 +14,7 @@ from decimal import Decimal
 from typing import Any
 
 from costaware.cli.output import emit
+from costaware.core.errors import CostawareError
 
 HEADERS = ["task", "task_state", "backend", "job", "attempt", "market", "submitted_at", "result"]
 
@@ -22,7 +23,8 @@ def reconcile(args: argparse.Namespace) -> int:
     """List the unbilled jobs of ended tasks; stop and bill them unless ``--dry-run``; 1 when one failed.
 
     Raises:
-        CostawareError: Airflow's metadata database cannot be read, or the ledger cannot be opened.
+        CostawareError: Airflow's metadata database cannot be read, the ledger cannot be opened, or
+            ``--dag-id`` names no DAG that database knows.
     """
     from costaware.cli.arguments import check_range, open_ledger
     from costaware.core.errors import StopRefused
@@ -40,6 +42,8 @@ def reconcile(args: argparse.Namespace) -> int:
 
     check_range("--wait-seconds", args.wait_seconds, low=0, high=600)
     waits = _ended_waits(args.dag_id, ended_waits)
+    if args.dag_id is not None and not waits:
+        _check_dag_is_known(args.dag_id)
     with_job = [w for w in waits if w.current is not None]
     # No ledger is needed where no ended task left a job (a new deployment's maintenance DAG).
     ledger = open_ledger(args, reading=True, read_only=args.dry_run) if with_job else None
@@ -121,13 +125,35 @@ def reconcile(args: argparse.Namespace) -> int:
             print(f"nothing to reconcile: no ended task{scope} left a remote training job")
         return 0
     emit(rows, args.format, headers=HEADERS)
-    if args.dry_run and rows:
+    if args.dry_run and unbilled:
         print(
-            f"costaware: {len(rows)} job(s) of ended tasks have no ledger entry; run without --dry-run to "
-            "stop and bill them",
+            f"costaware: {len(unbilled)} job(s) of ended tasks have no ledger entry; run without --dry-run "
+            "to stop and bill them",
             file=sys.stderr,
         )
     return 1 if failed else 0
+
+
+def _check_dag_is_known(dag_id: str) -> None:
+    """Refuse a ``--dag-id`` that Airflow's metadata database knows no DAG or run of (a typo).
+
+    Raises:
+        CostawareError: naming it, with the closest known DAG id.
+    """
+    import difflib
+
+    from costaware.remote_reconcile import known_dag_ids
+
+    known = known_dag_ids()
+    if dag_id in known:
+        return
+    meant = difflib.get_close_matches(dag_id, known, n=1)
+    hint = f"; did you mean {meant[0]!r}?" if meant else ""
+    listed = ", ".join(known[:10]) + (" ..." if len(known) > 10 else "") if known else "none"
+    raise CostawareError(
+        f"--dag-id {dag_id!r}: Airflow's metadata database knows no such DAG{hint} (DAGs known: {listed}); "
+        "give a DAG id as `airflow dags list` shows it"
+    )
 
 
 def _ended_waits(dag_id: str | None, read: Any) -> list[Any]:
