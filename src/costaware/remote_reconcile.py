@@ -308,11 +308,28 @@ def is_ledger_of(ledger: Any, conn_id: str) -> bool:
     try:
         hook = CostLedgerHook(conn_id)
         hook.get_connection(conn_id)  # missing here, the hook's fallback is some other ledger
-        theirs = make_url(hook.get_url()).render_as_string(hide_password=False)
-        ours = make_url(str(ledger.engine.url.render_as_string(hide_password=False)))
-        return theirs == ours.render_as_string(hide_password=False)
+        theirs = make_url(hook.get_url())
     except Exception:  # a connection missing on this machine
         return False
+    return _database_of(theirs) == _database_of(ledger.engine.url)
+
+
+#: The port a URL without one connects to.
+_DEFAULT_PORTS = {"postgresql": 5432, "mysql": 3306, "mariadb": 3306, "mssql": 1433}
+
+
+def _database_of(url: Any) -> tuple[Any, ...]:
+    """What names the database a SQLAlchemy URL opens, however written: not its driver, nor its password.
+
+    A SQLite file by its resolved path (``a/../b.db`` is ``b.db``), a server's by host, port and name.
+    """
+    from pathlib import Path
+
+    backend = url.get_backend_name()
+    if backend == "sqlite":
+        return (backend, str(Path(url.database).resolve()) if url.database else ":memory:")
+    port = url.port or _DEFAULT_PORTS.get(backend)
+    return (backend, (url.host or "").lower(), port, url.database, url.username)
 
 
 def billed_in_its_ledger(wait: EndedWait, conn_id: str) -> bool:

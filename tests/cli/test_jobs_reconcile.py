@@ -776,3 +776,46 @@ def test_a_dry_runs_count_is_of_the_jobs_it_would_stop_and_bill_only(
     assert main(["jobs", "reconcile", "--ledger-url", ledger_url, "--dry-run"]) == 1
     err = capsys.readouterr().err
     assert "costaware: 1 job(s) of ended tasks have no ledger entry; run without --dry-run" in err
+
+
+def test_a_task_billing_another_ledger_is_billed_when_given_that_ledger_however_its_url_is_written(
+    tmp_path: Path, ledger: Any, monkeypatch: pytest.MonkeyPatch, capsys: Any
+) -> None:
+    # The URL given and the connection's were compared as text: the same file written another way (or a
+    # driver named, postgresql+psycopg2:// for postgresql://) was "another ledger", listed on every run as
+    # "bills in team_b: run with its --ledger-url", and never billed.
+    from costaware import Ledger
+
+    team_b_db = tmp_path / "team_b.db"
+    team_b = Ledger.from_url(f"sqlite:///{team_b_db}")
+    monkeypatch.setenv("AIRFLOW_CONN_TEAM_B", json.dumps({"conn_type": "sqlite", "host": str(team_b_db)}))
+    trigger = _deferred(tmp_path)
+    _task_ended_with_its_wait(tmp_path, monkeypatch, "failed", trigger)
+    _serialized_dag(tmp_path, ledger_conn_id="team_b")
+    (tmp_path / "elsewhere").mkdir()
+    capsys.readouterr()
+
+    given = f"sqlite:///{tmp_path}/elsewhere/../team_b.db"
+    assert main(["jobs", "reconcile", "--ledger-url", given, "--wait-seconds", "10", "--format", "json"]) == 0
+    (done,) = _listed(capsys.readouterr().out)
+    assert done["result"].startswith("billed $")
+    assert [e["cause"] for e in team_b.entries()] == ["unwatched"] and _entries(ledger) == []
+
+
+def test_a_servers_ledger_is_the_connections_whatever_driver_or_default_port_its_url_names(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from types import SimpleNamespace
+
+    from sqlalchemy.engine import make_url
+
+    from costaware.remote_reconcile import is_ledger_of
+
+    monkeypatch.setenv("AIRFLOW_CONN_TEAM_B", "postgresql://ledger:secret@DB.internal/costs")
+
+    def opened_on(url: str) -> Any:
+        return SimpleNamespace(engine=SimpleNamespace(url=make_url(url)))
+
+    assert is_ledger_of(opened_on("postgresql+psycopg2://ledger:other@db.internal:5432/costs"), "team_b")
+    assert not is_ledger_of(opened_on("postgresql://ledger@db.internal/other_costs"), "team_b")
+    assert not is_ledger_of(opened_on("postgresql://ledger@db.internal/costs"), "no_such_connection")
