@@ -1530,3 +1530,30 @@ def test_a_killed_job_whose_stop_the_backend_refuses_is_not_billed_and_keeps_the
     assert not open_backend("local", {"root": str(tmp_path / "jobs")}).poll(trigger.job_id).state.done
     trigger.stop_and_bill(wait_seconds=10, ask_state=False)  # stopped once the backend lets it: billed
     assert [e["cause"] for e in train_entries(ledger)] == ["killed"]
+
+
+def test_a_job_killed_in_the_worker_whose_stop_is_refused_is_billed_to_its_grace_period_all_the_same(
+    tmp_path: Path, ledger: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A wait in the worker keeps no wait state for `costaware jobs reconcile` to find its job by: left
+    # unbilled for a later reconcile as a deferred wait's is, it was billed by nothing, ever.
+    from costaware.adapters.compute.local import LocalBackend
+    from costaware.core.errors import ComputeBackendError
+
+    def refused(self: LocalBackend, job_id: str) -> Any:
+        raise ComputeBackendError("AccessDeniedException: not authorized to perform StopTrainingJob")
+
+    op = operator(tmp_path, "wait-for-notice", deferrable=False, poll_interval=3600)
+    threading.Thread(target=op.execute, args=(context_for(),), daemon=True).start()
+    wait_for(tmp_path / "seen.jsonl.ready")
+    give_up = time.monotonic() + 30
+    while getattr(op, "_waiting_on", None) is None:
+        assert time.monotonic() < give_up
+        time.sleep(0.05)
+    with monkeypatch.context() as patched:
+        patched.setattr(LocalBackend, "stop", refused)
+        op.on_kill()
+    (entry,) = train_entries(ledger)
+    assert entry["cause"] == "killed" and "grace period" in entry["note"]
+    assert op._waiting_on is not None and op._waiting_on.job_id is not None
+    (tmp_path / "jobs" / op._waiting_on.job_id / "stop").touch()  # the test's own end of the job

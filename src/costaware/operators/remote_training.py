@@ -894,7 +894,11 @@ class RemoteTrainingOperator(RemoteAttemptSteps, RemotePlanArguments, BuiltInTra
             # could wait on a lock the interrupted code holds), and the job is billed to the end of its grace
             # period at once (the process is killed 5 s after SIGTERM).
             try:
-                trigger.stop_and_bill(wait_seconds=WORKER_KILL_WAIT_SECONDS, ask_state=False)
+                # The worker keeps no wait state of this job for a reconcile to find it by: one whose stop
+                # is refused is billed to its grace period now, or it never would be.
+                trigger.stop_and_bill(
+                    wait_seconds=WORKER_KILL_WAIT_SECONDS, ask_state=False, bill_refused=True
+                )
             except BaseException:  # an execution_timeout's alarm during it: the next call tries again
                 self._kill_handled = False
                 raise

@@ -1262,6 +1262,7 @@ class RemoteTrainingJobTrigger(BaseTrigger):
         cause: str = "killed",
         why: str = "its task was killed",
         ledger: Any = None,
+        bill_refused: bool = False,
     ) -> str | None:
         """Stop the job of a task a person killed, bill what it ran, and settle the task's hold (blocking IO).
 
@@ -1284,6 +1285,8 @@ class RemoteTrainingJobTrigger(BaseTrigger):
         Returns None, or why the backend refused the stop of a job then not seen to end: it may run on, so
         nothing is billed (billed to its grace period, it ran on unbilled past it) and the task's hold stays
         held; the error in the log says to stop it by hand, and ``costaware jobs reconcile`` lists it still.
+        ``bill_refused``: bill it to its grace period all the same (a wait in the worker, which keeps no wait
+        state for a reconcile to find the job by: unbilled, it would never be).
         """
         from costaware.core.errors import StopRefused
         from costaware.remote_billing import KilledTrainingBilling
@@ -1301,7 +1304,11 @@ class RemoteTrainingJobTrigger(BaseTrigger):
         try:
             if self.job_id is not None and state.current is not None:
                 job, ended, own_end = self._stop_job(
-                    state, wait_seconds=wait_seconds, poll_seconds=poll_seconds, why=why
+                    state,
+                    wait_seconds=wait_seconds,
+                    poll_seconds=poll_seconds,
+                    why=why,
+                    bill_refused=bill_refused,
                 )
                 if job is not None:
                     # A job that had ended on its own before the kill keeps its own cause, as does a success.
@@ -1379,7 +1386,13 @@ class RemoteTrainingJobTrigger(BaseTrigger):
         return "waiting" if value in WAITING_STATES else "cleared"
 
     def _stop_job(
-        self, state: Any, *, wait_seconds: float, poll_seconds: float, why: str = "its task was killed"
+        self,
+        state: Any,
+        *,
+        wait_seconds: float,
+        poll_seconds: float,
+        why: str = "its task was killed",
+        bill_refused: bool = False,
     ) -> tuple[dict[str, Any] | None, bool, bool]:
         """Stop the job, wait for its end: its last status, whether that is its end, whether it ended first.
 
@@ -1478,7 +1491,7 @@ class RemoteTrainingJobTrigger(BaseTrigger):
             status, seen_at, unpriced = polled, utcnow(), False
             if status.state.done:
                 return dict(status.to_dict()), True, False
-        if refused is not None and not gone:
+        if refused is not None and not gone and not bill_refused:
             # Not stopped, not seen to end: billed to its grace period, it would run on unbilled past it.
             raise StopRefused(f"{type(refused).__name__}: {refused}")
         # The backend's own kill comes at stop_seconds (SageMaker's 120 s, the pod's grace + 10 s).
