@@ -589,3 +589,28 @@ def test_a_running_search_holds_money_as_a_search_not_as_a_dag_named_search(ledg
     ledger.reserve("project=churn", "5", holder="churn/manual__1/train/-1")
     ledger.reserve("project=churn", "5", holder="churn/manual__1/copy/-1/egress")
     assert holding_dags(ledger) == {"search s1", "search s2", "churn"}
+
+
+def test_a_stored_threshold_refused_today_is_left_out_and_said_and_the_rules_others_work_on_postgresql(
+    postgres_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Stored before the 2-decimal limit: its claim did not fit alerts_sent.threshold (16 characters), so
+    # every alert check of the budget failed on PostgreSQL, with an error blaming the ledger's URL.
+    from services import fresh_postgres_database
+
+    from costaware.adapters.ledger.governance import alert_rules, set_alert_rule
+
+    ledger = Ledger.from_url(fresh_postgres_database(postgres_url, "old_rule"))
+    ledger.set_budget("project=churn", "month", "10", actor="lead")
+    set_alert_rule(ledger, "project=churn/month", thresholds="50%", notifiers=None, actor="lead")
+    with ledger.engine.begin() as conn:  # as an earlier version stored it
+        conn.execute(text("UPDATE costaware_alert_rules SET thresholds = '10.00000000000001%,50%,80.123%'"))
+    run_cost(ledger, 1, "6")
+    assert [a.threshold for a in check_budget_alerts(ledger, TAGS, notifiers=[])] == ["50%"]
+    assert alert_rules(ledger)["project=churn/month"].refused_thresholds == ("10.00000000000001%", "80.123%")
+    assert (
+        "alert threshold '10.00000000000001%' of budget project=churn/month is left out" in caplog.text
+        and "costaware alerts set --scope project=churn --period month --thresholds '50%'" in caplog.text
+        and "'80.123%' has 3 decimal places" in caplog.text
+    )
+    ledger.dispose()

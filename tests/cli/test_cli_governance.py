@@ -136,6 +136,7 @@ def test_alerts_set_and_list(ledger_url: str, capsys: pytest.CaptureFixture[str]
     assert row == {
         "budget": "project=churn/month",
         "thresholds": ["80%", "forecast"],
+        "refused_thresholds": [],
         "notifiers": [smtp_class],
         "sent": [],
         "covered": {},
@@ -687,3 +688,23 @@ def test_thresholds_with_two_decimals_alert_on_postgresql(
     spend(ledger, "r1", "11")
     (alert,) = check_budget_alerts(ledger, {"project": "churn"}, notifiers=[])
     assert alert.threshold == "10.25%"
+
+
+def test_alerts_list_flags_a_stored_threshold_the_checks_leave_out(
+    ledger_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Stored before the 2-decimal limit and left out of every check, it was listed as if it worked.
+    from sqlalchemy import text
+
+    ledger = Ledger.from_url(ledger_url)
+    ledger.set_budget("project=churn", "month", "100")
+    base = ["--ledger-url", ledger_url, "alerts"]
+    assert main([*base, "set", "--scope", "project=churn", "--period", "month", "--thresholds", "50%"]) == 0
+    with ledger.engine.begin() as conn:
+        conn.execute(text("UPDATE costaware_alert_rules SET thresholds = '10.00000000000001%,50%'"))
+    capsys.readouterr()
+    assert main([*base, "list"]) == 0
+    assert "50% (refused, not checked: 10.00000000000001%)" in capsys.readouterr().out
+    assert main([*base, "list", "--format", "json"]) == 0
+    (row,) = json.loads(capsys.readouterr().out)
+    assert (row["thresholds"], row["refused_thresholds"]) == (["50%"], ["10.00000000000001%"])

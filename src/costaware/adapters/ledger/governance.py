@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import re
+import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -24,7 +26,13 @@ from costaware.adapters.ledger.budgets import list_budgets
 from costaware.adapters.ledger.budgets import usage as budget_usages
 from costaware.adapters.ledger.engine import LedgerDatabase
 from costaware.adapters.ledger.queries import scope_conditions
-from costaware.core.budget_forecast import SpendForecast, forecast_spend, outlooks_from
+from costaware.core.budget_forecast import (
+    MAX_THRESHOLD_DECIMALS,
+    SpendForecast,
+    forecast_spend,
+    outlooks_from,
+    parse_thresholds,
+)
 from costaware.core.budgets import Budget, Period, PeriodWindow, Scope, period_window
 from costaware.core.errors import ConfigurationError
 from costaware.core.ledger import BudgetUsage, read_holder, utcnow
@@ -32,6 +40,8 @@ from costaware.core.money import from_micros
 
 RECENT_RUNS = 10
 LOOKBACK = timedelta(days=60)
+
+log = logging.getLogger(__name__)
 
 
 def claim_alert(
@@ -335,6 +345,8 @@ class AlertRule:
     budget: str
     thresholds: tuple[str, ...] | None
     notifiers: list[dict[str, Any]] | None
+    #: Stored thresholds left out: refused now, or too long to record an alert sent (see ``alert_rules``).
+    refused_thresholds: tuple[str, ...] = ()
 
 
 def set_alert_rule(
@@ -354,8 +366,6 @@ def set_alert_rule(
         ConfigurationError: no such budget, neither given, bad thresholds, or notifiers not
             ``[{"class": ..., "kwargs": {}}]``.
     """
-    from costaware.core.budget_forecast import parse_thresholds
-
     known = {b.label for b in list_budgets(ledger)}
     if budget not in known:
         raise ConfigurationError(
@@ -468,14 +478,55 @@ def alert_rules(ledger: LedgerDatabase) -> dict[str, AlertRule]:
     t = schema.alert_rules
     with ledger.reading() as conn:
         rows = conn.execute(select(t).order_by(t.c.budget)).mappings().all()
-    return {
-        r["budget"]: AlertRule(
-            r["budget"],
-            None if r["thresholds"] is None else tuple(r["thresholds"].split(",")),
-            None if r["notifiers"] is None else list(r["notifiers"]),
+    rules = {}
+    for r in rows:
+        kept, refused = (
+            (None, ()) if r["thresholds"] is None else _usable_thresholds(r["budget"], r["thresholds"])
         )
-        for r in rows
-    }
+        rules[r["budget"]] = AlertRule(
+            r["budget"], kept, None if r["notifiers"] is None else list(r["notifiers"]), refused
+        )
+    return rules
+
+
+def _usable_thresholds(budget: str, stored: str) -> tuple[tuple[str, ...] | None, tuple[str, ...]]:
+    """The stored thresholds of ``budget`` an alert can be checked and recorded with, and those left out.
+
+    A rule stored before today's checks ('10.00000000000001%') failed every alert check of its budget on
+    PostgreSQL, the alert's claim being too long for its column: each such threshold is left out and said,
+    with the command that repairs it; the others keep working.
+    """
+    column = schema.alerts_sent.c.threshold.type
+    room = column.length if isinstance(column, String) else None
+    kept: list[str] = []
+    refused: dict[str, str] = {}
+    for threshold in stored.split(","):
+        try:
+            parse_thresholds([threshold])
+        except ConfigurationError as e:
+            refused[threshold] = str(e)
+            continue
+        if room is not None and len(threshold) > room:
+            refused[threshold] = f"longer than the {room} characters an alert sent is recorded with"
+            continue
+        kept.append(threshold)
+    scope, _, period = budget.rpartition("/")
+    for threshold, why in refused.items():
+        log.warning(
+            "costaware: alert threshold %r of budget %s is left out of its alert checks (%s)%s; repair the "
+            "rule with `costaware alerts set --scope %s --period %s --thresholds '%s'` (add it back "
+            "rounded to %d decimals if you want it)",
+            threshold,
+            budget,
+            why,
+            "; its other thresholds work" if kept else "; no other is left: the [costaware] ones are used",
+            shlex.quote(scope),
+            period,
+            ",".join(kept),
+            MAX_THRESHOLD_DECIMALS,
+        )
+    # None left: the [costaware] thresholds apply, as for a rule without thresholds of its own.
+    return (tuple(kept) or None), tuple(refused)
 
 
 def record_run_overrides(

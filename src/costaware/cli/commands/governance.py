@@ -376,7 +376,14 @@ def alerts_list(args: argparse.Namespace) -> int:
             # No alerts: a run's cap stops the run itself ("(defaults)" read as if the defaults were sent).
             rows.append([b.label, "-", "-", "- (per run: its cap stops the run, no alerts)"])
             payload.append(
-                {"budget": b.label, "thresholds": None, "notifiers": None, "sent": [], "per_run": True}
+                {
+                    "budget": b.label,
+                    "thresholds": None,
+                    "refused_thresholds": [],
+                    "notifiers": None,
+                    "sent": [],
+                    "per_run": True,
+                }
             )
             continue
         rule = rules.get(b.label)
@@ -391,10 +398,15 @@ def alerts_list(args: argparse.Namespace) -> int:
             f"{t}@{p}" + (f" (covered by {covered[b.label, p, t]})" if (b.label, p, t) in covered else "")
             for p, t in claimed
         ]
+        # Left out of every check (stored before today's checks): listed among them, it read as working.
+        refused = list(rule.refused_thresholds) if rule is not None else []
+        shown_thresholds = ",".join(thresholds) or "(defaults)"
+        if refused:
+            shown_thresholds += f" (refused, not checked: {','.join(refused)})"
         rows.append(
             [
                 b.label,
-                ",".join(thresholds) or "(defaults)",
+                shown_thresholds,
                 ", ".join(n.rsplit(".", 1)[-1] for n in notifiers) or "(defaults)",
                 ", ".join(shown) or "-",
             ]
@@ -403,6 +415,7 @@ def alerts_list(args: argparse.Namespace) -> int:
             {
                 "budget": b.label,
                 "thresholds": thresholds or None,
+                "refused_thresholds": refused,
                 "notifiers": notifiers or None,
                 "sent": sent_here,
                 "covered": covered_here,
