@@ -173,7 +173,17 @@ def test_a_percent_written_as_airflow_cfg_writes_it_is_refused_with_the_one_to_w
         parse_thresholds("50%%,80%,forecast")
 
 
-@pytest.mark.parametrize(("spec", "decimals"), [("10.00000000000001%", 14), ("80.125", 3), ("99.999%", 3)])
+@pytest.mark.parametrize(
+    ("spec", "decimals"),
+    [
+        ("10.00000000000001%", 14),
+        ("80.125", 3),
+        ("99.999%", 3),
+        ("80.1250%", 3),  # trailing zeros are no decimals
+        # Past Decimal's 28 digits: normalize() rounded it to '50%', which was accepted.
+        ("50.000000000000000000000000000001%", 30),
+    ],
+)
 def test_a_threshold_with_more_than_two_decimals_is_refused_naming_it(spec: str, decimals: int) -> None:
     # Each alert sent stores its threshold in 16 characters: PostgreSQL refused '10.00000000000001%' at
     # every check, and every alert of its budget was lost.

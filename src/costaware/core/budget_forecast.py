@@ -184,7 +184,9 @@ def parse_thresholds(spec: str | Sequence[str | int]) -> tuple[str, ...]:
                 f"alert threshold {part!r} is neither a percentage of the cap (1..1000, e.g. '80%' or "
                 "'80.5%') nor 'forecast'"
             )
-        decimals = -min(0, int(percent.normalize().as_tuple().exponent))
+        # As written (trailing zeros aside): normalize() rounds to 28 digits, so that
+        # '50.000000000000000000000000000001%' counted none and was accepted as '50%'.
+        decimals = len(digits.partition(".")[2].rstrip("0"))
         if decimals > MAX_THRESHOLD_DECIMALS:
             # Stored per alert sent in a 16-character column: PostgreSQL refused '10.00000000000001%' at
             # every check, and every alert of its budget was lost.
