@@ -120,8 +120,12 @@ def test_crossed_thresholds() -> None:
 
 def test_a_bare_1_is_refused_as_ambiguous() -> None:
     # Meant as "at the cap" (1.0), it alerted at 1 % of it; 0.8 is refused, so 1 looked right.
-    with pytest.raises(ConfigurationError, match=r"'1' is ambiguous: write '1%' .* or '100%' for the cap"):
+    with pytest.raises(ConfigurationError) as refused:
         parse_thresholds("1,forecast")
+    assert str(refused.value) == (
+        "alert threshold '1' is ambiguous: write '1%' for 1 percent of the cap, or '100%' for the cap"
+    )
+    assert parse_thresholds([10]) == ("10%",)  # from 10 on, a bare number is a percentage
 
 
 @pytest.mark.parametrize(
@@ -195,11 +199,17 @@ def test_a_threshold_with_more_than_two_decimals_is_refused_naming_it(spec: str,
 
 
 @pytest.mark.parametrize(
-    ("spec", "percent", "times"), [("1.2", "1.2", "120"), ("9.99", "9.99", "999"), ("2.0", "2", "200")]
+    ("spec", "percent", "times"),
+    [
+        ("1.2", "1.2", "120"),
+        ("9.99", "9.99", "999"),
+        ("2.0", "2", "200"),
+        # As 1 is: 2 was read as 2 % where someone writing fractions of the cap meant 200 %.
+        ("2", "2", "200"),
+        ("9", "9", "900"),
+    ],
 )
-def test_a_bare_number_with_a_fraction_under_10_is_refused_as_ambiguous(
-    spec: str, percent: str, times: str
-) -> None:
+def test_a_bare_number_under_10_is_refused_as_ambiguous(spec: str, percent: str, times: str) -> None:
     # Read silently as 1.2 %, where someone used to fractions (0.8 is refused) meant 120 % of the cap.
     with pytest.raises(ConfigurationError) as refused:
         parse_thresholds(f"50%,{spec}")

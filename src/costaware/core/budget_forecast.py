@@ -133,7 +133,7 @@ def parse_thresholds(spec: str | Sequence[str | int]) -> tuple[str, ...]:
 
     Raises:
         ConfigurationError: an empty list, a percentage that is not a number in 1..1000 with at most two
-            decimal places, or an unknown word.
+            decimal places, a bare number under 10 (``2``: 2 % or twice the cap?), or an unknown word.
     """
     parts = [p.strip() for p in spec.split(",")] if isinstance(spec, str) else [str(p).strip() for p in spec]
     parts = [p for p in parts if p]
@@ -152,12 +152,6 @@ def parse_thresholds(spec: str | Sequence[str | int]) -> tuple[str, ...]:
                 f"{part.rstrip('%') + '%'!r} here (on the command line, in an environment variable or a rule)"
             )
         digits = part.removesuffix("%")
-        if digits == "1" and not part.endswith("%"):
-            # A fraction's habit (0.8 is refused): "1" meant "at the cap" and alerted at 1 %.
-            raise ConfigurationError(
-                "alert threshold '1' is ambiguous: write '1%' for one percent of the cap, or '100%' for the "
-                "cap"
-            )
         percent = _percent_of_a_fraction(part)
         if percent is not None:  # the habit of 0.8 for 80 %, as in other tools' alert settings
             raise ConfigurationError(
@@ -166,12 +160,14 @@ def parse_thresholds(spec: str | Sequence[str | int]) -> tuple[str, ...]:
             )
         written = _PERCENT.fullmatch(digits)
         percent = Decimal(digits) if written else None
-        if percent is not None and "." in digits and percent < 10 and not part.endswith("%"):
-            # As a bare '1' is: someone used to fractions wrote 1.2 for 120 %, and it alerted at 1.2 %.
+        if percent is not None and 1 <= percent < 10 and not part.endswith("%"):
+            # A fraction's habit (0.8 is refused): '1' meant "at the cap", 2 or 1.2 twice or 1.2 times it,
+            # and they alerted at 1 %, 2 % and 1.2 % of it.
             times = _plain(percent * 100)
+            what = "the cap" if percent == 1 else f"{_plain(percent)} times the cap"
             raise ConfigurationError(
                 f"alert threshold {part!r} is ambiguous: write '{_plain(percent)}%' for {_plain(percent)} "
-                f"percent of the cap, or '{times}%' for {_plain(percent)} times the cap"
+                f"percent of the cap, or '{times}%' for {what}"
             )
         if percent is not None and 0 < percent < 1 and part.endswith("%"):
             # '0.8%' is most likely 0.8 (80 %) with a '%' added, and alerted at the first cents spent.
