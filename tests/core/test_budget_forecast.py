@@ -136,6 +136,8 @@ def test_a_bare_1_is_refused_as_ambiguous() -> None:
         ("1.0", "'100%'"),
         (".5", "'50%'"),
         ("0.855", "'85.5%'"),
+        # '85.555%' was suggested, refused in turn for its 3 decimal places.
+        ("0.85555", "'85.56%' (rounded to 2 decimals)"),
     ],
 )
 def test_a_fraction_of_the_cap_is_refused_with_the_percentage_to_write(spec: str, write: str) -> None:
@@ -219,3 +221,20 @@ def test_a_bare_number_under_10_is_refused_as_ambiguous(spec: str, percent: str,
     )
     assert parse_thresholds(f"{spec}%") == (f"{percent}%",)  # with its '%', it is a percentage
     assert parse_thresholds("10.5") == ("10.5%",)  # as a fraction, past the greatest threshold (1000%)
+
+
+def test_a_suggested_threshold_is_rounded_to_what_is_accepted_and_said_so() -> None:
+    # '1.2345%' and '12.345%' were suggested, each refused in turn for its decimal places.
+    with pytest.raises(ConfigurationError) as refused:
+        parse_thresholds("1.2345")
+    assert str(refused.value) == (
+        "alert threshold '1.2345' is ambiguous: write '1.23%' (rounded to 2 decimals) for 1.2345 percent of "
+        "the cap, or '123.45%' for 1.2345 times the cap"
+    )
+    with pytest.raises(ConfigurationError) as refused:
+        parse_thresholds("0.12345%")
+    assert str(refused.value) == (
+        "alert threshold '0.12345%' is 0.12345 % of the cap, under the least of 1%: if you meant 12.345 % of "
+        "the cap, write '12.35%' (rounded to 2 decimals)"
+    )
+    assert parse_thresholds("1.23%,12.35%") == ("1.23%", "12.35%")  # what is suggested is accepted

@@ -21,7 +21,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from decimal import Decimal
+from decimal import ROUND_HALF_UP, Decimal
 
 from costaware.core.errors import ConfigurationError
 from costaware.core.money import MICRO_USD
@@ -156,24 +156,23 @@ def parse_thresholds(spec: str | Sequence[str | int]) -> tuple[str, ...]:
         if percent is not None:  # the habit of 0.8 for 80 %, as in other tools' alert settings
             raise ConfigurationError(
                 f"alert threshold {part!r} reads as a fraction of the cap, but thresholds are percentages: "
-                f"write '{_plain(percent)}%'"
+                f"write {_to_write(percent)}"
             )
         written = _PERCENT.fullmatch(digits)
         percent = Decimal(digits) if written else None
         if percent is not None and 1 <= percent < 10 and not part.endswith("%"):
             # A fraction's habit (0.8 is refused): '1' meant "at the cap", 2 or 1.2 twice or 1.2 times it,
             # and they alerted at 1 %, 2 % and 1.2 % of it.
-            times = _plain(percent * 100)
             what = "the cap" if percent == 1 else f"{_plain(percent)} times the cap"
             raise ConfigurationError(
-                f"alert threshold {part!r} is ambiguous: write '{_plain(percent)}%' for {_plain(percent)} "
-                f"percent of the cap, or '{times}%' for {what}"
+                f"alert threshold {part!r} is ambiguous: write {_to_write(percent)} for {_plain(percent)} "
+                f"percent of the cap, or {_to_write(percent * 100)} for {what}"
             )
         if percent is not None and 0 < percent < 1 and part.endswith("%"):
             # '0.8%' is most likely 0.8 (80 %) with a '%' added, and alerted at the first cents spent.
             raise ConfigurationError(
                 f"alert threshold {part!r} is {_plain(percent)} % of the cap, under the least of 1%: if you "
-                f"meant {_plain(percent * 100)} % of the cap, write '{_plain(percent * 100)}%'"
+                f"meant {_plain(percent * 100)} % of the cap, write {_to_write(percent * 100)}"
             )
         if percent is None or not 1 <= percent <= 1000:
             raise ConfigurationError(
@@ -201,6 +200,17 @@ _PERCENT = re.compile(r"[0-9]+(\.[0-9]+)?")
 def _plain(number: Decimal) -> str:
     """``80.50`` -> ``80.5``, ``100`` -> ``100`` (never ``1E+2``)."""
     return f"{number.normalize():f}"
+
+
+def _to_write(percent: Decimal) -> str:
+    """A percentage as a threshold to write, quoted: rounded to what is accepted, and said so.
+
+    '0.85555' was told "write '85.555%'", refused in turn for its 3 decimal places.
+    """
+    rounded = percent.quantize(Decimal(1).scaleb(-MAX_THRESHOLD_DECIMALS), rounding=ROUND_HALF_UP)
+    if rounded == percent:
+        return f"'{_plain(percent)}%'"
+    return f"'{_plain(rounded)}%' (rounded to {MAX_THRESHOLD_DECIMALS} decimals)"
 
 
 def _percent_of_a_fraction(part: str) -> Decimal | None:
