@@ -180,6 +180,43 @@ def test_approval_settings_in_default_args_reach_an_approve_gate_and_pass_a_wait
         )
 
 
+LEADS = ["ann"]
+HOUR = timedelta(hours=1)
+
+
+@pytest.mark.parametrize(
+    ("name", "value"), [("approvers", LEADS), ("on_rejected", "skip"), ("approval_timeout", HOUR)]
+)
+def test_an_approval_setting_written_on_a_wait_gate_is_refused_though_default_args_hold_the_same_object(
+    name: str, value: Any
+) -> None:
+    # Told apart by identity, a module's constant or an interned "skip" written on the wait gate itself
+    # was taken as filled in from default_args, and accepted, never read.
+    from airflow.sdk import DAG
+
+    with DAG("retrain", schedule=None, default_args={name: value}):
+        with pytest.raises(ValueError, match=f"{name}=.* only with on_exceeded='approve'"):
+            SpendCapSensor(
+                task_id="wait", scope="project=churn", estimated_usd="4", for_task_id="t", **{name: value}
+            )
+        # Filled in from default_args, it is still accepted.
+        waits = SpendCapSensor(task_id="wait2", scope="project=churn", estimated_usd="4", for_task_id="t")
+    assert waits.on_exceeded == "wait"
+
+
+def test_a_mapped_wait_gate_refuses_approval_settings_written_on_it_and_takes_default_args_ones() -> None:
+    from airflow.sdk import DAG
+
+    with DAG("retrain", schedule=None, default_args={"approvers": LEADS, "on_rejected": "skip"}):
+        shared = SpendCapSensor.partial(task_id="wait", scope="project=churn", for_task_id="t")
+        own = SpendCapSensor.partial(task_id="own", scope="project=churn", for_task_id="t", approvers=LEADS)
+        mapped = shared.expand(estimated_usd=["1", "2"])
+        mapped_own = own.expand(estimated_usd=["1"])
+    assert mapped.unmap({"estimated_usd": "1"}).approvers == LEADS  # type: ignore[attr-defined]
+    with pytest.raises(ValueError, match=r"approvers=\['ann'\] are asked only with on_exceeded='approve'"):
+        mapped_own.unmap({"estimated_usd": "1"})
+
+
 @pytest.mark.parametrize("approvers", [None, []])
 def test_no_approvers_asks_any_user_who_may_answer(approvers: Any) -> None:
     # approvers=None (HITLOperator's assigned_users=None) failed the DAG's parse with "'NoneType' object

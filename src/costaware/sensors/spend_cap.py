@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Iterable, Mapping, Sequence, Set
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseSensorOperator, PokeReturnValue, conf
+from airflow.sdk.bases.operator import BaseOperatorMeta
 from airflow.sdk.exceptions import (
     AirflowException,
     AirflowFailException,
@@ -35,7 +37,32 @@ DEFAULT_APPROVAL_TIMEOUT = timedelta(hours=12)
 APPROVAL_ARGUMENTS = ("approvers", "approval_timeout", "on_rejected")
 
 
-class SpendCapSensor(BaseSensorOperator):
+class _RecordsArgumentsGiven(BaseOperatorMeta):
+    """Records the keyword names an operator's caller wrote, before Airflow fills in its ``default_args``.
+
+    A value written on the gate that was also in ``default_args`` could not be told apart from one filled
+    in from there (compared by identity, ``on_rejected="skip"`` or a module's constant list was taken as
+    Airflow's): only the names are.
+    """
+
+    @classmethod
+    def _apply_defaults(cls, func: Any) -> Any:
+        fills_defaults = super()._apply_defaults(func)
+
+        @functools.wraps(fills_defaults)
+        def record_given(self: Any, *args: Any, **kwargs: Any) -> Any:
+            # The outermost call is the caller's (a subclass's __init__ calls this class's with its own).
+            if "_costaware_given" not in vars(self):
+                object.__setattr__(self, "_costaware_given", frozenset(kwargs))
+            return fills_defaults(self, *args, **kwargs)
+
+        # Airflow runs its once-per-instance steps where the class's own __init__ is being run: its test
+        # compares the function it wraps with ``__init__.__wrapped__``.
+        record_given.__wrapped__ = func
+        return record_given
+
+
+class SpendCapSensor(BaseSensorOperator, metaclass=_RecordsArgumentsGiven):
     """Passes when the scope's budget has room for ``estimated_usd``, and reserves it for ``for_task_id``.
 
     See docs/budgets.md.
@@ -115,11 +142,9 @@ class SpendCapSensor(BaseSensorOperator):
             raise ValueError(f"on_exceeded={on_exceeded!r}: use one of {', '.join(ON_EXCEEDED)}")
         # Airflow passes the DAG's default_args to every operator that takes them: approval settings meant
         # for an approve gate reach a wait gate beside it, which never reads them and must not refuse them.
-        defaults = kwargs.get("default_args") or {}
-        given = {"approvers": approvers, "approval_timeout": approval_timeout, "on_rejected": on_rejected}
-        from_defaults = {
-            name for name in APPROVAL_ARGUMENTS if name in defaults and defaults[name] is given[name]
-        }
+        # Those written on the gate itself are refused, whatever default_args hold.
+        written = vars(self).get("_costaware_given", frozenset(APPROVAL_ARGUMENTS))
+        from_defaults = {name for name in APPROVAL_ARGUMENTS if name not in written}
         self._init_governance(on_exceeded, approvers, approval_timeout, on_rejected, from_defaults)
         _check_written(scope, estimated_usd, estimated_gpu_hours)
         self.scope = scope
