@@ -244,6 +244,13 @@ def test_known_compute_passes_the_early_check(env_ledger: Ledger) -> None:
     assert gate.poke(context()).xcom_value["usd"] == "4.000000"  # type: ignore[union-attr]
 
 
+def test_compute_with_spaces_around_it_is_checked_as_the_bill_reads_it(env_ledger: Ledger) -> None:
+    # The bill strips them (try_pricing.compute_of): the gate failed on "unknown instance type
+    # ' m5.large '; did you mean m5.large", the type it named.
+    gate = sensor(deferrable=False, instance_type=" m5.large ", region=" us-east-1\n", market=" spot ")
+    assert gate.poke(context()).xcom_value["usd"] == "4.000000"  # type: ignore[union-attr]
+
+
 # "{{ params.market }}" and the like with the param unset render "None", " " (a form) or "null" (| tojson):
 # the gate refused " " and "null" (unknown market ' ', unknown instance type 'null', unknown region 'null')
 # that the bill reads as not given.

@@ -163,19 +163,21 @@ class SpendCapSensor(BaseSensorOperator, metaclass=_RecordsArgumentsGiven):
         """Fail on an instance type, region or market that cannot be priced, before money is reserved."""
         from costaware.core.given import not_given  # the bill's rule: " " and "null" are not given either
         from costaware.core.ledger import Market
+        from costaware.try_pricing import stripped  # as the bill reads them: ' m5.large ' is m5.large
 
-        if not not_given(self.market):
-            Market.parse(str(self.market))
-        if not_given(self.instance_type):
+        instance_type, region, market = (stripped(v) for v in (self.instance_type, self.region, self.market))
+        if not not_given(market):
+            Market.parse(str(market))
+        if not_given(instance_type):
             return
         from costaware.adapters.price_source import list_price
         from costaware.hooks.ledger import CostLedgerHook
         from costaware.settings import option
 
         # No region: the one a task naming none is priced in (it was "set region too", hiding a typo).
-        region = str(option("worker_region")) if not_given(self.region) else str(self.region)
+        region = str(option("worker_region")) if not_given(region) else str(region)
         # The sources the ledger prices with: a type only a refreshed or imported price knows is accepted.
-        list_price(CostLedgerHook(self.ledger_conn_id).get_conn(), str(self.instance_type), region)
+        list_price(CostLedgerHook(self.ledger_conn_id).get_conn(), str(instance_type), region)
 
     def _init_governance(
         self,
