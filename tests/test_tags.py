@@ -67,6 +67,25 @@ def test_tag_param_refuses_a_bad_default_and_states_the_rule() -> None:
         tag_param("a,b", title="Team")
 
 
+def test_tag_param_accepts_no_value_longer_than_a_ledger_tag_holds() -> None:
+    # max_length was 200 by default: a 150-character value passed the form, then the run's tag was dropped
+    # (a tag holds MAX_TAG_VALUE characters) and its spend gate failed.
+    from airflow.sdk.definitions.param import ParamsDict
+    from airflow.sdk.exceptions import ParamValidationError
+
+    from costaware.core.budgets import MAX_TAG_VALUE
+    from costaware.params import tag_param
+
+    params = ParamsDict({"project": tag_param("churn", title="Project")})
+    with pytest.raises(ParamValidationError, match="Invalid input for param project"):
+        params["project"] = "p" * (MAX_TAG_VALUE + 1)
+    params["project"] = "p" * MAX_TAG_VALUE
+    with pytest.raises(ValueError, match=r"max_length=200 for 'Project': give a whole number from 1 to 128"):
+        tag_param("churn", title="Project", max_length=200)
+    with pytest.raises(ValueError, match=r"'churn' for 'Project' has 5 characters: at most max_length=4"):
+        tag_param("churn", title="Project", max_length=4)
+
+
 @pytest.mark.parametrize("unset", ["null", " null ", "None", "None "])
 def test_tag_param_refuses_a_trigger_value_that_reads_as_never_set(unset: str) -> None:
     # The form took "null" and the run's tags then dropped it without a word (run tags {}).

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from costaware.core.budgets import TAG_VALUE_PATTERN, TAG_VALUE_RULE
+from costaware.core.budgets import MAX_TAG_VALUE, TAG_VALUE_PATTERN, TAG_VALUE_RULE
 from costaware.core.run_conf import check_run_conf  # the example DAGs' first task calls it
 
 __all__ = [
@@ -31,24 +31,40 @@ __all__ = [
 ]
 
 
-def tag_param(default: str, *, title: str, description: str = "", max_length: int = 200) -> Any:
+def tag_param(default: str, *, title: str, description: str = "", max_length: int = MAX_TAG_VALUE) -> Any:
     """An Airflow ``Param`` for a ledger tag's value: not blank, ``None`` or ``null``, no ``,`` or ``=``.
 
     Args:
         default: The value a scheduled run uses; checked here, so a bad default fails when the DAG parses.
         title: The label of the trigger form's field.
         description: What the tag is for; the rule for its value is appended.
-        max_length: The most characters the form accepts.
+        max_length: The most characters the form accepts; at most the ledger's ``MAX_TAG_VALUE`` (128).
 
     Raises:
-        ValueError: a default that could not be stored as a tag.
+        ValueError: a default that could not be stored as a tag, or a ``max_length`` past what a tag holds.
     """
     import re
 
     from airflow.sdk import Param
 
+    # 200 was the default: a 150-character value passed the form, then the tag was dropped and the gate
+    # failed for a run not tagged as its scope.
+    if (
+        isinstance(max_length, bool)
+        or not isinstance(max_length, int)
+        or not 1 <= max_length <= MAX_TAG_VALUE
+    ):
+        raise ValueError(
+            f"tag_param max_length={max_length!r} for {title!r}: give a whole number from 1 to "
+            f"{MAX_TAG_VALUE}, the most characters a ledger tag's value holds (or leave it out)"
+        )
     if not re.match(TAG_VALUE_PATTERN, str(default)):
         raise ValueError(f"tag_param default {default!r} for {title!r} must be {TAG_VALUE_RULE}")
+    if len(str(default)) > max_length:
+        raise ValueError(
+            f"tag_param default {default!r} for {title!r} has {len(str(default))} characters: at most "
+            f"max_length={max_length}; shorten it"
+        )
     rule = f"A ledger tag: {TAG_VALUE_RULE} (they separate a budget scope's parts)."
     return Param(
         default,
