@@ -1908,14 +1908,17 @@ def test_budget_list_flags_a_budget_set_in_quotes_with_how_to_replace_it(
     assert len(json.loads(captured.out)) == 4
     notes = captured.err.strip().splitlines()
     assert notes == [
-        'note: budget \'project="team-a"/month\' has "team-a" in quotes, which are part of the tag and match '
+        "costaware: note: "
+        'budget \'project="team-a"/month\' has "team-a" in quotes, which are part of the tag and match '
         "no task's tags, so it caps nothing: set it without them, then delete it (`costaware budget set "
         "--scope project=team-a --period month --cap-usd 100 --cap-gpu-hours 8 --timezone Europe/Berlin`, "
         "then `costaware budget delete --scope 'project=\"team-a\"' --period month`)",
-        "note: budget 'project='b'/day' has 'b' in quotes, which are part of the tag and match no task's "
+        "costaware: note: "
+        "budget 'project='b'/day' has 'b' in quotes, which are part of the tag and match no task's "
         "tags, so it caps nothing: budget 'project=b/day' is the one without them; delete it "
         "(`costaware budget delete --scope 'project='\"'\"'b'\"'\"'' --period day`)",
-        "note: budget 'project=b,team='ml'/day' has 'ml' in quotes, which are part of the tag and match no "
+        "costaware: note: "
+        "budget 'project=b,team='ml'/day' has 'ml' in quotes, which are part of the tag and match no "
         "task's tags, so it caps nothing: set it without them, then delete it (`costaware budget set --scope "
         "project=b,team=ml --period day --cap-usd 5`, then `costaware budget delete --scope "
         "'project=b,team='\"'\"'ml'\"'\"'' --period day`)",
@@ -1945,7 +1948,8 @@ def test_budget_list_flags_a_budget_whose_value_is_only_quotes_with_its_delete(
     captured = capsys.readouterr()
     assert len(json.loads(captured.out)) == 2
     assert captured.err.strip().splitlines() == [
-        'note: budget \'project=""/month\' has "" in quotes, which are part of the tag and match no task\'s '
+        "costaware: note: "
+        'budget \'project=""/month\' has "" in quotes, which are part of the tag and match no task\'s '
         "tags, so it caps nothing: without them it is no scope; delete it (`costaware budget delete --scope "
         "'project=\"\"' --period month`)"
     ]
@@ -2002,6 +2006,28 @@ def test_a_command_that_reads_a_database_without_ledger_tables_says_so_and_makes
     engine = create_engine(url)
     assert [t for t in inspect(engine).get_table_names() if t.startswith("costaware")] == []
     engine.dispose()
+
+
+def test_every_note_of_a_budget_listing_has_the_clis_one_prefix(
+    ledger_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A scope read as unset was said with "costaware: note:", a quoted one beside it with "note:" alone.
+    from sqlalchemy import update
+
+    from costaware.adapters.ledger import schema
+
+    ledger = Ledger.from_url(ledger_url)
+    ledger.set_budget("project=old", "month", "5")
+    ledger.set_budget("project=older", "month", "5")
+    with ledger.transaction() as conn:
+        for old, stored in (("project=old", "project=null"), ("project=older", 'project="churn"')):
+            conn.execute(update(schema.budgets).where(schema.budgets.c.scope == old).values(scope=stored))
+    ledger.dispose()
+    assert main(["--ledger-url", ledger_url, "budget", "list"]) == 0
+    notes = capsys.readouterr().err.strip().splitlines()
+    assert len(notes) == 2 and all(n.startswith("costaware: note: budget ") for n in notes), notes
+    assert main(["--ledger-url", ledger_url, *SET_BUDGET, "--cap-usd", "00"]) == 0
+    assert capsys.readouterr().err.startswith("costaware: note: a $0 cap refuses every hold")
 
 
 def test_a_budget_whose_scope_reads_as_unset_is_flagged_with_how_to_delete_it(

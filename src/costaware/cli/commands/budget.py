@@ -70,12 +70,12 @@ def budget_set(args: argparse.Namespace) -> int:
     zone_note = inverted_offset_note(budget.timezone) if args.timezone is not None else None
     if zone_note:
         # Etc/GMT+1 is a valid zone, but one hour behind UTC: most who type it mean the other way round.
-        print(f"note: {zone_note}; its periods start at midnight there", file=sys.stderr)
+        print(f"costaware: note: {zone_note}; its periods start at midnight there", file=sys.stderr)
     if budget.cap_usd == 0 and args.cap_usd is not None:
         # "--cap-usd $500" unquoted: the shell reads $5 as a variable (empty) and passes "00".
         print(
-            f"note: a $0 cap refuses every hold of {budget.scope}; if you typed a $ amount, quote it "
-            "('$500') or leave the $ out (500): the shell reads $5 as a variable",
+            f"costaware: note: a $0 cap refuses every hold of {budget.scope}; if you typed a $ amount, "
+            "quote it ('$500') or leave the $ out (500): the shell reads $5 as a variable",
             file=sys.stderr,
         )
     if budget.cap_gpu_hours == 0 and gpu_given is not None:
@@ -88,7 +88,7 @@ def budget_set(args: argparse.Namespace) -> int:
     if (scope, budget.period) not in existing and twins:
         # Tags match exactly, so a scope that differs only in case is a second budget over other runs.
         print(
-            f"note: this is a new budget beside {', '.join(repr(t) for t in twins)} (per "
+            f"costaware: note: this is a new budget beside {', '.join(repr(t) for t in twins)} (per "
             f"{budget.period.value}): scopes match tags exactly, so '{scope}' counts only runs tagged that "
             f"way; to change an existing budget, give its scope: "
             + " or ".join(f"--scope {t}" for t in twins),
@@ -127,8 +127,8 @@ def _say_close_tags(ledger: Any, scope: Any) -> None:
     if not changes:
         return  # a new project, say: nothing close to suggest
     print(
-        f"note: no entry or open hold of the ledger is tagged {scope}, so this budget caps nothing yet; "
-        f"did you mean {' and '.join(changes)}? "
+        f"costaware: note: no entry or open hold of the ledger is tagged {scope}, so this budget caps "
+        f"nothing yet; did you mean {' and '.join(changes)}? "
         f"(--scope {shlex.quote(','.join(f'{k}={v}' for k, v in meant.items()))}); scopes match tags exactly",
         file=sys.stderr,
     )
@@ -153,8 +153,8 @@ def _say_zero_gpu_cap(ledger: Any, budget: Any) -> None:
             f"{plain(usage.reserved_gpu_hours)} held, past it, so holds needing none are refused too{until})"
         )
     print(
-        f"note: a 0 GPU-hour cap refuses every hold of {budget.scope} {refused}; for no GPU-hour cap give "
-        "--cap-gpu-hours none",
+        f"costaware: note: a 0 GPU-hour cap refuses every hold of {budget.scope} {refused}; for no GPU-hour "
+        "cap give --cap-gpu-hours none",
         file=sys.stderr,
     )
 
@@ -298,8 +298,8 @@ def _say_quoted(budget: Any, labels: set[str]) -> None:
     period = budget.period.value
     delete = f"`costaware budget delete --scope {shlex.quote(str(budget.scope))} --period {period}`"
     said = (
-        f"note: budget '{budget.label}' has {', '.join(parts)} in quotes, which are part of the tag and "
-        "match no task's tags, so it caps nothing: "
+        f"costaware: note: budget '{budget.label}' has {', '.join(parts)} in quotes, which are part of the "
+        "tag and match no task's tags, so it caps nothing: "
     )
     try:
         meant = Scope.parse(bare)

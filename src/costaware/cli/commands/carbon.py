@@ -122,7 +122,7 @@ def show(args: argparse.Namespace) -> int:
     elif args.format == "csv":  # estimates are not to pass for records where the rows go on alone
         print(said, file=sys.stderr)
     if fallback:
-        print(f"note: {fallback}", file=sys.stderr)
+        print(f"costaware: note: {fallback}", file=sys.stderr)
     return 0
 
 

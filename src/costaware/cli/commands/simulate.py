@@ -431,7 +431,7 @@ def replay(args: argparse.Namespace) -> int:
             restart_guard=args.restart_guard,
         )
     for note in notes:
-        print(f"note: {note}", file=sys.stderr)
+        print(f"costaware: note: {note}", file=sys.stderr)
     if args.by_trace:
         headers, rows = table_rows(reports, fractions=args.format == "csv")
         payload: dict[str, Any] = {"traces": {name: r.to_json() for name, r in reports.items()}}
