@@ -194,6 +194,24 @@ def _bad_transform(inputs: dict[str, pd.DataFrame]) -> dict[str, int]:
     return {"rows": len(inputs["flights"])}
 
 
+def test_a_hit_on_a_worker_type_nobody_can_price_reuses_the_features_and_says_so(
+    transform_module: Any,
+    flights_dir: Path,
+    tmp_path: Path,
+    ledger_conn: Ledger,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # The price was asked before the cache was looked at: one misspelt worker type failed every task that
+    # would only have reused its features (a hit pays nothing here: its avoided cost is the entry's).
+    transform = transform_module()
+    store = str(tmp_path / "cache")
+    first = run_with_listener(operator(transform, {"flights": str(flights_dir)}, store), context("run_1"))
+    unpriced = {"instance_type": "m5.huge", "region": "us-east-1", "usd_per_hour": None}
+    second = operator(transform, {"flights": str(flights_dir)}, store, **unpriced).execute(context("run_2"))
+    assert second["hit"] is True and second["avoided_usd"] == first["cost_usd"]
+    assert "this task's own compute is unpriced" in capsys.readouterr().out
+
+
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [

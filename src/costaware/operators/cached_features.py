@@ -281,8 +281,11 @@ class CachedFeaturesOperator(BaseOperator):
                 if local and known(value):
                     parse_uri(value, what=f"input {name!r}")
 
-    def _billed_compute(self, tags: Mapping[str, str]) -> tuple[dict[str, Any], Decimal]:
-        """Where this try runs and its rate per hour, as the cost listener bills the try.
+    def _billed_rate(self, compute: Mapping[str, Any], tags: Mapping[str, str]) -> Decimal:
+        """The rate per hour of ``compute`` (where this try runs: ``compute_of``), as the listener bills it.
+
+        Asked only on a miss, before the transform: a hit pays nothing here (its avoided cost is the cache
+        entry's), so a worker type nobody can price does not stop a task that reuses its features.
 
         A miss is priced at the bill's rate (:mod:`costaware.try_pricing`), so the cache's cost, and a later
         hit's avoided cost, are what the try cost: with no ``instance_type`` or ``region``, the worker's
@@ -296,16 +299,15 @@ class CachedFeaturesOperator(BaseOperator):
         """
         from costaware.core.errors import ConfigurationError, PriceNotFoundError
         from costaware.core.ledger import Market
-        from costaware.try_pricing import PRICING_PARAM, charge_of, compute_of
+        from costaware.try_pricing import PRICING_PARAM, charge_of
 
-        compute = compute_of(self)
         try:
-            return compute, charge_of(compute, tags, self.ledger_conn_id, seconds=3600).usd_per_hour
+            return charge_of(compute, tags, self.ledger_conn_id, seconds=3600).usd_per_hour
         except ConfigurationError as e:
             if str(compute["market"]).strip().lower() == Market.LOCAL.value:
                 # The team's own hardware with no rate of its own: the bill records the try at $0 (unpriced).
                 self.log.warning("misses are recorded at $0, as the try is billed: %s", e)
-                return compute, Decimal(0)
+                return Decimal(0)
             error = PriceNotFoundError if isinstance(e, PriceNotFoundError) else ConfigurationError
             raise error(
                 f"task {self.task_id!r} on {compute['instance_type']!r} in {compute['region']!r} "
@@ -314,7 +316,7 @@ class CachedFeaturesOperator(BaseOperator):
                 f"the cache's cost would be right: {e}"
             ) from e
 
-    def _compute(self, options: S3Options, usd_per_hour: Decimal) -> Callable[[], Computed]:
+    def _compute(self, options: S3Options, price: Callable[[], Decimal]) -> Callable[[], Computed]:
         import pandas as pd
         import pyarrow as pa
 
@@ -324,6 +326,7 @@ class CachedFeaturesOperator(BaseOperator):
         from costaware.core.ledger import compute_cost
 
         def run() -> Computed:
+            usd_per_hour = price()  # refuses a compute the bill cannot price, before the transform runs
             started = time.monotonic()
             loaded = {
                 name: _asset_uri(value) if self.pass_paths else read_frame(_asset_uri(value), options)
@@ -384,10 +387,30 @@ class CachedFeaturesOperator(BaseOperator):
                 params=canonical_params(self.transform_params),
                 libraries=libraries,
             )
-            compute, rate = self._billed_compute(who["tags"])
+            from costaware.try_pricing import compute_of
+
+            compute = compute_of(self)
+            from costaware.core.errors import ConfigurationError
+
+            rate: Decimal | None = None  # a miss's rate, priced before the cache or its transform is touched
+            unpriced: Exception | None = None
+            try:
+                rate = self._billed_rate(compute, who["tags"])
+            except ConfigurationError as e:
+                if store.lookup(key) is None:
+                    raise
+                # A hit pays nothing here (its avoided cost is the entry's): warned, not failed.
+                self.log.warning("the features are reused; this task's own compute is unpriced: %s", e)
+                unpriced = e
+
+            def miss_rate() -> Decimal:
+                if rate is None:  # the entry went (evicted) between the look-up and the read: a miss
+                    raise unpriced or ConfigurationError("the miss has no rate")
+                return rate
+
             outcome = store.get_or_compute(
                 key,
-                self._compute(options, rate),
+                self._compute(options, miss_rate),
                 template,
                 wait_timeout=timedelta(seconds=self.wait_timeout_seconds),
             )
@@ -408,7 +431,7 @@ class CachedFeaturesOperator(BaseOperator):
         return self._report(outcome)
 
     def _ledger_entry(
-        self, outcome: Outcome, who: dict[str, Any], compute: Mapping[str, Any], rate: Decimal
+        self, outcome: Outcome, who: dict[str, Any], compute: Mapping[str, Any], rate: Decimal | None
     ) -> Any:
         """The avoided-cost entry of a hit; for a miss, the entry whose note the listener's entry takes."""
         import hashlib
@@ -465,7 +488,7 @@ class CachedFeaturesOperator(BaseOperator):
         )
         return LedgerEntry(
             **common,
-            unit_price_usd=rate,
+            unit_price_usd=rate if rate is not None else Decimal(0),
             estimated=False,
             outcome="cache_miss",
             cause="feature_cache",
