@@ -76,39 +76,47 @@ def record_and_settle(ledger: Any, entry: Any, *, retrying: bool = False) -> Non
     if reservation is None:
         ledger.record(entry)
     elif retrying and reservation.status == "open":
-        unpaid_before, _ = ledger.unpaid(reservation.id)
-        ledger.record(replace(entry, reservation_id=reservation.id))  # paid from the hold, which stays
-        hold_again_for_retry(ledger, reservation, entry, unpaid_before)
+        hold_again_for_retry(ledger, reservation, entry)
     else:
         ledger.settle(reservation.id, entry.usd, entry=replace(entry, reservation_id=reservation.id))
 
 
-def hold_again_for_retry(ledger: Any, reservation: Any, entry: Any, unpaid_before: Any) -> None:
-    """Grow a retried task's hold back to what it held unpaid before ``entry`` paid from it; never raises.
+def hold_again_for_retry(ledger: Any, reservation: Any, entry: Any) -> None:
+    """Record ``entry`` paid from a retried task's hold, growing the hold by what the entry paid from it.
 
     The hold was sized for one try: left paid in part, the retry (which no gate checks again, and no
     listener can stop) spent past it, and another run meanwhile reserved the room it had freed: try 1 paid
-    $5 of a $6 hold, another run took $4 of the $10 cap, try 2 billed $6: $15 committed. ``grow`` takes
-    only the room every covering budget has; where one has less, a WARNING names the budgets short and by
-    how much: the retry may pass them by up to that. The same entry written again (a drain) pays nothing
-    more, so grows nothing more. An error here is logged, not raised: the entry is in the ledger already,
-    and the task's try is over (a listener cannot fail it).
+    $5 of a $6 hold, another run took $4 of the $10 cap, try 2 billed $6: $15 committed. The entry and the
+    growth are one ledger transaction under the budgets' locks (``Ledger.record_and_regrow``), so no run
+    reserves that room in between; the growth takes only the room every covering budget has, and where it
+    falls short a WARNING names the budgets and why: the retry may pass them by up to the shortfall. The
+    same entry written again (a drain) pays nothing more, so grows nothing more. Only a failed growth is
+    logged, not raised: the task's try is over (a listener cannot fail it).
     """
     from decimal import Decimal
 
     from costaware.core.money import format_usd_exact
 
+    paid_entry = replace(entry, reservation_id=reservation.id)  # paid from the hold, which stays
     try:
-        paid = ledger.paid_from([reservation.id]).get(reservation.id, Decimal(0))
-        target = paid + unpaid_before
-        # As it stands now: grown already by another write of this try's costs, or closed meanwhile.
-        current = ledger.reservation_to_settle(reservation.holder)
-        if current is None or current.id != reservation.id or current.usd >= target:
-            return
-        grown = ledger.grow(reservation.id, target)
+        new, target, grown = ledger.record_and_regrow(paid_entry)
+    except Exception as e:
+        # Not written with its growth: write it alone (an error here is the ledger's, for the spool).
+        ledger.record(paid_entry)
+        log.warning(
+            "costaware: the hold %s of %s.%s was not held again for its retry (%s): the retry spends from "
+            "what is left of it unchecked against the caps",
+            reservation.id,
+            entry.dag_id,
+            entry.task_id,
+            e,
+        )
+        return
+    try:
         shortfall = target - grown.usd
-        if shortfall <= 0 or grown.status != "open":
+        if not new or shortfall <= 0 or grown.status != "open":
             return
+        unpaid_before = target - ledger.paid_from([reservation.id]).get(reservation.id, Decimal(0))
         log.warning(
             "costaware: the hold %s of %s.%s is held again for its retry %s short of the %s it held for try "
             "%s (which paid %s of it): %s. The retry may pass that cap by up to %s: raise the cap "
@@ -123,13 +131,14 @@ def hold_again_for_retry(ledger: Any, reservation: Any, entry: Any, unpaid_befor
             _budgets_without_room(ledger, grown, entry),
             format_usd_exact(shortfall),
         )
-    except Exception as e:  # the entry is recorded: only the regrowth is missing
+    except Exception as e:  # the entry is recorded and the hold grown: only the warning is missing
         log.warning(
-            "costaware: the hold %s of %s.%s was not held again for its retry (%s): the retry spends from "
-            "what is left of it unchecked against the caps",
+            "costaware: the hold %s of %s.%s was held again for its retry short of what it held for try %s, "
+            "and what is short could not be read (%s)",
             reservation.id,
             entry.dag_id,
             entry.task_id,
+            entry.try_number,
             e,
         )
 

@@ -112,3 +112,32 @@ def test_each_retry_gets_back_what_its_try_paid(any_ledger: Ledger) -> None:
 
     assert any_ledger.unpaid(held.id)[0] == 6
     assert _committed(any_ledger) == 18
+
+
+def test_no_run_takes_the_room_a_retried_try_freed_before_its_hold_grows_back(
+    any_ledger: Ledger, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Written apart, the entry freed $5 of the hold and another run reserved $4 of it before the growth:
+    # the retry got $2 and could pass the $11 cap by $4. Entry and growth are now one transaction, so the
+    # other run (reserving as soon as an entry is written alone) comes after the growth and is refused.
+    any_ledger.set_budget("project=churn", "month", "11")
+    held = any_ledger.reserve("project=churn", "6", holder=HOLDER, run_id="r1", dag_id="retrain")
+    other_run: list[object] = []
+    record_alone = any_ledger.record
+
+    def record_then_another_run_reserves(entry: LedgerEntry) -> bool:
+        new = record_alone(entry)
+        other_run.append(
+            any_ledger.reserve(
+                "project=churn", "4", holder="retrain/r2/train/-1", run_id="r2", dag_id="retrain"
+            )
+        )
+        return new
+
+    monkeypatch.setattr(any_ledger, "record", record_then_another_run_reserves)
+
+    record_and_settle(any_ledger, _try_bill("5", 1), retrying=True)
+
+    assert (other_run, any_ledger.unpaid(held.id)[0], _committed(any_ledger)) == ([], 6, 11)
+    with pytest.raises(BudgetExceededError, match=r"has \$0.00 left"):
+        any_ledger.reserve("project=churn", "4", holder="retrain/r2/train/-1", run_id="r2", dag_id="retrain")

@@ -197,15 +197,18 @@ def unpaid(conn: Connection, held: Reservation) -> tuple[Decimal, Decimal]:
     A budget counts an open hold so (``budget_usage``, of the entries in its scope): a training's attempts
     are billed while its hold stays open.
     """
+    paid_usd, paid_gpu_hours = _paid(conn, held.id)
+    return max(held.usd - paid_usd, Decimal(0)), max(held.gpu_hours - paid_gpu_hours, Decimal(0))
+
+
+def _paid(conn: Connection, reservation_id: str) -> tuple[Decimal, Decimal]:
+    """What the (actual, not estimated) entries paid from ``reservation_id``, in USD and GPU-hours."""
     e = schema.entries
     paid = select(func.sum(e.c.usd_micros), func.sum(e.c.gpu_hours_micros)).where(
-        e.c.reservation_id == held.id, e.c.estimated.is_(False)
+        e.c.reservation_id == reservation_id, e.c.estimated.is_(False)
     )
     paid_usd, paid_gpu_hours = conn.execute(paid).one()
-    return (
-        from_micros(max(to_micros(held.usd) - (paid_usd or 0), 0)),
-        from_micros(max(to_micros(held.gpu_hours) - (paid_gpu_hours or 0), 0)),
-    )
+    return from_micros(paid_usd or 0), from_micros(paid_gpu_hours or 0)
 
 
 def _held_until(conn: Connection, held: Reservation, until: datetime) -> Reservation:
@@ -294,77 +297,107 @@ def grow(ledger: LedgerDatabase, reservation_id: str, usd: object) -> Reservatio
     it stands.
     """
     target = parse_usd(usd, name="reservation amount")
+    with ledger.transaction() as conn:
+        return _grow_in(conn, ledger, reservation_id, target)
+
+
+def record_and_regrow(ledger: LedgerDatabase, entry: LedgerEntry) -> tuple[bool, Decimal, Reservation]:
+    """Record ``entry`` paid from its open hold and grow the hold back by what it paid, in one transaction.
+
+    A retried task's hold (``entry.reservation_id``): written apart, another run could reserve the room the
+    entry freed before the hold took it back. Under the budgets' locks, as :func:`grow`, never past a cap.
+    Returns whether the entry was new (written again it pays, and grows, nothing more), the amount the hold
+    was to grow to, and the hold as it now stands.
+    """
+    if entry.reservation_id is None:
+        raise ValueError("record_and_regrow needs an entry paid from a hold (reservation_id)")
+    with ledger.transaction() as conn:
+        held = _lock_for_growth(conn, ledger, entry.reservation_id)
+        unpaid_before, _ = unpaid(conn, held)
+        new = insert_entry(conn, entry)
+        # Back to what it had unpaid before the entry: all it paid, even past the hold, plus that.
+        target = _paid(conn, held.id)[0] + unpaid_before if new else held.usd
+        return new, target, _grow_in(conn, ledger, entry.reservation_id, target)
+
+
+def _lock_for_growth(conn: Connection, ledger: LedgerDatabase, reservation_id: str) -> Reservation:
+    """Lock the budgets ``reservation_id`` holds money in, then its own row (reserve's order); returns it."""
+    r, h, b = schema.reservations, schema.holds, schema.budgets
+    budget_ids = select(h.c.budget_id).where(h.c.reservation_id == reservation_id)
+    budgets_query = select(b.c.id).where(b.c.id.in_(budget_ids)).order_by(b.c.id)  # id order, as reserve
+    mine = select(r.c.id).where(r.c.id == reservation_id)
+    if not ledger.is_sqlite:  # SQLite's write lock already holds everything
+        conn.execute(budgets_query.with_for_update()).all()
+        conn.execute(mine.with_for_update()).all()
+    return reservation(conn, reservation_id)
+
+
+def _grow_in(conn: Connection, ledger: LedgerDatabase, reservation_id: str, target: Decimal) -> Reservation:
+    """:func:`grow` in the caller's transaction (locking again what the caller locked is a no-op)."""
     r, h, b = schema.reservations, schema.holds, schema.budgets
     now = utcnow()
-    with ledger.transaction() as conn:
-        held = dict(
-            conn.execute(
-                select(h.c.budget_id, h.c.period_key).where(h.c.reservation_id == reservation_id)
-            ).all()
+    held = dict(
+        conn.execute(select(h.c.budget_id, h.c.period_key).where(h.c.reservation_id == reservation_id)).all()
+    )
+    budgets_query = select(b).where(b.c.id.in_(sorted(held))).order_by(b.c.id)  # id order, as reserve
+    mine = select(r.c.id).where(r.c.id == reservation_id)
+    if not ledger.is_sqlite:  # SQLite's write lock already holds everything
+        budgets_query, mine = budgets_query.with_for_update(), mine.with_for_update()
+    rows = conn.execute(budgets_query).mappings().all()
+    conn.execute(mine).all()  # the reservation row, locked after the budgets (reserve's order)
+    current = reservation(conn, reservation_id)  # as it stands under the locks
+    if current.status != "open" or current.expires_at <= now or current.usd >= target:
+        return current
+    unheld = _budgets_set_since(conn, ledger, current, held)
+    if unheld:
+        # Set after the reservation: the hold is not in it, so it would count none of the growth, and
+        # the growth was granted past its cap (a $10 budget over '*' beside a $500 hold).
+        log.warning(
+            "reservation %s not raised: budget(s) %s cover its scope %s and were set after it was made, "
+            "so it holds nothing in them",
+            reservation_id,
+            ", ".join(unheld),
+            current.scope,
         )
-        budgets_query = select(b).where(b.c.id.in_(sorted(held))).order_by(b.c.id)  # id order, as reserve
-        mine = select(r.c.id).where(r.c.id == reservation_id)
-        if not ledger.is_sqlite:  # SQLite's write lock already holds everything
-            budgets_query, mine = budgets_query.with_for_update(), mine.with_for_update()
-        rows = conn.execute(budgets_query).mappings().all()
-        conn.execute(mine).all()  # the reservation row, locked after the budgets (reserve's order)
-        current = reservation(conn, reservation_id)  # as it stands under the locks
-        if current.status != "open" or current.expires_at <= now or current.usd >= target:
-            return current
-        unheld = _budgets_set_since(conn, ledger, current, held)
-        if unheld:
-            # Set after the reservation: the hold is not in it, so it would count none of the growth, and
-            # the growth was granted past its cap (a $10 budget over '*' beside a $500 hold).
+        return current
+    increase = target - current.usd
+    for row in rows:
+        budget, key = budget_from_row(row), held[row["id"]]
+        dag_id, run_id = run_of_key(key) if is_run_key(key) else (None, None)
+        window = period_window(budget.period, current.created_at, budget.timezone, run_id, dag_id)
+        if window.key != key:
+            # The hold counts in a period this window would not sum it in: its room is unknown here.
             log.warning(
-                "reservation %s not raised: budget(s) %s cover its scope %s and were set after it was made, "
-                "so it holds nothing in them",
+                "reservation %s not raised: its hold in %s is for period %s, the budget's period of its "
+                "start is now %s",
                 reservation_id,
-                ", ".join(unheld),
-                current.scope,
+                budget.label,
+                key,
+                window.key,
             )
             return current
-        increase = target - current.usd
-        for row in rows:
-            budget, key = budget_from_row(row), held[row["id"]]
-            dag_id, run_id = run_of_key(key) if is_run_key(key) else (None, None)
-            window = period_window(budget.period, current.created_at, budget.timezone, run_id, dag_id)
-            if window.key != key:
-                # The hold counts in a period this window would not sum it in: its room is unknown here.
-                log.warning(
-                    "reservation %s not raised: its hold in %s is for period %s, the budget's period of its "
-                    "start is now %s",
-                    reservation_id,
-                    budget.label,
-                    key,
-                    window.key,
-                )
-                return current
-            usage = budget_usage(conn, row["id"], budget, window, now)
-            increase = min(increase, max(usage.left_usd, Decimal(0)))
-            today = period_window(budget.period, now, budget.timezone, run_id, dag_id)
-            if today.key != window.key:
-                # A hold of an earlier day or month counts in today's too (its cost lands when settled):
-                # today's room bounds the growth as well, or it passed today's cap.
-                usage_now = budget_usage(conn, row["id"], budget, today, now)
-                increase = min(increase, max(usage_now.left_usd, Decimal(0)))
-        if increase <= 0:
-            return current
-        grown = to_micros(current.usd + increase)
-        conn.execute(
-            r.update().where(r.c.id == reservation_id, r.c.status == "open").values(usd_micros=grown)
-        )
-        conn.execute(
-            h.update()
-            .where(h.c.reservation_id == reservation_id, h.c.open.is_(True))
-            .values(usd_micros=grown)
-        )
-        log.info(
-            "raised reservation %s from %s to %s",
-            reservation_id,
-            format_usd_exact(current.usd),
-            format_usd_exact(current.usd + increase),
-        )
-        return reservation(conn, reservation_id)
+        usage = budget_usage(conn, row["id"], budget, window, now)
+        increase = min(increase, max(usage.left_usd, Decimal(0)))
+        today = period_window(budget.period, now, budget.timezone, run_id, dag_id)
+        if today.key != window.key:
+            # A hold of an earlier day or month counts in today's too (its cost lands when settled):
+            # today's room bounds the growth as well, or it passed today's cap.
+            usage_now = budget_usage(conn, row["id"], budget, today, now)
+            increase = min(increase, max(usage_now.left_usd, Decimal(0)))
+    if increase <= 0:
+        return current
+    grown = to_micros(current.usd + increase)
+    conn.execute(r.update().where(r.c.id == reservation_id, r.c.status == "open").values(usd_micros=grown))
+    conn.execute(
+        h.update().where(h.c.reservation_id == reservation_id, h.c.open.is_(True)).values(usd_micros=grown)
+    )
+    log.info(
+        "raised reservation %s from %s to %s",
+        reservation_id,
+        format_usd_exact(current.usd),
+        format_usd_exact(current.usd + increase),
+    )
+    return reservation(conn, reservation_id)
 
 
 def _budgets_set_since(
