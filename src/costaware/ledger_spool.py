@@ -99,7 +99,7 @@ def hold_again_for_retry(ledger: Any, reservation: Any, entry: Any) -> None:
 
     paid_entry = replace(entry, reservation_id=reservation.id)  # paid from the hold, which stays
     try:
-        new, target, grown = ledger.record_and_regrow(paid_entry)
+        new, target, grown, why_not_grown = ledger.record_and_regrow(paid_entry)
     except Exception as e:
         # Not written with its growth: write it alone (an error here is the ledger's, for the spool).
         ledger.record(paid_entry)
@@ -117,10 +117,10 @@ def hold_again_for_retry(ledger: Any, reservation: Any, entry: Any) -> None:
         if not new or shortfall <= 0 or grown.status != "open":
             return
         unpaid_before = target - ledger.paid_from([reservation.id]).get(reservation.id, Decimal(0))
+        why, what_to_do = _why_short(ledger, grown, entry, why_not_grown)
         log.warning(
             "costaware: the hold %s of %s.%s is held again for its retry %s short of the %s it held for try "
-            "%s (which paid %s of it): %s. The retry may pass that cap by up to %s: raise the cap "
-            "(`costaware budget set`) before it runs, or mark the task failed to stop it",
+            "%s (which paid %s of it): %s. The retry may pass %s by up to %s: %s",
             reservation.id,
             entry.dag_id,
             entry.task_id,
@@ -128,8 +128,10 @@ def hold_again_for_retry(ledger: Any, reservation: Any, entry: Any) -> None:
             format_usd_exact(unpaid_before),
             entry.try_number,
             format_usd_exact(entry.usd),
-            _budgets_without_room(ledger, grown, entry),
+            why,
+            "that cap" if why_not_grown is None else "its budgets' caps",
             format_usd_exact(shortfall),
+            what_to_do,
         )
     except Exception as e:  # the entry is recorded and the hold grown: only the warning is missing
         log.warning(
@@ -143,21 +145,30 @@ def hold_again_for_retry(ledger: Any, reservation: Any, entry: Any) -> None:
         )
 
 
-def _budgets_without_room(ledger: Any, held: Any, entry: Any) -> str:
-    """Which of ``held``'s budgets have no room left, with what each has spent and holds against its cap."""
+def _why_short(ledger: Any, held: Any, entry: Any, why_not_grown: str | None) -> tuple[str, str]:
+    """Why ``held`` was grown short, and what to do about it.
+
+    Its budgets with no room left (what each has spent and holds of its cap), or, where the ledger did not
+    grow it for another reason (``why_not_grown``), that reason.
+    """
     from costaware.core.money import format_usd_exact
 
+    stop = "mark the task failed to stop it"
+    if why_not_grown is not None:
+        # The budgets have room: a raised cap would not help, so name what the ledger logged instead.
+        return f"it could not be grown in its budgets {', '.join(held.budgets)}: {why_not_grown}", stop
+    raise_cap = f"raise the cap (`costaware budget set`) before it runs, or {stop}"
     try:
         standing = ledger.usage(held.scope, run_id=entry.run_id, dag_id=entry.dag_id)
     except Exception as e:
-        return f"its budgets could not be read ({e})"
+        return f"its budgets could not be read ({e})", raise_cap
     full = [
         f"budget '{u.name}' has {format_usd_exact(u.spent_usd)} spent and {format_usd_exact(u.reserved_usd)} "
         f"reserved of its {format_usd_exact(u.cap_usd)} cap"
         for u in standing
         if u.left_usd <= 0 and u.label in held.budgets
     ]
-    return "; ".join(full) or f"its budgets {', '.join(held.budgets)} have no room left"
+    return "; ".join(full) or f"its budgets {', '.join(held.budgets)} have too little room", raise_cap
 
 
 def workers_ledger(conn_id: str) -> Any:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
 
@@ -141,3 +142,29 @@ def test_no_run_takes_the_room_a_retried_try_freed_before_its_hold_grows_back(
     assert (other_run, any_ledger.unpaid(held.id)[0], _committed(any_ledger)) == ([], 6, 11)
     with pytest.raises(BudgetExceededError, match=r"has \$0.00 left"):
         any_ledger.reserve("project=churn", "4", holder="retrain/r2/train/-1", run_id="r2", dag_id="retrain")
+
+
+def test_a_retry_hold_not_grown_though_its_budget_has_room_is_warned_with_why(
+    any_ledger: Ledger, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The budget's time zone changed after the hold: its day is no longer the hold's, so the hold is not
+    # grown. The warning said the budget had "no room left" and to raise a cap with $94 of room.
+    import time_machine
+
+    with time_machine.travel(datetime(2026, 12, 1, 12, tzinfo=UTC), tick=False):
+        any_ledger.set_budget("project=churn", "day", "100")
+        held = any_ledger.reserve("project=churn", "6", holder=HOLDER, run_id="r1", dag_id="retrain")
+        any_ledger.set_budget("project=churn", "day", "100", timezone="Pacific/Kiritimati")  # UTC+14
+        with caplog.at_level(logging.WARNING):
+            record_and_settle(any_ledger, _try_bill("5", 1), retrying=True)
+
+    assert any_ledger.unpaid(held.id)[0] == 1
+    warning = [r.getMessage() for r in caplog.records if r.name == "costaware.ledger_spool"][-1]
+    assert "held again for its retry $5.00 short of the $6.00" in warning
+    assert (
+        "could not be grown in its budgets project=churn/day: its hold in project=churn/day is for "
+        in warning
+    )
+    assert "period 2026-12-01, the budget's period of its start is now 2026-12-02" in warning
+    assert "no room" not in warning and "raise the cap" not in warning
+    assert "may pass its budgets' caps by up to $5.00: mark the task failed to stop it" in warning

@@ -298,16 +298,19 @@ def grow(ledger: LedgerDatabase, reservation_id: str, usd: object) -> Reservatio
     """
     target = parse_usd(usd, name="reservation amount")
     with ledger.transaction() as conn:
-        return _grow_in(conn, ledger, reservation_id, target)
+        return _grow_in(conn, ledger, reservation_id, target)[0]
 
 
-def record_and_regrow(ledger: LedgerDatabase, entry: LedgerEntry) -> tuple[bool, Decimal, Reservation]:
+def record_and_regrow(
+    ledger: LedgerDatabase, entry: LedgerEntry
+) -> tuple[bool, Decimal, Reservation, str | None]:
     """Record ``entry`` paid from its open hold and grow the hold back by what it paid, in one transaction.
 
     A retried task's hold (``entry.reservation_id``): written apart, another run could reserve the room the
     entry freed before the hold took it back. Under the budgets' locks, as :func:`grow`, never past a cap.
     Returns whether the entry was new (written again it pays, and grows, nothing more), the amount the hold
-    was to grow to, and the hold as it now stands.
+    was to grow to, the hold as it now stands, and why it was not grown at all other than the budgets' room
+    (None: only their room bounded it).
     """
     if entry.reservation_id is None:
         raise ValueError("record_and_regrow needs an entry paid from a hold (reservation_id)")
@@ -317,7 +320,7 @@ def record_and_regrow(ledger: LedgerDatabase, entry: LedgerEntry) -> tuple[bool,
         new = insert_entry(conn, entry)
         # Back to what it had unpaid before the entry: all it paid, even past the hold, plus that.
         target = _paid(conn, held.id)[0] + unpaid_before if new else held.usd
-        return new, target, _grow_in(conn, ledger, entry.reservation_id, target)
+        return new, target, *_grow_in(conn, ledger, entry.reservation_id, target)
 
 
 def _lock_for_growth(conn: Connection, ledger: LedgerDatabase, reservation_id: str) -> Reservation:
@@ -332,8 +335,14 @@ def _lock_for_growth(conn: Connection, ledger: LedgerDatabase, reservation_id: s
     return reservation(conn, reservation_id)
 
 
-def _grow_in(conn: Connection, ledger: LedgerDatabase, reservation_id: str, target: Decimal) -> Reservation:
-    """:func:`grow` in the caller's transaction (locking again what the caller locked is a no-op)."""
+def _grow_in(
+    conn: Connection, ledger: LedgerDatabase, reservation_id: str, target: Decimal
+) -> tuple[Reservation, str | None]:
+    """:func:`grow` in the caller's transaction (locking again what the caller locked is a no-op).
+
+    Returns the reservation as it stands, and why it was not grown at all where the budgets' room was not
+    the reason (None otherwise).
+    """
     r, h, b = schema.reservations, schema.holds, schema.budgets
     now = utcnow()
     held = dict(
@@ -347,19 +356,17 @@ def _grow_in(conn: Connection, ledger: LedgerDatabase, reservation_id: str, targ
     conn.execute(mine).all()  # the reservation row, locked after the budgets (reserve's order)
     current = reservation(conn, reservation_id)  # as it stands under the locks
     if current.status != "open" or current.expires_at <= now or current.usd >= target:
-        return current
+        return current, None
     unheld = _budgets_set_since(conn, ledger, current, held)
     if unheld:
         # Set after the reservation: the hold is not in it, so it would count none of the growth, and
         # the growth was granted past its cap (a $10 budget over '*' beside a $500 hold).
-        log.warning(
-            "reservation %s not raised: budget(s) %s cover its scope %s and were set after it was made, "
-            "so it holds nothing in them",
-            reservation_id,
-            ", ".join(unheld),
-            current.scope,
+        why = (
+            f"budget(s) {', '.join(unheld)} cover its scope {current.scope} and were set after it was made, "
+            "so it holds nothing in them"
         )
-        return current
+        log.warning("reservation %s not raised: %s", reservation_id, why)
+        return current, why
     increase = target - current.usd
     for row in rows:
         budget, key = budget_from_row(row), held[row["id"]]
@@ -367,15 +374,12 @@ def _grow_in(conn: Connection, ledger: LedgerDatabase, reservation_id: str, targ
         window = period_window(budget.period, current.created_at, budget.timezone, run_id, dag_id)
         if window.key != key:
             # The hold counts in a period this window would not sum it in: its room is unknown here.
-            log.warning(
-                "reservation %s not raised: its hold in %s is for period %s, the budget's period of its "
-                "start is now %s",
-                reservation_id,
-                budget.label,
-                key,
-                window.key,
+            why = (
+                f"its hold in {budget.label} is for period {key}, the budget's period of its start is now "
+                f"{window.key} (as after a change of its time zone)"
             )
-            return current
+            log.warning("reservation %s not raised: %s", reservation_id, why)
+            return current, why
         usage = budget_usage(conn, row["id"], budget, window, now)
         increase = min(increase, max(usage.left_usd, Decimal(0)))
         today = period_window(budget.period, now, budget.timezone, run_id, dag_id)
@@ -385,7 +389,7 @@ def _grow_in(conn: Connection, ledger: LedgerDatabase, reservation_id: str, targ
             usage_now = budget_usage(conn, row["id"], budget, today, now)
             increase = min(increase, max(usage_now.left_usd, Decimal(0)))
     if increase <= 0:
-        return current
+        return current, None
     grown = to_micros(current.usd + increase)
     conn.execute(r.update().where(r.c.id == reservation_id, r.c.status == "open").values(usd_micros=grown))
     conn.execute(
@@ -397,7 +401,7 @@ def _grow_in(conn: Connection, ledger: LedgerDatabase, reservation_id: str, targ
         format_usd_exact(current.usd),
         format_usd_exact(current.usd + increase),
     )
-    return reservation(conn, reservation_id)
+    return reservation(conn, reservation_id), None
 
 
 def _budgets_set_since(
