@@ -61,8 +61,9 @@ def record_and_settle(ledger: Any, entry: Any, *, retrying: bool = False) -> Non
 
     ``retrying``: the try failed and the task will run again: its entry is paid from the task's hold, which
     stays open for the next try (settled by the first, the retries ran with no hold, and another task could
-    take the money they spent). The hold is then grown back by what the entry paid, where the budgets have
-    room (:func:`hold_again_for_retry`).
+    take the money they spent). The hold is grown back, in the same transaction, by what this entry paid from
+    it, where the budgets have room (:func:`hold_again_for_retry`); what a ``RemoteTrainingOperator``'s
+    attempts paid during the try is grown back by the operator on its retry, to ``max_usd`` less them.
 
     Recorded alone beside an open hold, its cost counted twice in the budgets (spent and held) until the run
     ended; the ledger keeps one entry per ``entry_uid``, so a second write adds nothing.
