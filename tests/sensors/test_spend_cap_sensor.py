@@ -96,10 +96,10 @@ def test_a_gate_run_again_weighs_what_its_tasks_hold_has_not_paid(
 ) -> None:
     from costaware.ledger_spool import record_and_settle
 
-    # Try 1 failed after paying $5 of the $6 hold, which stays open for try 2: $1 is still held. The gate,
-    # cleared and run again for $6, got the hold back ("Reserved $6.00", XCom 6), and try 2's $6 passed
-    # the $10 cap beside another run's $4: $11 spent, $15 committed.
-    # The hold is grown back for the retry as far as the cap allows ($4 of the $5): $5 is held, not $6.
+    # Try 1 failed after paying $5 of the $6 hold, which stays open for try 2, grown back for the retry as
+    # far as the $10 cap allows ($4 of the $5): $5 is held unpaid. The gate, cleared and run again for $6,
+    # weighs that $5, not the hold's $10: it is refused (the cap has $5 without the hold) and the hold kept.
+    # Counting the hold's amount, it was kept as holding $6 and try 2's $6 passed the cap.
     first = sensor(deferrable=False, estimated_usd="6").poke(context())
     record_and_settle(env_ledger, _try_paid("5", 1), retrying=True)
     capsys.readouterr()
