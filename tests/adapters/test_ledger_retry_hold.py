@@ -12,7 +12,7 @@ import pytest
 from services import fresh_postgres_database
 
 from costaware import Ledger
-from costaware.core.errors import BudgetExceededError
+from costaware.core.errors import BudgetExceededError, ConfigurationError
 from costaware.core.ledger import LedgerEntry
 from costaware.ledger_spool import record_and_settle
 
@@ -168,3 +168,12 @@ def test_a_retry_hold_not_grown_though_its_budget_has_room_is_warned_with_why(
     assert "period 2026-12-01, the budget's period of its start is now 2026-12-02" in warning
     assert "no room" not in warning and "raise the cap" not in warning
     assert "may pass its budgets' caps by up to $5.00: mark the task failed to stop it" in warning
+
+
+def test_an_entry_of_no_hold_is_refused_a_regrowth_naming_it(any_ledger: Ledger) -> None:
+    bill = _try_bill("5", 1)
+    with pytest.raises(
+        ConfigurationError, match=rf"entry {bill.entry_uid} has no reservation_id.*Ledger.record"
+    ):
+        any_ledger.record_and_regrow(bill)
+    assert any_ledger.entries() == []

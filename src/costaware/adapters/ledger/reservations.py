@@ -311,9 +311,15 @@ def record_and_regrow(
     Returns whether the entry was new (written again it pays, and grows, nothing more), the amount the hold
     was to grow to, the hold as it now stands, and why it was not grown at all other than the budgets' room
     (None: only their room bounded it).
+
+    Raises:
+        ConfigurationError: ``entry`` names no hold (``reservation_id`` None).
     """
     if entry.reservation_id is None:
-        raise ValueError("record_and_regrow needs an entry paid from a hold (reservation_id)")
+        raise ConfigurationError(
+            f"entry {entry.entry_uid} has no reservation_id, so it pays from no hold to grow back: give it "
+            "the id of its task's open hold, or record it with Ledger.record"
+        )
     with ledger.transaction() as conn:
         held = _lock_for_growth(conn, ledger, entry.reservation_id)
         unpaid_before, _ = unpaid(conn, held)
