@@ -177,3 +177,51 @@ def test_an_entry_of_no_hold_is_refused_a_regrowth_naming_it(any_ledger: Ledger)
     ):
         any_ledger.record_and_regrow(bill)
     assert any_ledger.entries() == []
+
+
+def test_another_process_reserving_as_a_retried_try_is_written_waits_for_its_hold_to_grow(
+    any_ledger: Ledger, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Another worker (its own connection) reserves $4 the moment try 1's entry is in: it waits for the
+    # budgets' locks, and gets them only once the hold is grown back, so it is refused. With the entry and
+    # the growth in two transactions it got the lock between them and took the $4.
+    import threading
+    import time
+
+    from costaware.adapters.ledger import entries, reservations
+
+    if any_ledger.is_sqlite:
+        # SQLite's busy handler lets the writer that retries first in: the written-apart code often got the
+        # lock back before the other worker, and the test would pass without the fix. PostgreSQL queues.
+        pytest.skip("needs PostgreSQL's queued row locks to order the two workers")
+    any_ledger.set_budget("project=churn", "month", "11")
+    held = any_ledger.reserve("project=churn", "6", holder=HOLDER, run_id="r1", dag_id="retrain")
+    other_worker = Ledger.from_url(any_ledger.engine.url.render_as_string(hide_password=False))
+    outcome: list[object] = []
+
+    def reserve_elsewhere() -> None:
+        try:
+            holder = "retrain/r2/train/-1"
+            outcome.append(other_worker.reserve("project=churn", "4", holder=holder, run_id="r2", dag_id="r"))
+        except BudgetExceededError as e:
+            outcome.append(e)
+
+    other = threading.Thread(target=reserve_elsewhere)
+    insert_alone = entries.insert_entry
+
+    def insert_then_another_worker_reserves(conn: Any, entry: LedgerEntry) -> bool:
+        new = insert_alone(conn, entry)
+        other.start()
+        time.sleep(0.5)  # long enough for it to queue for the locks this write holds
+        return new
+
+    monkeypatch.setattr(entries, "insert_entry", insert_then_another_worker_reserves)
+    monkeypatch.setattr(reservations, "insert_entry", insert_then_another_worker_reserves)
+    try:
+        record_and_settle(any_ledger, _try_bill("5", 1), retrying=True)
+        other.join(timeout=30)
+    finally:
+        other_worker.dispose()
+
+    assert [type(o) for o in outcome] == [BudgetExceededError]
+    assert (any_ledger.unpaid(held.id)[0], _committed(any_ledger)) == (6, 11)
