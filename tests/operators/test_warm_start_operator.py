@@ -417,6 +417,9 @@ def test_a_market_misspelt_in_a_template_fails_when_rendered_before_any_training
         ({"drift_columns": "{{ params.cols }}"}, "is a template, but drift_columns is not rendered"),
         # Read letter by letter before.
         ({"feature_columns": "x1, x2"}, r"feature_columns must be a list of column names, .*\['x1', 'x2'\]"),
+        # Told to write [''] / ['None'], themselves no columns.
+        ({"feature_columns": ""}, r"got the string '': write e\.g\. \['dep_delay', 'distance'\], or leave"),
+        ({"feature_columns": "None"}, r"got the string 'None': write e\.g\. \['dep_delay'"),
         # The cost listener ignored it with a warning and priced the catalog's rate instead.
         ({"usd_per_hour": -1}, r"'retrain': usd_per_hour must be zero or more USD, got -1"),
         ({"usd_per_hour": "0.4/h"}, r"'retrain': usd_per_hour .*'0\.4/h'"),

@@ -345,7 +345,10 @@ def test_time_based_checkpoints_use_the_clock(tmp_path: Path) -> None:
             {"feature_colums": ["x1"]},
             "'feature_colums' is no RetrainJob field (did you mean 'feature_columns'?)",
         ),
-        ({"feature_columns": "x1,x2"}, "feature_columns must be a list of column names, got the string"),
+        ({"feature_columns": "x1,x2"}, """got the string 'x1,x2': write ["x1", "x2"], or leave"""),
+        # Told to write [""] / ["None"], themselves no columns.
+        ({"feature_columns": ""}, """got the string '': write e.g. ["dep_delay", "distance"], or leave"""),
+        ({"feature_columns": "None"}, """got the string 'None': write e.g. ["dep_delay", "distance"]"""),
         ({"feature_columns": 5}, "feature_columns must be a list of column names, such as"),
         ({"feature_columns": ["x1", 2]}, "feature_columns must be a list of column names, such as"),
         ({"force_full": "maybe"}, "force_full must be true or false, got 'maybe'"),

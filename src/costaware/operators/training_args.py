@@ -111,10 +111,9 @@ class BuiltInTrainingArguments:
         refuse_template("feature_columns", feature_columns, write="write the list of column names")
         if isinstance(feature_columns, str):
             # It was read letter by letter: "columns ['d', 'i', 's', ...] are not in the data".
-            names = [name.strip() for name in feature_columns.split(",")]
             raise ConfigurationError(
                 f"{owner}: feature_columns must be a list of column names, got the string "
-                f"{feature_columns!r}: write {names!r}"
+                f"{feature_columns!r}: {_columns_to_write(feature_columns)}"
             )
         parse_label_threshold(label_threshold)  # a typo fails here, not as a traceback in the training
         if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
@@ -240,3 +239,15 @@ def check_choices(
         make_policy(policy, policy_params)
     except ConfigurationError as e:
         raise ConfigurationError(f"{owner}: {e}") from e
+
+
+def _columns_to_write(text: str) -> str:
+    """What to write for feature_columns given as the string ``text``: its names as a list, where it has any.
+
+    ``""`` or ``"None"`` were told to write ``['']`` / ``['None']``, themselves no columns.
+    """
+    from costaware.core.given import not_given
+
+    names = [name.strip() for name in text.split(",") if not not_given(name)]
+    example = repr(names) if names else "e.g. ['dep_delay', 'distance']"
+    return f"write {example}, or leave feature_columns out"

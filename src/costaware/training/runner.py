@@ -23,6 +23,7 @@ from costaware.adapters.checkpoint_store import CheckpointStorage, CheckpointSto
 from costaware.adapters.model_store import ModelStore
 from costaware.adapters.model_versions import UNRECORDED, ModelVersion, new_version_id
 from costaware.core.errors import ConfigurationError, StoreUnavailableError
+from costaware.core.given import not_given
 from costaware.core.ledger import compute_cost
 from costaware.core.money import parse_usd
 from costaware.core.retrain_policy import (
@@ -398,10 +399,11 @@ def job_from_file(path: str) -> RetrainJob:
     except ConfigurationError as e:
         raise ConfigurationError(f"job file {path!r}: {e}") from e
     if isinstance(given["feature_columns"], str):
-        names = [n.strip() for n in given["feature_columns"].split(",")]
+        names = [n.strip() for n in given["feature_columns"].split(",") if not not_given(n)]
+        example = json.dumps(names) if names else 'e.g. ["dep_delay", "distance"]'
         raise ConfigurationError(
             f"job file {path!r}: feature_columns must be a list of column names, got the string "
-            f"{given['feature_columns']!r}: write {json.dumps(names)}"
+            f"{given['feature_columns']!r}: write {example}, or leave feature_columns out"
         )
     columns = given["feature_columns"]
     if not isinstance(columns, list) or not all(isinstance(c, str) and c for c in columns):
