@@ -717,6 +717,13 @@ def test_a_failed_scoring_command_fails_the_task_and_promotes_nothing(
             "label_threshold must be a number (a label above it counts as 1), got 'abc'",
         ),
         ({"label_threshold": "null"}, "got 'null': write the number, or leave label_threshold out (None)"),
+        # Named no task, and a template was told only that it is no number: it is never rendered.
+        ({"label_threshold": "abc"}, "ModelPromoteOperator 'promote': label_threshold must be a number"),
+        (
+            {"label_threshold": "{{ params.t }}"},
+            "ModelPromoteOperator 'promote': label_threshold '{{ params.t }}' is a template, but "
+            "label_threshold is not rendered",
+        ),
     ],
 )
 def test_bad_arguments_fail_when_the_dag_is_parsed(kwargs: dict[str, Any], message: str) -> None:

@@ -24,7 +24,7 @@ from costaware.glue import (
     run_identity,
     storage_options,
 )
-from costaware.operators.templating import is_literal, is_template, refuse_relative_store
+from costaware.operators.templating import is_literal, is_template, refuse_relative_store, refuse_template
 from costaware.training.spec import parse_label_threshold
 
 if TYPE_CHECKING:
@@ -124,7 +124,13 @@ class ModelPromoteOperator(BaseOperator):
         # templates are checked in execute, once rendered.
         source = metric_source(candidate_metrics, scoring_command)
         # Not rendered: "abc" or "null" failed only once scored, as "needs a numeric label column".
-        parse_label_threshold(label_threshold)
+        from costaware.core.errors import ConfigurationError
+
+        try:
+            refuse_template("label_threshold", label_threshold, write="write the number")
+            parse_label_threshold(label_threshold)
+        except ConfigurationError as e:
+            raise ConfigurationError(f"ModelPromoteOperator {kwargs.get('task_id')!r}: {e}") from e
         if not is_template(metric):
             if not is_template(higher_is_better):
                 metric_direction(metric, higher_is_better)

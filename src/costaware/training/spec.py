@@ -133,7 +133,7 @@ def parse_label_threshold(value: Any) -> float | None:
     if not_given(value):
         raise ConfigurationError(
             f"label_threshold must be a number (a label above it counts as 1), got {value!r}: write the "
-            "number, or leave label_threshold out (None) to train on a 0/1 or boolean label as it is"
+            "number, or leave label_threshold out (None) to use a 0/1 or boolean label as it is"
         )
     try:
         number = float(str(value).strip()) if not isinstance(value, bool) else math.nan
