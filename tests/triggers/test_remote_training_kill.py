@@ -1557,3 +1557,35 @@ def test_a_job_killed_in_the_worker_whose_stop_is_refused_is_billed_to_its_grace
     assert entry["cause"] == "killed" and "grace period" in entry["note"]
     assert op._waiting_on is not None and op._waiting_on.job_id is not None
     (tmp_path / "jobs" / op._waiting_on.job_id / "stop").touch()  # the test's own end of the job
+
+
+def test_a_failing_last_try_whose_stop_is_refused_bills_a_job_no_wait_state_names_to_its_grace_period(
+    tmp_path: Path, ledger: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A try failing for good in the worker (deferrable=False keeps no wait state) stops its job; a refused
+    # stop left it unbilled for a `costaware jobs reconcile` that could never find it.
+    from costaware.adapters.compute.local import LocalBackend
+    from costaware.core.errors import ComputeBackendError
+
+    def refused(self: LocalBackend, job_id: str) -> Any:
+        raise ComputeBackendError("AccessDeniedException: not authorized to perform StopTrainingJob")
+
+    running = operator(tmp_path, "wait-for-notice", deferrable=False, poll_interval=3600)
+    threading.Thread(target=running.execute, args=(context_for(),), daemon=True).start()
+    wait_for(tmp_path / "seen.jsonl.ready")
+    give_up = time.monotonic() + 30
+    while getattr(running, "_live", None) is None:
+        assert time.monotonic() < give_up
+        time.sleep(0.05)
+    job_id = running._live.current.job_id
+    failing = operator(tmp_path, "wait-for-notice", deferrable=False, poll_interval=3600)
+    failing._live = running._live  # a failure between its submit and its wait, on the last try
+    context = context_for()
+    context["ti"].max_tries = 0
+    with monkeypatch.context() as patched:
+        patched.setattr(LocalBackend, "stop", refused)
+        with pytest.raises(RuntimeError, match="store failed"), failing._stops_unwatched_job(context):
+            raise RuntimeError("store failed")
+    (entry,) = train_entries(ledger)
+    assert entry["cause"] == "unwatched" and "grace period" in entry["note"]
+    (tmp_path / "jobs" / job_id / "stop").touch()  # the test's own end of the job

@@ -608,7 +608,11 @@ class RemoteTrainingOperator(RemoteAttemptSteps, RemotePlanArguments, BuiltInTra
             stopped = None
             if live is not None and live.current is not None:
                 why = "its task was interrupted (Ctrl-C)" if interrupted else UNWATCHED_WHY
-                stopped = live.current.job_id if self._stop_unwatched(live, why=why) else None
+                # A job no wait state names (a wait in the worker, a submit not yet deferred) is one
+                # `costaware jobs reconcile` cannot find: a refused stop is billed to its grace period now.
+                unlisted = not self._wait_state_names(context, live.current.job_id)
+                billed = self._stop_unwatched(live, why=why, bill_refused=unlisted)
+                stopped = live.current.job_id if billed else None
             if interrupted:
                 said = f"job {stopped} stopped and billed" if stopped else "no job was left running"
                 raise _interrupted(said) from e
@@ -871,16 +875,29 @@ class RemoteTrainingOperator(RemoteAttemptSteps, RemotePlanArguments, BuiltInTra
         except Exception:  # never into the frame the signal came in: said, and the task ends as Airflow says
             self.log.exception("could not stop and bill the training job of the killed task")
 
-    def _stop_unwatched(self, state: AttemptState, *, why: str = UNWATCHED_WHY) -> bool:
+    def _wait_state_names(self, context: Context, job_id: str) -> bool:
+        """Whether the wait state this try kept (what `costaware jobs reconcile` reads) names ``job_id``."""
+        if not self.deferrable:
+            return False  # a wait in the worker keeps none
+        kept = self._kept_wait_state(context)
+        return kept is not None and kept.current is not None and kept.current.job_id == job_id
+
+    def _stop_unwatched(
+        self, state: AttemptState, *, why: str = UNWATCHED_WHY, bill_refused: bool = False
+    ) -> bool:
         """The task fails for good while its job runs: no try follows the job, so it is stopped and billed.
 
         A retry would follow it by its name; without one it ran on, watched and billed by nobody. ``why``
         goes into the entry's note. Returns whether it was stopped and billed (False: said in the log).
+        ``bill_refused``: a job whose stop the backend refuses is billed to its grace period all the same
+        (one no kept wait state names, which `costaware jobs reconcile` could never find and bill).
         """
         if state.current is None:
             return False
         try:
-            refused = self._trigger(state).stop_and_bill(ask_state=False, cause="unwatched", why=why)
+            refused = self._trigger(state).stop_and_bill(
+                ask_state=False, cause="unwatched", why=why, bill_refused=bill_refused
+            )
         except Exception:  # best effort: the task's own failure is what it reports
             self.log.exception("could not stop and bill job %s of the failing task", state.current.job_id)
             return False
