@@ -819,3 +819,33 @@ def test_a_servers_ledger_is_the_connections_whatever_driver_or_default_port_its
     assert is_ledger_of(opened_on("postgresql+psycopg2://ledger:other@db.internal:5432/costs"), "team_b")
     assert not is_ledger_of(opened_on("postgresql://ledger@db.internal/other_costs"), "team_b")
     assert not is_ledger_of(opened_on("postgresql://ledger@db.internal/costs"), "no_such_connection")
+
+
+def test_a_runs_end_keeps_the_hold_of_a_task_whose_trigger_still_watched_its_unbilled_job(
+    tmp_path: Path, ledger: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A person marked the run failed; the trigger's kill was refused its stop and kept the task's hold, the
+    # job running on. The run's end released it all the same: the money the job still spends was free.
+    from types import SimpleNamespace
+
+    from costaware.plugins.listener import CostListener
+
+    ledger.set_budget("x=y", "month", "10")
+    gate = ledger.reserve("x=y", "1.00", holder=HOLDER, run_id=RUN, dag_id=DAG)
+    op = RemoteTrainingOperator(**{**command_operator_args(tmp_path, "wait-for-notice"), "tags": {"x": "y"}})
+    trigger = _deferred(tmp_path, op)
+    _task_ended_with_its_wait(tmp_path, monkeypatch, "failed", trigger, next_method="execute_complete")
+    run = SimpleNamespace(dag_id=DAG, run_id=RUN, dag=SimpleNamespace(tasks=[op]))
+
+    CostListener().on_dag_run_failed(run, "Dag Run's state was manually set to `failed`.")
+    _reconciled()
+    with ledger.reading() as conn:
+        assert reservations.reservation(conn, gate.id).status == "open"
+    assert _running(tmp_path, trigger.job_id) and _entries(ledger) == []
+
+    trigger.stop_and_bill(wait_seconds=10, ask_state=False)  # billed: a hold the task still has is freed
+    assert [e["cause"] for e in _entries(ledger)] == ["killed"]
+    again = ledger.reserve("x=y", "1.00", holder=HOLDER, run_id=RUN, dag_id=DAG)
+    CostListener().on_dag_run_failed(run, "Dag Run's state was manually set to `failed`.")
+    with ledger.reading() as conn:
+        assert reservations.reservation(conn, again.id).status == "released"

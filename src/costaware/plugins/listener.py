@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from airflow.listeners import hookimpl
@@ -201,7 +201,9 @@ def drain_spool_at_start(wait_seconds: float = 5.0) -> None:
         log.error("costaware: could not drain the spool at start: %s; `costaware spool drain` writes it", e)
 
 
-def reconcile_unfollowed_jobs(dag_run: Any, *, wait_seconds: float = 0.0) -> frozenset[str]:
+def reconcile_unfollowed_jobs(
+    dag_run: Any, *, wait_seconds: float = 0.0
+) -> tuple[frozenset[str], Callable[[], frozenset[str]] | None]:
     """Stop and bill the remote training jobs the run's ended tasks left unbilled; never raises.
 
     A deferred wait whose trigger Airflow's timeout check took away is followed by the task's resume or
@@ -217,26 +219,47 @@ def reconcile_unfollowed_jobs(dag_run: Any, *, wait_seconds: float = 0.0) -> fro
 
     Returns the holders (``DAG/RUN/TASK/MAP_INDEX``) of the tasks whose jobs that thread stops and bills:
     billing a job settles its task's hold, and a job not billed keeps it held, so the run's end leaves
-    those holds to it.
+    those holds to it. And, where some ended wait's trigger still ran (its kill settles the hold, or keeps
+    it where the backend refused the stop, for ``costaware jobs reconcile``), what gives the holders of
+    those whose job the task's ledger does not hold (ledger IO: called in the release's own thread).
     """
     dag = getattr(dag_run, "dag", None)
     tasks = list(getattr(dag, "tasks", None) or [])
     if not tasks:
-        return frozenset()  # no DAG to read the tasks' ledgers from: `costaware jobs reconcile` lists them
+        # No DAG to read the tasks' ledgers from: `costaware jobs reconcile` lists them.
+        return frozenset(), None
     try:
-        from costaware.glue import DEFAULT_AWS_CONN_ID
-        from costaware.remote_reconcile import ended_waits, may_keep_a_wait, reconcile_ended_run, unfollowed
+        from costaware.glue import DEFAULT_AWS_CONN_ID, DEFAULT_LEDGER_CONN_ID
+        from costaware.remote_reconcile import (
+            billed_in_its_ledger,
+            ended_waits,
+            may_keep_a_wait,
+            reconcile_ended_run,
+            unfollowed,
+        )
 
         if not any(may_keep_a_wait(task) for task in tasks):
-            return frozenset()  # no task of the run can have left a job: no query in the caller's transaction
+            # No task of the run can have left a job: no query in the caller's transaction.
+            return frozenset(), None
         dag_id, run_id = str(dag_run.dag_id), str(dag_run.run_id)
         waits = _read_in_savepoint(
             _session_of(dag_run), lambda session: ended_waits(dag_id=dag_id, run_id=run_id, session=session)
         )
         to_bill = unfollowed(waits)
-        if not to_bill:
-            return frozenset()  # nothing to stop: no thread, no ledger opened
         ledgers = {task.task_id: ledger_conn_id_of(task) for task in tasks}
+        trigger_watched = [w for w in waits if w.current is not None and not w.taken_away]
+
+        def unbilled_trigger_watched() -> frozenset[str]:
+            # A stop its trigger's kill was refused kept the hold: freed here, the job ran on unheld.
+            return frozenset(
+                w.task
+                for w in trigger_watched
+                if not billed_in_its_ledger(w, ledgers.get(w.task_id, DEFAULT_LEDGER_CONN_ID))
+            )
+
+        also_keep = unbilled_trigger_watched if trigger_watched else None
+        if not to_bill:
+            return frozenset(), also_keep  # nothing to stop: no thread
         aws = {task.task_id: getattr(task, "aws_conn_id", DEFAULT_AWS_CONN_ID) for task in tasks}
         in_own_thread(
             lambda: reconcile_ended_run(
@@ -245,7 +268,7 @@ def reconcile_unfollowed_jobs(dag_run: Any, *, wait_seconds: float = 0.0) -> fro
             name="costaware-reconcile",
             wait_seconds=wait_seconds,
         )
-        return frozenset(wait.task for wait in to_bill)
+        return frozenset(wait.task for wait in to_bill), also_keep
     except Exception as e:  # the run ends as Airflow says; `costaware jobs reconcile` lists what was left
         log.error(
             "costaware: could not reconcile the remote training jobs of run %s: %s; `costaware jobs "
@@ -254,7 +277,7 @@ def reconcile_unfollowed_jobs(dag_run: Any, *, wait_seconds: float = 0.0) -> fro
             e,
             dag_run.dag_id,
         )
-        return frozenset()
+        return frozenset(), None
 
 
 def _read_in_savepoint(session: Any, read: Any) -> Any:
@@ -386,16 +409,22 @@ class CostListener:
     @hookimpl
     def on_dag_run_failed(self, dag_run: Any, msg: str) -> None:
         # The holds of the tasks whose unwatched jobs are stopped and billed are theirs to settle.
-        billing = reconcile_unfollowed_jobs(dag_run)
+        billing, also_keep = reconcile_unfollowed_jobs(dag_run)
         release_run_reservations(
-            dag_run, f"the run failed ({msg or 'no reason given'})", keep_holders=billing
+            dag_run,
+            f"the run failed ({msg or 'no reason given'})",
+            keep_holders=billing,
+            also_keep=also_keep,
         )
 
     @hookimpl
     def on_dag_run_success(self, dag_run: Any, msg: str) -> None:
-        billing = reconcile_unfollowed_jobs(dag_run)
+        billing, also_keep = reconcile_unfollowed_jobs(dag_run)
         release_run_reservations(
-            dag_run, "the run ended with its consumer skipped or never run", keep_holders=billing
+            dag_run,
+            "the run ended with its consumer skipped or never run",
+            keep_holders=billing,
+            also_keep=also_keep,
         )
 
     def _record(self, ti: Any, outcome: str, error: BaseException | None) -> None:

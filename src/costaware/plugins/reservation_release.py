@@ -150,12 +150,18 @@ def release_for_doomed_downstream(ti: Any, outcome: str) -> list[Any]:
 
 
 def release_run_reservations(
-    dag_run: Any, reason: str, *, wait_seconds: float = 5.0, keep_holders: frozenset[str] = frozenset()
+    dag_run: Any,
+    reason: str,
+    *,
+    wait_seconds: float = 5.0,
+    keep_holders: frozenset[str] = frozenset(),
+    also_keep: Callable[[], frozenset[str]] | None = None,
 ) -> list[Any]:
     """At the end of a run, release every reservation still open for it (its consumers never settled).
 
     ``keep_holders``: the holds a reconcile of the run's unwatched jobs settles (see
-    :func:`release_reservations`).
+    :func:`release_reservations`); ``also_keep``: more holders to keep, asked in the release's own thread
+    (it reads ledgers, which the caller's session must not).
 
     This runs in the scheduler (or the api-server, when a person marks a run) inside its open database
     session. Looking up the ledger's Airflow connection there would use, and close, that very session (a
@@ -173,7 +179,8 @@ def release_run_reservations(
     released: list[Any] = []
 
     def work() -> None:
-        released.extend(release_reservations(*args, keep_holders=keep_holders))
+        kept = keep_holders | (also_keep() if also_keep is not None else frozenset())
+        released.extend(release_reservations(*args, keep_holders=kept))
         end_waiting_gates(args[0], args[1], "run_ended", args[4])
 
     in_own_thread(work, name="costaware-release", wait_seconds=wait_seconds)
