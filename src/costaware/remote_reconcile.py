@@ -95,22 +95,30 @@ class EndedWait:
         return f"{self.dag_id}/{self.run_id}/{self.task_id}/{self.map_index}"
 
 
-#: Template fields only a ``RemoteTrainingOperator`` (or a subclass under another name) has.
-_REMOTE_TRAINING_FIELDS = frozenset(
-    {"backend", "backend_options", "preemption_grace_seconds", "spot_decision"}
-)
+#: The module of ``RemoteTrainingOperator``, the one operator that keeps a wait (with its subclasses).
+_OPERATOR_MODULE = "costaware.operators.remote_training"
+#: Modules whose operators are known: none of their classes but ``RemoteTrainingOperator`` keeps a wait.
+_KNOWN_MODULES = ("airflow.", "costaware.")
 
 
 def may_keep_a_wait(task: Any) -> bool:
-    """Whether ``task`` (an operator, or its serialized definition) is a remote training, which keeps a wait.
+    """Whether ``task`` (an operator, or its serialized definition) may be a remote training (keeps a wait).
 
-    No metadata database IO: the run-end listener reads the waits of a run only where one of its tasks is.
+    No metadata database IO: the run-end listener reads the waits of a run only where one of its tasks may.
+    A live operator (a mapped one's too) is told by its class. A serialized one keeps only its class's name
+    and module: a class of the DAG's own code (a subclass under another name, its template fields its own)
+    may be one, which only the run's waits tell; Airflow's and costaware's other operators are not.
     """
+    operator_class = getattr(task, "operator_class", None)
+    if isinstance(operator_class, type):
+        return any(
+            base.__name__ == "RemoteTrainingOperator" and base.__module__ == _OPERATOR_MODULE
+            for base in operator_class.__mro__
+        )
     if getattr(task, "task_type", None) == "RemoteTrainingOperator":
         return True
-    if getattr(task, "_task_module", None) == "costaware.operators.remote_training":
-        return True
-    return set(getattr(task, "template_fields", None) or ()) >= _REMOTE_TRAINING_FIELDS
+    module = str(getattr(task, "_task_module", None) or "")
+    return module == _OPERATOR_MODULE or (bool(module) and not module.startswith(_KNOWN_MODULES))
 
 
 def ended_waits(

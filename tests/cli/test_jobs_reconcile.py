@@ -849,3 +849,26 @@ def test_a_runs_end_keeps_the_hold_of_a_task_whose_trigger_still_watched_its_unb
     CostListener().on_dag_run_failed(run, "Dag Run's state was manually set to `failed`.")
     with ledger.reading() as conn:
         assert reservations.reservation(conn, again.id).status == "released"
+
+
+def test_a_subclass_of_the_remote_training_in_the_dags_own_code_is_read_at_a_runs_end(tmp_path: Path) -> None:
+    # A subclass under another name and module, its template fields narrowed, was taken for no remote
+    # training: the run's end never read its waits, and its unwatched job ran on unbilled.
+    import pendulum
+    from airflow.providers.standard.operators.bash import BashOperator
+    from airflow.sdk import DAG as SdkDag
+    from airflow.serialization.serialized_objects import DagSerialization
+
+    from costaware.remote_reconcile import may_keep_a_wait
+
+    class TeamTraining(RemoteTrainingOperator):
+        template_fields = ("command", "image", "max_usd")
+
+    TeamTraining.__module__ = "team.operators"
+    args = {**command_operator_args(tmp_path, "wait-for-notice"), "tags": {"x": "y"}}
+    with SdkDag("team", start_date=pendulum.datetime(2026, 1, 1), schedule=None) as dag:
+        TeamTraining(**{**args, "task_id": "team_train"})
+        BashOperator(task_id="bash", bash_command="true")
+    serialized = DagSerialization.from_dict(DagSerialization.to_dict(dag))
+    for tasks in (dag.task_dict, serialized.task_dict):
+        assert may_keep_a_wait(tasks["team_train"]) and not may_keep_a_wait(tasks["bash"])

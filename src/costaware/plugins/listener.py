@@ -239,7 +239,7 @@ def reconcile_unfollowed_jobs(
         )
 
         if not any(may_keep_a_wait(task) for task in tasks):
-            # No task of the run can have left a job: no query in the caller's transaction.
+            # No task of the run can be a remote training: no query in the caller's transaction.
             return frozenset(), None
         dag_id, run_id = str(dag_run.dag_id), str(dag_run.run_id)
         waits = _read_in_savepoint(
