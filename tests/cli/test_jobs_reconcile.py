@@ -872,3 +872,11 @@ def test_a_subclass_of_the_remote_training_in_the_dags_own_code_is_read_at_a_run
     serialized = DagSerialization.from_dict(DagSerialization.to_dict(dag))
     for tasks in (dag.task_dict, serialized.task_dict):
         assert may_keep_a_wait(tasks["team_train"]) and not may_keep_a_wait(tasks["bash"])
+
+
+def test_the_wait_seconds_help_says_a_refused_stop_is_not_billed(capsys: Any) -> None:
+    # It said any job not ended within the wait was billed to its grace period: a refused stop is not.
+    with pytest.raises(SystemExit):
+        main(["jobs", "reconcile", "--help"])
+    said = " ".join(capsys.readouterr().out.split())
+    assert "one whose stop the backend refused and not seen to end is not billed" in said

@@ -602,8 +602,9 @@ JOBS_COMMANDS = (
                 "--wait-seconds",
                 type=float,
                 default=20.0,
-                help="how long to wait for a stopped job to end before it is billed to the end of its "
-                "grace period, the latest it can run (default: 20)",
+                help="how long to wait for a stopped job to end: one not ended by then is billed to the "
+                "end of its grace period, the latest it can run; one whose stop the backend refused and "
+                "not seen to end is not billed, keeps its hold and is listed again (default: 20)",
             ),
             ARG_FORMAT,
             ARG_LEDGER_URL,
