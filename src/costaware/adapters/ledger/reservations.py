@@ -75,7 +75,7 @@ def reserve(
     def returned(conn: Connection, existing: Reservation) -> Reservation:
         # Kept for a gate run again, it holds for the ttl asked now: with its old end it passed at 03:59
         # holding until 04:00, and its task ran with nothing held.
-        return _held_until(conn, existing, expires_at) if replace_unlike else existing
+        return _held_until(conn, existing, expires_at, now) if replace_unlike else existing
 
     with ledger.transaction() as conn:
         existing = _open_hold_of(conn, holder, now, but=replacing) if holder else None
@@ -211,12 +211,20 @@ def _paid(conn: Connection, reservation_id: str) -> tuple[Decimal, Decimal]:
     return from_micros(paid_usd or 0), from_micros(paid_gpu_hours or 0)
 
 
-def _held_until(conn: Connection, held: Reservation, until: datetime) -> Reservation:
-    """``held`` counting until ``until`` where it ended sooner (never shortened), in the open transaction."""
-    if until <= held.expires_at:
+def _held_until(conn: Connection, held: Reservation, until: datetime, now: datetime) -> Reservation:
+    """``held`` counting until ``until`` where it ended sooner (never shortened), in the open transaction.
+
+    One closed or ended by ``now`` is returned as it stands: counting its money again would take it back
+    without a cap check.
+    """
+    if held.status != "open" or held.expires_at <= now or until <= held.expires_at:
         return held
     r, h = schema.reservations, schema.holds
-    conn.execute(r.update().where(r.c.id == held.id, r.c.status == "open").values(expires_at=until))
+    conn.execute(
+        r.update()
+        .where(r.c.id == held.id, r.c.status == "open", r.c.expires_at > now)
+        .values(expires_at=until)
+    )
     still_open = and_(h.c.reservation_id == held.id, h.c.open.is_(True))
     conn.execute(h.update().where(still_open).values(expires_at=until))
     return reservation(conn, held.id)
@@ -431,20 +439,8 @@ def extend(ledger: LedgerDatabase, reservation_id: str, until: datetime) -> Rese
     One that has expired already is returned as it stands: its money stopped counting, and counting it
     again would take it back without a cap check.
     """
-    r, h = schema.reservations, schema.holds
-    now = utcnow()
     with ledger.transaction() as conn:
-        current = reservation(conn, reservation_id)
-        if current.status != "open" or current.expires_at <= now or until <= current.expires_at:
-            return current
-        conn.execute(
-            r.update()
-            .where(r.c.id == reservation_id, r.c.status == "open", r.c.expires_at > now)
-            .values(expires_at=until)
-        )
-        still_open = and_(h.c.reservation_id == reservation_id, h.c.open.is_(True))
-        conn.execute(h.update().where(still_open).values(expires_at=until))
-        return reservation(conn, reservation_id)
+        return _held_until(conn, reservation(conn, reservation_id), until, utcnow())
 
 
 def settle(
