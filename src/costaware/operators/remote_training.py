@@ -991,7 +991,6 @@ def cap_usd(value: Any) -> Decimal | None:
     Raises:
         ConfigurationError: not an amount, or not above $0 (no attempt could run).
     """
-    from costaware.core.given import not_given
     from costaware.core.money import parse_usd
 
     if not_given(value):

@@ -8,7 +8,6 @@ committed (spent + reserved) only, and says so.
 from __future__ import annotations
 
 import argparse
-import difflib
 import getpass
 import importlib
 import inspect
@@ -252,12 +251,10 @@ def _check_kwargs(cls: object, spec: dict[str, Any]) -> None:
         return
     else:  # a notifier of its own that keeps its **kwargs: they were taken
         return
+    from costaware.core.errors import did_you_mean
+
     known = _kwargs_to_give(cls)
-    hints = [
-        f"{name!r} (did you mean {close[0]!r}?)" if close else repr(name)
-        for name in unknown
-        for close in [difflib.get_close_matches(name, known, n=1)]
-    ]
+    hints = [f"{name!r}{did_you_mean(name, known)}" for name in unknown]
     raise ConfigurationError(
         f"notifier {spec['class']!r} takes no kwarg {', '.join(hints)}: fix the name in its kwargs "
         f"(it takes {', '.join(known)})"
