@@ -203,12 +203,24 @@ def unpaid(conn: Connection, held: Reservation) -> tuple[Decimal, Decimal]:
 
 def _paid(conn: Connection, reservation_id: str) -> tuple[Decimal, Decimal]:
     """What the (actual, not estimated) entries paid from ``reservation_id``, in USD and GPU-hours."""
+    return _paid_in(conn, [reservation_id]).get(reservation_id, (Decimal(0), Decimal(0)))
+
+
+def _paid_in(conn: Connection, reservation_ids: list[str]) -> dict[str, tuple[Decimal, Decimal]]:
+    """What the entries paid from each reservation so far (estimates aside), in USD and GPU-hours.
+
+    Ids with none are left out.
+    """
     e = schema.entries
-    paid = select(func.sum(e.c.usd_micros), func.sum(e.c.gpu_hours_micros)).where(
-        e.c.reservation_id == reservation_id, e.c.estimated.is_(False)
+    query = (
+        select(e.c.reservation_id, func.sum(e.c.usd_micros), func.sum(e.c.gpu_hours_micros))
+        .where(e.c.reservation_id.in_(reservation_ids), e.c.estimated.is_(False))
+        .group_by(e.c.reservation_id)
     )
-    paid_usd, paid_gpu_hours = conn.execute(paid).one()
-    return from_micros(paid_usd or 0), from_micros(paid_gpu_hours or 0)
+    return {
+        str(rid): (from_micros(usd or 0), from_micros(gpu_hours or 0))
+        for rid, usd, gpu_hours in conn.execute(query)
+    }
 
 
 def _held_until(conn: Connection, held: Reservation, until: datetime, now: datetime) -> Reservation:
@@ -587,15 +599,9 @@ def paid_from(
     A budget counts an open hold less this: a training's attempts are billed while its hold stays open.
     ``gpu_hours``: the GPU-hours they paid instead of the dollars.
     """
-    e = schema.entries
-    paid = e.c.gpu_hours_micros if gpu_hours else e.c.usd_micros
-    query = (
-        select(e.c.reservation_id, func.sum(paid))
-        .where(e.c.reservation_id.in_(reservation_ids), e.c.estimated.is_(False))
-        .group_by(e.c.reservation_id)
-    )
     with ledger.reading() as conn:
-        return {str(rid): from_micros(micros) for rid, micros in conn.execute(query)}
+        paid = _paid_in(conn, reservation_ids)
+    return {rid: usd_and_gpu_hours[1 if gpu_hours else 0] for rid, usd_and_gpu_hours in paid.items()}
 
 
 def reservation_to_settle(ledger: LedgerDatabase, holder: str) -> Reservation | None:
