@@ -52,10 +52,19 @@ def reconcile(args: argparse.Namespace) -> int:
     elsewhere: dict[str, str] = {}  # by task: the ledger connection it bills, not this one
     unreadable: dict[str, str] = {}  # by task: why its wait state cannot be read
     not_in_ledger, broken = [], []
+    is_this_ledger: dict[str, bool] = {}  # by connection: each looked up once, not once a wait
+
+    def bills_elsewhere(conn_id: str) -> bool:
+        if conn_id == DEFAULT_LEDGER_CONN_ID:
+            return False
+        if conn_id not in is_this_ledger:
+            is_this_ledger[conn_id] = is_ledger_of(ledger, conn_id)
+        return not is_this_ledger[conn_id]
+
     for wait in with_job:
         conn_id = conn_ids.get((wait.dag_id, wait.task_id), DEFAULT_LEDGER_CONN_ID)
         try:
-            if conn_id != DEFAULT_LEDGER_CONN_ID and not is_ledger_of(ledger, conn_id):
+            if bills_elsewhere(conn_id):
                 if not billed_in_its_ledger(wait, conn_id):
                     elsewhere[wait.task] = conn_id
             elif billed_usd(ledger, wait) is None:
