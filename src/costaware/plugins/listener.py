@@ -383,16 +383,12 @@ class CostListener:
     @hookimpl
     def on_task_instance_success(self, previous_state: Any, task_instance: Any) -> None:
         self._record(task_instance, "success", None)
-        if type(task_instance).__module__.startswith("airflow.models"):
-            reconcile_marked_task(task_instance)  # a person's mark, which the API server reports
 
     @hookimpl
     def on_task_instance_failed(
         self, previous_state: Any, task_instance: Any, error: BaseException | None
     ) -> None:
         self._record(task_instance, "failed", error)
-        if type(task_instance).__module__.startswith("airflow.models"):
-            reconcile_marked_task(task_instance)
         state = getattr(task_instance, "state", None)
         if str(getattr(state, "value", state)) == "failed":  # not on a retry: it may still succeed
             release_for_doomed_downstream(task_instance, "failed")
@@ -401,8 +397,6 @@ class CostListener:
     @hookimpl
     def on_task_instance_skipped(self, previous_state: Any, task_instance: Any) -> None:
         self._record(task_instance, "skipped", None)
-        if type(task_instance).__module__.startswith("airflow.models"):
-            reconcile_marked_task(task_instance)
         release_for_doomed_downstream(task_instance, "skipped")
         end_waiting_gate(task_instance)  # a spend gate with soft_fail whose wait timed out
 
@@ -438,6 +432,7 @@ class CostListener:
             if pricing is not None:
                 retrying = _will_retry(ti)
                 in_own_thread(lambda: _write_priced(*pricing, retrying), name="costaware-killed-try")
+            reconcile_marked_task(ti)  # a person's mark, which the API server reports
             return
         if getattr(ti, "task", None) is None:
             return
