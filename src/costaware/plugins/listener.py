@@ -351,6 +351,12 @@ def reconcile_marked_task(ti: Any) -> None:
         )
 
 
+def _end_run(dag_run: Any, reason: str) -> None:
+    """Reconcile a run's unfollowed jobs, then release its holds but those the billing settles."""
+    billing, also_keep = reconcile_unfollowed_jobs(dag_run)
+    release_run_reservations(dag_run, reason, keep_holders=billing, also_keep=also_keep)
+
+
 def _session_of(dag_run: Any) -> Any:
     """The database session ``dag_run`` was loaded in (the scheduler's, the API server's), else None."""
     from sqlalchemy.exc import NoInspectionAvailable
@@ -402,24 +408,11 @@ class CostListener:
 
     @hookimpl
     def on_dag_run_failed(self, dag_run: Any, msg: str) -> None:
-        # The holds of the tasks whose unwatched jobs are stopped and billed are theirs to settle.
-        billing, also_keep = reconcile_unfollowed_jobs(dag_run)
-        release_run_reservations(
-            dag_run,
-            f"the run failed ({msg or 'no reason given'})",
-            keep_holders=billing,
-            also_keep=also_keep,
-        )
+        _end_run(dag_run, f"the run failed ({msg or 'no reason given'})")
 
     @hookimpl
     def on_dag_run_success(self, dag_run: Any, msg: str) -> None:
-        billing, also_keep = reconcile_unfollowed_jobs(dag_run)
-        release_run_reservations(
-            dag_run,
-            "the run ended with its consumer skipped or never run",
-            keep_holders=billing,
-            also_keep=also_keep,
-        )
+        _end_run(dag_run, "the run ended with its consumer skipped or never run")
 
     def _record(self, ti: Any, outcome: str, error: BaseException | None) -> None:
         if type(ti).__module__.startswith("airflow.models"):
