@@ -48,15 +48,16 @@ written; 130 interrupted (Ctrl-C: `costaware: interrupted` on stderr). A `--dag-
 no entry of is an unknown value, exit 2 on every command (`report`, `report --efficiency`, `runs list`, `runs
 show`), with the DAGs the ledger has: a typo is never read as "it cost nothing" (a DAG that has not run yet
 has no entry either); so is a ledger location that holds none (a SQLite file that does not exist, a database
-without costaware's tables): a command that reads makes no ledger there. A known DAG or run that the other
-filters (`--since`, `--until`, `--scope`) select nothing of is an empty answer, exit 0, and so is one whose
-costs only wait (spooled on this machine, or an open hold), with a note on stderr saying what waits. A blank
-value (`--store ""`, most often an unset shell variable) is refused, never read as "not given"; only `alerts
-set --thresholds ''` means something (the defaults). An option that takes one value given twice with different
-values (`--cap-usd 2 --cap-usd 3`) is refused, never read as the last. `budget set` refuses a tag name or
-value in quotes (`--scope 'project="churn"'`: the quotes would be part of the tag, which no task has) and,
-where no entry or open hold has the scope's tags, says which close tag name or value they have (`--scope
-projct=churn`: did you mean 'project'?).
+without costaware's tables): a command that reads makes no ledger there, nor do `prices refresh` and `prices
+import` in a database without costaware's tables (the first DAG run or `budget set` makes one). A known DAG or
+run that the other filters (`--since`, `--until`, `--scope`) select nothing of is an empty answer, exit 0, and
+so is one whose costs only wait (spooled on this machine, or an open hold), with a note on stderr saying what
+waits. A blank value (`--store ""`, most often an unset shell variable) is refused, never read as "not given";
+only `alerts set --thresholds ''` means something (the defaults). An option that takes one value given twice
+with different values (`--cap-usd 2 --cap-usd 3`) is refused, never read as the last. `budget set` refuses a
+tag name or value in quotes (`--scope 'project="churn"'`: the quotes would be part of the tag, which no task
+has) and, where no entry or open hold has the scope's tags, says which close tag name or value they have
+(`--scope projct=churn`: did you mean 'project'?).
 
 ```bash
 costaware budget set --scope project=churn --period month --cap-usd 500 --timezone Europe/Berlin

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sqlite3
 from datetime import timedelta
 from decimal import Decimal
 from pathlib import Path
@@ -94,6 +95,34 @@ def test_import_then_show_source_and_age(
         ("g6.xlarge", "0.8048", "offer-file", False),
         ("r7i.large", "0.1323", "offer-file", False),
     ]
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["prices", "import", str(FIXTURES / "ec2_offer_us-east-1.csv")],
+        ["prices", "refresh", "--service", "sagemaker", "--types", "ml.g5.*"],
+    ],
+    ids=["import", "refresh"],
+)
+def test_a_database_without_a_ledger_is_refused_and_left_as_it_was(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, argv: list[str]
+) -> None:
+    # A mistyped database name: its ledger tables were made without a word and the cache filled there,
+    # where no task reads it, while the commands that read refuse such a database.
+    stubber, _ = stubbed_pricing(monkeypatch)
+    items = [json.dumps(i) for i in json.loads((FIXTURES / "sagemaker_get_products.json").read_text())]
+    stubber.add_response("get_products", {"PriceList": items})
+    other = tmp_path / "other.db"
+    with sqlite3.connect(other) as db:
+        db.execute("CREATE TABLE notes (text TEXT)")
+    with stubber:
+        assert run(f"sqlite:///{other}", *argv) == 2
+    err = capsys.readouterr().err
+    assert f"no ledger at sqlite:///{other} (the database has no costaware tables): check --ledger-url" in err
+    assert "a ledger is made by the first DAG run that records a cost or by `costaware budget set`" in err
+    with sqlite3.connect(other) as db:
+        assert db.execute("SELECT name FROM sqlite_master WHERE type = 'table'").fetchall() == [("notes",)]
 
 
 def test_an_imported_type_the_bundled_catalog_lacks_is_warned_of_with_the_closest(

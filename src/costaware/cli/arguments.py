@@ -298,12 +298,13 @@ def open_ledger(
 
     ``before_creating``: called where the SQLite file does not exist yet, or the database has no ledger's
     tables, before they are made; it raises where the command cannot succeed on an empty ledger, so that a
-    refused command creates nothing.
+    refused command creates nothing. Without it, a command that writes makes a ledger only where the SQLite
+    file does not exist yet (said on stderr), never in a database that exists without a ledger's tables.
 
     Raises:
-        CostawareError: ``reading`` and the SQLite file does not exist, or the database has no ledger's
-            tables; not ``read_only`` and the metadata database could not be read; what ``before_creating``
-            raises.
+        CostawareError: ``reading`` and the SQLite file does not exist; the database exists without a
+            ledger's tables and ``reading`` or no ``before_creating``; not ``read_only`` and the metadata
+            database could not be read; what ``before_creating`` raises.
     """
     from costaware.adapters.ledger.engine import missing_sqlite_file
     from costaware.adapters.ledger.store import Ledger
@@ -312,10 +313,13 @@ def open_ledger(
     # A blank --ledger-url (a script's unset variable) is refused by the parser: not the default ledger.
     url = getattr(args, "ledger_url", None) or default_ledger_url(read_only=read_only)
     missing = missing_sqlite_file(url)
-    if missing is None and (reading or before_creating is not None):
+    refuse = reading  # where no ledger is there
+    if missing is None:
         # A database that exists (PostgreSQL's, made by hand, or a SQLite file) is not made by opening it,
-        # but a ledger's tables are: a refused command left them there, and a command that reads made them
-        # and reported "nothing" from a database that was no ledger (a mistyped database name).
+        # but a ledger's tables are: a refused command left them there, a command that reads made them and
+        # reported "nothing" from a database that was no ledger (a mistyped database name), and `prices
+        # refresh` filled a cache there that no task reads. Only a command that may make a ledger
+        # (``before_creating``: `budget set`) makes its tables in it.
         from costaware.adapters.ledger.engine import safe_url
         from costaware.adapters.ledger.migrate import holds_ledger
 
@@ -326,13 +330,14 @@ def open_ledger(
         unopened.dispose()
         # Said as a missing SQLite file is: a mistyped database name got a ledger's tables without a word.
         missing = f"{safe_url(url)} (the database has no costaware tables)"
-    if missing is not None and not reading and before_creating is not None:
+        refuse = reading or before_creating is None
+    if missing is not None and not refuse and before_creating is not None:
         before_creating()
-    if missing is not None and not reading:
+    if missing is not None and not refuse:
         # Said, so that a mistyped path (sqlite:///tmp/x.db under the current folder, for sqlite:////tmp/x.db)
         # is seen before anything is written to a ledger no worker reads.
         print(f"costaware: no ledger at {missing} yet: creating one there", file=sys.stderr)
-    if missing is not None and reading:
+    if missing is not None and refuse:
         from costaware.cli.pending import spooled_here
 
         folder, spooled = spooled_here()
