@@ -614,3 +614,24 @@ def test_a_stored_threshold_refused_today_is_left_out_and_said_and_the_rules_oth
         and "'80.123%' has 3 decimal places" in caplog.text
     )
     ledger.dispose()
+
+
+def test_a_stored_threshold_refused_today_is_warned_of_once_not_at_every_check(
+    ledger: Ledger, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Each alert check reads the budget's rule again: the same warning filled the log at every check.
+    from costaware.adapters.ledger.governance import set_alert_rule
+
+    ledger.set_budget("project=churn", "month", "10", actor="lead")
+    set_alert_rule(ledger, "project=churn/month", thresholds="50%", notifiers=None, actor="lead")
+    with ledger.engine.begin() as conn:  # as an earlier version stored it
+        conn.execute(text("UPDATE costaware_alert_rules SET thresholds = '10.00000000000001%,50%'"))
+    run_cost(ledger, 1, "6")
+    for _ in range(3):
+        check_budget_alerts(ledger, TAGS, notifiers=[])
+    assert caplog.text.count("alert threshold '10.00000000000001%' of budget project=churn/month") == 1
+    with ledger.engine.begin() as conn:  # another value stored wrong is said again
+        conn.execute(text("UPDATE costaware_alert_rules SET thresholds = '10.00000000000001%,60%'"))
+    check_budget_alerts(ledger, TAGS, notifiers=[])
+    assert caplog.text.count("alert threshold '10.00000000000001%' of budget project=churn/month") == 2
+    assert "--thresholds '60%'" in caplog.text

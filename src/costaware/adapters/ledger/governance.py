@@ -481,7 +481,9 @@ def alert_rules(ledger: LedgerDatabase) -> dict[str, AlertRule]:
     rules = {}
     for r in rows:
         kept, refused = (
-            (None, ()) if r["thresholds"] is None else _usable_thresholds(r["budget"], r["thresholds"])
+            (None, ())
+            if r["thresholds"] is None
+            else _usable_thresholds(r["budget"], r["thresholds"], ledger=str(ledger.engine.url))
         )
         rules[r["budget"]] = AlertRule(
             r["budget"], kept, None if r["notifiers"] is None else list(r["notifiers"]), refused
@@ -489,12 +491,20 @@ def alert_rules(ledger: LedgerDatabase) -> dict[str, AlertRule]:
     return rules
 
 
-def _usable_thresholds(budget: str, stored: str) -> tuple[tuple[str, ...] | None, tuple[str, ...]]:
+# (ledger URL, budget, stored thresholds) already warned of: each check of a budget reads its rule again, and
+# the same warning filled a scheduler's or worker's log at every check until the rule was repaired.
+_WARNED_STORED_RULES: set[tuple[str, str, str]] = set()
+
+
+def _usable_thresholds(
+    budget: str, stored: str, *, ledger: str
+) -> tuple[tuple[str, ...] | None, tuple[str, ...]]:
     """The stored thresholds of ``budget`` an alert can be checked and recorded with, and those left out.
 
     A rule stored before today's checks ('10.00000000000001%') failed every alert check of its budget on
-    PostgreSQL, the alert's claim being too long for its column: each such threshold is left out and said,
-    with the command that repairs it; the others keep working.
+    PostgreSQL, the alert's claim being too long for its column: each such threshold is left out and said
+    (once per process for the rule as stored in ``ledger``, a URL), with the command that repairs it; the
+    others keep working.
     """
     column = schema.alerts_sent.c.threshold.type
     room = column.length if isinstance(column, String) else None
@@ -511,20 +521,25 @@ def _usable_thresholds(budget: str, stored: str) -> tuple[tuple[str, ...] | None
             continue
         kept.append(threshold)
     scope, _, period = budget.rpartition("/")
-    for threshold, why in refused.items():
-        log.warning(
-            "costaware: alert threshold %r of budget %s is left out of its alert checks (%s)%s; repair the "
-            "rule with `costaware alerts set --scope %s --period %s --thresholds '%s'` (add it back "
-            "rounded to %d decimals if you want it)",
-            threshold,
-            budget,
-            why,
-            "; its other thresholds work" if kept else "; no other is left: the [costaware] ones are used",
-            shlex.quote(scope),
-            period,
-            ",".join(kept),
-            MAX_THRESHOLD_DECIMALS,
-        )
+    rule_as_stored = (ledger, budget, stored)
+    if refused and rule_as_stored not in _WARNED_STORED_RULES:
+        _WARNED_STORED_RULES.add(rule_as_stored)
+        for threshold, why in refused.items():
+            log.warning(
+                "costaware: alert threshold %r of budget %s is left out of its alert checks (%s)%s; repair "
+                "the rule with `costaware alerts set --scope %s --period %s --thresholds '%s'` (add it back "
+                "rounded to %d decimals if you want it)",
+                threshold,
+                budget,
+                why,
+                "; its other thresholds work"
+                if kept
+                else "; no other is left: the [costaware] ones are used",
+                shlex.quote(scope),
+                period,
+                ",".join(kept),
+                MAX_THRESHOLD_DECIMALS,
+            )
     # None left: the [costaware] thresholds apply, as for a rule without thresholds of its own.
     return (tuple(kept) or None), tuple(refused)
 
