@@ -241,6 +241,20 @@ def test_alerts_list_warns_of_a_percent_airflow_cfg_cannot_read(
     assert "write each '%' as '%%' there" in err and "workers use 50%,80%,100%,forecast" in err
 
 
+def test_a_configured_threshold_setting_refused_names_each_bad_item_and_the_good_ones_set_aside(
+    ledger_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # `5,50`: the first bad item alone was named, and the defaults stood in for the 50% too, unsaid.
+    Ledger.from_url(ledger_url).set_budget("project=churn", "month", "100")
+    with airflow_cfg("costaware", "alert_thresholds = 5,50,abc,forecast\n"):
+        assert main(["--ledger-url", ledger_url, "alerts", "list"]) == 0
+    err = capsys.readouterr().err
+    assert "alert threshold '5' is ambiguous: write '5%' for 5 percent of the cap" in err
+    assert "; alert threshold 'abc' is neither a percentage of the cap" in err
+    assert "(the setting is refused whole: its 50%,forecast are not used either)" in err
+    assert err.rstrip().endswith("the workers use 50%,80%,100%,forecast")
+
+
 def test_a_doubled_percent_in_airflow_cfg_is_read_as_one(ledger_url: str) -> None:
     from costaware.notifications.budget import configured_thresholds
 

@@ -83,9 +83,21 @@ def configured_thresholds() -> tuple[str, ...]:
     try:
         return parse_thresholds(raw)
     except ConfigurationError as e:
-        # Every budget without its own rule reads it: name where the value came from.
+        # Every budget without its own rule reads it: name where the value came from, every bad item (the
+        # first alone was named), and the good ones set aside with them (`5,50`: the defaults stood in for
+        # the 50% too, unsaid).
+        refused: list[str] = []
+        valid: list[str] = []
+        for item in (part.strip() for part in raw.split(",")):
+            try:
+                valid.extend(parse_thresholds([item]) if item else ())
+            except ConfigurationError as refusal:
+                refused.append(str(refusal))
+        are = "is" if len(valid) == 1 else "are"
+        aside = f" (the setting is refused whole: its {','.join(valid)} {are} not used either)"
         raise ConfigurationError(
-            f"[costaware] alert_thresholds ({raw!r}, or AIRFLOW__COSTAWARE__ALERT_THRESHOLDS): {e}"
+            f"[costaware] alert_thresholds ({raw!r}, or AIRFLOW__COSTAWARE__ALERT_THRESHOLDS): "
+            f"{'; '.join(refused) or e}{aside if valid else ''}"
         ) from e
 
 
