@@ -225,7 +225,8 @@ def import_file(args: argparse.Namespace) -> int:
     named = zone_of(path)
     if named != zone and named in known.values():
         print(
-            f"warning: {path.name} is named for zone {named!r}; it is imported as {zone!r}, as --zone says",
+            f"costaware: warning: {path.name} is named for zone {named!r}; it is imported as {zone!r}, as "
+            "--zone says",
             file=sys.stderr,
         )
     try:
