@@ -18,6 +18,7 @@ from costaware.core.spot_window import (
     choose_zone,
     decide,
     forecast_min,
+    given_priority,
     label_decision,
     latest_start,
     pause_decision,
@@ -55,6 +56,15 @@ def test_unknown_priority_names_the_value(bad: object) -> None:
 
 def test_no_priority_means_normal() -> None:
     assert check_priority(None) == check_priority("") == "normal"
+
+
+@pytest.mark.parametrize(
+    ("given", "read"), [(None, "normal"), (" None ", "normal"), ("null", "normal"), ("Critical", "critical")]
+)
+def test_a_priority_not_given_is_normal_and_a_given_one_is_checked(given: object, read: str) -> None:
+    assert given_priority(given) == read
+    with pytest.raises(ConfigurationError, match=r"priority 'none' is unknown"):
+        given_priority("none")  # no template renders it: refused, named
 
 
 def test_choose_zone_takes_the_cheapest_with_capacity() -> None:

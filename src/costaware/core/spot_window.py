@@ -29,6 +29,7 @@ from decimal import Decimal, InvalidOperation
 
 from costaware.core.carbon import Objective
 from costaware.core.errors import ConfigurationError
+from costaware.core.given import blank
 from costaware.core.policies.cheapest_window import PAUSE_MARGIN, pause_rule, start_rule
 from costaware.core.series import parse_instant
 
@@ -46,6 +47,7 @@ __all__ = [
     "decide",
     "decide_on_objective",
     "forecast_min",
+    "given_priority",
     "label_decision",
     "latest_start",
     "pause_decision",
@@ -71,6 +73,14 @@ def check_priority(priority: object) -> str:
     if text not in PRIORITIES:
         raise ConfigurationError(f"priority {priority!r} is unknown; choose one of {', '.join(PRIORITIES)}")
     return text
+
+
+def given_priority(priority: object) -> str:
+    """``priority`` as :func:`check_priority` reads it, ``normal`` where it is not given (``core.given``).
+
+    A template of an unset param renders ``None`` or ``null``: not a priority to refuse.
+    """
+    return check_priority(blank(priority))
 
 
 def latest_start(

@@ -29,7 +29,7 @@ from costaware.adapters.spot_market import check_prices
 from costaware.core.carbon import Objective
 from costaware.core.errors import ConfigurationError, check_keywords
 from costaware.core.series import parse_instant
-from costaware.core.spot_window import check_priority
+from costaware.core.spot_window import given_priority
 from costaware.glue import as_bool, check_tags
 from costaware.operators.templating import is_literal, literal_text
 from costaware.training.plan import blank
@@ -217,8 +217,8 @@ class RemotePlanArguments:
             check_market(market)
         if is_literal(region) and region is not None:
             check_aws_regions([str(region)], name="region")  # "us-east-1a" (a zone) or "us east 1"
-        if is_literal(priority) and blank(priority) is not None:
-            check_priority(priority)
+        if is_literal(priority):
+            given_priority(priority)
         self.backend = backend
         if not isinstance(backend_options, str | Mapping | None):
             raise ConfigurationError(

@@ -36,8 +36,8 @@ from costaware.core.spot_window import (
     MOST_RESTART_OVERHEAD_MINUTES,
     Observation,
     SpotDecision,
-    check_priority,
     decide_on_objective,
+    given_priority,
     wants_observation,
 )
 from costaware.glue import (
@@ -225,7 +225,7 @@ class SpotWindowSensor(BaseSensorOperator):
             parse_zones(availability_zones)
         self.availability_zones = availability_zones
         if is_literal(priority):
-            check_priority(blank(priority))
+            given_priority(priority)
         self.priority = priority
         self.ledger_conn_id = ledger_conn_id
         self.record_decision = record_decision
@@ -324,7 +324,7 @@ class SpotWindowSensor(BaseSensorOperator):
         window_start = start_value is None
         start_value = start_value or context.get("data_interval_start")
         not_before = parse_instant(start_value, name="earliest_start") if start_value else None
-        priority = check_priority(blank(self.priority))
+        priority = given_priority(self.priority)
         latest = rules.latest_start(
             deadline=deadline,
             runtime_hours=runtime,

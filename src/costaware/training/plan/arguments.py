@@ -18,7 +18,7 @@ from costaware.core.given import blank
 from costaware.core.money import parse_usd
 from costaware.core.series import parse_instant
 from costaware.core.spot_decision import SpotDecision
-from costaware.core.spot_window import check_priority
+from costaware.core.spot_window import check_priority, given_priority
 from costaware.training.plan.interval import planned_interval
 from costaware.training.plan.remote_plan import (
     DEFAULT_GRACE_SECONDS,
@@ -206,8 +206,7 @@ def make_plan(
     region = str(blank(args.region) or decision.region or "us-east-1")
     # Checked whether or not pausing reads them: each attempt is billed at these prices, a bad one must fail
     # here, before a job runs, not when its ledger entry is written (or be billed as a negative cost).
-    if blank(args.priority) is not None:
-        check_priority(args.priority)
+    given_priority(args.priority)
     # The window's prices are its own instance type's in its region: another type or region given here is
     # priced on its own (an m5.xlarge was billed at the window's c5.4xlarge $0.68/hour).
     other_job = (decision.instance_type is not None and instance_type != decision.instance_type) or (
