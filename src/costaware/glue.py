@@ -121,14 +121,15 @@ def tags_for(dag: Any, params: Mapping[str, Any]) -> dict[str, str]:
             if found and key.strip() and value.strip():
                 tags[key.strip()] = value.strip()
                 break
-    from costaware.core.budgets import is_unset
+    from costaware.core.given import not_given
 
     for name in TAG_NAMES:
         param = params.get(name)
         # Blank, "None" or "null": what a template of an unset param renders, not a project called None.
-        if not is_unset(param):
-            # Stripped, as the cost listener records them: "flight-delays " was a second project.
-            tags[name] = str(param).strip()
+        if not_given(param):
+            continue
+        # Stripped, as the cost listener records them: "flight-delays " was a second project.
+        tags[name] = str(param).strip()
     return tags
 
 

@@ -42,21 +42,13 @@ MAX_TAG_VALUE = 128
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
-def is_unset(value: object) -> bool:
-    """Whether a tag value says it was never set, by the rule every argument is read by (``core.given``).
-
-    ``null`` too: what ``| tojson`` renders of an unset param became the tag project=null.
-    """
-    return not_given(value)
-
-
 def unset_problem(key: str, value: object) -> str | None:
     """Why ``key=value`` must not be written as a new tag: its value says it was never set.
 
     Checked where tags are written (entries, budgets, holds), not where stored ones are read: a budget
     made ``project=None`` before this check must still load, and be deleted.
     """
-    if is_unset(value):
+    if not_given(value):  # ``null`` too: what ``| tojson`` renders of an unset param became project=null
         # str(None) would have made a real tag of it, "project=None", as would a template of an unset param.
         return (
             f"tag {key!r} has value {value!r}, which says it was never set (a template of an unset param "

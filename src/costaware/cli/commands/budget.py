@@ -271,9 +271,9 @@ def _say_unset(budget: Any) -> None:
 
     No new entry or hold can carry such a tag, so no new spend counts in it; it was listed as a live cap.
     """
-    from costaware.core.budgets import is_unset
+    from costaware.core.given import not_given
 
-    unset = [f"{key}={value}" for key, value in budget.scope.tags if is_unset(value)]
+    unset = [f"{key}={value}" for key, value in budget.scope.tags if not_given(value)]
     if unset:
         print(
             f"costaware: note: budget '{budget.label}': its scope reads as unset ({', '.join(unset)}, what a "
