@@ -49,7 +49,8 @@ no entry of is an unknown value, exit 2 on every command (`report`, `report --ef
 show`), with the DAGs the ledger has: a typo is never read as "it cost nothing" (a DAG that has not run yet
 has no entry either); so is a ledger location that holds none (a SQLite file that does not exist, a database
 without costaware's tables): a command that reads makes no ledger there, nor do `prices refresh` and `prices
-import` in a database without costaware's tables (the first DAG run or `budget set` makes one). A known DAG or
+import` in a database that holds other tables but none of costaware's (an empty database is made a ledger,
+said on stderr). A known DAG or
 run that the other filters (`--since`, `--until`, `--scope`) select nothing of is an empty answer, exit 0, and
 so is one whose costs only wait (spooled on this machine, or an open hold), with a note on stderr saying what
 waits. A blank value (`--store ""`, most often an unset shell variable) is refused, never read as "not given";

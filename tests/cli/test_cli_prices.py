@@ -125,6 +125,22 @@ def test_a_database_without_a_ledger_is_refused_and_left_as_it_was(
         assert db.execute("SELECT name FROM sqlite_master WHERE type = 'table'").fetchall() == [("notes",)]
 
 
+def test_an_empty_database_made_for_the_ledger_gets_one_from_prices_import(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The compose file's `costaware` database starts empty: an offline deployment imports prices first.
+    empty = tmp_path / "empty.db"
+    sqlite3.connect(empty).close()
+    assert empty.exists()
+    assert run(f"sqlite:///{empty}", "prices", "import", str(FIXTURES / "ec2_offer_us-east-1.csv")) == 0
+    captured = capsys.readouterr()
+    assert "imported 2 ec2 price(s) for us-east-1" in captured.out
+    assert f"no ledger at sqlite:///{empty} (the database has no costaware tables) yet: creating one" in (
+        captured.err
+    )
+    assert run(f"sqlite:///{empty}", "prices", "show", "r7i.large") == 0
+
+
 def test_an_imported_type_the_bundled_catalog_lacks_is_warned_of_with_the_closest(
     ledger_url: str, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:

@@ -299,7 +299,8 @@ def open_ledger(
     ``before_creating``: called where the SQLite file does not exist yet, or the database has no ledger's
     tables, before they are made; it raises where the command cannot succeed on an empty ledger, so that a
     refused command creates nothing. Without it, a command that writes makes a ledger only where the SQLite
-    file does not exist yet (said on stderr), never in a database that exists without a ledger's tables.
+    file does not exist yet or the database has no tables at all (made for the ledger: said on stderr), never
+    in a database that holds other tables but no ledger's (a mistyped database name, Airflow's own).
 
     Raises:
         CostawareError: ``reading`` and the SQLite file does not exist; the database exists without a
@@ -321,16 +322,19 @@ def open_ledger(
         # refresh` filled a cache there that no task reads. Only a command that may make a ledger
         # (``before_creating``: `budget set`) makes its tables in it.
         from costaware.adapters.ledger.engine import safe_url
-        from costaware.adapters.ledger.migrate import holds_ledger
+        from costaware.adapters.ledger.migrate import holds_ledger, holds_no_tables
 
         unopened = Ledger.from_url(url, create=False)
         if holds_ledger(unopened):
             unopened.create_schema()
             return unopened
+        # An empty database was made for the ledger (the compose file's `costaware` database): `prices
+        # import` may be the first command an offline deployment runs there.
+        empty = holds_no_tables(unopened)
         unopened.dispose()
         # Said as a missing SQLite file is: a mistyped database name got a ledger's tables without a word.
         missing = f"{safe_url(url)} (the database has no costaware tables)"
-        refuse = reading or before_creating is None
+        refuse = reading or (before_creating is None and not empty)
     if missing is not None and not refuse and before_creating is not None:
         before_creating()
     if missing is not None and not refuse:

@@ -105,6 +105,16 @@ def holds_ledger(ledger: LedgerDatabase) -> bool:
         return inspect(conn).has_table(schema.budgets.name)
 
 
+def holds_no_tables(ledger: LedgerDatabase) -> bool:
+    """Whether the database (its default schema) has no tables at all: one made for the ledger, empty yet.
+
+    Raises:
+        LedgerUnavailableError: the database cannot be reached or read.
+    """
+    with ledger.transaction() as conn:
+        return not inspect(conn).get_table_names()
+
+
 def current_revision(conn: Connection) -> str | None:
     """The revision in the ledger's version table (None: no table, or it is empty)."""
     if not inspect(conn).has_table(VERSION_TABLE):
