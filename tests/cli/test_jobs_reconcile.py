@@ -550,6 +550,38 @@ def test_a_failed_read_of_the_waits_at_a_runs_end_leaves_the_schedulers_postgres
     engine.dispose()
 
 
+def test_a_failed_read_of_the_waits_at_a_runs_end_keeps_the_holds_of_its_remote_trainings(
+    ledger: Any, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    # A read that failed (a lock timeout) released every hold of the run: a paid job still running had its
+    # money free for another task to reserve, until `costaware jobs reconcile` billed it.
+    from types import SimpleNamespace
+
+    from costaware import remote_reconcile
+    from costaware.plugins.listener import CostListener
+
+    def lock_timeout(**_: Any) -> list[Any]:
+        raise TimeoutError("canceling statement due to lock timeout")
+
+    monkeypatch.setattr(remote_reconcile, "ended_waits", lock_timeout)
+    ledger.set_budget("x=y", "month", "10")
+    training = ledger.reserve("x=y", "4.00", holder=HOLDER, run_id=RUN, dag_id=DAG)
+    report = ledger.reserve("x=y", "1.00", holder=f"{DAG}/{RUN}/report/-1", run_id=RUN, dag_id=DAG)
+    tasks = [_remote_task(), SimpleNamespace(task_id="report", task_type="PythonOperator")]
+    run = SimpleNamespace(dag_id=DAG, run_id=RUN, dag=SimpleNamespace(tasks=tasks))
+
+    CostListener().on_dag_run_failed(run, "timed_out")
+
+    with ledger.reading() as conn:
+        assert reservations.reservation(conn, training.id).status == "open"
+        assert reservations.reservation(conn, report.id).status == "released"
+    (error,) = [r for r in caplog.records if "could not reconcile" in r.getMessage()]
+    said = error.getMessage()
+    assert error.levelname == "ERROR" and "lock timeout" in said
+    assert f"the holds of its tasks {TASK} are kept" in said
+    assert f"`costaware jobs reconcile --dag-id {DAG}`" in said
+
+
 class _StopRefusing:
     """A backend whose API refuses every call (a 503): the job it runs is neither stopped nor seen to end."""
 

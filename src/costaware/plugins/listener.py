@@ -203,7 +203,7 @@ def drain_spool_at_start(wait_seconds: float = 5.0) -> None:
 
 def reconcile_unfollowed_jobs(
     dag_run: Any, *, wait_seconds: float = 0.0
-) -> tuple[frozenset[str], Callable[[], frozenset[str]] | None]:
+) -> tuple[frozenset[str], Callable[[], frozenset[str]] | None, frozenset[str]]:
     """Stop and bill the remote training jobs the run's ended tasks left unbilled; never raises.
 
     A deferred wait whose trigger Airflow's timeout check took away is followed by the task's resume or
@@ -221,13 +221,16 @@ def reconcile_unfollowed_jobs(
     billing a job settles its task's hold, and a job not billed keeps it held, so the run's end leaves
     those holds to it. And, where some ended wait's trigger still ran (its kill settles the hold, or keeps
     it where the backend refused the stop, for ``costaware jobs reconcile``), what gives the holders of
-    those whose job the task's ledger does not hold (ledger IO: called in the release's own thread).
+    those whose job the task's ledger does not hold (ledger IO: called in the release's own thread). And
+    the task ids whose every hold the run's end keeps: where the waits could not be read (a lock timeout),
+    those of the tasks that may be remote trainings, whose paid jobs may still run, left to ``costaware
+    jobs reconcile`` (it bills them, settling their holds) or the holds' TTL.
     """
     dag = getattr(dag_run, "dag", None)
     tasks = list(getattr(dag, "tasks", None) or [])
     if not tasks:
         # No DAG to read the tasks' ledgers from: `costaware jobs reconcile` lists them.
-        return frozenset(), None
+        return frozenset(), None, frozenset()
     try:
         from costaware.glue import DEFAULT_AWS_CONN_ID, DEFAULT_LEDGER_CONN_ID
         from costaware.remote_reconcile import (
@@ -240,7 +243,7 @@ def reconcile_unfollowed_jobs(
 
         if not any(may_keep_a_wait(task) for task in tasks):
             # No task of the run can be a remote training: no query in the caller's transaction.
-            return frozenset(), None
+            return frozenset(), None, frozenset()
         dag_id, run_id = str(dag_run.dag_id), str(dag_run.run_id)
         waits = _read_in_savepoint(
             _session_of(dag_run), lambda session: ended_waits(dag_id=dag_id, run_id=run_id, session=session)
@@ -259,7 +262,7 @@ def reconcile_unfollowed_jobs(
 
         also_keep = unbilled_trigger_watched if trigger_watched else None
         if not to_bill:
-            return frozenset(), also_keep  # nothing to stop: no thread
+            return frozenset(), also_keep, frozenset()  # nothing to stop: no thread
         aws = {task.task_id: getattr(task, "aws_conn_id", DEFAULT_AWS_CONN_ID) for task in tasks}
         in_own_thread(
             lambda: reconcile_ended_run(
@@ -268,16 +271,31 @@ def reconcile_unfollowed_jobs(
             name="costaware-reconcile",
             wait_seconds=wait_seconds,
         )
-        return frozenset(wait.task for wait in to_bill), also_keep
+        return frozenset(wait.task for wait in to_bill), also_keep, frozenset()
     except Exception as e:  # the run ends as Airflow says; `costaware jobs reconcile` lists what was left
+        # Which jobs still run is not known: freed, the holds of a paid job still running could be spent
+        # again. Kept, they are settled by the reconcile's billing, or expire at their TTL.
+        kept = _may_be_remote_trainings(tasks)
         log.error(
-            "costaware: could not reconcile the remote training jobs of run %s: %s; `costaware jobs "
-            "reconcile --dag-id %s` lists the jobs its ended tasks left running",
+            "costaware: could not reconcile the remote training jobs of run %s: %s; the holds of its tasks "
+            "%s are kept: run `costaware jobs reconcile --dag-id %s` to stop and bill the jobs its ended "
+            "tasks left running (billing settles a hold; one not settled expires at its TTL)",
             dag_run.run_id,
             e,
+            ", ".join(sorted(kept)),
             dag_run.dag_id,
         )
-        return frozenset(), None
+        return frozenset(), None, kept
+
+
+def _may_be_remote_trainings(tasks: list[Any]) -> frozenset[str]:
+    """The ids of ``tasks`` that may keep a remote training's wait (every task's where that is not known)."""
+    try:
+        from costaware.remote_reconcile import may_keep_a_wait
+
+        return frozenset(str(task.task_id) for task in tasks if may_keep_a_wait(task))
+    except Exception:
+        return frozenset(str(getattr(task, "task_id", "")) for task in tasks)
 
 
 def _read_in_savepoint(session: Any, read: Any) -> Any:
@@ -353,8 +371,10 @@ def reconcile_marked_task(ti: Any) -> None:
 
 def _end_run(dag_run: Any, reason: str) -> None:
     """Reconcile a run's unfollowed jobs, then release its holds but those the billing settles."""
-    billing, also_keep = reconcile_unfollowed_jobs(dag_run)
-    release_run_reservations(dag_run, reason, keep_holders=billing, also_keep=also_keep)
+    billing, also_keep, keep_task_ids = reconcile_unfollowed_jobs(dag_run)
+    release_run_reservations(
+        dag_run, reason, keep_holders=billing, also_keep=also_keep, keep_task_ids=keep_task_ids
+    )
 
 
 def _session_of(dag_run: Any) -> Any:

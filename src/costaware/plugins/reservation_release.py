@@ -60,12 +60,14 @@ def release_reservations(
     *,
     in_task_process: bool = False,
     keep_holders: frozenset[str] = frozenset(),
+    keep_task_ids: frozenset[str] = frozenset(),
     only_holders: frozenset[str] | None = None,
 ) -> list[Any]:
     """Release the open reservations held for ``task_ids`` of one run (all of the run's when None).
 
     ``keep_holders``: holders left open (a task whose unwatched job a reconcile stops and bills: billing
     it settles its hold, and freed before that, the money its job still spends could be reserved again);
+    ``keep_task_ids``: every hold of these tasks left open (their jobs could not be told);
     ``only_holders``: release these holders only (None: any of the tasks').
 
     ``in_task_process``: called by a task's own worker, which opens each ledger as its tasks do; else (a
@@ -92,6 +94,7 @@ def release_reservations(
             and key.run_id == run_id
             and (task_ids is None or key.task_id in task_ids)
             and holder not in keep_holders
+            and key.task_id not in keep_task_ids
             and (only_holders is None or holder in only_holders)
         )
 
@@ -156,12 +159,14 @@ def release_run_reservations(
     wait_seconds: float = 5.0,
     keep_holders: frozenset[str] = frozenset(),
     also_keep: Callable[[], frozenset[str]] | None = None,
+    keep_task_ids: frozenset[str] = frozenset(),
 ) -> list[Any]:
     """At the end of a run, release every reservation still open for it (its consumers never settled).
 
     ``keep_holders``: the holds a reconcile of the run's unwatched jobs settles (see
     :func:`release_reservations`); ``also_keep``: more holders to keep, asked in the release's own thread
-    (it reads ledgers, which the caller's session must not).
+    (it reads ledgers, which the caller's session must not); ``keep_task_ids``: tasks whose every hold is
+    kept (the run's remote training waits could not be read: their jobs may still run).
 
     This runs in the scheduler (or the api-server, when a person marks a run) inside its open database
     session. Looking up the ledger's Airflow connection there would use, and close, that very session (a
@@ -180,7 +185,7 @@ def release_run_reservations(
 
     def work() -> None:
         kept = keep_holders | (also_keep() if also_keep is not None else frozenset())
-        released.extend(release_reservations(*args, keep_holders=kept))
+        released.extend(release_reservations(*args, keep_holders=kept, keep_task_ids=keep_task_ids))
         end_waiting_gates(args[0], args[1], "run_ended", args[4])
 
     in_own_thread(work, name="costaware-release", wait_seconds=wait_seconds)
