@@ -202,6 +202,22 @@ def test_a_metadata_database_that_cannot_be_read_is_named_with_what_to_do(
     assert "no such table: xcom" in err and "`airflow db migrate`" in err
 
 
+def test_a_reconcile_run_inside_an_airflow_task_says_to_schedule_it_on_a_host_instead(
+    ledger_url: str, monkeypatch: pytest.MonkeyPatch, capsys: Any
+) -> None:
+    # Run from a maintenance DAG's task (as the docs suggested), Airflow 3's worker blocks the ORM: the error
+    # said to set AIRFLOW_HOME and run `airflow db migrate`, neither of which helps there.
+    from airflow import settings
+    from airflow.sdk.execution_time.supervisor import BlockedDBSession
+
+    monkeypatch.setattr(settings, "Session", BlockedDBSession)  # what the task supervisor sets
+    assert main(["jobs", "reconcile", "--ledger-url", ledger_url, "--dry-run"]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert "cannot read Airflow's metadata database from inside a task" in err
+    assert "Direct database access via the ORM is not allowed" in err
+    assert "run `costaware jobs reconcile` on a schedule from a host with the scheduler's AIRFLOW_HOME" in err
+
+
 @pytest.mark.parametrize("hook", ["on_dag_run_failed", "on_dag_run_success"])
 def test_a_run_ended_by_hand_or_its_timeout_has_the_job_its_task_left_stopped_and_billed_by_the_listener(
     hook: str, tmp_path: Path, ledger: Any, monkeypatch: pytest.MonkeyPatch

@@ -45,7 +45,7 @@ def reconcile(args: argparse.Namespace) -> int:
     if args.dag_id is not None and not waits:
         _check_dag_is_known(args.dag_id)
     with_job = [w for w in waits if w.current is not None]
-    # No ledger is needed where no ended task left a job (a new deployment's maintenance DAG).
+    # No ledger is needed where no ended task left a job (a new deployment's scheduled reconcile).
     ledger = open_ledger(args, reading=True, read_only=args.dry_run) if with_job else None
     # A task whose DAG bills another ledger is billed there only: read here it looked unbilled, billed twice.
     conn_ids = task_ledger_conn_ids(with_job) if with_job else {}
@@ -177,6 +177,13 @@ def _ended_waits(dag_id: str | None, read: Any) -> list[Any]:
     try:
         return list(read(dag_id=dag_id))
     except Exception as e:
+        if _in_an_airflow_task():
+            raise CostawareError(
+                "cannot read Airflow's metadata database from inside a task: Airflow 3 gives tasks no "
+                f"database access ({type(e).__name__}: {e}); run `costaware jobs reconcile` on a schedule "
+                "from a host with the scheduler's AIRFLOW_HOME instead (cron, a systemd timer, a Kubernetes "
+                "CronJob)"
+            ) from e
         home = settings.airflow_home()
         cause = getattr(e, "orig", None) or e  # a database's own error, without SQLAlchemy's SQL text
         raise CostawareError(
@@ -184,3 +191,10 @@ def _ended_waits(dag_id: str | None, read: Any) -> list[Any]:
             f"({type(cause).__name__}: {cause}): run with the deployment's AIRFLOW_HOME (or its "
             "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN), after `airflow db migrate`"
         ) from e
+
+
+def _in_an_airflow_task() -> bool:
+    """Whether this runs in an Airflow 3 task, whose supervisor blocked the ORM (``BlockedDBSession``)."""
+    airflow_settings = sys.modules.get("airflow.settings")
+    blocked = getattr(airflow_settings, "Session", None)
+    return getattr(blocked, "__name__", "") == "BlockedDBSession"
