@@ -465,14 +465,23 @@ def dag_hint(ledger: Any, dag_id: str) -> str:
 
     A typo read as "nothing recorded yet", like a DAG that never ran.
     """
-    import difflib
-
     known = sorted({row.group for row in ledger.report(group_by="dag")} - {dag_id})
     if not known:
         return ""
+    meant, listed = closest_dag(dag_id, known)
+    return f"{meant} (DAGs in the ledger: {listed})"
+
+
+def closest_dag(dag_id: str, known: list[str]) -> tuple[str, str]:
+    """``; did you mean 'x'?`` for the DAG id of ``known`` closest to ``dag_id``, and ``known`` listed.
+
+    The first is "" where none is close; the listing has the first 10, then ``...`` ("" if none is known).
+    """
+    import difflib
+
     meant = difflib.get_close_matches(dag_id, known, n=1)
     listed = ", ".join(known[:10]) + (" ..." if len(known) > 10 else "")
-    return (f"; did you mean {meant[0]!r}?" if meant else "") + f" (DAGs in the ledger: {listed})"
+    return (f"; did you mean {meant[0]!r}?" if meant else ""), listed
 
 
 def default_ledger_url(*, read_only: bool = False) -> str:

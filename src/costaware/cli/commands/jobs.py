@@ -149,19 +149,16 @@ def _check_dag_is_known(dag_id: str) -> None:
     Raises:
         CostawareError: naming it, with the closest known DAG id.
     """
-    import difflib
-
+    from costaware.cli.arguments import closest_dag
     from costaware.remote_reconcile import known_dag_ids
 
     known = known_dag_ids()
     if dag_id in known:
         return
-    meant = difflib.get_close_matches(dag_id, known, n=1)
-    hint = f"; did you mean {meant[0]!r}?" if meant else ""
-    listed = ", ".join(known[:10]) + (" ..." if len(known) > 10 else "") if known else "none"
+    hint, listed = closest_dag(dag_id, known)
     raise CostawareError(
-        f"--dag-id {dag_id!r}: Airflow's metadata database knows no such DAG{hint} (DAGs known: {listed}); "
-        "give a DAG id as `airflow dags list` shows it"
+        f"--dag-id {dag_id!r}: Airflow's metadata database knows no such DAG{hint} (DAGs known: "
+        f"{listed or 'none'}); give a DAG id as `airflow dags list` shows it"
     )
 
 
