@@ -598,6 +598,38 @@ def test_a_failed_read_of_the_waits_at_a_runs_end_keeps_the_holds_of_its_remote_
     assert f"`costaware jobs reconcile --dag-id {DAG}`" in said
 
 
+@pytest.mark.parametrize("hold_made", ["before the task ended", "by a new try since"])
+def test_a_hold_a_runs_end_kept_for_a_job_billed_since_is_released_by_the_reconcile(
+    hold_made: str, tmp_path: Path, ledger: Any, ledger_url: str, monkeypatch: pytest.MonkeyPatch, capsys: Any
+) -> None:
+    # A run's end that could not read its waits keeps its remote trainings' holds; where the job was billed
+    # (by its trigger's kill, say), `costaware jobs reconcile` said "nothing to reconcile" and the money
+    # stayed reserved for an ended job until the hold's TTL. A hold made after the task ended is a new try's.
+    ledger.set_budget("project=churn", "month", "10")
+    trigger = _deferred(tmp_path)
+    trigger.stop_and_bill(wait_seconds=10, ask_state=False)
+    kept = ledger.reserve("project=churn", "4.00", holder=HOLDER, run_id=RUN, dag_id=DAG)
+    other_run = ledger.reserve("project=churn", "1.00", holder=f"{DAG}/r2/{TASK}/-1", run_id="r2", dag_id=DAG)
+    after = timedelta(minutes=1 if hold_made == "before the task ended" else -1)
+    _task_ended_with_its_wait(tmp_path, monkeypatch, "failed", trigger, end_date=kept.created_at + after)
+    capsys.readouterr()
+
+    assert main(["jobs", "reconcile", "--ledger-url", ledger_url, "--dry-run"]) == 0
+    with ledger.reading() as conn:
+        assert reservations.reservation(conn, kept.id).status == "open"  # a dry run changes nothing
+
+    assert main(["jobs", "reconcile", "--ledger-url", ledger_url]) == 0
+    out, err = capsys.readouterr()
+    assert IN_THE_LEDGER in out
+    said = f"released $4.00 held for {HOLDER}, kept at its run's end: its job {trigger.job_id} is billed"
+    with ledger.reading() as conn:
+        assert reservations.reservation(conn, other_run.id).status == "open"
+        if hold_made == "before the task ended":
+            assert said in err and reservations.reservation(conn, kept.id).status == "released"
+        else:
+            assert said not in err and reservations.reservation(conn, kept.id).status == "open"
+
+
 class _StopRefusing:
     """A backend whose API refuses every call (a 503): the job it runs is neither stopped nor seen to end."""
 

@@ -51,7 +51,7 @@ def reconcile(args: argparse.Namespace) -> int:
     conn_ids = task_ledger_conn_ids(with_job) if with_job else {}
     elsewhere: dict[str, str] = {}  # by task: the ledger connection it bills, not this one
     unreadable: dict[str, str] = {}  # by task: why its wait state cannot be read
-    not_in_ledger, broken = [], []
+    not_in_ledger, broken, billed_here = [], [], []
     is_this_ledger: dict[str, bool] = {}  # by connection: each looked up once, not once a wait
 
     def bills_elsewhere(conn_id: str) -> bool:
@@ -69,10 +69,14 @@ def reconcile(args: argparse.Namespace) -> int:
                     elsewhere[wait.task] = conn_id
             elif billed_usd(ledger, wait) is None:
                 not_in_ledger.append(wait)
+            else:
+                billed_here.append(wait)
         except (KeyError, TypeError, ValueError) as e:  # a state an older or newer version kept
             unreadable[wait.task] = f"{type(e).__name__}: {e}"
             broken.append(wait)
     unbilled, settling = left_to_triggers(not_in_ledger)
+    if not args.dry_run and billed_here:
+        _release_kept_holds(ledger, billed_here)
     others = [w for w in with_job if w.task in elsewhere]
     rows: list[list[Any]] = []
     failed = len(broken)
@@ -141,6 +145,33 @@ def reconcile(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
     return 1 if failed else 0
+
+
+def _release_kept_holds(ledger: Any, waits: list[Any]) -> None:
+    """Release the holds still open of ended tasks whose jobs ``ledger`` bills already (said on stderr).
+
+    A run's end keeps a remote training's hold where it could not tell its job billed (its waits not read):
+    nothing else releases it before its TTL, and meanwhile the money is reserved for a job that has ended.
+    """
+    from datetime import timezone
+
+    from costaware.core.money import format_usd_exact
+
+    for wait in waits:
+        if wait.ended_at is None:
+            continue  # a hold a new try made since (cleared meanwhile) cannot be told from a kept one
+        ended_at = wait.ended_at if wait.ended_at.tzinfo else wait.ended_at.replace(tzinfo=timezone.utc)
+        for hold in ledger.open_reservations(holder_prefix=f"{wait.dag_id}/{wait.run_id}/{wait.task_id}/"):
+            created_at = (
+                hold.created_at if hold.created_at.tzinfo else hold.created_at.replace(tzinfo=timezone.utc)
+            )
+            if hold.holder == wait.task and created_at <= ended_at:
+                ledger.release(hold.id)
+                print(
+                    f"costaware: released {format_usd_exact(hold.usd)} held for {wait.task}, kept at its "
+                    f"run's end: its job {wait.job_id} is billed",
+                    file=sys.stderr,
+                )
 
 
 def _check_dag_is_known(dag_id: str) -> None:
