@@ -834,6 +834,34 @@ def test_a_catch_up_run_of_a_past_window_goes_on_demand_as_a_logged_decision_not
     assert "already past" not in out and "WARNING" not in out
 
 
+@pytest.mark.parametrize("run_type", [DagRunType.SCHEDULED, DagRunType.BACKFILL])
+def test_a_run_started_in_its_window_whose_task_starts_after_it_is_a_late_start_not_a_catch_up(
+    tmp_path: Path, ledger_env: Ledger, capsys: pytest.CaptureFixture[str], run_type: DagRunType
+) -> None:
+    from types import SimpleNamespace
+
+    from costaware.timetables import OffPeakTimetable
+
+    # The run started on time, when its window opened, and the sensor waited in Airflow's queue (or behind
+    # slow upstream tasks) until the window was over: it was logged "a catch-up run" at INFO, with a remedy
+    # (catchup=False) that changes nothing, and the night paid on-demand with no warning.
+    prices = tmp_path / "prices.csv"
+    write_history(prices, current="0.10")
+    ctx = scheduled_run_context(OffPeakTimetable(windows=["22:00-06:00"]), catchup=True, run_type=run_type)
+    run_started = ctx["dag_run"].run_after + timedelta(minutes=1)
+    ctx["dag_run"] = ctx["dag_run"].model_copy(update={"start_date": run_started})
+    ctx["ti"] = SimpleNamespace(try_number=2, map_index=-1, dag_id="spot_window_test", run_id="r")
+    window_end = ctx["data_interval_end"]
+    result = make_sensor(prices=str(prices)).execute(ctx)
+    assert result["market"] == "on_demand" and result["deadline"] == window_end.isoformat()
+    out = capsys.readouterr().out
+    assert "catch-up" not in out
+    [line] = [line for line in out.splitlines() if "a late start" in line]
+    assert "[warning" in line
+    assert f"the run started at {run_started.isoformat()}, inside its window, but this task (try 2)" in line
+    assert f"after the window ended at {window_end.isoformat()}" in line
+
+
 @pytest.mark.parametrize("catchup", [False, True], ids=["on-time", "catch-up"])
 @pytest.mark.parametrize("timetable", ["CronTriggerTimetable", "CronDataIntervalTimetable"])
 def test_a_cron_scheduled_run_is_no_catch_up_and_is_told_to_give_a_deadline(

@@ -8,6 +8,7 @@ compute entry in the cost ledger; the training task downstream reads ``market`` 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from decimal import Decimal
 from functools import cached_property
@@ -349,8 +350,24 @@ class SpotWindowSensor(BaseSensorOperator):
             )
             not_before = None
         # A deadline argument already past was chosen for this run: its warning says to give a later one.
-        caught_up_window = None if given_deadline else _caught_up_window(context, now)
-        if deadline <= now and caught_up_window is not None:
+        past_window = None if given_deadline else _past_window(context, now)
+        if deadline <= now and past_window is not None and past_window.run_started is not None:
+            # The run started inside its window on time; this task began only after the window ended (its
+            # upstream tasks, a slot in Airflow's queue, a retry). Not a catch-up: a window too tight.
+            self.log.warning(
+                "a late start: the run started at %s, inside its window, but this task (try %s) started at "
+                "%s, after the window ended at %s (it waited for the tasks before it, for a worker, pool or "
+                "parallelism slot in Airflow's queue, or it is a retry), so its deadline %s is past and "
+                "on-demand starts now. To keep such runs on spot, leave the window room for the tasks "
+                "before this one, give the pool or parallelism more slots, or give the sensor a deadline "
+                "later than the window's end",
+                past_window.run_started.isoformat(),
+                _try_number(context),
+                now.isoformat(),
+                past_window.end.isoformat(),
+                deadline.isoformat(),
+            )
+        elif deadline <= now and past_window is not None:
             # A catch-up or backfill run: its window is over, so a deadline counted from it is past as a
             # rule, not by mistake. It still trains, at once, on the market that cannot be interrupted: a
             # deadline already missed leaves no room to wait for spot.
@@ -358,7 +375,7 @@ class SpotWindowSensor(BaseSensorOperator):
                 "a catch-up run: its data interval ended at %s and its deadline %s is past, so on-demand "
                 "starts now (catchup=False leaves past windows out; a deadline argument later than now lets "
                 "such a run wait for spot)",
-                caught_up_window.isoformat(),
+                past_window.end.isoformat(),
                 deadline.isoformat(),
             )
         elif deadline <= now + timedelta(hours=float(runtime)):
@@ -605,7 +622,7 @@ class SpotWindowSensor(BaseSensorOperator):
             dag_id=str(getattr(ti, "dag_id", None) or self.dag_id),
             run_id=str(getattr(ti, "run_id", None) or context.get("run_id") or "manual"),
             task_id=self.task_id,
-            try_number=int(getattr(ti, "try_number", None) or 1),
+            try_number=_try_number(context),
             map_index=int(getattr(ti, "map_index", -1) if getattr(ti, "map_index", None) is not None else -1),
             instance_type=self.instance_type,
             region=self.region,
@@ -634,7 +651,7 @@ def _late_deadline_remedy(*, given_deadline: bool, run_type: str) -> str:
             "date inside or before its window"
         )
     if run_type in ("scheduled", "backfill"):
-        # Not a catch-up (_caught_up_window): the timetable starts each run when its data interval ends.
+        # Not a catch-up (_past_window): the timetable starts each run when its data interval ends.
         return (
             "give the sensor a deadline after the run starts (the DAG's schedule ends each run's data "
             'interval when the run starts), e.g. deadline="{{ (data_interval_end + macros.timedelta(hours=6))'
@@ -646,23 +663,46 @@ def _late_deadline_remedy(*, given_deadline: bool, run_type: str) -> str:
     )
 
 
-def _caught_up_window(context: Context, now: datetime) -> datetime | None:
-    """The end of a scheduled or backfill run's window that is over by ``now`` (the run catches up), or None.
+@dataclass(frozen=True)
+class _PastWindow:
+    """A scheduled or backfill run's window that is over.
+
+    ``run_started`` is when the run itself started, if inside the window (a late task, not a catch-up); None
+    for a catch-up.
+    """
+
+    end: datetime
+    run_started: datetime | None
+
+
+def _try_number(context: Context) -> int:
+    return int(getattr(context.get("ti"), "try_number", None) or 1)
+
+
+def _past_window(context: Context, now: datetime) -> _PastWindow | None:
+    """The window of a scheduled or backfill run that is over by ``now``, or None.
 
     Only a timetable that starts its runs inside their window (``OffPeakTimetable``: ``run_after`` is the
     window's start, or its best hour) makes a window whose end is past a catch-up. A cron timetable
     (``CronTriggerTimetable``, ``CronDataIntervalTimetable``) starts each run at its data interval's end, so
     every run on time has that end just past: a deadline to give, not a catch-up. A manual run is left out
     too: one given a logical date in a past window more likely chose the wrong date.
+
+    A run that Airflow started (``dag_run.start_date``) before its window ended is no catch-up: it was on
+    time, and this task started late (upstream tasks, a queue slot, a retry). Only the run's start tells the
+    two apart: both have ``run_after`` inside the window and its end past.
     """
+    dag_run = context.get("dag_run")
     window_end = context.get("data_interval_end")
-    run_after = getattr(context.get("dag_run"), "run_after", None)
+    run_after = getattr(dag_run, "run_after", None)
     if _run_type(context) not in ("scheduled", "backfill") or window_end is None or run_after is None:
         return None
     end = parse_instant(window_end, name="data_interval_end")
-    if parse_instant(run_after, name="run_after") >= end:
+    if parse_instant(run_after, name="run_after") >= end or end > now:
         return None
-    return end if end <= now else None
+    started = getattr(dag_run, "start_date", None)
+    run_started = parse_instant(started, name="dag_run.start_date") if started is not None else None
+    return _PastWindow(end=end, run_started=run_started if run_started and run_started < end else None)
 
 
 def _written(value: Any) -> bool:
