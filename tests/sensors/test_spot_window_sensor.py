@@ -907,6 +907,42 @@ def test_a_catch_up_run_given_a_deadline_argument_already_past_is_warned(
     assert "give a later deadline" in out and "catch-up" not in out
 
 
+def test_a_catch_up_run_given_a_deadline_within_runtime_and_overhead_is_warned_as_it_goes_on_demand(
+    tmp_path: Path, ledger_env: Ledger, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from costaware.timetables import OffPeakTimetable
+
+    # A deadline later than now, but nearer than the runtime plus the restart overhead, leaves a latest start
+    # already past: the run went on-demand with no warning, only the warning when within the runtime alone.
+    prices = tmp_path / "prices.csv"
+    write_history(prices, current="0.10")
+    ctx = scheduled_run_context(OffPeakTimetable(windows=["22:00-06:00"]), catchup=True)
+    deadline = (now() + timedelta(hours=1, minutes=5)).isoformat()
+    sensor = make_sensor(prices=str(prices), deadline=deadline, restart_overhead_minutes=10)
+    result = sensor.execute(ctx)
+    assert result["market"] == "on_demand"
+    out = capsys.readouterr().out
+    latest = (datetime.fromisoformat(deadline) - timedelta(hours=1, minutes=10)).isoformat()
+    assert f"the deadline {deadline} (the deadline argument) is too near: the latest start it allows" in out
+    assert f"10 minute(s) of restart overhead and priority 'normal' was {latest}" in out
+
+
+def test_a_best_effort_run_whose_deadline_is_within_its_runtime_waits_and_is_not_told_on_demand(
+    tmp_path: Path, ledger_env: Ledger, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # best_effort waits for spot until the deadline itself: it was warned "so on-demand starts now" and
+    # then waited for spot.
+    prices = tmp_path / "prices.csv"
+    write_history(prices, current="2.00")  # above the forecast: waits where a cheaper hour is left
+    deadline = (now() + timedelta(minutes=30)).isoformat()
+    sensor = make_sensor(prices=str(prices), deadline=deadline, priority="best_effort")
+    try:
+        assert sensor.execute(context())["market"] == "spot"  # no cheaper whole hour left before it
+    except TaskDeferred as deferred:
+        assert deferred.trigger.latest_start == datetime.fromisoformat(deadline).isoformat()
+    assert "on-demand starts now" not in capsys.readouterr().out
+
+
 def test_a_manual_run_given_a_past_window_is_still_warned(
     tmp_path: Path, ledger_env: Ledger, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -373,18 +373,27 @@ class SpotWindowSensor(BaseSensorOperator):
             # deadline already missed leaves no room to wait for spot.
             self.log.info(
                 "a catch-up run: its data interval ended at %s and its deadline %s is past, so on-demand "
-                "starts now (catchup=False leaves past windows out; a deadline argument later than now lets "
-                "such a run wait for spot)",
+                "starts now (catchup=False leaves past windows out; a deadline argument later than now by "
+                "the expected runtime and restart overhead lets such a run wait for spot)",
                 past_window.end.isoformat(),
                 deadline.isoformat(),
             )
-        elif deadline <= now + timedelta(hours=float(runtime)):
+        elif latest <= now:
+            # The latest start, not the runtime alone, is what the decision reads: a deadline within the
+            # runtime plus restart overhead went on-demand unwarned, and a best_effort run (latest start =
+            # deadline) was told "on-demand starts now" while it waited for spot.
             self.log.warning(
                 "the deadline %s (%s) is %s: no time is left to wait for spot or absorb an interruption, "
                 "so on-demand starts now. To let this run use spot, %s.",
                 deadline.isoformat(),
                 "the deadline argument" if given_deadline else "the end of the run's data interval",
-                "already past" if deadline <= now else "less than the expected runtime away",
+                "already past"
+                if deadline <= now
+                else (
+                    f"too near: the latest start it allows for {runtime} hour(s) of work, "
+                    f"{self.restart_overhead_minutes:g} minute(s) of restart overhead and priority "
+                    f"{priority!r} was {latest.isoformat()}"
+                ),
                 _late_deadline_remedy(given_deadline=given_deadline, run_type=_run_type(context)),
             )
         # A template of an unset param renders "None" (or "null" with tojson): unset, as for the deadline.
