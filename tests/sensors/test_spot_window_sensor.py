@@ -565,6 +565,58 @@ def test_a_deadline_template_that_renders_not_given_is_warned(
         assert "warning" in line and said in line
 
 
+@pytest.mark.parametrize(
+    "warning",
+    ["which is not given", "leaves no time to wait for the run's window to open"],
+)
+@pytest.mark.parametrize("mode", ["reschedule", "poke"])
+def test_run_argument_warnings_are_said_once_a_try_not_at_every_poke(
+    tmp_path: Path, ledger_env: Ledger, capsys: pytest.CaptureFixture[str], mode: str, warning: str
+) -> None:
+    from types import SimpleNamespace
+
+    from airflow.sdk.exceptions import AirflowRescheduleException
+
+    # Reschedule mode runs execute anew, with a freshly loaded task, at every poke: the not-given deadline
+    # warning (and the one of a deadline before the window) was said at each poke; a night of them.
+    prices = tmp_path / "prices.csv"
+    write_history(prices, current="2.00")  # above the forecast minimum: keeps waiting
+    window_start, window_end = now() + timedelta(hours=3), now() + timedelta(hours=11)
+
+    def look(rescheduled: int, sensor: SpotWindowSensor | None = None) -> SpotWindowSensor:
+        sensor = sensor or make_sensor(
+            prices=str(prices),
+            deadline="{{ params.deadline }}",
+            earliest_start="{{ params.start }}",
+            deferrable=False,
+            mode="reschedule",
+        )
+        sensor.earliest_start = " "  # as rendered with the param unset
+        # Not given; or given, two hours before the window opens.
+        sensor.deadline = " " if warning == "which is not given" else (now() + timedelta(hours=2)).isoformat()
+        ti = SimpleNamespace(try_number=1, get_first_reschedule_date=lambda _: now() if rescheduled else None)
+        ctx = context(
+            ti=ti,
+            task_reschedule_count=rescheduled,
+            data_interval_start=window_start,
+            data_interval_end=window_end,
+        )
+        if mode == "reschedule":
+            with pytest.raises(AirflowRescheduleException):
+                sensor.execute(ctx)
+        else:
+            assert sensor.poke(ctx) is False
+        return sensor
+
+    first = look(0)
+    if mode == "reschedule":  # each reschedule: a new process, a new task
+        look(1), look(2)
+    else:  # poke mode: one task, poked again in the same process
+        look(0, first), look(0, first)
+    out = capsys.readouterr().out
+    assert out.count(warning) == 1
+
+
 def test_deadline_from_the_run_s_pendulum_data_interval(tmp_path: Path, ledger_env: Ledger) -> None:
     import pendulum
 

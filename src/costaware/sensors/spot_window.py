@@ -209,7 +209,7 @@ class SpotWindowSensor(BaseSensorOperator):
         self.deadline = deadline
         # As written: a template of it that renders not given ("{{ params.deadline }}" unset) is warned.
         self._deadline_written = deadline
-        self._said_deadline_not_given = False
+        self._warned: set[str] = set()  # the run-argument warnings said by this task (see _warn_once)
         self.earliest_start = earliest_start
         self.target_usd_per_hour = target_usd_per_hour
         self.on_demand_usd_per_hour = on_demand_usd_per_hour
@@ -309,9 +309,8 @@ class SpotWindowSensor(BaseSensorOperator):
             deadline = parse_instant(deadline_value, name="deadline")
         given_deadline = blank(self.deadline) is not None
         asked = not is_literal(self._deadline_written)
-        if asked and not given_deadline and not self._said_deadline_not_given:  # said once, not every poke
+        if asked and not given_deadline and self._warn_once("deadline not given", context):
             # Asked for by a template, then dropped at INFO: a manual run went on-demand at once unwarned.
-            self._said_deadline_not_given = True
             self.log.warning(
                 "deadline %r rendered %r, which is not given (blank, None or null): %s; give the param a "
                 "value for a deadline of this run's own",
@@ -342,12 +341,13 @@ class SpotWindowSensor(BaseSensorOperator):
         if given_deadline and window_start and not_before is not None and not_before > latest:
             # A deadline given for this run (the trigger form's) wins over the run's window: waiting for
             # the window to open would miss it.
-            self.log.warning(
-                "the deadline %s leaves no time to wait for the run's window to open (%s): not waiting for "
-                "the window",
-                deadline.isoformat(),
-                not_before.isoformat(),
-            )
+            if self._warn_once("deadline before the window", context):
+                self.log.warning(
+                    "the deadline %s leaves no time to wait for the run's window to open (%s): not waiting "
+                    "for the window",
+                    deadline.isoformat(),
+                    not_before.isoformat(),
+                )
             not_before = None
         # A deadline argument already past was chosen for this run: its warning says to give a later one.
         past_window = None if given_deadline else _past_window(context, now)
@@ -429,6 +429,17 @@ class SpotWindowSensor(BaseSensorOperator):
             "target_usd_per_hour": target,
             "forecast_starts": self._forecast_starts(now, latest, runtime, carbon) if forecast else [],
         }
+
+    def _warn_once(self, warning: str, context: Context) -> bool:
+        """Whether ``warning``, about the run's arguments, is due: once a try, not at every poke.
+
+        Poke mode pokes the same task again; reschedule mode runs execute anew, with a freshly loaded task, at
+        every poke, and counts the try's earlier pokes in ``task_reschedule_count`` (0 at its first).
+        """
+        if warning in self._warned or context.get("task_reschedule_count"):
+            return False
+        self._warned.add(warning)
+        return True
 
     def _forecast_starts(
         self, now: datetime, latest_start: datetime, runtime: Decimal, carbon: dict[str, Any]
