@@ -942,6 +942,39 @@ def test_a_cron_scheduled_run_is_no_catch_up_and_is_told_to_give_a_deadline(
     assert "logical date" not in out  # a manual run's remedy: a scheduled run has no logical date to pick
 
 
+def test_an_off_peak_run_whose_window_ends_too_soon_is_told_to_widen_it_not_to_use_off_peak(
+    tmp_path: Path, ledger_env: Ledger, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from airflow.sdk.api.datamodels._generated import DagRun, DagRunState
+
+    # An OffPeakTimetable run (started inside its window) left less than the runtime of its window: told
+    # that "the DAG's schedule ends each run's data interval when the run starts" and to "schedule the DAG
+    # with OffPeakTimetable", which it is.
+    prices = tmp_path / "prices.csv"
+    write_history(prices, current="0.10")
+    opened, ends = now() - timedelta(minutes=10), now() + timedelta(minutes=30)
+    dag_run = DagRun(
+        dag_id="spot_window_test",
+        run_id="scheduled__x",
+        logical_date=opened,
+        data_interval_start=opened,
+        data_interval_end=ends,
+        run_after=opened,
+        start_date=opened,
+        end_date=None,
+        run_type=DagRunType.SCHEDULED,
+        state=DagRunState.RUNNING,
+        consumed_asset_events=[],
+        partition_key=None,
+    )
+    ctx = context(dag_run=dag_run, data_interval_start=opened, data_interval_end=ends)
+    assert make_sensor(prices=str(prices)).execute(ctx)["market"] == "on_demand"
+    out = capsys.readouterr().out
+    assert f"the deadline {ends.isoformat()} (the end of the run's data interval) is too near" in out
+    assert "leave the run's window room for the expected runtime and restart overhead" in out
+    assert "OffPeakTimetable" not in out
+
+
 def test_a_catch_up_run_given_a_deadline_argument_already_past_is_warned(
     tmp_path: Path, ledger_env: Ledger, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -394,7 +394,11 @@ class SpotWindowSensor(BaseSensorOperator):
                     f"{self.restart_overhead_minutes:g} minute(s) of restart overhead and priority "
                     f"{priority!r} was {latest.isoformat()}"
                 ),
-                _late_deadline_remedy(given_deadline=given_deadline, run_type=_run_type(context)),
+                _late_deadline_remedy(
+                    given_deadline=given_deadline,
+                    run_type=_run_type(context),
+                    started_in_window=_started_in_window(context),
+                ),
             )
         # A template of an unset param renders "None" (or "null" with tojson): unset, as for the deadline.
         if blank(self.on_demand_usd_per_hour) is not None:
@@ -663,12 +667,20 @@ def _run_type(context: Context) -> str:
     return str(getattr(run_type, "value", run_type) or "")
 
 
-def _late_deadline_remedy(*, given_deadline: bool, run_type: str) -> str:
+def _late_deadline_remedy(*, given_deadline: bool, run_type: str, started_in_window: bool) -> str:
     """What lets a run whose deadline is past, or too near, use spot, for where its deadline came from."""
     if given_deadline:
         return (
             "give a later deadline (in the trigger form where the DAG has one), or trigger it with a logical "
             "date inside or before its window"
+        )
+    if run_type in ("scheduled", "backfill") and started_in_window:
+        # OffPeakTimetable: the run starts inside its window, so the window (or the tasks before this one)
+        # left too little of it; the cron remedy ("schedule with OffPeakTimetable") was given to its DAGs.
+        return (
+            "leave the run's window room for the expected runtime and restart overhead after the tasks "
+            "before this one (a longer window, or fewer or faster tasks before the sensor), or give the "
+            "sensor a deadline later than the window's end"
         )
     if run_type in ("scheduled", "backfill"):
         # Not a catch-up (_past_window): the timetable starts each run when its data interval ends.
@@ -699,6 +711,15 @@ def _try_number(context: Context) -> int:
     return int(getattr(context.get("ti"), "try_number", None) or 1)
 
 
+def _started_in_window(context: Context) -> bool:
+    """Whether the timetable starts the run before its data interval ends (``OffPeakTimetable``)."""
+    window_end = context.get("data_interval_end")
+    run_after = getattr(context.get("dag_run"), "run_after", None)
+    if window_end is None or run_after is None:
+        return False
+    return parse_instant(run_after, name="run_after") < parse_instant(window_end, name="data_interval_end")
+
+
 def _past_window(context: Context, now: datetime) -> _PastWindow | None:
     """The window of a scheduled or backfill run that is over by ``now``, or None.
 
@@ -712,15 +733,12 @@ def _past_window(context: Context, now: datetime) -> _PastWindow | None:
     time, and this task started late (upstream tasks, a queue slot, a retry). Only the run's start tells the
     two apart: both have ``run_after`` inside the window and its end past.
     """
-    dag_run = context.get("dag_run")
-    window_end = context.get("data_interval_end")
-    run_after = getattr(dag_run, "run_after", None)
-    if _run_type(context) not in ("scheduled", "backfill") or window_end is None or run_after is None:
+    if _run_type(context) not in ("scheduled", "backfill") or not _started_in_window(context):
         return None
-    end = parse_instant(window_end, name="data_interval_end")
-    if parse_instant(run_after, name="run_after") >= end or end > now:
+    end = parse_instant(context.get("data_interval_end"), name="data_interval_end")
+    if end > now:
         return None
-    started = getattr(dag_run, "start_date", None)
+    started = getattr(context.get("dag_run"), "start_date", None)
     run_started = parse_instant(started, name="dag_run.start_date") if started is not None else None
     return _PastWindow(end=end, run_started=run_started if run_started and run_started < end else None)
 
