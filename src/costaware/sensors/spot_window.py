@@ -8,7 +8,6 @@ compute entry in the cost ledger; the training task downstream reads ``market`` 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 from decimal import Decimal
 from functools import cached_property
@@ -50,6 +49,13 @@ from costaware.glue import (
 )
 from costaware.operators.remote_training_args import parse_zones
 from costaware.operators.templating import is_literal
+from costaware.sensors.spot_window_run import (
+    late_deadline_remedy,
+    past_window,
+    run_type_of,
+    starts_in_window,
+    try_number,
+)
 from costaware.triggers.spot_window import SpotWindowTrigger
 
 if TYPE_CHECKING:
@@ -350,8 +356,8 @@ class SpotWindowSensor(BaseSensorOperator):
                 )
             not_before = None
         # A deadline argument already past was chosen for this run: its warning says to give a later one.
-        past_window = None if given_deadline else _past_window(context, now)
-        if deadline <= now and past_window is not None and past_window.run_started is not None:
+        window_over = None if given_deadline else past_window(context, now)
+        if deadline <= now and window_over is not None and window_over.run_started is not None:
             # The run started inside its window on time; this task began only after the window ended (its
             # upstream tasks, a slot in Airflow's queue, a retry). Not a catch-up: a window too tight.
             self.log.warning(
@@ -361,13 +367,13 @@ class SpotWindowSensor(BaseSensorOperator):
                 "on-demand starts now. To keep such runs on spot, leave the window room for the tasks "
                 "before this one, give the pool or parallelism more slots, or give the sensor a deadline "
                 "later than the window's end",
-                past_window.run_started.isoformat(),
-                _try_number(context),
+                window_over.run_started.isoformat(),
+                try_number(context),
                 now.isoformat(),
-                past_window.end.isoformat(),
+                window_over.end.isoformat(),
                 deadline.isoformat(),
             )
-        elif deadline <= now and past_window is not None:
+        elif deadline <= now and window_over is not None:
             # A catch-up or backfill run: its window is over, so a deadline counted from it is past as a
             # rule, not by mistake. It still trains, at once, on the market that cannot be interrupted: a
             # deadline already missed leaves no room to wait for spot.
@@ -375,7 +381,7 @@ class SpotWindowSensor(BaseSensorOperator):
                 "a catch-up run: its data interval ended at %s and its deadline %s is past, so on-demand "
                 "starts now (catchup=False leaves past windows out; a deadline argument later than now by "
                 "the expected runtime and restart overhead lets such a run wait for spot)",
-                past_window.end.isoformat(),
+                window_over.end.isoformat(),
                 deadline.isoformat(),
             )
         elif latest <= now:
@@ -394,10 +400,10 @@ class SpotWindowSensor(BaseSensorOperator):
                     f"{self.restart_overhead_minutes:g} minute(s) of restart overhead and priority "
                     f"{priority!r} was {latest.isoformat()}"
                 ),
-                _late_deadline_remedy(
+                late_deadline_remedy(
                     given_deadline=given_deadline,
-                    run_type=_run_type(context),
-                    started_in_window=_started_in_window(context),
+                    run_type=run_type_of(context),
+                    started_in_window=starts_in_window(context),
                 ),
             )
         # A template of an unset param renders "None" (or "null" with tojson): unset, as for the deadline.
@@ -646,7 +652,7 @@ class SpotWindowSensor(BaseSensorOperator):
             dag_id=str(getattr(ti, "dag_id", None) or self.dag_id),
             run_id=str(getattr(ti, "run_id", None) or context.get("run_id") or "manual"),
             task_id=self.task_id,
-            try_number=_try_number(context),
+            try_number=try_number(context),
             map_index=int(getattr(ti, "map_index", -1) if getattr(ti, "map_index", None) is not None else -1),
             instance_type=self.instance_type,
             region=self.region,
@@ -658,89 +664,6 @@ class SpotWindowSensor(BaseSensorOperator):
 def _objective(plan: dict[str, Any]) -> Objective:
     """The plan's objective (``cost`` when it has none: a plan of today's form)."""
     return Objective(plan.get("objective") or "cost", float(plan.get("carbon_usd_per_tonne") or 0.0))
-
-
-def _run_type(context: Context) -> str:
-    """The run's type as text (``"scheduled"``, ``"backfill"``, ``"manual"``, ...), empty when unknown."""
-    run_type = getattr(context.get("dag_run"), "run_type", None)
-    # The task SDK's DagRunType is a str Enum whose str() is "DagRunType.SCHEDULED": its value is compared.
-    return str(getattr(run_type, "value", run_type) or "")
-
-
-def _late_deadline_remedy(*, given_deadline: bool, run_type: str, started_in_window: bool) -> str:
-    """What lets a run whose deadline is past, or too near, use spot, for where its deadline came from."""
-    if given_deadline:
-        return (
-            "give a later deadline (in the trigger form where the DAG has one), or trigger it with a logical "
-            "date inside or before its window"
-        )
-    if run_type in ("scheduled", "backfill") and started_in_window:
-        # OffPeakTimetable: the run starts inside its window, so the window (or the tasks before this one)
-        # left too little of it; the cron remedy ("schedule with OffPeakTimetable") was given to its DAGs.
-        return (
-            "leave the run's window room for the expected runtime and restart overhead after the tasks "
-            "before this one (a longer window, or fewer or faster tasks before the sensor), or give the "
-            "sensor a deadline later than the window's end"
-        )
-    if run_type in ("scheduled", "backfill"):
-        # Not a catch-up (_past_window): the timetable starts each run when its data interval ends.
-        return (
-            "give the sensor a deadline after the run starts (the DAG's schedule ends each run's data "
-            'interval when the run starts), e.g. deadline="{{ (data_interval_end + macros.timedelta(hours=6))'
-            '.isoformat() }}", or schedule the DAG with OffPeakTimetable, whose data interval is the window'
-        )
-    return (
-        "set the sensor's deadline (e.g. from a trigger-form param), or trigger it with a logical date "
-        "inside or before its window"
-    )
-
-
-@dataclass(frozen=True)
-class _PastWindow:
-    """A scheduled or backfill run's window that is over.
-
-    ``run_started`` is when the run itself started, if inside the window (a late task, not a catch-up); None
-    for a catch-up.
-    """
-
-    end: datetime
-    run_started: datetime | None
-
-
-def _try_number(context: Context) -> int:
-    return int(getattr(context.get("ti"), "try_number", None) or 1)
-
-
-def _started_in_window(context: Context) -> bool:
-    """Whether the timetable starts the run before its data interval ends (``OffPeakTimetable``)."""
-    window_end = context.get("data_interval_end")
-    run_after = getattr(context.get("dag_run"), "run_after", None)
-    if window_end is None or run_after is None:
-        return False
-    return parse_instant(run_after, name="run_after") < parse_instant(window_end, name="data_interval_end")
-
-
-def _past_window(context: Context, now: datetime) -> _PastWindow | None:
-    """The window of a scheduled or backfill run that is over by ``now``, or None.
-
-    Only a timetable that starts its runs inside their window (``OffPeakTimetable``: ``run_after`` is the
-    window's start, or its best hour) makes a window whose end is past a catch-up. A cron timetable
-    (``CronTriggerTimetable``, ``CronDataIntervalTimetable``) starts each run at its data interval's end, so
-    every run on time has that end just past: a deadline to give, not a catch-up. A manual run is left out
-    too: one given a logical date in a past window more likely chose the wrong date.
-
-    A run that Airflow started (``dag_run.start_date``) before its window ended is no catch-up: it was on
-    time, and this task started late (upstream tasks, a queue slot, a retry). Only the run's start tells the
-    two apart: both have ``run_after`` inside the window and its end past.
-    """
-    if _run_type(context) not in ("scheduled", "backfill") or not _started_in_window(context):
-        return None
-    end = parse_instant(context.get("data_interval_end"), name="data_interval_end")
-    if end > now:
-        return None
-    started = getattr(context.get("dag_run"), "start_date", None)
-    run_started = parse_instant(started, name="dag_run.start_date") if started is not None else None
-    return _PastWindow(end=end, run_started=run_started if run_started and run_started < end else None)
 
 
 def _written(value: Any) -> bool:
