@@ -97,6 +97,26 @@ def test_defers_then_starts_on_spot_when_the_price_drops(tmp_path: Path, ledger_
     assert len(ledger_env.entries(dag_id="spot_window_test")) == 1
 
 
+def test_a_resume_without_the_plan_repeats_no_warning_of_the_wait(
+    tmp_path: Path, ledger_env: Ledger, capsys: pytest.CaptureFixture[str], clock: Any
+) -> None:
+    # `airflow dags test` resumes with the event alone, in a new process: the plan was rebuilt at the resume,
+    # after the trigger's on-demand choice at the latest start, and warned that "no time is left to wait
+    # for spot ... give a later deadline" of a run that had waited as it should.
+    prices = tmp_path / "prices.csv"
+    write_history(prices, current="2.00")  # above the forecast: waits
+    deadline = (now() + timedelta(hours=6)).isoformat()
+    with pytest.raises(TaskDeferred) as deferred:
+        make_sensor(prices=str(prices), deadline=deadline).execute(context())
+    clock.shift(timedelta(hours=5, minutes=1))  # past the latest start (deadline - 1 hour)
+    event = run_trigger(deferred.value.trigger)
+    assert event["decision"]["market"] == "on_demand"
+    capsys.readouterr()
+    resumed = make_sensor(prices=str(prices), deadline=deadline).execute_complete(context(), event=event)
+    assert resumed["market"] == "on_demand"
+    assert "[warning" not in capsys.readouterr().out
+
+
 def test_sensor_trigger_and_resume_watch_make_the_same_decision(
     tmp_path: Path, ledger_env: Ledger, monkeypatch: pytest.MonkeyPatch
 ) -> None:

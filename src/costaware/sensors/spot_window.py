@@ -292,8 +292,15 @@ class SpotWindowSensor(BaseSensorOperator):
 
     # -- planning -------------------------------------------------------------------------------------
 
-    def _plan(self, context: Context, now: datetime, *, forecast: bool = True) -> dict[str, Any]:
-        """Everything the decision needs, as JSON primitives (they also become the trigger's kwargs)."""
+    def _plan(
+        self, context: Context, now: datetime, *, forecast: bool = True, say: bool = True
+    ) -> dict[str, Any]:
+        """Everything the decision needs, as JSON primitives (they also become the trigger's kwargs).
+
+        ``say=False`` rebuilds the plan of a wait that is over: what it would say of the run's deadline was
+        said when the wait began (now past the latest start, it would warn of an on-demand start as if due
+        to a deadline too near).
+        """
         if self._zone() is not None:
             check_aws_zone(str(self.availability_zone))  # rendered: checked before any decision uses it
         # Checked now: a run that decides at once never reads the file. A rendered "None" or " " is not
@@ -315,7 +322,7 @@ class SpotWindowSensor(BaseSensorOperator):
             deadline = parse_instant(deadline_value, name="deadline")
         given_deadline = blank(self.deadline) is not None
         asked = not is_literal(self._deadline_written)
-        if asked and not given_deadline and self._warn_once("deadline not given", context):
+        if say and asked and not given_deadline and self._warn_once("deadline not given", context):
             # Asked for by a template, then dropped at INFO: a manual run went on-demand at once unwarned.
             self.log.warning(
                 "deadline %r rendered %r, which is not given (blank, None or null): %s; give the param a "
@@ -347,7 +354,7 @@ class SpotWindowSensor(BaseSensorOperator):
         if given_deadline and window_start and not_before is not None and not_before > latest:
             # A deadline given for this run (the trigger form's) wins over the run's window: waiting for
             # the window to open would miss it.
-            if self._warn_once("deadline before the window", context):
+            if say and self._warn_once("deadline before the window", context):
                 self.log.warning(
                     "the deadline %s leaves no time to wait for the run's window to open (%s): not waiting "
                     "for the window",
@@ -356,7 +363,7 @@ class SpotWindowSensor(BaseSensorOperator):
                 )
             not_before = None
         # A deadline argument already past was chosen for this run: its warning says to give a later one.
-        window_over = None if given_deadline else past_window(context, now)
+        window_over = None if given_deadline or not say else past_window(context, now)
         if deadline <= now and window_over is not None and window_over.run_started is not None:
             # The run started inside its window on time; this task began only after the window ended (its
             # upstream tasks, a slot in Airflow's queue, a retry). Not a catch-up: a window too tight.
@@ -384,7 +391,7 @@ class SpotWindowSensor(BaseSensorOperator):
                 window_over.end.isoformat(),
                 deadline.isoformat(),
             )
-        elif latest <= now:
+        elif say and latest <= now:
             # The latest start, not the runtime alone, is what the decision reads: a deadline within the
             # runtime plus restart overhead went on-demand unwarned, and a best_effort run (latest start =
             # deadline) was told "on-demand starts now" while it waited for spot.
@@ -616,7 +623,7 @@ class SpotWindowSensor(BaseSensorOperator):
             # `airflow dags test` resumes with the event alone; the plan (but its forecast, not needed
             # any more) follows from the task's arguments and the run, so it is rebuilt.
             with airflow_errors():
-                plan = self._plan(context, utcnow(), forecast=False)
+                plan = self._plan(context, utcnow(), forecast=False, say=False)
         if event.get("status") != "success":
             message = f"spot window wait failed: {event.get('message')}"
             if event.get("retry"):
