@@ -548,6 +548,15 @@ def test_a_jinja_comment_makes_a_template_checked_once_rendered() -> None:
         typo.execute(context())
 
 
+@pytest.mark.parametrize("written", ["0", "$0.00", 0])
+def test_an_on_demand_price_of_nothing_is_refused_saying_what_to_write(written: object) -> None:
+    with pytest.raises(ConfigurationError) as refused:
+        make_sensor(on_demand_usd_per_hour=written)
+    said = str(refused.value)
+    assert f"on_demand_usd_per_hour must be more than $0 an hour, got {written!r}" in said
+    assert "write the instance's on-demand price an hour (e.g. 3.06), or leave it out" in said
+
+
 def test_no_dags_folder_import_is_needed() -> None:
     assert SpotWindowSensor.__module__ == "costaware.sensors.spot_window"
     assert str(ROOT / "dags") not in [str(Path(p)) for p in sys.path if p]

@@ -727,7 +727,11 @@ def _price(value: Any, name: str, *, positive: bool = False) -> Decimal:
 
     price = parse_usd(value, name=name)
     if positive and price == 0:
-        raise ConfigurationError(f"{name} must be more than $0 an hour, got {value!r}")
+        # Only on_demand_usd_per_hour is positive: spot is judged against it, and the fallback billed at it.
+        raise ConfigurationError(
+            f"{name} must be more than $0 an hour, got {value!r}: write the instance's on-demand price an "
+            "hour (e.g. 3.06), or leave it out for the bundled AWS price list"
+        )
     return price
 
 
