@@ -211,6 +211,37 @@ def test_replace_unlike_weighs_what_the_hold_has_not_paid_yet(any_ledger: Ledger
     assert (usage.spent_usd, usage.reserved_usd) == (5, 5)
 
 
+def test_usage_without_a_hold_is_the_room_a_reserve_replacing_it_has_in_each_budget(
+    any_ledger: Ledger,
+) -> None:
+    # A hold of $6 over project=churn,team=ml paid $2 by an entry of both tags and $3 by one of team=ml
+    # only: the project's budget counts $4 of it held, the team's $1. Read without it, each budget has
+    # what a reserve replacing it is checked against; what the entries paid stays spent.
+    any_ledger.set_budget("project=churn", "month", "10")
+    any_ledger.set_budget("team=ml", "month", "10")
+    held = any_ledger.reserve("project=churn,team=ml", "6", gpu_hours="2", holder="d/r1/train/-1")
+    any_ledger.record(entry("2", gpu_hours=Decimal("0.5"), reservation_id=held.id))
+    any_ledger.record(entry("3", tags={"team": "ml"}, reservation_id=held.id))
+    other = any_ledger.reserve("project=churn,team=ml", "1", holder="d/r2/train/-1")
+
+    def standing(usages: list[Any]) -> dict[str, tuple[Decimal, ...]]:
+        return {u.label: (u.spent_usd, u.reserved_usd, u.reserved_gpu_hours) for u in usages}
+
+    scope = "project=churn,team=ml"
+    assert standing(any_ledger.usage(scope)) == {
+        "project=churn/month": (2, 5, Decimal("1.5")),
+        "team=ml/month": (5, 2, Decimal("1.5")),
+    }
+    without = standing(any_ledger.usage(scope, without=held.id))
+    assert without == {"project=churn/month": (2, 1, 0), "team=ml/month": (5, 1, 0)}
+    # The room it reads is the reserve's: $5 fits the team's budget without the hold, $5.000001 does not.
+    with pytest.raises(BudgetExceededError, match=r"'team=ml/month \(.*\)' has \$4\.00 left"):
+        any_ledger.reserve(scope, "4.000001", holder="d/r1/train/-1", replace_unlike=True)
+    assert any_ledger.reserve(scope, "4", holder="d/r1/train/-1", replace_unlike=True).id != held.id
+    any_ledger.release(other.id)
+    assert standing(any_ledger.usage(scope, without=other.id)) == standing(any_ledger.usage(scope))
+
+
 def test_a_kept_hold_counts_for_the_ttl_asked_now(any_ledger: Ledger) -> None:
     # Kept with its old end, a gate run again at 03:59 passed holding until 04:00 (reservation_ttl 6 h),
     # and the task ran with nothing held.

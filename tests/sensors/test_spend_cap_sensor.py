@@ -386,6 +386,36 @@ def test_a_deferred_gate_run_again_waits_only_for_the_room_its_own_hold_does_not
     assert env_ledger.usage("project=churn")[0].reserved_usd == 6
 
 
+def test_a_deferred_gate_counts_back_what_its_own_hold_holds_in_the_budget_not_what_every_entry_paid(
+    env_ledger: Ledger,
+) -> None:
+    from decimal import Decimal
+
+    from costaware.core.ledger import LedgerEntry
+
+    # Try 1 billed $3 from its task's $4 hold under tags outside the budget's scope (a task that is not a
+    # costaware operator, tagged otherwise as it ran): the budget neither counts the $3 nor takes it off
+    # the hold. The trigger added back the $1 every entry left unpaid, where the reserve replacing the hold
+    # gives back the $4 the budget counts: it read $3 left for the $6 that fit, and waited until timeout.
+    sensor(deferrable=False).poke(context())
+    (hold,) = env_ledger.open_reservations()
+    billed = {"usd": Decimal(3), "tags": {"project": "fraud"}, "reservation_id": hold.id}
+    env_ledger.record(
+        LedgerEntry(dag_id="retrain", run_id="manual__1", task_id="train", kind="compute", **billed)
+    )
+    other = env_ledger.reserve("project=churn", "5", holder="retrain/other/train/-1")
+    gate = sensor(estimated_usd="6", deferrable=True)
+    with pytest.raises(TaskDeferred) as deferred:
+        gate.execute(context())  # $10 less the other run's $5: $5 without its own hold
+    trigger = deferred.value.trigger
+    assert "has $5.00 left, need $6.00" in str(trigger._shortfall())
+    env_ledger.release(other.id)
+    env_ledger.reserve("project=churn", "4", holder="retrain/third/train/-1")
+    assert trigger._shortfall() is None  # $6 without its hold, as the reserve reads it
+    event = asyncio.run(asyncio.wait_for(trigger.run().__anext__(), timeout=10))
+    assert gate.execute_complete(context(), event=event.payload)["usd"] == "6.000000"
+
+
 def test_a_dict_scope_waits_and_is_noted_as_the_scope_it_is(env_ledger: Ledger) -> None:
     # As dags/budgeted_tuning.py writes it: the trigger got "{'project': 'churn'}" and its wait failed with
     # InvalidBudgetError, and the Cost page row held the dict's text.

@@ -5,11 +5,14 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 from decimal import Decimal
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from costaware.glue import DEFAULT_LEDGER_CONN_ID
+
+if TYPE_CHECKING:
+    from costaware.core.ledger import Reservation
 
 
 class BudgetAvailableTrigger(BaseTrigger):
@@ -70,42 +73,42 @@ class BudgetAvailableTrigger(BaseTrigger):
         )
 
     def _shortfall(self) -> str | None:
-        """None when there is room, else which budget is short (blocking IO: run it in a thread)."""
+        """None when there is room, else which budget is short (blocking IO: run it in a thread).
+
+        Room as the sensor's ``reserve`` weighs it when it resumes: each budget read without the task's
+        open hold (``holder``), which the reserve replaces.
+        """
         from costaware.core.money import format_usd_exact
         from costaware.hooks.ledger import CostLedgerHook
 
         ledger = CostLedgerHook(self.ledger_conn_id).get_conn()
         need, gpu = Decimal(self.usd), Decimal(self.gpu_hours)
-        freed_usd, freed_gpu = self._replaced_hold(ledger)
-        for usage in ledger.usage(self.scope, run_id=self.run_id, dag_id=self.dag_id):
-            left_usd = usage.left_usd + freed_usd.get(usage.label, Decimal(0))
-            if left_usd < need:
-                left = format_usd_exact(left_usd)
+        replaced = self._open_hold(ledger)
+        without = None if replaced is None else replaced.id
+        for usage in ledger.usage(self.scope, run_id=self.run_id, dag_id=self.dag_id, without=without):
+            if usage.left_usd < need:
+                left = format_usd_exact(usage.left_usd)
                 whole = (
                     " (more than its whole cap: only a higher cap makes room)" if need > usage.cap_usd else ""
                 )
                 return f"budget '{usage.name}' has {left} left, need {format_usd_exact(need)}{whole}"
             if usage.cap_gpu_hours is not None:
                 left_gpu = usage.cap_gpu_hours - usage.spent_gpu_hours - usage.reserved_gpu_hours
-                left_gpu += freed_gpu.get(usage.label, Decimal(0))
                 if left_gpu < gpu:
                     return f"budget '{usage.name}' has {left_gpu} GPU-hours left, need {gpu}"
         return None
 
-    def _replaced_hold(self, ledger: Any) -> tuple[dict[str, Decimal], dict[str, Decimal]]:
-        """What the open hold of ``holder`` holds unpaid, in USD and GPU-hours, by the label of each budget.
+    def _open_hold(self, ledger: Any) -> Reservation | None:
+        """The open hold of ``holder`` (None: none, or no holder): the resuming sensor replaces it.
 
-        The sensor replaces that hold when it resumes, the caps checked without it: counted as taken here,
-        a gate asking $6 where its own $4 hold and $5 of room were enough waited until its timeout.
+        Counted as taken, a gate asking $6 where its own $4 hold and $5 of room were enough waited until its
+        timeout; counted back as what every entry paid from it left unpaid, a budget that counts only the
+        entries of its own scope was short where the reserve had room.
         """
         if not self.holder:
-            return {}, {}
+            return None
         held = [r for r in ledger.open_reservations(holder_prefix=self.holder) if r.holder == self.holder]
-        if not held:
-            return {}, {}
-        hold = held[0]
-        usd, gpu = ledger.unpaid(hold.id)  # as the gate weighs it when it resumes
-        return dict.fromkeys(hold.budgets, usd), dict.fromkeys(hold.budgets, gpu)
+        return held[0] if held else None
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         from costaware.core.errors import ConfigurationError

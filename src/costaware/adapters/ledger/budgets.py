@@ -154,8 +154,11 @@ def usage(
     at: datetime | None = None,
     run_id: str | None = None,
     dag_id: str | None = None,
+    without: str | None = None,
 ) -> list[BudgetUsage]:
     """Where each budget that applies to ``scope`` stands now (or at ``at``).
+
+    ``without``: a reservation id whose holds are left out, as :func:`budget_usage` says.
 
     Raises:
         BudgetNotFoundError: no budget applies to the scope.
@@ -164,7 +167,7 @@ def usage(
     at = at or utcnow()
     with ledger.reading() as conn:
         found = applicable(conn, wanted, run_id, is_sqlite=ledger.is_sqlite, at=at, dag_id=dag_id)
-        return [budget_usage(conn, bid, budget, window, at) for bid, budget, window in found]
+        return [budget_usage(conn, bid, budget, window, at, without=without) for bid, budget, window in found]
 
 
 def suggested_period(scope: Scope) -> str:
@@ -264,9 +267,21 @@ def _holds_of_run(period_key: Any, key: str) -> Any:
 
 
 def budget_usage(
-    conn: Connection, budget_id: int, budget: Budget, window: PeriodWindow, at: datetime
+    conn: Connection,
+    budget_id: int,
+    budget: Budget,
+    window: PeriodWindow,
+    at: datetime,
+    *,
+    without: str | None = None,
 ) -> BudgetUsage:
-    """What the budget's scope spent in ``window`` and what open reservations hold in it at ``at``."""
+    """What the budget's scope spent in ``window`` and what open reservations hold in it at ``at``.
+
+    ``without``: the id of a reservation whose holds are left out, as if it were closed: the room a
+    reservation replacing it is weighed against (a reserve closes the hold it replaces, then reads this).
+    What entries paid from it stays spent. Added back by hand instead (its amount, or what every entry
+    paid from it), the room was wrong where an entry paid from it is outside this budget's scope.
+    """
     e = schema.entries
     conditions = [e.c.estimated.is_(False), *scope_conditions(budget.scope)]
     if is_run_key(window.key):
@@ -308,7 +323,13 @@ def budget_usage(
     held = select(
         func.coalesce(func.sum(case((rest_usd > 0, rest_usd), else_=0)), 0),
         func.coalesce(func.sum(case((rest_gpu > 0, rest_gpu), else_=0)), 0),
-    ).where(h.c.budget_id == budget_id, in_period, h.c.open.is_(True), h.c.expires_at > at)
+    ).where(
+        h.c.budget_id == budget_id,
+        in_period,
+        h.c.open.is_(True),
+        h.c.expires_at > at,
+        true() if without is None else h.c.reservation_id != without,
+    )
     spent = select(
         func.coalesce(func.sum(e.c.usd_micros), 0), func.coalesce(func.sum(e.c.gpu_hours_micros), 0)
     ).where(and_(true(), *conditions))

@@ -115,15 +115,19 @@ class Ledger(LedgerDatabase):
         at: datetime | None = None,
         run_id: str | None = None,
         dag_id: str | None = None,
+        without: str | None = None,
     ) -> list[BudgetUsage]:
         """Where each budget that applies to ``scope`` stands now (or at ``at``).
 
         A per-run budget counts the run ``run_id`` of DAG ``dag_id`` (of any DAG without ``dag_id``).
+        ``without``: the id of a reservation left out of what is reserved, as if given back: the room a
+        ``reserve`` that replaces it (``replacing=``, or a holder's hold it replaces) is checked against.
+        What entries paid from it stays spent.
 
         Raises:
             BudgetNotFoundError: no budget applies to the scope.
         """
-        return budgets.usage(self, scope, at=at, run_id=run_id, dag_id=dag_id)
+        return budgets.usage(self, scope, at=at, run_id=run_id, dag_id=dag_id, without=without)
 
     # -- reservations -----------------------------------------------------------------------------
 
