@@ -416,6 +416,26 @@ def test_a_deferred_gate_counts_back_what_its_own_hold_holds_in_the_budget_not_w
     assert gate.execute_complete(context(), event=event.payload)["usd"] == "6.000000"
 
 
+def test_a_deferred_gate_resumes_once_its_tasks_hold_holds_what_it_asks(env_ledger: Ledger) -> None:
+    # The task's hold grew to $6 (a max_usd) while the gate, run again for $6, waited, and an approved
+    # overage then took the budget past its cap: the resume keeps that hold as it stands, yet the trigger
+    # read the budget without it ($3 left) and waited until the sensor's timeout.
+    sensor(deferrable=False).poke(context())
+    (hold,) = env_ledger.open_reservations()
+    other = env_ledger.reserve("project=churn", "5", holder="retrain/other/train/-1")
+    gate = sensor(estimated_usd="6", deferrable=True)
+    with pytest.raises(TaskDeferred) as deferred:
+        gate.execute(context())
+    trigger = deferred.value.trigger
+    env_ledger.release(other.id)
+    assert env_ledger.grow(hold.id, "6").usd == 6
+    env_ledger.reserve("project=churn", "7", holder="retrain/approved/train/-1", approved_by="alice")
+    assert trigger._shortfall() is None
+    event = asyncio.run(asyncio.wait_for(trigger.run().__anext__(), timeout=10))
+    result = gate.execute_complete(context(), event=event.payload)
+    assert result["usd"] == "6.000000" and result["reservation_id"] == hold.id
+
+
 def test_a_dict_scope_waits_and_is_noted_as_the_scope_it_is(env_ledger: Ledger) -> None:
     # As dags/budgeted_tuning.py writes it: the trigger got "{'project': 'churn'}" and its wait failed with
     # InvalidBudgetError, and the Cost page row held the dict's text.

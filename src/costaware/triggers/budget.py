@@ -75,8 +75,9 @@ class BudgetAvailableTrigger(BaseTrigger):
     def _shortfall(self) -> str | None:
         """None when there is room, else which budget is short (blocking IO: run it in a thread).
 
-        Room as the sensor's ``reserve`` weighs it when it resumes: each budget read without the task's
-        open hold (``holder``), which the reserve replaces.
+        Room as the sensor's ``reserve`` weighs it when it resumes: the task's open hold (``holder``) kept
+        where it holds the amount in this scope, else each budget read without that hold, which the
+        reserve replaces.
         """
         from costaware.core.money import format_usd_exact
         from costaware.hooks.ledger import CostLedgerHook
@@ -84,6 +85,8 @@ class BudgetAvailableTrigger(BaseTrigger):
         ledger = CostLedgerHook(self.ledger_conn_id).get_conn()
         need, gpu = Decimal(self.usd), Decimal(self.gpu_hours)
         replaced = self._open_hold(ledger)
+        if replaced is not None and self._holds_as_asked(ledger, replaced, need, gpu):
+            return None
         without = None if replaced is None else replaced.id
         for usage in ledger.usage(self.scope, run_id=self.run_id, dag_id=self.dag_id, without=without):
             if usage.left_usd < need:
@@ -99,7 +102,7 @@ class BudgetAvailableTrigger(BaseTrigger):
         return None
 
     def _open_hold(self, ledger: Any) -> Reservation | None:
-        """The open hold of ``holder`` (None: none, or no holder): the resuming sensor replaces it.
+        """The open hold of ``holder`` (None: none, or no holder): the resuming sensor keeps or replaces it.
 
         Counted as taken, a gate asking $6 where its own $4 hold and $5 of room were enough waited until its
         timeout; counted back as what every entry paid from it left unpaid, a budget that counts only the
@@ -109,6 +112,19 @@ class BudgetAvailableTrigger(BaseTrigger):
             return None
         held = [r for r in ledger.open_reservations(holder_prefix=self.holder) if r.holder == self.holder]
         return held[0] if held else None
+
+    def _holds_as_asked(self, ledger: Any, hold: Reservation, need: Decimal, gpu: Decimal) -> bool:
+        """Whether the sensor's reserve keeps ``hold`` (in this scope, holding at least what is asked).
+
+        As ``replace_unlike`` decides: a hold grown since the wait began (a ``max_usd`` task's) is returned
+        as it stands, whatever room the budgets have without it.
+        """
+        from costaware.core.budgets import Scope
+
+        if hold.scope != Scope.parse(self.scope):
+            return False
+        unpaid_usd, unpaid_gpu = ledger.unpaid(hold.id)
+        return bool(unpaid_usd >= need and unpaid_gpu >= gpu)
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         from costaware.core.errors import ConfigurationError
