@@ -129,6 +129,35 @@ def test_a_slot_refused_by_a_budget_over_the_dags_tags_that_holds_nothing_of_the
     assert clock.seconds == 0
 
 
+def test_a_slot_counts_back_only_what_its_hold_has_unpaid_when_a_budget_over_the_dags_tags_is_short(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Try 1 billed $0.45 of its $0.50 slot hold, grown back for try 2 as far as the team's $1 cap allowed
+    # ($0.60, $0.15 unpaid). Try 2's $0.30 trial does not fit the team's budget even once that hold is given
+    # back ($0.85 spent), and no hold of the study is in it. Counting the hold's whole $0.60 as room, the
+    # slot waited for the study's running trial, billed all the while from a budget at its cap.
+    clock = FakeClock(monkeypatch)
+    url = f"sqlite:///{tmp_path / 'study.db'}"
+    ledger = Ledger.from_url(url)
+    spec = study_spec("paid-slot", max_usd="10", max_trials=5, fallback_trial_seconds=0.8)
+    create_study(url, ledger, spec)
+    _spend_the_teams_budget(ledger, cap="1", spent="0.4")
+    slot = _hold_slot(ledger, {"team": "ml"}, purpose="try 1")
+    assert slot is not None
+    ledger.grow(slot.id, "0.5")
+    record_and_settle(ledger, _slot_bill("0.45", {"team": "ml"}), retrying=True)
+    assert ledger.unpaid(slot.id)[0] == Decimal("0.15")
+    running = reserve_trial_cost(ledger, spec, lambda: 0.8, "tune/r1/trial/0", "r1", 0, 1.0)
+    ledger.extend(running.id, clock.utcnow() + timedelta(hours=3))
+
+    with pytest.raises(BudgetExceededError, match="team=ml/total"):
+        reserve_trial_cost(
+            ledger, spec, lambda: 0.3, SLOT_HOLDER, "r1", 1, 1.0, replacing=slot.id, bill_tags={"team": "ml"}
+        )
+
+    assert clock.seconds == 0
+
+
 def test_a_slot_refused_by_a_budget_over_the_dags_tags_waits_while_the_studys_trials_hold_its_money(
     tmp_path: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:

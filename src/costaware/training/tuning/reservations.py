@@ -218,25 +218,21 @@ def _other_budgets_may_come_back(
     cap by others, with nothing of the study's held in it, a slot polled for an hour while another trial of
     the study ran, paid all the while from a budget already at its cap.
     """
-    from dataclasses import replace
-
     from costaware.core.budgets import check_cap
 
     own_label = f"{spec.budget_scope}/"
+    # Read without the slot's own hold, which the reserve gives back as it grants the trial's: what that
+    # hold has unpaid in each budget counts as room, what its earlier try paid from it stays spent. Its
+    # whole amount counted back, a slot whose hold that try had paid in part waited, billed past the cap.
     others = [
         u
-        for u in ledger.usage(scope, run_id=run_id, dag_id=holder_dag_id(holder))
+        for u in ledger.usage(scope, run_id=run_id, dag_id=holder_dag_id(holder), without=replacing)
         if not u.label.startswith(own_label)
     ]
-    # The slot's own hold is given back as the trial's reservation is granted: room it leaves counts.
-    slot_hold = ledger.reservation_to_settle(holder) if replacing is not None else None
-    if slot_hold is not None and (slot_hold.id != replacing or slot_hold.status != "open"):
-        slot_hold = None
     short = []
     for usage in others:
-        freed = slot_hold.usd if slot_hold is not None and usage.label in slot_hold.budgets else Decimal(0)
         try:
-            check_cap(replace(usage, reserved_usd=usage.reserved_usd - freed), usd, gpu_hours, "the trial")
+            check_cap(usage, usd, gpu_hours, "the trial")
         except BudgetExceededError:
             short.append(usage)
     if not short:
