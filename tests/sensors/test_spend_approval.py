@@ -334,7 +334,9 @@ def test_the_request_lists_every_budget_it_would_pass(env_ledger: Ledger) -> Non
     env_ledger.set_budget("*", "day", "3")  # $4 passes it alone
     env_ledger.set_budget("project=churn", "total", "100")  # has room: not listed
     env_ledger.set_budget("project=churn,study=s1", "total", "50", cap_gpu_hours="1")  # narrower
-    passed = gate()._passed_budgets(SimpleNamespace(run_id="manual__1", dag_id="retrain"), D(4), D(0))
+    passed = gate()._passed_budgets(
+        SimpleNamespace(run_id="manual__1", dag_id="retrain", map_index=-1), D(4), D(0)
+    )
     names = [b.name.split(" (")[0] for b in passed]
     assert names == ["project=churn/month", "*/day"]
     assert [(b.committed_usd, b.cap_usd) for b in passed] == [(D(8), D(10)), (D(0), D(3))]
@@ -345,10 +347,31 @@ def test_the_request_lists_every_budget_it_would_pass(env_ledger: Ledger) -> Non
     assert "past the caps of all 3 budgets above;" in three
 
 
+def test_the_request_weighs_the_budgets_without_the_tasks_hold_the_approval_replaces(
+    env_ledger: Ledger,
+) -> None:
+    # The gate, run again for $4 while its task holds $1, is refused and asks: an approval replaces that hold.
+    # The request counted it as committed too: it showed $9 of $10 where $8 is, and listed a catch-all with
+    # room for the $4 ($0 committed of $4.50) as a budget the approval would pass.
+    env_ledger.set_budget("*", "day", "4.5")
+    own = env_ledger.reserve("project=churn", "1", holder="retrain/manual__1/train/-1")
+    ti = SimpleNamespace(run_id="manual__1", dag_id="retrain", map_index=-1)
+
+    def passed() -> list[tuple[str, D, D]]:
+        return [
+            (b.name.split(" (")[0], b.committed_usd, b.cap_usd)
+            for b in gate()._passed_budgets(ti, D(4), D(0))
+        ]
+
+    assert passed() == [("project=churn/month", D(8), D(10))]
+    env_ledger.release(own.id)
+    assert passed() == [("project=churn/month", D(8), D(10))]  # as the approval's reserve weighs them
+
+
 def test_a_gpu_hour_cap_passed_is_shown_in_gpu_hours(env_ledger: Ledger) -> None:
     env_ledger.set_budget("team=ml", "month", "100", cap_gpu_hours="1")
     (passed,) = gate(scope="team=ml")._passed_budgets(
-        SimpleNamespace(run_id="manual__1", dag_id="retrain"), D(4), D(10)
+        SimpleNamespace(run_id="manual__1", dag_id="retrain", map_index=-1), D(4), D(10)
     )
     assert passed.gpu_hours == (D(0), D(1))
     body = approval_body(budgets=[passed], needed_usd=D(4), needed_gpu_hours=D(10), task="train")

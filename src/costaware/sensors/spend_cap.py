@@ -595,15 +595,26 @@ class SpendCapSensor(BaseSensorOperator, metaclass=_RecordsArgumentsGiven):
         return PassedBudget(error.scope, Decimal(error.spent_usd or 0), Decimal(error.cap_usd or 0))
 
     def _passed_budgets(self, ti: Any, usd: Any, gpu_hours: Any) -> list[Any]:
-        """The budgets the request would pass, with their forecasts; [] when they cannot be read."""
+        """The budgets the request would pass, with their forecasts; [] when they cannot be read.
+
+        Read without the task's open hold (a gate run again asking more), which the approval's reserve
+        replaces: counted as committed, the request showed more spent than there is, and listed budgets
+        with room for the amount as passed.
+        """
+        from costaware.core.ledger import reservation_holder
         from costaware.hooks.ledger import CostLedgerHook
         from costaware.sensors.spend_approval import PassedBudget
 
         try:
             ledger = CostLedgerHook(self.ledger_conn_id).get_conn()
             budgets = {b.label: b for b in ledger.budgets()}
+            holder = reservation_holder(ti.dag_id, ti.run_id, self._target(), ti.map_index)
+            replaced = [r.id for r in ledger.open_reservations(holder_prefix=holder) if r.holder == holder]
             passed = []
-            for u in ledger.usage(self._scope(), run_id=ti.run_id, dag_id=ti.dag_id):
+            standing = ledger.usage(
+                self._scope(), run_id=ti.run_id, dag_id=ti.dag_id, without=next(iter(replaced), None)
+            )
+            for u in standing:
                 committed = u.spent_usd + u.reserved_usd
                 gpu_committed = u.spent_gpu_hours + u.reserved_gpu_hours
                 gpu_passed = u.cap_gpu_hours is not None and gpu_committed + gpu_hours > u.cap_gpu_hours
