@@ -158,6 +158,33 @@ def test_a_slot_counts_back_only_what_its_hold_has_unpaid_when_a_budget_over_the
     assert clock.seconds == 0
 
 
+def test_a_slot_whose_own_hold_is_all_its_study_holds_does_not_wait_for_it(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The slot's hold over the study's own tags is the only one in the study's budget, and the project's
+    # budget is short even once the trial's reservation gives it back. The slot took that hold for a trial
+    # in flight whose money may come back, and waited an hour for it (renewing it as it waited).
+    clock = FakeClock(monkeypatch)
+    url = f"sqlite:///{tmp_path / 'study.db'}"
+    ledger = Ledger.from_url(url)
+    spec = study_spec("own-hold", max_usd="10", max_trials=5, fallback_trial_seconds=0.8)
+    create_study(url, ledger, spec)
+    project = {"project": "own-hold"}
+    ledger.set_budget(Scope.of(project), "total", Decimal("1"))
+    ledger.record(
+        LedgerEntry(
+            dag_id="other", run_id="r", task_id="t", kind=Kind.STORAGE, usd=Decimal("0.8"), tags=project
+        )
+    )
+    slot = _hold_slot(ledger, spec.budget_scope.as_dict())
+    assert slot is not None
+
+    with pytest.raises(BudgetExceededError, match="project=own-hold/total"):
+        reserve_trial_cost(ledger, spec, lambda: 0.3, SLOT_HOLDER, "r1", 1, 1.0, replacing=slot.id)
+
+    assert clock.seconds == 0
+
+
 def test_a_slot_refused_by_a_budget_over_the_dags_tags_waits_while_the_studys_trials_hold_its_money(
     tmp_path: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:

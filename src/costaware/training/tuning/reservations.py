@@ -102,7 +102,9 @@ def reserve_trial_cost(
             held = ledger.extend(held.id, asked_at + lease)
             return _unpaid(ledger, held, usd)
         except BudgetExceededError:
-            own = study_usage(ledger, spec)
+            # Without the slot's own hold, which the reserve gave back as it checked: taken for a trial in
+            # flight, a slot whose hold was the study's only one waited an hour for it, renewing it.
+            own = study_usage(ledger, spec, without=replacing)
             if own is None or not _may_come_back(own, usd, gpu_hours):
                 raise
             if bill_tags and not _other_budgets_may_come_back(
@@ -281,10 +283,14 @@ def _unpaid(ledger: Ledger, held: Reservation, usd: Decimal) -> Reservation:
     )
 
 
-def study_usage(ledger: Ledger, spec: StudySpec) -> BudgetUsage | None:
-    """Where the study's own budget stands (other budgets may cover the study too)."""
+def study_usage(ledger: Ledger, spec: StudySpec, *, without: str | None = None) -> BudgetUsage | None:
+    """Where the study's own budget stands (other budgets may cover the study too).
+
+    ``without``: a reservation left out of what it holds (see ``Ledger.usage``).
+    """
     label = f"{spec.budget_scope}/"
-    return next((u for u in ledger.usage(spec.budget_scope) if u.label.startswith(label)), None)
+    standing = ledger.usage(spec.budget_scope, without=without)
+    return next((u for u in standing if u.label.startswith(label)), None)
 
 
 def settle_trial(
