@@ -953,6 +953,59 @@ def test_a_refused_slots_study_load_is_paid_from_the_hold_taken_before_it(
     assert spent == usd <= Decimal("0.05") and held == 0
 
 
+def _wait_on_a_fake_clock(monkeypatch: pytest.MonkeyPatch, ti: Any) -> list[float]:
+    """A slot's wait for money moves the ledger's clock and the listener's measure of the try (no sleep)."""
+    from costaware.adapters.ledger import budgets, reservations
+    from costaware.training.tuning import reservations as trial_reservations
+
+    waited = [0.0]
+    base = datetime.now(timezone.utc)
+
+    def utcnow() -> datetime:
+        return base + timedelta(seconds=waited[0])
+
+    def sleep(seconds: float) -> None:
+        waited[0] += seconds
+        listener._STARTS[listener._key(ti)] -= seconds
+
+    for module in (reservations, budgets, trial_reservations):
+        monkeypatch.setattr(module, "utcnow", utcnow)
+    clock = SimpleNamespace(monotonic=lambda: waited[0], sleep=sleep)
+    monkeypatch.setattr(trial_reservations, "time", clock)
+    return waited
+
+
+def test_a_slots_wait_for_money_is_held_at_the_workers_price_and_stops_where_its_budget_ends(
+    env: Ledger, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Another trial holds $0.47 of the study's $0.5 (kept 3 h for its retry): slot 0 waits for it. Its hold,
+    # 60 s of the worker's $0.096/h, was only extended: the try was billed an hour's wait, $0.0976, on the
+    # project's budget of $0.52 where the other trial's $0.47 was held.
+    env.set_budget("project=churn", "total", "0.52")
+    plan = _plan(max_usd="0.5", fallback_trial_seconds=1)  # a trial needs $0.035
+    plan.execute({"ti": _ti(plan)})
+    other = env.reserve("project=churn,study=s1", Decimal("0.47"), holder="other/r/trial/1")
+    op, ti = _slot_in_tagged_dag(study_load_seconds=60)
+    listener.cost_listener.on_task_instance_running(None, ti)
+    waited = _wait_on_a_fake_clock(monkeypatch, ti)
+    env.extend(other.id, datetime.now(timezone.utc) + timedelta(hours=3))
+
+    with pytest.raises(AirflowSkipException) as skipped:
+        op.execute({"ti": ti})
+    listener.cost_listener.on_task_instance_skipped(None, ti)
+
+    assert waited[0] > 600  # far past the 60 s its hold was first taken for
+    (entry,) = [e for e in env.entries() if e["task_id"] == "trial"]
+    hold = env.latest_reservation(reservation_holder(DAG_ID, RUN_ID, "trial", 0))
+    assert hold is not None and entry["reservation_id"] == hold.id
+    assert Decimal(str(entry["usd"])) <= hold.usd  # the whole wait paid from its hold
+    spent, held = _spent_and_holds(env, "project=churn/total")
+    assert spent + held <= Decimal("0.52")
+    said = str(skipped.value)
+    assert "slot 0 stops waiting for the study's money" in said and "'project=churn/total'" in said
+    assert "at $0.096000/h" in said and "raise that budget's cap with `costaware budget set`" in said
+
+
 def test_a_granted_trial_takes_the_place_of_the_slots_hold(env: Ledger) -> None:
     env.set_budget("project=churn", "total", "1")
     plan = _plan(max_usd="0.5", fallback_trial_seconds=5)

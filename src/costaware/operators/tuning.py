@@ -63,6 +63,8 @@ DEFAULT_STUDY_LOAD_SECONDS = 60.0
 MAX_STUDY_LOAD_SECONDS = 86400.0
 
 if TYPE_CHECKING:
+    from decimal import Decimal
+
     from airflow.sdk import Context
 
     from costaware.core.tuning import StudySpec
@@ -368,7 +370,8 @@ class BudgetedTuningOperator(_StudyOperator):
                 on_label=label,
                 keep_for_retry_seconds=retry_wait_seconds(self, int(ti.try_number), int(ti.max_tries)),
                 seconds_already_used=seconds_since_try_began(ti),
-                slot_hold=slot_hold,
+                slot_hold=None if slot_hold is None else slot_hold[0],
+                slot_usd_per_hour=None if slot_hold is None else slot_hold[1],
                 bill_tags=run_tags,
                 loaded=loaded,
             )
@@ -392,14 +395,15 @@ class BudgetedTuningOperator(_StudyOperator):
         tags, _ = valid_tags(tags_for(dag, dict(params)))
         return tags
 
-    def _hold_slot_time(self, ti: Any, tags: dict[str, str], holder: str) -> str | None:
+    def _hold_slot_time(self, ti: Any, tags: dict[str, str], holder: str) -> tuple[str, Decimal] | None:
         """Hold the try's time so far plus ``study_load_seconds`` where a refused slot's bill would land.
 
         Refused, the slot's try is billed by the cost listener to the run's tags on the worker's compute:
         held here in every budget over those tags, priced as the listener prices it, before anything slow.
 
         Returns:
-            The hold's id, or None where no budget counts the try or the worker's compute has no price.
+            The hold's id and the worker's price per hour (a wait for money grows the hold at it), or None
+            where no budget counts the try or the worker's compute has no price.
 
         Raises:
             AirflowSkipException: a budget over the run's tags cannot hold even that time.
@@ -446,7 +450,7 @@ class BudgetedTuningOperator(_StudyOperator):
                 f"study {self.study_name}: slot {self.slot} runs no trial, its time before the trial's "
                 f"reservation cannot be held: {message.replace(todo, RAISE_THE_CAP_ONLY + lower)}"
             ) from e
-        return None if held is None else held.id
+        return None if held is None else (held.id, charge.usd_per_hour)
 
 
 def seconds_since_try_began(ti: Any) -> float:

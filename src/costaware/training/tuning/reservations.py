@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING
 
 from costaware.core.budgets import Scope
 from costaware.core.errors import BudgetExceededError
-from costaware.core.ledger import Kind, LedgerEntry, Market, clipped_note, holder_dag_id, utcnow
-from costaware.core.money import format_usd
+from costaware.core.ledger import Kind, LedgerEntry, Market, clipped_note, compute_cost, holder_dag_id, utcnow
+from costaware.core.money import format_usd, format_usd_exact
 from costaware.core.tuning import MAX_KEEP_FOR_RETRY_SECONDS, StudySpec, usd_for_seconds
 from costaware.training.tuning.results import EntryOwner
 
@@ -27,6 +27,9 @@ LATE_POLL_SECONDS = 30.0
 #: The least a slot's hold (:func:`hold_slot_time`) counts past what it is for: the cost listener settles it
 #: with the try's bill after the try ends.
 SLOT_HOLD_SECONDS = 600.0
+#: Seconds of the try's time a waiting slot's hold pays past its next wait: the ask after it, and the try's
+#: end once it gives up (the cost listener bills the whole try).
+SLOT_WAIT_MARGIN_SECONDS = 30.0
 
 
 def reserve_trial_cost(
@@ -40,6 +43,8 @@ def reserve_trial_cost(
     keep_for_retry_seconds: float = 0.0,
     replacing: str | None = None,
     bill_tags: Mapping[str, str] | None = None,
+    slot_usd_per_hour: Decimal | None = None,
+    slot_seconds_so_far: float = 0.0,
 ) -> Reservation:
     """Reserve the trial's cost; while refused only because other trials hold money, wait for them.
 
@@ -52,7 +57,12 @@ def reserve_trial_cost(
     back as the trial's reservation is granted (which holds that time too) and kept while it is refused,
     so that the slot's bill is paid from it: before each wait it is kept counting past that wait by
     :data:`SLOT_HOLD_SECONDS` (a wait of up to an hour outlived its 600 s, others reserved its money, and a
-    refused slot's try was billed with nothing held).
+    refused slot's try was billed with nothing held), and grown to pay the try's time to the end of that
+    wait at ``slot_usd_per_hour``, the price its bill is charged at (Airflow: the worker's), counted from
+    ``slot_seconds_so_far`` (what the try ran before this call). Only extended, a slot that waited past its
+    ``study_load_seconds`` was billed past its hold ($0.0203 on a $0.02 cap). Where a budget the hold is in
+    has no room for that, the slot stops waiting (a refusal naming that budget) while its hold still pays
+    for its time. None: the hold is not grown.
 
     The hold lasts 2 x the trial's time (at least 60 s), plus ``keep_for_retry_seconds``: how long Airflow
     waits before the task's retry, where it has one left. A failed or killed try leaves its hold open,
@@ -125,9 +135,48 @@ def reserve_trial_cost(
                 own.reserved_gpu_hours,
             )
             if replacing is not None:
-                ledger.extend(replacing, utcnow() + timedelta(seconds=pause + SLOT_HOLD_SECONDS))
+                try_seconds = slot_seconds_so_far + (time.monotonic() - waiting_since)
+                _keep_slot_hold(ledger, replacing, slot, pause, try_seconds, slot_usd_per_hour)
             time.sleep(pause)
             seconds = seconds_needed()
+
+
+def _keep_slot_hold(
+    ledger: Ledger,
+    hold_id: str,
+    slot: int,
+    pause: float,
+    try_seconds: float,
+    usd_per_hour: Decimal | None,
+) -> None:
+    """Keep a waiting slot's hold counting past its next wait and, at ``usd_per_hour``, paying for it.
+
+    Raises:
+        BudgetExceededError: a budget the hold is in has no room for the try's time to the end of the wait.
+    """
+    held = ledger.extend(hold_id, utcnow() + timedelta(seconds=pause + SLOT_HOLD_SECONDS))
+    if usd_per_hour is None or held.status != "open":
+        return
+    seconds = try_seconds + pause + SLOT_WAIT_MARGIN_SECONDS
+    _, usd = compute_cost(seconds, usd_per_hour)
+    # What an earlier try of the task paid from the hold is not this try's to spend.
+    need = ledger.paid_from([hold_id]).get(hold_id, Decimal(0)) + usd
+    if held.usd >= need:
+        return
+    held = ledger.grow(hold_id, need)
+    if held.usd >= need:
+        return
+    budgets = ", ".join(repr(label) for label in held.budgets) or repr(str(held.scope))
+    raise BudgetExceededError(
+        f"slot {slot} stops waiting for the study's money: its try's time to the end of its next wait "
+        f"({seconds:.0f} s at ${usd_per_hour}/h, the price its bill is charged at) needs a hold of "
+        f"{format_usd_exact(need)}, and the budgets it is held in ({budgets}) have room for "
+        f"{format_usd_exact(held.usd)} only: raise that "
+        "budget's cap with `costaware budget set`, or run fewer trials at once (max_active_trials) so that "
+        "slots wait less",
+        scope=held.budgets[0] if held.budgets else str(held.scope),
+        needed_usd=str(need),
+    )
 
 
 def hold_slot_time(
@@ -345,8 +394,6 @@ def _slot_entry(
     reservation_id: str | None = None,
 ) -> LedgerEntry:
     """The compute entry of ``seconds`` a slot ran at the study's price, owned by ``owner``."""
-    from costaware.core.ledger import compute_cost
-
     hours, usd = compute_cost(seconds, spec.usd_per_hour)
     return LedgerEntry(
         dag_id=owner.dag_id,

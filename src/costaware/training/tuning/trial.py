@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
+from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
 import optuna
@@ -121,6 +122,7 @@ def run_trial(
     keep_for_retry_seconds: float = 0.0,
     seconds_already_used: float = 0.0,
     slot_hold: str | None = None,
+    slot_usd_per_hour: Decimal | None = None,
     bill_tags: Mapping[str, str] | None = None,
     loaded: tuple[optuna.study.Study, StudySpec] | None = None,
 ) -> SlotResult:
@@ -152,6 +154,8 @@ def run_trial(
         slot_hold: The id of ``holder``'s hold on the slot's time before the trial's reservation
             (:func:`~costaware.training.tuning.reservations.hold_slot_time`): the trial's reservation
             replaces it as it is granted; a slot that runs no trial leaves it to the try's bill.
+        slot_usd_per_hour: The price the try's bill is charged at (Airflow: the worker's): while the slot
+            waits for other trials' money, ``slot_hold`` grows at it to pay the wait (None: not grown).
         bill_tags: Tags the try's bill carries beside the study's scope (Airflow: the run's tags, which the
             listener adds): the trial's reservation holds in every budget over both, as the bill counts in
             them all.
@@ -185,7 +189,16 @@ def run_trial(
         # reserve, which finds it by its holder, it pays the retry less what the earlier try spent.
         slot_hold = None
     reserved = _reserve_trial(
-        s, ledger, holder, run_id, slot, wait_poll_seconds, keep_for_retry_seconds, slot_hold, bill_tags
+        s,
+        ledger,
+        holder,
+        run_id,
+        slot,
+        wait_poll_seconds,
+        keep_for_retry_seconds,
+        slot_hold,
+        slot_usd_per_hour,
+        bill_tags,
     )
     if isinstance(reserved, SlotResult):
         if settle_as is not None:  # in Airflow the cost listener bills the skipped try
@@ -283,6 +296,7 @@ def _reserve_trial(
     wait_poll_seconds: float,
     keep_for_retry_seconds: float,
     slot_hold: str | None,
+    slot_usd_per_hour: Decimal | None,
     bill_tags: Mapping[str, str] | None,
 ) -> tuple[Reservation, TrialEstimate] | SlotResult:
     """Estimate the trial's full-fidelity cost and reserve it; a refusal stops the study for good."""
@@ -308,6 +322,8 @@ def _reserve_trial(
             keep_for_retry_seconds,
             replacing=slot_hold,
             bill_tags=bill_tags,
+            slot_usd_per_hour=slot_usd_per_hour,
+            slot_seconds_so_far=s.meter() - s.started,
         )
     except BudgetExceededError as e:
         if s.resumed is not None:
