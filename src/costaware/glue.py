@@ -134,12 +134,18 @@ def tags_for(dag: Any, params: Mapping[str, Any]) -> dict[str, str]:
 
 
 def run_tags(
-    operator: Any, context: Mapping[str, Any], own: Mapping[str, str] | None = None
+    operator: Any,
+    context: Mapping[str, Any],
+    own: Mapping[str, str] | None = None,
+    *,
+    drop_invalid: bool = False,
 ) -> dict[str, str]:
     """The run's allocation tags as the cost listener sees them, then the operator's own ``tags``.
 
     Every entry an operator writes itself then carries the same tags as the listener's entries: the DAG's
-    ``key:value`` tags and the run's team/project/owner params.
+    ``key:value`` tags and the run's team/project/owner params. ``drop_invalid``: leave out a tag that cannot
+    be recorded, as the listener leaves it out of the try's bill, instead of raising (money held where that
+    bill counts).
 
     Raises:
         ConfigurationError: a tag that cannot be recorded (a ``,`` or ``=`` in a run's ``owner``, say),
@@ -150,11 +156,11 @@ def run_tags(
 
     try:
         dag = operator.dag
-    except RuntimeError:  # an operator run outside any DAG (tests, ad-hoc execute)
+    except (AttributeError, RuntimeError):  # an operator run outside any DAG (tests, ad-hoc execute)
         dag = None
     tags = {**tags_for(dag, dict(context.get("params") or {})), **dict(own or {})}
     kept, dropped = valid_tags(tags)
-    if dropped:
+    if dropped and not drop_invalid:
         raise ConfigurationError(
             f"{'; '.join(dropped.values())}. Trigger the run again with other values (the run params "
             f"{', '.join(TAG_NAMES)} and the DAG's 'key:value' tags become ledger tags)"

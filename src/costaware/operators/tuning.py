@@ -327,7 +327,7 @@ class BudgetedTuningOperator(_StudyOperator):
 
     def execute(self, context: Context) -> dict[str, Any]:
         from costaware.core.ledger import reservation_holder
-        from costaware.glue import annotate_task
+        from costaware.glue import annotate_task, run_tags
         from costaware.training.tuning import load_study, run_trial
 
         ti = context["ti"]
@@ -337,8 +337,11 @@ class BudgetedTuningOperator(_StudyOperator):
         with airflow_errors():
             # Before the study is loaded (a far store takes minutes): a slot refused after it was billed
             # that time with nothing held, past a project budget with little left.
-            run_tags = self._run_tags(context)
-            slot_hold = self._hold_slot_time(ti, run_tags, holder)
+            # The run's tags as the cost listener bills this try with them; a task executed with a bare
+            # context reads its own params.
+            params = context.get("params") or getattr(self, "params", None) or {}
+            bill_tags = run_tags(self, {"params": params}, drop_invalid=True)
+            slot_hold = self._hold_slot_time(ti, bill_tags, holder)
             trainer = resolve_trial_trainer(self.trainer)
             # Once: run_trial takes it as loaded (study_load_seconds holds one load).
             loaded = load_study(self.study_storage(), str(self.study_name), int(self.slot), holder)
@@ -372,7 +375,7 @@ class BudgetedTuningOperator(_StudyOperator):
                 seconds_already_used=seconds_since_try_began(ti),
                 slot_hold=None if slot_hold is None else slot_hold[0],
                 slot_usd_per_hour=None if slot_hold is None else slot_hold[1],
-                bill_tags=run_tags,
+                bill_tags=bill_tags,
                 loaded=loaded,
             )
         if not result.ran:
@@ -381,19 +384,6 @@ class BudgetedTuningOperator(_StudyOperator):
         assert result.trial is not None
         self.log.info("trial %s %s: %s", result.trial.label, result.trial.params, result.trial.decision)
         return result.trial.to_json()
-
-    def _run_tags(self, context: Context) -> dict[str, str]:
-        """The run's tags as the cost listener bills this try with them (the DAG's, the run's params)."""
-        from costaware.core.budgets import valid_tags
-        from costaware.glue import tags_for
-
-        try:
-            dag = self.dag
-        except (AttributeError, RuntimeError):  # an operator run outside any DAG
-            dag = None
-        params = context.get("params") or getattr(self, "params", None) or {}
-        tags, _ = valid_tags(tags_for(dag, dict(params)))
-        return tags
 
     def _hold_slot_time(self, ti: Any, tags: dict[str, str], holder: str) -> tuple[str, Decimal] | None:
         """Hold the try's time so far plus ``study_load_seconds`` where a refused slot's bill would land.
