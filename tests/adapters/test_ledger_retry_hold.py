@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator
+from dataclasses import replace
 from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
@@ -225,3 +226,56 @@ def test_another_process_reserving_as_a_retried_try_is_written_waits_for_its_hol
 
     assert [type(o) for o in outcome] == [BudgetExceededError]
     assert (any_ledger.unpaid(held.id)[0], _committed(any_ledger)) == (6, 11)
+
+
+def test_a_retry_written_as_a_settle_writes_the_same_entry_neither_deadlocks(
+    any_ledger: Ledger, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A drain settling the hold with try 1's entry while the listener writes it for the retry: the settle
+    # had the entry's key and waited for the hold's row, the regrowth had that row and waited for the key.
+    # PostgreSQL aborted one; the spool kept the entry but the hold was not grown, warned as "not held".
+    import threading
+    import time
+
+    from costaware.adapters.ledger import reservations
+
+    if any_ledger.is_sqlite:
+        pytest.skip("SQLite's one writer lock cannot deadlock: needs PostgreSQL's row locks")
+    any_ledger.set_budget("project=churn", "month", "100")
+    held = any_ledger.reserve("project=churn", "6", holder=HOLDER, run_id="r1", dag_id="retrain")
+    other_worker = Ledger.from_url(any_ledger.engine.url.render_as_string(hide_password=False))
+    bill = replace(_try_bill("5", 1), reservation_id=held.id)
+    settle_has_the_entry = threading.Event()
+    insert_alone = reservations.insert_entry
+
+    def insert_then_wait_in_the_settle(conn: Any, entry: LedgerEntry) -> bool:
+        new = insert_alone(conn, entry)
+        if threading.current_thread().name == "settle":
+            settle_has_the_entry.set()
+            time.sleep(1.5)  # the regrowth takes its locks and queues for the entry meanwhile
+        return new
+
+    monkeypatch.setattr(reservations, "insert_entry", insert_then_wait_in_the_settle)
+    failures: list[BaseException] = []
+
+    def settle() -> None:
+        try:
+            other_worker.settle(held.id, bill.usd, entry=bill)
+        except BaseException as e:
+            failures.append(e)
+
+    settling = threading.Thread(target=settle, name="settle")
+    settling.start()
+    try:
+        assert settle_has_the_entry.wait(30)
+        try:
+            any_ledger.record_and_regrow(bill)
+        except BaseException as e:
+            failures.append(e)
+        settling.join(timeout=30)
+    finally:
+        other_worker.dispose()
+
+    assert failures == []
+    assert [e["entry_uid"] for e in any_ledger.entries()] == [bill.entry_uid]
+    assert any_ledger.latest_reservation(HOLDER).status == "settled"

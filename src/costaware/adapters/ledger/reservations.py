@@ -201,15 +201,21 @@ def unpaid(conn: Connection, held: Reservation) -> tuple[Decimal, Decimal]:
     return max(held.usd - paid_usd, Decimal(0)), max(held.gpu_hours - paid_gpu_hours, Decimal(0))
 
 
-def _paid(conn: Connection, reservation_id: str) -> tuple[Decimal, Decimal]:
-    """What the (actual, not estimated) entries paid from ``reservation_id``, in USD and GPU-hours."""
-    return _paid_in(conn, [reservation_id]).get(reservation_id, (Decimal(0), Decimal(0)))
+def _paid(conn: Connection, reservation_id: str, *, but_entry: str | None = None) -> tuple[Decimal, Decimal]:
+    """What the (actual, not estimated) entries paid from ``reservation_id``, in USD and GPU-hours.
+
+    ``but_entry``: the ``entry_uid`` of one entry left out (what was paid before it).
+    """
+    paid = _paid_in(conn, [reservation_id], but_entry=but_entry)
+    return paid.get(reservation_id, (Decimal(0), Decimal(0)))
 
 
-def _paid_in(conn: Connection, reservation_ids: list[str]) -> dict[str, tuple[Decimal, Decimal]]:
+def _paid_in(
+    conn: Connection, reservation_ids: list[str], *, but_entry: str | None = None
+) -> dict[str, tuple[Decimal, Decimal]]:
     """What the entries paid from each reservation so far (estimates aside), in USD and GPU-hours.
 
-    Ids with none are left out.
+    Ids with none are left out; ``but_entry`` as :func:`_paid`.
     """
     e = schema.entries
     query = (
@@ -217,6 +223,8 @@ def _paid_in(conn: Connection, reservation_ids: list[str]) -> dict[str, tuple[De
         .where(e.c.reservation_id.in_(reservation_ids), e.c.estimated.is_(False))
         .group_by(e.c.reservation_id)
     )
+    if but_entry is not None:
+        query = query.where(e.c.entry_uid != but_entry)
     return {
         str(rid): (from_micros(usd or 0), from_micros(gpu_hours or 0))
         for rid, usd, gpu_hours in conn.execute(query)
@@ -341,22 +349,32 @@ def record_and_regrow(
             "the id of its task's open hold, or record it with Ledger.record"
         )
     with ledger.transaction() as conn:
-        held = _lock_for_growth(conn, ledger, entry.reservation_id)
-        unpaid_before, _ = unpaid(conn, held)
+        # Budgets, entry, then the hold's row: reserve's order (budgets, hold) and settle's (entry, hold).
+        # With the hold's row locked before the entry, a settle writing the same entry at once held the
+        # entry's key and waited for the row while this waited for the key: PostgreSQL aborted one.
+        _lock_budgets_of(conn, ledger, entry.reservation_id)
         new = insert_entry(conn, entry)
+        held = _locked(conn, ledger, entry.reservation_id)
+        paid = _paid(conn, held.id)[0]
+        paid_before = _paid(conn, held.id, but_entry=entry.entry_uid)[0] if new else paid
+        unpaid_before = max(held.usd - paid_before, Decimal(0))
         # Back to what it had unpaid before the entry: all it paid, even past the hold, plus that.
-        target = _paid(conn, held.id)[0] + unpaid_before if new else held.usd
-        return new, target, *_grow_in(conn, ledger, entry.reservation_id, target)
+        target = paid + unpaid_before if new else held.usd
+        return new, target, *_grow_in(conn, ledger, held.id, target)
 
 
-def _lock_for_growth(conn: Connection, ledger: LedgerDatabase, reservation_id: str) -> Reservation:
-    """Lock the budgets ``reservation_id`` holds money in, then its own row (reserve's order); returns it."""
-    r, h, b = schema.reservations, schema.holds, schema.budgets
+def _lock_budgets_of(conn: Connection, ledger: LedgerDatabase, reservation_id: str) -> None:
+    """Lock the budgets ``reservation_id`` holds money in, in id order (reserve's)."""
+    h, b = schema.holds, schema.budgets
     budget_ids = select(h.c.budget_id).where(h.c.reservation_id == reservation_id)
-    budgets_query = select(b.c.id).where(b.c.id.in_(budget_ids)).order_by(b.c.id)  # id order, as reserve
-    mine = select(r.c.id).where(r.c.id == reservation_id)
     if not ledger.is_sqlite:  # SQLite's write lock already holds everything
-        conn.execute(budgets_query.with_for_update()).all()
+        conn.execute(select(b.c.id).where(b.c.id.in_(budget_ids)).order_by(b.c.id).with_for_update()).all()
+
+
+def _locked(conn: Connection, ledger: LedgerDatabase, reservation_id: str) -> Reservation:
+    """``reservation_id`` as it stands, its row locked (after the budgets: reserve's order)."""
+    mine = select(schema.reservations.c.id).where(schema.reservations.c.id == reservation_id)
+    if not ledger.is_sqlite:
         conn.execute(mine.with_for_update()).all()
     return reservation(conn, reservation_id)
 
@@ -365,6 +383,9 @@ def _grow_in(
     conn: Connection, ledger: LedgerDatabase, reservation_id: str, target: Decimal
 ) -> tuple[Reservation, str | None]:
     """:func:`grow` in the caller's transaction (locking again what the caller locked is a no-op).
+
+    The budgets are locked before the reservation's row (reserve's order); a caller that writes an entry
+    of it in the same transaction writes it between the two (settle's order: entry, then row).
 
     Returns the reservation as it stands, and why it was not grown at all where the budgets' room was not
     the reason (None otherwise).
