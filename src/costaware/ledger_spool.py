@@ -94,13 +94,11 @@ def hold_again_for_retry(ledger: Any, reservation: Any, entry: Any) -> None:
     same entry written again (a drain) pays nothing more, so grows nothing more. Only a failed growth is
     logged, not raised: the task's try is over (a listener cannot fail it).
     """
-    from decimal import Decimal
-
     from costaware.core.money import format_usd_exact
 
     paid_entry = replace(entry, reservation_id=reservation.id)  # paid from the hold, which stays
     try:
-        new, target, grown, why_not_grown = ledger.record_and_regrow(paid_entry)
+        new, target, grown, why_not_grown, unpaid_before = ledger.record_and_regrow(paid_entry)
     except Exception as e:
         # Not written with its growth: write it alone (an error here is the ledger's, for the spool).
         ledger.record(paid_entry)
@@ -117,7 +115,6 @@ def hold_again_for_retry(ledger: Any, reservation: Any, entry: Any) -> None:
         shortfall = target - grown.usd
         if not new or shortfall <= 0 or grown.status != "open":
             return
-        unpaid_before = target - ledger.paid_from([reservation.id]).get(reservation.id, Decimal(0))
         why, what_to_do = _why_short(ledger, grown, entry, why_not_grown)
         log.warning(
             "costaware: the hold %s of %s.%s is held again for its retry %s short of the %s it held for try "

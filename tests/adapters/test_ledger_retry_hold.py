@@ -279,3 +279,38 @@ def test_a_retry_written_as_a_settle_writes_the_same_entry_neither_deadlocks(
     assert failures == []
     assert [e["entry_uid"] for e in any_ledger.entries()] == [bill.entry_uid]
     assert any_ledger.latest_reservation(HOLDER).status == "settled"
+
+
+def test_the_shortfall_warning_names_what_the_hold_had_unpaid_as_its_entry_was_written(
+    any_ledger: Ledger, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The warning read what the hold had paid again after the write: an entry paid from it in between (the
+    # task's other attempt) made try 1's $6 read $4.
+    any_ledger.set_budget("project=churn", "month", "10")
+    held = any_ledger.reserve("project=churn", "6", holder=HOLDER, run_id="r1", dag_id="retrain")
+    regrow_alone = any_ledger.record_and_regrow
+
+    def regrow_then_another_entry_is_paid(entry: LedgerEntry) -> Any:
+        regrown = regrow_alone(entry)
+        any_ledger.record(replace(_try_bill("2", 1), kind="storage", reservation_id=held.id))
+        return regrown
+
+    monkeypatch.setattr(any_ledger, "record_and_regrow", regrow_then_another_entry_is_paid)
+    with caplog.at_level(logging.WARNING):
+        record_and_settle(any_ledger, _try_bill("5", 1), retrying=True)
+
+    (warning,) = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert "held again for its retry $1.00 short of the $6.00 it held for try 1 (which paid $5.00" in warning
+
+
+def test_a_regrowth_returns_what_the_hold_had_unpaid_before_its_entry(any_ledger: Ledger) -> None:
+    any_ledger.set_budget("project=churn", "month", "100")
+    held = any_ledger.reserve("project=churn", "6", holder=HOLDER, run_id="r1", dag_id="retrain")
+    any_ledger.record(replace(_try_bill("2", 1), kind="storage", reservation_id=held.id))
+
+    bill = replace(_try_bill("3", 1), reservation_id=held.id)
+    regrown = any_ledger.record_and_regrow(bill)
+    again = any_ledger.record_and_regrow(bill)  # written again: pays, and grows, nothing more
+
+    assert (regrown.new, regrown.unpaid_before, regrown.target, regrown.held.usd) == (True, 4, 9, 9)
+    assert (again.new, again.unpaid_before, again.target, again.held.usd) == (False, 4, 9, 9)

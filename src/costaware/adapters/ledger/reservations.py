@@ -12,7 +12,7 @@ import logging
 import uuid
 from datetime import datetime, timedelta
 from decimal import Decimal
-from typing import Any
+from typing import Any, NamedTuple
 
 from sqlalchemy import Connection, and_, case, func, or_, select
 
@@ -329,16 +329,21 @@ def grow(ledger: LedgerDatabase, reservation_id: str, usd: object) -> Reservatio
         return _grow_in(conn, ledger, reservation_id, target)[0]
 
 
-def record_and_regrow(
-    ledger: LedgerDatabase, entry: LedgerEntry
-) -> tuple[bool, Decimal, Reservation, str | None]:
+class Regrowth(NamedTuple):
+    """What :func:`record_and_regrow` did: the entry, and the hold grown back for the retry."""
+
+    new: bool  # the entry was not in the ledger (written again, it pays, and grows, nothing more)
+    target: Decimal  # what the hold was to grow to
+    held: Reservation  # the hold as it now stands (compare its ``usd`` with ``target``)
+    why_not_grown: str | None  # why it was not grown at all, other than the budgets' room
+    unpaid_before: Decimal  # what the hold had left unpaid before the entry, read under the locks
+
+
+def record_and_regrow(ledger: LedgerDatabase, entry: LedgerEntry) -> Regrowth:
     """Record ``entry`` paid from its open hold and grow the hold back by what it paid, in one transaction.
 
     A retried task's hold (``entry.reservation_id``): written apart, another run could reserve the room the
     entry freed before the hold took it back. Under the budgets' locks, as :func:`grow`, never past a cap.
-    Returns whether the entry was new (written again it pays, and grows, nothing more), the amount the hold
-    was to grow to, the hold as it now stands, and why it was not grown at all other than the budgets' room
-    (None: only their room bounded it).
 
     Raises:
         ConfigurationError: ``entry`` names no hold (``reservation_id`` None).
@@ -360,7 +365,8 @@ def record_and_regrow(
         unpaid_before = max(held.usd - paid_before, Decimal(0))
         # Back to what it had unpaid before the entry: all it paid, even past the hold, plus that.
         target = paid + unpaid_before if new else held.usd
-        return new, target, *_grow_in(conn, ledger, held.id, target)
+        grown, why_not_grown = _grow_in(conn, ledger, held.id, target)
+        return Regrowth(new, target, grown, why_not_grown, unpaid_before)
 
 
 def _lock_budgets_of(conn: Connection, ledger: LedgerDatabase, reservation_id: str) -> None:

@@ -204,14 +204,15 @@ class Ledger(LedgerDatabase):
         """
         return reservations.grow(self, reservation_id, usd)
 
-    def record_and_regrow(self, entry: LedgerEntry) -> tuple[bool, Decimal, Reservation, str | None]:
+    def record_and_regrow(self, entry: LedgerEntry) -> reservations.Regrowth:
         """Record ``entry`` paid from its open hold, and grow the hold back by what it paid, at once.
 
         For a try that failed and will be retried: one transaction under the budgets' locks, so no other
         run can reserve the room the entry freed before the hold takes it back; grown as :meth:`grow`
         grows, never past a cap. Returns whether the entry was new (written again, it grows nothing), the
-        amount the hold was to grow to, the hold as it now stands (compare its ``usd``), and why it was not
-        grown at all where that was not the budgets' room (a budget set after it, a time zone changed).
+        amount the hold was to grow to, the hold as it now stands (compare its ``usd``), why it was not
+        grown at all where that was not the budgets' room (a budget set after it, a time zone changed), and
+        what it had left unpaid before the entry (read in the same transaction).
         """
         return reservations.record_and_regrow(self, entry)
 
