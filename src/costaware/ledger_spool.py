@@ -90,7 +90,8 @@ def hold_again_for_retry(ledger: Any, reservation: Any, entry: Any) -> None:
     $5 of a $6 hold, another run took $4 of the $10 cap, try 2 billed $6: $15 committed. The entry and the
     growth are one ledger transaction under the budgets' locks (``Ledger.record_and_regrow``), so no run
     reserves that room in between; the growth takes only the room every covering budget has, and where it
-    falls short a WARNING names the budgets and why: the retry may pass them by up to the shortfall. The
+    falls short a WARNING names the budgets and why: the retry may pass them by up to the shortfall (a hold
+    past its ttl as the entry is written is not grown, and its WARNING says it expired). The
     same entry written again (a drain) pays nothing more, so grows nothing more. Only a failed growth is
     logged, not raised: the task's try is over (a listener cannot fail it).
     """
@@ -98,7 +99,7 @@ def hold_again_for_retry(ledger: Any, reservation: Any, entry: Any) -> None:
 
     paid_entry = replace(entry, reservation_id=reservation.id)  # paid from the hold, which stays
     try:
-        new, target, grown, why_not_grown, unpaid_before = ledger.record_and_regrow(paid_entry)
+        new, target, grown, why_not_grown, unpaid_before, expired = ledger.record_and_regrow(paid_entry)
     except Exception as e:
         # Not written with its growth: write it alone (an error here is the ledger's, for the spool).
         ledger.record(paid_entry)
@@ -109,6 +110,22 @@ def hold_again_for_retry(ledger: Any, reservation: Any, entry: Any) -> None:
             entry.dag_id,
             entry.task_id,
             e,
+        )
+        return
+    if new and expired:
+        # Not "too little room": the budgets may have plenty, the hold just stopped counting.
+        log.warning(
+            "costaware: the hold %s of %s.%s expired at %s, before try %s's cost of %s was written, so it "
+            "was not held again: the retry runs with nothing held in its budgets %s, unchecked against their "
+            "caps. Give the task's spend gate a reservation_ttl that covers its tries, or mark the task "
+            "failed to stop it",
+            reservation.id,
+            entry.dag_id,
+            entry.task_id,
+            f"{grown.expires_at:%Y-%m-%d %H:%M:%S} UTC",
+            entry.try_number,
+            format_usd_exact(entry.usd),
+            ", ".join(grown.budgets),
         )
         return
     try:

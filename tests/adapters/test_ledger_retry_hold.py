@@ -314,3 +314,36 @@ def test_a_regrowth_returns_what_the_hold_had_unpaid_before_its_entry(any_ledger
 
     assert (regrown.new, regrown.unpaid_before, regrown.target, regrown.held.usd) == (True, 4, 9, 9)
     assert (again.new, again.unpaid_before, again.target, again.held.usd) == (False, 4, 9, 9)
+
+
+def test_a_hold_that_expires_as_its_retry_is_written_is_warned_as_expired_not_short_of_room(
+    any_ledger: Ledger, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Found open, then past its ttl by the time the entry was written: it was not grown (it counts nothing
+    # any more), and the warning said its budget, with $94 of room, had "too little room".
+    from datetime import timedelta
+
+    import time_machine
+
+    start = datetime(2026, 12, 1, 12, tzinfo=UTC)
+    with time_machine.travel(start, tick=False):
+        any_ledger.set_budget("project=churn", "month", "100")
+        held = any_ledger.reserve(
+            "project=churn", "6", holder=HOLDER, run_id="r1", dag_id="retrain", ttl=timedelta(hours=1)
+        )
+    regrow_alone = any_ledger.record_and_regrow
+
+    def regrow_after_the_ttl(entry: LedgerEntry) -> Any:
+        with time_machine.travel(start + timedelta(hours=1, seconds=1), tick=False):
+            return regrow_alone(entry)
+
+    monkeypatch.setattr(any_ledger, "record_and_regrow", regrow_after_the_ttl)
+    with time_machine.travel(start + timedelta(minutes=59), tick=False), caplog.at_level(logging.WARNING):
+        record_and_settle(any_ledger, _try_bill("5", 1), retrying=True)
+
+    (warning,) = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert f"the hold {held.id} of retrain.train expired at 2026-12-01 13:00:00" in warning
+    assert "the retry runs with nothing held in its budgets project=churn/month" in warning
+    assert "reservation_ttl" in warning
+    assert "room" not in warning and "short" not in warning
+    assert any_ledger.usage("project=churn")[0].spent_usd == 5  # the entry is kept

@@ -337,6 +337,7 @@ class Regrowth(NamedTuple):
     held: Reservation  # the hold as it now stands (compare its ``usd`` with ``target``)
     why_not_grown: str | None  # why it was not grown at all, other than the budgets' room
     unpaid_before: Decimal  # what the hold had left unpaid before the entry, read under the locks
+    expired: bool  # past its ttl as the entry was written: not grown, it counts nothing in its budgets
 
 
 def record_and_regrow(ledger: LedgerDatabase, entry: LedgerEntry) -> Regrowth:
@@ -366,7 +367,8 @@ def record_and_regrow(ledger: LedgerDatabase, entry: LedgerEntry) -> Regrowth:
         # Back to what it had unpaid before the entry: all it paid, even past the hold, plus that.
         target = paid + unpaid_before if new else held.usd
         grown, why_not_grown = _grow_in(conn, ledger, held.id, target)
-        return Regrowth(new, target, grown, why_not_grown, unpaid_before)
+        expired = grown.status == "open" and grown.expires_at <= utcnow()
+        return Regrowth(new, target, grown, why_not_grown, unpaid_before, expired)
 
 
 def _lock_budgets_of(conn: Connection, ledger: LedgerDatabase, reservation_id: str) -> None:

@@ -212,7 +212,8 @@ class Ledger(LedgerDatabase):
         grows, never past a cap. Returns whether the entry was new (written again, it grows nothing), the
         amount the hold was to grow to, the hold as it now stands (compare its ``usd``), why it was not
         grown at all where that was not the budgets' room (a budget set after it, a time zone changed), and
-        what it had left unpaid before the entry (read in the same transaction).
+        what it had left unpaid before the entry (read in the same transaction), and whether it had expired
+        (past its ttl: not grown, it counts nothing).
         """
         return reservations.record_and_regrow(self, entry)
 
