@@ -136,3 +136,27 @@ def test_a_gates_hold_given_back_for_a_bigger_one_is_not_settled_when_the_bigger
     (bill,) = any_ledger.entries()
     assert bill["reservation_id"] != old.id
     assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
+
+
+def test_settling_a_replaced_hold_records_the_cost_and_says_to_settle_the_hold_that_replaced_it(
+    any_ledger: Ledger, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Settled by id after the gate replaced it, the slot hold became 'settled' without a word: its money
+    # was in the trial's hold, and the bill was linked to the wrong one.
+    any_ledger.set_budget("project=churn", "total", "1")
+    slot = any_ledger.reserve("project=churn", "0.0016", holder=HOLDER)
+    trial = any_ledger.reserve("project=churn,study=s1", "0.5", holder=HOLDER, replacing=slot.id)
+    bill = LedgerEntry(
+        dag_id="tune", run_id="r1", task_id="trial", map_index=0, kind=Kind.COMPUTE, usd=Decimal("0.3"),
+        tags={"project": "churn", "study": "s1"}, reservation_id=slot.id,
+    )  # fmt: skip
+
+    with caplog.at_level(logging.WARNING):
+        settled = any_ledger.settle(slot.id, bill.usd, entry=bill)
+
+    assert settled.status == "replaced"
+    assert [e["entry_uid"] for e in any_ledger.entries()] == [bill.entry_uid]  # the money is kept
+    (warning,) = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert f"the hold {slot.id} of {HOLDER} was replaced by {trial.id}" in warning
+    assert f"settle {trial.id} instead" in warning
+    assert any_ledger.reservation_to_settle(HOLDER) == trial

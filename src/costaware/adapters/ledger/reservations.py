@@ -519,10 +519,40 @@ def settle(
                 _say_budgets_passed_after_release(conn, current, entry)
         if current.status == "settled":
             return current
-        if entry is None and actual > 0 and not already_recorded:
-            _say_nothing_counted(conn, current, actual)
-        close(conn, reservation_id, "settled", actual)
-        return reservation(conn, reservation_id)
+        if current.status != "replaced":
+            if entry is None and actual > 0 and not already_recorded:
+                _say_nothing_counted(conn, current, actual)
+            close(conn, reservation_id, "settled", actual)
+        standing = reservation(conn, reservation_id)
+        if standing.status == "replaced":  # before this, or by a gate at once (close leaves it so)
+            _say_replaced(conn, standing, actual)
+        return standing
+
+
+def _say_replaced(conn: Connection, replaced: Reservation, actual: Decimal) -> None:
+    """Warn where a settle names a hold a newer one of its holder replaced: it stays ``replaced``.
+
+    Its money is in the newer hold (``reserve(replacing=...)``): settled, it read as the task's settlement
+    while the hold that counts stayed open, and nothing said so.
+    """
+    r = schema.reservations
+    newer = conn.execute(
+        select(r.c.id)
+        .where(r.c.holder == replaced.holder, r.c.id != replaced.id, r.c.created_at >= replaced.created_at)
+        .order_by(r.c.created_at.desc())
+        .limit(1)
+    ).scalar()
+    log.warning(
+        "the hold %s of %s was replaced by %s, which holds its money: it stays replaced, not settled with %s "
+        "(an entry given is recorded all the same). To close the task's hold, settle %s instead "
+        "(Ledger.reservation_to_settle(%r) finds it)",
+        replaced.id,
+        replaced.holder,
+        newer or "a newer hold of its holder",
+        format_usd_exact(actual),
+        newer or "that one",
+        replaced.holder,
+    )
 
 
 def _say_nothing_counted(conn: Connection, current: Reservation, actual: Decimal) -> None:
@@ -686,11 +716,16 @@ def close(conn: Connection, reservation_id: str, status: str, actual: Decimal | 
     """Mark a reservation settled, released or replaced and stop its holds counting.
 
     A release (or a replacement) changes an open reservation only, and a settlement never overwrites
-    another: on PostgreSQL a release and a settlement of one reservation at once would otherwise both read it
-    open, and the release, written last, would drop the settled amount.
+    another or a replacement: on PostgreSQL a release and a settlement of one reservation at once would
+    otherwise both read it open, and the release, written last, would drop the settled amount.
     """
     r, h = schema.reservations, schema.holds
-    still = r.c.status == "open" if status in ("released", "replaced") else r.c.status != "settled"
+    # Nor a replaced one: its money is in the hold that replaced it, which is the one to settle.
+    still = (
+        r.c.status == "open"
+        if status in ("released", "replaced")
+        else r.c.status.not_in(("settled", "replaced"))
+    )
     conn.execute(
         r.update()
         .where(r.c.id == reservation_id, still)

@@ -233,7 +233,8 @@ class Ledger(LedgerDatabase):
         ``already_recorded`` says the cost is in the ledger. A second call changes nothing of the
         reservation, but its ``entry`` is recorded: it is money spent (a second live try of the task). To
         retry a settle that may have succeeded, pass the same entry (its ``entry_uid``): the ledger keeps one
-        of each.
+        of each. A hold ``replaced`` by a newer one of its holder stays so (its money is in the newer one):
+        ``entry`` is recorded, and a WARNING names the hold to settle instead.
         """
         return reservations.settle(
             self, reservation_id, actual_usd, entry=entry, already_recorded=already_recorded
