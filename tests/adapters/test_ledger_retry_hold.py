@@ -189,7 +189,7 @@ def test_another_process_reserving_as_a_retried_try_is_written_waits_for_its_hol
     import threading
     import time
 
-    from costaware.adapters.ledger import entries, reservations
+    from costaware.adapters.ledger import entries, regrowth
 
     if any_ledger.is_sqlite:
         # SQLite's busy handler lets the writer that retries first in: the written-apart code often got the
@@ -217,7 +217,7 @@ def test_another_process_reserving_as_a_retried_try_is_written_waits_for_its_hol
         return new
 
     monkeypatch.setattr(entries, "insert_entry", insert_then_another_worker_reserves)
-    monkeypatch.setattr(reservations, "insert_entry", insert_then_another_worker_reserves)
+    monkeypatch.setattr(regrowth, "insert_entry", insert_then_another_worker_reserves)
     try:
         record_and_settle(any_ledger, _try_bill("5", 1), retrying=True)
         other.join(timeout=30)
@@ -237,7 +237,7 @@ def test_a_retry_written_as_a_settle_writes_the_same_entry_neither_deadlocks(
     import threading
     import time
 
-    from costaware.adapters.ledger import reservations
+    from costaware.adapters.ledger import regrowth, reservations
 
     if any_ledger.is_sqlite:
         pytest.skip("SQLite's one writer lock cannot deadlock: needs PostgreSQL's row locks")
@@ -255,7 +255,8 @@ def test_a_retry_written_as_a_settle_writes_the_same_entry_neither_deadlocks(
             time.sleep(1.5)  # the regrowth takes its locks and queues for the entry meanwhile
         return new
 
-    monkeypatch.setattr(reservations, "insert_entry", insert_then_wait_in_the_settle)
+    monkeypatch.setattr(reservations, "insert_entry", insert_then_wait_in_the_settle)  # the settle's
+    monkeypatch.setattr(regrowth, "insert_entry", insert_then_wait_in_the_settle)
     failures: list[BaseException] = []
 
     def settle() -> None:

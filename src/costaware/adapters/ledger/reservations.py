@@ -12,7 +12,7 @@ import logging
 import uuid
 from datetime import datetime, timedelta
 from decimal import Decimal
-from typing import Any, NamedTuple
+from typing import Any
 
 from sqlalchemy import Connection, and_, case, func, or_, select
 
@@ -24,11 +24,10 @@ from costaware.adapters.ledger.entries import insert_entry
 from costaware.core.budgets import Scope, check_cap, is_run_key, period_window, run_of_key
 from costaware.core.errors import (
     BudgetExceededError,
-    BudgetNotFoundError,
     ConfigurationError,
     ReservationNotFoundError,
 )
-from costaware.core.ledger import LedgerEntry, Reservation, holder_run_id, utcnow
+from costaware.core.ledger import LedgerEntry, Reservation, utcnow
 from costaware.core.money import format_usd_exact, from_micros, parse_gpu_hours, parse_usd, to_micros
 
 log = logging.getLogger(__name__)
@@ -197,11 +196,11 @@ def unpaid(conn: Connection, held: Reservation) -> tuple[Decimal, Decimal]:
     A budget counts an open hold so (``budget_usage``, of the entries in its scope): a training's attempts
     are billed while its hold stays open.
     """
-    paid_usd, paid_gpu_hours = _paid(conn, held.id)
+    paid_usd, paid_gpu_hours = paid(conn, held.id)
     return max(held.usd - paid_usd, Decimal(0)), max(held.gpu_hours - paid_gpu_hours, Decimal(0))
 
 
-def _paid(conn: Connection, reservation_id: str, *, but_entry: str | None = None) -> tuple[Decimal, Decimal]:
+def paid(conn: Connection, reservation_id: str, *, but_entry: str | None = None) -> tuple[Decimal, Decimal]:
     """What the (actual, not estimated) entries paid from ``reservation_id``, in USD and GPU-hours.
 
     ``but_entry``: the ``entry_uid`` of one entry left out (what was paid before it).
@@ -215,7 +214,7 @@ def _paid_in(
 ) -> dict[str, tuple[Decimal, Decimal]]:
     """What the entries paid from each reservation so far (estimates aside), in USD and GPU-hours.
 
-    Ids with none are left out; ``but_entry`` as :func:`_paid`.
+    Ids with none are left out; ``but_entry`` as :func:`paid`.
     """
     e = schema.entries
     query = (
@@ -311,167 +310,6 @@ def _all_refusals(refusals: list[tuple[Any, BudgetExceededError]]) -> BudgetExce
         needed_usd=first.needed_usd,
         summary=f"{first.summary}\n  also:     {also}",
     )
-
-
-def grow(ledger: LedgerDatabase, reservation_id: str, usd: object) -> Reservation:
-    """Raise an open reservation toward ``usd``, as far as every budget it holds money in has room.
-
-    It is never lowered, and a budget is never passed: where one has less room, the reservation grows only
-    by that much (a budget already past its cap, by an approved overage, gives none; so does one whose
-    period no longer matches the hold's, e.g. after its time zone changed; and it does not grow at all where a
-    budget set since covers its scope, as it holds nothing there). Locked as :func:`reserve` is,
-    the reservation read again under the lock, so two growths at once, or a growth beside a settlement,
-    cannot pass a cap or change a closed reservation. A reservation that is no longer open is returned as
-    it stands.
-    """
-    target = parse_usd(usd, name="reservation amount")
-    with ledger.transaction() as conn:
-        return _grow_in(conn, ledger, reservation_id, target)[0]
-
-
-class Regrowth(NamedTuple):
-    """What :func:`record_and_regrow` did: the entry, and the hold grown back for the retry."""
-
-    new: bool  # the entry was not in the ledger (written again, it pays, and grows, nothing more)
-    target: Decimal  # what the hold was to grow to
-    held: Reservation  # the hold as it now stands (compare its ``usd`` with ``target``)
-    why_not_grown: str | None  # why it was not grown at all, other than the budgets' room
-    unpaid_before: Decimal  # what the hold had left unpaid before the entry, read under the locks
-    expired: bool  # past its ttl as the entry was written: not grown, it counts nothing in its budgets
-
-
-def record_and_regrow(ledger: LedgerDatabase, entry: LedgerEntry) -> Regrowth:
-    """Record ``entry`` paid from its open hold and grow the hold back by what it paid, in one transaction.
-
-    A retried task's hold (``entry.reservation_id``): written apart, another run could reserve the room the
-    entry freed before the hold took it back. Under the budgets' locks, as :func:`grow`, never past a cap.
-
-    Raises:
-        ConfigurationError: ``entry`` names no hold (``reservation_id`` None).
-    """
-    if entry.reservation_id is None:
-        raise ConfigurationError(
-            f"entry {entry.entry_uid} has no reservation_id, so it pays from no hold to grow back: give it "
-            "the id of its task's open hold, or record it with Ledger.record"
-        )
-    with ledger.transaction() as conn:
-        # Budgets, entry, then the hold's row: reserve's order (budgets, hold) and settle's (entry, hold).
-        # With the hold's row locked before the entry, a settle writing the same entry at once held the
-        # entry's key and waited for the row while this waited for the key: PostgreSQL aborted one.
-        _lock_budgets_of(conn, ledger, entry.reservation_id)
-        new = insert_entry(conn, entry)
-        held = _locked(conn, ledger, entry.reservation_id)
-        paid = _paid(conn, held.id)[0]
-        paid_before = _paid(conn, held.id, but_entry=entry.entry_uid)[0] if new else paid
-        unpaid_before = max(held.usd - paid_before, Decimal(0))
-        # Back to what it had unpaid before the entry: all it paid, even past the hold, plus that.
-        target = paid + unpaid_before if new else held.usd
-        grown, why_not_grown = _grow_in(conn, ledger, held.id, target)
-        expired = grown.status == "open" and grown.expires_at <= utcnow()
-        return Regrowth(new, target, grown, why_not_grown, unpaid_before, expired)
-
-
-def _lock_budgets_of(conn: Connection, ledger: LedgerDatabase, reservation_id: str) -> None:
-    """Lock the budgets ``reservation_id`` holds money in, in id order (reserve's)."""
-    h, b = schema.holds, schema.budgets
-    budget_ids = select(h.c.budget_id).where(h.c.reservation_id == reservation_id)
-    if not ledger.is_sqlite:  # SQLite's write lock already holds everything
-        conn.execute(select(b.c.id).where(b.c.id.in_(budget_ids)).order_by(b.c.id).with_for_update()).all()
-
-
-def _locked(conn: Connection, ledger: LedgerDatabase, reservation_id: str) -> Reservation:
-    """``reservation_id`` as it stands, its row locked (after the budgets: reserve's order)."""
-    mine = select(schema.reservations.c.id).where(schema.reservations.c.id == reservation_id)
-    if not ledger.is_sqlite:
-        conn.execute(mine.with_for_update()).all()
-    return reservation(conn, reservation_id)
-
-
-def _grow_in(
-    conn: Connection, ledger: LedgerDatabase, reservation_id: str, target: Decimal
-) -> tuple[Reservation, str | None]:
-    """:func:`grow` in the caller's transaction (locking again what the caller locked is a no-op).
-
-    The budgets are locked before the reservation's row (reserve's order); a caller that writes an entry
-    of it in the same transaction writes it between the two (settle's order: entry, then row).
-
-    Returns the reservation as it stands, and why it was not grown at all where the budgets' room was not
-    the reason (None otherwise).
-    """
-    r, h, b = schema.reservations, schema.holds, schema.budgets
-    now = utcnow()
-    held = dict(
-        conn.execute(select(h.c.budget_id, h.c.period_key).where(h.c.reservation_id == reservation_id)).all()
-    )
-    budgets_query = select(b).where(b.c.id.in_(sorted(held))).order_by(b.c.id)  # id order, as reserve
-    mine = select(r.c.id).where(r.c.id == reservation_id)
-    if not ledger.is_sqlite:  # SQLite's write lock already holds everything
-        budgets_query, mine = budgets_query.with_for_update(), mine.with_for_update()
-    rows = conn.execute(budgets_query).mappings().all()
-    conn.execute(mine).all()  # the reservation row, locked after the budgets (reserve's order)
-    current = reservation(conn, reservation_id)  # as it stands under the locks
-    if current.status != "open" or current.expires_at <= now or current.usd >= target:
-        return current, None
-    unheld = _budgets_set_since(conn, ledger, current, held)
-    if unheld:
-        # Set after the reservation: the hold is not in it, so it would count none of the growth, and
-        # the growth was granted past its cap (a $10 budget over '*' beside a $500 hold).
-        why = (
-            f"budget(s) {', '.join(unheld)} cover its scope {current.scope} and were set after it was made, "
-            "so it holds nothing in them"
-        )
-        log.warning("reservation %s not raised: %s", reservation_id, why)
-        return current, why
-    increase = target - current.usd
-    for row in rows:
-        budget, key = budget_from_row(row), held[row["id"]]
-        dag_id, run_id = run_of_key(key) if is_run_key(key) else (None, None)
-        window = period_window(budget.period, current.created_at, budget.timezone, run_id, dag_id)
-        if window.key != key:
-            # The hold counts in a period this window would not sum it in: its room is unknown here.
-            why = (
-                f"its hold in {budget.label} is for period {key}, the budget's period of its start is now "
-                f"{window.key} (as after a change of its time zone)"
-            )
-            log.warning("reservation %s not raised: %s", reservation_id, why)
-            return current, why
-        usage = budget_usage(conn, row["id"], budget, window, now)
-        increase = min(increase, max(usage.left_usd, Decimal(0)))
-        today = period_window(budget.period, now, budget.timezone, run_id, dag_id)
-        if today.key != window.key:
-            # A hold of an earlier day or month counts in today's too (its cost lands when settled):
-            # today's room bounds the growth as well, or it passed today's cap.
-            usage_now = budget_usage(conn, row["id"], budget, today, now)
-            increase = min(increase, max(usage_now.left_usd, Decimal(0)))
-    if increase <= 0:
-        return current, None
-    grown = to_micros(current.usd + increase)
-    conn.execute(r.update().where(r.c.id == reservation_id, r.c.status == "open").values(usd_micros=grown))
-    conn.execute(
-        h.update().where(h.c.reservation_id == reservation_id, h.c.open.is_(True)).values(usd_micros=grown)
-    )
-    log.info(
-        "raised reservation %s from %s to %s",
-        reservation_id,
-        format_usd_exact(current.usd),
-        format_usd_exact(current.usd + increase),
-    )
-    return reservation(conn, reservation_id), None
-
-
-def _budgets_set_since(
-    conn: Connection, ledger: LedgerDatabase, current: Reservation, held: dict[Any, str]
-) -> list[str]:
-    """Labels of the budgets covering ``current``'s scope that it holds nothing in (set after it was made)."""
-    run_keys = [run_of_key(key) for key in held.values() if is_run_key(key)]
-    dag_id, run_id = run_keys[0] if run_keys else (None, holder_run_id(current.holder))
-    try:
-        covering = applicable(
-            conn, current.scope, run_id, is_sqlite=ledger.is_sqlite, at=current.created_at, dag_id=dag_id
-        )
-    except BudgetNotFoundError:  # none left: nothing to pass
-        return []
-    return [budget.label for budget_id, budget, _ in covering if budget_id not in held]
 
 
 def extend(ledger: LedgerDatabase, reservation_id: str, until: datetime) -> Reservation:

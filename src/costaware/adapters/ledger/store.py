@@ -10,7 +10,7 @@ from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
-from costaware.adapters.ledger import budgets, entries, migrate, reports, reservations
+from costaware.adapters.ledger import budgets, entries, migrate, regrowth, reports, reservations
 from costaware.adapters.ledger.engine import LedgerDatabase, ledger_engine
 from costaware.adapters.ledger.reservations import DEFAULT_RESERVATION_TTL
 from costaware.core.budgets import Budget, Period, Scope
@@ -202,9 +202,9 @@ class Ledger(LedgerDatabase):
         there, so that budget would not count the growth). Returns the reservation as it now stands; compare
         its ``usd`` with what was asked.
         """
-        return reservations.grow(self, reservation_id, usd)
+        return regrowth.grow(self, reservation_id, usd)
 
-    def record_and_regrow(self, entry: LedgerEntry) -> reservations.Regrowth:
+    def record_and_regrow(self, entry: LedgerEntry) -> regrowth.Regrowth:
         """Record ``entry`` paid from its open hold, and grow the hold back by what it paid, at once.
 
         For a try that failed and will be retried: one transaction under the budgets' locks, so no other
@@ -215,7 +215,7 @@ class Ledger(LedgerDatabase):
         what it had left unpaid before the entry (read in the same transaction), and whether it had expired
         (past its ttl: not grown, it counts nothing).
         """
-        return reservations.record_and_regrow(self, entry)
+        return regrowth.record_and_regrow(self, entry)
 
     def settle(
         self,
