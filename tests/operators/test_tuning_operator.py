@@ -644,6 +644,12 @@ def test_bad_study_settings_fail_without_writing(env: Ledger, kwargs: dict, mess
         ({"scope": "project"}, "scope must be a mapping or a JSON object"),
         ({"scope": {"project": "flight delays, q1"}}, "has value 'flight delays, q1': it must be"),
         ({"scope": {"study": "mine"}}, "scope names 'study', which the study's own ledger entries use"),
+        # A spend gate's way of writing a scope was refused with no word of the form that is taken.
+        (
+            {"scope": "project=churn, team=ml"},
+            r"write it as a dict, scope=\{'project': 'churn', 'team': 'ml'\}",
+        ),
+        ({"scope": "project"}, "got 'project': give a dict, or a template that renders a JSON object"),
         # Both were refused only when the plan task ran.
         ({"safety_factor": 0.5}, r"safety_factor must be >= 1 \(estimates are multiplied by it"),
         ({"fallback_trial_seconds": -5}, "fallback_trial_seconds must be"),

@@ -216,10 +216,24 @@ def parse_mapping(value: Any, name: str) -> Mapping[str, Any]:
         try:
             value = json.loads(value)
         except json.JSONDecodeError as e:
-            raise ConfigurationError(f"{name} must be a mapping or a JSON object, got {value!r}") from e
+            raise ConfigurationError(
+                f"{name} must be a mapping or a JSON object, got {value!r}{_as_mapping_hint(value, name)}"
+            ) from e
     if not isinstance(value, Mapping):
         raise ConfigurationError(f"{name} must be a mapping, got {value!r}")
     return value
+
+
+def _as_mapping_hint(text: str, name: str) -> str:
+    """What to write instead of ``text``: the dict ``key=value,...`` text means, or the forms taken.
+
+    A spend gate's scope is written ``"project=churn"``; the same words here were refused with no way out.
+    """
+    pairs = [part.partition("=") for part in text.split(",")]
+    if not all(key.strip() and sep and val.strip() for key, sep, val in pairs):
+        return ": give a dict, or a template that renders a JSON object"
+    as_dict = {key.strip(): val.strip() for key, _, val in pairs}
+    return f": write it as a dict, {name}={as_dict!r}"
 
 
 def parse_int(value: Any, name: str) -> int:
