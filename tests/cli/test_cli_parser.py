@@ -99,6 +99,12 @@ def test_period_and_group_by_come_from_the_core_constants() -> None:
             "costaware prices show: error: unrecognized arguments: --regoin us-east-1 (did you mean "
             "--region?)",
         ),
+        # The run id is positional here (`report` takes --run-id): --dag-id was offered as the one meant.
+        (
+            ["runs", "show", "--run-id", "manual__1", "--dag-id", "d"],
+            "costaware runs show: error: unrecognized arguments: --run-id (--run-id is not an option here: "
+            "write the run_id alone, without it)",
+        ),
     ],
 )
 def test_argument_errors_name_the_bad_value(

@@ -55,13 +55,22 @@ def _parse(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> argpa
     if extras:
         command: argparse.ArgumentParser = getattr(args, "command_parser", parser)
         options = [o for action in command._actions for o in action.option_strings]
+        # `runs show --run-id X`, as `report --run-id X` is written: the command takes the run id by
+        # position, and the closest option (--dag-id) was offered instead.
+        positional = {a.dest: a.metavar or a.dest for a in command._actions if not a.option_strings}
+        as_positional = [
+            f"{e.split('=')[0]} is not an option here: write the {positional[name]} alone, without it"
+            for e in extras
+            if e.startswith("--") and (name := e.split("=")[0][2:].replace("-", "_")) in positional
+        ]
         meant = [
             m
             for e in extras
-            if e.startswith("-")
+            if e.startswith("-") and e.split("=")[0][2:].replace("-", "_") not in positional
             for m in difflib.get_close_matches(e.split("=")[0], options, n=1)
         ]
-        hint = f" (did you mean {', '.join(meant)}?)" if meant else ""
+        hint = f" ({'; '.join(as_positional)})" if as_positional else ""
+        hint += f" (did you mean {', '.join(meant)}?)" if meant else ""
         if any(value.endswith(",") for value in _values_of("--types", argv)):
             # `--types m5.large, g5.*`: the shell split the list at the blank, and g5.* was "unrecognized".
             hint += (
