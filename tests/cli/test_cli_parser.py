@@ -199,8 +199,18 @@ def test_a_value_that_starts_with_a_dash_is_explained(capsys: pytest.CaptureFixt
         main(["alerts", "set", "--scope", "project=x", "--period", "month", "--thresholds", "-10%"])
     assert ended.value.code == 2
     err = capsys.readouterr().err
-    assert "argument --thresholds: expected one argument (a value that starts with '-' goes after '='" in err
-    assert "--thresholds=-VALUE" in err
+    assert "argument --thresholds: expected one argument (give --thresholds its value; a value" in err
+    assert "with '-' goes after '=', as in --thresholds=-VALUE" in err
+
+
+def test_a_value_left_out_is_asked_for(ledger_url: str, capsys: pytest.CaptureFixture[str]) -> None:
+    # `--cap-usd $CAP` with CAP unset: the hint spoke only of values that start with '-'.
+    argv = ["budget", "set", "--scope", "team=ml", "--cap-usd", "--period", "month"]
+    with pytest.raises(SystemExit) as ended:
+        main(["--ledger-url", ledger_url, *argv])
+    assert ended.value.code == 2
+    assert "argument --cap-usd: expected one argument (give --cap-usd its value;" in capsys.readouterr().err
+    assert Ledger.from_url(ledger_url).budgets() == []
 
 
 @pytest.mark.parametrize(

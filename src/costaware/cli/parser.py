@@ -23,14 +23,15 @@ from costaware.settings import airflow_cfg_problem
 
 
 class _Parser(argparse.ArgumentParser):
-    """argparse's parser, whose "expected one argument" says how to give a value that starts with ``-``."""
+    """argparse's parser, whose "expected one argument" asks for the value (and how to give one with -)."""
 
     def error(self, message: str) -> NoReturn:
         if message.endswith("expected one argument"):
             flag = message.removeprefix("argument ").split(":", 1)[0].split("/")[-1].strip()
+            # Most often the value was left out (`--cap-usd` last, or `--cap-usd $UNSET --period month`).
             message += (
-                f" (a value that starts with '-' goes after '=', as in {flag}=-VALUE: argparse reads it as "
-                "an option otherwise)"
+                f" (give {flag} its value; a value that starts with '-' goes after '=', as in {flag}=-VALUE: "
+                "argparse reads it as an option otherwise)"
             )
         super().error(message)
 
