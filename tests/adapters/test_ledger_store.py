@@ -373,6 +373,19 @@ def test_delete_budget_refuses_while_money_is_held_then_keeps_the_spend(any_ledg
     assert alert_rules(any_ledger) == {}
 
 
+def test_no_budget_for_a_mistyped_tag_value_names_the_close_budget(any_ledger: Ledger) -> None:
+    # A DAG param 'flight_delays' for the budget's 'flight-delays' was told only to set a budget for the typo.
+    any_ledger.set_budget("project=flight-delays", "month", "10")
+    with pytest.raises(BudgetNotFoundError) as refused:
+        any_ledger.reserve("project=flight_delays", "1")
+    assert "no budget covers scope 'project=flight_delays' (did you mean 'project=flight-delays'?)" in str(
+        refused.value
+    )
+    with pytest.raises(BudgetNotFoundError) as unrelated:
+        any_ledger.reserve("team=payments", "1")
+    assert "did you mean" not in str(unrelated.value)
+
+
 def test_no_budget_is_an_error_naming_the_scope(any_ledger: Ledger) -> None:
     any_ledger.set_budget("project=churn", "month", "1")
     with pytest.raises(

@@ -28,7 +28,7 @@ from costaware.core.budgets import (
     run_of_key,
     unset_problem,
 )
-from costaware.core.errors import BudgetNotFoundError, ConfigurationError
+from costaware.core.errors import BudgetNotFoundError, ConfigurationError, did_you_mean
 from costaware.core.ledger import BudgetUsage, utcnow
 from costaware.core.money import format_usd, from_micros, to_micros
 
@@ -232,8 +232,11 @@ def applicable(
                 f"give its whole scope, e.g. --scope '{narrower[0].scope}'); or set one with `costaware "
                 f"budget set --scope '{wanted}' --period {suggested_period(wanted)} --cap-usd <USD>`"
             )
+        # A mistyped tag value (a DAG param 'flight_delays' for 'flight-delays') was told only to make a
+        # budget for the typo.
+        close = did_you_mean(wanted, (str(budget_from_row(r).scope) for r in rows))
         raise BudgetNotFoundError(
-            f"no budget covers scope '{wanted}' (budgets: {known}); set one with "
+            f"no budget covers scope '{wanted}'{close} (budgets: {known}); set one with "
             f"`costaware budget set --scope '{wanted}' --period {suggested_period(wanted)} --cap-usd <USD>`"
         )
     return found
