@@ -255,6 +255,14 @@ def test_a_local_path_holding_a_scheme_separator_is_a_path() -> None:
         ),
         ("file:", "'file:' names no folder"),
         ("file://localhost", "'file://localhost' names no folder"),
+        # Opened in whatever folder the job was started in, where open_object refused a relative file: URI.
+        (
+            "file:ckpt",
+            "'file:ckpt' is a relative file: URI: give an absolute path after three slashes "
+            "(file:///data/ckpt), or the folder's path itself",
+        ),
+        ("file:runs/ckpt", "'file:runs/ckpt' is a relative file: URI: give an absolute path"),
+        ("file:.", "'file:.' is a relative file: URI: give an absolute path"),
         # What file://$UNSET/ gives: the machine's root was opened as the store.
         (
             "file:///",

@@ -625,8 +625,8 @@ def open_store(uri: str) -> Store:
 
     Raises:
         ContractError: ``uri`` has another scheme, an ``s3://`` URI names no bucket, a ``file://`` URI
-            names a host or no path, an ``s3://`` or ``file://`` URI holds a ``#`` or ``?``, or the local
-            folder is the root, ``/`` (``//``, ``/.``, ``file:///.``).
+            names a host or no path, a ``file:`` URI is relative (``file:ckpt``), an ``s3://`` or ``file://``
+            URI holds a ``#`` or ``?``, or the local folder is the root, ``/`` (``//``, ``/.``, ``file:///.``).
     """
     parsed = urlparse(uri)
     _refuse_cut_uri(uri, parsed.scheme)
@@ -644,6 +644,12 @@ def open_store(uri: str) -> Store:
             raise ContractError(
                 f"{uri!r} names no folder{root}: give an absolute path after three slashes "
                 "(file:///data/ckpt), or the folder's path itself; leave the variable unset for no store"
+            )
+        if not parsed.path.startswith("/"):
+            # file:ckpt was opened in whatever folder the job was started in; open_object refused its like.
+            raise ContractError(
+                f"{uri!r} is a relative file: URI: give an absolute path after three slashes "
+                f"(file:///data/{PurePosixPath(parsed.path).name or 'ckpt'}), or the folder's path itself"
             )
         return _local_store(uri, parsed.path)
     if is_uri(uri):
