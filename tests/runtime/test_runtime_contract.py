@@ -285,6 +285,27 @@ def test_open_store_refuses(uri: str, message: str) -> None:
     assert message in str(caught.value)
 
 
+@pytest.mark.parametrize(
+    ("opener", "location", "example"),
+    [
+        (open_store, ".", "/data/ckpt"),
+        (open_store, "./", "/data/ckpt"),
+        (open_object, "result.json", "/data/result.json"),
+    ],
+)
+def test_a_relative_path_read_as_the_root_is_named_relative(
+    opener: Callable[[str], object], location: str, example: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # In a container whose WORKDIR is /, '.' and 'result.json' were blamed on an unset variable ($UNSET/).
+    monkeypatch.chdir("/")
+    with pytest.raises(ContractError) as caught:
+        opener(location)
+    assert str(caught.value) == (
+        f"{location!r} is a relative path, read against the current folder, here the root, /, of the whole "
+        f"machine: give an absolute path ({example})"
+    )
+
+
 def test_open_object_splits_a_file_uri() -> None:
     store, key = open_object("s3://bucket/runs/7/result.json")
     assert (store.uri, key) == ("s3://bucket/runs/7", "result.json")

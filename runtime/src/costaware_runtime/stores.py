@@ -626,7 +626,8 @@ def open_store(uri: str) -> Store:
     Raises:
         ContractError: ``uri`` has another scheme, an ``s3://`` URI names no bucket, a ``file://`` URI
             names a host or no path, a ``file:`` URI is relative (``file:ckpt``), an ``s3://`` or ``file://``
-            URI holds a ``#`` or ``?``, or the local folder is the root, ``/`` (``//``, ``/.``, ``file:///.``).
+            URI holds a ``#`` or ``?``, or the local folder is the root, ``/`` (``//``, ``/.``, ``file:///.``,
+            or ``.`` in a job started in ``/``).
     """
     parsed = urlparse(uri)
     _refuse_cut_uri(uri, parsed.scheme)
@@ -664,6 +665,12 @@ def _local_store(uri: str, path: str, file_name: str = "") -> LocalStore:
     a checkpoint push wrote its step folders and pruned older ones, and a clear deleted them. ``file_name``:
     the one file ``uri`` names in that folder (the result), if it names one.
     """
+    if os.path.realpath(path) == "/" and not PurePosixPath(path).is_absolute():
+        # A relative path where the job runs in / (a container's WORKDIR /) was blamed on an unset variable.
+        raise ContractError(
+            f"{uri!r} is a relative path, read against the current folder, here the root, /, of the whole "
+            f"machine: give an absolute path (/data/{file_name or 'ckpt'})"
+        )
     if os.path.realpath(path) == "/" and file_name:
         raise ContractError(
             f"{uri!r} names a file in the root, /, of the whole machine (what file://$UNSET/{file_name} or "
