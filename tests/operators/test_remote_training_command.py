@@ -399,6 +399,12 @@ def test_a_step_interval_is_refused_for_a_command(tmp_path: Path) -> None:
             {"checkpoint_store": "ckpt"},
             "checkpoint_store 'ckpt' is a relative path: it would resolve against",
         ),
+        # Lost its slash to "": the jobs' spec went to /_jobs/..., their checkpoints to /<dag>/<task>/...
+        ({"checkpoint_store": "/"}, "checkpoint_store '/' is the root, /, of the whole machine"),
+        (
+            {"checkpoint_store": "file:///"},
+            "checkpoint_store 'file:///' is the root, /, of the whole machine",
+        ),
         (
             {"model_store": "file://data/m"},
             "names the host 'data': a file URI takes three slashes, file:///data/m",

@@ -492,6 +492,20 @@ def test_a_relative_store_is_refused_when_the_dag_is_parsed(
     _operator(tmp_path, 1, model_store="~/models")  # expanded to the worker's home: absolute
 
 
+@pytest.mark.parametrize("root", ["/", "//", "/.", "/tmp/..", "file:///", "file://localhost/"])
+def test_a_root_checkpoint_store_is_refused_when_parsed_and_when_rendered(tmp_path: Path, root: str) -> None:
+    # "/" lost its slash to "": each job's checkpoints went to /<dag>/<task>/..., folders made in the root.
+    message = f"checkpoint_store {root!r} is the root, /, of the whole machine: each job's files would be"
+    with pytest.raises(ConfigurationError, match=re.escape(f"WarmStartRetrainOperator 'retrain': {message}")):
+        _operator(tmp_path, 1, checkpoint_store=root)
+    op = _operator(tmp_path, 1, checkpoint_store="{{ params.ckpt }}")  # checked once rendered
+    op.checkpoint_store = root  # as Airflow renders it
+    with pytest.raises(ConfigurationError, match=re.escape(f"task 'retrain': {message}")):
+        op.training_spec()
+    op.checkpoint_store = "/srv/ml/ckpt/"
+    assert op.training_spec().checkpoint_store == "/srv/ml/ckpt"
+
+
 @pytest.mark.parametrize(
     ("name", "store"), [("model_store", "None"), ("model_store", "null"), ("checkpoint_store", " None ")]
 )

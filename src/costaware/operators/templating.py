@@ -233,3 +233,34 @@ def refuse_relative_store(owner: str, name: str, value: object, *, optional: boo
         f"runs the task in; give an absolute folder such as {str(PurePosixPath('/srv/ml') / path)!r} or an "
         "s3:// URI"
     )
+
+
+def refuse_root_store(owner: str, name: str, value: object) -> None:
+    """Refuse a local store that is the machine's root, ``/`` (``//``, ``/.``, ``file:///``), as given.
+
+    ``checkpoint_store='/'`` (what ``"$UNSET/"`` renders) lost its trailing slash to ``""``: each job's
+    checkpoints and spec went to ``/<dag>/<task>/...`` and ``/_jobs/...``, folders made in the root.
+    A template or ``XComArg`` is checked once rendered.
+
+    Raises:
+        ConfigurationError: ``value`` is a local path or ``file:`` URI that names ``/``.
+    """
+    import posixpath
+    from urllib.parse import urlparse
+
+    if not isinstance(value, str) or not is_literal(value):
+        return
+    text = value.strip()
+    parsed = urlparse(text)
+    if parsed.scheme not in ("", "file") or parsed.netloc not in ("", "localhost"):
+        return
+    path = parsed.path if parsed.scheme == "file" else text
+    if not path.startswith("/") or posixpath.normpath("/" + path.lstrip("/")) != "/":
+        return
+    from costaware.core.errors import ConfigurationError
+
+    raise ConfigurationError(
+        f"{owner}: {name} {value!r} is the root, /, of the whole machine: each job's "
+        "files would be written in folders made directly under /; give a folder of its own such as "
+        "'/srv/ml/checkpoints' or an s3:// URI"
+    )

@@ -19,6 +19,7 @@ from costaware.operators.templating import (
     keyword_arguments,
     native_rendered,
     refuse_relative_store,
+    refuse_root_store,
     refuse_template,
     rendered_keywords,
 )
@@ -106,6 +107,7 @@ class BuiltInTrainingArguments:
             )
         refuse_relative_store(owner, "model_store", model_store)
         refuse_relative_store(owner, "checkpoint_store", checkpoint_store)
+        refuse_root_store(owner, "checkpoint_store", checkpoint_store)
         # Neither is rendered by Airflow: a template's text would reach the training as it is.
         refuse_template("label_threshold", label_threshold, write="write the number")
         refuse_template("feature_columns", feature_columns, write="write the list of column names")
@@ -173,6 +175,10 @@ class BuiltInTrainingArguments:
                 "s3://...), or leave it out for $AIRFLOW_HOME/costaware/checkpoints"
             )
         if self.checkpoint_store:
+            # A template that rendered "/": refused when the DAG was parsed had it been written out.
+            refuse_root_store(
+                f"task {getattr(self, 'task_id', '')!r}", "checkpoint_store", self.checkpoint_store
+            )
             return str(self.checkpoint_store).rstrip("/")
         return str(Path(default_store("checkpoints")).expanduser().absolute())
 
