@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import re
 import sys
 import uuid
 from decimal import Decimal
@@ -82,7 +83,9 @@ def run_with_listener(op: CachedFeaturesOperator, ctx: dict[str, Any]) -> dict[s
     return result
 
 
-def operator(transform: Any, inputs: dict[str, Any], store: str, **kwargs: Any) -> CachedFeaturesOperator:
+def operator(
+    transform: Any, inputs: dict[str, Any], store: str | None, **kwargs: Any
+) -> CachedFeaturesOperator:
     args = {"ledger_conn_id": "test_ledger", "usd_per_hour": "3.60", "tags": {"project": "flights"}, **kwargs}
     return CachedFeaturesOperator(
         task_id="features", transform=transform, inputs=inputs, store_uri=store, **args
@@ -549,15 +552,31 @@ def test_a_transform_that_is_not_a_function_is_refused_at_parse_time(tmp_path: P
         operator("features.build", {"flights": "s3://bucket/flights"}, str(tmp_path / "cache"))
 
 
-@pytest.mark.parametrize("rendered", ["None", "null", ""])
-def test_a_store_uri_rendered_blank_is_the_default_cache(
+@pytest.mark.parametrize("rendered", ["None", "null", "", " None "])
+def test_a_store_uri_that_names_nothing_is_refused_as_a_model_store_is(
     rendered: str, flights_dir: Path, tmp_path: Path, ledger_conn: Ledger, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # "{{ params.cache }}" with the param left blank renders "None": it failed the run as "a
-    # relative path", where usd_per_hour rendered so means not given.
+    # "{{ params.cache }}" with the param left blank renders "None": the entry went to the worker's default
+    # cache, where no other worker finds it, while model_store and checkpoint_store rendered so are refused.
     monkeypatch.setenv("COSTAWARE_FEATURE_CACHE", str(tmp_path / "default-cache"))
+    message = (
+        f"store_uri {rendered!r} names nothing (what a template renders of a param or XCom that is not set): "
+        "give a location, or leave store_uri out for the default cache ($COSTAWARE_FEATURE_CACHE or "
+    )
+    with pytest.raises(ConfigurationError, match=re.escape(message)):  # written out: when parsed
+        operator(_paths_transform, {"flights": str(flights_dir)}, rendered, pass_paths=True)
     op = operator(_paths_transform, {"flights": str(flights_dir)}, "{{ params.cache }}", pass_paths=True)
     op.store_uri = rendered  # what it rendered to
+    with pytest.raises(AirflowFailException, match=re.escape(message)):
+        op.execute(context())
+    assert not (tmp_path / "default-cache").exists() and ledger_conn.entries() == []
+
+
+def test_a_store_uri_left_out_is_the_default_cache(
+    flights_dir: Path, tmp_path: Path, ledger_conn: Ledger, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("COSTAWARE_FEATURE_CACHE", str(tmp_path / "default-cache"))
+    op = operator(_paths_transform, {"flights": str(flights_dir)}, None, pass_paths=True)
     result = op.execute(context())
     assert result["hit"] is False and result["uri"].startswith(str(tmp_path / "default-cache"))
 

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseOperator
 
-from costaware.core.given import blank
+from costaware.core.given import blank, names_nothing, not_given
 from costaware.glue import (
     DEFAULT_AWS_CONN_ID,
     DEFAULT_LEDGER_CONN_ID,
@@ -144,7 +144,8 @@ class CachedFeaturesOperator(BaseOperator):
         inputs: Input name to a local path, ``s3://`` URI or Airflow Asset (templated).
         transform_params: Keyword arguments of the transform; part of the key (templated).
         store_uri: Where entries live: an absolute folder or ``s3://bucket/prefix`` (templated; one
-            rendered empty, ``None`` or ``null`` is not given); default ``$COSTAWARE_FEATURE_CACHE`` or
+            written out or rendered empty, ``None`` or ``null`` names no store and is refused, as
+            ``model_store`` is); left out, ``$COSTAWARE_FEATURE_CACHE`` or
             ``$AIRFLOW_HOME/costaware/features``.
         version: Key the code by this string instead of by its source (templated; one rendered empty,
             ``None`` or ``null`` is not given).
@@ -265,7 +266,14 @@ class CachedFeaturesOperator(BaseOperator):
         parse_usd(self.storage_usd_per_gb_month, name="storage_usd_per_gb_month")
         if blank(self.usd_per_hour) is not None and known(self.usd_per_hour):
             parse_usd(self.usd_per_hour, name="usd_per_hour")
-        if blank(self.store_uri) is not None and known(self.store_uri):
+        if self.store_uri is not None and known(self.store_uri):
+            if not_given(self.store_uri):
+                # A param left unset sent the entries to the worker's default cache, where the other
+                # workers never find them (a store of the retrain operators is refused the same way).
+                raise ConfigurationError(
+                    f"{names_nothing('store_uri', self.store_uri)}, or leave store_uri out for the default "
+                    "cache ($COSTAWARE_FEATURE_CACHE or $AIRFLOW_HOME/costaware/features)"
+                )
             parse_uri(str(self.store_uri), what="store_uri")
         if isinstance(self.transform_params, Mapping):
             name = getattr(self.transform, "__qualname__", self.transform)
@@ -369,10 +377,10 @@ class CachedFeaturesOperator(BaseOperator):
             libraries = library_versions(self.libraries)
             _check_installed(libraries)
             key = cache_key(fingerprints, code, self.transform_params, libraries)
-            # "None": a template of a param left blank, as for usd_per_hour: the default cache, said.
-            if self.store_uri is not None and blank(self.store_uri) is None:
-                self.log.info("store_uri rendered %r: using the default cache", self.store_uri)
-            store = FeatureStore(blank(self.store_uri) or default_store_uri(), s3=options)
+            # One naming nothing ("None") was refused by _check_settings: only one left out is the default.
+            store = FeatureStore(
+                default_store_uri() if self.store_uri is None else self.store_uri, s3=options
+            )
             template = Manifest(
                 key=key,
                 data_path="",
