@@ -257,6 +257,34 @@ def test_bad_locations_are_named(tmp_path: Path) -> None:
     assert store.champion() is None
 
 
+@pytest.mark.parametrize(
+    ("uri", "said"),
+    [
+        (" ", "{what} is empty: pass a local folder or an s3://bucket/prefix URI"),
+        ("None", "{what} 'None' names nothing (what a template renders of a param or XCom that is not set)"),
+        ("models", "{what} 'models' is a relative path: give an absolute folder such as "),
+        ("s3:///prefix", "{what} 's3:///prefix' has no bucket: use s3://bucket/prefix"),
+        ("s3://b/runs#1", "{what} 's3://b/runs#1' holds '#', which ends a URI's path"),
+        ("gs:/x", "cannot open {what} 'gs:/x': "),
+    ],
+)
+def test_a_store_refusal_names_the_argument_it_came_from(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, uri: str, said: str
+) -> None:
+    # "store location 'None' names nothing" told no one which of a task's stores to fix.
+    from costaware.adapters.checkpoint_store import CheckpointStore
+
+    monkeypatch.chdir(tmp_path)
+    for opening, what in ((ModelStore.open, "model_store"), (CheckpointStore.open, "checkpoint_store")):
+        with pytest.raises(ConfigurationError) as caught:
+            opening(uri)
+        assert str(caught.value).startswith(said.format(what=what))
+    with pytest.raises(ConfigurationError) as caught:
+        BlobDir.from_uri(uri, what="results_path")
+    assert str(caught.value).startswith(said.format(what="results_path"))
+    assert list(tmp_path.iterdir()) == []
+
+
 @pytest.mark.parametrize("rendered", ["None", "null", " None "])
 @pytest.mark.parametrize("create", [True, False])
 def test_a_store_location_a_template_rendered_from_nothing_is_refused_as_naming_nothing(

@@ -411,8 +411,9 @@ def test_a_model_store_rendered_from_an_unset_param_is_refused_as_naming_nothing
         )
     context = _render(op, {}, store=None if rendered == "None" else rendered)
     assert op.model_store == rendered
-    # It was "store location 'null' is a relative path: give an absolute folder such as .../null".
-    with pytest.raises(AirflowFailException, match=re.escape(f"store location {rendered!r} names nothing")):
+    # It was "store location 'null' is a relative path: give an absolute folder such as .../null"; then
+    # "store location 'null' names nothing", naming no argument.
+    with pytest.raises(AirflowFailException, match=re.escape(f"model_store {rendered!r} names nothing")):
         op.execute(context)
     assert list(tmp_path.iterdir()) == []
 

@@ -50,6 +50,7 @@ class BlobDir:
         secret_key: str | None = None,
         session_token: str | None = None,
         create: bool = True,
+        what: str = "store location",
     ) -> BlobDir:
         """Open a local folder (created when missing) or an ``s3://bucket/prefix`` location.
 
@@ -62,18 +63,18 @@ class BlobDir:
             secret_key: S3 secret key.
             session_token: S3 session token.
             create: Create a missing local folder (off for paths that may name a file).
+            what: The argument ``uri`` came from (``model_store``), as a refusal names it: "store
+                location 'None' names nothing" told no one which of a task's stores to fix.
         """
         from pyarrow import fs
 
         text = str(uri).strip()
         if not text:
-            raise ConfigurationError(
-                "store location is empty: pass a local folder or an s3://bucket/prefix URI"
-            )
+            raise ConfigurationError(f"{what} is empty: pass a local folder or an s3://bucket/prefix URI")
         if not_given(text):  # read as a relative folder named "None" or "null" before
-            raise ConfigurationError(names_nothing("store location", uri))
+            raise ConfigurationError(names_nothing(what, uri))
         parsed = urlparse(text)
-        refuse_cut_uri(parsed, text, "store location")
+        refuse_cut_uri(parsed, text, what)
         if parsed.scheme in ("", "file") or (len(parsed.scheme) == 1 and os.name == "nt"):
             given = Path(parsed.path if parsed.scheme == "file" else text).expanduser()
             if create and not given.is_absolute():
@@ -81,7 +82,7 @@ class BlobDir:
                 # folder, which changes between workers and tries, a retry read another store than its first
                 # try wrote. A file read by hand (a spec, a data file) may be relative.
                 raise ConfigurationError(
-                    f"store location {text!r} is a relative path: give an absolute folder such as "
+                    f"{what} {text!r} is a relative path: give an absolute folder such as "
                     f"{Path.cwd() / given} or an s3:// URI"
                 )
             path = given.resolve()
@@ -90,7 +91,7 @@ class BlobDir:
             return cls(fs.LocalFileSystem(), str(path), str(path))
         if parsed.scheme == "s3":
             if not parsed.netloc:
-                raise ConfigurationError(f"S3 URI {text!r} has no bucket: use s3://bucket/prefix")
+                raise ConfigurationError(f"{what} {text!r} has no bucket: use s3://bucket/prefix")
             endpoint = (
                 endpoint_url
                 or os.environ.get("COSTAWARE_S3_ENDPOINT_URL")
@@ -111,9 +112,7 @@ class BlobDir:
         try:
             filesystem, root = fs.FileSystem.from_uri(text)
         except Exception as e:
-            raise ConfigurationError(
-                f"cannot open store location {text!r}: {e}; use a folder or s3:// URI"
-            ) from e
+            raise ConfigurationError(f"cannot open {what} {text!r}: {e}; use a folder or s3:// URI") from e
         return cls(filesystem, root, text)
 
     def path(self, name: str = "") -> str:

@@ -118,8 +118,11 @@ class CheckpointStore:
 
     @classmethod
     def open(cls, uri: str, *, keep: int = 2, **storage_options: Any) -> CheckpointStore:
-        """Open the store at a local folder or ``s3://`` URI (options go to ``BlobDir.from_uri``)."""
-        return cls(BlobDir.from_uri(uri, **storage_options), keep=keep)
+        """Open the store at a local folder or ``s3://`` URI (options go to ``BlobDir.from_uri``).
+
+        A bad ``uri`` is refused as the ``checkpoint_store`` argument, which every caller passes here.
+        """
+        return cls(BlobDir.from_uri(uri, what="checkpoint_store", **storage_options), keep=keep)
 
     @property
     def uri(self) -> str:
@@ -306,7 +309,7 @@ def recorded_marker(checkpoint_uri: str, **storage_options: Any) -> Marker | Non
     from costaware_runtime.checkpoints import parse_marker
     from costaware_runtime.contract import LATEST_NAME
 
-    blobs = BlobDir.from_uri(checkpoint_uri, create=False, **storage_options)
+    blobs = BlobDir.from_uri(checkpoint_uri, create=False, what="checkpoint_store", **storage_options)
     try:
         raw = blobs.read_bytes(LATEST_NAME)
     except FileNotFoundError:

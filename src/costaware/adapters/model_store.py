@@ -79,8 +79,11 @@ class ModelStore:
 
     @classmethod
     def open(cls, uri: str, *, trusted_types: Sequence[str] = (), **storage_options: Any) -> ModelStore:
-        """Open the store at a local folder or ``s3://`` URI (options go to ``BlobDir.from_uri``)."""
-        return cls(BlobDir.from_uri(uri, **storage_options), trusted_types=trusted_types)
+        """Open the store at a local folder or ``s3://`` URI (options go to ``BlobDir.from_uri``).
+
+        A bad ``uri`` is refused as the ``model_store`` argument, which every caller passes here.
+        """
+        return cls(BlobDir.from_uri(uri, what="model_store", **storage_options), trusted_types=trusted_types)
 
     @property
     def uri(self) -> str:
