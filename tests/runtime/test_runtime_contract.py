@@ -400,3 +400,19 @@ def test_the_manifest_name_is_reserved(tmp_path: Path) -> None:
     with pytest.raises(ContractError, match="is reserved for the launcher's manifest: rename it"):
         upload_outputs(tmp_path, str(tmp_path / "remote"))
     assert json.loads((tmp_path / "_costaware_manifest.json").read_text()) == {}
+
+
+def test_a_write_refusal_words_its_probe_and_reason_one_way() -> None:
+    # The launcher's and a folder store's refusals share these words (written out four times before).
+    from costaware_runtime.stores import WriteRefusal
+
+    denied = PermissionError(13, "Permission denied")
+    left = WriteRefusal("delete", denied, Path("/data/.costaware-write-check"))
+    assert left.left_note("its") == "; its write check '/data/.costaware-write-check' stays there"
+    assert (
+        left.stays("the launcher's")
+        == "the launcher's write check '/data/.costaware-write-check' stays there"
+    )
+    assert left.reason == "Permission denied"
+    gone = WriteRefusal("create", OSError("no words"), None)
+    assert (gone.left_note("its"), gone.reason) == ("", "no words")

@@ -592,7 +592,7 @@ def _make_job_folder(folder: Path, variable: str, given: Path) -> str | None:
     if not refusal.refused and refusal.step != "delete":
         # A full disk, an I/O error, a stale NFS handle: the filesystem failed, which a retry on another
         # machine may not meet; exit 2 said the job may not write there and was not retried.
-        left = f"; the launcher's write check {str(refusal.left)!r} stays there" if refusal.left else ""
+        left = refusal.left_note("the launcher's")
         raise StoreError(
             f"{variable}={str(given)!r}: could not {refusal.step} a file in its folder {str(folder)!r} "
             f"({error}){left}; check that filesystem (its free space, its mount)"
@@ -603,10 +603,10 @@ def _make_job_folder(folder: Path, variable: str, given: Path) -> str | None:
             f"({error}); {advice}"
         ) from error
     if refusal.step == "rename":
-        left = f"; the launcher's write check {str(refusal.left)!r} stays there" if refusal.left else ""
+        left = refusal.left_note("the launcher's")
         raise ContractError(
             f"{variable}={str(given)!r} cannot be used: its folder {str(folder)!r} takes new files but "
-            f"refuses to rename them ({error.strerror or error}), which writing {_RENAMED_IN[variable]} "
+            f"refuses to rename them ({refusal.reason}), which writing {_RENAMED_IN[variable]} "
             f"whole needs (a temporary file renamed over it): the job would fail at its first save{left}; "
             f"{advice}"
         ) from error
@@ -614,13 +614,14 @@ def _make_job_folder(folder: Path, variable: str, given: Path) -> str | None:
     skipped = " (it is never uploaded as an output)" if variable == contract.OUTPUT_DIR else ""
     # An I/O error or a stale handle at the delete is the filesystem failing, not a folder refusing deletions.
     why = (
-        f"refuses to delete them ({error.strerror or error})"
+        f"refuses to delete them ({refusal.reason})"
         if refusal.refused
-        else f"could not delete one (the filesystem failed: {error.strerror or error})"
+        else f"could not delete one (the filesystem failed: {refusal.reason})"
     )
+    stays = refusal.stays("the launcher's")
     return (
-        f"{variable}={str(given)!r}: its folder {str(folder)!r} takes new files but {why}, so the "
-        f"launcher's write check {str(refusal.left)!r} stays there; delete it by hand where you can{skipped}"
+        f"{variable}={str(given)!r}: its folder {str(folder)!r} takes new files but {why}, so {stays}; "
+        f"delete it by hand where you can{skipped}"
     )
 
 

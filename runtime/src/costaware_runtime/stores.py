@@ -167,7 +167,7 @@ class LocalStore(Store):
         if refusal is None:
             return
         error = refusal.error
-        left = f"; its write check {str(refusal.left)!r} stays there" if refusal.left else ""
+        left = refusal.left_note("its")
         if not refusal.refused:
             raise StoreError(
                 f"could not {refusal.step} a file in {existing} for {self.uri}: {error}{left}"
@@ -579,6 +579,19 @@ class WriteRefusal:
     def unsupported(self) -> bool:
         """Whether the filesystem does not do this step at all (Mountpoint for S3 renames nothing)."""
         return self.error.errno in _UNSUPPORTED
+
+    @property
+    def reason(self) -> str:
+        """The filesystem's words for the error (``Permission denied``), else the whole error."""
+        return str(self.error.strerror or self.error)
+
+    def stays(self, whose: str) -> str:
+        """``"<whose> write check '<probe>' stays there"``: one wording wherever a refusal names the probe."""
+        return f"{whose} write check {str(self.left)!r} stays there"
+
+    def left_note(self, whose: str) -> str:
+        """``"; <whose> write check '<probe>' stays there"`` where the probe is still there, else ``""``."""
+        return f"; {self.stays(whose)}" if self.left else ""
 
 
 def check_writes(folder: Path, *, rename: bool = True) -> WriteRefusal | None:
