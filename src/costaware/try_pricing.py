@@ -132,6 +132,24 @@ def charge_of(
         ) from e
 
 
+def unpriced(
+    error: CostawareError, compute: Mapping[str, Any], *, task_id: str, so: str, source: str = ""
+) -> CostawareError:
+    """The refusal of a task whose ``compute`` :func:`charge_of` could not price (``error``), one wording.
+
+    A :class:`PriceNotFoundError` stays one; anything else is a configuration error. ``so``: what would go
+    wrong were the task run anyway ("its cost would be recorded at $0"); ``source``: where the compute came
+    from, after its market ("; from its instance_type, ...").
+    """
+    from costaware.core.errors import ConfigurationError
+
+    kind = PriceNotFoundError if isinstance(error, PriceNotFoundError) else ConfigurationError
+    return kind(
+        f"task {task_id!r} on {compute['instance_type']!r} in {compute['region']!r} ({compute['market']}"
+        f"{source}) cannot be priced, so {so}: {error}"
+    )
+
+
 def _list_price(
     compute: Mapping[str, Any], tags: Mapping[str, str], ledger_conn_id: str, *, in_task_process: bool = True
 ) -> dict[str, Any]:

@@ -225,7 +225,10 @@ def test_a_hit_on_a_worker_type_nobody_can_price_reuses_the_features_and_says_so
         ({"inputs": {"t": "s3a://ml-data/flights"}}, "spelt another way: write it 's3://ml-data/flights'"),
         (
             {"instance_type": "m5.huge", "region": "us-east-1", "usd_per_hour": None},
-            r"task 'features' on 'm5.huge' in 'us-east-1' \(on_demand; .*unknown instance type 'm5.huge'",
+            r"task 'features' on 'm5.huge' in 'us-east-1' \(on_demand; from its instance_type, region, "
+            r"usd_per_hour, its costaware_compute param, else the \[costaware\] worker_\* settings\) "
+            r"cannot be priced, so neither its bill nor the cache's cost would be right: "
+            r".*unknown instance type 'm5.huge'",
         ),
         (
             {"instance_type": "m5.2xlarge", "region": "eu-wset-1", "usd_per_hour": None},

@@ -305,9 +305,9 @@ class CachedFeaturesOperator(BaseOperator):
                 param's market that is no market), before the transform runs; the bill would record the
                 try at $0.
         """
-        from costaware.core.errors import ConfigurationError, PriceNotFoundError
+        from costaware.core.errors import ConfigurationError
         from costaware.core.ledger import Market
-        from costaware.try_pricing import PRICING_PARAM, charge_of
+        from costaware.try_pricing import PRICING_PARAM, charge_of, unpriced
 
         try:
             return charge_of(compute, tags, self.ledger_conn_id, seconds=3600).usd_per_hour
@@ -316,12 +316,13 @@ class CachedFeaturesOperator(BaseOperator):
                 # The team's own hardware with no rate of its own: the bill records the try at $0 (unpriced).
                 self.log.warning("misses are recorded at $0, as the try is billed: %s", e)
                 return Decimal(0)
-            error = PriceNotFoundError if isinstance(e, PriceNotFoundError) else ConfigurationError
-            raise error(
-                f"task {self.task_id!r} on {compute['instance_type']!r} in {compute['region']!r} "
-                f"({compute['market']}; from its instance_type, region, usd_per_hour, its {PRICING_PARAM} "
-                f"param, else the [costaware] worker_* settings) cannot be priced, so neither its bill nor "
-                f"the cache's cost would be right: {e}"
+            raise unpriced(
+                e,
+                compute,
+                task_id=self.task_id,
+                source=f"; from its instance_type, region, usd_per_hour, its {PRICING_PARAM} param, else the "
+                "[costaware] worker_* settings",
+                so="neither its bill nor the cache's cost would be right",
             ) from e
 
     def _compute(self, options: S3Options, price: Callable[[], Decimal]) -> Callable[[], Computed]:

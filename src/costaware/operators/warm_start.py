@@ -216,9 +216,9 @@ class WarmStartRetrainOperator(BuiltInTrainingArguments, BaseOperator):
         refreshed or imported price knows is valid. A ``local`` try (the team's own hardware, its type a
         name of theirs like 'dgx-box-1') is skipped, as the listener prices none from the catalog.
         """
-        from costaware.core.errors import ConfigurationError, PriceNotFoundError
+        from costaware.core.errors import ConfigurationError
         from costaware.glue import ledger_conn_id_of
-        from costaware.try_pricing import PRICING_PARAM, charge_of, compute_of
+        from costaware.try_pricing import PRICING_PARAM, charge_of, compute_of, unpriced
 
         compute = compute_of(self)
         try:
@@ -231,11 +231,7 @@ class WarmStartRetrainOperator(BuiltInTrainingArguments, BaseOperator):
         try:
             charge_of(compute, {}, ledger_conn_id_of(self), seconds=3600)
         except ConfigurationError as e:
-            error = PriceNotFoundError if isinstance(e, PriceNotFoundError) else ConfigurationError
-            raise error(
-                f"task {self.task_id!r} on {compute['instance_type']!r} in {compute['region']!r} "
-                f"({compute['market']}) cannot be priced, so its cost would be recorded at $0: {e}"
-            ) from e
+            raise unpriced(e, compute, task_id=self.task_id, so="its cost would be recorded at $0") from e
         return compute
 
     def _check_own_compute(self, *, market: Any, usd_per_hour: Any) -> None:
