@@ -285,6 +285,18 @@ def test_a_store_refusal_names_the_argument_it_came_from(
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.parametrize("root", ["/", "//", "/.", "/tmp/..", "file:///"])
+def test_a_store_at_the_machines_root_is_refused(root: str) -> None:
+    # model_store='/' (what "$UNSET/" gives) wrote /versions/<v>/... and /champion.json.
+    from costaware.adapters.checkpoint_store import CheckpointStore
+
+    for opening, what in ((ModelStore.open, "model_store"), (CheckpointStore.open, "checkpoint_store")):
+        with pytest.raises(ConfigurationError) as caught:
+            opening(root)
+        assert str(caught.value).startswith(f"{what} {root!r} is the root, /, of the whole machine: a store")
+    assert BlobDir.from_uri("/", create=False).root == ""  # reading a file by its path is not a store
+
+
 @pytest.mark.parametrize("rendered", ["None", "null", " None "])
 @pytest.mark.parametrize("create", [True, False])
 def test_a_store_location_a_template_rendered_from_nothing_is_refused_as_naming_nothing(

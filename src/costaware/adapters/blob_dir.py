@@ -86,6 +86,14 @@ class BlobDir:
                     f"{Path.cwd() / given} or an s3:// URI"
                 )
             path = given.resolve()
+            if create and path == Path(path.anchor):
+                # model_store='/' (what "$UNSET/" gives) wrote /versions/... and /champion.json: a store
+                # makes its folders in its root, here the machine's.
+                raise ConfigurationError(
+                    f"{what} {text!r} is the root, /, of the whole machine: a store there would make its "
+                    "folders directly under /; give a folder of its own such as '/srv/ml/models' or an "
+                    "s3:// URI"
+                )
             if create:
                 path.mkdir(parents=True, exist_ok=True)
             return cls(fs.LocalFileSystem(), str(path), str(path))
