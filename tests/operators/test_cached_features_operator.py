@@ -575,6 +575,21 @@ def test_a_store_uri_that_names_nothing_is_refused_as_a_model_store_is(
     assert not (tmp_path / "default-cache").exists() and ledger_conn.entries() == []
 
 
+@pytest.mark.parametrize("root", ["/", "file:///", "file://localhost/"])
+def test_a_store_uri_at_the_machines_root_is_refused(
+    root: str, flights_dir: Path, tmp_path: Path, ledger_conn: Ledger
+) -> None:
+    # Each entry's folder was made directly under /.
+    message = f"task 'features': store_uri {root!r} is the root, /, of the whole machine: its files"
+    with pytest.raises(ConfigurationError, match=re.escape(message)):  # written out: when parsed
+        operator(_paths_transform, {"flights": str(flights_dir)}, root, pass_paths=True)
+    op = operator(_paths_transform, {"flights": str(flights_dir)}, "{{ params.cache }}", pass_paths=True)
+    op.store_uri = root  # what it rendered to
+    with pytest.raises(AirflowFailException, match=re.escape(message)):
+        op.execute(context())
+    assert ledger_conn.entries() == []
+
+
 def test_a_store_uri_left_out_is_the_default_cache(
     flights_dir: Path, tmp_path: Path, ledger_conn: Ledger, monkeypatch: pytest.MonkeyPatch
 ) -> None:

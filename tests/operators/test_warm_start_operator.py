@@ -495,7 +495,7 @@ def test_a_relative_store_is_refused_when_the_dag_is_parsed(
 @pytest.mark.parametrize("root", ["/", "//", "/.", "/tmp/..", "file:///", "file://localhost/"])
 def test_a_root_checkpoint_store_is_refused_when_parsed_and_when_rendered(tmp_path: Path, root: str) -> None:
     # "/" lost its slash to "": each job's checkpoints went to /<dag>/<task>/..., folders made in the root.
-    message = f"checkpoint_store {root!r} is the root, /, of the whole machine: each job's files would be"
+    message = f"checkpoint_store {root!r} is the root, /, of the whole machine: its files would be"
     with pytest.raises(ConfigurationError, match=re.escape(f"WarmStartRetrainOperator 'retrain': {message}")):
         _operator(tmp_path, 1, checkpoint_store=root)
     op = _operator(tmp_path, 1, checkpoint_store="{{ params.ckpt }}")  # checked once rendered

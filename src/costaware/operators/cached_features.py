@@ -18,7 +18,7 @@ from costaware.glue import (
     run_identity,
     run_tags,
 )
-from costaware.operators.templating import is_literal
+from costaware.operators.templating import is_literal, refuse_root_store
 from costaware.settings import feature_cache
 
 if TYPE_CHECKING:
@@ -275,6 +275,10 @@ class CachedFeaturesOperator(BaseOperator):
                     "cache ($COSTAWARE_FEATURE_CACHE or $AIRFLOW_HOME/costaware/features)"
                 )
             parse_uri(str(self.store_uri), what="store_uri")
+            # '/' wrote each entry's folder directly under the machine's root.
+            refuse_root_store(
+                f"task {self.task_id!r}", "store_uri", self.store_uri, example="/srv/ml/features"
+            )
         if isinstance(self.transform_params, Mapping):
             name = getattr(self.transform, "__qualname__", self.transform)
             check_keywords(

@@ -235,7 +235,7 @@ def refuse_relative_store(owner: str, name: str, value: object, *, optional: boo
     )
 
 
-def refuse_root_store(owner: str, name: str, value: object) -> None:
+def refuse_root_store(owner: str, name: str, value: object, *, example: str = "/srv/ml/checkpoints") -> None:
     """Refuse a local store that is the machine's root, ``/`` (``//``, ``/.``, ``file:///``), as given.
 
     ``checkpoint_store='/'`` (what ``"$UNSET/"`` renders) lost its trailing slash to ``""``: each job's
@@ -260,7 +260,7 @@ def refuse_root_store(owner: str, name: str, value: object) -> None:
     from costaware.core.errors import ConfigurationError
 
     raise ConfigurationError(
-        f"{owner}: {name} {value!r} is the root, /, of the whole machine: each job's "
-        "files would be written in folders made directly under /; give a folder of its own such as "
-        "'/srv/ml/checkpoints' or an s3:// URI"
+        f"{owner}: {name} {value!r} is the root, /, of the whole machine: its files would be written in "
+        "folders made directly under /; give a folder of its own such as "
+        f"{example!r} or an s3:// URI"
     )
