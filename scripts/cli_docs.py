@@ -49,10 +49,10 @@ no entry of is an unknown value, exit 2 on every command (`report`, `report --ef
 show`), with the DAGs the ledger has: a typo is never read as "it cost nothing" (a DAG that has not run yet
 has no entry either); so is a ledger location that holds none (a SQLite file that does not exist, a database
 without costaware's tables): a command that reads makes no ledger there, nor do `prices refresh` and `prices
-import` in a database that holds other tables but none of costaware's (an empty database is made a ledger,
-said on stderr). A known DAG or
-run that the other filters (`--since`, `--until`, `--scope`) select nothing of is an empty answer, exit 0, and
-so is one whose costs only wait (spooled on this machine, or an open hold), with a note on stderr saying what
+import` in a database that holds other tables but none of costaware's unless given `--create-ledger` (a ledger
+kept in Airflow's metadata database; an empty database is made a ledger, said on stderr). A known DAG or run
+that the other filters (`--since`, `--until`, `--scope`) select nothing of is an empty answer, exit 0, and so
+is one whose costs only wait (spooled on this machine, or an open hold), with a note on stderr saying what
 waits. A blank value (`--store ""`, most often an unset shell variable) is refused, never read as "not given";
 only `alerts set --thresholds ''` means something (the defaults). An option that takes one value given twice
 with different values (`--cap-usd 2 --cap-usd 3`) is refused, never read as the last. `budget set` refuses a

@@ -119,7 +119,8 @@ def test_a_database_without_a_ledger_is_refused_and_left_as_it_was(
     with stubber:
         assert run(f"sqlite:///{other}", *argv) == 2
     err = capsys.readouterr().err
-    assert f"no ledger at sqlite:///{other} (the database has no costaware tables): check --ledger-url" in err
+    assert f"no ledger at sqlite:///{other} (the database holds other tables but no costaware tables" in err
+    assert "add --create-ledger): check --ledger-url" in err
     assert "a ledger is made by the first DAG run that records a cost or by `costaware budget set`" in err
     with sqlite3.connect(other) as db:
         assert db.execute("SELECT name FROM sqlite_master WHERE type = 'table'").fetchall() == [("notes",)]
@@ -139,6 +140,44 @@ def test_an_empty_database_made_for_the_ledger_gets_one_from_prices_import(
         captured.err
     )
     assert run(f"sqlite:///{empty}", "prices", "show", "r7i.large") == 0
+
+
+def test_a_database_with_other_tables_gets_a_ledger_only_when_asked(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A ledger kept in Airflow's metadata database (docs/ledger.md): refused as a mistyped database was,
+    # with only `budget set` (a real budget) as the way out.
+    shared = tmp_path / "airflow.db"
+    with sqlite3.connect(shared) as db:
+        db.execute("CREATE TABLE dag (dag_id TEXT)")
+    offer = str(FIXTURES / "ec2_offer_us-east-1.csv")
+    assert run(f"sqlite:///{shared}", "prices", "import", offer) == 2
+    err = capsys.readouterr().err
+    assert "holds other tables but no costaware tables" in err and "add --create-ledger" in err
+    assert run(f"sqlite:///{shared}", "prices", "import", offer, "--create-ledger") == 0
+    assert "creating one there" in capsys.readouterr().err
+    with sqlite3.connect(shared) as db:
+        tables = {row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    assert "dag" in tables and "costaware_price_cache" in tables
+
+
+def test_a_postgres_database_whose_tables_are_in_another_schema_is_not_empty(
+    postgres_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Only the default schema was looked at: an application's database was made a ledger without a word.
+    from services import fresh_postgres_database
+    from sqlalchemy import create_engine, inspect, text
+
+    url = fresh_postgres_database(postgres_url, "app")
+    engine = create_engine(url)
+    with engine.begin() as conn:
+        conn.execute(text("CREATE SCHEMA app"))
+        conn.execute(text("CREATE TABLE app.orders (id int)"))
+    assert run(url, "prices", "import", str(FIXTURES / "ec2_offer_us-east-1.csv")) == 2
+    assert "holds other tables but no costaware tables" in capsys.readouterr().err
+    with engine.connect() as conn:
+        assert inspect(conn).get_table_names() == []
+    engine.dispose()
 
 
 def test_an_imported_type_the_bundled_catalog_lacks_is_warned_of_with_the_closest(

@@ -286,6 +286,7 @@ def open_ledger(
     reading: bool = False,
     read_only: bool = False,
     before_creating: Callable[[], object] | None = None,
+    create_beside_others: bool = False,
 ) -> Ledger:
     """The ledger that ``--ledger-url`` names, else :func:`default_ledger_url`.
 
@@ -300,7 +301,8 @@ def open_ledger(
     tables, before they are made; it raises where the command cannot succeed on an empty ledger, so that a
     refused command creates nothing. Without it, a command that writes makes a ledger only where the SQLite
     file does not exist yet or the database has no tables at all (made for the ledger: said on stderr), never
-    in a database that holds other tables but no ledger's (a mistyped database name, Airflow's own).
+    in a database that holds other tables but no ledger's (a mistyped database name, Airflow's own) unless
+    ``create_beside_others`` (`--create-ledger`: a ledger kept in Airflow's metadata database).
 
     Raises:
         CostawareError: ``reading`` and the SQLite file does not exist; the database exists without a
@@ -334,7 +336,14 @@ def open_ledger(
         unopened.dispose()
         # Said as a missing SQLite file is: a mistyped database name got a ledger's tables without a word.
         missing = f"{safe_url(url)} (the database has no costaware tables)"
-        refuse = reading or (before_creating is None and not empty)
+        refuse = reading or (before_creating is None and not empty and not create_beside_others)
+        if refuse and not reading and not empty:
+            # Airflow's metadata database is a documented home of the ledger (docs/ledger.md): say why it
+            # was refused and how to make one there without a budget.
+            missing = (
+                f"{safe_url(url)} (the database holds other tables but no costaware tables; if the ledger is "
+                "to be kept there, as in Airflow's metadata database, add --create-ledger)"
+            )
     if missing is not None and not refuse and before_creating is not None:
         before_creating()
     if missing is not None and not refuse:
@@ -798,6 +807,12 @@ ARG_LEDGER_URL = Arg(
     default=argparse.SUPPRESS,
     help=LEDGER_URL_HELP,
     if_empty=LEDGER_URL_IF_EMPTY,
+)
+ARG_CREATE_LEDGER = Arg(
+    "--create-ledger",
+    action="store_true",
+    help="make the ledger's tables in a database that holds other tables but none of costaware's (a "
+    "ledger kept in Airflow's metadata database); without it such a database is refused as a mistyped one",
 )
 ARG_FORMAT = Arg("--format", choices=FORMATS, default="table", help="output format (default: table)")
 ARG_PERIOD = Arg(

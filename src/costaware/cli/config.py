@@ -8,6 +8,7 @@ the parser from :data:`COMMANDS`, and ``scripts/cli_docs.py`` writes ``docs/cli.
 from __future__ import annotations
 
 from costaware.cli.arguments import (
+    ARG_CREATE_LEDGER,
     ARG_DAG_ID,
     ARG_FORMAT,
     ARG_GROUP_BY,
@@ -279,6 +280,7 @@ PRICES_COMMANDS = (
                 help="Airflow AWS connection (default [costaware] price_aws_conn_id, else aws_default)",
             ),
             ARG_LEDGER_URL,
+            ARG_CREATE_LEDGER,
         ),
     ),
     ActionCommand(
@@ -290,6 +292,7 @@ PRICES_COMMANDS = (
             Arg("--region", help="region of the file, for files whose rows name no region code"),
             ARG_TYPES,
             ARG_LEDGER_URL,
+            ARG_CREATE_LEDGER,
         ),
     ),
 )

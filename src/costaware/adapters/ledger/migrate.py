@@ -105,14 +105,24 @@ def holds_ledger(ledger: LedgerDatabase) -> bool:
         return inspect(conn).has_table(schema.budgets.name)
 
 
+# PostgreSQL's own schemas: every database has them, whatever it is for.
+_SYSTEM_SCHEMAS = ("information_schema", "pg_catalog")
+
+
 def holds_no_tables(ledger: LedgerDatabase) -> bool:
-    """Whether the database (its default schema) has no tables at all: one made for the ledger, empty yet.
+    """Whether the database has no tables at all, in any schema: one made for the ledger, empty yet.
+
+    Every schema counts: an application's database whose tables are all in its own schema is no empty one.
 
     Raises:
         LedgerUnavailableError: the database cannot be reached or read.
     """
     with ledger.transaction() as conn:
-        return not inspect(conn).get_table_names()
+        found = inspect(conn)
+        schemas = [
+            s for s in found.get_schema_names() if s not in _SYSTEM_SCHEMAS and not s.startswith("pg_")
+        ]
+        return not any(found.get_table_names(schema=schema) for schema in schemas)
 
 
 def current_revision(conn: Connection) -> str | None:

@@ -390,7 +390,7 @@ def refresh_prices(args: argparse.Namespace) -> int:
     _check_types_of_service(args.service, args.types)
     conn_id = args.aws_conn_id or option("price_aws_conn_id") or "aws_default"
     fetcher = PriceListFetcher.from_connection(conn_id)
-    cache = PriceCache(open_ledger(args))
+    cache = PriceCache(open_ledger(args, create_beside_others=args.create_ledger))
     # One plain name is asked of the API itself; a glob or a list is filtered from every type it returns.
     exact = args.types if args.types and not any(c in args.types for c in "*?[,") else None
     fetched = []  # every region first, then the cache: a region that fails writes nothing at all
@@ -536,7 +536,9 @@ def import_prices(args: argparse.Namespace) -> int:
                 "upgrade boto3 for a region launched since (its region list counts too)"
             ) from e
     _warn_of_unknown_types(path, [p.instance_type for p in prices if p.service == "ec2"])
-    written = PriceCache(open_ledger(args)).put(prices, origin=OFFER_FILE, fetched_at=utcnow())
+    written = PriceCache(open_ledger(args, create_beside_others=args.create_ledger)).put(
+        prices, origin=OFFER_FILE, fetched_at=utcnow()
+    )
     services = sorted({p.service for p in prices})
     print(f"imported {written} {'/'.join(services)} price(s) for {', '.join(regions)} from {path.name}")
     return 0
