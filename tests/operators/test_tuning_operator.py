@@ -499,7 +499,7 @@ def test_a_retry_after_the_tasks_retry_delay_is_paid_from_the_hold_its_failed_tr
     # The hold lasted 2 x the estimate (at least 60 s), Airflow's retry came 5 minutes later: the hold had
     # expired, and the retry reserved the whole estimate again (stopping the study where the budget had
     # room only for what was left of it).
-    from costaware.adapters.ledger import budgets, reservations
+    from costaware.adapters.ledger import budgets, regrowth, reservations
     from costaware.core.ledger import utcnow
     from costaware.training.tuning import reservations as trial_reservations
     from costaware.training.tuning import study as study_module
@@ -521,7 +521,7 @@ def test_a_retry_after_the_tasks_retry_delay_is_paid_from_the_hold_its_failed_tr
     (held,) = env.open_reservations()  # left open for the retry, paid in part
 
     retried_at = utcnow() + delay + timedelta(seconds=1)
-    for module in (reservations, budgets, trial_reservations, study_module, trial_module):
+    for module in (reservations, regrowth, budgets, trial_reservations, study_module, trial_module):
         monkeypatch.setattr(module, "utcnow", lambda: retried_at, raising=False)
     retry = BudgetedTuningOperator(
         task_id="trial", study_name="s1", trainer=QuadraticTrainer, retries=1, retry_delay=delay
@@ -961,7 +961,7 @@ def test_a_refused_slots_study_load_is_paid_from_the_hold_taken_before_it(
 
 def _wait_on_a_fake_clock(monkeypatch: pytest.MonkeyPatch, ti: Any) -> list[float]:
     """A slot's wait for money moves the ledger's clock and the listener's measure of the try (no sleep)."""
-    from costaware.adapters.ledger import budgets, reservations
+    from costaware.adapters.ledger import budgets, regrowth, reservations
     from costaware.training.tuning import reservations as trial_reservations
 
     waited = [0.0]
@@ -974,7 +974,7 @@ def _wait_on_a_fake_clock(monkeypatch: pytest.MonkeyPatch, ti: Any) -> list[floa
         waited[0] += seconds
         listener._STARTS[listener._key(ti)] -= seconds
 
-    for module in (reservations, budgets, trial_reservations):
+    for module in (reservations, regrowth, budgets, trial_reservations):
         monkeypatch.setattr(module, "utcnow", utcnow)
     clock = SimpleNamespace(monotonic=lambda: waited[0], sleep=sleep)
     monkeypatch.setattr(trial_reservations, "time", clock)
