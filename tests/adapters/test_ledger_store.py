@@ -384,6 +384,17 @@ def test_no_budget_for_a_mistyped_tag_value_names_the_close_budget(any_ledger: L
     with pytest.raises(BudgetNotFoundError) as unrelated:
         any_ledger.reserve("team=payments", "1")
     assert "did you mean" not in str(unrelated.value)
+    # Another team's budget is no hint: the shared 'project=' made 'project=cv' the one 'project=churn' meant.
+    any_ledger.set_budget("project=cv", "month", "10")
+    for other in ("project=churn", "project=nlp"):
+        with pytest.raises(BudgetNotFoundError) as another_project:
+            any_ledger.reserve(other, "1")
+        assert "did you mean" not in str(another_project.value)
+    # A per-run budget reserved without a run is skipped: the scope itself is no hint.
+    any_ledger.set_budget("project=churn-eu", "run", "10")
+    with pytest.raises(BudgetNotFoundError) as per_run:
+        any_ledger.reserve("project=churn-eu", "1")
+    assert "did you mean 'project=churn-eu'" not in str(per_run.value)
 
 
 def test_no_budget_is_an_error_naming_the_scope(any_ledger: Ledger) -> None:

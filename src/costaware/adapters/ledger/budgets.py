@@ -6,6 +6,7 @@ it, read in one statement so PostgreSQL's READ COMMITTED sees both at the same i
 
 from __future__ import annotations
 
+import difflib
 import logging
 from dataclasses import replace
 from datetime import datetime
@@ -28,7 +29,7 @@ from costaware.core.budgets import (
     run_of_key,
     unset_problem,
 )
-from costaware.core.errors import BudgetNotFoundError, ConfigurationError, did_you_mean
+from costaware.core.errors import BudgetNotFoundError, ConfigurationError
 from costaware.core.ledger import BudgetUsage, utcnow
 from costaware.core.money import format_usd, from_micros, to_micros
 
@@ -234,12 +235,28 @@ def applicable(
             )
         # A mistyped tag value (a DAG param 'flight_delays' for 'flight-delays') was told only to make a
         # budget for the typo.
-        close = did_you_mean(wanted, (str(budget_from_row(r).scope) for r in rows))
+        close = _closest_scope(wanted, [budget_from_row(r).scope for r in rows])
         raise BudgetNotFoundError(
             f"no budget covers scope '{wanted}'{close} (budgets: {known}); set one with "
             f"`costaware budget set --scope '{wanted}' --period {suggested_period(wanted)} --cap-usd <USD>`"
         )
     return found
+
+
+def _closest_scope(wanted: Scope, scopes: list[Scope]) -> str:
+    """`` (did you mean 'k=v'?)`` for a budget over the same tag names whose values are close to ``wanted``'s.
+
+    Only the values are compared: the shared ``project=`` alone made 'project=cv' the hint for
+    'project=churn', another team's budget; a scope equal to ``wanted`` (a per-run budget) is no hint.
+    """
+    names = [key for key, _ in wanted.tags]
+    same_names = {
+        ",".join(value for _, value in scope.tags): str(scope)
+        for scope in scopes
+        if [key for key, _ in scope.tags] == names and scope != wanted
+    }
+    close = difflib.get_close_matches(",".join(value for _, value in wanted.tags), list(same_names), n=1)
+    return f" (did you mean {same_names[close[0]]!r}?)" if close else ""
 
 
 def _holds_of_run(period_key: Any, key: str) -> Any:
