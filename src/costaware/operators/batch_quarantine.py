@@ -39,7 +39,7 @@ def quarantined_copy(
     """Where :func:`quarantine` put ``data_path`` under ``key``, when it is there; else None."""
     from costaware.adapters.blob_dir import BlobDir
 
-    target = BlobDir.from_uri(quarantine_path, create=False, **options).child(key)
+    target = BlobDir.from_uri(quarantine_path, create=False, what="quarantine_path", **options).child(key)
     name = data_path.rstrip("/").rpartition("/")[2]
     return f"{target.uri}/{name}" if name and target.exists(name) else None
 
@@ -102,7 +102,7 @@ def check_quarantine_beside_batch_folder(
     if top == name:
         return  # inside the batch itself: quarantine() refuses that one
     try:
-        folder = BlobDir.from_uri(parent, create=False, **options)
+        folder = BlobDir.from_uri(parent, create=False, what="data_path's folder", **options)
         listed = folder.fs.get_file_info(fs.FileSelector(folder.root, allow_not_found=True))
         neighbours = [i for i in listed if i.base_name not in (name, top)]
         # Numbered ones first (a batch of the series refuses, any other only warns), and among them a file
@@ -273,8 +273,8 @@ def quarantine(data_path: str, quarantine_path: str, key: str, options: Mapping[
 
     from costaware.adapters.blob_dir import BlobDir
 
-    source = BlobDir.from_uri(data_path, create=False, **options)
-    target = BlobDir.from_uri(quarantine_path, create=False, **options).child(key)
+    source = BlobDir.from_uri(data_path, create=False, what="data_path", **options)
+    target = BlobDir.from_uri(quarantine_path, create=False, what="quarantine_path", **options).child(key)
     if type(source.fs) is type(target.fs) and (target.root + "/").startswith(source.root.rstrip("/") + "/"):
         raise ConfigurationError(
             f"quarantine_path {quarantine_path!r} is inside the batch {data_path!r}: deleting the batch "

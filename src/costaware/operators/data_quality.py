@@ -382,7 +382,7 @@ class DataQualityOperator(BaseOperator):
                 "result": result,
             }
             results_at = _folder_location(self.results_path, "results_path", "quality")
-            results = BlobDir.from_uri(results_at or default_store("quality"), **options)
+            results = BlobDir.from_uri(results_at or default_store("quality"), what="results_path", **options)
             results.write_bytes(name, json.dumps(record, indent=2, default=str).encode())
             uri = f"{results.uri}/{name}"
             stats = result.get("statistics", {})

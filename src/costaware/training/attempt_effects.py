@@ -539,7 +539,7 @@ def clear_checkpoints(plan: RemotePlan, storage_options: Mapping[str, Any]) -> b
     parent, _, leaf = plan.checkpoint_uri.rstrip("/").rpartition("/")
     if not parent or not leaf:
         return False
-    BlobDir.from_uri(parent, create=False, **storage_options).delete(leaf)
+    BlobDir.from_uri(parent, create=False, what="checkpoint_store", **storage_options).delete(leaf)
     if plan.checkpoint_uri.startswith("s3://"):
         location = parse_uri(plan.checkpoint_uri, what="checkpoint_uri")
         try:

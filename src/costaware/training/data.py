@@ -24,10 +24,12 @@ def read_parquet(
     storage_options: Mapping[str, Any] | None = None,
     *,
     columns_from: str = "feature_columns/label_column",
+    what: str = "data_path",
 ) -> tuple[Any, str]:
     """Read ``columns`` (None: all) of one Parquet file or every ``*.parquet`` under a folder (local or S3).
 
     ``columns_from``: the argument(s) the columns came from, for the message when one is missing.
+    ``what``: the argument ``uri`` came from (``holdout_path``), named when the location is refused.
 
     Returns the DataFrame and a fingerprint: SHA-256 over each file's relative name and content.
     """
@@ -35,7 +37,7 @@ def read_parquet(
     import pyarrow.parquet as pq
     from pyarrow import fs
 
-    blobs = BlobDir.from_uri(uri, create=False, **dict(storage_options or {}))
+    blobs = BlobDir.from_uri(uri, create=False, what=what, **dict(storage_options or {}))
     info = blobs.fs.get_file_info(blobs.root)
     if info.type == fs.FileType.File:
         paths = [blobs.root]

@@ -118,7 +118,9 @@ def read_spec(uri: str, **storage_options: Any) -> dict[str, Any]:
 
     folder, name = _split(uri)
     try:
-        raw = BlobDir.from_uri(folder, create=False, **storage_options).read_bytes(name)
+        raw = BlobDir.from_uri(
+            folder, create=False, what="training spec's folder", **storage_options
+        ).read_bytes(name)
     except FileNotFoundError as e:
         raise ConfigurationError(f"training spec {uri!r} does not exist ({e}): write the spec first") from e
     except OSError as e:
@@ -148,7 +150,9 @@ def read_result(uri: str, *, job_id: str = "", **storage_options: Any) -> dict[s
     folder, name = _split(uri)
     job = f"training job {job_id!r}" if job_id else "the training job"
     try:
-        raw = BlobDir.from_uri(folder, create=False, **storage_options).read_bytes(name)
+        raw = BlobDir.from_uri(folder, create=False, what="result's folder", **storage_options).read_bytes(
+            name
+        )
     except FileNotFoundError as e:
         raise ResultMissingError(
             f"{job} ended successfully but its result {uri!r} is not there ({e}): the job and the worker "
@@ -162,12 +166,19 @@ def read_result(uri: str, *, job_id: str = "", **storage_options: Any) -> dict[s
     return _json_object(raw, f"result {uri!r} of {job}")
 
 
-def write_spec(uri: str, spec: Mapping[str, Any], **storage_options: Any) -> str:
-    """Write ``spec`` as JSON to ``uri`` atomically; returns the URI."""
+def write_spec(
+    uri: str, spec: Mapping[str, Any], *, what: str = "training spec", **storage_options: Any
+) -> str:
+    """Write ``spec`` as JSON to ``uri`` atomically; returns the URI.
+
+    ``what``: the file written (``result``), named when its folder is refused.
+    """
     from costaware.adapters.blob_dir import BlobDir
 
     folder, name = _split(uri)
-    BlobDir.from_uri(folder, **storage_options).write_bytes(name, json.dumps(dict(spec), indent=1).encode())
+    BlobDir.from_uri(folder, what=f"{what}'s folder", **storage_options).write_bytes(
+        name, json.dumps(dict(spec), indent=1).encode()
+    )
     return uri
 
 
@@ -237,7 +248,7 @@ def write_result(
     """
     for wait in (*RESULT_WRITE_RETRY_SECONDS, None):
         try:
-            write_spec(uri, result, **storage_options)
+            write_spec(uri, result, what="result", **storage_options)
             return
         except OSError as e:
             if wait is None:

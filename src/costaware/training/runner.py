@@ -144,7 +144,12 @@ def run_retrain(
         ) from e
     columns = [*features, job.label_column]
 
-    new_frame, new_fingerprint = read_parquet(job.new_data_path or job.data_path, columns, opts)
+    new_frame, new_fingerprint = read_parquet(
+        job.new_data_path or job.data_path,
+        columns,
+        opts,
+        what="new_data_path" if job.new_data_path else "data_path",
+    )
     new_data = training_data(new_frame, features, job.label_column, job.label_threshold)
     labelled = new_data.features.assign(__label__=new_data.label)
     champion = store.champion()

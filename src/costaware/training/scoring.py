@@ -95,7 +95,7 @@ def holdout_scores(
                 "scoring_command (your scoring script)"
             )
     columns = sorted({*(c for meta in versions.values() for c in meta.features), label_column})
-    frame, fingerprint = read_parquet(holdout_path, columns, storage_options)
+    frame, fingerprint = read_parquet(holdout_path, columns, storage_options, what="holdout_path")
     known = frame[frame[label_column].notna()].reset_index(drop=True)
     if len(known) < len(frame):
         log.info("dropped %d holdout rows without a value in %r", len(frame) - len(known), label_column)
