@@ -768,6 +768,30 @@ def test_a_local_store_whose_check_failed_names_the_probe_it_left(
     assert str(caught.value).endswith(f"; its write check {str(probe)!r} stays there")
 
 
+@pytest.mark.parametrize(
+    ("name", "refused"),
+    [("open", "refuses a new file (no write under this policy); "), ("rename", "refuses to rename them (")],
+)
+def test_a_refusal_with_no_errno_is_said_in_its_own_words(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str, refused: str
+) -> None:
+    # A PermissionError raised by a layer above the OS (a FUSE client, a sandbox) has no errno and no
+    # strerror: "refuses a new file (None)" said nothing of why.
+    real = getattr(os, name)
+
+    def fake(path: Any, *args: Any, **kwargs: Any) -> Any:
+        if Path(path).parent == tmp_path:
+            raise PermissionError("no write under this policy")
+        return real(path, *args, **kwargs)
+
+    monkeypatch.setattr(os, name, fake)
+    with pytest.raises(ContractError) as caught:
+        LocalStore(tmp_path).check()
+    said = str(caught.value)
+    assert refused in said and "no write under this policy" in said and "(None)" not in said
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_only_rank_0_saves_in_a_multi_process_training(local: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # Every rank saving into the one folder: a rank a step behind replaced rank 0's file with its own, set
     # the marker back to its step and pruned the newer step rank 0 had committed.

@@ -63,13 +63,13 @@ def test_a_fresh_virtualenv_installs_only_the_runtime(tmp_path: Path) -> None:
     )
     done = subprocess.run([str(python), "-c", probe], capture_output=True, text=True, env=environ, check=True)
     found = json.loads(done.stdout)
-    assert found["version"] == "0.1.9"
+    assert found["version"] == "0.1.10"
     assert found["airflow"] is False and found["costaware"] is False
     assert "needs boto3, which is not installed: pip install 'costaware-runtime[s3]'" in found["hint"]
     version = subprocess.run(
         [str(env_dir / "bin" / "costaware-run"), "--version"], capture_output=True, text=True, env=environ
     )
-    assert version.stdout.strip() == "costaware-runtime 0.1.9"
+    assert version.stdout.strip() == "costaware-runtime 0.1.10"
 
     size_mb = folder_mb(env_dir)
     package_kb = folder_mb(next(env_dir.glob("lib/python*/site-packages/costaware_runtime"))) * 1000

@@ -1458,7 +1458,7 @@ def test_no_command_is_a_usage_error() -> None:
 def test_the_console_script_is_installed() -> None:
     script = Path(sys.executable).with_name("costaware-run")
     done = subprocess.run([str(script), "--version"], capture_output=True, text=True)
-    assert done.stdout.strip() == "costaware-runtime 0.1.9"
+    assert done.stdout.strip() == "costaware-runtime 0.1.10"
 
 
 # The job starts a helper process (like a DataLoader worker) that notes whether it got SIGTERM.

@@ -8,7 +8,7 @@ its model in the output folder, and on SIGTERM saves and exits 75. Framework hel
 
 from __future__ import annotations
 
-__version__ = "0.1.9"
+__version__ = "0.1.10"
 
 from costaware_runtime.checkpoints import (
     checkpoint_folder,

@@ -174,7 +174,7 @@ class LocalStore(Store):
             ) from error
         if refusal.step == "create":
             raise ContractError(
-                f"{self.uri} cannot be written: {existing}{made} refuses a new file ({error.strerror}); "
+                f"{self.uri} cannot be written: {existing}{made} refuses a new file ({refusal.reason}); "
                 "give a folder the job may write, or make it writable"
             ) from error
         # An append-only folder, a Mountpoint for S3 without --allow-delete: "refuses a new file" said the
@@ -187,7 +187,7 @@ class LocalStore(Store):
         )
         raise ContractError(
             f"{self.uri} cannot be a store: {existing}{made} takes new files but refuses to "
-            f"{refusal.step} them ({error.strerror}), and a store renames and deletes files{left}; give a "
+            f"{refusal.step} them ({refusal.reason}), and a store renames and deletes files{left}; give a "
             f"folder that allows both{mount}"
         ) from error
 
