@@ -39,7 +39,8 @@ defaults to `json`): `table` for people, `json` with exact figures under machine
 util`, as fractions of 1, `0.45` for `45%`, as in `json`). Report rows are grouped by `--group-by` (one of the
 choices below, or `tag:<name>`); budgets have a `--period`. A keyword (a `--format`, `--period`, `--group-by`
 or other choice, and the `tag:` of `tag:<name>`) is matched whatever its case (`--group-by TASK`); names of
-your own (tags, DAG ids, scopes) are matched exactly.
+your own (tags, DAG ids, scopes) are matched exactly. Options are written in full: an abbreviation
+(`--gpu` for `--gpu-model`) is refused as an unknown option, with the one meant offered.
 
 Exit codes: 0 done; 1 `prices refresh` found no price, or `spool drain` left an entry unwritten; 2 an error:
 bad input (an unknown value, a missing argument, a malformed file) or a ledger, store or AWS API that could

@@ -99,6 +99,27 @@ def test_period_and_group_by_come_from_the_core_constants() -> None:
             "costaware prices show: error: unrecognized arguments: --regoin us-east-1 (did you mean "
             "--region?)",
         ),
+        # Options are matched whole: `--gpu A100` was read as --gpu-model, `--per month` as --period, and
+        # an error spoke of an option never typed.
+        (
+            ["prices", "list", "--gpu", "A100"],
+            "costaware prices list: error: unrecognized arguments: --gpu A100 (did you mean --gpu-model?)",
+        ),
+        (
+            ["budget", "set", "--scope", "team=ml", "--per", "month", "--cap-usd", "1"],
+            "costaware budget set: error: the following arguments are required: --period (write --period in "
+            "full, not --per)",
+        ),
+        (
+            ["budget", "set", "--scope", "team=ml", "--period", "month", "--cap", "1"],
+            "costaware budget set: error: unrecognized arguments: --cap 1 (did you mean --cap-gpu-hours, "
+            "--cap-usd?)",
+        ),
+        # Before the command: the top parser took its value for the command ("invalid choice: 'x'").
+        (
+            ["--ledger", "x", "report"],
+            "costaware: error: unrecognized arguments: --ledger (did you mean --ledger-url?)",
+        ),
         # The run id is positional here (`report` takes --run-id): --dag-id was offered as the one meant.
         (
             ["runs", "show", "--run-id", "manual__1", "--dag-id", "d"],

@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import argparse
 import configparser
+import contextvars
 import itertools
 import os
 import sys
 from collections.abc import Sequence
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from costaware.cli.arguments import ARG_LEDGER_URL_GLOBAL, GIVEN_OPTIONS, ActionCommand, GroupCommand
 from costaware.cli.config import COMMANDS, DESCRIPTION
@@ -21,11 +22,34 @@ from costaware.cli.log_output import route_logs_to_stderr, stop_routing
 from costaware.core.errors import CostawareError
 from costaware.settings import airflow_cfg_problem
 
+#: The command line being parsed, for an error that names an option the user wrote abbreviated.
+_GIVEN: contextvars.ContextVar[Sequence[str]] = contextvars.ContextVar("given", default=())
+
 
 class _Parser(argparse.ArgumentParser):
-    """argparse's parser, whose "expected one argument" asks for the value (and how to give one with -)."""
+    """argparse's parser, whose "expected one argument" asks for the value (and how to give one with -).
+
+    Options are matched whole: argparse's prefix matching read ``prices list --gpu A100`` as ``--gpu-model``
+    in silence, and an error then spoke of an option the user never typed (``--gpu-m``: "argument
+    --gpu-model: expected one argument"). An abbreviation is an unknown option, with the one meant offered.
+    The command's subparsers are made by this class, so they match whole too.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str) -> NoReturn:
+        if message.startswith("the following arguments are required"):
+            # `budget set --per month`: the abbreviation is left aside, so its option is "required".
+            options = [o for action in self._actions for o in action.option_strings]
+            cut = [
+                f"write {meant[0]} in full, not {name}"
+                for token in _GIVEN.get()
+                if token.startswith("--") and (name := token.split("=", 1)[0]) not in options and name != "--"
+                if len(meant := [o for o in options if o.startswith(name)]) == 1
+            ]
+            message += f" ({'; '.join(cut)})" if cut else ""
         if message.endswith("expected one argument"):
             flag = message.removeprefix("argument ").split(":", 1)[0].split("/")[-1].strip()
             # Most often the value was left out (`--cap-usd` last, or `--cap-usd $UNSET --period month`).
@@ -49,8 +73,9 @@ def _parse(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> argpa
     argparse leaves extras to the top parser, whose usage ("costaware [-h] ... COMMAND") says nothing of
     the command's options: ``prices show m5.large --regoin us-east-1`` read as if the command were wrong.
     """
-    import difflib
-
+    given = list(sys.argv[1:] if argv is None else argv)
+    _GIVEN.set(given)
+    _refuse_unknown_before_command(parser, given)
     args, extras = parser.parse_known_args(argv)
     vars(args).pop(GIVEN_OPTIONS, None)
     if extras:
@@ -68,7 +93,7 @@ def _parse(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> argpa
             m
             for e in extras
             if e.startswith("-") and e.split("=")[0][2:].replace("-", "_") not in positional
-            for m in difflib.get_close_matches(e.split("=")[0], options, n=1)
+            for m in _meant(e.split("=")[0], options)
         ]
         hint = f" ({'; '.join(as_positional)})" if as_positional else ""
         hint += f" (did you mean {', '.join(meant)}?)" if meant else ""
@@ -90,6 +115,37 @@ def _parse(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> argpa
             )
         args.ledger_url = after
     return args
+
+
+def _meant(given: str, options: Sequence[str]) -> list[str]:
+    """The options ``given`` may stand for: those it abbreviates, else the closest spelling.
+
+    ``--gpu``: ``--gpu-model`` (difflib alone offered ``--min-gpus``); ``--regoin``: ``--region``.
+    """
+    import difflib
+
+    started = sorted(o for o in options if given.startswith("--") and o.startswith(given))
+    return started or difflib.get_close_matches(given, options, n=1)
+
+
+def _refuse_unknown_before_command(parser: argparse.ArgumentParser, argv: Sequence[str]) -> None:
+    """Refuse an unknown option before the command by its name (``costaware --ledger URL report``).
+
+    The top parser leaves it aside and takes its value for the command: "invalid choice: 'URL'" named
+    neither the option nor the one meant (``--ledger-url``).
+    """
+    takes_value = {o: a.nargs != 0 for a in parser._actions for o in a.option_strings}
+    tokens = iter(argv)
+    for token in tokens:
+        if not token.startswith("-") or token == "--":
+            return  # the command: what follows is its parser's to judge
+        name = token.split("=", 1)[0]
+        if name not in takes_value:
+            meant = _meant(name, list(takes_value))
+            hint = f" (did you mean {', '.join(meant)}?)" if meant else ""
+            parser.error(f"unrecognized arguments: {token}{hint}")
+        if takes_value[name] and "=" not in token:
+            next(tokens, None)
 
 
 def _values_of(flag: str, argv: Sequence[str] | None) -> list[str]:
