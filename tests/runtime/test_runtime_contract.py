@@ -306,6 +306,22 @@ def test_a_relative_path_read_as_the_root_is_named_relative(
     )
 
 
+def test_a_relative_path_that_climbs_to_the_root_names_the_folder_it_left(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # From /tmp/x/a/b, '../../../..' was said to be read "against the current folder, here the root".
+    here = tmp_path / "a" / "b"
+    here.mkdir(parents=True)
+    monkeypatch.chdir(here)
+    up = "/".join([".."] * len(here.parts))
+    with pytest.raises(ContractError) as caught:
+        open_store(up)
+    assert str(caught.value) == (
+        f"{up!r} is a relative path that leads from the current folder, {here}, up to the root, /, of the "
+        "whole machine: give an absolute path (/data/ckpt)"
+    )
+
+
 def test_open_object_splits_a_file_uri() -> None:
     store, key = open_object("s3://bucket/runs/7/result.json")
     assert (store.uri, key) == ("s3://bucket/runs/7", "result.json")

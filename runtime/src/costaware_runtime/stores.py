@@ -680,9 +680,16 @@ def _local_store(uri: str, path: str, file_name: str = "") -> LocalStore:
     """
     if os.path.realpath(path) == "/" and not PurePosixPath(path).is_absolute():
         # A relative path where the job runs in / (a container's WORKDIR /) was blamed on an unset variable.
+        example = f"/data/{file_name or 'ckpt'}"
+        here = str(Path.cwd())
+        if here != "/":  # '../..' climbed there: the current folder is not the root itself
+            raise ContractError(
+                f"{uri!r} is a relative path that leads from the current folder, {here}, up to the root, /, "
+                f"of the whole machine: give an absolute path ({example})"
+            )
         raise ContractError(
             f"{uri!r} is a relative path, read against the current folder, here the root, /, of the whole "
-            f"machine: give an absolute path (/data/{file_name or 'ckpt'})"
+            f"machine: give an absolute path ({example})"
         )
     if os.path.realpath(path) == "/" and file_name:
         raise ContractError(
