@@ -357,15 +357,16 @@ def test_the_request_weighs_the_budgets_without_the_tasks_hold_the_approval_repl
     own = env_ledger.reserve("project=churn", "1", holder="retrain/manual__1/train/-1")
     ti = SimpleNamespace(run_id="manual__1", dag_id="retrain", map_index=-1)
 
-    def passed() -> list[tuple[str, D, D]]:
+    def passed() -> list[tuple[str, D, D, D | None]]:
         return [
-            (b.name.split(" (")[0], b.committed_usd, b.cap_usd)
+            (b.name.split(" (")[0], b.committed_usd, b.cap_usd, b.forecast_usd)
             for b in gate()._passed_budgets(ti, D(4), D(0))
         ]
 
-    assert passed() == [("project=churn/month", D(8), D(10))]
+    # The period-end forecast too: it counted the $1 hold ($9) beside the request's $4 that replaces it.
+    assert passed() == [("project=churn/month", D(8), D(10), D(8))]
     env_ledger.release(own.id)
-    assert passed() == [("project=churn/month", D(8), D(10))]  # as the approval's reserve weighs them
+    assert passed() == [("project=churn/month", D(8), D(10), D(8))]  # as the approval's reserve weighs them
 
 
 def test_a_gpu_hour_cap_passed_is_shown_in_gpu_hours(env_ledger: Ledger) -> None:

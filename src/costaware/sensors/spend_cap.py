@@ -609,11 +609,11 @@ class SpendCapSensor(BaseSensorOperator, metaclass=_RecordsArgumentsGiven):
             ledger = CostLedgerHook(self.ledger_conn_id).get_conn()
             budgets = {b.label: b for b in ledger.budgets()}
             holder = reservation_holder(ti.dag_id, ti.run_id, self._target(), ti.map_index)
-            replaced = [r.id for r in ledger.open_reservations(holder_prefix=holder) if r.holder == holder]
-            passed = []
-            standing = ledger.usage(
-                self._scope(), run_id=ti.run_id, dag_id=ti.dag_id, without=next(iter(replaced), None)
+            replaced = next(
+                (r.id for r in ledger.open_reservations(holder_prefix=holder) if r.holder == holder), None
             )
+            passed = []
+            standing = ledger.usage(self._scope(), run_id=ti.run_id, dag_id=ti.dag_id, without=replaced)
             for u in standing:
                 committed = u.spent_usd + u.reserved_usd
                 gpu_committed = u.spent_gpu_hours + u.reserved_gpu_hours
@@ -625,7 +625,7 @@ class SpendCapSensor(BaseSensorOperator, metaclass=_RecordsArgumentsGiven):
                         u.name,
                         committed,
                         u.cap_usd,
-                        forecast_usd=self._forecast(ledger, budgets.get(u.label)),
+                        forecast_usd=self._forecast(ledger, budgets.get(u.label), replaced),
                         gpu_hours=(gpu_committed, u.cap_gpu_hours)
                         if gpu_passed and u.cap_gpu_hours is not None
                         else None,
@@ -636,8 +636,12 @@ class SpendCapSensor(BaseSensorOperator, metaclass=_RecordsArgumentsGiven):
             self.log.info("Could not list the budgets this request passes: %s", e)
             return []
 
-    def _forecast(self, ledger: Any, budget: Any) -> Any:
-        """The period-end forecast of ``budget`` from this DAG's timetable; None if unknown (per run)."""
+    def _forecast(self, ledger: Any, budget: Any, replaced: str | None) -> Any:
+        """The period-end forecast of ``budget`` from this DAG's timetable; None if unknown (per run).
+
+        Without ``replaced``, the task's open hold the approval's reserve replaces: counted, the forecast
+        shown to the approver held it twice beside the request's own amount.
+        """
         from costaware.core.budgets import Period
 
         if budget is None or budget.period is Period.RUN:
@@ -647,7 +651,7 @@ class SpendCapSensor(BaseSensorOperator, metaclass=_RecordsArgumentsGiven):
             from costaware.adapters.ledger.governance import budget_outlook
 
             schedule = TimetableSchedule({self.dag_id: self.dag.timetable} if self.has_dag() else {})
-            return budget_outlook(ledger, budget, schedule).forecast.forecast_usd
+            return budget_outlook(ledger, budget, schedule, without=replaced).forecast.forecast_usd
         except Exception as e:  # the forecast is a help for the approver, not a condition
             self.log.info("No forecast for budget %s: %s", budget.label, e)
             return None

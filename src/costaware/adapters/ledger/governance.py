@@ -202,11 +202,17 @@ class BudgetOutlook:
 
 
 def budget_outlook(
-    ledger: LedgerDatabase, budget: Budget, schedule: RunSchedule, *, at: datetime | None = None
+    ledger: LedgerDatabase,
+    budget: Budget,
+    schedule: RunSchedule,
+    *,
+    at: datetime | None = None,
+    without: str | None = None,
 ) -> BudgetOutlook:
     """Usage and period-end forecast of one day-, month- or total-period budget.
 
-    A total budget has no period end: only what is committed is forecast.
+    A total budget has no period end: only what is committed is forecast. ``without``: a reservation left
+    out of what is reserved (see ``Ledger.usage``), as a reserve that replaces it weighs the budget.
 
     Raises:
         ConfigurationError: a per-run budget (each run has its own cap; there is no period to forecast).
@@ -215,7 +221,9 @@ def budget_outlook(
         raise ConfigurationError(f"budget '{budget.label}' is per run: there is no period end to forecast")
     at = at or utcnow()
     window = period_window(budget.period, at, budget.timezone)
-    (usage,) = [u for u in budget_usages(ledger, budget.scope, at=at) if u.label == budget.label]
+    (usage,) = [
+        u for u in budget_usages(ledger, budget.scope, at=at, without=without) if u.label == budget.label
+    ]
     costs = recent_run_costs(ledger, budget, at=at)
     runs_left: dict[str, int] = {}
     if window.end is not None:
