@@ -225,3 +225,37 @@ def test_a_hold_of_a_run_id_with_an_empty_part_is_kept_while_its_task_runs(
     err = capsys.readouterr().err
     assert f"task 'train' (map index -1) of DAG 'd' run {run_id!r} is running" in err
     assert [r.holder for r in ledger.open_reservations()] == [holder]
+
+
+def test_each_budget_a_hold_is_in_is_told_what_it_gets_back(
+    ledger_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A $4 hold in project=x and team=ml paid $1 by an entry tagged team=ml only (not project=x's spend):
+    # project=x counts the whole $4 as reserved, team=ml $3. Both were told (and audited) $3 came back.
+    from decimal import Decimal
+
+    from costaware.core.ledger import Kind, LedgerEntry
+
+    put = airflow_metadata_db(tmp_path, monkeypatch)
+    put("nightly", "manual__1", "train", "failed", run_state="failed")
+    ledger = Ledger.from_url(ledger_url)
+    ledger.set_budget("project=x", "month", "5")
+    ledger.set_budget("team=ml", "month", "10")
+    held = ledger.reserve("project=x,team=ml", "4", holder=HOLDER, run_id="manual__1", dag_id="nightly")
+    ledger.record(
+        LedgerEntry(
+            "nightly", "manual__1", "train", Kind.COMPUTE, Decimal("1"), tags={"team": "ml"},
+            reservation_id=held.id,
+        )
+    )  # fmt: skip
+    reserved_before = {u.label: u.reserved_usd for u in ledger.usage("project=x,team=ml")}
+    assert main(["--ledger-url", ledger_url, "budget", "release", "--holder", HOLDER]) == 0
+    said = capsys.readouterr().out
+    reserved_after = {u.label: u.reserved_usd for u in ledger.usage("project=x,team=ml")}
+    back = {label: reserved_before[label] - reserved_after[label] for label in reserved_before}
+    assert back == {"project=x/month": Decimal(4), "team=ml/month": Decimal(3)}
+    assert "$4.00 back to project=x/month" in said and "$3.00 back to team=ml/month" in said
+    assert main(["--ledger-url", ledger_url, "audit", "--action", "hold_release", "--format", "json"]) == 0
+    (line,) = json.loads(capsys.readouterr().out)
+    by_budget = {k: Decimal(v) for k, v in line["details"]["usd_by_budget"].items()}
+    assert by_budget == back

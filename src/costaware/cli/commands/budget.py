@@ -573,9 +573,12 @@ def budget_release(args: argparse.Namespace) -> int:
     # rest was reserved, and is what the release gives back.
     paid = ledger.paid_from([r.id for r in holds])
     for hold in holds:
+        # Each budget counts only the entries of its own scope as paid from the hold: one tagged team=ml
+        # alone frees nothing less in project=x. Read per budget before the release.
+        back = _given_back_by_budget(ledger, hold)
         ledger.release(hold.id)
         hold_paid = paid.get(hold.id, Decimal(0))
-        freed = max(hold.usd - hold_paid, Decimal(0))
+        freed = max(back.values(), default=Decimal(0))
         record_audit(
             ledger,
             actor=current_actor(),
@@ -584,14 +587,20 @@ def budget_release(args: argparse.Namespace) -> int:
             details={
                 "reservation": hold.id,
                 "usd": str(freed),
+                "usd_by_budget": {label: str(usd) for label, usd in back.items()},
                 "held_usd": str(hold.usd),
                 "paid_usd": str(hold_paid),
                 "budgets": list(hold.budgets),
                 "forced": bool(args.force),
             },
         )
-        where = ", ".join(hold.budgets) or str(hold.scope)
-        said = f"released {format_usd_exact(freed)} held by {hold.holder or hold.id} in {where}"
+        who = hold.holder or hold.id
+        if len(set(back.values())) > 1:
+            each = ", ".join(f"{format_usd_exact(usd)} back to {label}" for label, usd in back.items())
+            said = f"released the hold of {who}: {each}"
+        else:
+            where = ", ".join(hold.budgets) or str(hold.scope)
+            said = f"released {format_usd_exact(freed)} held by {who} in {where}"
         if hold_paid >= hold.usd:
             # "$6.25 of its $3.00 hold was paid from it": what was billed passed the hold, none was left.
             said += (
@@ -605,6 +614,28 @@ def budget_release(args: argparse.Namespace) -> int:
             )
         print(said)
     return 0
+
+
+def _given_back_by_budget(ledger: Any, hold: Any) -> dict[str, Decimal]:
+    """What each budget ``hold`` counts in has reserved in it now: what releasing it gives that budget back.
+
+    Read as each budget counts it (``Ledger.usage`` with and without the hold): the hold less the entries
+    of that budget's own scope paid from it, nothing where it expired. A budget gone since counts nothing.
+    """
+    from costaware.core.errors import BudgetNotFoundError
+    from costaware.core.ledger import holder_dag_id, holder_run_id
+
+    where = {"run_id": holder_run_id(hold.holder), "dag_id": holder_dag_id(hold.holder)}
+    try:
+        counted = ledger.usage(hold.scope, **where)
+        rest = {u.label: u.reserved_usd for u in ledger.usage(hold.scope, without=hold.id, **where)}
+    except BudgetNotFoundError:
+        return {}
+    return {
+        u.label: max(u.reserved_usd - rest.get(u.label, Decimal(0)), Decimal(0))
+        for u in counted
+        if u.label in hold.budgets
+    }
 
 
 def _refuse_while_a_task_may_bill(holder: str, holds: list[Any]) -> None:
