@@ -6,6 +6,7 @@ import re
 import threading
 import time
 from dataclasses import replace
+from datetime import timedelta
 from decimal import Decimal
 from typing import Any
 
@@ -13,6 +14,7 @@ import pytest
 
 from costaware import Ledger
 from costaware.core.errors import BudgetExceededError, ConfigurationError
+from costaware.core.ledger import Kind, LedgerEntry
 from costaware.core.tuning import RungSchedule, StudySpec, TuningCaps, parse_search_space
 from costaware.training.tuning import EntryOwner, create_study, run_trial, summarize_study
 
@@ -70,10 +72,12 @@ def study_spec(name: str, *, max_usd: str, max_trials: int, **kwargs: Any) -> St
 def test_a_slot_that_waits_for_money_reserves_its_wait_and_settles_within_it(tmp_path) -> None:  # type: ignore[no-untyped-def]
     url = f"sqlite:///{tmp_path / 'study.db'}"
     ledger = Ledger.from_url(url)
-    spec = study_spec("waits", max_usd="10.00", max_trials=5, fallback_trial_seconds=2.0)
+    spec = study_spec("waits", max_usd="30.00", max_trials=5, fallback_trial_seconds=20.0)
     create_study(url, ledger, spec)
-    # Another trial of the study holds $9: this slot's $2.50 does not fit until it settles.
-    other = ledger.reserve(spec.budget_scope, Decimal("9.00"), holder="other-trial")
+    # Another trial of the study holds $20: this slot's $20.50 does not fit until it settles. The $10 left
+    # holds the slot's wait (it is held step by step before each sleep: with $1 left, as this test had it,
+    # five seconds of waiting at $1 a second were paid with nothing held, and the slot now stops waiting).
+    other = ledger.reserve(spec.budget_scope, Decimal("20.00"), holder="other-trial")
     meter = SteppedMeter()
 
     def other_trial_finishes() -> None:
@@ -108,8 +112,8 @@ def test_a_slot_that_waits_for_money_reserves_its_wait_and_settles_within_it(tmp
 
     trial = result.trial
     assert result.ran and trial is not None
-    # Reserved: the five seconds waited, the two-second estimate and the half-second slack.
-    assert trial.reserved_usd == Decimal("7.500000")
+    # Reserved: the five seconds waited, the 20-second estimate and the half-second slack.
+    assert trial.reserved_usd == Decimal("25.500000")
     assert trial.settled_usd == Decimal("5.000000") and trial.settled_usd <= trial.reserved_usd
     assert trial.fidelity == 4  # the wait did not eat the training's money: trained in full
     assert ledger.spent(spec.budget_scope) == Decimal("5.000000")
@@ -889,3 +893,86 @@ def test_a_skipped_slot_outside_airflow_records_the_time_it_took_to_decide(tmp_p
         assert row["tags"]["project"] == "full" and row["reservation_id"] is None
         assert "max_trials" in row["note"]
     assert ledger.spent(spec.budget_scope) == spent_by_the_trial + Decimal(12)
+
+
+def test_a_slot_outside_airflow_holds_each_wait_for_money_and_stops_when_it_cannot(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    # Another trial holds $0.97 of a $1 study at $360/h ($0.10 a second) and spends it all 3 s later. The
+    # slot waited those 3 s with nothing held, then was refused and recorded $0.30 beside it: $1.27 of $1
+    # spent. Now each wait step is held before the slot sleeps; $0.03 of room holds none, so it stops at once.
+    url = f"sqlite:///{tmp_path / 'study.db'}"
+    ledger = Ledger.from_url(url)
+    spec = replace(
+        study_spec("held-wait", max_usd="1.00", max_trials=5, fallback_trial_seconds=2.0),
+        usd_per_hour=Decimal(360),
+    )
+    create_study(url, ledger, spec)
+    other = ledger.reserve(spec.budget_scope, Decimal("0.97"), holder="other-trial")
+    spent = LedgerEntry(
+        "held-wait", "r1", "trial", Kind.COMPUTE, Decimal("0.97"), tags=spec.budget_scope.as_dict(),
+        reservation_id=other.id,
+    )  # fmt: skip
+    finisher = threading.Timer(3.0, lambda: ledger.settle(other.id, Decimal("0.97"), entry=spent))
+    finisher.start()
+    try:
+        result = run_trial(
+            storage_url=url,
+            ledger=ledger,
+            study_name=spec.study_name,
+            trainer=InstantTrainer,
+            holder="waiting-slot",
+            wait_poll_seconds=0.05,
+            slot=1,
+            settle_as=EntryOwner(dag_id="held-wait", run_id="r1", map_index=0),
+        )
+        waited_for_the_other = other.id not in {r.id for r in ledger.open_reservations()}
+    finally:
+        finisher.join()
+    assert not result.ran and not waited_for_the_other
+    # Named the study's budget and what to do about it (its cap is max_usd).
+    assert "slot 1 stops waiting for the study's money" in result.reason
+    assert "'project=held-wait,study=held-wait/total'" in result.reason and "raise max_usd" in result.reason
+    (skipped,) = [row for row in ledger.entries() if row["trial"] == "skipped"]
+    assert skipped["reservation_id"] is not None  # settled against the slot's hold, not recorded beside it
+    assert skipped["usd"] < Decimal("0.30")
+    assert ledger.open_reservations() == []
+
+
+def test_a_slot_outside_airflow_whose_load_cannot_be_held_runs_no_trial_and_the_study_goes_on(
+    tmp_path,
+) -> None:  # type: ignore[no-untyped-def]
+    import optuna
+
+    from costaware.training.tuning.study import STOP_ATTR
+
+    url = f"sqlite:///{tmp_path / 'study.db'}"
+    ledger = Ledger.from_url(url)
+    spec = replace(
+        study_spec("slow-load", max_usd="1.00", max_trials=5, fallback_trial_seconds=2.0),
+        usd_per_hour=Decimal(360),
+    )
+    create_study(url, ledger, spec)
+    # Another trial holds $0.97 for 3 s. Before, the slot waited for it with nothing held, its own time
+    # growing past what the study had left, and then stopped the study for every later slot.
+    ledger.reserve(spec.budget_scope, Decimal("0.97"), holder="other-trial", ttl=timedelta(seconds=3))
+
+    class OneSecondARead(SteppedMeter):
+        def __call__(self) -> float:
+            self.now += 1.0  # loading the study took a second ($0.10) where $0.03 is left
+            return super().__call__()
+
+    result = run_trial(
+        storage_url=url,
+        ledger=ledger,
+        study_name=spec.study_name,
+        trainer=InstantTrainer,
+        holder="slow-slot",
+        slot=2,
+        wait_poll_seconds=0.05,
+        settle_as=EntryOwner(dag_id="slow-load", run_id="r1", map_index=0),
+        meter=OneSecondARead(),
+    )
+    assert not result.ran
+    assert "slot 2 runs no trial, its time so far (1.0 s loading the study) cannot be held" in result.reason
+    assert "raise the study's max_usd ($1.00)" in result.reason
+    # Trials in flight may give money back: the study is not stopped for the slots after it.
+    assert STOP_ATTR not in optuna.load_study(study_name=spec.study_name, storage=url).user_attrs

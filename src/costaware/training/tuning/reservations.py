@@ -30,6 +30,12 @@ SLOT_HOLD_SECONDS = 600.0
 #: Seconds of the try's time a waiting slot's hold pays past its next wait: the ask after it, and the try's
 #: end once it gives up (the cost listener bills the whole try).
 SLOT_WAIT_MARGIN_SECONDS = 30.0
+#: What a slot that stops waiting is told to do about the budget its wait could not be held in.
+RAISE_THAT_CAP = "raise that budget's cap with `costaware budget set`"
+
+
+class WaitNotHeld(BudgetExceededError):
+    """A waiting slot's hold could not be grown to pay its next wait: it stops waiting."""
 
 
 def reserve_trial_cost(
@@ -45,6 +51,8 @@ def reserve_trial_cost(
     bill_tags: Mapping[str, str] | None = None,
     slot_usd_per_hour: Decimal | None = None,
     slot_seconds_so_far: float = 0.0,
+    slot_seconds: Callable[[], float] | None = None,
+    slot_wait_margin_seconds: float = SLOT_WAIT_MARGIN_SECONDS,
 ) -> Reservation:
     """Reserve the trial's cost; while refused only because other trials hold money, wait for them.
 
@@ -58,8 +66,11 @@ def reserve_trial_cost(
     so that the slot's bill is paid from it: before each wait it is kept counting past that wait by
     :data:`SLOT_HOLD_SECONDS` (a wait of up to an hour outlived its 600 s, others reserved its money, and a
     refused slot's try was billed with nothing held), and grown to pay the try's time to the end of that
-    wait at ``slot_usd_per_hour``, the price its bill is charged at (Airflow: the worker's), counted from
-    ``slot_seconds_so_far`` (what the try ran before this call). Only extended, a slot that waited past its
+    wait and ``slot_wait_margin_seconds`` more (what follows the last hold: the ask, the stop, the bill) at
+    ``slot_usd_per_hour``, the price its bill is charged at (Airflow: the worker's), counted from
+    ``slot_seconds_so_far`` (what the try ran before this call) in real time, or read from
+    ``slot_seconds`` where given (outside Airflow: the slot's time so far on the clock its entry is
+    measured by). Only extended, a slot that waited past its
     ``study_load_seconds`` was billed past its hold ($0.0203 on a $0.02 cap). Where a budget the hold is in
     has no room for that, the slot stops waiting (a refusal naming that budget) while its hold still pays
     for its time. None: the hold is not grown.
@@ -135,8 +146,13 @@ def reserve_trial_cost(
                 own.reserved_gpu_hours,
             )
             if replacing is not None:
-                try_seconds = slot_seconds_so_far + (time.monotonic() - waiting_since)
-                _keep_slot_hold(ledger, replacing, slot, pause, try_seconds, slot_usd_per_hour)
+                if slot_seconds is not None:
+                    try_seconds = slot_seconds()
+                else:
+                    try_seconds = slot_seconds_so_far + (time.monotonic() - waiting_since)
+                _keep_slot_hold(
+                    ledger, replacing, slot, pause, try_seconds, slot_usd_per_hour, slot_wait_margin_seconds
+                )
             time.sleep(pause)
             seconds = seconds_needed()
 
@@ -148,16 +164,17 @@ def _keep_slot_hold(
     pause: float,
     try_seconds: float,
     usd_per_hour: Decimal | None,
+    margin_seconds: float = SLOT_WAIT_MARGIN_SECONDS,
 ) -> None:
     """Keep a waiting slot's hold counting past its next wait and, at ``usd_per_hour``, paying for it.
 
     Raises:
-        BudgetExceededError: a budget the hold is in has no room for the try's time to the end of the wait.
+        WaitNotHeld: a budget the hold is in has no room for the try's time to the end of the wait.
     """
     held = ledger.extend(hold_id, utcnow() + timedelta(seconds=pause + SLOT_HOLD_SECONDS))
     if usd_per_hour is None or held.status != "open":
         return
-    seconds = try_seconds + pause + SLOT_WAIT_MARGIN_SECONDS
+    seconds = try_seconds + pause + margin_seconds
     _, usd = compute_cost(seconds, usd_per_hour)
     # What an earlier try of the task paid from the hold is not this try's to spend.
     need = ledger.paid_from([hold_id]).get(hold_id, Decimal(0)) + usd
@@ -167,13 +184,12 @@ def _keep_slot_hold(
     if held.usd >= need:
         return
     budgets = ", ".join(repr(label) for label in held.budgets) or repr(str(held.scope))
-    raise BudgetExceededError(
+    raise WaitNotHeld(
         f"slot {slot} stops waiting for the study's money: its try's time to the end of its next wait "
         f"({seconds:.0f} s at ${usd_per_hour}/h, the price its bill is charged at) needs a hold of "
         f"{format_usd_exact(need)}, and the budgets it is held in ({budgets}) have room for "
-        f"{format_usd_exact(held.usd)} only: raise that "
-        "budget's cap with `costaware budget set`, or run fewer trials at once (max_active_trials) so that "
-        "slots wait less",
+        f"{format_usd_exact(held.usd)} only: {RAISE_THAT_CAP}, or run fewer trials at once "
+        "(max_active_trials) so that slots wait less",
         scope=held.budgets[0] if held.budgets else str(held.scope),
         needed_usd=str(need),
     )
@@ -369,16 +385,22 @@ def settle_trial(
 
 
 def record_skipped_slot(
-    ledger: Ledger, spec: StudySpec, seconds: float, owner: EntryOwner, why: str
+    ledger: Ledger, spec: StudySpec, seconds: float, owner: EntryOwner, why: str, hold: str | None = None
 ) -> Decimal:
     """Record the time a slot that ran no trial took to decide (outside Airflow); returns its cost.
 
     In Airflow the listener bills a skipped try; here loading the study and waiting for money ran on the
-    machine the study pays for too, and nothing else records it.
+    machine the study pays for too, and nothing else records it. ``hold``: the slot's hold on that time
+    (:func:`hold_slot_time`), settled with the entry.
     """
     tags = spec.budget_scope.as_dict()
-    entry = _slot_entry(spec, seconds, owner, label="skipped", tags=tags, outcome="skipped", note=why)
-    ledger.record(entry)
+    entry = _slot_entry(
+        spec, seconds, owner, label="skipped", tags=tags, outcome="skipped", note=why, reservation_id=hold
+    )
+    if hold is None:
+        ledger.record(entry)
+    else:
+        ledger.settle(hold, entry.usd, entry=entry)
     return entry.usd
 
 

@@ -38,7 +38,15 @@ from costaware.core.tuning import (
 )
 from costaware.training.tuning.fidelity import FidelityModel, TrainerFactory
 from costaware.training.tuning.optuna_glue import distributions, pruning_note
-from costaware.training.tuning.reservations import record_skipped_slot, reserve_trial_cost, settle_trial
+from costaware.training.tuning.reservations import (
+    RAISE_THAT_CAP,
+    SLOT_WAIT_MARGIN_SECONDS,
+    WaitNotHeld,
+    hold_slot_time,
+    record_skipped_slot,
+    reserve_trial_cost,
+    settle_trial,
+)
 from costaware.training.tuning.results import EntryOwner, SlotResult, TrialResult
 from costaware.training.tuning.study import (
     STARTED_ATTR,
@@ -140,8 +148,10 @@ def run_trial(
             reserves anew: see docs/tuning.md, "Preemption").
         slot: Slot number; seeds the sampler, with ``holder``.
         run_id: DAG run id, for budgets with period ``run``.
-        settle_as: Settle the reservation here with a compute entry owned by this (outside Airflow). In
-            Airflow leave it None: the cost listener prices the task try and settles the reservation.
+        settle_as: Settle the reservation here with a compute entry owned by this (outside Airflow); the
+            slot's time before it (the load, a wait for money) is held as ``slot_hold`` is, at the study's
+            price. In Airflow leave it None: the cost listener prices the task try and settles the
+            reservation.
         on_label: Called with (trial label, ledger tags, note) when the trial starts and when it ends
             (Airflow: ``annotate_task``), so the listener's entry carries the trial and its decision.
         meter: The clock that measures the trial (seconds); time.monotonic by default.
@@ -182,6 +192,13 @@ def run_trial(
             record_skipped_slot(ledger, spec, meter() - started, settle_as, opened.reason)
         return opened
     s = opened
+    if settle_as is not None and slot_hold is None:
+        outside = _hold_slot_outside_airflow(s, ledger, holder, run_id, slot)
+        if isinstance(outside, SlotResult):
+            record_skipped_slot(ledger, spec, meter() - started, settle_as, outside.reason)
+            return outside
+        slot_hold = outside
+        slot_usd_per_hour = spec.usd_per_hour if outside is not None else None
     if slot_hold is not None and _is_trial_hold(s.trials, holder, slot_hold):
         # Where the run's tags hold the study's scope (a DAG tagged study:s1) the slot's hold and the trial's
         # are over the same tags, and the hold found for the slot was an earlier try's trial hold (the study
@@ -199,10 +216,11 @@ def run_trial(
         slot_hold,
         slot_usd_per_hour,
         bill_tags,
+        outside_airflow=settle_as is not None,
     )
     if isinstance(reserved, SlotResult):
         if settle_as is not None:  # in Airflow the cost listener bills the skipped try
-            record_skipped_slot(ledger, spec, meter() - started, settle_as, reserved.reason)
+            record_skipped_slot(ledger, spec, meter() - started, settle_as, reserved.reason, slot_hold)
         return reserved
     reservation, estimate = reserved
     tick = meter()
@@ -222,6 +240,51 @@ def run_trial(
         _fail_trial(s, ledger, trial, reservation, tags, training.fidelity, e, on_label, settle_as)
         raise
     return _finish_trial(s, ledger, trial, info, tags, training, reservation, estimate, on_label, settle_as)
+
+
+def _hold_slot_outside_airflow(
+    s: _Slot, ledger: Ledger, holder: str, run_id: str | None, slot: int
+) -> str | SlotResult | None:
+    """Hold the slot's time so far at the study's price in the study's budgets (outside Airflow).
+
+    Its id: a wait for other trials' money grows it step by step before each sleep, and the trial's
+    reservation replaces it (:func:`reserve_trial_cost`); a slot that runs no trial settles its entry
+    against it. Without it, a slot refused after a 2-minute wait at $36/h beside another trial's $0.99 of a
+    $1 study recorded $1.20 spent. None: no budget counts the study's scope. The study's price and scope
+    are known only once it is loaded, so the load itself is held after the fact.
+    """
+    from costaware.core.ledger import compute_cost, holder_dag_id
+
+    spec = s.spec
+    seconds = s.meter() - s.started
+    _, usd = compute_cost(seconds, spec.usd_per_hour)
+    try:
+        held = hold_slot_time(
+            ledger,
+            spec.budget_scope.as_dict(),
+            usd,
+            holder=holder,
+            run_id=run_id,
+            dag_id=holder_dag_id(holder),
+            seconds=seconds,
+            purpose=(
+                f"slot {slot} of study '{spec.study_name}' before its trial's reservation (loading the study "
+                f"and waiting for money, at the study's ${spec.usd_per_hour}/h)"
+            ),
+        )
+    except BudgetExceededError as e:
+        message = str(e)
+        if e.scope.startswith(f"{spec.budget_scope}/"):  # the study's own budget: its cap is max_usd
+            todo = RAISE_THE_CAP if RAISE_THE_CAP in message else RAISE_THE_CAP_ONLY
+            message = message.replace(todo, f"raise the study's max_usd ({format_usd(spec.caps.max_usd)})")
+        # Not the study's stop: other trials' holds may come back to a slot run later.
+        return SlotResult(
+            ran=False,
+            reason=f"study {spec.study_name}: slot {slot} runs no trial, its time so far ({seconds:.1f} s "
+            f"loading the study) cannot be held: {message}",
+            stop=StopReason.BUDGET,
+        )
+    return None if held is None else held.id
 
 
 def _check_trainer_call(trainer: TrainerFactory, trainer_kwargs: Mapping[str, Any]) -> None:
@@ -298,8 +361,14 @@ def _reserve_trial(
     slot_hold: str | None,
     slot_usd_per_hour: Decimal | None,
     bill_tags: Mapping[str, str] | None,
+    *,
+    outside_airflow: bool = False,
 ) -> tuple[Reservation, TrialEstimate] | SlotResult:
-    """Estimate the trial's full-fidelity cost and reserve it; a refusal stops the study for good."""
+    """Estimate the trial's full-fidelity cost and reserve it; a refusal stops the study for good.
+
+    Outside Airflow a slot whose wait for money cannot be held in the study's budget stops waiting without
+    stopping the study: that money is held by trials in flight, and what they give back pays later slots.
+    """
     spec = s.spec
     estimate = estimate_trial_seconds(
         trial_timings(s.trials), spec.schedule.max_resource, spec.fallback_trial_seconds, spec.safety_factor
@@ -324,6 +393,11 @@ def _reserve_trial(
             bill_tags=bill_tags,
             slot_usd_per_hour=slot_usd_per_hour,
             slot_seconds_so_far=s.meter() - s.started,
+            # Outside Airflow the slot's entry is measured by its meter, not by the try's real time.
+            slot_seconds=(lambda: s.meter() - s.started) if outside_airflow else None,
+            # Outside Airflow the slot's own entry follows its last hold at once (the refusal, the entry's
+            # write: what slack_seconds pays for); in Airflow the bill comes at the try's end.
+            slot_wait_margin_seconds=spec.slack_seconds if outside_airflow else SLOT_WAIT_MARGIN_SECONDS,
         )
     except BudgetExceededError as e:
         if s.resumed is not None:
@@ -339,9 +413,14 @@ def _reserve_trial(
         if e.scope.startswith(f"{spec.budget_scope}/"):
             # The longer first: a budget with nothing left is not told to lower the estimate.
             todo = RAISE_THE_CAP if RAISE_THE_CAP in message else RAISE_THE_CAP_ONLY
+            # A slot that stopped waiting for money is told to raise the budget its wait was held in.
+            todo = RAISE_THAT_CAP if RAISE_THAT_CAP in message else todo
             message = message.replace(todo, raise_max_usd)
         elif f"'{spec.budget_scope}/" in message:  # another budget refused first and named the study's too
             message = f"{message}; {raise_max_usd}"
+        if outside_airflow and isinstance(e, WaitNotHeld):
+            log.info("study %s: slot %d runs no trial: %s", spec.study_name, slot, message)
+            return SlotResult(ran=False, reason=message, stop=StopReason.BUDGET)
         # A total budget, or a trial above a budget's whole cap: no new period makes room for it, ever.
         return _stop(s.study, StopReason.BUDGET, message, renews=e.renews)
     s.reserved_at = s.meter()
