@@ -1057,6 +1057,140 @@ def test_a_best_effort_run_whose_deadline_is_within_its_runtime_waits_and_is_not
     assert "on-demand starts now" not in capsys.readouterr().out
 
 
+class Try:
+    """One try of the sensor as Airflow runs it: poke mode pokes one task; reschedule mode loads it anew.
+
+    A reschedule-mode look after the first has ``task_reschedule_count`` >= 1 and the try's first reschedule
+    date; ``put_off_at`` is a start put off before the first look (the worker could not load the DAG).
+    """
+
+    def __init__(self, mode: str, put_off_at: datetime | None = None, **sensor_kwargs: Any) -> None:
+        self.mode, self.sensor_kwargs = mode, {**sensor_kwargs, "deferrable": False, "mode": mode}
+        self.sensor = make_sensor(**self.sensor_kwargs)
+        self.rescheduled = 1 if put_off_at else 0
+        self.first_rescheduled: datetime | None = put_off_at
+
+    def look(self, **ctx: Any) -> Any:
+        from types import SimpleNamespace
+
+        if self.mode == "reschedule" and self.rescheduled:
+            self.sensor = make_sensor(**self.sensor_kwargs)  # a new process, a freshly loaded task
+        first = self.first_rescheduled
+        ti = SimpleNamespace(
+            try_number=1,
+            map_index=-1,
+            dag_id="spot_window_test",
+            run_id="r",
+            get_first_reschedule_date=lambda _: first,
+        )
+        result = self.sensor.poke(context(ti=ti, task_reschedule_count=self.rescheduled, **ctx))
+        if self.mode == "reschedule" and result is False:
+            self.first_rescheduled, self.rescheduled = self.first_rescheduled or now(), self.rescheduled + 1
+        return result
+
+
+def off_peak_run(opened: datetime, ends: datetime) -> dict[str, Any]:
+    """The context of an OffPeakTimetable run of the window ``opened``-``ends``, started when it opened."""
+    from airflow.sdk.api.datamodels._generated import DagRun, DagRunState
+
+    dag_run = DagRun(
+        dag_id="spot_window_test",
+        run_id="scheduled__x",
+        logical_date=opened,
+        data_interval_start=opened,
+        data_interval_end=ends,
+        run_after=opened,
+        start_date=opened,
+        end_date=None,
+        run_type=DagRunType.SCHEDULED,
+        state=DagRunState.RUNNING,
+        consumed_asset_events=[],
+        partition_key=None,
+    )
+    return {"dag_run": dag_run, "data_interval_start": opened, "data_interval_end": ends}
+
+
+@pytest.mark.parametrize("mode", ["poke", "reschedule"])
+def test_a_run_that_waited_until_its_latest_start_is_not_told_its_deadline_is_too_near(
+    tmp_path: Path, ledger_env: Ledger, capsys: pytest.CaptureFixture[str], clock: Any, mode: str
+) -> None:
+    # Poke and reschedule mode plan at every poke: the poke that reached the latest start of a run that had
+    # waited for spot as it should was warned "the deadline ... is too near ... give a later deadline".
+    prices = tmp_path / "prices.csv"
+    write_history(prices, current="2.00")  # above the forecast: waits
+    deadline = now() + timedelta(hours=6)
+    latest = deadline - timedelta(hours=1, minutes=10)
+    waiting = Try(mode, prices=str(prices), deadline=deadline.isoformat(), restart_overhead_minutes=10)
+    assert waiting.look() is False
+    clock.shift(timedelta(hours=4, minutes=51))  # the first poke past the latest start
+    capsys.readouterr()
+    assert waiting.look().xcom_value["market"] == "on_demand"
+    out = capsys.readouterr().out
+    assert "too near" not in out and "[warning" not in out
+    assert f"reached the latest start {latest.isoformat()}: on-demand starts now, as planned" in out
+
+
+@pytest.mark.parametrize("mode", ["poke", "reschedule"])
+def test_a_try_whose_start_was_put_off_past_its_latest_start_is_still_told_its_deadline_is_too_near(
+    tmp_path: Path, ledger_env: Ledger, capsys: pytest.CaptureFixture[str], mode: str
+) -> None:
+    # A worker that could not load the DAG puts the try off ([workers] missing_dag_retries): its first look
+    # has task_reschedule_count 1, and the latest start was already past when the try began.
+    prices = tmp_path / "prices.csv"
+    write_history(prices, current="0.10")
+    deadline = (now() + timedelta(minutes=50)).isoformat()
+    put_off = Try(mode, now() - timedelta(minutes=2), prices=str(prices), deadline=deadline)
+    assert put_off.look().xcom_value["market"] == "on_demand"
+    assert f"the deadline {deadline} (the deadline argument) is too near" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("priority", "mode", "poke_interval"),
+    [("best_effort", "poke", 60), ("best_effort", "reschedule", 60), ("normal", "reschedule", 4 * 3600)],
+)
+def test_a_run_that_waited_in_its_window_until_it_ended_is_no_late_start(
+    tmp_path: Path,
+    ledger_env: Ledger,
+    capsys: pytest.CaptureFixture[str],
+    clock: Any,
+    priority: str,
+    mode: str,
+    poke_interval: int,
+) -> None:
+    # best_effort waits until the window's end (its deadline), and a poke_interval longer than the runtime
+    # can first look again after it: the try, started hours before in the window, was warned "a late start:
+    # ... this task (try 1) started at <that poke>, after the window ended".
+    prices = tmp_path / "prices.csv"
+    write_history(prices, current="4.00")  # spot above on-demand (3.06) all night: keeps waiting
+    opened, ends = now() - timedelta(hours=5), now() + timedelta(hours=3)
+    run = off_peak_run(opened, ends)
+    waiting = Try(mode, prices=str(prices), priority=priority, poke_interval=poke_interval)
+    assert waiting.look(**run) is False
+    clock.shift(timedelta(hours=3, seconds=30))  # the first poke after the window's end
+    capsys.readouterr()
+    assert waiting.look(**run).xcom_value["market"] == "on_demand"
+    out = capsys.readouterr().out
+    assert "a late start" not in out and "too near" not in out and "[warning" not in out
+    assert "on-demand starts now, as planned" in out
+
+
+def test_a_retry_in_the_same_process_is_judged_by_its_own_first_look(
+    tmp_path: Path, ledger_env: Ledger, capsys: pytest.CaptureFixture[str], clock: Any
+) -> None:
+    from types import SimpleNamespace
+
+    # `airflow dags test` runs the tries of one task object: try 2, begun past the latest start, had no wait.
+    prices = tmp_path / "prices.csv"
+    write_history(prices, current="2.00")
+    deadline = (now() + timedelta(hours=6)).isoformat()
+    sensor = make_sensor(prices=str(prices), deadline=deadline, deferrable=False)
+    assert sensor.poke(context(ti=SimpleNamespace(try_number=1), task_reschedule_count=0)) is False
+    clock.shift(timedelta(hours=5, minutes=30))
+    capsys.readouterr()
+    assert sensor.poke(context(ti=SimpleNamespace(try_number=2), task_reschedule_count=0)).is_done
+    assert f"the deadline {deadline} (the deadline argument) is too near" in capsys.readouterr().out
+
+
 def test_a_manual_run_given_a_past_window_is_still_warned(
     tmp_path: Path, ledger_env: Ledger, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -55,6 +55,7 @@ from costaware.sensors.spot_window_run import (
     run_type_of,
     starts_in_window,
     try_number,
+    try_started,
 )
 from costaware.triggers.spot_window import SpotWindowTrigger
 
@@ -216,6 +217,7 @@ class SpotWindowSensor(BaseSensorOperator):
         # As written: a template of it that renders not given ("{{ params.deadline }}" unset) is warned.
         self._deadline_written = deadline
         self._warned: set[str] = set()  # the run-argument warnings said by this task (see _warn_once)
+        self._first_looks: dict[int, datetime] = {}  # try number -> its first look (see _first_look)
         self.earliest_start = earliest_start
         self.target_usd_per_hour = target_usd_per_hour
         self.on_demand_usd_per_hour = on_demand_usd_per_hour
@@ -364,7 +366,17 @@ class SpotWindowSensor(BaseSensorOperator):
             not_before = None
         # A deadline argument already past was chosen for this run: its warning says to give a later one.
         window_over = None if given_deadline or not say else past_window(context, now)
-        if deadline <= now and window_over is not None and window_over.run_started is not None:
+        first_look = self._first_look(context, now)
+        if say and first_look < latest <= now:
+            # This try looked before its latest start and waited for spot until it: the wait's planned end.
+            # Judged by now alone, the poke reaching it was warned of a deadline "too near" (past the window's
+            # end, of "a late start") as if the try had had no time to wait.
+            self.log.info(
+                "the wait for spot (since %s) reached the latest start %s: on-demand starts now, as planned",
+                first_look.isoformat(),
+                latest.isoformat(),
+            )
+        elif deadline <= now and window_over is not None and window_over.run_started is not None:
             # The run started inside its window on time; this task began only after the window ended (its
             # upstream tasks, a slot in Airflow's queue, a retry). Not a catch-up: a window too tight.
             self.log.warning(
@@ -446,6 +458,19 @@ class SpotWindowSensor(BaseSensorOperator):
             "target_usd_per_hour": target,
             "forecast_starts": self._forecast_starts(now, latest, runtime, carbon) if forecast else [],
         }
+
+    def _first_look(self, context: Context, now: datetime) -> datetime:
+        """When this try first looked at the market: what the warnings of its deadline are judged by.
+
+        A latest start already past then leaves the try no wait for spot, so warns; one reached later is
+        the end of its wait. Poke mode remembers its first poke; reschedule mode loads the task anew at each
+        poke, so a later poke's try began at its first reschedule (see :func:`try_started`).
+        """
+        tried = try_number(context)
+        if tried not in self._first_looks:
+            earlier = try_started(context) if context.get("task_reschedule_count") else None
+            self._first_looks[tried] = min(earlier, now) if earlier is not None else now
+        return self._first_looks[tried]
 
     def _warn_once(self, warning: str, context: Context) -> bool:
         """Whether ``warning``, about the run's arguments, is due: once a try, not at every poke.

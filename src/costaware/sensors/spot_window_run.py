@@ -69,6 +69,24 @@ def try_number(context: Context) -> int:
     return int(getattr(context.get("ti"), "try_number", None) or 1)
 
 
+def try_started(context: Context) -> datetime | None:
+    """When this try of the task first started on a worker; None where the context does not say.
+
+    A try put off (reschedule mode's pokes, or a start that could not load the DAG: ``[workers]
+    missing_dag_retries``) counts that in ``task_reschedule_count``, and its first start is the first
+    reschedule's date, which BaseSensorOperator's timeout counts from too; otherwise ``ti.start_date``
+    (a deferral's resume keeps the first start's).
+    """
+    ti = context.get("ti")
+    first_reschedule = getattr(ti, "get_first_reschedule_date", None)
+    if context.get("task_reschedule_count") and first_reschedule is not None:
+        started = first_reschedule(context)
+        if started is not None:
+            return parse_instant(started, name="the try's first reschedule date")
+    started = getattr(ti, "start_date", None)
+    return parse_instant(started, name="ti.start_date") if started is not None else None
+
+
 def starts_in_window(context: Context) -> bool:
     """Whether the timetable starts the run before its data interval ends (``OffPeakTimetable``)."""
     window_end = context.get("data_interval_end")
