@@ -1174,6 +1174,39 @@ def test_a_run_that_waited_in_its_window_until_it_ended_is_no_late_start(
     assert "on-demand starts now, as planned" in out
 
 
+@pytest.mark.parametrize("mode", ["poke", "reschedule"])
+def test_a_late_start_names_when_the_try_started_not_its_first_look(
+    tmp_path: Path, ledger_env: Ledger, capsys: pytest.CaptureFixture[str], mode: str
+) -> None:
+    # A try put off after the window ended (the worker could not load the DAG) was told it started at its
+    # first look, minutes after it did.
+    prices = tmp_path / "prices.csv"
+    write_history(prices, current="0.10")
+    opened, ends = now() - timedelta(hours=8), now() - timedelta(minutes=10)
+    started = now() - timedelta(minutes=3)
+    late = Try(mode, started, prices=str(prices))
+    assert late.look(**off_peak_run(opened, ends)).xcom_value["market"] == "on_demand"
+    [line] = [line for line in capsys.readouterr().out.splitlines() if "a late start" in line]
+    assert f"this task (try 1) started at {started.isoformat()}, after the window ended at" in line
+
+
+@pytest.mark.parametrize("mode", ["poke", "reschedule"])
+def test_a_try_started_in_its_window_after_its_latest_start_is_no_late_start(
+    tmp_path: Path, ledger_env: Ledger, capsys: pytest.CaptureFixture[str], mode: str
+) -> None:
+    # Put off inside the window, past its latest start, it first looked after the window's end: it was
+    # told that it started after the window ended; the window left it too little time.
+    prices = tmp_path / "prices.csv"
+    write_history(prices, current="0.10")
+    opened, ends = now() - timedelta(hours=8), now() - timedelta(minutes=10)
+    put_off = Try(mode, ends - timedelta(minutes=20), prices=str(prices))
+    assert put_off.look(**off_peak_run(opened, ends)).xcom_value["market"] == "on_demand"
+    out = capsys.readouterr().out
+    assert "a late start" not in out
+    assert f"the deadline {ends.isoformat()} (the end of the run's data interval) is already past" in out
+    assert "leave the run's window room" in out
+
+
 def test_a_retry_in_the_same_process_is_judged_by_its_own_first_look(
     tmp_path: Path, ledger_env: Ledger, capsys: pytest.CaptureFixture[str], clock: Any
 ) -> None:

@@ -376,9 +376,12 @@ class SpotWindowSensor(BaseSensorOperator):
                 first_look.isoformat(),
                 latest.isoformat(),
             )
-        elif deadline <= now and window_over is not None and window_over.run_started is not None:
+        elif (
+            window_over is not None and window_over.run_started is not None and first_look >= window_over.end
+        ):
             # The run started inside its window on time; this task began only after the window ended (its
-            # upstream tasks, a slot in Airflow's queue, a retry). Not a catch-up: a window too tight.
+            # upstream tasks, a slot in Airflow's queue, a retry). Not a catch-up: a window too tight. Judged
+            # by the try's start: a try that had waited in the window was told it started at its last poke.
             self.log.warning(
                 "a late start: the run started at %s, inside its window, but this task (try %s) started at "
                 "%s, after the window ended at %s (it waited for the tasks before it, for a worker, pool or "
@@ -388,11 +391,11 @@ class SpotWindowSensor(BaseSensorOperator):
                 "later than the window's end",
                 window_over.run_started.isoformat(),
                 try_number(context),
-                now.isoformat(),
+                first_look.isoformat(),
                 window_over.end.isoformat(),
                 deadline.isoformat(),
             )
-        elif deadline <= now and window_over is not None:
+        elif window_over is not None and window_over.run_started is None:
             # A catch-up or backfill run: its window is over, so a deadline counted from it is past as a
             # rule, not by mistake. It still trains, at once, on the market that cannot be interrupted: a
             # deadline already missed leaves no room to wait for spot.
