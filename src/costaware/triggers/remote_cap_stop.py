@@ -1,0 +1,385 @@
+"""Stops at the cap of a remote training's wait: a job that runs past what is left of ``max_usd``.
+
+A job an earlier try submitted (its backend holds the time limit of then) and a job that runs on a dearer
+type than planned are stopped by the wait's polls once they ran what ``max_usd`` buys; the next poll comes
+when the stop falls due, a stop not sent is asked again soon, and one sent is kept in the wait state XCom
+(:mod:`costaware.triggers.remote_wait_state`) so that a re-created wait does not send it again.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping
+from datetime import datetime
+from decimal import Decimal
+from typing import TYPE_CHECKING, Any
+
+from costaware.core.ledger import utcnow
+from costaware.core.series import parse_instant
+from costaware.triggers.remote_wait_state import CAP_STOP_KEY, WAIT_STATE_AWS_CONN_KEY, WAIT_STATE_XCOM_KEY
+
+if TYPE_CHECKING:
+    from airflow.triggers.base import BaseTrigger as _TriggerBase
+else:
+    # A mixin of RemoteTrainingJobTrigger, not a trigger of its own: Airflow knows a trigger by its
+    # classpath, which stays costaware.triggers.remote_training.RemoteTrainingJobTrigger.
+    _TriggerBase = object
+
+#: The shortest wait before the poll that sends a stop at the cap: a backend's billed time that lags a
+#: little behind the wall clock brings the job a second short of it, not a poll after poll at once.
+MIN_CAP_STOP_WAIT_SECONDS = 1.0
+#: How soon a stop at the cap that fell due and was not sent (it failed, the price was unknown, the poll
+#: failed) is asked again; doubled per such retry in a row up to ``CAP_STOP_RETRY_MAX_SECONDS``. Asked at
+#: the next ``poll_interval``, the job ran up to that long past the cap; a stop refused for good (no
+#: permission) is not asked every few seconds for the rest of the job.
+CAP_STOP_RETRY_SECONDS = 5.0
+CAP_STOP_RETRY_MAX_SECONDS = 60.0
+
+
+class CapStopping(_TriggerBase):
+    """The stops at the cap of :class:`~costaware.triggers.remote_training.RemoteTrainingJobTrigger`."""
+
+    # Set by RemoteTrainingJobTrigger.__init__ (see there).
+    backend: str
+    backend_options: dict[str, Any]
+    job_id: str | None
+    state: dict[str, Any]
+    poll_interval: float
+    ledger_conn_id: str
+    aws_conn_id: str | None
+    _last_seen: tuple[Any, datetime] | None
+    _other_type_limit: tuple[str, int | None] | None
+    _stopped_for_cap: str | None
+    _polled_at: datetime | None
+    _cap_stopped_at: datetime | None
+    _cap_stop_seen: tuple[Any, datetime] | None
+    _cap_stop_due_in: float | None
+    _cap_stop_retries: int
+    _cancelled: threading.Event
+
+    def next_poll_in(self) -> float:
+        """Seconds to wait before the next poll: ``poll_interval``, or less where a stop at the cap falls due.
+
+        A stop at what is left of ``max_usd`` (a followed job's, a dearer type's) sent at the first poll
+        after it fell due let the job run up to one ``poll_interval`` past it, billed past the cap.
+        """
+        if self._cap_stop_due_in is None:
+            return self.poll_interval
+        return min(self.poll_interval, max(MIN_CAP_STOP_WAIT_SECONDS, self._cap_stop_due_in))
+
+    def _cap_stop_due_after(self, seconds: float) -> None:
+        """A stop at the cap falls due after ``seconds`` more of running (the sooner of two is kept)."""
+        due = self._cap_stop_due_in
+        self._cap_stop_due_in = seconds if due is None else min(due, seconds)
+
+    def _send_cap_stop(self, job_id: str, *, stop_after_seconds: int | None = None) -> bool:
+        """Send the stop at the cap (SIGTERM: it checkpoints); False, asked again soon, where it failed.
+
+        Once sent, the job's end is recorded as stopped by ``max_usd`` after ``stop_after_seconds`` of
+        running (None: as the state says), and the stop is kept where a re-created wait reads it
+        (:meth:`_keep_cap_stop`).
+        """
+        if self._polled_after_cancel("stopped at the cap"):
+            return False
+        from costaware.adapters.compute.base import open_backend
+
+        # A cancel during the stop call cannot stop it: the stop is then kept only where the task's wait
+        # state is still this wait's (:meth:`_xcom_holds_this_wait`).
+        try:
+            open_backend(self.backend, self.backend_options).stop(job_id)
+        except Exception as e:
+            self._retry_cap_stop()
+            self.log.warning(
+                "stopping job %s failed (%s): asked again in %g s", job_id, e, self.next_poll_in()
+            )
+            return False
+        self._stopped_for_cap, self._cap_stop_retries = job_id, 0
+        self._cap_stopped_at = self._polled_at
+        current = dict(self.state.get("current") or {})
+        if stop_after_seconds is not None:
+            current["stop_after_seconds"] = stop_after_seconds
+        sent_at = self._cap_stopped_at or utcnow()
+        current[CAP_STOP_KEY] = {"job_id": job_id, "sent_at": sent_at.isoformat()}
+        if self._last_seen is not None:
+            seen, seen_at = self._last_seen
+            current[CAP_STOP_KEY].update(job=seen.to_dict(), seen_at=seen_at.isoformat())
+        self.state = {**self.state, "current": current}
+        self._keep_cap_stop()
+        return True
+
+    def _polled_after_cancel(self, what: str) -> bool:
+        """Whether this wait was cancelled while its poll ran: then the job is not ``what`` by it."""
+        if not self._cancelled.is_set():
+            return False
+        self.log.info(
+            "the wait for job %s was cancelled during its poll: the job is not %s by it (whoever follows "
+            "the job now does that)",
+            self.job_id,
+            what,
+        )
+        return True
+
+    def _wait_state_xcom(self) -> dict[str, Any] | None:
+        """Where this wait's task keeps its wait state (the operator's XCom), or None: no task (tests)."""
+        ti = getattr(self, "task_instance", None)
+        if ti is None or not getattr(ti, "task_id", None):
+            return None
+        map_index = ti.map_index if ti.map_index is not None else -1
+        return {
+            "key": WAIT_STATE_XCOM_KEY,
+            "dag_id": ti.dag_id,
+            "task_id": ti.task_id,
+            "run_id": ti.run_id,
+            "map_index": map_index,
+        }
+
+    def _keep_cap_stop(self) -> None:
+        """Keep the state with the stop at the cap sent where a re-created wait reads it (blocking IO).
+
+        A triggerer restart re-creates the wait from its deferral's arguments, which knew nothing of the
+        stop: it sent the stop again (a second SIGTERM to a local job), and billed a job gone after it as
+        gone, up to ``NOT_LISTED_GRACE_SECONDS`` past its grace period. The operator's wait state XCom
+        (which a deferral timeout reads too) carries it; a failure only warns.
+        """
+        where = self._wait_state_xcom()
+        if where is None:
+            return
+        try:
+            from airflow.sdk.execution_time.xcom import XCom
+
+            if self._cancelled.is_set() and not self._xcom_holds_this_wait(XCom.get_one(**where)):
+                return
+            key = where.pop("key")
+            XCom.set(key, {**self.state, WAIT_STATE_AWS_CONN_KEY: self.aws_conn_id}, **where)
+        except Exception as e:
+            self.log.warning(
+                "could not keep the stop at the cap of job %s in XCom (%s: %s): a triggerer restart would "
+                "send it again",
+                self.job_id,
+                type(e).__name__,
+                e,
+            )
+
+    def _xcom_holds_this_wait(self, kept: Any) -> bool:
+        """Whether the kept wait state is still this wait's attempt and job (see :meth:`_send_cap_stop`).
+
+        A wait cancelled while its stop at the cap was under way keeps the stop only there: a triggerer
+        handing it over leaves the XCom as it was, and the new wait must know of the stop; a new try of the
+        task (a clear, a retry) keeps its own state there, which the old try's would overwrite: a timeout
+        of the new try's wait then stopped and billed the old job and left the new one running unbilled.
+        """
+        kept_current = kept.get("current") if isinstance(kept, Mapping) else None
+        current = self.state.get("current") or {}
+        if isinstance(kept_current, Mapping) and all(
+            kept_current.get(name) == current.get(name) for name in ("attempt", "job_id")
+        ):
+            return True
+        self.log.info(
+            "the wait for job %s was cancelled while its stop at the cap was sent: the stop went through, "
+            "but the task's wait state now is another wait's (job %s), which is left as it is",
+            self.job_id,
+            kept_current.get("job_id") if isinstance(kept_current, Mapping) else None,
+        )
+        return False
+
+    def _restore_cap_stop(self) -> None:
+        """Take over a stop at the cap that the wait this one replaces sent (see :meth:`_keep_cap_stop`)."""
+        where = self._wait_state_xcom()
+        if where is None or self.job_id is None:
+            return
+        try:
+            from airflow.sdk.execution_time.xcom import XCom
+
+            kept = XCom.get_one(**where)
+        except Exception as e:
+            self.log.warning(
+                "cannot read the wait's kept state (%s: %s): none taken over", type(e).__name__, e
+            )
+            return
+        kept_current = (kept or {}).get("current") if isinstance(kept, Mapping) else None
+        current = self.state.get("current") or {}
+        if not isinstance(kept_current, Mapping) or not isinstance(kept_current.get(CAP_STOP_KEY), Mapping):
+            return
+        same_attempt = kept_current.get("attempt") == current.get("attempt")
+        sent = kept_current[CAP_STOP_KEY]
+        if not same_attempt or kept_current.get("job_id") != self.job_id or sent.get("job_id") != self.job_id:
+            return  # an earlier wait's, of another job
+        from costaware.adapters.compute.base import JobStatus
+
+        self.state = {**self.state, "current": dict(kept_current)}
+        self._stopped_for_cap = self.job_id
+        self._cap_stopped_at = parse_instant(sent["sent_at"], name="sent_at")
+        if sent.get("job") and sent.get("seen_at"):
+            self._cap_stop_seen = (
+                JobStatus.from_dict(sent["job"]),
+                parse_instant(sent["seen_at"], name="seen_at"),
+            )
+        self.log.info(
+            "job %s was stopped at what was left of max_usd at %s, before this wait took over: not "
+            "stopped again",
+            self.job_id,
+            sent["sent_at"],
+        )
+
+    def _retry_cap_stop(self) -> None:
+        """A stop at the cap was due (or may be) and was not sent: the next poll comes soon to ask again."""
+        self._cap_stop_retries += 1
+        wait = CAP_STOP_RETRY_SECONDS * 2 ** (self._cap_stop_retries - 1)
+        self._cap_stop_due_after(min(CAP_STOP_RETRY_MAX_SECONDS, wait))
+
+    def _keep_cap_stop_due(self, due_before: float | None) -> None:
+        """A poll gave no status to weigh the cap on: the stop due at the last poll stays due.
+
+        The wait slept up to it (or a ``poll_interval``): what is left of it after that, or a retry soon.
+        """
+        if due_before is None:
+            return
+        left = due_before - self.poll_interval
+        if left > CAP_STOP_RETRY_SECONDS:
+            self._cap_stop_due_after(left)
+        else:
+            self._retry_cap_stop()
+
+    def _stop_unlisted_at_cap(self, due_before: float | None) -> None:
+        """Send the stop at the cap that falls due while the job is not listed (a listing that lags).
+
+        Kept due and never sent, the job ran on for up to ``NOT_LISTED_GRACE_SECONDS`` past ``max_usd``:
+        a stop goes by the job's id (Batch's TerminateJob), whether or not DescribeJobs lists it now.
+        """
+        job_id = str(self.job_id)
+        if due_before is None or self._stopped_for_cap == job_id:
+            return
+        if due_before - self.poll_interval > CAP_STOP_RETRY_SECONDS:
+            self._keep_cap_stop_due(due_before)  # not due yet: the wait sleeps up to it
+            return
+        self.log.warning(
+            "job %s, not listed on %s now, has run what is left of max_usd: stopping it by its id",
+            job_id,
+            self.backend,
+        )
+        # Its end is recorded as stopped by max_usd, as the stop the poll sends (a dearer type's limit).
+        stop_after = None
+        other = self._other_type_limit
+        if other is not None and other[0] == job_id and other[1] is not None:
+            current = self.state.get("current") or {}
+            held = current.get("stop_after_seconds") if current.get("stop_by_poll") else None
+            stop_after = other[1] if held is None else min(int(held), other[1])
+        self._send_cap_stop(job_id, stop_after_seconds=stop_after)
+
+    def _stop_followed_job_at_cap(self, status: Any) -> None:
+        """Stop a job an earlier try submitted once it has run what is left of ``max_usd`` now.
+
+        Its backend holds the time limit that try gave it, sized at the cap of then: the budgets may have
+        lowered the cap since (a retry holds only what they have room for). The operator worked out what is
+        left when it followed the job (``stop_after_seconds``, ``stop_by_poll``); the job is stopped there
+        (SIGTERM: it checkpoints), and it ends recorded as stopped by ``max_usd``. Where what is left buys
+        less than ``MIN_CAPPED_SECONDS`` (the budgets had no room for the retry), it is stopped at once in
+        any state: one still waiting for capacity would otherwise boot and run into its grace period first.
+        """
+        from costaware.adapters.compute.base import JobState, billed_instances
+        from costaware.training.attempt_effects import MIN_CAPPED_SECONDS
+
+        current = self.state.get("current") or {}
+        limit = current.get("stop_after_seconds")
+        job_id = str(status.job_id or self.job_id)
+        if not current.get("stop_by_poll") or limit is None or self._stopped_for_cap == job_id:
+            return
+        no_room = float(limit) < MIN_CAPPED_SECONDS
+        ran = float(status.billable_seconds) / billed_instances(self.backend_options)
+        if not no_room:
+            if status.state != JobState.RUNNING:
+                return  # waiting to start: it runs (and is billed) nothing yet
+            if ran < float(limit):
+                self._cap_stop_due_after(float(limit) - ran)
+                return
+        if no_room and status.state != JobState.RUNNING:
+            self.log.warning(
+                "job %s, which an earlier try submitted, is %s and what is left of max_usd buys no run: "
+                "stopping it before it starts",
+                job_id,
+                status.state.value,
+            )
+        else:
+            self.log.warning(
+                "job %s, which an earlier try submitted, has run %.0f s, what is left of max_usd now buys: "
+                "stopping it (it checkpoints in its grace period)",
+                job_id,
+                ran,
+            )
+        # Stopped short of its limit (nothing left to run on): its end is recorded as stopped by max_usd,
+        # not as a preemption that a new attempt would follow.
+        self._send_cap_stop(job_id, stop_after_seconds=int(ran) if ran < float(limit) else None)
+
+    def _stop_within_cap_on_other_type(self, status: Any) -> None:
+        """Stop a job that runs on a dearer type than planned once it has run what ``max_usd`` buys there.
+
+        Batch (a compute environment's choice) and Kubernetes (a node pool's) may run a job on another type
+        than the plan's. Its stop was sized at the planned type's price, and it is billed at the type it ran
+        on: on one 4 times dearer, it billed 4 times what was left of ``max_usd``. The time it may run is
+        worked out again at that type's price (its grace period before the cap, as at the submit), and the
+        job is stopped there (SIGTERM: it checkpoints); it ends recorded as stopped by ``max_usd``.
+        """
+        from costaware.core.errors import LEDGER_UNREADABLE
+        from costaware.core.money import format_usd_exact
+        from costaware.remote_billing import KilledTrainingBilling
+        from costaware.training.attempt_effects import cap_rate, capped_seconds, instances, money_left
+        from costaware.training.attempts import AttemptState
+
+        job_id = str(status.job_id or self.job_id)
+        planned = str(self.state.get("instance_type") or "").removeprefix("ml.")
+        if self._stopped_for_cap == job_id or self.state.get("max_usd") is None or not planned:
+            return  # stopped already, no cap, or no plan in the state (nothing to weigh it against)
+        if status.instance_type.removeprefix("ml.") == planned:
+            return
+        state = AttemptState.from_json(self.state)
+        plan, current = state.plan, state.current
+        if current is None:
+            return
+        # Worked out at each poll: a Batch job's billed seconds hold its copies', each priced at its type, so
+        # the ratio moves as the job runs on (kept from the first poll, a copy on the planned type let the
+        # job run 1.6 times what max_usd buys).
+        billing = KilledTrainingBilling(
+            ledger_conn_id=self.ledger_conn_id, aws_conn_id=self.aws_conn_id, log=self.log
+        )
+        try:
+            scale = billing._ran_on_scale(plan, status.to_dict(), raise_unavailable=True, say=False)
+            on_demand = billing._on_demand_in(plan, current.zone, raise_unavailable=True, say=False)
+        except LEDGER_UNREADABLE as e:
+            # Read as the plan's price, the job would never be stopped, and its bill (the ledger back by
+            # then) would come at the dearer price, past max_usd: asked again at the next poll.
+            self._retry_cap_stop()
+            self.log.warning(
+                "price of %s unknown for now (%s): asked again in %g s", job_id, e, self.next_poll_in()
+            )
+            return
+        rate = cap_rate(state, current.market, on_demand) * scale
+        limit = capped_seconds(state, rate) if scale > 1 else None  # a cheaper type stays within it
+        said = self._other_type_limit
+        self._other_type_limit = (job_id, limit)
+        moved = said is None or said[0] != job_id or abs((said[1] or 0) - (limit or 0)) >= 60
+        if limit is not None and moved:  # said once, and again where the copies moved it a minute
+            self.log.warning(
+                "job %s runs on %s, not the planned %s: %s is left of max_usd at %s/hour there, so it is "
+                "stopped after %d s of running",
+                job_id,
+                status.instance_type,
+                plan.instance_type,
+                format_usd_exact(money_left(state) or Decimal(0)),
+                format_usd_exact(rate),
+                limit,
+            )
+        if limit is None:
+            return
+        if float(status.billable_seconds) / instances(plan) < limit:
+            self._cap_stop_retries = 0  # its price is known again
+            self._cap_stop_due_after(limit - float(status.billable_seconds) / instances(plan))
+            return
+        self.log.warning(
+            "job %s on %s has run %.0f s, what max_usd buys there: stopping it (it checkpoints in its grace "
+            "period)",
+            job_id,
+            status.instance_type,
+            float(status.billable_seconds) / instances(plan),
+        )
+        # Its end is then recorded as stopped by max_usd (the stop it ran into), not as a preemption.
+        self._send_cap_stop(job_id, stop_after_seconds=limit)

@@ -1,0 +1,192 @@
+"""A job its backend no longer lists, billed as gone by a remote training's wait.
+
+Where the backend's "no such job" may lag (Batch's DescribeJobs), the job may run on: it is stopped, best
+effort, and billed to its grace period after the stop, or to its time limit where the stop failed.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Any
+
+from costaware.core.ledger import utcnow
+from costaware.core.series import parse_instant
+from costaware.triggers.remote_cap_stop import CapStopping
+from costaware.triggers.remote_job_status import GONE_IS_FINAL_BACKENDS, ended_when_found
+
+
+class GoneJobBilling(CapStopping):
+    """The jobs gone from their backend, of ``RemoteTrainingJobTrigger``."""
+
+    def _stop_unlisted(self, now: datetime, status: Any) -> bool | None:
+        """Stop a job billed as gone, best effort, before its attempt is resubmitted.
+
+        A Batch or SageMaker job the backend does not list may exist after all (a listing that lags: Batch's
+        DescribeJobs is eventually consistent, a job seen once may drop out of it): it would run on beside
+        the resubmitted attempt, billed to nobody. Only where the backend's "no such job" is final for a job
+        seen before (:data:`GONE_IS_FINAL_BACKENDS`: a deleted pod) is there nothing left to stop.
+        The copies of its submit whose stop failed at the last poll (``status``'s ``COPY_SECONDS_LEFT``) are
+        stopped too: nothing polls the job, which stopped them again, after this.
+        Returns whether the job's own stop went through (None: nothing to stop).
+        """
+        from costaware.adapters.compute.base import COPY_SECONDS_LEFT, open_backend
+
+        if self._polled_after_cancel("stopped as not listed"):
+            return None
+        followed = (self.state.get("current") or {}).get("followed")
+        seen_at = self._last_seen[1].isoformat() if self._last_seen else followed and followed["seen_at"]
+        if seen_at and self.backend in GONE_IS_FINAL_BACKENDS:
+            self.log.info(
+                "job %s on %s was seen at %s and is gone now: nothing to stop",
+                self.job_id,
+                self.backend,
+                seen_at,
+            )
+            return None
+        if self._last_seen is not None:
+            unlisted = f"has not listed since it was seen at {seen_at}"
+        elif seen_at:
+            unlisted = f"has not listed since this try found it (an earlier try's job) at {seen_at}"
+        else:
+            submitted = (self.state.get("current") or {}).get("submitted_at")
+            since = (now - parse_instant(submitted, name="submitted_at")).total_seconds() if submitted else 0
+            unlisted = f"has not listed in the {since:.0f} s since its submit"
+        self.log.warning(
+            "stopping job %s, which %s %s, in case it exists after all: it is billed to the end of its "
+            "grace period after the stop",
+            self.job_id,
+            self.backend,
+            unlisted,
+        )
+        backend = open_backend(self.backend, self.backend_options)
+        for copy_id in (status.metrics.get(COPY_SECONDS_LEFT) or {}).get("unstopped") or []:
+            try:
+                backend.stop(str(copy_id))
+            except Exception as e:
+                self.log.warning(
+                    "stopping job %s, a copy of %s's submit, failed (%s: %s): stop it by hand; it is billed "
+                    "to its time limit",
+                    copy_id,
+                    self.job_id,
+                    type(e).__name__,
+                    e,
+                )
+        try:
+            backend.stop(str(self.job_id))
+        except Exception as e:
+            self.log.warning(
+                "stopping job %s, which %s does not list, failed (%s: %s); if it exists after all, stop it "
+                "by hand: it is billed to its time limit",
+                self.job_id,
+                self.backend,
+                type(e).__name__,
+                e,
+            )
+            return False
+        return True
+
+    def _billed_as_gone(self, status: Any, *, stop_sent: bool | None) -> Any:
+        """``status`` (billed up to now) of a job billed as gone that may run on, billed to its latest end.
+
+        A job its backend does not list may exist after all (:meth:`_stop_unlisted`): stopped, it runs to
+        the end of its grace period (or the backend's own kill); where the stop failed, to its time limit,
+        with nothing to watch it. Where nothing was stopped (:data:`GONE_IS_FINAL_BACKENDS`), as it is.
+        """
+        from dataclasses import replace
+
+        from costaware.adapters.compute.base import billed_instances, with_copies_run_out
+        from costaware.training.attempt_effects import MIN_CAPPED_SECONDS, stop_seconds
+        from costaware.training.attempts import AttemptState
+
+        if stop_sent is None or self.backend in GONE_IS_FINAL_BACKENDS:
+            return status
+        if ended_when_found(self.state, self._last_seen) is not None:
+            return status  # it had ended when this try found it: nothing ran on after its end
+        # Nothing polls it again: its copies are billed what they may still run (a failed stop's time limit).
+        if not self.state.get("backend"):  # a state without its plan (not the operator's): nothing to size by
+            return with_copies_run_out(status)
+        state = AttemptState.from_json(self.state)
+        if state.current is None:
+            return with_copies_run_out(status)
+        count = billed_instances(self.backend_options)
+        grace = stop_seconds(state)
+        # The time limit binds the job itself: its copies' seconds (billed with it) come on top.
+        copy_seconds = float(status.metrics.get("batch_copy_seconds") or 0.0)
+        current = state.current
+        if stop_sent:
+            own = status.billable_seconds - copy_seconds + count * grace
+            more = f"; stopped, billed {grace:.0f} s more, its grace period after the stop"
+            if current.stop_after_seconds is not None and not current.stop_by_poll and not current.followed:
+                # The limit max_usd left, which its submit gave it and its backend holds (Batch's is 60 s at
+                # the least): billed up to the poll that took it as gone, it was billed past that (the cap).
+                held_limit = max(MIN_CAPPED_SECONDS, current.stop_after_seconds)
+                held = count * (float(held_limit) + grace)
+                if own > held:
+                    own = held
+                    more += f", within its time limit ({held_limit} s)"
+            return with_copies_run_out(
+                replace(status, billable_seconds=own + copy_seconds, reason=status.reason + more)
+            )
+        limit = self._time_limit_held(state, count)
+        own = max(status.billable_seconds - copy_seconds, count * (limit + grace))
+        more = f"; its stop failed: billed to its time limit ({limit:.0f} s) and grace period ({grace:.0f} s)"
+        return with_copies_run_out(
+            replace(status, billable_seconds=own + copy_seconds, reason=status.reason + more)
+        )
+
+    def _time_limit_held(self, state: Any, count: int) -> float:
+        """The time limit ``state``'s running job was given at its submit, as near as can be told (s).
+
+        What ``max_usd`` left binds it where the backend holds that (not a stop by a poll). ``count``: its
+        billed instances. A followed job's from its creation, else its start as found (at most its queue
+        later: then no upper bound).
+        """
+        from costaware.training.plan.arguments import job_seconds_left
+
+        assert state.current is not None
+        submitted = state.current.submitted_at
+        start = parse_instant(submitted, name="submitted_at") if submitted else utcnow()
+        followed = state.current.followed
+        if followed:
+            # An earlier try's job: submitted then, not at this try's re-attach (from there, a spot job's
+            # limit to the deadline was short by its whole earlier run). Where the backend gave no creation
+            # time, from its start as found, at most its queue later.
+            if followed.get("created_at"):
+                start = parse_instant(followed["created_at"], name="created_at")
+            else:
+                ran = float(followed["job"].get("billable_seconds") or 0) / count
+                start = parse_instant(followed["seen_at"], name="seen_at") - timedelta(seconds=ran)
+        limit = float(job_seconds_left(state.plan, start, state.current.market))
+        if state.current.stop_after_seconds is not None and not state.current.stop_by_poll:
+            limit = min(limit, float(state.current.stop_after_seconds))
+        return limit
+
+    def _gone_after_cap_stop(self, status: Any, *, now: datetime, instances: int) -> Any:
+        """``status`` (billed as gone up to ``now``) of a job this wait stopped at the cap before it went.
+
+        The stop went through: it ran to its grace period's end after the stop at the latest, and ended
+        stopped by ``max_usd`` as the cap's other stops do (billed up to now, it was an interruption billed
+        up to ``NOT_LISTED_GRACE_SECONDS`` past the stop).
+        """
+        from dataclasses import replace
+
+        from costaware.adapters.compute.base import with_copies_run_out
+        from costaware.training.attempt_effects import stop_seconds
+        from costaware.training.attempts import AttemptState
+
+        stopped_at = self._cap_stopped_at
+        last_seen = self._last_seen or self._cap_stop_seen  # a re-created wait: as seen at the stop
+        if last_seen is None or stopped_at is None:
+            return with_copies_run_out(status)
+        seen, seen_at = last_seen
+        end = now
+        if self.state.get("backend") and self.state.get("current"):  # a plan to size the grace period by
+            end = min(now, stopped_at + timedelta(seconds=stop_seconds(AttemptState.from_json(self.state))))
+        billed = seen.billable_seconds + instances * max(0.0, (end - seen_at).total_seconds())
+        reason = (
+            f"stopped at what was left of max_usd at {stopped_at.isoformat()}; {self.backend} has not listed "
+            "it since: billed to the end of its grace period after the stop"
+        )
+        self.log.warning("job %s on %s: %s", self.job_id, self.backend, reason)
+        ended = replace(status, billable_seconds=billed, ended_at=end.timestamp(), reason=reason)
+        return with_copies_run_out(ended)

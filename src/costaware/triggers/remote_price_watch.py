@@ -1,0 +1,129 @@
+"""The spot price watch of a remote training's wait: pause a job on spot, or resume a paused training.
+
+See :class:`~costaware.triggers.remote_training.RemoteTrainingJobTrigger`'s ``price_watch``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import datetime
+from decimal import Decimal
+from typing import Any
+
+from costaware.core.carbon import Objective
+from costaware.core.series import parse_instant
+
+
+def price_event(
+    watch: Mapping[str, Any],
+    state: Mapping[str, Any],
+    *,
+    now: datetime,
+    usd_per_hour: Decimal | None,
+    available: bool,
+    source: str,
+    forecast_starts: list[list[str]],
+    objective: Objective | None = None,
+    power_kw: float = 0.0,
+    g_co2e_per_kwh: float | None = None,
+) -> dict[str, Any] | None:
+    """Pause or resume event for the spot price seen at ``now``, or None to go on as is (pure).
+
+    ``forecast_starts`` is the forecast of a run of the remaining work per later start, fitted at ``now``
+    (of the ``objective``'s hourly value, with the instance's ``power_kw`` and the intensity now, when it is
+    not ``cost``).
+    """
+    from costaware.core.spot_window import Observation, decide_on_objective, pause_decision
+
+    latest_resume = parse_instant(watch["latest_resume"], name="latest_resume")
+    if watch["mode"] == "pause":
+        if usd_per_hour is None:
+            return None
+        reason = pause_decision(
+            now=now,
+            usd_per_hour=usd_per_hour,
+            forecast_starts=forecast_starts,
+            latest_resume=latest_resume,
+            remaining_hours=Decimal(watch["remaining_hours"]),
+            restart_overhead_minutes=float(watch["restart_overhead_minutes"]),
+            priority=str(watch["priority"]),
+            objective=objective,
+            power_kw=power_kw,
+            g_co2e_per_kwh=g_co2e_per_kwh,
+        )
+        return None if reason is None else {"status": "success", "pause": reason, "state": dict(state)}
+    objective = objective or Objective()
+    # Only a carbon objective weighs the run's length; a sensor's resume watch on cost carries none.
+    runtime = Decimal(watch["remaining_hours"]) if objective.needs_carbon else Decimal(0)
+    decision = decide_on_objective(  # on ``cost`` it is ``decide`` itself
+        now=now,
+        observation=Observation(usd_per_hour, available, source),
+        on_demand_usd_per_hour=Decimal(watch["on_demand_usd_per_hour"]),
+        forecast_starts=forecast_starts,
+        target_value_per_hour=None,
+        latest_start=latest_resume,
+        not_before=None,
+        objective=objective,
+        power_kw=power_kw,
+        g_co2e_per_kwh=g_co2e_per_kwh,
+        runtime_hours=max(runtime, Decimal("0.01")),
+    )
+    if decision is None:
+        return None
+    return {"status": "success", "resume": decision.to_xcom(), "state": dict(state)}
+
+
+def watch_event(
+    watch: Mapping[str, Any], state: Mapping[str, Any], *, now: datetime
+) -> dict[str, Any] | None:
+    """Read the spot price and capacity now, fit the forecast now (blocking IO), apply :func:`price_event`.
+
+    The forecast is fitted at each look, on the same history the price comes from: a rise that the forecast
+    expects to last (its persistence term) is not worth a pause, one that the rest of the window outlasts
+    is. Past the latest resume nothing is read: a paused job restarts on on-demand whatever spot costs.
+    """
+    from costaware.adapters.spot_market import (
+        forecast_window,
+        intensity_at,
+        observe_market,
+        watch_objective,
+    )
+
+    latest_resume = parse_instant(watch["latest_resume"], name="latest_resume")
+    if now >= latest_resume:
+        return price_event(
+            watch, state, now=now, usd_per_hour=None, available=False, source="", forecast_starts=[]
+        )
+    observe = watch["observe"]
+    objective, intensity, power_kw = watch_objective(
+        watch, instance_type=observe["instance_type"], region=observe["region"]
+    )
+    seen = observe_market(now=now, on_demand_usd_per_hour=Decimal(watch["on_demand_usd_per_hour"]), **observe)
+    starts = forecast_window(
+        prices=observe["prices"],
+        instance_type=observe["instance_type"],
+        region=observe["region"],
+        aws_conn_id=observe["aws_conn_id"],
+        ttl_seconds=observe["ttl_seconds"],
+        products=observe["products"],
+        zones=[observe["availability_zone"]],
+        now=now,
+        latest_start=latest_resume,
+        runtime_hours=max(Decimal(watch["remaining_hours"]), Decimal("0.01")),
+        history_days=int(watch["history_days"]),
+        objective=objective,
+        intensity=intensity,
+        power_kw=power_kw,
+    )
+    return price_event(
+        watch,
+        state,
+        now=now,
+        usd_per_hour=seen.usd_per_hour,
+        available=seen.available,
+        source=seen.source,
+        forecast_starts=starts,
+        objective=objective,
+        power_kw=power_kw,
+        g_co2e_per_kwh=intensity_at(intensity, now),
+    )
