@@ -1618,13 +1618,14 @@ def test_a_followed_job_unread_at_the_re_attach_is_billed_from_its_start_where_t
     # Each poll of the re-attach failed (throttling): the job was followed as waiting with 0 s run, and a
     # wait that never read it (gone later) billed it from the re-attach: its 2 h, earlier try unbilled.
     from costaware.core.errors import ComputeBackendError, JobNotFoundError
-    from costaware.operators import remote_attempts
+    from costaware.operators import remote_attempt_following, remote_attempts
     from costaware.training.attempt_effects import stop_seconds
     from costaware.training.remote import job_name
     from costaware.triggers.remote_training import RemoteTrainingJobTrigger
 
     now = datetime(2026, 11, 30, 12, tzinfo=timezone.utc)
     monkeypatch.setattr(remote_attempts, "utcnow", lambda: now)
+    monkeypatch.setattr(remote_attempt_following, "utcnow", lambda: now)  # where the re-attach reads it
     monkeypatch.setattr(time, "sleep", lambda seconds: None)
     op = operator(tmp_path, max_usd="10")
     op._retry = True  # as execute sets it on try 2
@@ -1678,11 +1679,12 @@ def test_a_followed_job_unread_at_the_re_attach_is_billed_on_the_market_it_was_s
     # followed past its latest safe start (on-demand now), was billed at the on-demand price, and an
     # on-demand one followed on spot at the spot price, under its cost.
     from costaware.core.errors import ComputeBackendError
-    from costaware.operators import remote_attempts
+    from costaware.operators import remote_attempt_following, remote_attempts
     from costaware.training.remote import job_name
 
     now = datetime(2026, 11, 30, 12, tzinfo=timezone.utc)
     monkeypatch.setattr(remote_attempts, "utcnow", lambda: now)
+    monkeypatch.setattr(remote_attempt_following, "utcnow", lambda: now)  # where the re-attach reads it
     monkeypatch.setattr(time, "sleep", lambda seconds: None)
     op = operator(tmp_path, max_usd="10")
     op._retry = True  # as execute sets it on try 2
@@ -1720,13 +1722,14 @@ def test_a_followed_job_that_had_ended_when_found_unread_is_billed_to_its_end_on
     # ended 2 days before, its polls failed, and it was followed as waiting and billed from its start up to
     # now (2 days), and once gone, billed again beside the entry the earlier try had made for it.
     from costaware.core.errors import ComputeBackendError, JobNotFoundError
-    from costaware.operators import remote_attempts
+    from costaware.operators import remote_attempt_following, remote_attempts
     from costaware.training.remote import job_name
     from costaware.triggers.remote_training import RemoteTrainingJobTrigger
 
     now = datetime(2026, 11, 30, 12, tzinfo=timezone.utc)
     ended_at = now - timedelta(days=2)
     monkeypatch.setattr(remote_attempts, "utcnow", lambda: now)
+    monkeypatch.setattr(remote_attempt_following, "utcnow", lambda: now)  # where the re-attach reads it
     monkeypatch.setattr(time, "sleep", lambda seconds: None)
     op = operator(tmp_path, max_usd="10")
     op._retry = True  # as execute sets it on a later try
