@@ -960,3 +960,15 @@ def test_the_wait_seconds_help_says_a_refused_stop_is_not_billed(capsys: Any) ->
         main(["jobs", "reconcile", "--help"])
     said = " ".join(capsys.readouterr().out.split())
     assert "one whose stop the backend refused and not seen to end is not billed" in said
+
+
+def test_a_reconcile_a_tasks_own_command_runs_says_to_schedule_it_on_a_host_instead(
+    ledger_url: str, monkeypatch: pytest.MonkeyPatch, capsys: Any
+) -> None:
+    # A BashOperator running `costaware jobs reconcile` is a process of its own: its ORM is not blocked, but
+    # it inherits the supervisor's fake database URL, and the error said to run `airflow db migrate`.
+    monkeypatch.setenv("AIRFLOW__DATABASE__SQL_ALCHEMY_CONN", "airflow-db-not-allowed:///")
+    assert main(["jobs", "reconcile", "--ledger-url", ledger_url, "--dry-run"]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert "cannot read Airflow's metadata database from inside a task" in err
+    assert "`airflow db migrate`" not in err

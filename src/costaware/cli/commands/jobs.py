@@ -17,6 +17,9 @@ from costaware.cli.output import emit
 from costaware.core.errors import CostawareError
 
 HEADERS = ["task", "task_state", "backend", "job", "attempt", "market", "submitted_at", "result"]
+#: The database URL Airflow 3's task supervisor gives a task (``block_orm_access``), copied: not imported
+#: from the task SDK, which this host's Airflow need not have.
+_BLOCKED_DATABASE_URL = "airflow-db-not-allowed:"
 
 
 def reconcile(args: argparse.Namespace) -> int:
@@ -222,7 +225,15 @@ def _ended_waits(dag_id: str | None, read: Any) -> list[Any]:
 
 
 def _in_an_airflow_task() -> bool:
-    """Whether this runs in an Airflow 3 task, whose supervisor blocked the ORM (``BlockedDBSession``)."""
+    """Whether this runs in an Airflow 3 task, whose supervisor blocked the ORM (``block_orm_access``).
+
+    In the task's own process its ``Session`` is a ``BlockedDBSession``; a command the task runs (a
+    ``BashOperator``'s) inherits the supervisor's fake database URL instead.
+    """
+    import os
+
+    if os.environ.get("AIRFLOW__DATABASE__SQL_ALCHEMY_CONN", "").startswith(_BLOCKED_DATABASE_URL):
+        return True
     airflow_settings = sys.modules.get("airflow.settings")
     blocked = getattr(airflow_settings, "Session", None)
     return getattr(blocked, "__name__", "") == "BlockedDBSession"
