@@ -60,7 +60,11 @@ def _no_job_left(tmp_path: Path) -> Iterator[None]:
 
 
 def _deferred(
-    tmp: Path, op: RemoteTrainingOperator | None = None, *, kept: dict[str, Any] | None = None
+    tmp: Path,
+    op: RemoteTrainingOperator | None = None,
+    *,
+    kept: dict[str, Any] | None = None,
+    run_id: str = RUN,
 ) -> RemoteTrainingJobTrigger:
     """A training deferred on a running job, as the triggerer builds its trigger.
 
@@ -68,7 +72,7 @@ def _deferred(
     """
     args = {**command_operator_args(tmp, "wait-for-notice"), "tags": {"project": "churn"}}
     op = op or RemoteTrainingOperator(**args)
-    context = context_for()
+    context = context_for(run_id)
     if kept is not None:
         context["ti"].xcom_push = lambda key, value: kept.__setitem__(key, value)
     with pytest.raises(TaskDeferred) as deferred:
@@ -972,3 +976,43 @@ def test_a_reconcile_a_tasks_own_command_runs_says_to_schedule_it_on_a_host_inst
     err = " ".join(capsys.readouterr().err.split())
     assert "cannot read Airflow's metadata database from inside a task" in err
     assert "`airflow db migrate`" not in err
+
+
+def test_a_hold_that_cannot_be_freed_leaves_the_other_jobs_stopped_and_billed_and_fails_the_command(
+    tmp_path: Path, ledger: Any, ledger_url: str, monkeypatch: pytest.MonkeyPatch, capsys: Any
+) -> None:
+    # The kept holds were released before the unbilled jobs were stopped: a ledger error on one crashed
+    # the command, and the other run's job ran on unbilled.
+    from sqlalchemy.exc import OperationalError
+
+    from costaware.adapters.ledger.store import Ledger
+
+    ledger.set_budget("project=churn", "month", "10")
+    (tmp_path / "billed").mkdir()
+    (tmp_path / "unbilled").mkdir()
+    billed = _deferred(tmp_path / "billed")
+    billed.stop_and_bill(wait_seconds=10, ask_state=False)
+    kept = ledger.reserve("project=churn", "4.00", holder=HOLDER, run_id=RUN, dag_id=DAG)
+    other_run = "manual__2026-01-02"
+    unbilled = _deferred(tmp_path / "unbilled", run_id=other_run)
+    put = airflow_metadata_db(tmp_path, monkeypatch)
+    end_date = kept.created_at + timedelta(minutes=1)
+    for run_id, trigger in ((RUN, billed), (other_run, unbilled)):
+        put(DAG, run_id, TASK, "failed", next_method=TRIGGER_TAKEN_AWAY, end_date=end_date)
+        put_xcom(DAG, run_id, TASK, WAIT_STATE_XCOM_KEY, trigger.state)
+
+    def locked(self: Any, reservation_id: str) -> Any:
+        raise OperationalError("UPDATE reservations", {}, Exception("database is locked"))
+
+    monkeypatch.setattr(Ledger, "release", locked)
+    capsys.readouterr()
+    assert main(["jobs", "reconcile", "--ledger-url", ledger_url]) == 1
+    out, err = capsys.readouterr()
+    assert "billed $" in out and not _running(tmp_path / "unbilled", unbilled.job_id)
+    said = " ".join(err.split())
+    assert (
+        f"FAILED to free the hold of {HOLDER}, kept at its run's end though its job {billed.job_id} " in said
+    )
+    assert "database is locked" in said and f"`costaware budget release --holder {HOLDER}`" in said
+    with ledger.reading() as conn:
+        assert reservations.reservation(conn, kept.id).status == "open"

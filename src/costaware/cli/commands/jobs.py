@@ -78,8 +78,6 @@ def reconcile(args: argparse.Namespace) -> int:
             unreadable[wait.task] = f"{type(e).__name__}: {e}"
             broken.append(wait)
     unbilled, settling = left_to_triggers(not_in_ledger)
-    if not args.dry_run and billed_here:
-        _release_kept_holds(ledger, billed_here)
     others = [w for w in with_job if w.task in elsewhere]
     rows: list[list[Any]] = []
     failed = len(broken)
@@ -130,6 +128,9 @@ def reconcile(args: argparse.Namespace) -> int:
                 result,
             ]
         )
+    if not args.dry_run:
+        # After the billing: a hold that cannot be released (a ledger error) leaves no job running unbilled.
+        failed += _release_kept_holds(ledger, billed_here)
     if not rows and args.format == "table":
         scope = f" of DAG {args.dag_id!r}" if args.dag_id else ""
         if with_job:
@@ -139,7 +140,7 @@ def reconcile(args: argparse.Namespace) -> int:
             )
         else:
             print(f"nothing to reconcile: no ended task{scope} left a remote training job")
-        return 0
+        return 1 if failed else 0
     emit(rows, args.format, headers=HEADERS)
     if args.dry_run and unbilled:
         print(
@@ -150,31 +151,50 @@ def reconcile(args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
-def _release_kept_holds(ledger: Any, waits: list[Any]) -> None:
-    """Release the holds still open of ended tasks whose jobs ``ledger`` bills already (said on stderr).
+def _release_kept_holds(ledger: Any, waits: list[Any]) -> int:
+    """Release the holds still open of ended tasks whose jobs ``ledger`` bills already; how many failed.
 
     A run's end keeps a remote training's hold where it could not tell its job billed (its waits not read):
     nothing else releases it before its TTL, and meanwhile the money is reserved for a job that has ended.
+    Each is said on stderr; one that fails is said and the others go on.
     """
-    from datetime import timezone
-
     from costaware.core.money import format_usd_exact
 
+    failed = 0
     for wait in waits:
         if wait.ended_at is None:
             continue  # a hold a new try made since (cleared meanwhile) cannot be told from a kept one
-        ended_at = wait.ended_at if wait.ended_at.tzinfo else wait.ended_at.replace(tzinfo=timezone.utc)
-        for hold in ledger.open_reservations(holder_prefix=f"{wait.dag_id}/{wait.run_id}/{wait.task_id}/"):
-            created_at = (
-                hold.created_at if hold.created_at.tzinfo else hold.created_at.replace(tzinfo=timezone.utc)
-            )
-            if hold.holder == wait.task and created_at <= ended_at:
+        try:
+            for hold in _kept_holds(ledger, wait):
                 ledger.release(hold.id)
                 print(
                     f"costaware: released {format_usd_exact(hold.usd)} held for {wait.task}, kept at its "
                     f"run's end: its job {wait.job_id} is billed",
                     file=sys.stderr,
                 )
+        except Exception as e:  # said per task; the other holds are released all the same
+            failed += 1
+            print(
+                f"costaware: FAILED to free the hold of {wait.task}, kept at its run's end though its job "
+                f"{wait.job_id} is billed ({type(e).__name__}: {e}): run again, or `costaware budget "
+                f"release --holder {wait.task}`",
+                file=sys.stderr,
+            )
+    return failed
+
+
+def _kept_holds(ledger: Any, wait: Any) -> list[Any]:
+    """The open holds of ``wait``'s task made before it ended: those its run's end kept."""
+    from datetime import timezone
+
+    def aware(moment: Any) -> Any:
+        return moment if moment.tzinfo else moment.replace(tzinfo=timezone.utc)
+
+    return [
+        hold
+        for hold in ledger.open_reservations(holder_prefix=f"{wait.dag_id}/{wait.run_id}/{wait.task_id}/")
+        if hold.holder == wait.task and aware(hold.created_at) <= aware(wait.ended_at)
+    ]
 
 
 def _check_dag_is_known(dag_id: str) -> None:
