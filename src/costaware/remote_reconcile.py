@@ -59,6 +59,8 @@ class EndedWait:
     taken_away: bool = False
     #: When the task ended (its run's end where Airflow gave the task none), or None.
     ended_at: datetime | None = None
+    #: The task's try that ended (None: not read): a cleared task's new try has another.
+    try_number: int | None = None
 
     def left_to_its_trigger(self, now: datetime) -> bool:
         """Whether the task's trigger may still stop and bill the job (see ``TRIGGER_SETTLE_SECONDS``)."""
@@ -150,6 +152,7 @@ def ended_waits(
             XComModel.value,
             TaskInstance.state,
             TaskInstance.next_method,
+            TaskInstance.try_number,
             func.coalesce(TaskInstance.end_date, DagRun.end_date).label("ended_at"),
         )
         .join(
@@ -185,9 +188,6 @@ def ended_waits(
         state = XComModel.deserialize_value(row)
         if isinstance(state, Mapping):
             value = getattr(row.state, "value", row.state)
-            ended_at = row.ended_at
-            if isinstance(ended_at, str):  # SQLite gives COALESCE's result as text
-                ended_at = datetime.fromisoformat(ended_at)
             waits.append(
                 EndedWait(
                     row.dag_id,
@@ -197,10 +197,56 @@ def ended_waits(
                     str(value),
                     state,
                     taken_away=row.next_method == TRIGGER_TAKEN_AWAY,
-                    ended_at=ended_at,
+                    ended_at=_ended_at(row.ended_at),
+                    try_number=row.try_number,
                 )
             )
     return waits
+
+
+def _ended_at(value: datetime | str | None) -> datetime | None:
+    """A task's end as the metadata database gives it: SQLite gives COALESCE's result as text."""
+    return datetime.fromisoformat(value) if isinstance(value, str) else value
+
+
+def still_ended_as_read(wait: EndedWait) -> bool:
+    """Whether ``wait``'s task is still the try that ended as read: not cleared, no new try (metadata DB IO).
+
+    A cleared task's new try reserves again for the same holder and gets back the hold its run's end kept,
+    its ``created_at`` unchanged: only the task instance tells that hold from a kept one. Read just before
+    the hold is freed; False where the task instance is gone.
+    """
+    from airflow.models.dagrun import DagRun
+    from airflow.models.taskinstance import TaskInstance
+    from airflow.utils.session import create_session
+    from sqlalchemy import and_, func, select
+
+    query = (
+        select(
+            TaskInstance.state,
+            TaskInstance.try_number,
+            func.coalesce(TaskInstance.end_date, DagRun.end_date).label("ended_at"),
+        )
+        .outerjoin(DagRun, and_(DagRun.dag_id == TaskInstance.dag_id, DagRun.run_id == TaskInstance.run_id))
+        .where(
+            TaskInstance.dag_id == wait.dag_id,
+            TaskInstance.run_id == wait.run_id,
+            TaskInstance.task_id == wait.task_id,
+            TaskInstance.map_index == wait.map_index,
+        )
+    )
+    with create_session() as session:
+        row = session.execute(query).first()
+    if row is None:
+        return False
+    ended_at = _ended_at(row.ended_at)
+    return (
+        str(getattr(row.state, "value", row.state)) == wait.task_state
+        and row.try_number == wait.try_number
+        and ended_at is not None
+        and wait.ended_at is not None
+        and _aware(ended_at) == _aware(wait.ended_at)
+    )
 
 
 def left_to_triggers(waits: list[EndedWait]) -> tuple[list[EndedWait], list[EndedWait]]:

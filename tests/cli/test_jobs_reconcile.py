@@ -1016,3 +1016,43 @@ def test_a_hold_that_cannot_be_freed_leaves_the_other_jobs_stopped_and_billed_an
     assert "database is locked" in said and f"`costaware budget release --holder {HOLDER}`" in said
     with ledger.reading() as conn:
         assert reservations.reservation(conn, kept.id).status == "open"
+
+
+def test_a_hold_a_cleared_tasks_new_try_got_back_is_not_freed_by_a_reconcile_that_read_it_ended(
+    tmp_path: Path, ledger: Any, ledger_url: str, monkeypatch: pytest.MonkeyPatch, capsys: Any
+) -> None:
+    # A cleared task's new try reserves for the same holder and gets the kept hold back, its created_at
+    # unchanged: a reconcile that had read the task ended released it while the new try's job ran.
+    from costaware import remote_reconcile
+
+    ledger.set_budget("project=churn", "month", "10")
+    trigger = _deferred(tmp_path)
+    trigger.stop_and_bill(wait_seconds=10, ask_state=False)
+    kept = ledger.reserve("project=churn", "4.00", holder=HOLDER, run_id=RUN, dag_id=DAG)
+    _task_ended_with_its_wait(
+        tmp_path, monkeypatch, "failed", trigger, end_date=kept.created_at + timedelta(seconds=1)
+    )
+    read_billed = remote_reconcile.billed_usd
+    new_try: list[Any] = []
+
+    def cleared_after_the_read(ledger_: Any, wait: Any) -> Any:
+        billed = read_billed(ledger_, wait)
+        if not new_try:
+            from airflow import settings
+            from airflow.models.taskinstance import TaskInstance
+
+            with settings.Session() as session:  # a person clears the task; its new try runs and reserves
+                session.query(TaskInstance).update({"state": "running", "end_date": None, "try_number": 2})
+                session.commit()
+            new_try.append(ledger.reserve("project=churn", "4.00", holder=HOLDER, run_id=RUN, dag_id=DAG))
+        return billed
+
+    monkeypatch.setattr(remote_reconcile, "billed_usd", cleared_after_the_read)
+    capsys.readouterr()
+    assert main(["jobs", "reconcile", "--ledger-url", ledger_url]) == 0
+    err = " ".join(capsys.readouterr().err.split())
+    (held,) = new_try
+    assert held.id == kept.id  # the new try's hold is the kept one
+    with ledger.reading() as conn:
+        assert reservations.reservation(conn, held.id).status == "open"
+    assert f"kept the hold of {HOLDER}: the task was cleared or ran again since it was read" in err

@@ -159,6 +159,7 @@ def _release_kept_holds(ledger: Any, waits: list[Any]) -> int:
     Each is said on stderr; one that fails is said and the others go on.
     """
     from costaware.core.money import format_usd_exact
+    from costaware.remote_reconcile import still_ended_as_read
 
     failed = 0
     for wait in waits:
@@ -166,6 +167,14 @@ def _release_kept_holds(ledger: Any, waits: list[Any]) -> int:
             continue  # a hold a new try made since (cleared meanwhile) cannot be told from a kept one
         try:
             for hold in _kept_holds(ledger, wait):
+                # A cleared task's new try gets the kept hold back as its own: read again just before.
+                if not still_ended_as_read(wait):
+                    print(
+                        f"costaware: kept the hold of {wait.task}: the task was cleared or ran again since "
+                        "it was read, and its new try holds it now",
+                        file=sys.stderr,
+                    )
+                    continue
                 ledger.release(hold.id)
                 print(
                     f"costaware: released {format_usd_exact(hold.usd)} held for {wait.task}, kept at its "
