@@ -1056,3 +1056,64 @@ def test_a_hold_a_cleared_tasks_new_try_got_back_is_not_freed_by_a_reconcile_tha
     with ledger.reading() as conn:
         assert reservations.reservation(conn, held.id).status == "open"
     assert f"kept the hold of {HOLDER}: the task was cleared or ran again since it was read" in err
+
+
+def test_a_kept_hold_its_jobs_entries_paid_from_is_settled_at_what_they_paid_and_says_what_it_frees(
+    tmp_path: Path, ledger: Any, ledger_url: str, monkeypatch: pytest.MonkeyPatch, capsys: Any
+) -> None:
+    # The hold is there first and the job's entry is paid from it; its settle never came (the trigger was
+    # killed before it). The reconcile released it, naming the whole hold as freed: part of it was spent.
+    from costaware.core.money import format_usd_exact
+    from costaware.remote_billing import KilledTrainingBilling
+
+    ledger.set_budget("project=churn", "month", "10")
+    kept = ledger.reserve("project=churn", "4.00", holder=HOLDER, run_id=RUN, dag_id=DAG)
+    trigger = _deferred(tmp_path)
+    monkeypatch.setattr(KilledTrainingBilling, "_settle", lambda self, state: None)
+    trigger.stop_and_bill(wait_seconds=10, ask_state=False)
+    _task_ended_with_its_wait(
+        tmp_path, monkeypatch, "failed", trigger, end_date=kept.created_at + timedelta(minutes=1)
+    )
+    paid = ledger.paid_from([kept.id])[kept.id]
+    assert paid > 0
+    left = Decimal("4.00") - paid
+    capsys.readouterr()
+
+    assert main(["jobs", "reconcile", "--ledger-url", ledger_url]) == 0
+    err = " ".join(capsys.readouterr().err.split())
+    assert (
+        f"settled the hold of {HOLDER} at the {format_usd_exact(paid)} its job's entries paid from it, "
+        f"freeing {format_usd_exact(left)}, kept at its run's end: its job {trigger.job_id} is billed"
+    ) in err
+    with ledger.reading() as conn:
+        closed = reservations.reservation(conn, kept.id)
+    assert (closed.status, closed.settled_usd) == ("settled", paid)
+
+
+def test_a_kept_hold_settled_meanwhile_is_not_said_released(
+    tmp_path: Path, ledger: Any, ledger_url: str, monkeypatch: pytest.MonkeyPatch, capsys: Any
+) -> None:
+    # release() changes nothing of a hold a settle closed first, and returns it as it stands: the reconcile
+    # said "released $4.00" all the same.
+    from costaware.adapters.ledger.store import Ledger
+
+    ledger.set_budget("project=churn", "month", "10")
+    trigger = _deferred(tmp_path)
+    trigger.stop_and_bill(wait_seconds=10, ask_state=False)
+    kept = ledger.reserve("project=churn", "4.00", holder=HOLDER, run_id=RUN, dag_id=DAG)
+    _task_ended_with_its_wait(
+        tmp_path, monkeypatch, "failed", trigger, end_date=kept.created_at + timedelta(minutes=1)
+    )
+    release = Ledger.release
+
+    def settled_first(self: Any, reservation_id: str) -> Any:
+        self.settle(reservation_id, "1.00", already_recorded=True)  # the job's own settle, late
+        return release(self, reservation_id)
+
+    monkeypatch.setattr(Ledger, "release", settled_first)
+    capsys.readouterr()
+    assert main(["jobs", "reconcile", "--ledger-url", ledger_url]) == 0
+    err = " ".join(capsys.readouterr().err.split())
+    assert "released $" not in err
+    said = f"the hold of {HOLDER} kept at its run's end: its job {trigger.job_id} is billed, was settled"
+    assert said in err and "meanwhile: nothing freed here" in err

@@ -129,8 +129,8 @@ def reconcile(args: argparse.Namespace) -> int:
             ]
         )
     if not args.dry_run:
-        # After the billing: a hold that cannot be released (a ledger error) leaves no job running unbilled.
-        failed += _release_kept_holds(ledger, billed_here)
+        # After the billing: a hold that cannot be freed (a ledger error) leaves no job running unbilled.
+        failed += _free_kept_holds(ledger, billed_here)
     if not rows and args.format == "table":
         scope = f" of DAG {args.dag_id!r}" if args.dag_id else ""
         if with_job:
@@ -151,14 +151,13 @@ def reconcile(args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
-def _release_kept_holds(ledger: Any, waits: list[Any]) -> int:
-    """Release the holds still open of ended tasks whose jobs ``ledger`` bills already; how many failed.
+def _free_kept_holds(ledger: Any, waits: list[Any]) -> int:
+    """Free the holds still open of ended tasks whose jobs ``ledger`` bills already; how many failed.
 
     A run's end keeps a remote training's hold where it could not tell its job billed (its waits not read):
-    nothing else releases it before its TTL, and meanwhile the money is reserved for a job that has ended.
-    Each is said on stderr; one that fails is said and the others go on.
+    nothing else frees it before its TTL, and meanwhile the money is reserved for a job that has ended. Each
+    is said on stderr; one that fails is said and the others go on.
     """
-    from costaware.core.money import format_usd_exact
     from costaware.remote_reconcile import still_ended_as_read
 
     failed = 0
@@ -174,14 +173,9 @@ def _release_kept_holds(ledger: Any, waits: list[Any]) -> int:
                         "it was read, and its new try holds it now",
                         file=sys.stderr,
                     )
-                    continue
-                ledger.release(hold.id)
-                print(
-                    f"costaware: released {format_usd_exact(hold.usd)} held for {wait.task}, kept at its "
-                    f"run's end: its job {wait.job_id} is billed",
-                    file=sys.stderr,
-                )
-        except Exception as e:  # said per task; the other holds are released all the same
+                else:
+                    print(_free_kept_hold(ledger, hold, wait), file=sys.stderr)
+        except Exception as e:  # said per task; the other holds are freed all the same
             failed += 1
             print(
                 f"costaware: FAILED to free the hold of {wait.task}, kept at its run's end though its job "
@@ -204,6 +198,35 @@ def _kept_holds(ledger: Any, wait: Any) -> list[Any]:
         for hold in ledger.open_reservations(holder_prefix=f"{wait.dag_id}/{wait.run_id}/{wait.task_id}/")
         if hold.holder == wait.task and aware(hold.created_at) <= aware(wait.ended_at)
     ]
+
+
+def _free_kept_hold(ledger: Any, hold: Any, wait: Any) -> str:
+    """Close ``hold``, kept for ``wait``'s billed job: what it says of it.
+
+    Settled at what the job's entries paid from it, where they did, as the job's own settle (which never
+    came) would have closed it: released, part of it read as money never spent. Released where nothing was.
+    """
+    paid_usd = ledger.paid_from([hold.id]).get(hold.id, Decimal(0))
+    unpaid_usd = ledger.unpaid(hold.id)[0]
+    why = f"kept at its run's end: its job {wait.job_id} is billed"
+    if paid_usd > 0:
+        closed = ledger.settle(hold.id, paid_usd, already_recorded=True)
+        if closed.status == "settled" and closed.settled_usd == paid_usd:
+            return (
+                f"costaware: settled the hold of {wait.task} at the {_usd(paid_usd)} its job's entries paid "
+                f"from it, freeing {_usd(unpaid_usd)}, {why}"
+            )
+    else:
+        closed = ledger.release(hold.id)
+        if closed.status == "released":
+            return f"costaware: released {_usd(unpaid_usd)} held for {wait.task}, {why}"
+    return f"costaware: the hold of {wait.task} {why}, was {closed.status} meanwhile: nothing freed here"
+
+
+def _usd(amount: Decimal) -> str:
+    from costaware.core.money import format_usd_exact
+
+    return format_usd_exact(amount)
 
 
 def _check_dag_is_known(dag_id: str) -> None:
