@@ -621,6 +621,8 @@ def test_a_hold_a_runs_end_kept_for_a_job_billed_since_is_released_by_the_reconc
     assert main(["jobs", "reconcile", "--ledger-url", ledger_url, "--dry-run"]) == 0
     with ledger.reading() as conn:
         assert reservations.reservation(conn, kept.id).status == "open"  # a dry run changes nothing
+    would = f"would free $4.00 held for {HOLDER}, kept at its run's end: its job {trigger.job_id} is billed"
+    assert (would in capsys.readouterr().err) == (hold_made == "before the task ended")
 
     assert main(["jobs", "reconcile", "--ledger-url", ledger_url]) == 0
     out, err = capsys.readouterr()
@@ -964,6 +966,14 @@ def test_the_wait_seconds_help_says_a_refused_stop_is_not_billed(capsys: Any) ->
         main(["jobs", "reconcile", "--help"])
     said = " ".join(capsys.readouterr().out.split())
     assert "one whose stop the backend refused and not seen to end is not billed" in said
+
+
+def test_the_help_says_the_reconcile_frees_the_kept_holds_of_billed_jobs(capsys: Any) -> None:
+    with pytest.raises(SystemExit):
+        main(["jobs", "reconcile", "--help"])
+    said = " ".join(capsys.readouterr().out.split())
+    assert "frees the hold a run's end kept for a task whose job is billed already" in said
+    assert "--dry-run" in said and "says what it would free" in said
 
 
 def test_a_reconcile_a_tasks_own_command_runs_says_to_schedule_it_on_a_host_instead(

@@ -599,7 +599,8 @@ JOBS_COMMANDS = (
             Arg(
                 "--dry-run",
                 action="store_true",
-                help="list those jobs only: stop nothing, bill nothing",
+                help="list those jobs only, and say what kept holds it would free: stop nothing, bill "
+                "nothing, free nothing",
             ),
             Arg(
                 "--wait-seconds",
@@ -625,8 +626,12 @@ JOBS_COMMANDS = (
             "--ledger-url where the tasks bill another ledger than the default; a task whose DAG names "
             "another ledger_conn_id is billed there only (listed as 'bills in CONN' where this machine "
             "cannot read that ledger). A job whose stop the backend refuses is not billed and its hold stays "
-            "held: stop it by hand, and the next run bills it. Exits 1 when a job could not be stopped and "
-            "billed, or a wait state could not be read; 2 when --dag-id names no DAG Airflow knows."
+            "held: stop it by hand, and the next run bills it. After the billing it frees the hold a run's "
+            "end kept for a task whose job is billed already (made before the task ended, the task read "
+            "again just before: a cleared task's new try holds it then): settled at what the job's entries "
+            "paid from it, else released, each said on stderr; --dry-run says what it would free. Exits 1 "
+            "when a job could not be stopped and billed, a wait state could not be read, or a kept hold "
+            "could not be freed; 2 when --dag-id names no DAG Airflow knows."
         ),
     ),
 )

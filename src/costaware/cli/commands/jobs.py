@@ -128,9 +128,8 @@ def reconcile(args: argparse.Namespace) -> int:
                 result,
             ]
         )
-    if not args.dry_run:
-        # After the billing: a hold that cannot be freed (a ledger error) leaves no job running unbilled.
-        failed += _free_kept_holds(ledger, billed_here)
+    # After the billing: a hold that cannot be freed (a ledger error) leaves no job running unbilled.
+    failed += _free_kept_holds(ledger, billed_here, dry_run=args.dry_run)
     if not rows and args.format == "table":
         scope = f" of DAG {args.dag_id!r}" if args.dag_id else ""
         if with_job:
@@ -151,12 +150,12 @@ def reconcile(args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
-def _free_kept_holds(ledger: Any, waits: list[Any]) -> int:
+def _free_kept_holds(ledger: Any, waits: list[Any], *, dry_run: bool) -> int:
     """Free the holds still open of ended tasks whose jobs ``ledger`` bills already; how many failed.
 
     A run's end keeps a remote training's hold where it could not tell its job billed (its waits not read):
     nothing else frees it before its TTL, and meanwhile the money is reserved for a job that has ended. Each
-    is said on stderr; one that fails is said and the others go on.
+    is said on stderr (a dry run says what it would free); one that fails is said and the others go on.
     """
     from costaware.remote_reconcile import still_ended_as_read
 
@@ -166,8 +165,15 @@ def _free_kept_holds(ledger: Any, waits: list[Any]) -> int:
             continue  # a hold a new try made since (cleared meanwhile) cannot be told from a kept one
         try:
             for hold in _kept_holds(ledger, wait):
+                if dry_run:
+                    unpaid_usd = ledger.unpaid(hold.id)[0]
+                    print(
+                        f"costaware: would free {_usd(unpaid_usd)} held for {wait.task}, kept at its run's "
+                        f"end: its job {wait.job_id} is billed (dry run: nothing freed)",
+                        file=sys.stderr,
+                    )
                 # A cleared task's new try gets the kept hold back as its own: read again just before.
-                if not still_ended_as_read(wait):
+                elif not still_ended_as_read(wait):
                     print(
                         f"costaware: kept the hold of {wait.task}: the task was cleared or ran again since "
                         "it was read, and its new try holds it now",
