@@ -598,8 +598,11 @@ def test_a_failed_read_of_the_waits_at_a_runs_end_keeps_the_holds_of_its_remote_
     (error,) = [r for r in caplog.records if "could not reconcile" in r.getMessage()]
     said = error.getMessage()
     assert error.levelname == "ERROR" and "lock timeout" in said
-    assert f"the holds of its tasks {TASK} are kept" in said
+    assert f"the holds of its tasks {TASK} (those that may be remote trainings" in said
     assert f"`costaware jobs reconcile --dag-id {DAG}`" in said
+    # The reconcile reads no wait of a task that left no job: its kept hold waits for its TTL, or this.
+    assert "that left no job (it never deferred, or is no training) stays until its TTL" in said
+    assert f"`costaware budget release --holder {DAG}/{RUN}/TASK/MAP_INDEX` frees it" in said
 
 
 @pytest.mark.parametrize("hold_made", ["before the task ended", "by a new try since"])

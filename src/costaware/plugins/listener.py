@@ -224,7 +224,8 @@ def reconcile_unfollowed_jobs(
     those whose job the task's ledger does not hold (ledger IO: called in the release's own thread). And
     the task ids whose every hold the run's end keeps: where the waits could not be read (a lock timeout),
     those of the tasks that may be remote trainings, whose paid jobs may still run, left to ``costaware
-    jobs reconcile`` (its billing settles them; it releases those whose job is billed already).
+    jobs reconcile`` (its billing settles them; it frees those whose job is billed already; one of a task
+    that left no job waits for its TTL, or ``costaware budget release``).
     """
     dag = getattr(dag_run, "dag", None)
     tasks = list(getattr(dag, "tasks", None) or [])
@@ -274,16 +275,22 @@ def reconcile_unfollowed_jobs(
         return frozenset(wait.task for wait in to_bill), also_keep, frozenset()
     except Exception as e:  # the run ends as Airflow says; `costaware jobs reconcile` lists what was left
         # Which jobs still run is not known: freed, the holds of a paid job still running could be spent
-        # again. Kept, the reconcile settles them by its billing, or releases them where billed already.
+        # again. Kept, the reconcile settles them by its billing, or frees them where billed already; a
+        # kept task that left no job (it never deferred, or is no training) has nothing the reconcile reads.
         kept = _may_be_remote_trainings(tasks)
         log.error(
             "costaware: could not reconcile the remote training jobs of run %s: %s; the holds of its tasks "
-            "%s are kept: run `costaware jobs reconcile --dag-id %s` to stop and bill the jobs its ended "
-            "tasks left running (billing settles a hold; one whose job is billed already it releases)",
+            "%s (those that may be remote trainings, the DAG's own operator classes among them) are kept: "
+            "run `costaware jobs reconcile --dag-id %s` to stop and bill the jobs its ended tasks left "
+            "running (billing settles a hold; one whose job is billed already it frees). The hold of such "
+            "a task that left no job (it never deferred, or is no training) stays until its TTL: `costaware "
+            "budget release --holder %s/%s/TASK/MAP_INDEX` frees it",
             dag_run.run_id,
             e,
             ", ".join(sorted(kept)),
             dag_run.dag_id,
+            dag_run.dag_id,
+            dag_run.run_id,
         )
         return frozenset(), None, kept
 
