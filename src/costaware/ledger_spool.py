@@ -63,7 +63,8 @@ def record_and_settle(ledger: Any, entry: Any, *, retrying: bool = False) -> Non
     stays open for the next try (settled by the first, the retries ran with no hold, and another task could
     take the money they spent). The hold is grown back, in the same transaction, by what this entry paid from
     it, where the budgets have room (:func:`hold_again_for_retry`); what a ``RemoteTrainingOperator``'s
-    attempts paid during the try is grown back by the operator on its retry, to ``max_usd`` less them.
+    attempts paid during the try is grown back by the operator on its retry, to ``max_usd`` less them. A
+    hold past its ttl is not grown (it counts nothing): the entry is recorded alone and a WARNING says so.
 
     Recorded alone beside an open hold, its cost counted twice in the budgets (spent and held) until the run
     ended; the ledger keeps one entry per ``entry_uid``, so a second write adds nothing.
@@ -75,7 +76,9 @@ def record_and_settle(ledger: Any, entry: Any, *, retrying: bool = False) -> Non
     # release_run_reservations): either way the cost settles the task's own reservation.
     reservation = ledger.reservation_to_settle(holder)
     if reservation is None:
-        ledger.record(entry)
+        # Not linked to a hold past its ttl, as a last try's entry is not: that hold counts nothing.
+        if ledger.record(entry) and retrying:
+            _say_if_hold_lapsed(ledger, holder, entry)
     elif retrying and reservation.status == "open":
         hold_again_for_retry(ledger, reservation, entry)
     else:
@@ -114,19 +117,7 @@ def hold_again_for_retry(ledger: Any, reservation: Any, entry: Any) -> None:
         return
     if new and expired:
         # Not "too little room": the budgets may have plenty, the hold just stopped counting.
-        log.warning(
-            "costaware: the hold %s of %s.%s expired at %s, before try %s's cost of %s was written, so it "
-            "was not held again: the retry runs with nothing held in its budgets %s, unchecked against their "
-            "caps. Give the task's spend gate a reservation_ttl that covers its tries, or mark the task "
-            "failed to stop it",
-            reservation.id,
-            entry.dag_id,
-            entry.task_id,
-            f"{grown.expires_at:%Y-%m-%d %H:%M:%S} UTC",
-            entry.try_number,
-            format_usd_exact(entry.usd),
-            ", ".join(grown.budgets),
-        )
+        _say_expired(grown, entry)
         return
     try:
         shortfall = target - grown.usd
@@ -158,6 +149,50 @@ def hold_again_for_retry(ledger: Any, reservation: Any, entry: Any) -> None:
             entry.try_number,
             e,
         )
+
+
+def _say_if_hold_lapsed(ledger: Any, holder: str, entry: Any) -> None:
+    """Warn where a retried task's newest hold passed its ttl before its failed try's entry was written.
+
+    No hold was found to settle, so the entry was recorded alone and the retry runs with nothing held:
+    that went without a word where the hold lapsed before the try failed (the usual case of a short ttl).
+    """
+    from costaware.core.ledger import utcnow
+
+    try:
+        latest = ledger.latest_reservation(holder)
+    except Exception as e:  # the entry is recorded: only the warning is missing
+        log.warning(
+            "costaware: could not read whether the hold of %s.%s lapsed before its retry (%s)",
+            entry.dag_id,
+            entry.task_id,
+            e,
+        )
+        return
+    # Marked expired by `Ledger.expire_stale`, or still open past its ttl: either way it counts nothing.
+    if latest is not None and (
+        latest.status == "expired" or (latest.status == "open" and latest.expires_at <= utcnow())
+    ):
+        _say_expired(latest, entry)
+
+
+def _say_expired(hold: Any, entry: Any) -> None:
+    """Warn that ``hold`` expired before ``entry`` (a failed try's, to be retried) was written."""
+    from costaware.core.money import format_usd_exact
+
+    log.warning(
+        "costaware: the hold %s of %s.%s expired at %s, before try %s's cost of %s was written, so it "
+        "was not held again: the retry runs with nothing held in its budgets %s, unchecked against their "
+        "caps. Give the task's spend gate a reservation_ttl that covers its tries, or mark the task "
+        "failed to stop it",
+        hold.id,
+        entry.dag_id,
+        entry.task_id,
+        f"{hold.expires_at:%Y-%m-%d %H:%M:%S} UTC",
+        entry.try_number,
+        format_usd_exact(entry.usd),
+        ", ".join(hold.budgets),
+    )
 
 
 def _why_short(ledger: Any, held: Any, entry: Any, why_not_grown: str | None) -> tuple[str, str]:

@@ -348,3 +348,51 @@ def test_a_hold_that_expires_as_its_retry_is_written_is_warned_as_expired_not_sh
     assert "reservation_ttl" in warning
     assert "room" not in warning and "short" not in warning
     assert any_ledger.usage("project=churn")[0].spent_usd == 5  # the entry is kept
+
+
+@pytest.mark.parametrize("marked_expired", [False, True])
+def test_a_hold_that_expired_before_its_try_failed_is_warned_as_expired(
+    any_ledger: Ledger, caplog: pytest.LogCaptureFixture, marked_expired: bool
+) -> None:
+    # Past its ttl before the try's entry came, no hold was found to settle: the entry was recorded alone
+    # and the retry ran with nothing held, without a word (the docs promised the "expired" WARNING).
+    from datetime import timedelta
+
+    import time_machine
+
+    start = datetime(2026, 12, 1, 12, tzinfo=UTC)
+    with time_machine.travel(start, tick=False):
+        any_ledger.set_budget("project=churn", "month", "100")
+        held = any_ledger.reserve(
+            "project=churn", "6", holder=HOLDER, run_id="r1", dag_id="retrain", ttl=timedelta(hours=1)
+        )
+    after_the_ttl = start + timedelta(hours=1, minutes=5)
+    with time_machine.travel(after_the_ttl, tick=False), caplog.at_level(logging.WARNING):
+        if marked_expired:
+            any_ledger.expire_stale()
+            caplog.clear()
+        bill = _try_bill("5", 1)
+        record_and_settle(any_ledger, bill, retrying=True)
+        record_and_settle(any_ledger, bill, retrying=True)  # a drain writing it again: no second word
+        usage = any_ledger.usage("project=churn")[0]
+
+    (warning,) = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert f"the hold {held.id} of retrain.train expired at 2026-12-01 13:00:00 UTC, before try 1" in warning
+    assert "the retry runs with nothing held in its budgets project=churn/month" in warning
+    assert "reservation_ttl" in warning
+    # Recorded alone, as a last try's entry beside an expired hold is: counted once, as spent.
+    assert [e["reservation_id"] for e in any_ledger.entries()] == [None]
+    assert (usage.spent_usd, usage.reserved_usd) == (5, 0)
+
+
+def test_a_retry_whose_hold_was_settled_is_not_warned_as_expired(
+    any_ledger: Ledger, caplog: pytest.LogCaptureFixture
+) -> None:
+    any_ledger.set_budget("project=churn", "month", "100")
+    held = any_ledger.reserve("project=churn", "6", holder=HOLDER, run_id="r1", dag_id="retrain")
+    any_ledger.settle(held.id, "1", entry=replace(_try_bill("1", 1), kind="storage", reservation_id=held.id))
+
+    with caplog.at_level(logging.WARNING):
+        record_and_settle(any_ledger, _try_bill("5", 2), retrying=True)
+
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
