@@ -159,4 +159,41 @@ def test_settling_a_replaced_hold_records_the_cost_and_says_to_settle_the_hold_t
     (warning,) = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert f"the hold {slot.id} of {HOLDER} was replaced by {trial.id}" in warning
     assert f"settle {trial.id} instead" in warning
+    assert "(the entry given is recorded all the same)" in warning
     assert any_ledger.reservation_to_settle(HOLDER) == trial
+
+
+def test_settling_a_replaced_hold_with_no_entry_says_the_budgets_count_nothing_of_it(
+    any_ledger: Ledger, caplog: pytest.LogCaptureFixture
+) -> None:
+    # settle(id, "3.95") alone counted the $3.95 nowhere without a word, and the warning it gave said "an
+    # entry given is recorded all the same" where none was given.
+    any_ledger.set_budget("project=churn", "month", "10")
+    small = any_ledger.reserve("project=churn", "1", holder=HOLDER)
+    any_ledger.reserve("project=churn", "4", holder=HOLDER, replacing=small.id)
+
+    with caplog.at_level(logging.WARNING):
+        assert any_ledger.settle(small.id, "3.95").status == "replaced"
+
+    nothing_counted, replaced = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert nothing_counted.startswith(
+        f"asked to settle the replaced hold {small.id} of {HOLDER} with $3.95 but no entry, and no entry was "
+        "recorded with its reservation_id: the budgets count nothing of it"
+    )
+    assert f"the hold {small.id} of {HOLDER} was replaced by" in replaced
+    assert "recorded" not in replaced
+    assert any_ledger.entries() == []
+
+
+def test_settling_a_replaced_hold_already_recorded_says_only_that_it_was_replaced(
+    any_ledger: Ledger, caplog: pytest.LogCaptureFixture
+) -> None:
+    any_ledger.set_budget("project=churn", "month", "10")
+    small = any_ledger.reserve("project=churn", "1", holder=HOLDER)
+    any_ledger.reserve("project=churn", "4", holder=HOLDER, replacing=small.id)
+
+    with caplog.at_level(logging.WARNING):
+        any_ledger.settle(small.id, "3.95", already_recorded=True)
+
+    (replaced,) = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert f"the hold {small.id} of {HOLDER} was replaced by" in replaced

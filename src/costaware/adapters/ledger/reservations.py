@@ -357,21 +357,22 @@ def settle(
                 _say_budgets_passed_after_release(conn, current, entry)
         if current.status == "settled":
             return current
+        # A replaced hold too: settled with no entry, its cost was counted nowhere, and nothing said so.
+        if entry is None and actual > 0 and not already_recorded:
+            _say_nothing_counted(conn, current, actual)
         if current.status != "replaced":
-            if entry is None and actual > 0 and not already_recorded:
-                _say_nothing_counted(conn, current, actual)
             close(conn, reservation_id, "settled", actual)
         standing = reservation(conn, reservation_id)
         if standing.status == "replaced":  # before this, or by a gate at once (close leaves it so)
-            _say_replaced(conn, standing, actual)
+            _say_replaced(conn, standing, actual, entry_given=entry is not None)
         return standing
 
 
-def _say_replaced(conn: Connection, replaced: Reservation, actual: Decimal) -> None:
+def _say_replaced(conn: Connection, replaced: Reservation, actual: Decimal, *, entry_given: bool) -> None:
     """Warn where a settle names a hold a newer one of its holder replaced: it stays ``replaced``.
 
     Its money is in the newer hold (``reserve(replacing=...)``): settled, it read as the task's settlement
-    while the hold that counts stayed open, and nothing said so.
+    while the hold that counts stayed open, and nothing said so. ``entry_given``: settle recorded an entry.
     """
     r = schema.reservations
     newer = conn.execute(
@@ -381,13 +382,13 @@ def _say_replaced(conn: Connection, replaced: Reservation, actual: Decimal) -> N
         .limit(1)
     ).scalar()
     log.warning(
-        "the hold %s of %s was replaced by %s, which holds its money: it stays replaced, not settled with %s "
-        "(an entry given is recorded all the same). To close the task's hold, settle %s instead "
-        "(Ledger.reservation_to_settle(%r) finds it)",
+        "the hold %s of %s was replaced by %s, which holds its money: it stays replaced, not settled with "
+        "%s%s. To close the task's hold, settle %s instead (Ledger.reservation_to_settle(%r) finds it)",
         replaced.id,
         replaced.holder,
         newer or "a newer hold of its holder",
         format_usd_exact(actual),
+        " (the entry given is recorded all the same)" if entry_given else "",
         newer or "that one",
         replaced.holder,
     )
@@ -407,9 +408,11 @@ def _say_nothing_counted(conn: Connection, current: Reservation, actual: Decimal
     if paid:
         return
     log.warning(
-        "settled the hold %s of %s with %s but no entry, and no entry was recorded with its reservation_id: "
-        "the budgets count nothing of it. To count the cost, pass entry= to settle (or record the entry "
-        "with reservation_id=%r); where it was recorded already, pass already_recorded=True",
+        "%s %s of %s with %s but no entry, and no entry was recorded with its reservation_id: the budgets "
+        "count nothing of it. To count the cost, pass entry= to settle (or record the entry with "
+        "reservation_id=%r); where it was recorded already, pass already_recorded=True",
+        # Not "settled": a replaced hold stays so.
+        "asked to settle the replaced hold" if current.status == "replaced" else "settled the hold",
         current.id,
         current.holder,
         format_usd_exact(actual),
