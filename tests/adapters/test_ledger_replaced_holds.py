@@ -197,3 +197,42 @@ def test_settling_a_replaced_hold_already_recorded_says_only_that_it_was_replace
 
     (replaced,) = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert f"the hold {small.id} of {HOLDER} was replaced by" in replaced
+
+
+def test_a_replaced_hold_whose_replacement_is_settled_names_no_later_hold_to_settle(
+    any_ledger: Ledger, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The warning named the holder's newest hold whatever it was: here a later one that never held this
+    # money, as the hold to settle "instead".
+    any_ledger.set_budget("project=churn", "month", "10")
+    first = any_ledger.reserve("project=churn", "1", holder=HOLDER)
+    replacement = any_ledger.reserve("project=churn", "2", holder=HOLDER, replacing=first.id)
+    any_ledger.settle(replacement.id, "0", already_recorded=True)
+    later = any_ledger.reserve("project=churn", "3", holder=HOLDER)
+
+    with caplog.at_level(logging.WARNING):
+        any_ledger.settle(first.id, "1", already_recorded=True)
+
+    (warning,) = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert warning == (
+        f"the hold {first.id} of {HOLDER} was replaced by {replacement.id}, settled since: it stays "
+        "replaced, not settled with $1.00, and no open hold holds its money now: there is none to settle "
+        "for it"
+    )
+    assert later.id not in warning
+
+
+def test_a_hold_replaced_twice_names_the_open_hold_its_money_went_to(
+    any_ledger: Ledger, caplog: pytest.LogCaptureFixture
+) -> None:
+    any_ledger.set_budget("project=churn", "month", "10")
+    first = any_ledger.reserve("project=churn", "1", holder=HOLDER)
+    second = any_ledger.reserve("project=churn", "2", holder=HOLDER, replacing=first.id)
+    third = any_ledger.reserve("project=churn", "3", holder=HOLDER, replacing=second.id)
+
+    with caplog.at_level(logging.WARNING):
+        any_ledger.settle(first.id, "1", already_recorded=True)
+
+    (warning,) = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert f"the hold {first.id} of {HOLDER} was replaced by {third.id}, which holds its money" in warning
+    assert f"settle {third.id} instead" in warning

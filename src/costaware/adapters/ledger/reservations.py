@@ -374,24 +374,60 @@ def _say_replaced(conn: Connection, replaced: Reservation, actual: Decimal, *, e
     Its money is in the newer hold (``reserve(replacing=...)``): settled, it read as the task's settlement
     while the hold that counts stayed open, and nothing said so. ``entry_given``: settle recorded an entry.
     """
-    r = schema.reservations
-    newer = conn.execute(
-        select(r.c.id)
-        .where(r.c.holder == replaced.holder, r.c.id != replaced.id, r.c.created_at >= replaced.created_at)
-        .order_by(r.c.created_at.desc())
-        .limit(1)
-    ).scalar()
+    taker = _hold_with_the_money_of(conn, replaced)
+    recorded = " (the entry given is recorded all the same)" if entry_given else ""
+    if taker is not None and taker.status == "open" and taker.expires_at > utcnow():
+        log.warning(
+            "the hold %s of %s was replaced by %s, which holds its money: it stays replaced, not settled "
+            "with %s%s. To close the task's hold, settle %s instead (Ledger.reservation_to_settle(%r) finds "
+            "it)",
+            replaced.id,
+            replaced.holder,
+            taker.id,
+            format_usd_exact(actual),
+            recorded,
+            taker.id,
+            replaced.holder,
+        )
+        return
+    # Named whatever its status, a settled or expired hold read as the one to settle (or another hold of
+    # the holder, made later, that never held this money).
+    if taker is None:
+        ended = "a hold the ledger no longer finds"
+    else:
+        ended = f"{taker.id}, {'expired' if taker.status == 'open' else taker.status} since"
     log.warning(
-        "the hold %s of %s was replaced by %s, which holds its money: it stays replaced, not settled with "
-        "%s%s. To close the task's hold, settle %s instead (Ledger.reservation_to_settle(%r) finds it)",
+        "the hold %s of %s was replaced by %s: it stays replaced, not settled with %s%s, and no open hold "
+        "holds its money now: there is none to settle for it",
         replaced.id,
         replaced.holder,
-        newer or "a newer hold of its holder",
+        ended,
         format_usd_exact(actual),
-        " (the entry given is recorded all the same)" if entry_given else "",
-        newer or "that one",
-        replaced.holder,
+        recorded,
     )
+
+
+def _hold_with_the_money_of(conn: Connection, replaced: Reservation) -> Reservation | None:
+    """The hold that holds ``replaced``'s money now: the one that replaced it, or, replaced in turn, its own.
+
+    The one that replaced it is its holder's newest made after it and by the time it was replaced (a
+    reserve makes it, then closes the old one, in one transaction); a hold made later is another one.
+    """
+    r = schema.reservations
+    current, seen = replaced, {replaced.id}
+    while current.status == "replaced":
+        replaced_at = conn.execute(select(r.c.settled_at).where(r.c.id == current.id)).scalar()
+        query = select(r.c.id).where(
+            r.c.holder == current.holder, r.c.id.not_in(seen), r.c.created_at >= current.created_at
+        )
+        if replaced_at is not None:
+            query = query.where(r.c.created_at <= replaced_at)
+        found = conn.execute(query.order_by(r.c.created_at.desc(), r.c.id.desc()).limit(1)).scalar()
+        if found is None:
+            return None
+        current = reservation(conn, found)
+        seen.add(current.id)
+    return current
 
 
 def _say_nothing_counted(conn: Connection, current: Reservation, actual: Decimal) -> None:
