@@ -101,6 +101,26 @@ def test_replacing_a_reservation_the_ledger_never_held_is_refused_naming_it(any_
     assert any_ledger.open_reservations() == []
 
 
+def test_usage_without_a_reservation_the_ledger_never_held_is_refused_naming_it(any_ledger: Ledger) -> None:
+    # A mistyped id was ignored: the budgets read with the hold still counted, while reserve(replacing=) with
+    # the same id is refused.
+    any_ledger.set_budget("project=churn", "total", "10")
+    held = any_ledger.reserve("project=churn", "4", holder=HOLDER)
+    typo = held.id[:-1]
+
+    with pytest.raises(
+        ReservationNotFoundError,
+        match=rf"reservation '{typo}', to leave out of the usage of project=churn \(without=\), is not in "
+        "this ledger: give the id this ledger's reserve returned, or leave without out",
+    ):
+        any_ledger.usage("project=churn", without=typo)
+    (usage,) = any_ledger.usage("project=churn", without=held.id)
+    assert (usage.left_usd, usage.reserved_usd) == (10, 0)
+    any_ledger.release(held.id)
+    (usage,) = any_ledger.usage("project=churn", without=held.id)  # closed, but this ledger's: read as asked
+    assert usage.left_usd == 10
+
+
 def test_replacing_a_hold_closed_already_reserves_as_asked(any_ledger: Ledger) -> None:
     any_ledger.set_budget("project=churn", "total", "1")
     slot = any_ledger.reserve("project=churn", "0.1", holder=HOLDER)

@@ -29,7 +29,11 @@ from costaware.core.budgets import (
     run_of_key,
     unset_problem,
 )
-from costaware.core.errors import BudgetNotFoundError, ConfigurationError
+from costaware.core.errors import (
+    BudgetNotFoundError,
+    ConfigurationError,
+    ReservationNotFoundError,
+)
 from costaware.core.ledger import BudgetUsage, utcnow
 from costaware.core.money import format_usd, from_micros, to_micros
 
@@ -163,12 +167,25 @@ def usage(
 
     Raises:
         BudgetNotFoundError: no budget applies to the scope.
+        ReservationNotFoundError: the ledger holds no reservation ``without``.
     """
     wanted = Scope.parse(scope)
     at = at or utcnow()
     with ledger.reading() as conn:
+        if without is not None and not _reservation_exists(conn, without):
+            # Ignored, a typo read the budgets with the hold still counted: less room than the reserve it
+            # stands for (``replacing=``, which refuses the same id) would have.
+            raise ReservationNotFoundError(
+                f"reservation {without!r}, to leave out of the usage of {wanted} (without=), is not in this "
+                "ledger: give the id this ledger's reserve returned, or leave without out"
+            )
         found = applicable(conn, wanted, run_id, is_sqlite=ledger.is_sqlite, at=at, dag_id=dag_id)
         return [budget_usage(conn, bid, budget, window, at, without=without) for bid, budget, window in found]
+
+
+def _reservation_exists(conn: Connection, reservation_id: str) -> bool:
+    r = schema.reservations
+    return conn.execute(select(r.c.id).where(r.c.id == reservation_id)).first() is not None
 
 
 def suggested_period(scope: Scope) -> str:

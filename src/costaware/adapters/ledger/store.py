@@ -126,6 +126,7 @@ class Ledger(LedgerDatabase):
 
         Raises:
             BudgetNotFoundError: no budget applies to the scope.
+            ReservationNotFoundError: the ledger holds no reservation ``without`` (a typo, another ledger's).
         """
         return budgets.usage(self, scope, at=at, run_id=run_id, dag_id=dag_id, without=without)
 
