@@ -396,3 +396,29 @@ def test_a_retry_whose_hold_was_settled_is_not_warned_as_expired(
         record_and_settle(any_ledger, _try_bill("5", 2), retrying=True)
 
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
+
+
+def test_a_hold_grown_just_before_its_ttl_is_not_said_to_have_expired(
+    any_ledger: Ledger, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The growth read the clock, then the verdict read it again: a hold grown a second before its ttl was
+    # returned as expired (the warning: "the retry runs with nothing held"), though it was held again.
+    from datetime import timedelta
+
+    import time_machine
+
+    from costaware.adapters.ledger import regrowth
+
+    start = datetime(2026, 12, 1, 12, tzinfo=UTC)
+    with time_machine.travel(start, tick=False):
+        any_ledger.set_budget("project=churn", "month", "100")
+        held = any_ledger.reserve(
+            "project=churn", "6", holder=HOLDER, run_id="r1", dag_id="retrain", ttl=timedelta(hours=1)
+        )
+    readings = iter([start + timedelta(minutes=59, seconds=59), start + timedelta(hours=1, seconds=1)])
+    monkeypatch.setattr(regrowth, "utcnow", lambda: next(readings))  # each read of the clock 2 s later
+
+    with time_machine.travel(start + timedelta(minutes=59, seconds=59), tick=False):
+        regrown = any_ledger.record_and_regrow(replace(_try_bill("5", 1), reservation_id=held.id))
+
+    assert (regrown.held.usd, regrown.expired) == (11, False)

@@ -7,6 +7,7 @@ cap, and never changes a hold closed meanwhile.
 from __future__ import annotations
 
 import logging
+from datetime import datetime
 from decimal import Decimal
 from typing import Any, NamedTuple
 
@@ -38,7 +39,7 @@ def grow(ledger: LedgerDatabase, reservation_id: str, usd: object) -> Reservatio
     """
     target = parse_usd(usd, name="reservation amount")
     with ledger.transaction() as conn:
-        return _grow_in(conn, ledger, reservation_id, target)[0]
+        return _grow_in(conn, ledger, reservation_id, target, utcnow())[0]
 
 
 class Regrowth(NamedTuple):
@@ -78,8 +79,11 @@ def record_and_regrow(ledger: LedgerDatabase, entry: LedgerEntry) -> Regrowth:
         unpaid_before = max(held.usd - paid_before, Decimal(0))
         # Back to what it had unpaid before the entry: all it paid, even past the hold, plus that.
         target = paid_now + unpaid_before if new else held.usd
-        grown, why_not_grown = _grow_in(conn, ledger, held.id, target)
-        expired = grown.status == "open" and grown.expires_at <= utcnow()
+        # One instant for the growth and the verdict: read apart, a hold grown just before its ttl read as
+        # expired (not grown) a moment later, and the warning said the retry had nothing held.
+        now = utcnow()
+        grown, why_not_grown = _grow_in(conn, ledger, held.id, target, now)
+        expired = grown.status == "open" and grown.expires_at <= now
         return Regrowth(new, target, grown, why_not_grown, unpaid_before, expired)
 
 
@@ -100,9 +104,9 @@ def _locked(conn: Connection, ledger: LedgerDatabase, reservation_id: str) -> Re
 
 
 def _grow_in(
-    conn: Connection, ledger: LedgerDatabase, reservation_id: str, target: Decimal
+    conn: Connection, ledger: LedgerDatabase, reservation_id: str, target: Decimal, now: datetime
 ) -> tuple[Reservation, str | None]:
-    """:func:`grow` in the caller's transaction (locking again what the caller locked is a no-op).
+    """:func:`grow` in the caller's transaction at ``now`` (locking again what the caller locked is a no-op).
 
     The budgets are locked before the reservation's row (reserve's order); a caller that writes an entry
     of it in the same transaction writes it between the two (settle's order: entry, then row).
@@ -111,7 +115,6 @@ def _grow_in(
     the reason (None otherwise).
     """
     r, h, b = schema.reservations, schema.holds, schema.budgets
-    now = utcnow()
     held = dict(
         conn.execute(select(h.c.budget_id, h.c.period_key).where(h.c.reservation_id == reservation_id)).all()
     )
