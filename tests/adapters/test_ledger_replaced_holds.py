@@ -256,3 +256,33 @@ def test_a_hold_replaced_twice_names_the_open_hold_its_money_went_to(
     (warning,) = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert f"the hold {first.id} of {HOLDER} was replaced by {third.id}, which holds its money" in warning
     assert f"settle {third.id} instead" in warning
+
+
+def _open_hold_made_for(ledger: Ledger, holder: str, scope: str, usd: str) -> str:
+    """An open hold of ``holder`` beside its other one: as two gates of one task in scopes no budget shares
+    reserve at once on PostgreSQL (each locks only its own budgets, so neither sees the other's hold)."""
+    from costaware.adapters.ledger import schema
+
+    made = ledger.reserve(scope, usd)
+    r = schema.reservations
+    with ledger.transaction() as conn:
+        conn.execute(r.update().where(r.c.id == made.id).values(holder=holder))
+    return made.id
+
+
+def test_a_holder_with_two_open_holds_keeps_the_one_that_holds_what_is_asked(any_ledger: Ledger) -> None:
+    # reserve took whichever open hold the database returned first (no order): the team=ml one, not as
+    # asked, was replaced by a second $5 hold in project=churn beside the one already there ($10 held).
+    any_ledger.set_budget("project=churn", "month", "10")
+    any_ledger.set_budget("team=ml", "month", "10")
+    older = any_ledger.reserve("team=ml", "2", holder=HOLDER)
+    newer = _open_hold_made_for(any_ledger, HOLDER, "project=churn", "5")
+
+    kept = any_ledger.reserve("project=churn", "5", holder=HOLDER, replace_unlike=True)
+
+    assert kept.id == newer
+    assert sorted(r.id for r in any_ledger.open_reservations()) == sorted([older.id, newer])
+    assert any_ledger.usage("project=churn")[0].reserved_usd == 5
+    # Asked what neither holds: the oldest is replaced, as the gate's trigger weighs it.
+    bigger = any_ledger.reserve("team=ml", "3", holder=HOLDER, replace_unlike=True)
+    assert sorted(r.id for r in any_ledger.open_reservations()) == sorted([newer, bigger.id])

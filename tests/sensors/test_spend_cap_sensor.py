@@ -853,3 +853,21 @@ def test_a_scope_tag_the_ledger_can_never_store_is_refused_before_reserving(
     # A value the ledger stores is still only warned about for a task the listener bills.
     if not own_tags:
         assert gate.poke({**context("manual__2"), "params": {"project": "fraud"}})
+
+
+def test_a_deferred_gate_weighs_the_hold_its_reserve_keeps_where_the_task_has_two(env_ledger: Ledger) -> None:
+    # Two open holds of one task (two gates in scopes no budget shares, at once on PostgreSQL): the trigger
+    # weighed the oldest, the reserve whichever came first, and one held what is asked: the trigger waited
+    # for room the reserve, keeping that hold, never needed.
+    env_ledger.set_budget("team=ml", "month", "10")
+    holder = "retrain/manual__1/train/-1"
+    env_ledger.reserve("team=ml", "2", holder=holder)
+    as_asked = env_ledger.reserve("project=churn", "5")
+    r = schema.reservations
+    with env_ledger.transaction() as conn:
+        conn.execute(r.update().where(r.c.id == as_asked.id).values(holder=holder))
+    env_ledger.reserve("project=churn", "3", holder="retrain/other/train/-1")  # $2 left in project=churn
+    trigger = BudgetAvailableTrigger(scope="project=churn", usd="5", run_id="manual__1", holder=holder)
+
+    assert trigger._shortfall() is None
+    assert env_ledger.reserve("project=churn", "5", holder=holder, replace_unlike=True).id == as_asked.id

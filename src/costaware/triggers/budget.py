@@ -111,7 +111,11 @@ class BudgetAvailableTrigger(BaseTrigger):
         if not self.holder:
             return None
         held = [r for r in ledger.open_reservations(holder_prefix=self.holder) if r.holder == self.holder]
-        return held[0] if held else None
+        # As the reserve picks among two or more (oldest first, one holding what is asked preferred): weighed
+        # apart, this waited on one hold while the reserve kept or replaced another.
+        need, gpu = Decimal(self.usd), Decimal(self.gpu_hours)
+        as_asked = (r for r in held if self._holds_as_asked(ledger, r, need, gpu))
+        return next(as_asked, held[0] if held else None)
 
     def _holds_as_asked(self, ledger: Any, hold: Reservation, need: Decimal, gpu: Decimal) -> bool:
         """Whether the sensor's reserve keeps ``hold`` (in this scope, holding at least what is asked).

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import uuid
+from collections.abc import Callable
 from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any
@@ -71,13 +72,16 @@ def reserve(
         # Unless asked to replace it, the holder's open hold is returned as it stands, whatever it holds.
         return not replace_unlike or _holds_as_asked(conn, existing, wanted, amount, gpu)
 
+    def open_hold(conn: Connection) -> Reservation | None:
+        return _open_hold_of(conn, holder, now, but=replacing, prefer=kept) if holder else None
+
     def returned(conn: Connection, existing: Reservation) -> Reservation:
         # Kept for a gate run again, it holds for the ttl asked now: with its old end it passed at 03:59
         # holding until 04:00, and its task ran with nothing held.
         return _held_until(conn, existing, expires_at, now) if replace_unlike else existing
 
     with ledger.transaction() as conn:
-        existing = _open_hold_of(conn, holder, now, but=replacing) if holder else None
+        existing = open_hold(conn)
         if existing is not None and kept(conn, existing):
             return returned(conn, existing)
         # The periods at the reservation's own instant: a hold made at a period's last moment is keyed as
@@ -88,7 +92,7 @@ def reserve(
         if holder and not ledger.is_sqlite:
             # Again under the budgets' locks: a reservation for this holder committed while this one
             # waited for them (two tries of one task at once) is the one, not a second hold.
-            existing = _open_hold_of(conn, holder, now, but=replacing)
+            existing = open_hold(conn)
             if existing is not None and kept(conn, existing):
                 return returned(conn, existing)
         if replacing is not None:
@@ -250,18 +254,28 @@ def _held_until(conn: Connection, held: Reservation, until: datetime, now: datet
 
 
 def _open_hold_of(
-    conn: Connection, holder: str, now: datetime, *, but: str | None = None
+    conn: Connection,
+    holder: str,
+    now: datetime,
+    *,
+    but: str | None = None,
+    prefer: Callable[[Connection, Reservation], bool] | None = None,
 ) -> Reservation | None:
     """The open, unexpired reservation of ``holder``: a retried task's own, returned instead of a second.
 
     ``but``: a reservation of the holder's that the new one replaces, which is not returned for it.
+    ``prefer``: where the holder has more than one (two gates of one task in scopes no budget shares, at
+    once on PostgreSQL), the first it accepts; else, as without it, the oldest (created_at, then id): the
+    order ``open_reservations`` lists them in, and the one a gate's trigger weighs.
     """
     r = schema.reservations
     query = select(r.c.id).where(r.c.holder == holder, r.c.status == "open", r.c.expires_at > now)
     if but is not None:
         query = query.where(r.c.id != but)
-    found = conn.execute(query).first()
-    return reservation(conn, found[0]) if found else None
+    held = [reservation(conn, rid) for rid in conn.execute(query.order_by(r.c.created_at, r.c.id)).scalars()]
+    if prefer is not None:
+        return next((hold for hold in held if prefer(conn, hold)), held[0] if held else None)
+    return held[0] if held else None
 
 
 def _release_replaced(conn: Connection, replacing: str, holder: str | None) -> None:
@@ -506,7 +520,7 @@ def open_reservations(ledger: LedgerDatabase, *, holder_prefix: str | None = Non
     if holder_prefix:
         query = query.where(r.c.holder.startswith(holder_prefix, autoescape=True))
     with ledger.reading() as conn:
-        ids = [row[0] for row in conn.execute(query.order_by(r.c.created_at))]
+        ids = [row[0] for row in conn.execute(query.order_by(r.c.created_at, r.c.id))]
         return [reservation(conn, rid) for rid in ids]
 
 
