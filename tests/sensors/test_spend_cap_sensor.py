@@ -706,6 +706,20 @@ def test_a_misspelt_for_task_id_is_refused_before_anything_is_reserved(env_ledge
     assert env_ledger.open_reservations() == []
 
 
+def test_a_for_task_id_given_the_operator_is_refused_when_the_dag_is_parsed() -> None:
+    # for_task_id=train was taken, then refused at run time: "for_task_id <Task(EmptyOperator): train> is not
+    # a task of DAG 'retrain'".
+    from airflow.providers.standard.operators.empty import EmptyOperator
+    from airflow.sdk import DAG
+
+    with DAG("retrain", schedule=None):
+        train = EmptyOperator(task_id="train")
+        with pytest.raises(ValueError, match=r"for_task_id=<Task\(EmptyOperator\): train>: give its id, "):
+            sensor(deferrable=False, for_task_id=train)
+        with pytest.raises(ValueError, match=r"for_task_id=\['train'\]: give the task's id as text"):
+            sensor(task_id="gate_2", deferrable=False, for_task_id=["train"])
+
+
 @pytest.mark.parametrize("scope", ["", "  ", None])
 def test_a_scope_that_rendered_empty_is_refused_not_read_as_every_run(env_ledger: Ledger, scope: Any) -> None:
     env_ledger.set_budget("*", "month", "100")  # a global budget the empty scope used to reserve from
