@@ -381,6 +381,10 @@ def test_no_budget_for_a_mistyped_tag_value_names_the_close_budget(any_ledger: L
     assert "no budget covers scope 'project=flight_delays' (did you mean 'project=flight-delays'?)" in str(
         refused.value
     )
+    # A task's scope carries more tags than the budget: compared on the budget's own tag names.
+    for wider in ("project=flight_delays,team=ml", "dag=retrain,project=flight_delays"):
+        with pytest.raises(BudgetNotFoundError, match=r"\(did you mean 'project=flight-delays'\?\)"):
+            any_ledger.reserve(wider, "1")
     with pytest.raises(BudgetNotFoundError) as unrelated:
         any_ledger.reserve("team=payments", "1")
     assert "did you mean" not in str(unrelated.value)

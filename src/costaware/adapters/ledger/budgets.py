@@ -261,19 +261,25 @@ def applicable(
 
 
 def _closest_scope(wanted: Scope, scopes: list[Scope]) -> str:
-    """`` (did you mean 'k=v'?)`` for a budget over the same tag names whose values are close to ``wanted``'s.
+    """`` (did you mean 'k=v'?)`` for a budget whose tag names ``wanted`` has, with values close to its own.
 
     Only the values are compared: the shared ``project=`` alone made 'project=cv' the hint for
-    'project=churn', another team's budget; a scope equal to ``wanted`` (a per-run budget) is no hint.
+    'project=churn', another team's budget. A budget over fewer tag names than the scope (a task's scope
+    carries more) is compared on its own names; one whose values all match covers the scope (a per-run
+    budget skipped for want of a run) and is no hint.
     """
-    names = [key for key, _ in wanted.tags]
-    same_names = {
-        ",".join(value for _, value in scope.tags): str(scope)
-        for scope in scopes
-        if [key for key, _ in scope.tags] == names and scope != wanted
-    }
-    close = difflib.get_close_matches(",".join(value for _, value in wanted.tags), list(same_names), n=1)
-    return f" (did you mean {same_names[close[0]]!r}?)" if close else ""
+    given = dict(wanted.tags)
+    best, best_ratio = "", 0.0
+    for scope in scopes:
+        names = [key for key, _ in scope.tags]
+        if not names or not set(names) <= set(given):
+            continue
+        theirs = ",".join(value for _, value in scope.tags)
+        ours = ",".join(given[name] for name in names)
+        ratio = difflib.SequenceMatcher(None, ours, theirs).ratio()
+        if ours != theirs and ratio >= 0.6 and ratio > best_ratio:
+            best, best_ratio = str(scope), ratio
+    return f" (did you mean {best!r}?)" if best else ""
 
 
 def _holds_of_run(period_key: Any, key: str) -> Any:
