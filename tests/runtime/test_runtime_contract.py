@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 from collections.abc import Callable
@@ -432,3 +433,32 @@ def test_a_write_refusal_words_its_probe_and_reason_one_way() -> None:
     assert left.reason == "Permission denied"
     gone = WriteRefusal("create", OSError("no words"), None)
     assert (gone.left_note("its"), gone.reason) == ("", "no words")
+
+
+@pytest.mark.parametrize(
+    "parser_of",
+    [
+        "costaware_runtime.launcher",
+        "costaware.training.runner",
+        "costaware.training.entrypoint",
+        "costaware.adapters.compute.local",
+    ],
+)
+def test_a_job_command_line_takes_no_abbreviated_option(parser_of: str) -> None:
+    # costaware-run took '--grace 30' for --grace-seconds without a word, as the costaware CLI did.
+    import argparse
+    import importlib
+
+    module = importlib.import_module(parser_of)
+    built: list[argparse.ArgumentParser] = []
+    real = argparse.ArgumentParser.__init__
+
+    def record(self: argparse.ArgumentParser, *args: object, **kwargs: object) -> None:
+        real(self, *args, **kwargs)  # type: ignore[arg-type]
+        built.append(self)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(argparse.ArgumentParser, "__init__", record)
+        with contextlib.suppress(SystemExit, Exception):
+            module.main(["--help"])
+    assert built and all(parser.allow_abbrev is False for parser in built)

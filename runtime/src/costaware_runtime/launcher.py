@@ -62,6 +62,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="costaware-run",
         description="Run one attempt of a training job under the costaware job contract.",
+        allow_abbrev=False,  # '--grace 30' was taken for --grace-seconds without a word
         epilog="Exit codes: the job's own, or 2 (contract broken), 74 (store failed: retry), 75 (preempted "
         "after a checkpoint), 76 (job exited 75 with no checkpoint), 77 (preempted before any checkpoint).",
     )
@@ -310,7 +311,7 @@ class Launcher:
         except OSError as e:
             raise ContractError(
                 f"{contract.METRICS_PATH}={self.metrics_path} is already there and cannot be removed "
-                f"({e.strerror}): give this attempt a metrics path of its own"
+                f"({e.strerror or e}): give this attempt a metrics path of its own"
             ) from e
         log.info("removed the metrics an earlier run left in %s: this run writes its own", self.metrics_path)
 

@@ -298,7 +298,9 @@ def run_spec(
 
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m costaware.training.entrypoint --spec URI``: one retrain; see the module docstring."""
-    parser = argparse.ArgumentParser(prog="python -m costaware.training.entrypoint", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="python -m costaware.training.entrypoint", description=__doc__, allow_abbrev=False
+    )
     parser.add_argument("--spec", required=True, help="URI of the JSON training spec (local path or s3://)")
     parser.add_argument(
         "--endpoint-url",

@@ -452,7 +452,9 @@ def job_from_file(path: str) -> RetrainJob:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m costaware.training.runner --config job.json``: one retrain; exit 75 when preempted."""
-    parser = argparse.ArgumentParser(prog="python -m costaware.training.runner", description=main.__doc__)
+    parser = argparse.ArgumentParser(
+        prog="python -m costaware.training.runner", description=main.__doc__, allow_abbrev=False
+    )
     parser.add_argument("--config", required=True, help="JSON file with the RetrainJob fields")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(levelname)s %(message)s")

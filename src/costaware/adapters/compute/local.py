@@ -575,7 +575,7 @@ def _kill_tree(pid: int, *, started_by: float | None = None) -> bool:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m costaware.adapters.compute.local --job-dir D``: the supervisor of one local job."""
-    parser = argparse.ArgumentParser(prog="python -m costaware.adapters.compute.local")
+    parser = argparse.ArgumentParser(prog="python -m costaware.adapters.compute.local", allow_abbrev=False)
     parser.add_argument("--job-dir", required=True)
     return supervise(Path(parser.parse_args(argv).job_dir))
 
