@@ -1589,3 +1589,51 @@ def test_a_failing_last_try_whose_stop_is_refused_bills_a_job_no_wait_state_name
     (entry,) = train_entries(ledger)
     assert entry["cause"] == "unwatched" and "grace period" in entry["note"]
     (tmp_path / "jobs" / job_id / "stop").touch()  # the test's own end of the job
+
+
+@pytest.mark.parametrize("failing", ["open_backend", "first poll"])
+def test_a_kill_whose_stop_fails_before_the_job_is_stopped_keeps_the_tasks_hold(
+    tmp_path: Path,
+    ledger: Any,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    failing: str,
+) -> None:
+    # Any error but a refused stop settled the hold in the `finally`: a ConfigurationError of open_backend,
+    # or a botocore error a poll did not wrap, left the job training on, unbilled, its money freed.
+    import costaware.adapters.compute.base as compute
+    from costaware.adapters.compute.local import LocalBackend
+    from costaware.core.errors import ConfigurationError
+
+    ledger.set_budget("project=churn", "month", "10")
+    gate = ledger.reserve("project=churn", "1.00", holder=HOLDER, run_id="r")
+    trigger = deferred_trigger(operator(tmp_path, "wait-for-notice"))
+    wait_for(tmp_path / "seen.jsonl.ready")
+
+    error: Exception
+    with monkeypatch.context() as patched:
+        if failing == "open_backend":
+            error = ConfigurationError("backend_options: 'region' is not a known option")
+
+            def no_backend(name: str, options: Any) -> Any:
+                raise error
+
+            patched.setattr(compute, "open_backend", no_backend)
+        else:
+            error = RuntimeError("EndpointConnectionError: Could not connect to the endpoint URL")
+
+            def unwrapped(self: LocalBackend, job_id: str) -> Any:
+                raise error
+
+            patched.setattr(LocalBackend, "poll", unwrapped)
+        with pytest.raises(type(error)):
+            trigger.stop_and_bill(wait_seconds=0.3, poll_seconds=0.1, ask_state=False)
+
+    assert train_entries(ledger) == []
+    (held,) = ledger.open_reservations()
+    assert held.id == gate.id
+    assert trigger.job_id is not None
+    assert not open_backend("local", {"root": str(tmp_path / "jobs")}).poll(trigger.job_id).state.done
+    said = capsys.readouterr().out
+    assert f"job {trigger.job_id} not billed ({type(error).__name__}" in said
+    assert "the task's budget hold stays held" in said

@@ -99,7 +99,8 @@ class KilledJobBilling(GoneJobBilling):
         nothing is billed (billed to its grace period, it ran on unbilled past it) and the task's hold stays
         held; the error in the log says to stop it by hand, and ``costaware jobs reconcile`` lists it still.
         ``bill_refused``: bill it to its grace period all the same (a wait in the worker, which keeps no wait
-        state for a reconcile to find the job by: unbilled, it would never be).
+        state for a reconcile to find the job by: unbilled, it would never be). Any other error before the
+        bill is raised with the hold held too: the job may run on.
         """
         from costaware.core.errors import StopRefused
         from costaware.remote_billing import KilledTrainingBilling
@@ -152,6 +153,22 @@ class KilledJobBilling(GoneJobBilling):
             # unbilled, so its money stays held; settled here, it was freed while the job spent it.
             verdict = "given up"
             raise
+        except Exception as e:
+            # Raised before the bill (open_backend, a poll failing with an error not the backend's, the
+            # ledger's write): the job may train on, or ended unbilled. Settled, its money was freed while
+            # the job spent it; held, the TTL or `costaware jobs reconcile` frees it once the job is billed.
+            verdict = "failed"
+            self.log.error(
+                "job %s not billed (%s: %s): check job %s on %s and stop it by hand if it still runs; "
+                "the task's budget hold stays held, and `costaware jobs reconcile` bills the job once it "
+                "has ended",
+                self.job_id,
+                type(e).__name__,
+                e,
+                self.job_id,
+                self.backend,
+            )
+            raise
         finally:
             if verdict == "given up":
                 self.log.warning(
@@ -159,7 +176,7 @@ class KilledJobBilling(GoneJobBilling):
                     "takes it over",
                     self.job_id,
                 )
-            elif verdict == "refused":
+            elif verdict in ("refused", "failed"):
                 pass  # the job may run on: its money stays held (said above)
             elif verdict == "cleared":
                 # Its new try took over the task's hold (it may have started already) and settles it with
