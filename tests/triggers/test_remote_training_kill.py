@@ -1637,3 +1637,32 @@ def test_a_kill_whose_stop_fails_before_the_job_is_stopped_keeps_the_tasks_hold(
     said = capsys.readouterr().out
     assert f"job {trigger.job_id} not billed ({type(error).__name__}" in said
     assert "the task's budget hold stays held" in said
+
+
+def test_a_job_gone_when_the_reconcile_stops_it_is_said_gone_for_the_reconciles_cause_not_a_kill(
+    tmp_path: Path, ledger: Any, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Its log said "the task was killed; ..." whatever stopped it: the reconcile's job of a task that ended,
+    # or a try failing for good, read as a person's kill.
+    import costaware.adapters.compute.base as compute
+    from costaware.core.errors import JobNotFoundError
+    from costaware.remote_reconcile import RECONCILE_WHY
+
+    trigger = deferred_trigger(operator(tmp_path, "wait-for-notice"))
+
+    class DrainedPods:  # Kubernetes: a pod gone is gone for good
+        def poll(self, job_id: str) -> Any:
+            raise JobNotFoundError(f"pod {job_id!r} not found")
+
+        def stop(self, job_id: str) -> None:
+            pass
+
+    monkeypatch.setattr(compute, "open_backend", lambda name, options: DrainedPods())
+    trigger.backend = "kubernetes"
+    trigger.stop_and_bill(
+        wait_seconds=0.3, poll_seconds=0.1, ask_state=False, cause="unwatched", why=RECONCILE_WHY
+    )
+
+    said = capsys.readouterr().out
+    assert f"{RECONCILE_WHY}; job {trigger.job_id}: " in said
+    assert "the task was killed" not in said

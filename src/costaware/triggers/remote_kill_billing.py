@@ -279,7 +279,7 @@ class KilledJobBilling(GoneJobBilling):
                     backend=self.backend,
                 )
                 if vanished is None:  # no submit time (an older state): nothing to bill it from
-                    self.log.warning("the task was killed; job %s is gone, nothing is billed", self.job_id)
+                    self.log.warning("%s; job %s is gone, nothing is billed", why, self.job_id)
                     return None, True, True
                 if self.backend not in GONE_IS_FINAL_BACKENDS:
                     # A listing that lags (one DescribeJobs missed it): it may run on after the kill, to
@@ -288,7 +288,7 @@ class KilledJobBilling(GoneJobBilling):
                     vanished = self._billed_as_gone(vanished, stop_sent=stop_sent)
                     self.log.warning("%s: job %s: %s", why, self.job_id, vanished.reason)
                     return dict(vanished.to_dict()), False, False
-                self.log.warning("the task was killed; job %s: %s", self.job_id, vanished.reason)
+                self.log.warning("%s; job %s: %s", why, self.job_id, vanished.reason)
                 return dict(vanished.to_dict()), True, True  # ended on its own: an interruption
             gone = stopped_job_status(stopped, now=utcnow(), instances=count)
             return dict(gone.to_dict()), True, False
