@@ -772,6 +772,68 @@ def test_a_stop_at_the_cap_survives_a_triggerer_restart(
     assert ended.record_cause == "max_usd"  # type: ignore[union-attr]
 
 
+def test_a_stop_at_the_cap_whose_kept_state_a_re_created_wait_fails_to_read_once_is_read_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The kept state was read at the wait's first poll only: one failed read (the API server restarting with
+    # the triggerer) and the job gone after the stop was billed as gone, past its grace period's end.
+    from datetime import datetime, timedelta, timezone
+    from types import SimpleNamespace
+
+    from airflow.sdk.execution_time.xcom import XCom
+    from attempt_states import CAPTURED  # tests/support/
+
+    import costaware.adapters.compute.base as compute
+    from costaware.adapters.compute.base import JobState, JobStatus
+    from costaware.core.errors import JobNotFoundError
+    from costaware.training.attempt_effects import stop_seconds
+    from costaware.training.attempts import AttemptState
+    from costaware.training.plan import RemotePlan
+    from costaware.triggers.remote_training import NOT_LISTED_GRACE_SECONDS
+
+    keeping_wait_state(monkeypatch)
+    t0 = datetime(2026, 11, 26, 9, tzinfo=timezone.utc)
+    plan = RemotePlan.from_json({**CAPTURED, "backend": "batch", "backend_options": {}})
+    state = AttemptState(plan=plan).submitted(
+        job_id="j", market="spot", submitted_at=t0.isoformat(), stop_after_seconds=600, stop_by_poll=True
+    )
+
+    def running(seconds: float) -> JobStatus:
+        return JobStatus(job_id="j", state=JobState.RUNNING, market="spot", billable_seconds=seconds)
+
+    gone = JobNotFoundError("DescribeJobs does not list it")
+    listing = _Listing([running(590.0), running(600.0), *[gone] * 3])
+    monkeypatch.setattr(compute, "open_backend", lambda name, options: listing)
+    deferred = {"backend": "batch", "backend_options": {}, "job_id": "j", "state": state.to_json()}
+    task = SimpleNamespace(dag_id="remote_dag", task_id="train", run_id="r", map_index=-1)
+    first = RemoteTrainingJobTrigger(**deferred, poll_interval=300)  # type: ignore[arg-type]
+    first.task_instance = task  # type: ignore[assignment]
+    seen = t0 + timedelta(seconds=610)
+    assert first.poll_tolerant(seen) is None
+    stopped_at = seen + timedelta(seconds=10)
+    assert first.poll_tolerant(stopped_at) is None and listing.stops == ["j"]
+
+    read_kept = XCom.get_one
+    reads: list[str] = []
+
+    def fails_once(**where: Any) -> Any:
+        reads.append(where["key"])
+        if len(reads) == 1:
+            raise ConnectionError("the API server does not answer")
+        return read_kept(**where)
+
+    monkeypatch.setattr(XCom, "get_one", fails_once)
+    rebuilt = RemoteTrainingJobTrigger(**deferred, poll_interval=300)  # type: ignore[arg-type]
+    rebuilt.task_instance = task  # type: ignore[assignment]
+    now = stopped_at + timedelta(seconds=20)
+    assert rebuilt.poll_tolerant(now) is None  # not listed yet; its kept state not read
+    assert rebuilt.poll_tolerant(now + timedelta(seconds=30)) is None
+    event = rebuilt.poll_tolerant(now + timedelta(seconds=NOT_LISTED_GRACE_SECONDS))
+    assert event is not None and listing.stops == ["j"]
+    assert event["job"]["billable_seconds"] == 600.0 + stop_seconds(state)  # to its grace period's end
+    assert len(reads) == 2  # read again once, then no more
+
+
 @pytest.mark.parametrize("created_known", [True, False], ids=["created", "no creation time"])
 def test_a_followed_job_gone_whose_stop_fails_is_billed_to_the_limit_its_own_submit_gave_it(
     monkeypatch: pytest.MonkeyPatch, created_known: bool

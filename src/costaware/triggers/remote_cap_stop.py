@@ -182,28 +182,33 @@ class CapStopping(_TriggerBase):
         )
         return False
 
-    def _restore_cap_stop(self) -> None:
-        """Take over a stop at the cap that the wait this one replaces sent (see :meth:`_keep_cap_stop`)."""
+    def _restore_cap_stop(self) -> bool:
+        """Take over a stop at the cap that the wait this one replaces sent (see :meth:`_keep_cap_stop`).
+
+        Returns whether the kept state was read (or there is none to read): False, the next poll reads again.
+        """
         where = self._wait_state_xcom()
         if where is None or self.job_id is None:
-            return
+            return True
         try:
             from airflow.sdk.execution_time.xcom import XCom
 
             kept = XCom.get_one(**where)
         except Exception as e:
             self.log.warning(
-                "cannot read the wait's kept state (%s: %s): none taken over", type(e).__name__, e
+                "cannot read the wait's kept state (%s: %s): none taken over, read again at the next poll",
+                type(e).__name__,
+                e,
             )
-            return
+            return False
         kept_current = (kept or {}).get("current") if isinstance(kept, Mapping) else None
         current = self.state.get("current") or {}
         if not isinstance(kept_current, Mapping) or not isinstance(kept_current.get(CAP_STOP_KEY), Mapping):
-            return
+            return True
         same_attempt = kept_current.get("attempt") == current.get("attempt")
         sent = kept_current[CAP_STOP_KEY]
         if not same_attempt or kept_current.get("job_id") != self.job_id or sent.get("job_id") != self.job_id:
-            return  # an earlier wait's, of another job
+            return True  # an earlier wait's, of another job
         from costaware.adapters.compute.base import JobStatus
 
         self.state = {**self.state, "current": dict(kept_current)}
@@ -220,6 +225,7 @@ class CapStopping(_TriggerBase):
             self.job_id,
             sent["sent_at"],
         )
+        return True
 
     def _retry_cap_stop(self) -> None:
         """A stop at the cap was due (or may be) and was not sent: the next poll comes soon to ask again."""

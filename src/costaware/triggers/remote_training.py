@@ -134,6 +134,10 @@ class RemoteTrainingJobTrigger(KilledJobBilling, BaseTrigger):
         self._last_seen: tuple[Any, datetime] | None = None
         #: This wait's first poll: a job it never saw is not listed yet until NOT_LISTED_GRACE_SECONDS after.
         self._first_poll_at: datetime | None = None
+        #: Whether the wait state kept by the wait this one replaces was read (see ``_restore_cap_stop``):
+        #: a failed read is tried again at each poll, or its stop at the cap was sent again and the job
+        #: billed as gone.
+        self._cap_stop_restored = False
         #: Per job seen on another type than planned: how long it may run there under max_usd (None: no
         #: bound), as last logged (worked out at each poll, logged when it moves); and the job stopped for
         #: it (stopped once).
@@ -195,7 +199,8 @@ class RemoteTrainingJobTrigger(KilledJobBilling, BaseTrigger):
         self._polled_at = now
         if self._first_poll_at is None:
             self._first_poll_at = now
-            self._restore_cap_stop()
+        if not self._cap_stop_restored:
+            self._cap_stop_restored = self._restore_cap_stop()
         try:
             status = open_backend(self.backend, self.backend_options).poll(self.job_id)
         except JobNotFoundError:
