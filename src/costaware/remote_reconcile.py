@@ -209,6 +209,41 @@ def _ended_at(value: datetime | str | None) -> datetime | None:
     return datetime.fromisoformat(value) if isinstance(value, str) else value
 
 
+@dataclass(frozen=True)
+class FreedHold:
+    """What :func:`free_paid_hold` did with a hold.
+
+    ``status``: ``settled`` (at ``paid_usd``) or ``released`` where it closed it, freeing ``freed_usd``, the
+    unpaid part; else the status it was found with, closed meanwhile (``closed_here`` False, nothing freed).
+    """
+
+    status: str
+    paid_usd: Decimal
+    freed_usd: Decimal
+    closed_here: bool
+    reservation: Any
+
+
+def free_paid_hold(ledger: Any, hold: Any) -> FreedHold:
+    """Close the open ``hold`` whose consumer ended: settled at what entries paid from it, else released.
+
+    Released, the part the entries paid reads as money never spent; settled at it (already recorded, no
+    new entry), the hold says what was spent and frees only the rest. A hold a settle, release or new
+    hold closed meanwhile is left as it is: nothing freed here.
+    """
+    paid_usd = ledger.paid_from([hold.id]).get(hold.id, Decimal(0))
+    unpaid_usd = ledger.unpaid(hold.id)[0]
+    if paid_usd > 0:
+        closed = ledger.settle(hold.id, paid_usd, already_recorded=True)
+        if closed.status == "settled" and closed.settled_usd == paid_usd:
+            return FreedHold("settled", paid_usd, unpaid_usd, True, closed)
+    else:
+        closed = ledger.release(hold.id)
+        if closed.status == "released":
+            return FreedHold("released", paid_usd, unpaid_usd, True, closed)
+    return FreedHold(str(closed.status), paid_usd, Decimal(0), False, closed)
+
+
 def still_ended_as_read(wait: EndedWait) -> bool:
     """Whether ``wait``'s task is still the try that ended as read: not cleared, no new try (metadata DB IO).
 

@@ -1160,3 +1160,72 @@ def test_a_compute_field_with_a_space_around_it_is_read_without_it(tmp_path) -> 
         "market": "spot",
         "usd_per_hour": None,
     }
+
+
+@pytest.mark.parametrize("path", ["run end", "billed job's hold"])
+def test_a_hold_its_entries_paid_from_is_settled_at_what_they_paid_and_said_freeing_the_rest(
+    ledger_env: Ledger, caplog: pytest.LogCaptureFixture, path: str
+) -> None:
+    # The run's end (and its reconcile of a job found billed) released such a hold, its paid part then read
+    # as never spent, and logged "released $4.00": the whole hold, though $1.50 of it was spent.
+    import logging
+
+    from costaware.core.ledger import LedgerEntry
+    from costaware.plugins import reservation_release
+    from costaware.plugins.run_end_reconcile import _release_hold_of
+
+    ledger_env.set_budget("project=churn", "month", "10")
+    held = ledger_env.reserve("project=churn", "4", holder="retrain/run1/train/-1", run_id="run1")
+    ledger_env.record(
+        LedgerEntry(
+            dag_id="retrain",
+            run_id="run1",
+            task_id="train",
+            kind="compute",
+            usd=Decimal("1.50"),
+            tags={"project": "churn"},
+            reservation_id=held.id,
+        )
+    )
+    with caplog.at_level(logging.INFO, logger=reservation_release.__name__):
+        if path == "run end":
+            CostListener().on_dag_run_failed(SimpleNamespace(dag_id="retrain", run_id="run1"), "task_failure")
+        else:
+            wait = SimpleNamespace(
+                dag_id="retrain", run_id="run1", task_id="train", task="retrain/run1/train/-1"
+            )
+            _release_hold_of(wait, "costaware_ledger")
+    assert ledger_env.open_reservations() == []
+    from costaware.adapters.ledger import reservations
+
+    with ledger_env.reading() as conn:
+        closed = reservations.reservation(conn, held.id)
+    assert (closed.status, closed.settled_usd) == ("settled", Decimal("1.50"))
+    assert "released $4" not in caplog.text
+    assert "at the $1.50 its entries paid from it, freeing $2.50" in caplog.text
+
+
+def test_a_run_end_release_of_a_hold_settled_meanwhile_frees_nothing_and_says_so(
+    ledger_env: Ledger, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # release() changes nothing of a hold a settle closed first and returns it as it stands: the run's end
+    # listed it as released and logged "released $4.00".
+    import logging
+
+    from costaware.plugins import reservation_release
+    from costaware.plugins.reservation_release import release_reservations
+
+    ledger_env.set_budget("project=churn", "month", "10")
+    ledger_env.reserve("project=churn", "4", holder="retrain/run1/train/-1", run_id="run1")
+    release = Ledger.release
+
+    def settled_first(self: Any, reservation_id: str) -> Any:
+        self.settle(reservation_id, "1.00", already_recorded=True)  # the task's own settle, late
+        return release(self, reservation_id)
+
+    monkeypatch.setattr(Ledger, "release", settled_first)
+    with caplog.at_level(logging.INFO, logger=reservation_release.__name__):
+        freed = release_reservations("retrain", "run1", None, "the run ended", {"costaware_ledger"})
+    assert freed == []
+    assert "released $" not in caplog.text
+    assert "the hold of retrain/run1/train/-1 was settled meanwhile: nothing freed" in caplog.text

@@ -63,7 +63,10 @@ def release_reservations(
     keep_task_ids: frozenset[str] = frozenset(),
     only_holders: frozenset[str] | None = None,
 ) -> list[Any]:
-    """Release the open reservations held for ``task_ids`` of one run (all of the run's when None).
+    """Free the open reservations held for ``task_ids`` of one run (all of the run's when None): those closed.
+
+    Each is settled at what entries paid from it where they did, else released
+    (:func:`~costaware.remote_reconcile.free_paid_hold`); one closed meanwhile is said and left out.
 
     ``keep_holders``: holders left open (a task whose unwatched job a reconcile stops and bills: billing
     it settles its hold, and freed before that, the money its job still spends could be reserved again);
@@ -79,8 +82,9 @@ def release_reservations(
     """
     from costaware.core.ledger import read_holder
     from costaware.core.money import format_usd_exact
+    from costaware.remote_reconcile import FreedHold, free_paid_hold
 
-    released: list[Any] = []
+    freed: list[FreedHold] = []
     run_prefix = f"{dag_id}/{run_id}/"  # holders are dag/run/task/map_index (core.ledger.reservation_holder)
     prefixes = [run_prefix] if task_ids is None else [f"{run_prefix}{t}/" for t in sorted(task_ids)]
 
@@ -102,7 +106,7 @@ def release_reservations(
         for prefix in prefixes:
             for reservation in ledger.open_reservations(holder_prefix=prefix):
                 if is_ours(reservation.holder):
-                    released.append(ledger.release(reservation.id))
+                    freed.append(free_paid_hold(ledger, reservation))
 
     def could_not(e: Exception) -> None:
         log.warning(
@@ -116,15 +120,33 @@ def release_reservations(
     _in_each_ledger(
         ledger_conn_ids, release, could_not, in_task_process=in_task_process, what="holds", done="released"
     )
-    for reservation in released:
-        log.info(
-            "costaware: released %s reserved in %s for %s: %s",
-            format_usd_exact(reservation.usd),
-            ", ".join(reservation.budgets),
-            reservation.holder,
-            reason,
-        )
-    return released
+    for hold in freed:
+        reservation = hold.reservation
+        if not hold.closed_here:
+            log.info(
+                "costaware: the hold of %s was %s meanwhile: nothing freed (%s)",
+                reservation.holder,
+                hold.status,
+                reason,
+            )
+        elif hold.status == "settled":  # part of it spent: only the rest is freed
+            log.info(
+                "costaware: settled the hold of %s in %s at the %s its entries paid from it, freeing %s: %s",
+                reservation.holder,
+                ", ".join(reservation.budgets),
+                format_usd_exact(hold.paid_usd),
+                format_usd_exact(hold.freed_usd),
+                reason,
+            )
+        else:
+            log.info(
+                "costaware: released %s reserved in %s for %s: %s",
+                format_usd_exact(hold.freed_usd),
+                ", ".join(reservation.budgets),
+                reservation.holder,
+                reason,
+            )
+    return [hold.reservation for hold in freed if hold.closed_here]
 
 
 def _ledger_conn_ids(dag: Any) -> set[str]:

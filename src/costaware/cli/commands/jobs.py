@@ -209,24 +209,21 @@ def _kept_holds(ledger: Any, wait: Any) -> list[Any]:
 def _free_kept_hold(ledger: Any, hold: Any, wait: Any) -> str:
     """Close ``hold``, kept for ``wait``'s billed job: what it says of it.
 
-    Settled at what the job's entries paid from it, where they did, as the job's own settle (which never
-    came) would have closed it: released, part of it read as money never spent. Released where nothing was.
+    Settled at what the job's entries paid from it, else released (see
+    :func:`~costaware.remote_reconcile.free_paid_hold`).
     """
-    paid_usd = ledger.paid_from([hold.id]).get(hold.id, Decimal(0))
-    unpaid_usd = ledger.unpaid(hold.id)[0]
+    from costaware.remote_reconcile import free_paid_hold
+
+    freed = free_paid_hold(ledger, hold)
     why = f"kept at its run's end: its job {wait.job_id} is billed"
-    if paid_usd > 0:
-        closed = ledger.settle(hold.id, paid_usd, already_recorded=True)
-        if closed.status == "settled" and closed.settled_usd == paid_usd:
-            return (
-                f"costaware: settled the hold of {wait.task} at the {_usd(paid_usd)} its job's entries paid "
-                f"from it, freeing {_usd(unpaid_usd)}, {why}"
-            )
-    else:
-        closed = ledger.release(hold.id)
-        if closed.status == "released":
-            return f"costaware: released {_usd(unpaid_usd)} held for {wait.task}, {why}"
-    return f"costaware: the hold of {wait.task} {why}, was {closed.status} meanwhile: nothing freed here"
+    if not freed.closed_here:
+        return f"costaware: the hold of {wait.task} {why}, was {freed.status} meanwhile: nothing freed here"
+    if freed.status == "settled":
+        return (
+            f"costaware: settled the hold of {wait.task} at the {_usd(freed.paid_usd)} its job's entries "
+            f"paid from it, freeing {_usd(freed.freed_usd)}, {why}"
+        )
+    return f"costaware: released {_usd(freed.freed_usd)} held for {wait.task}, {why}"
 
 
 def _usd(amount: Decimal) -> str:
