@@ -590,6 +590,19 @@ def test_a_store_uri_at_the_machines_root_is_refused(
     assert ledger_conn.entries() == []
 
 
+@pytest.mark.parametrize("home", ["~", "~/", "file:~/"])
+def test_a_store_uri_at_a_home_that_is_the_root_is_refused(
+    home: str, flights_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # With HOME=/ (OpenShift's random uids) "~" is /: only values starting with "/" were looked at.
+    monkeypatch.setenv("HOME", "/")
+    message = (
+        f"task 'features': store_uri {home!r} is the root, /, of the whole machine (the home folder ~ is '/'"
+    )
+    with pytest.raises(ConfigurationError, match=re.escape(message)):
+        operator(_paths_transform, {"flights": str(flights_dir)}, home, pass_paths=True)
+
+
 def test_a_store_uri_left_out_is_the_default_cache(
     flights_dir: Path, tmp_path: Path, ledger_conn: Ledger, monkeypatch: pytest.MonkeyPatch
 ) -> None:

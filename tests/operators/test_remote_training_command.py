@@ -427,6 +427,23 @@ def test_a_store_written_wrong_fails_when_the_dag_is_parsed(
         operator(tmp_path, "ok", model_store="gs://b/m")  # the launcher uploads a command's outputs
 
 
+def test_a_rendered_checkpoint_store_at_a_home_that_is_the_root_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # "~" reached the job's start as it was and expand_home made it "/" (HOME=/, as with OpenShift's random
+    # uids): each job's spec and checkpoints went into folders made under /.
+    monkeypatch.setenv("HOME", "/")
+    train = operator(tmp_path, "ok", checkpoint_store="{{ params.ckpt }}")
+    train.checkpoint_store = "~"  # as Airflow renders it
+    refused = (
+        "task 'train': checkpoint_store '~' is the root, /, of the whole machine (the home folder ~ is '/'"
+    )
+    with pytest.raises(ConfigurationError, match=re.escape(refused)):
+        train.checkpoint_root()  # what the job's start reads first, before any folder is checked or made
+    monkeypatch.setenv("HOME", str(tmp_path))
+    assert train.checkpoint_root() == "~"  # expanded where it is used, to a home of its own
+
+
 def test_a_local_store_no_job_could_write_fails_before_any_job_is_bought(tmp_path: Path, ledger: Any) -> None:
     (tmp_path / "a-file").write_text("not a folder")
     train = operator(tmp_path, "ok", model_store=str(tmp_path / "a-file" / "models"))  # fine when parsed

@@ -506,6 +506,25 @@ def test_a_root_checkpoint_store_is_refused_when_parsed_and_when_rendered(tmp_pa
     assert op.training_spec().checkpoint_store == "/srv/ml/ckpt"
 
 
+@pytest.mark.parametrize("home", ["~", "~/", "~/.", "file:~"])
+def test_a_checkpoint_store_at_a_home_that_is_the_root_is_refused(
+    tmp_path: Path, home: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # With HOME=/ (OpenShift's random uids) "~" is /: the checks looked only at values starting with "/".
+    monkeypatch.setenv("HOME", "/")
+    message = (
+        f"checkpoint_store {home!r} is the root, /, of the whole machine (the home folder ~ is '/' here)"
+    )
+    with pytest.raises(ConfigurationError, match=re.escape(f"WarmStartRetrainOperator 'retrain': {message}")):
+        _operator(tmp_path, 1, checkpoint_store=home)
+    op = _operator(tmp_path, 1, checkpoint_store="{{ params.ckpt }}")
+    op.checkpoint_store = home  # as Airflow renders it
+    with pytest.raises(ConfigurationError, match=re.escape(f"task 'retrain': {message}")):
+        op.training_spec()
+    monkeypatch.setenv("HOME", str(tmp_path))  # a home of its own is a folder like any other
+    assert op.training_spec().checkpoint_store == home.rstrip("/")
+
+
 @pytest.mark.parametrize(
     ("name", "store"), [("model_store", "None"), ("model_store", "null"), ("checkpoint_store", " None ")]
 )

@@ -240,6 +240,7 @@ def refuse_root_store(owner: str, name: str, value: object, *, example: str = "/
 
     ``checkpoint_store='/'`` (what ``"$UNSET/"`` renders) lost its trailing slash to ``""``: each job's
     checkpoints and spec went to ``/<dag>/<task>/...`` and ``/_jobs/...``, folders made in the root.
+    ``~`` is checked as expanded: with ``HOME=/`` (OpenShift's random uids) it is the root too.
     A template or ``XComArg`` is checked once rendered.
 
     Raises:
@@ -255,12 +256,18 @@ def refuse_root_store(owner: str, name: str, value: object, *, example: str = "/
     if parsed.scheme not in ("", "file") or parsed.netloc not in ("", "localhost"):
         return
     path = parsed.path if parsed.scheme == "file" else text
+    home = ""
+    if path.startswith("~"):  # the stores expand it: "~" with HOME=/ wrote its folders in /
+        expanded = posixpath.expanduser(path)
+        tilde = path.split("/", 1)[0]
+        home = f" (the home folder {tilde} is {posixpath.expanduser(tilde)!r} here)"
+        path = expanded
     if not path.startswith("/") or posixpath.normpath("/" + path.lstrip("/")) != "/":
         return
     from costaware.core.errors import ConfigurationError
 
     raise ConfigurationError(
-        f"{owner}: {name} {value!r} is the root, /, of the whole machine: its files would be written in "
-        "folders made directly under /; give a folder of its own such as "
+        f"{owner}: {name} {value!r} is the root, /, of the whole machine{home}: its files would be written "
+        "in folders made directly under /; give a folder of its own such as "
         f"{example!r} or an s3:// URI"
     )
