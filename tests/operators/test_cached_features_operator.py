@@ -612,6 +612,31 @@ def test_a_store_uri_left_out_is_the_default_cache(
     assert result["hit"] is False and result["uri"].startswith(str(tmp_path / "default-cache"))
 
 
+@pytest.mark.parametrize("default", ["/", "file:///", "~"])
+def test_a_default_cache_at_the_machines_root_is_refused_before_anything_is_read(
+    default: str,
+    flights_dir: Path,
+    ledger_conn: Ledger,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The default was never checked: COSTAWARE_FEATURE_CACHE=/ made each entry's folder directly under /.
+    monkeypatch.setenv("COSTAWARE_FEATURE_CACHE", default)
+    monkeypatch.setenv("HOME", "/")
+
+    def opened(self: Any, root_uri: str, **kwargs: Any) -> None:
+        raise AssertionError(f"the cache at {root_uri!r} was opened")  # and would be written: never under /
+
+    monkeypatch.setattr("costaware.adapters.feature_store.FeatureStore.__init__", opened)
+    op = operator(_paths_transform, {"flights": str(flights_dir)}, None, pass_paths=True)  # fine when parsed
+    message = (
+        "task 'features': store_uri is left out, so the default cache, $COSTAWARE_FEATURE_CACHE, "
+        f"{default!r} is the root, /, of the whole machine"
+    )
+    with pytest.raises(AirflowFailException, match=re.escape(message)):
+        op.execute(context())
+    assert ledger_conn.entries() == []
+
+
 def test_templated_settings_are_checked_once_rendered_before_the_transform_runs(
     flights_dir: Path, tmp_path: Path, ledger_conn: Ledger
 ) -> None:

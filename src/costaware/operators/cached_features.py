@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable, Mapping, Sequence
 from decimal import Decimal
@@ -278,6 +279,22 @@ class CachedFeaturesOperator(BaseOperator):
             # '/' wrote each entry's folder directly under the machine's root.
             refuse_root_store(
                 f"task {self.task_id!r}", "store_uri", self.store_uri, example="/srv/ml/features"
+            )
+        elif self.store_uri is None and rendered:
+            # The worker's default, as the task opens it: $COSTAWARE_FEATURE_CACHE=/ made each entry's folder
+            # directly under the machine's root.
+            from costaware.settings import FEATURE_CACHE_ENV
+
+            default = (
+                f"${FEATURE_CACHE_ENV}"
+                if os.environ.get(FEATURE_CACHE_ENV)
+                else "$AIRFLOW_HOME/costaware/features"
+            )
+            refuse_root_store(
+                f"task {self.task_id!r}",
+                f"store_uri is left out, so the default cache, {default},",
+                default_store_uri(),
+                example="/srv/ml/features",
             )
         if isinstance(self.transform_params, Mapping):
             name = getattr(self.transform, "__qualname__", self.transform)
