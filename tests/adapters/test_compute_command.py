@@ -315,6 +315,27 @@ def test_a_location_rendered_from_an_unset_param_is_refused_as_naming_nothing(re
     require_usable_locations("local", model_store="", spec_uri=None)  # not set: a command has no spec
 
 
+@pytest.mark.parametrize(
+    ("name", "location"),
+    [("model_store", "/"), ("model_store", "file:///"), ("checkpoint_store", "//"), ("model_store", "~/.")],
+)
+def test_a_store_at_the_machines_root_is_refused(
+    name: str, location: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # model_store='/' was found only inside the bought job, which made its versions' folders under /.
+    from costaware.adapters.compute.base import require_usable_locations
+
+    monkeypatch.setenv("HOME", "/")  # "~" is / too (OpenShift's random uids)
+    example = "/srv/ml/models" if name == "model_store" else "/srv/ml/checkpoints"
+    with pytest.raises(ConfigurationError) as caught:
+        require_usable_locations("local", on_this_machine=False, **{name: location})
+    assert str(caught.value) == (
+        f"{name} {location!r} is the root, /, of the whole machine: its files would be written in folders "
+        f"made directly under /; give a folder of its own such as {example!r} or an s3:// URI"
+    )
+    require_usable_locations("local", on_this_machine=False, spec_uri="/spec.json")  # a file, in /
+
+
 def _failing(monkeypatch: pytest.MonkeyPatch, folder: Path, name: str, code: int) -> None:
     """Make ``os.<name>`` of a path in ``folder`` fail with ``code``, as a mount's filesystem answers."""
     real = getattr(os, name)

@@ -401,6 +401,9 @@ def test_a_step_interval_is_refused_for_a_command(tmp_path: Path) -> None:
         ),
         # Lost its slash to "": the jobs' spec went to /_jobs/..., their checkpoints to /<dag>/<task>/...
         ({"checkpoint_store": "/"}, "checkpoint_store '/' is the root, /, of the whole machine"),
+        # Found only inside the bought job, which made its versions' folders under /.
+        ({"model_store": "/"}, "model_store '/' is the root, /, of the whole machine"),
+        ({"model_store": "file:///"}, "model_store 'file:///' is the root, /, of the whole machine"),
         (
             {"checkpoint_store": "file:///"},
             "checkpoint_store 'file:///' is the root, /, of the whole machine",
@@ -442,6 +445,33 @@ def test_a_rendered_checkpoint_store_at_a_home_that_is_the_root_is_refused(
         train.checkpoint_root()  # what the job's start reads first, before any folder is checked or made
     monkeypatch.setenv("HOME", str(tmp_path))
     assert train.checkpoint_root() == "~"  # expanded where it is used, to a home of its own
+
+
+@pytest.mark.parametrize(("rendered", "home"), [("/", None), ("file:///", None), ("~", "/")])
+def test_a_rendered_model_store_at_the_machines_root_fails_before_any_job_is_bought(
+    tmp_path: Path, ledger: Any, monkeypatch: pytest.MonkeyPatch, rendered: str, home: str | None
+) -> None:
+    # It was found only inside the bought job, which made its versions' folders directly under /.
+    import costaware_runtime.stores
+
+    if home is not None:
+        monkeypatch.setenv("HOME", home)
+    checked = costaware_runtime.stores.check_writes
+
+    def check_writes(folder: Path) -> Any:  # never a write check in the real /
+        assert Path(folder) != Path("/"), "the root's write was checked"
+        return checked(folder)
+
+    monkeypatch.setattr(costaware_runtime.stores, "check_writes", check_writes)
+    train = operator(tmp_path, "ok", model_store="{{ params.store }}")
+    train.model_store = rendered  # as Airflow renders it
+    with pytest.raises(AirflowFailException) as failed:
+        drive(train, context_for())
+    assert str(failed.value).startswith(
+        f"task 'train': model_store {rendered!r} is the root, /, of the whole machine"
+    )
+    assert not (tmp_path / "jobs").exists()  # no job was started
+    assert entries(ledger) == [] and ledger.open_reservations() == []  # nothing billed or held
 
 
 def test_a_local_store_no_job_could_write_fails_before_any_job_is_bought(tmp_path: Path, ledger: Any) -> None:

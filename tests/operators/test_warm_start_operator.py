@@ -506,6 +506,14 @@ def test_a_root_checkpoint_store_is_refused_when_parsed_and_when_rendered(tmp_pa
     assert op.training_spec().checkpoint_store == "/srv/ml/ckpt"
 
 
+@pytest.mark.parametrize("root", ["/", "//", "/.", "file:///"])
+def test_a_root_model_store_is_refused_when_the_dag_is_parsed(tmp_path: Path, root: str) -> None:
+    # It was refused only when the task opened it, where checkpoint_store was refused as the DAG was parsed.
+    message = f"WarmStartRetrainOperator 'retrain': model_store {root!r} is the root, /, of the whole machine"
+    with pytest.raises(ConfigurationError, match=re.escape(message) + ".*such as '/srv/ml/models'"):
+        _operator(tmp_path, 1, model_store=root)
+
+
 @pytest.mark.parametrize("home", ["~", "~/", "~/.", "file:~"])
 def test_a_checkpoint_store_at_a_home_that_is_the_root_is_refused(
     tmp_path: Path, home: str, monkeypatch: pytest.MonkeyPatch

@@ -24,7 +24,7 @@ from costaware.glue import DEFAULT_AWS_CONN_ID, airflow_errors, run_identity, ru
 from costaware.operators.remote_attempts import RemoteAttemptSteps
 from costaware.operators.remote_command import check_job_kind
 from costaware.operators.remote_training_args import RemotePlanArguments
-from costaware.operators.templating import is_literal
+from costaware.operators.templating import is_literal, refuse_root_store
 from costaware.operators.training_args import TRAINING_TEMPLATE_FIELDS, BuiltInTrainingArguments
 from costaware.triggers.remote_training import WAIT_STATE_AWS_CONN_KEY, WAIT_STATE_XCOM_KEY
 
@@ -506,6 +506,8 @@ class RemoteTrainingOperator(RemoteAttemptSteps, RemotePlanArguments, BuiltInTra
         # A command has no spec: the contract's variables say it all.
         spec_uri = "" if command else str(blank(self.spec_uri) or f"{ckpt_store}/_jobs/{key}/spec.json")
         result_uri = spec_uri.rsplit("/", 1)[0] + "/result.json" if spec_uri else ""
+        # As checkpoint_root: a template that rendered "/", or "~" where the home is /.
+        refuse_root_store(f"task {self.task_id!r}", "model_store", self.model_store, example="/srv/ml/models")
         model_store = expand_home(str(self.model_store))
         require_s3(args.backend, checkpoint_store=ckpt_store, model_store=model_store, spec_uri=spec_uri)
         require_usable_locations(

@@ -421,6 +421,8 @@ def expand_home(uri: str) -> str:
 
 #: The locations of :func:`require_usable_locations` that name a file, not a folder: their folder is checked.
 FILE_LOCATIONS = frozenset({"spec_uri"})
+#: A folder of its own to give instead of the machine's root, by the location's argument.
+ROOT_EXAMPLES = {"model_store": "/srv/ml/models", "checkpoint_store": "/srv/ml/checkpoints"}
 
 
 def _check_known_scheme(what: str, text: str, scheme: str) -> None:
@@ -472,6 +474,7 @@ def require_usable_locations(
         StoreUnavailableError: a local folder's filesystem failed its write check (a full disk, an I/O
             error): retried.
     """
+    import posixpath
     from pathlib import Path
     from urllib.parse import urlparse
 
@@ -515,6 +518,14 @@ def require_usable_locations(
             raise ConfigurationError(
                 f"{what} {text!r} is a relative path: it would resolve against the folder the worker "
                 f"or the job happens to run in; give an absolute path such as {str(Path.cwd() / path)!r}"
+            )
+        if what not in FILE_LOCATIONS and posixpath.normpath("/" + path.as_posix().lstrip("/")) == "/":
+            # model_store='/' was found only inside the bought job, which made its versions' folders
+            # directly under /; a checkpoint store there, its jobs' folders.
+            example = ROOT_EXAMPLES.get(what, "/srv/ml/store")
+            raise ConfigurationError(
+                f"{what} {text!r} is the root, /, of the whole machine: its files would be written in "
+                f"folders made directly under /; give a folder of its own such as {example!r} or an s3:// URI"
             )
         if backend != "local" or not on_this_machine:
             continue  # require_s3 names what a remote job needs
