@@ -575,6 +575,23 @@ def test_a_store_uri_that_names_nothing_is_refused_as_a_model_store_is(
     assert not (tmp_path / "default-cache").exists() and ledger_conn.entries() == []
 
 
+def test_a_store_uri_template_rendered_to_none_is_refused_not_taken_as_left_out(
+    flights_dir: Path, tmp_path: Path, ledger_conn: Ledger, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # With render_template_as_native_obj a param left unset renders None, not "None": the entries went to
+    # the worker's default cache, where no other worker finds them.
+    monkeypatch.setenv("COSTAWARE_FEATURE_CACHE", str(tmp_path / "default-cache"))
+    op = operator(_paths_transform, {"flights": str(flights_dir)}, "{{ params.cache }}", pass_paths=True)
+    op.store_uri = None  # what it rendered to
+    message = (
+        "store_uri None names nothing (what a template renders of a param or XCom that is not set): give a "
+        "location, or leave store_uri out for the default cache"
+    )
+    with pytest.raises(AirflowFailException, match=re.escape(message)):
+        op.execute(context())
+    assert not (tmp_path / "default-cache").exists() and ledger_conn.entries() == []
+
+
 @pytest.mark.parametrize("root", ["/", "file:///", "file://localhost/"])
 def test_a_store_uri_at_the_machines_root_is_refused(
     root: str, flights_dir: Path, tmp_path: Path, ledger_conn: Ledger

@@ -224,6 +224,9 @@ class CachedFeaturesOperator(BaseOperator):
         self.inputs = inputs
         self.transform_params = transform_params or {}
         self.store_uri = store_uri
+        # A template or XComArg rendered to None (render_template_as_native_obj, a param left unset) is not
+        # store_uri left out: kept to tell them apart once rendered.
+        self._store_uri_left_out = store_uri is None
         self.version = version
         self.pass_paths = pass_paths
         self.fingerprint_mode = fingerprint_mode
@@ -267,8 +270,9 @@ class CachedFeaturesOperator(BaseOperator):
         parse_usd(self.storage_usd_per_gb_month, name="storage_usd_per_gb_month")
         if blank(self.usd_per_hour) is not None and known(self.usd_per_hour):
             parse_usd(self.usd_per_hour, name="usd_per_hour")
-        if self.store_uri is not None and known(self.store_uri):
-            if not_given(self.store_uri):
+        rendered_none = rendered and self.store_uri is None and not self._store_uri_left_out
+        if (self.store_uri is not None and known(self.store_uri)) or rendered_none:
+            if rendered_none or not_given(self.store_uri):
                 # A param left unset sent the entries to the worker's default cache, where the other
                 # workers never find them (a store of the retrain operators is refused the same way).
                 raise ConfigurationError(
@@ -280,7 +284,7 @@ class CachedFeaturesOperator(BaseOperator):
             refuse_root_store(
                 f"task {self.task_id!r}", "store_uri", self.store_uri, example="/srv/ml/features"
             )
-        elif self.store_uri is None and rendered:
+        elif self._store_uri_left_out and rendered:
             # The worker's default, as the task opens it: $COSTAWARE_FEATURE_CACHE=/ made each entry's folder
             # directly under the machine's root.
             from costaware.settings import FEATURE_CACHE_ENV
