@@ -650,6 +650,17 @@ def test_bad_study_settings_fail_without_writing(env: Ledger, kwargs: dict, mess
             r"write it as a dict, scope=\{'project': 'churn', 'team': 'ml'\}",
         ),
         ({"scope": "project"}, "got 'project': give a dict, or a template that renders a JSON object"),
+        # Only a scope is written key=value: the search space was told a dict of strings, refused in turn.
+        (
+            {"search_space": "lr=0.1"},
+            r"got 'lr=0\.1': give a dict, or a template that renders a JSON object$",
+        ),
+        # The dict given as the hint kept the last value of the two without a word.
+        (
+            {"scope": "project=a, project=b"},
+            r"it gives 'project' more than once \('a', 'b'\), and a scope holds one value per tag name; "
+            "write it as a dict with the one meant$",
+        ),
         # Both were refused only when the plan task ran.
         ({"safety_factor": 0.5}, r"safety_factor must be >= 1 \(estimates are multiplied by it"),
         ({"fallback_trial_seconds": -5}, "fallback_trial_seconds must be"),

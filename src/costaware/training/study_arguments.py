@@ -225,15 +225,27 @@ def parse_mapping(value: Any, name: str) -> Mapping[str, Any]:
 
 
 def _as_mapping_hint(text: str, name: str) -> str:
-    """What to write instead of ``text``: the dict ``key=value,...`` text means, or the forms taken.
+    """What to write instead of ``text``: a scope's ``key=value,...`` as its dict; else the forms taken.
 
     A spend gate's scope is written ``"project=churn"``; the same words here were refused with no way out.
+    Only a scope is written so: ``search_space='lr=0.1'`` was told ``search_space={'lr': '0.1'}``, which is
+    no search space either.
     """
-    pairs = [part.partition("=") for part in text.split(",")]
-    if not all(key.strip() and sep and val.strip() for key, sep, val in pairs):
+    parts = [part.partition("=") for part in text.split(",")]
+    pairs = [(key.strip(), val.strip()) for key, sep, val in parts if sep]
+    if name != "scope" or len(pairs) != len(parts) or not all(key and val for key, val in pairs):
         return ": give a dict, or a template that renders a JSON object"
-    as_dict = {key.strip(): val.strip() for key, _, val in pairs}
-    return f": write it as a dict, {name}={as_dict!r}"
+    values: dict[str, list[str]] = {}
+    for key, val in pairs:
+        values.setdefault(key, []).append(val)
+    twice = {key: vals for key, vals in values.items() if len(vals) > 1}
+    if twice:  # the dict would keep the last one without a word
+        key, vals = next(iter(twice.items()))
+        return (
+            f": it gives {key!r} more than once ({', '.join(map(repr, vals))}), and a scope holds one value "
+            "per tag name; write it as a dict with the one meant"
+        )
+    return f": write it as a dict, {name}={dict(pairs)!r}"
 
 
 def parse_int(value: Any, name: str) -> int:
