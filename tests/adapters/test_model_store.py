@@ -290,10 +290,17 @@ def test_a_store_at_the_machines_root_is_refused(root: str) -> None:
     # model_store='/' (what "$UNSET/" gives) wrote /versions/<v>/... and /champion.json.
     from costaware.adapters.checkpoint_store import CheckpointStore
 
-    for opening, what in ((ModelStore.open, "model_store"), (CheckpointStore.open, "checkpoint_store")):
+    stores = (
+        (ModelStore.open, "model_store", "/srv/ml/models"),
+        (CheckpointStore.open, "checkpoint_store", "/srv/ml/checkpoints"),  # was told a models folder
+    )
+    for opening, what, example in stores:
         with pytest.raises(ConfigurationError) as caught:
             opening(root)
-        assert str(caught.value).startswith(f"{what} {root!r} is the root, /, of the whole machine: a store")
+        assert str(caught.value) == (
+            f"{what} {root!r} is the root, /, of the whole machine: a store there would make its folders "
+            f"directly under /; give a folder of its own such as {example!r} or an s3:// URI"
+        )
     assert BlobDir.from_uri("/", create=False).root == ""  # reading a file by its path is not a store
 
 

@@ -51,6 +51,7 @@ class BlobDir:
         session_token: str | None = None,
         create: bool = True,
         what: str = "store location",
+        example: str = "/srv/ml/store",
     ) -> BlobDir:
         """Open a local folder (created when missing) or an ``s3://bucket/prefix`` location.
 
@@ -65,6 +66,8 @@ class BlobDir:
             create: Create a missing local folder (off for paths that may name a file).
             what: The argument ``uri`` came from (``model_store``), as a refusal names it: "store
                 location 'None' names nothing" told no one which of a task's stores to fix.
+            example: A folder of its own to give instead of the machine's root, as the refusal offers it:
+                a checkpoint store was told a models folder.
         """
         from pyarrow import fs
 
@@ -91,8 +94,7 @@ class BlobDir:
                 # makes its folders in its root, here the machine's.
                 raise ConfigurationError(
                     f"{what} {text!r} is the root, /, of the whole machine: a store there would make its "
-                    "folders directly under /; give a folder of its own such as '/srv/ml/models' or an "
-                    "s3:// URI"
+                    f"folders directly under /; give a folder of its own such as {example!r} or an s3:// URI"
                 )
             if create:
                 path.mkdir(parents=True, exist_ok=True)

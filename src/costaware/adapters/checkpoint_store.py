@@ -122,7 +122,10 @@ class CheckpointStore:
 
         A bad ``uri`` is refused as the ``checkpoint_store`` argument, which every caller passes here.
         """
-        return cls(BlobDir.from_uri(uri, what="checkpoint_store", **storage_options), keep=keep)
+        return cls(
+            BlobDir.from_uri(uri, what="checkpoint_store", example="/srv/ml/checkpoints", **storage_options),
+            keep=keep,
+        )
 
     @property
     def uri(self) -> str:

@@ -83,7 +83,10 @@ class ModelStore:
 
         A bad ``uri`` is refused as the ``model_store`` argument, which every caller passes here.
         """
-        return cls(BlobDir.from_uri(uri, what="model_store", **storage_options), trusted_types=trusted_types)
+        return cls(
+            BlobDir.from_uri(uri, what="model_store", example="/srv/ml/models", **storage_options),
+            trusted_types=trusted_types,
+        )
 
     @property
     def uri(self) -> str:
