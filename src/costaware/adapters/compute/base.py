@@ -540,7 +540,7 @@ def require_usable_locations(
         # then failed at its first save, after it trained.
         refusal = check_writes(existing)
         if refusal is not None:
-            left = f"; its write check {str(refusal.left)!r} stays there" if refusal.left else ""
+            left = refusal.left_note("its")
             if not refusal.refused:
                 # A full disk, an I/O error, a stale NFS handle: the filesystem failed, as a retry may not
                 # (the job's launcher reads it so too, exit 74); no permission to change.
