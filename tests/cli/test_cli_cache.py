@@ -160,6 +160,31 @@ def test_a_store_that_is_missing_or_a_file_is_named_not_read_as_empty_or_made(
     assert f"--store {a_file} is a file, not a feature cache folder" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("command", ["list", "bill", "gc", "evict --max-entries 0"])
+@pytest.mark.parametrize("configured", [True, False])
+def test_a_store_at_the_machines_root_is_refused_before_it_is_opened(
+    command: str,
+    configured: bool,
+    ledger_url: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # `bill` wrote /billing.json: COSTAWARE_FEATURE_CACHE=/ (or ~ where the home is /), or --store /.
+    def opened(self: Any, root_uri: str, **kwargs: Any) -> None:
+        raise AssertionError(f"the cache at {root_uri!r} was opened")  # and would be written: never under /
+
+    monkeypatch.setattr(FeatureStore, "__init__", opened)
+    monkeypatch.setenv("HOME", "/")
+    monkeypatch.setenv("COSTAWARE_FEATURE_CACHE", "~")
+    store = [] if configured else ["--store", "file:///"]
+    assert cache(*command.split(), *store, ledger_url=ledger_url) == 2
+    origin = "the feature cache in $COSTAWARE_FEATURE_CACHE '~'" if configured else "--store 'file:///'"
+    assert (
+        f"{origin} is the root, /, of the whole machine, where no feature cache may be"
+        in capsys.readouterr().err
+    )
+
+
 def test_a_bad_configured_cache_is_named_by_the_variable_it_came_from(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
