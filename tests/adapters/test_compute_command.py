@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -334,6 +335,34 @@ def test_a_store_at_the_machines_root_is_refused(
         f"made directly under /; give a folder of its own such as {example!r} or an s3:// URI"
     )
     require_usable_locations("local", on_this_machine=False, spec_uri="/spec.json")  # a file, in /
+
+
+def test_a_store_in_a_home_this_machine_does_not_know_is_refused_not_a_traceback(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Path.expanduser raised a bare RuntimeError ("Could not determine home directory"): a DAG's import
+    # error, or the task's start, was a traceback naming no argument.
+    import pwd
+
+    from costaware.adapters.compute.base import expand_home, require_usable_locations
+
+    with pytest.raises(ConfigurationError) as caught:
+        require_usable_locations("local", on_this_machine=False, model_store="~nosuchuser/models")
+    assert str(caught.value) == (
+        "model_store '~nosuchuser/models' starts with the home folder of user 'nosuchuser', whom this "
+        "machine does not know: give an absolute path such as '/srv/ml/models' or '~/...' (your own home)"
+    )
+
+    def no_entry(uid: int) -> Any:
+        raise KeyError(f"getpwuid(): uid not found: {uid}")
+
+    monkeypatch.delenv("HOME", raising=False)  # OpenShift's random uid: no HOME, no passwd entry
+    monkeypatch.setattr(pwd, "getpwuid", no_entry)
+    said = "checkpoint_store '~/ckpt' starts with '~', but this process has no home folder (HOME is unset"
+    with pytest.raises(ConfigurationError, match=re.escape(said)):
+        require_usable_locations("local", on_this_machine=False, checkpoint_store="~/ckpt")
+    with pytest.raises(ConfigurationError, match=re.escape(said)):
+        expand_home("~/ckpt", "checkpoint_store")  # the job's start expands it so
 
 
 def _failing(monkeypatch: pytest.MonkeyPatch, folder: Path, name: str, code: int) -> None:

@@ -304,6 +304,16 @@ def test_a_store_at_the_machines_root_is_refused(root: str) -> None:
     assert BlobDir.from_uri("/", create=False).root == ""  # reading a file by its path is not a store
 
 
+def test_a_store_in_a_home_this_machine_does_not_know_is_refused_not_a_traceback() -> None:
+    # Path.expanduser raised a bare RuntimeError ("Could not determine home directory"), naming no store.
+    with pytest.raises(ConfigurationError) as caught:
+        ModelStore.open("~nosuchuser/models")
+    assert str(caught.value).startswith(
+        "model_store '~nosuchuser/models' starts with the home folder of user 'nosuchuser', whom this "
+        "machine does not know: give an absolute path such as '/srv/ml/models'"
+    )
+
+
 @pytest.mark.parametrize("rendered", ["None", "null", " None "])
 @pytest.mark.parametrize("create", [True, False])
 def test_a_store_location_a_template_rendered_from_nothing_is_refused_as_naming_nothing(

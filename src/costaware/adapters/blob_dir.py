@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
-from costaware.adapters.object_store.location import refuse_cut_uri
+from costaware.adapters.object_store.location import expand_user, refuse_cut_uri
 from costaware.core.errors import ConfigurationError
 from costaware.core.given import names_nothing, not_given
 
@@ -79,7 +79,9 @@ class BlobDir:
         parsed = urlparse(text)
         refuse_cut_uri(parsed, text, what)
         if parsed.scheme in ("", "file") or (len(parsed.scheme) == 1 and os.name == "nt"):
-            given = Path(parsed.path if parsed.scheme == "file" else text).expanduser()
+            # Path.expanduser raised a bare RuntimeError for a home nobody has (HOME unset, OpenShift's uids).
+            local = parsed.path if parsed.scheme == "file" else text
+            given = Path(expand_user(local, what=what, uri=text, example=example))
             if create and not given.is_absolute():
                 # A store written to (models, checkpoints, results): resolved against the task's working
                 # folder, which changes between workers and tries, a retry read another store than its first

@@ -498,7 +498,7 @@ class RemoteTrainingOperator(RemoteAttemptSteps, RemotePlanArguments, BuiltInTra
         key = checkpoint_key(
             identity["dag_id"], identity["task_id"], identity["run_id"], identity["map_index"]
         )
-        ckpt_store = expand_home(self.checkpoint_root())
+        ckpt_store = expand_home(self.checkpoint_root(), "checkpoint_store")
         owner = f"{type(self).__name__} {self.task_id!r}"
         command = rendered_command(self.command, owner) if self.command is not None else None
         if command and args.backend == "local" and blank(self.image):
@@ -508,7 +508,7 @@ class RemoteTrainingOperator(RemoteAttemptSteps, RemotePlanArguments, BuiltInTra
         result_uri = spec_uri.rsplit("/", 1)[0] + "/result.json" if spec_uri else ""
         # As checkpoint_root: a template that rendered "/", or "~" where the home is /.
         refuse_root_store(f"task {self.task_id!r}", "model_store", self.model_store, example="/srv/ml/models")
-        model_store = expand_home(str(self.model_store))
+        model_store = expand_home(str(self.model_store), "model_store")
         require_s3(args.backend, checkpoint_store=ckpt_store, model_store=model_store, spec_uri=spec_uri)
         require_usable_locations(
             args.backend,

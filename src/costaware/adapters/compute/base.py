@@ -411,12 +411,16 @@ def require_s3(backend: str, **uris: str | None) -> None:
             )
 
 
-def expand_home(uri: str) -> str:
-    """``uri`` with a leading ``~`` expanded (a job's launcher expands none); any other location as it is."""
-    from pathlib import Path
+def expand_home(uri: str, what: str = "location") -> str:
+    """``uri`` with a leading ``~`` expanded (a job's launcher expands none); any other location as it is.
+
+    Raises:
+        ConfigurationError: a home this machine does not know (see ``expand_user``), named with ``what``.
+    """
+    from costaware.adapters.object_store.location import expand_user
 
     text = str(uri).strip()
-    return str(Path(text).expanduser()) if text.startswith("~") else text
+    return expand_user(text, what=what, uri=text, example="/srv/ml/store") if text.startswith("~") else text
 
 
 #: The locations of :func:`require_usable_locations` that name a file, not a folder: their folder is checked.
@@ -481,7 +485,7 @@ def require_usable_locations(
     from costaware_runtime.contract import is_uri
     from costaware_runtime.stores import check_writes
 
-    from costaware.adapters.object_store.location import refuse_cut_uri
+    from costaware.adapters.object_store.location import expand_user, refuse_cut_uri
 
     for what, uri in uris.items():
         if not uri:
@@ -513,7 +517,9 @@ def require_usable_locations(
                 f"{what} {text!r} names the host {parsed.netloc!r}: a file URI takes three slashes, "
                 f"file:///{parsed.netloc}{parsed.path} for an absolute path"
             )
-        path = Path(parsed.path if parsed.scheme == "file" else text).expanduser()
+        local = parsed.path if parsed.scheme == "file" else text
+        # Path.expanduser raised a bare RuntimeError for a home nobody has (HOME unset, OpenShift's uids).
+        path = Path(expand_user(local, what=what, uri=text, example=ROOT_EXAMPLES.get(what, "/srv/ml/store")))
         if not path.is_absolute():
             raise ConfigurationError(
                 f"{what} {text!r} is a relative path: it would resolve against the folder the worker "

@@ -69,6 +69,31 @@ def s3_spelling(uri: str) -> str | None:
     return None
 
 
+def expand_user(path: str, *, what: str, uri: str, example: str = "/data/flights") -> str:
+    """``path`` with a leading ``~`` or ``~user`` expanded; a home this machine does not know is refused.
+
+    ``Path.expanduser`` raised a bare RuntimeError there, a traceback. os.path, not Path: Path('~/a//b/')
+    dropped the empty segment a caller may refuse.
+
+    Raises:
+        ConfigurationError: no home folder for ``~`` (HOME unset, a uid without a passwd entry, as
+            OpenShift's random uids) or an unknown ``~user``; named with ``what`` and ``uri``.
+    """
+    expanded = os.path.expanduser(path)  # noqa: PTH111
+    if not expanded.startswith("~"):
+        return expanded
+    user = expanded[1:].split("/")[0]
+    if not user:
+        raise ConfigurationError(
+            f"{what} {uri!r} starts with '~', but this process has no home folder (HOME is unset and its "
+            f"user has none): give an absolute path such as {example!r}"
+        )
+    raise ConfigurationError(
+        f"{what} {uri!r} starts with the home folder of user {user!r}, whom this machine does not know: give "
+        f"an absolute path such as {example!r} or '~/...' (your own home)"
+    )
+
+
 def parse_uri(uri: str, *, what: str = "URI") -> Location:
     """Parse ``/abs/path`` (``~`` is the home folder), ``file:///abs/path`` or ``s3://bucket/prefix``.
 
@@ -98,19 +123,7 @@ def parse_uri(uri: str, *, what: str = "URI") -> Location:
         if path.startswith("~"):
             # '~/features' quoted in .env reaches here unexpanded and was refused as a relative path; the
             # stores (BlobDir, model_store=) expand it to the worker's home, and so does this.
-            # os.path, not Path: Path('~/a//b/') dropped the empty segment refused in '/a//b/' below.
-            path = os.path.expanduser(path)  # noqa: PTH111
-            if path.startswith("~"):  # Path.expanduser raised a bare RuntimeError, a traceback
-                user = path[1:].split("/")[0]
-                if not user:  # no HOME and a uid without a passwd entry (OpenShift): '~' is nobody's
-                    raise ConfigurationError(
-                        f"{what} {uri!r} starts with '~', but this process has no home folder (HOME is unset "
-                        "and its user has none): give an absolute path such as '/data/flights'"
-                    )
-                raise ConfigurationError(
-                    f"{what} {uri!r} starts with the home folder of user {user!r}, whom this machine does "
-                    "not know: give an absolute path such as '/data/flights' or '~/features' (your own home)"
-                )
+            path = expand_user(path, what=what, uri=uri)
         if not path.startswith("/"):
             raise ConfigurationError(
                 f"{what} {uri!r} is a relative path: workers run in changing folders, so give an absolute "
