@@ -1056,6 +1056,13 @@ def test_a_study_load_bound_that_is_no_seconds_is_refused_as_the_dag_is_parsed(s
         budgeted_tuning(study_name="s1", trainer=QuadraticTrainer, study_load_seconds=seconds)
 
 
+def test_the_study_load_bound_is_importable_where_it_was_before_the_arguments_were_split_off() -> None:
+    from costaware.operators import tuning, tuning_args
+
+    # Importable from costaware.operators.tuning beside MAX_KEEP_FOR_RETRY_SECONDS, as before tuning_args.
+    assert tuning.MAX_STUDY_LOAD_SECONDS == tuning_args.MAX_STUDY_LOAD_SECONDS == 86400
+
+
 def test_a_trial_task_loads_its_study_once_before_its_trials_reservation(
     env: Ledger, monkeypatch: pytest.MonkeyPatch
 ) -> None:

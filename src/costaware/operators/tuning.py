@@ -45,6 +45,7 @@ from costaware.operators.tuning_args import (
     retry_wait_seconds,
     seconds_since_try_began,
 )
+from costaware.operators.tuning_args import MAX_STUDY_LOAD_SECONDS as MAX_STUDY_LOAD_SECONDS
 from costaware.training.study_arguments import (
     DEFAULT_INSTANCE_TYPE,
     DEFAULT_MARKET,
