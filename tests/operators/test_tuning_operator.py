@@ -1023,6 +1023,50 @@ def test_a_slots_wait_for_money_is_held_at_the_workers_price_and_stops_where_its
     assert "at $0.096000/h" in said and "raise that budget's cap with `costaware budget set`" in said
 
 
+def test_a_slot_whose_hold_expired_during_a_slow_study_load_holds_its_wait_again(
+    env: Ledger, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The hold counted 600 s (study_load_seconds=5); the study took 700 s to load. Expired, it was neither
+    # extended nor grown: the slot stopped the study saying the budgets had room for its $0.000133 "only"
+    # (they had $0.025) and its try was billed with no hold.
+    env.set_budget("project=churn", "total", "0.495")
+    plan = _plan(max_usd="0.5", fallback_trial_seconds=1, usd_per_hour="0.36")  # the trial waits for $0.07
+    plan.execute({"ti": _ti(plan)})
+    other = env.reserve("project=churn,study=s1", Decimal("0.47"), holder="other/r/trial/1")
+    op, ti = _slot_in_tagged_dag(study_load_seconds=5)
+    listener.cost_listener.on_task_instance_running(None, ti)
+    waited = _wait_on_a_fake_clock(monkeypatch, ti)
+    env.extend(other.id, datetime.now(timezone.utc) + timedelta(hours=3))
+    import costaware.training.tuning as tuning
+
+    real_load = tuning.load_study
+
+    def load_for_700_seconds(*args: Any, **kwargs: Any) -> Any:
+        waited[0] += 700  # the ledger's clock and the listener's measure of the try both move
+        listener._STARTS[listener._key(ti)] -= 700
+        return real_load(*args, **kwargs)
+
+    monkeypatch.setattr(tuning, "load_study", load_for_700_seconds)
+    import costaware.operators.tuning as operator_module
+
+    real_so_far = operator_module.seconds_since_try_began  # the try's clock, read after the load too
+    monkeypatch.setattr(operator_module, "seconds_since_try_began", lambda ti: real_so_far(ti) + waited[0])
+
+    with pytest.raises(AirflowSkipException) as skipped:
+        op.execute({"ti": ti})
+    listener.cost_listener.on_task_instance_skipped(None, ti)
+
+    assert "expired" in caplog.text and "study_load_seconds" in caplog.text
+    hold = env.latest_reservation(reservation_holder(DAG_ID, RUN_ID, "trial", 0))
+    (entry,) = [e for e in env.entries() if e["task_id"] == "trial"]
+    assert hold is not None and entry["reservation_id"] == hold.id  # billed from the hold taken again
+    assert Decimal(str(entry["usd"])) <= hold.usd
+    spent, held = _spent_and_holds(env, "project=churn/total")
+    assert spent + held <= Decimal("0.495")
+    # It waited while the budget had room; it stopped only where it had none, not at the expired $0.000133.
+    assert waited[0] > 700 and "$0.000133" not in str(skipped.value)
+
+
 def test_a_granted_trial_takes_the_place_of_the_slots_hold(env: Ledger) -> None:
     env.set_budget("project=churn", "total", "1")
     plan = _plan(max_usd="0.5", fallback_trial_seconds=5)

@@ -150,8 +150,16 @@ def reserve_trial_cost(
                     try_seconds = slot_seconds()
                 else:
                     try_seconds = slot_seconds_so_far + (time.monotonic() - waiting_since)
-                _keep_slot_hold(
-                    ledger, replacing, slot, pause, try_seconds, slot_usd_per_hour, slot_wait_margin_seconds
+                # A hold that expired is held again under a new id, which the trial's reservation replaces.
+                replacing = _keep_slot_hold(
+                    ledger,
+                    replacing,
+                    slot,
+                    pause,
+                    try_seconds,
+                    slot_usd_per_hour,
+                    slot_wait_margin_seconds,
+                    run_id=run_id,
                 )
             time.sleep(pause)
             seconds = seconds_needed()
@@ -165,24 +173,39 @@ def _keep_slot_hold(
     try_seconds: float,
     usd_per_hour: Decimal | None,
     margin_seconds: float = SLOT_WAIT_MARGIN_SECONDS,
-) -> None:
+    *,
+    run_id: str | None = None,
+) -> str:
     """Keep a waiting slot's hold counting past its next wait and, at ``usd_per_hour``, paying for it.
+
+    Returns the id of the hold that now pays for the slot's time: ``hold_id``, or a new hold of the same
+    holder where ``hold_id`` had expired (a study load that outran its ttl): an expired hold counts
+    nothing, cannot be extended or grown, and the slot's bill would have been recorded with nothing held.
 
     Raises:
         WaitNotHeld: a budget the hold is in has no room for the try's time to the end of the wait.
     """
-    held = ledger.extend(hold_id, utcnow() + timedelta(seconds=pause + SLOT_HOLD_SECONDS))
-    if usd_per_hour is None or held.status != "open":
-        return
+    until = utcnow() + timedelta(seconds=pause + SLOT_HOLD_SECONDS)
+    held = ledger.extend(hold_id, until)
+    if held.status not in ("open", "expired"):  # settled, released or replaced: not the slot's to keep
+        return hold_id
+    expired = held.status == "expired" or held.expires_at <= utcnow()
+    if usd_per_hour is None and not expired:
+        return hold_id
+    paid = ledger.paid_from([hold_id]).get(hold_id, Decimal(0))
     seconds = try_seconds + pause + margin_seconds
-    _, usd = compute_cost(seconds, usd_per_hour)
+    # Without a price the hold is not grown: held again, it holds what it had left.
+    left = max(held.usd - paid, Decimal(0))
+    usd = compute_cost(seconds, usd_per_hour)[1] if usd_per_hour is not None else left
+    if expired:
+        return _hold_slot_again(ledger, held, slot, seconds, usd, usd_per_hour, until, run_id)
     # What an earlier try of the task paid from the hold is not this try's to spend.
-    need = ledger.paid_from([hold_id]).get(hold_id, Decimal(0)) + usd
+    need = paid + usd
     if held.usd >= need:
-        return
+        return hold_id
     held = ledger.grow(hold_id, need)
     if held.usd >= need:
-        return
+        return hold_id
     budgets = ", ".join(repr(label) for label in held.budgets) or repr(str(held.scope))
     raise WaitNotHeld(
         f"slot {slot} stops waiting for the study's money: its try's time to the end of its next wait "
@@ -193,6 +216,53 @@ def _keep_slot_hold(
         scope=held.budgets[0] if held.budgets else str(held.scope),
         needed_usd=str(need),
     )
+
+
+def _hold_slot_again(
+    ledger: Ledger,
+    expired: Reservation,
+    slot: int,
+    seconds: float,
+    usd: Decimal,
+    usd_per_hour: Decimal | None,
+    until: datetime,
+    run_id: str | None,
+) -> str:
+    """Hold a waiting slot's time again in place of its ``expired`` hold; returns the new hold's id.
+
+    Raises:
+        WaitNotHeld: a budget over the hold's scope has no room for it (named by the ledger's refusal).
+    """
+    ended = expired.expires_at.isoformat(timespec="seconds")
+    cause = (
+        f"slot {slot}'s hold on its time (reservation {expired.id}) expired at {ended}, before its wait for "
+        "the study's money: loading the study took longer than the hold counted (10 times the time before "
+        "it, at least 600 s); set study_load_seconds near what loading the study takes"
+    )
+    log.warning("%s: held again for its time to the end of its next wait", cause)
+    price = "" if usd_per_hour is None else f" at ${usd_per_hour}/h"
+    try:
+        again = ledger.reserve(
+            expired.scope,
+            usd,
+            holder=expired.holder,
+            run_id=run_id,
+            dag_id=holder_dag_id(expired.holder) if expired.holder else None,
+            ttl=until - utcnow(),
+            purpose=f"slot {slot}'s time to the end of its next wait ({seconds:.0f} s{price}), held again",
+            replacing=expired.id,  # closed as "replaced": the bill settles the new hold, not it
+        )
+    except BudgetExceededError as e:
+        raise WaitNotHeld(
+            f"slot {slot} stops waiting for the study's money: {cause}, and holding it again was refused: "
+            f"{e}",
+            scope=e.scope,
+            spent_usd=e.spent_usd,
+            cap_usd=e.cap_usd,
+            needed_usd=e.needed_usd,
+            renews=e.renews,
+        ) from e
+    return again.id
 
 
 def hold_slot_time(

@@ -220,7 +220,11 @@ def run_trial(
     )
     if isinstance(reserved, SlotResult):
         if settle_as is not None:  # in Airflow the cost listener bills the skipped try
-            record_skipped_slot(ledger, spec, meter() - started, settle_as, reserved.reason, slot_hold)
+            # The slot's hold as it now stands: one that expired during the wait was held again, anew.
+            held = ledger.reservation_to_settle(holder) if slot_hold is not None else None
+            record_skipped_slot(
+                ledger, spec, meter() - started, settle_as, reserved.reason, None if held is None else held.id
+            )
         return reserved
     reservation, estimate = reserved
     tick = meter()
