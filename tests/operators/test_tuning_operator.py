@@ -1023,6 +1023,39 @@ def test_a_slots_wait_for_money_is_held_at_the_workers_price_and_stops_where_its
     assert "at $0.096000/h" in said and "raise that budget's cap with `costaware budget set`" in said
 
 
+def test_a_slot_that_stops_waiting_names_only_the_budget_that_is_short_and_that_it_never_renews(
+    env: Ledger, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The slot's hold is in team=ml ($5, set first) and project=churn ($0.52, the other trial's $0.47 in it).
+    # The refusal named both, gave the hold's size as the room of each, and its scope was team=ml/total, the
+    # budget with plenty of room; it said a new period might make room in these total budgets.
+    from costaware.training.tuning.study import STOP_ATTR
+
+    env.set_budget("team=ml", "total", "5")
+    env.set_budget("project=churn", "total", "0.52")
+    plan = _plan(max_usd="0.5", fallback_trial_seconds=1)
+    plan.execute({"ti": _ti(plan)})
+    other = env.reserve("project=churn,study=s1,team=ml", Decimal("0.47"), holder="other/r/trial/1")
+    with DAG(DAG_ID, schedule=None, tags=["project:churn", "team:ml"]):
+        op = BudgetedTuningOperator(
+            task_id="trial", study_name="s1", trainer=QuadraticTrainer, slot=0, study_load_seconds=60
+        )
+    ti = _ti(op, map_index=0)
+    listener.cost_listener.on_task_instance_running(None, ti)
+    _wait_on_a_fake_clock(monkeypatch, ti)
+    env.extend(other.id, datetime.now(timezone.utc) + timedelta(hours=3))
+
+    with pytest.raises(AirflowSkipException) as skipped:
+        op.execute({"ti": ti})
+
+    said = str(skipped.value)
+    assert "budget 'project=churn/total' has $0.05 of room (cap $0.52, spent $0.00" in said
+    assert "team=ml" not in said and "raise that budget's cap with `costaware budget set`" in said
+    study = optuna.load_study(study_name="s1", storage=env.engine.url.render_as_string(hide_password=False))
+    stop = study.user_attrs[STOP_ATTR]
+    assert stop["reason"] == "budget" and stop["renews"] is False  # a total budget: no new period comes
+
+
 def test_a_slot_whose_hold_expired_during_a_slow_study_load_holds_its_wait_again(
     env: Ledger, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -32,6 +32,8 @@ SLOT_HOLD_SECONDS = 600.0
 SLOT_WAIT_MARGIN_SECONDS = 30.0
 #: What a slot that stops waiting is told to do about the budget its wait could not be held in.
 RAISE_THAT_CAP = "raise that budget's cap with `costaware budget set`"
+#: The same, where several budgets are short.
+RAISE_THOSE_CAPS = "raise those budgets' caps with `costaware budget set`"
 
 
 class WaitNotHeld(BudgetExceededError):
@@ -206,36 +208,63 @@ def _keep_slot_hold(
     held = ledger.grow(hold_id, need)
     if held.usd >= need:
         return hold_id
-    budgets = ", ".join(repr(label) for label in held.budgets) or repr(str(held.scope))
+    # Read without the hold, whose unpaid money would be this try's: only a budget with less room than the
+    # try's time is short. The hold's size was given as the room of every budget it is in, and the first
+    # of them named, though a budget of $5 over a team tag had plenty.
+    dag_id = holder_dag_id(held.holder) if held.holder else None
+    standing = ledger.usage(held.scope, run_id=run_id, dag_id=dag_id, without=hold_id)
+    short = [u for u in standing if u.label in held.budgets and u.left_usd < usd]
+    if not short:  # not grown for another reason: a budget set since it was made, a budget's moved period
+        cause = (
+            f"slot {slot}'s hold on its time (reservation {hold_id}) could not be grown to "
+            f"{format_usd_exact(need)} though its budgets have room (a budget set since it was made holds "
+            "nothing of it, or a budget's period no longer matches it)"
+        )
+        return _hold_slot_again(ledger, held, slot, seconds, usd, usd_per_hour, until, run_id, cause)
+    rooms = "; ".join(
+        f"budget '{u.label}' has {format_usd_exact(max(u.left_usd, Decimal(0)))} of room (cap "
+        f"{format_usd_exact(u.cap_usd)}, spent {format_usd_exact(u.spent_usd)}, held for others "
+        f"{format_usd_exact(u.reserved_usd)})"
+        for u in short
+    )
+    earlier = f", beside the {format_usd_exact(paid)} an earlier try paid from its hold" if paid > 0 else ""
     raise WaitNotHeld(
         f"slot {slot} stops waiting for the study's money: its try's time to the end of its next wait "
-        f"({seconds:.0f} s at ${usd_per_hour}/h, the price its bill is charged at) needs a hold of "
-        f"{format_usd_exact(need)}, and the budgets it is held in ({budgets}) have room for "
-        f"{format_usd_exact(held.usd)} only: {RAISE_THAT_CAP}, or run fewer trials at once "
+        f"({seconds:.0f} s at ${usd_per_hour}/h, the price its bill is charged at) needs "
+        f"{format_usd_exact(usd)} held{earlier}; {rooms}: "
+        f"{RAISE_THAT_CAP if len(short) == 1 else RAISE_THOSE_CAPS}, or run fewer trials at once "
         "(max_active_trials) so that slots wait less",
-        scope=held.budgets[0] if held.budgets else str(held.scope),
-        needed_usd=str(need),
+        scope=short[0].label,
+        spent_usd=str(short[0].spent_usd + short[0].reserved_usd),
+        cap_usd=str(short[0].cap_usd),
+        needed_usd=str(usd),
+        # As check_cap: a total budget, or a need above a budget's whole cap, is never made room by a new
+        # period (an on_exceeded='skip' run of skipped slots only is failed, not left to wait for one).
+        renews=all(u.period_key != "total" and usd <= u.cap_usd for u in short),
     )
 
 
 def _hold_slot_again(
     ledger: Ledger,
-    expired: Reservation,
+    old: Reservation,
     slot: int,
     seconds: float,
     usd: Decimal,
     usd_per_hour: Decimal | None,
     until: datetime,
     run_id: str | None,
+    cause: str | None = None,
 ) -> str:
-    """Hold a waiting slot's time again in place of its ``expired`` hold; returns the new hold's id.
+    """Hold a waiting slot's time again in place of its hold, which ``cause`` says could not pay for it.
+
+    ``old``: that hold (by default, one that expired); returns the new hold's id.
 
     Raises:
         WaitNotHeld: a budget over the hold's scope has no room for it (named by the ledger's refusal).
     """
-    ended = expired.expires_at.isoformat(timespec="seconds")
-    cause = (
-        f"slot {slot}'s hold on its time (reservation {expired.id}) expired at {ended}, before its wait for "
+    ended = old.expires_at.isoformat(timespec="seconds")
+    cause = cause or (
+        f"slot {slot}'s hold on its time (reservation {old.id}) expired at {ended}, before its wait for "
         "the study's money: loading the study took longer than the hold counted (10 times the time before "
         "it, at least 600 s); set study_load_seconds near what loading the study takes"
     )
@@ -243,14 +272,14 @@ def _hold_slot_again(
     price = "" if usd_per_hour is None else f" at ${usd_per_hour}/h"
     try:
         again = ledger.reserve(
-            expired.scope,
+            old.scope,
             usd,
-            holder=expired.holder,
+            holder=old.holder,
             run_id=run_id,
-            dag_id=holder_dag_id(expired.holder) if expired.holder else None,
+            dag_id=holder_dag_id(old.holder) if old.holder else None,
             ttl=until - utcnow(),
             purpose=f"slot {slot}'s time to the end of its next wait ({seconds:.0f} s{price}), held again",
-            replacing=expired.id,  # closed as "replaced": the bill settles the new hold, not it
+            replacing=old.id,  # closed as "replaced": the bill settles the new hold, not it
         )
     except BudgetExceededError as e:
         raise WaitNotHeld(
