@@ -1056,6 +1056,33 @@ def test_a_slot_that_stops_waiting_names_only_the_budget_that_is_short_and_that_
     assert stop["reason"] == "budget" and stop["renews"] is False  # a total budget: no new period comes
 
 
+def test_a_slot_of_a_dag_tagged_with_the_studys_tags_that_stops_waiting_is_told_to_raise_max_usd(
+    env: Ledger, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The wait is held in the study's own budget, which the plan sets from max_usd each run: it was told to
+    # set fallback_trial_seconds (the trial's estimate, not what found no room).
+    plan = _plan(max_usd="0.5", fallback_trial_seconds=1)
+    plan.execute({"ti": _ti(plan)})
+    other = env.reserve("project=churn,study=s1", Decimal("0.47"), holder="other/r/trial/1")
+    with DAG(DAG_ID, schedule=None, tags=["project:churn", "study:s1"]):
+        op = BudgetedTuningOperator(
+            task_id="trial", study_name="s1", trainer=QuadraticTrainer, slot=0, study_load_seconds=60
+        )
+    ti = _ti(op, map_index=0)
+    listener.cost_listener.on_task_instance_running(None, ti)
+    _wait_on_a_fake_clock(monkeypatch, ti)
+    env.extend(other.id, datetime.now(timezone.utc) + timedelta(hours=3))
+
+    with pytest.raises(AirflowSkipException) as skipped:
+        op.execute({"ti": ti})
+
+    said = str(skipped.value)
+    assert "slot 0 stops waiting for the study's money" in said
+    assert "budget 'project=churn,study=s1/total' has $0.03 of room" in said
+    assert "the study's budget is its max_usd ($0.50): raise max_usd and run the DAG again" in said
+    assert "fallback_trial_seconds" not in said and "costaware budget set" not in said
+
+
 def test_a_slot_whose_hold_expired_during_a_slow_study_load_holds_its_wait_again(
     env: Ledger, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:

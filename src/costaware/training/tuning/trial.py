@@ -414,13 +414,25 @@ def _reserve_trial(
             f"{_estimate_advice(estimate, spec.fallback_trial_seconds)} and run the DAG again "
             f"{_rerun_advice(spec.study_name, run_id)}"
         )
-        if e.scope.startswith(f"{spec.budget_scope}/"):
+        if isinstance(e, WaitNotHeld):
+            # The wait's time, not the trial's estimate, found no room: fallback_trial_seconds is no help.
+            raise_max_usd = (
+                f"the study's budget is its max_usd ({format_usd(spec.caps.max_usd)}): raise max_usd"
+            )
+            if not outside_airflow:  # the study stops: a new run goes on with it
+                raise_max_usd += f" and run the DAG again {_rerun_advice(spec.study_name, run_id)}"
+        own = e.scope.startswith(f"{spec.budget_scope}/")
+        if own and RAISE_THAT_CAP in message:
+            # A slot that stopped waiting for money is told to raise the budget its wait was held in.
+            message = message.replace(RAISE_THAT_CAP, raise_max_usd)
+        elif own:
             # The longer first: a budget with nothing left is not told to lower the estimate.
             todo = RAISE_THE_CAP if RAISE_THE_CAP in message else RAISE_THE_CAP_ONLY
-            # A slot that stopped waiting for money is told to raise the budget its wait was held in.
-            todo = RAISE_THAT_CAP if RAISE_THAT_CAP in message else todo
             message = message.replace(todo, raise_max_usd)
-        elif f"'{spec.budget_scope}/" in message:  # another budget refused first and named the study's too
+        named = f"'{spec.budget_scope}/" in message and raise_max_usd not in message
+        if named and (not own or isinstance(e, WaitNotHeld)):
+            # Another budget refused first and named the study's too, or a slot's wait found several short
+            # (raise those budgets' caps): the plan sets the study's from max_usd each run.
             message = f"{message}; {raise_max_usd}"
         if outside_airflow and isinstance(e, WaitNotHeld):
             log.info("study %s: slot %d runs no trial: %s", spec.study_name, slot, message)
