@@ -931,6 +931,9 @@ def test_a_slot_outside_airflow_holds_each_wait_for_money_and_stops_when_it_cann
     # Named the study's budget and what to do about it (its cap is max_usd).
     assert "slot 1 stops waiting for the study's money" in result.reason
     assert "'project=held-wait,study=held-wait/total'" in result.reason and "raise max_usd" in result.reason
+    # No try, no bill and no DAG here: it was told of "its try's time", "the price its bill is charged at".
+    assert "at the study's $360/h, the price its skipped entry is recorded at" in result.reason
+    assert "try's" not in result.reason and "bill" not in result.reason and "DAG" not in result.reason
     (skipped,) = [row for row in ledger.entries() if row["trial"] == "skipped"]
     assert skipped["reservation_id"] is not None  # settled against the slot's hold, not recorded beside it
     assert skipped["usd"] < Decimal("0.30")

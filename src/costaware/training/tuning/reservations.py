@@ -55,6 +55,7 @@ def reserve_trial_cost(
     slot_seconds_so_far: float = 0.0,
     slot_seconds: Callable[[], float] | None = None,
     slot_wait_margin_seconds: float = SLOT_WAIT_MARGIN_SECONDS,
+    outside_airflow: bool = False,
 ) -> Reservation:
     """Reserve the trial's cost; while refused only because other trials hold money, wait for them.
 
@@ -76,6 +77,8 @@ def reserve_trial_cost(
     ``study_load_seconds`` was billed past its hold ($0.0203 on a $0.02 cap). Where a budget the hold is in
     has no room for that, the slot stops waiting (a refusal naming that budget) while its hold still pays
     for its time. None: the hold is not grown.
+    ``outside_airflow``: there is no try and no bill (a skipped entry records the slot's time), and the
+    refusal says so.
 
     The hold lasts 2 x the trial's time (at least 60 s), plus ``keep_for_retry_seconds``: how long Airflow
     waits before the task's retry, where it has one left. A failed or killed try leaves its hold open,
@@ -162,6 +165,7 @@ def reserve_trial_cost(
                     slot_usd_per_hour,
                     slot_wait_margin_seconds,
                     run_id=run_id,
+                    outside_airflow=outside_airflow,
                 )
             time.sleep(pause)
             seconds = seconds_needed()
@@ -177,6 +181,7 @@ def _keep_slot_hold(
     margin_seconds: float = SLOT_WAIT_MARGIN_SECONDS,
     *,
     run_id: str | None = None,
+    outside_airflow: bool = False,
 ) -> str:
     """Keep a waiting slot's hold counting past its next wait and, at ``usd_per_hour``, paying for it.
 
@@ -199,8 +204,34 @@ def _keep_slot_hold(
     # Without a price the hold is not grown: held again, it holds what it had left.
     left = max(held.usd - paid, Decimal(0))
     usd = compute_cost(seconds, usd_per_hour)[1] if usd_per_hour is not None else left
+    # Outside Airflow there is no try and no bill: the slot's time is recorded as a skipped entry.
+    if outside_airflow:
+        what = (
+            f"its time (loading the study, waiting for money) to the end of its next wait ({seconds:.0f} s "
+            f"at the study's ${usd_per_hour}/h, the price its skipped entry is recorded at)"
+        )
+    else:
+        what = (
+            f"its try's time to the end of its next wait ({seconds:.0f} s at ${usd_per_hour}/h, the price "
+            "its bill is charged at)"
+        )
     if expired:
-        return _hold_slot_again(ledger, held, slot, seconds, usd, usd_per_hour, until, run_id)
+        ended = held.expires_at.isoformat(timespec="seconds")
+        cause = (
+            f"slot {slot}'s hold on its time (reservation {hold_id}) expired at {ended}, before its wait for "
+            "the study's money: "
+        )
+        if outside_airflow:
+            cause += (
+                "the ledger was not asked again within its ttl (10 times the slot's time before it, at least "
+                "600 s)"
+            )
+        else:
+            cause += (
+                "loading the study took longer than the hold counted (10 times the time before it, at least "
+                "600 s); set study_load_seconds near what loading the study takes"
+            )
+        return _hold_slot_again(ledger, held, slot, seconds, usd, usd_per_hour, until, run_id, cause)
     # What an earlier try of the task paid from the hold is not this try's to spend.
     need = paid + usd
     if held.usd >= need:
@@ -229,9 +260,8 @@ def _keep_slot_hold(
     )
     earlier = f", beside the {format_usd_exact(paid)} an earlier try paid from its hold" if paid > 0 else ""
     raise WaitNotHeld(
-        f"slot {slot} stops waiting for the study's money: its try's time to the end of its next wait "
-        f"({seconds:.0f} s at ${usd_per_hour}/h, the price its bill is charged at) needs "
-        f"{format_usd_exact(usd)} held{earlier}; {rooms}: "
+        f"slot {slot} stops waiting for the study's money: {what} needs {format_usd_exact(usd)} "
+        f"held{earlier}; {rooms}: "
         f"{RAISE_THAT_CAP if len(short) == 1 else RAISE_THOSE_CAPS}, or run fewer trials at once "
         "(max_active_trials) so that slots wait less",
         scope=short[0].label,
@@ -253,21 +283,15 @@ def _hold_slot_again(
     usd_per_hour: Decimal | None,
     until: datetime,
     run_id: str | None,
-    cause: str | None = None,
+    cause: str,
 ) -> str:
     """Hold a waiting slot's time again in place of its hold, which ``cause`` says could not pay for it.
 
-    ``old``: that hold (by default, one that expired); returns the new hold's id.
+    ``old``: that hold (expired, or not grown for a reason other than room); returns the new hold's id.
 
     Raises:
         WaitNotHeld: a budget over the hold's scope has no room for it (named by the ledger's refusal).
     """
-    ended = old.expires_at.isoformat(timespec="seconds")
-    cause = cause or (
-        f"slot {slot}'s hold on its time (reservation {old.id}) expired at {ended}, before its wait for "
-        "the study's money: loading the study took longer than the hold counted (10 times the time before "
-        "it, at least 600 s); set study_load_seconds near what loading the study takes"
-    )
     log.warning("%s: held again for its time to the end of its next wait", cause)
     price = "" if usd_per_hour is None else f" at ${usd_per_hour}/h"
     try:

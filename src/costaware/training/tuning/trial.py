@@ -402,6 +402,7 @@ def _reserve_trial(
             # Outside Airflow the slot's own entry follows its last hold at once (the refusal, the entry's
             # write: what slack_seconds pays for); in Airflow the bill comes at the try's end.
             slot_wait_margin_seconds=spec.slack_seconds if outside_airflow else SLOT_WAIT_MARGIN_SECONDS,
+            outside_airflow=outside_airflow,
         )
     except BudgetExceededError as e:
         if s.resumed is not None:
