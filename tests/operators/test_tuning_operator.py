@@ -1127,6 +1127,45 @@ def test_a_slot_whose_hold_expired_during_a_slow_study_load_holds_its_wait_again
     assert waited[0] > 700 and "$0.000133" not in str(skipped.value)
 
 
+def test_a_slots_hold_that_a_budget_set_since_keeps_from_growing_is_held_again_not_called_short(
+    env: Ledger, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A $10 budget over '*' set while the study loaded holds nothing of the slot's hold, so the ledger would
+    # not grow it: the slot stopped the study saying project=churn had room for the hold's size only.
+    env.set_budget("project=churn", "total", "0.495")
+    plan = _plan(max_usd="0.5", fallback_trial_seconds=600, usd_per_hour="0.36")  # the trial waits for $0.06
+    plan.execute({"ti": _ti(plan)})
+    other = env.reserve("project=churn,study=s1", Decimal("0.47"), holder="other/r/trial/1")
+    op, ti = _slot_in_tagged_dag(study_load_seconds=5)
+    listener.cost_listener.on_task_instance_running(None, ti)
+    _wait_on_a_fake_clock(monkeypatch, ti)
+    env.extend(other.id, datetime.now(timezone.utc) + timedelta(hours=3))
+    import costaware.training.tuning as tuning
+
+    real_load = tuning.load_study
+
+    def load_beside_a_new_budget(*args: Any, **kwargs: Any) -> Any:
+        env.set_budget("*", "total", "10")
+        return real_load(*args, **kwargs)
+
+    monkeypatch.setattr(tuning, "load_study", load_beside_a_new_budget)
+
+    with pytest.raises(AirflowSkipException) as skipped:
+        op.execute({"ti": ti})
+    listener.cost_listener.on_task_instance_skipped(None, ti)
+
+    said = str(skipped.value)
+    assert "budget 'project=churn/total' has $0.025 of room" in said  # stopped where it had none left
+    (entry,) = [e for e in env.entries() if e["task_id"] == "trial"]
+    r = schema.reservations
+    with env.reading() as conn:
+        holds = dict(conn.execute(select(r.c.id, r.c.status).where(r.c.holder.like(f"{DAG_ID}/%"))).all())
+    assert holds[entry["reservation_id"]] == "settled"  # the hold taken again, in '*' too, paid the bill
+    assert sorted(holds.values()) == ["replaced", "settled"]
+    (usage,) = [u for u in env.usage("project=churn") if u.label == "*/total"]
+    assert usage.spent_usd == Decimal(str(entry["usd"]))  # the new budget counts the bill it held
+
+
 def test_a_granted_trial_takes_the_place_of_the_slots_hold(env: Ledger) -> None:
     env.set_budget("project=churn", "total", "1")
     plan = _plan(max_usd="0.5", fallback_trial_seconds=5)
