@@ -259,3 +259,34 @@ def test_each_budget_a_hold_is_in_is_told_what_it_gets_back(
     (line,) = json.loads(capsys.readouterr().out)
     by_budget = {k: Decimal(v) for k, v in line["details"]["usd_by_budget"].items()}
     assert by_budget == back
+
+
+def test_a_hold_whose_holder_names_no_airflow_run_reports_its_per_run_budget_too(
+    ledger_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A trial run outside Airflow with a run id: its holder 'my-search' names no run, so the run was read as
+    # None and project=x/run (which the release gives $4 back too) was left out of the report and the audit.
+    from decimal import Decimal
+
+    from costaware.core.ledger import Kind, LedgerEntry
+
+    ledger = Ledger.from_url(ledger_url)
+    for scope, period in (("project=x", "month"), ("project=x", "run"), ("team=ml", "month")):
+        ledger.set_budget(scope, period, "10")
+    held = ledger.reserve("project=x,team=ml", "4", holder="my-search", run_id="r1", dag_id="d")
+    ledger.record(
+        LedgerEntry("d", "r1", "t", Kind.COMPUTE, Decimal("1"), tags={"team": "ml"}, reservation_id=held.id)
+    )
+
+    def reserved() -> dict[str, Decimal]:
+        return {u.label: u.reserved_usd for u in ledger.usage("project=x,team=ml", run_id="r1", dag_id="d")}
+
+    before = reserved()
+    assert main(["--ledger-url", ledger_url, "budget", "release", "--holder", "my-search"]) == 0
+    said = capsys.readouterr().out
+    back = {label: usd - reserved()[label] for label, usd in before.items()}
+    assert back == {"project=x/month": Decimal(4), "project=x/run": Decimal(4), "team=ml/month": Decimal(3)}
+    assert "$4.00 back to project=x/run" in said
+    assert main(["--ledger-url", ledger_url, "audit", "--action", "hold_release", "--format", "json"]) == 0
+    (line,) = json.loads(capsys.readouterr().out)
+    assert {k: Decimal(v) for k, v in line["details"]["usd_by_budget"].items()} == back

@@ -541,6 +541,24 @@ def hold_ends(ledger: LedgerDatabase, budget_label: str) -> tuple[datetime, date
     return None if first is None or last is None else (first, last)
 
 
+def hold_periods(ledger: LedgerDatabase, reservation_id: str) -> dict[str, str]:
+    """The period key each budget ``reservation_id`` holds money in counts it under, by the budget's label.
+
+    A per-run budget's key names the run and DAG the hold was reserved for (``run@<dag>/<run>``), whatever
+    its holder's form: a holder outside Airflow's ``dag/run/task/map_index`` (a trial's own) names none.
+    """
+    h, b = schema.holds, schema.budgets
+    query = (
+        select(b, h.c.period_key)
+        .select_from(h.join(b, b.c.id == h.c.budget_id))
+        .where(h.c.reservation_id == reservation_id)
+        .order_by(b.c.id)
+    )
+    with ledger.reading() as conn:
+        rows = conn.execute(query).mappings().all()
+    return {budget_from_row(row).label: row["period_key"] for row in rows}
+
+
 def paid_from(
     ledger: LedgerDatabase, reservation_ids: list[str], *, gpu_hours: bool = False
 ) -> dict[str, Decimal]:

@@ -264,6 +264,13 @@ class Ledger(LedgerDatabase):
         """
         return reservations.hold_ends(self, budget_label)
 
+    def hold_periods(self, reservation_id: str) -> dict[str, str]:
+        """The period key each budget a reservation holds money in counts it under, by the budget's label.
+
+        A per-run budget's key (``run@<dag>/<run>``) names the run and DAG it was reserved for.
+        """
+        return reservations.hold_periods(self, reservation_id)
+
     def paid_from(self, reservation_ids: list[str], *, gpu_hours: bool = False) -> dict[str, Decimal]:
         """What the entries paid from each reservation cost so far (ids with none are left out).
 

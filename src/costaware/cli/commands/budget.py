@@ -621,11 +621,16 @@ def _given_back_by_budget(ledger: Any, hold: Any) -> dict[str, Decimal]:
 
     Read as each budget counts it (``Ledger.usage`` with and without the hold): the hold less the entries
     of that budget's own scope paid from it, nothing where it expired. A budget gone since counts nothing.
+    Its per-run budgets are read for the run its holds are keyed by: read from the holder, a holder not in
+    Airflow's ``dag/run/task/map_index`` form (a trial run outside Airflow) named no run, and they were
+    left out.
     """
+    from costaware.core.budgets import is_run_key, run_of_key
     from costaware.core.errors import BudgetNotFoundError
-    from costaware.core.ledger import holder_dag_id, holder_run_id
 
-    where = {"run_id": holder_run_id(hold.holder), "dag_id": holder_dag_id(hold.holder)}
+    run_keys = [key for key in ledger.hold_periods(hold.id).values() if is_run_key(key)]
+    dag_id, run_id = run_of_key(run_keys[0]) if run_keys else (None, None)
+    where = {"run_id": run_id, "dag_id": dag_id}
     try:
         counted = ledger.usage(hold.scope, **where)
         rest = {u.label: u.reserved_usd for u in ledger.usage(hold.scope, without=hold.id, **where)}
