@@ -290,3 +290,58 @@ def test_a_hold_whose_holder_names_no_airflow_run_reports_its_per_run_budget_too
     assert main(["--ledger-url", ledger_url, "audit", "--action", "hold_release", "--format", "json"]) == 0
     (line,) = json.loads(capsys.readouterr().out)
     assert {k: Decimal(v) for k, v in line["details"]["usd_by_budget"].items()} == back
+
+
+ML, BOTH, OTHER = {"team": "ml"}, {"project": "x", "team": "ml"}, {"other": "z"}
+
+
+@pytest.mark.parametrize(
+    ("budgets", "paid", "said"),
+    [
+        # Only team=ml's entries paid it: project=x got the whole hold back, and the note after both amounts
+        # said nothing was still reserved ("$4.00 was billed against its $4.00 hold").
+        (
+            ("project=x", "team=ml"),
+            [(ML, "4")],
+            "released the hold of my-search: $4.00 back to project=x/month, $0.00 back to team=ml/month "
+            "(nothing was still reserved: entries of its scope paid the whole $4.00 hold, which stays spent)",
+        ),
+        (
+            ("project=x", "team=ml"),
+            [(ML, "1")],
+            "released the hold of my-search: $4.00 back to project=x/month, $3.00 back to team=ml/month "
+            "(the other $1.00 of the $4.00 hold was paid by entries of its scope and stays spent)",
+        ),
+        # One budget, none of whose entries paid it: "released $4.00 ... ($1.00 of its $4.00 hold was paid
+        # from it and stays spent)".
+        (("project=x",), [(ML, "1")], "released $4.00 held by my-search in project=x/month"),
+        # The same back to both, $2.00 paid from it of which they count $1.00.
+        (
+            ("project=x", "team=ml"),
+            [(BOTH, "1"), (OTHER, "1")],
+            "released $3.00 held by my-search in project=x/month, team=ml/month (the other $1.00 of the "
+            "$4.00 hold was paid by entries of their scopes and stays spent)",
+        ),
+    ],
+)
+def test_what_stays_spent_is_said_of_each_budget_as_it_counts_it(
+    budgets: tuple[str, ...],
+    paid: list[tuple[dict[str, str], str]],
+    said: str,
+    ledger_url: str,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from decimal import Decimal
+
+    from costaware.core.ledger import Kind, LedgerEntry
+
+    ledger = Ledger.from_url(ledger_url)
+    for scope in budgets:
+        ledger.set_budget(scope, "month", "10")
+    held = ledger.reserve("project=x,team=ml", "4", holder="my-search")
+    for tags, usd in paid:
+        ledger.record(
+            LedgerEntry("d", "r1", "t", Kind.COMPUTE, Decimal(usd), tags=tags, reservation_id=held.id)
+        )
+    assert main(["--ledger-url", ledger_url, "budget", "release", "--holder", "my-search"]) == 0
+    assert capsys.readouterr().out.strip() == said

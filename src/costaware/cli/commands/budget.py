@@ -594,26 +594,59 @@ def budget_release(args: argparse.Namespace) -> int:
                 "forced": bool(args.force),
             },
         )
-        who = hold.holder or hold.id
-        if len(set(back.values())) > 1:
-            each = ", ".join(f"{format_usd_exact(usd)} back to {label}" for label, usd in back.items())
-            said = f"released the hold of {who}: {each}"
-        else:
-            where = ", ".join(hold.budgets) or str(hold.scope)
-            said = f"released {format_usd_exact(freed)} held by {who} in {where}"
-        if hold_paid >= hold.usd:
-            # "$6.25 of its $3.00 hold was paid from it": what was billed passed the hold, none was left.
-            said += (
-                f" (nothing was still reserved: {format_usd_exact(hold_paid)} was billed against its "
-                f"{format_usd_exact(hold.usd)} hold and stays spent)"
-            )
-        elif hold_paid:
-            said += (
-                f" (what was still reserved: {format_usd_exact(hold_paid)} of its "
-                f"{format_usd_exact(hold.usd)} hold was paid from it and stays spent)"
-            )
-        print(said)
+        print(_release_said(hold, back, hold_paid))
     return 0
+
+
+def _release_said(hold: Any, back: dict[str, Decimal], hold_paid: Decimal) -> str:
+    """What releasing ``hold`` gave back, said per budget where the budgets got different amounts.
+
+    ``back``: what each budget got back; ``hold_paid``: what every entry paid from the hold cost. One note on
+    what stays spent, after amounts that differ, contradicted them ("$4.00 back to project=x/month ...
+    (nothing was still reserved ...)"): each budget's own is said after its amount instead.
+    """
+    who = hold.holder or hold.id
+    held = format_usd_exact(hold.usd)
+    if len(set(back.values())) > 1:
+        return f"released the hold of {who}: " + ", ".join(
+            f"{format_usd_exact(usd)} back to {label}{_spent_in_budget(hold.usd - usd, hold.usd)}"
+            for label, usd in back.items()
+        )
+    freed = max(back.values(), default=Decimal(0))
+    where = ", ".join(hold.budgets) or str(hold.scope)
+    said = f"released {format_usd_exact(freed)} held by {who} in {where}"
+    if back and hold.usd - freed != min(hold_paid, hold.usd):
+        # Entries outside these budgets' scopes paid from it too: only what the budgets count stays spent in
+        # them, and the whole of what was paid said so of a part of it.
+        scopes = "its scope" if len(back) == 1 else "their scopes"
+        return said + _spent_in_budget(hold.usd - freed, hold.usd, scopes)
+    if hold_paid >= hold.usd:
+        # "$6.25 of its $3.00 hold was paid from it": what was billed passed the hold, none was left.
+        said += (
+            f" (nothing was still reserved: {format_usd_exact(hold_paid)} was billed against its {held} hold "
+            "and stays spent)"
+        )
+    elif hold_paid:
+        said += (
+            f" (what was still reserved: {format_usd_exact(hold_paid)} of its {held} hold was paid from it "
+            "and stays spent)"
+        )
+    return said
+
+
+def _spent_in_budget(paid: Decimal, held: Decimal, scopes: str = "its scope") -> str:
+    """`` (...)`` saying ``paid`` of a hold of ``held`` was paid by entries of ``scopes``; "" for none."""
+    if paid <= 0:
+        return ""
+    if paid >= held:
+        return (
+            f" (nothing was still reserved: entries of {scopes} paid the whole {format_usd_exact(held)} "
+            "hold, which stays spent)"
+        )
+    return (
+        f" (the other {format_usd_exact(paid)} of the {format_usd_exact(held)} hold was paid by entries of "
+        f"{scopes} and stays spent)"
+    )
 
 
 def _given_back_by_budget(ledger: Any, hold: Any) -> dict[str, Decimal]:
