@@ -213,8 +213,9 @@ def _ended_at(value: datetime | str | None) -> datetime | None:
 class FreedHold:
     """What :func:`free_paid_hold` did with a hold.
 
-    ``status``: ``settled`` (at ``paid_usd``) or ``released`` where it closed it, freeing ``freed_usd``, the
-    unpaid part; else the status it was found with, closed meanwhile (``closed_here`` False, nothing freed).
+    ``status``: ``released`` where it closed it, freeing ``freed_usd`` (the unpaid part; the ``paid_usd``
+    its entries paid from it stays spent); else the status it was found with, closed meanwhile
+    (``closed_here`` False, nothing freed).
     """
 
     status: str
@@ -225,22 +226,18 @@ class FreedHold:
 
 
 def free_paid_hold(ledger: Any, hold: Any) -> FreedHold:
-    """Close the open ``hold`` whose consumer ended: settled at what entries paid from it, else released.
+    """Release the open ``hold`` whose consumer ended, saying what it frees: only its unpaid part.
 
-    Released, the part the entries paid reads as money never spent; settled at it (already recorded, no
-    new entry), the hold says what was spent and frees only the rest. A hold a settle, release or new
-    hold closed meanwhile is left as it is: nothing freed here.
+    Released, not settled at what its entries paid so far: an entry still on its way (the spool, a late
+    listener) then finds the hold, pays from it and is said over its cap where it is; a hold settled at the
+    part paid so far took no later entry, recorded alone and silently past the cap. The entries paid from
+    it count as spent either way. A hold a settle, release or new hold closed meanwhile is left as it is.
     """
     paid_usd = ledger.paid_from([hold.id]).get(hold.id, Decimal(0))
     unpaid_usd = ledger.unpaid(hold.id)[0]
-    if paid_usd > 0:
-        closed = ledger.settle(hold.id, paid_usd, already_recorded=True)
-        if closed.status == "settled" and closed.settled_usd == paid_usd:
-            return FreedHold("settled", paid_usd, unpaid_usd, True, closed)
-    else:
-        closed = ledger.release(hold.id)
-        if closed.status == "released":
-            return FreedHold("released", paid_usd, unpaid_usd, True, closed)
+    closed = ledger.release(hold.id)
+    if closed.status == "released":
+        return FreedHold("released", paid_usd, unpaid_usd, True, closed)
     return FreedHold(str(closed.status), paid_usd, Decimal(0), False, closed)
 
 

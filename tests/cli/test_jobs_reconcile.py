@@ -1071,7 +1071,7 @@ def test_a_hold_a_cleared_tasks_new_try_got_back_is_not_freed_by_a_reconcile_tha
     assert f"kept the hold of {HOLDER}: the task was cleared or ran again since it was read" in err
 
 
-def test_a_kept_hold_its_jobs_entries_paid_from_is_settled_at_what_they_paid_and_says_what_it_frees(
+def test_a_kept_hold_its_jobs_entries_paid_from_is_released_and_says_it_frees_only_the_rest(
     tmp_path: Path, ledger: Any, ledger_url: str, monkeypatch: pytest.MonkeyPatch, capsys: Any
 ) -> None:
     # The hold is there first and the job's entry is paid from it; its settle never came (the trigger was
@@ -1095,12 +1095,12 @@ def test_a_kept_hold_its_jobs_entries_paid_from_is_settled_at_what_they_paid_and
     assert main(["jobs", "reconcile", "--ledger-url", ledger_url]) == 0
     err = " ".join(capsys.readouterr().err.split())
     assert (
-        f"settled the hold of {HOLDER} at the {format_usd_exact(paid)} its job's entries paid from it, "
-        f"freeing {format_usd_exact(left)}, kept at its run's end: its job {trigger.job_id} is billed"
+        f"released the hold of {HOLDER}, freeing {format_usd_exact(left)} (the {format_usd_exact(paid)} its "
+        f"job's entries paid from it stays spent), kept at its run's end: its job {trigger.job_id} is billed"
     ) in err
     with ledger.reading() as conn:
         closed = reservations.reservation(conn, kept.id)
-    assert (closed.status, closed.settled_usd) == ("settled", paid)
+    assert closed.status == "released"
 
 
 def test_a_kept_hold_settled_meanwhile_is_not_said_released(

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import pathlib
 from datetime import datetime, timedelta, timezone
 from decimal import Decimal
 from types import SimpleNamespace
@@ -1163,11 +1164,11 @@ def test_a_compute_field_with_a_space_around_it_is_read_without_it(tmp_path) -> 
 
 
 @pytest.mark.parametrize("path", ["run end", "billed job's hold"])
-def test_a_hold_its_entries_paid_from_is_settled_at_what_they_paid_and_said_freeing_the_rest(
+def test_a_hold_its_entries_paid_from_is_released_and_said_freeing_only_the_rest(
     ledger_env: Ledger, caplog: pytest.LogCaptureFixture, path: str
 ) -> None:
-    # The run's end (and its reconcile of a job found billed) released such a hold, its paid part then read
-    # as never spent, and logged "released $4.00": the whole hold, though $1.50 of it was spent.
+    # The run's end (and its reconcile of a job found billed) logged "released $4.00": the whole hold, though
+    # $1.50 of it was spent and stays so.
     import logging
 
     from costaware.core.ledger import LedgerEntry
@@ -1200,9 +1201,47 @@ def test_a_hold_its_entries_paid_from_is_settled_at_what_they_paid_and_said_free
 
     with ledger_env.reading() as conn:
         closed = reservations.reservation(conn, held.id)
-    assert (closed.status, closed.settled_usd) == ("settled", Decimal("1.50"))
+    assert closed.status == "released"
     assert "released $4" not in caplog.text
-    assert "at the $1.50 its entries paid from it, freeing $2.50" in caplog.text
+    assert "freeing $2.50 (the $1.50 its entries paid from it stays spent)" in caplog.text
+    (usage,) = ledger_env.usage("project=churn")
+    assert (usage.spent_usd, usage.reserved_usd) == (Decimal("1.50"), 0)
+
+
+def test_an_entry_still_in_the_spool_at_the_runs_end_finds_the_freed_hold_and_is_said_over_its_cap(
+    ledger_env: Ledger, caplog: pytest.LogCaptureFixture, tmp_path: pathlib.Path
+) -> None:
+    # Settled at the $3 paid so far, the hold took no later entry: the try's last $2, spooled while the
+    # ledger was down, was recorded alone after another run took the freed room: $12 on a $10 cap, unsaid.
+    import logging
+
+    from costaware.core.ledger import LedgerEntry
+    from costaware.ledger_spool import drain, spool_entry
+    from costaware.plugins.reservation_release import release_reservations
+
+    ledger_env.set_budget("project=churn", "month", "10")
+    held = ledger_env.reserve("project=churn", "6", holder="retrain/run1/train/-1", run_id="run1")
+
+    def entry(usd: str, **more: Any) -> LedgerEntry:
+        return LedgerEntry(
+            dag_id="retrain",
+            run_id="run1",
+            task_id="train",
+            kind="compute",
+            usd=Decimal(usd),
+            tags={"project": "churn"},
+            **more,
+        )
+
+    ledger_env.record(entry("3", reservation_id=held.id))
+    spool_entry(tmp_path / "spool", entry("2"), "costaware_ledger", retrying=False)
+    release_reservations("retrain", "run1", None, "the run ended", {"costaware_ledger"})
+    ledger_env.reserve("project=churn", "7", holder="retrain/run2/train/-1", run_id="run2")
+    with caplog.at_level(logging.ERROR):
+        drain(tmp_path / "spool", lambda conn_id: ledger_env)
+    late = [e for e in ledger_env.entries() if Decimal(str(e["usd"])) == 2]
+    assert late and late[0]["reservation_id"] == held.id  # paid from the hold it belongs to
+    assert "$2.00 over its cap" in caplog.text
 
 
 def test_a_run_end_release_of_a_hold_settled_meanwhile_frees_nothing_and_says_so(

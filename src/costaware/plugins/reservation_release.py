@@ -65,8 +65,8 @@ def release_reservations(
 ) -> list[Any]:
     """Free the open reservations held for ``task_ids`` of one run (all of the run's when None): those closed.
 
-    Each is settled at what entries paid from it where they did, else released
-    (:func:`~costaware.remote_reconcile.free_paid_hold`); one closed meanwhile is said and left out.
+    Each is released, freeing its unpaid part (what entries paid from it stays spent:
+    :func:`~costaware.remote_reconcile.free_paid_hold`); one closed meanwhile is said and left out.
 
     ``keep_holders``: holders left open (a task whose unwatched job a reconcile stops and bills: billing
     it settles its hold, and freed before that, the money its job still spends could be reserved again);
@@ -129,13 +129,14 @@ def release_reservations(
                 hold.status,
                 reason,
             )
-        elif hold.status == "settled":  # part of it spent: only the rest is freed
+        elif hold.paid_usd > 0:  # part of it spent: only the rest is freed
             log.info(
-                "costaware: settled the hold of %s in %s at the %s its entries paid from it, freeing %s: %s",
+                "costaware: released the hold of %s in %s, freeing %s (the %s its entries paid from it stays "
+                "spent): %s",
                 reservation.holder,
                 ", ".join(reservation.budgets),
-                format_usd_exact(hold.paid_usd),
                 format_usd_exact(hold.freed_usd),
+                format_usd_exact(hold.paid_usd),
                 reason,
             )
         else:

@@ -209,7 +209,7 @@ def _kept_holds(ledger: Any, wait: Any) -> list[Any]:
 def _free_kept_hold(ledger: Any, hold: Any, wait: Any) -> str:
     """Close ``hold``, kept for ``wait``'s billed job: what it says of it.
 
-    Settled at what the job's entries paid from it, else released (see
+    Released: only its unpaid part is freed, what the job's entries paid stays spent (see
     :func:`~costaware.remote_reconcile.free_paid_hold`).
     """
     from costaware.remote_reconcile import free_paid_hold
@@ -218,10 +218,10 @@ def _free_kept_hold(ledger: Any, hold: Any, wait: Any) -> str:
     why = f"kept at its run's end: its job {wait.job_id} is billed"
     if not freed.closed_here:
         return f"costaware: the hold of {wait.task} {why}, was {freed.status} meanwhile: nothing freed here"
-    if freed.status == "settled":
+    if freed.paid_usd > 0:
         return (
-            f"costaware: settled the hold of {wait.task} at the {_usd(freed.paid_usd)} its job's entries "
-            f"paid from it, freeing {_usd(freed.freed_usd)}, {why}"
+            f"costaware: released the hold of {wait.task}, freeing {_usd(freed.freed_usd)} (the "
+            f"{_usd(freed.paid_usd)} its job's entries paid from it stays spent), {why}"
         )
     return f"costaware: released {_usd(freed.freed_usd)} held for {wait.task}, {why}"
 
