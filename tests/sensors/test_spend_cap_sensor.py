@@ -719,6 +719,16 @@ def test_a_for_task_id_given_the_operator_is_refused_when_the_dag_is_parsed() ->
         with pytest.raises(ValueError, match=r"for_task_id=\['train'\]: give the task's id as text"):
             sensor(task_id="gate_2", deferrable=False, for_task_id=["train"])
 
+        # What renders to the id is taken: a task's XCom (the task it picks), as a template is.
+        from airflow.sdk import task
+
+        @task
+        def pick() -> str:
+            return "train"
+
+        picked = sensor(task_id="gate_3", deferrable=False, for_task_id=pick())
+        assert picked.for_task_id is not None
+
 
 @pytest.mark.parametrize("scope", ["", "  ", None])
 def test_a_scope_that_rendered_empty_is_refused_not_read_as_every_run(env_ledger: Ledger, scope: Any) -> None:

@@ -126,9 +126,10 @@ class SpendCapSensor(SpendGateApproval, metaclass=RecordsArgumentsGiven):
             on_exceeded, approvers, approval_timeout, on_rejected, from_defaults
         )
         check_written(scope, estimated_usd, estimated_gpu_hours)
-        if for_task_id is not None and not isinstance(for_task_id, str):
+        named = getattr(for_task_id, "task_id", None)
+        if isinstance(named, str) or isinstance(for_task_id, list | tuple | set | dict | int | float):
             # The operator itself (for_task_id=train) was taken, then refused at run time as "not a task".
-            named = getattr(for_task_id, "task_id", None)
+            # Text and what renders to it (a template, an XComArg) are taken.
             hint = f"its id, for_task_id={named!r}" if isinstance(named, str) else "the task's id as text"
             raise ValueError(f"SpendCapSensor {self.task_id!r}: for_task_id={for_task_id!r}: give {hint}")
         self.scope = scope
