@@ -1251,6 +1251,51 @@ def test_a_retry_in_the_same_process_is_judged_by_its_own_first_look(
     assert f"the deadline {deadline} (the deadline argument) is too near" in capsys.readouterr().out
 
 
+def test_a_second_run_of_the_same_task_object_is_judged_by_its_own_first_look(
+    tmp_path: Path, ledger_env: Ledger, capsys: pytest.CaptureFixture[str], clock: Any
+) -> None:
+    from types import SimpleNamespace
+
+    # dag.test() called twice in one process runs copies of the task that share its dicts: the second run's
+    # try 1 took the first run's first look, a day earlier: its deadline too near went on-demand "as planned".
+    prices = tmp_path / "prices.csv"
+    write_history(prices, current="2.00")  # above the forecast: waits
+    deadline = (now() + timedelta(hours=6)).isoformat()
+    sensor = make_sensor(prices=str(prices), deadline=deadline, deferrable=False)
+    first_run = SimpleNamespace(try_number=1, run_id="run1", map_index=-1)
+    assert sensor.poke(context(run_id="run1", ti=first_run, task_reschedule_count=0)) is False
+    clock.shift(timedelta(days=1))
+    capsys.readouterr()
+    deadline = (now() + timedelta(minutes=10)).isoformat()
+    sensor.deadline = deadline  # as the second run renders it
+    second_run = SimpleNamespace(try_number=1, run_id="run2", map_index=-1)
+    assert sensor.poke(context(run_id="run2", ti=second_run, task_reschedule_count=0)).is_done
+    out = capsys.readouterr().out
+    assert f"the deadline {deadline} (the deadline argument) is too near" in out and "as planned" not in out
+
+
+def test_a_retry_of_the_same_task_object_is_told_its_argument_warnings_again(
+    tmp_path: Path, ledger_env: Ledger, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from types import SimpleNamespace
+
+    # The warnings said were kept per task object: under dags test, try 2 was never told them.
+    prices = tmp_path / "prices.csv"
+    write_history(prices, current="2.00")  # above the forecast minimum: keeps waiting
+    sensor = make_sensor(prices=str(prices), deadline="{{ params.deadline }}", deferrable=False)
+    sensor.deadline = " "  # as rendered with the param unset
+    for tried in (1, 2):
+        ctx = context(
+            ti=SimpleNamespace(try_number=tried),
+            task_reschedule_count=0,
+            data_interval_start=now() - timedelta(hours=1),
+            data_interval_end=now() + timedelta(hours=11),
+        )
+        assert sensor.poke(ctx) is False
+        assert sensor.poke(ctx) is False  # a later poke of the try: not said again
+    assert capsys.readouterr().out.count("which is not given") == 2
+
+
 def test_a_manual_run_given_a_past_window_is_still_warned(
     tmp_path: Path, ledger_env: Ledger, capsys: pytest.CaptureFixture[str]
 ) -> None:

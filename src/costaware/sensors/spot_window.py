@@ -54,6 +54,7 @@ from costaware.sensors.spot_window_run import (
     past_window,
     run_type_of,
     starts_in_window,
+    try_key,
     try_number,
     try_started,
 )
@@ -216,8 +217,9 @@ class SpotWindowSensor(BaseSensorOperator):
         self.deadline = deadline
         # As written: a template of it that renders not given ("{{ params.deadline }}" unset) is warned.
         self._deadline_written = deadline
-        self._warned: set[str] = set()  # the run-argument warnings said by this task (see _warn_once)
-        self._first_looks: dict[int, datetime] = {}  # try number -> its first look (see _first_look)
+        # Keyed by try_key (run, map index, try): dags test shares these between runs (see try_key).
+        self._warned: set[tuple[tuple[str, int, int], str]] = set()  # argument warnings said (_warn_once)
+        self._first_looks: dict[tuple[str, int, int], datetime] = {}  # a try's first look (_first_look)
         self.earliest_start = earliest_start
         self.target_usd_per_hour = target_usd_per_hour
         self.on_demand_usd_per_hour = on_demand_usd_per_hour
@@ -469,7 +471,7 @@ class SpotWindowSensor(BaseSensorOperator):
         the end of its wait. Poke mode remembers its first poke; reschedule mode loads the task anew at each
         poke, so a later poke's try began at its first reschedule (see :func:`try_started`).
         """
-        tried = try_number(context)
+        tried = try_key(context)
         if tried not in self._first_looks:
             earlier = try_started(context) if context.get("task_reschedule_count") else None
             self._first_looks[tried] = min(earlier, now) if earlier is not None else now
@@ -485,9 +487,10 @@ class SpotWindowSensor(BaseSensorOperator):
         reschedule mode a put-off start and an earlier poke cannot be told apart: both warn nothing more.
         """
         pokes_rescheduled = self.reschedule and not self.deferrable
-        if warning in self._warned or (pokes_rescheduled and context.get("task_reschedule_count")):
+        said = (try_key(context), warning)
+        if said in self._warned or (pokes_rescheduled and context.get("task_reschedule_count")):
             return False
-        self._warned.add(warning)
+        self._warned.add(said)
         return True
 
     def _forecast_starts(

@@ -69,6 +69,19 @@ def try_number(context: Context) -> int:
     return int(getattr(context.get("ti"), "try_number", None) or 1)
 
 
+def try_key(context: Context) -> tuple[str, int, int]:
+    """The run, map index and try of this look: what the sensor's memories of a try are keyed by.
+
+    ``airflow dags test`` (``dag.test()``) runs each run and try on copies of the task that share its dicts
+    (a shallow copy): keyed by the try number alone, a second run in the process took the first run's first
+    look, and a retry was never told its argument warnings again.
+    """
+    ti = context.get("ti")
+    run_id = getattr(ti, "run_id", None) or context.get("run_id") or ""
+    map_index = getattr(ti, "map_index", None)
+    return str(run_id), -1 if map_index is None else int(map_index), try_number(context)
+
+
 def try_started(context: Context) -> datetime | None:
     """When this try of the task first started on a worker; None where the context does not say.
 
