@@ -369,7 +369,10 @@ class SpotWindowSensor(BaseSensorOperator):
         # A deadline argument already past was chosen for this run: its warning says to give a later one.
         window_over = None if given_deadline or not say else past_window(context, now)
         first_look = self._first_look(context, now)
-        if say and first_look < latest <= now:
+        # A poke_interval longer than the slack after the latest start pokes first past the deadline: no plan.
+        # best_effort's latest start is its deadline, which it may finish after (a soft deadline).
+        in_time = now < deadline or priority == "best_effort"
+        if say and first_look < latest <= now and in_time:
             # This try looked before its latest start and waited for spot until it: the wait's planned end.
             # Judged by now alone, the poke reaching it was warned of a deadline "too near" (past the window's
             # end, of "a late start") as if the try had had no time to wait.
@@ -377,6 +380,19 @@ class SpotWindowSensor(BaseSensorOperator):
                 "the wait for spot (since %s) reached the latest start %s: on-demand starts now, as planned",
                 first_look.isoformat(),
                 latest.isoformat(),
+            )
+        elif say and first_look < latest <= now:
+            self.log.warning(
+                "the first poke after the latest start %s came at %s, after the deadline %s: on-demand "
+                "starts now and cannot finish in time (the wait for spot began at %s). poke_interval (%g s) "
+                "is longer than the %s between the latest start and the deadline: give the sensor a shorter "
+                "poke_interval, or deferrable=True (its trigger starts on-demand at the latest start)",
+                latest.isoformat(),
+                now.isoformat(),
+                deadline.isoformat(),
+                first_look.isoformat(),
+                self.poke_interval,
+                deadline - latest,
             )
         elif (
             window_over is not None and window_over.run_started is not None and first_look >= window_over.end
