@@ -1084,6 +1084,13 @@ def test_a_best_effort_run_whose_deadline_is_within_its_runtime_waits_and_is_not
     assert "on-demand starts now" not in capsys.readouterr().out
 
 
+class TaskStateStore(dict[str, Any]):
+    """The task instance's ``task_state_store`` (``context["task_state_store"]``), kept across reschedules."""
+
+    def set(self, key: str, value: Any) -> None:
+        self[key] = value
+
+
 class Try:
     """One try of the sensor as Airflow runs it: poke mode pokes one task; reschedule mode loads it anew.
 
@@ -1096,6 +1103,7 @@ class Try:
         self.sensor = make_sensor(**self.sensor_kwargs)
         self.rescheduled = 1 if put_off_at else 0
         self.first_rescheduled: datetime | None = put_off_at
+        self.store = TaskStateStore()
 
     def look(self, **ctx: Any) -> Any:
         from types import SimpleNamespace
@@ -1110,7 +1118,8 @@ class Try:
             run_id="r",
             get_first_reschedule_date=lambda _: first,
         )
-        result = self.sensor.poke(context(ti=ti, task_reschedule_count=self.rescheduled, **ctx))
+        looked = context(ti=ti, task_reschedule_count=self.rescheduled, task_state_store=self.store, **ctx)
+        result = self.sensor.poke(looked)
         if self.mode == "reschedule" and result is False:
             self.first_rescheduled, self.rescheduled = self.first_rescheduled or now(), self.rescheduled + 1
         return result
@@ -1169,6 +1178,43 @@ def test_a_try_whose_start_was_put_off_past_its_latest_start_is_still_told_its_d
     put_off = Try(mode, now() - timedelta(minutes=2), prices=str(prices), deadline=deadline)
     assert put_off.look().xcom_value["market"] == "on_demand"
     assert f"the deadline {deadline} (the deadline argument) is too near" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("mode", ["poke", "reschedule", "deferrable"])
+def test_a_try_put_off_before_its_latest_start_until_after_it_is_warned_not_logged_as_planned(
+    tmp_path: Path, ledger_env: Ledger, capsys: pytest.CaptureFixture[str], mode: str
+) -> None:
+    from types import SimpleNamespace
+
+    # Put off at its start 5 minutes ago (the worker could not load the DAG), before its latest start 2
+    # minutes ago: its first reschedule was taken for a first look, and its first look was logged "the wait
+    # for spot (since <the put-off>) reached the latest start ... as planned" though it never waited for spot.
+    prices = tmp_path / "prices.csv"
+    write_history(prices, current="0.10")
+    deadline = now() + timedelta(minutes=58)  # 1 hour of work, no restart overhead
+    put_off_at = now() - timedelta(minutes=5)
+    if mode == "deferrable":
+        sensor = make_sensor(prices=str(prices), deadline=deadline.isoformat())
+        ti = SimpleNamespace(
+            try_number=1,
+            map_index=-1,
+            dag_id="spot_window_test",
+            run_id="r",
+            get_first_reschedule_date=lambda _: put_off_at,
+        )
+        ctx = context(ti=ti, task_reschedule_count=1, task_state_store=TaskStateStore())
+        assert sensor.execute(ctx)["market"] == "on_demand"
+    else:
+        assert Try(mode, put_off_at, prices=str(prices), deadline=deadline.isoformat()).look().is_done
+    out = capsys.readouterr().out
+    assert "as planned" not in out and "too near" not in out
+    [line] = [line for line in out.splitlines() if "[warning" in line]
+    latest = deadline - timedelta(hours=1)
+    assert (
+        f"this try (try 1) started at {put_off_at.isoformat()}, before its latest start "
+        f"{latest.isoformat()}, but the worker could not load the DAG and put its start off ([workers] "
+        "missing_dag_retries)" in line
+    )
 
 
 @pytest.mark.parametrize(

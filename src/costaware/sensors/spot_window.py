@@ -52,11 +52,13 @@ from costaware.operators.templating import is_literal
 from costaware.sensors.spot_window_run import (
     late_deadline_remedy,
     past_window,
+    record_rescheduled_wait,
     run_type_of,
     starts_in_window,
     try_key,
     try_number,
     try_started,
+    waited_at_a_rescheduled_poke,
 )
 from costaware.triggers.spot_window import SpotWindowTrigger
 
@@ -220,6 +222,7 @@ class SpotWindowSensor(BaseSensorOperator):
         # Keyed by try_key (run, map index, try): dags test shares these between runs (see try_key).
         self._warned: set[tuple[tuple[str, int, int], str]] = set()  # argument warnings said (_warn_once)
         self._first_looks: dict[tuple[str, int, int], datetime] = {}  # a try's first look (_first_look)
+        self._market_looks: dict[tuple[str, int, int], datetime] = {}  # its first look by this task object
         self.earliest_start = earliest_start
         self.target_usd_per_hour = target_usd_per_hour
         self.on_demand_usd_per_hour = on_demand_usd_per_hour
@@ -372,7 +375,11 @@ class SpotWindowSensor(BaseSensorOperator):
         # A poke_interval longer than the slack after the latest start pokes first past the deadline: no plan.
         # best_effort's latest start is its deadline, which it may finish after (a soft deadline).
         in_time = now < deadline or priority == "best_effort"
-        if say and first_look < latest <= now and in_time:
+        # Begun before the latest start is not enough: a try put off at its start never looked until now.
+        waited = say and first_look < latest <= now and self._looked_earlier(context)
+        if say:
+            self._market_looks.setdefault(try_key(context), now)
+        if waited and in_time:
             # This try looked before its latest start and waited for spot until it: the wait's planned end.
             # Judged by now alone, the poke reaching it was warned of a deadline "too near" (past the window's
             # end, of "a late start") as if the try had had no time to wait.
@@ -381,7 +388,7 @@ class SpotWindowSensor(BaseSensorOperator):
                 first_look.isoformat(),
                 latest.isoformat(),
             )
-        elif say and first_look < latest <= now:
+        elif waited:
             self.log.warning(
                 "the first poke after the latest start %s came at %s, after the deadline %s: on-demand "
                 "starts now and cannot finish in time (the wait for spot began at %s). poke_interval (%g s) "
@@ -393,6 +400,18 @@ class SpotWindowSensor(BaseSensorOperator):
                 first_look.isoformat(),
                 self.poke_interval,
                 deadline - latest,
+            )
+        elif say and first_look < latest <= now:
+            # Its first reschedule is a put-off start, not a look: it had no wait, nor a deadline too near.
+            self.log.warning(
+                "this try (try %s) started at %s, before its latest start %s, but the worker could not "
+                "load the DAG and put its start off ([workers] missing_dag_retries): it first looked at the "
+                "market now, after the latest start, so on-demand starts now with no wait for spot. Make the "
+                "DAG load on the workers at once (its import time, a DAG bundle not yet there), or give the "
+                "sensor a later deadline",
+                try_number(context),
+                first_look.isoformat(),
+                latest.isoformat(),
             )
         elif (
             window_over is not None and window_over.run_started is not None and first_look >= window_over.end
@@ -492,6 +511,18 @@ class SpotWindowSensor(BaseSensorOperator):
             earlier = try_started(context) if context.get("task_reschedule_count") else None
             self._first_looks[tried] = min(earlier, now) if earlier is not None else now
         return self._first_looks[tried]
+
+    def _looked_earlier(self, context: Context) -> bool:
+        """Whether this try looked at the market at an earlier poke (deferrable: its look is its first).
+
+        Poke mode pokes this task object again; reschedule mode loads it anew at each poke, and a poke that
+        waited recorded it in the task state store (``task_reschedule_count`` also counts put-off starts).
+        """
+        if try_key(context) in self._market_looks:
+            return True
+        if self.reschedule and not self.deferrable:
+            return waited_at_a_rescheduled_poke(context, self.log)
+        return False
 
     def _warn_once(self, warning: str, context: Context) -> bool:
         """Whether ``warning``, about the run's arguments, is due: once a try, not at every poke.
@@ -661,6 +692,8 @@ class SpotWindowSensor(BaseSensorOperator):
             decision = self._decide_now(plan, now)
             if decision is None:
                 self._keep_gated_holds(context, parse_instant(plan["latest_start"], name="latest_start"))
+                if self.reschedule:
+                    record_rescheduled_wait(context, now, self.log)
                 return False
             return PokeReturnValue(is_done=True, xcom_value=self._finish(context, plan, decision))
 

@@ -15,6 +15,7 @@ from costaware.core.series import parse_instant
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
+    from airflow.sdk.types import Logger
 
 
 def run_type_of(context: Context) -> str:
@@ -80,6 +81,44 @@ def try_key(context: Context) -> tuple[str, int, int]:
     run_id = getattr(ti, "run_id", None) or context.get("run_id") or ""
     map_index = getattr(ti, "map_index", None)
     return str(run_id), -1 if map_index is None else int(map_index), try_number(context)
+
+
+#: The task state store key of a reschedule-mode poke that waited for spot (see waited_at_a_rescheduled_poke).
+_WAITED_KEY = "costaware.spot_window.waited.try_{}"
+
+
+def record_rescheduled_wait(context: Context, now: datetime, log: Logger) -> None:
+    """Remember, across reschedules, that this try looked at the market at ``now`` and waited for spot.
+
+    Reschedule mode loads the task anew at each poke, and ``task_reschedule_count`` also counts starts put
+    off because the worker could not load the DAG: only this record tells a try that waited from one put off.
+    """
+    store = context.get("task_state_store")
+    if store is None:
+        return
+    try:
+        store.set(_WAITED_KEY.format(try_number(context)), now.isoformat())
+    except Exception as error:  # a record for a log line: the decision goes on without it
+        log.warning(
+            "could not record this poke's wait for spot in the task state store (%s): a later poke past the "
+            "latest start may be told its start was put off",
+            error,
+        )
+
+
+def waited_at_a_rescheduled_poke(context: Context, log: Logger) -> bool:
+    """Whether an earlier reschedule-mode poke of this try looked at the market and waited for spot.
+
+    Without a task state store (a library call) the try's reschedules are taken for its own pokes.
+    """
+    store = context.get("task_state_store")
+    if store is None:
+        return bool(context.get("task_reschedule_count"))
+    try:
+        return store.get(_WAITED_KEY.format(try_number(context))) is not None
+    except Exception as error:  # a read for a log line: the decision goes on without it
+        log.warning("could not read the task state store (%s): the try's reschedules count as pokes", error)
+        return bool(context.get("task_reschedule_count"))
 
 
 def try_started(context: Context) -> datetime | None:
