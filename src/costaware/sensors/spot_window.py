@@ -33,7 +33,6 @@ from costaware.core.given import blank
 from costaware.core.ledger import utcnow
 from costaware.core.series import parse_instant
 from costaware.core.spot_window import (
-    MOST_RESTART_OVERHEAD_MINUTES,
     Observation,
     SpotDecision,
     decide_on_objective,
@@ -49,6 +48,12 @@ from costaware.glue import (
 )
 from costaware.operators.remote_training_args import parse_zones
 from costaware.operators.templating import is_literal
+from costaware.sensors.spot_window_arguments import (
+    check_target_fits,
+    check_written,
+    parse_overhead_and_history,
+    price,
+)
 from costaware.sensors.spot_window_run import (
     FirstRescheduleAskedOnce,
     late_deadline_remedy,
@@ -67,10 +72,6 @@ if TYPE_CHECKING:
     from airflow.sdk import Context
 
     from costaware.hooks.ledger import CostLedgerHook
-
-
-#: The most days of price history the forecast reads (ten years, as the core's longest durations).
-_MOST_HISTORY_DAYS = 3650
 
 
 class SpotWindowSensor(BaseSensorOperator):
@@ -178,30 +179,8 @@ class SpotWindowSensor(BaseSensorOperator):
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
-        # "10m" or "7d" failed the parse with a bare TypeError ("'<' not supported between ... 'str'").
-        overhead = parse_decimal(
-            restart_overhead_minutes,
-            name="restart_overhead_minutes",
-            non_negative=True,
-            unit="minutes",
-            read_at_parse=True,
-        )
-        # Finite as a Decimal, "1e400" is infinite as the float the latest start is counted with: it passed
-        # the parse and failed the run naming inf. Refused here, as written, at the core's bound.
-        if overhead > MOST_RESTART_OVERHEAD_MINUTES:
-            raise ConfigurationError(
-                "restart_overhead_minutes must be a number of minutes from 0 to "
-                f"{MOST_RESTART_OVERHEAD_MINUTES} (ten years), got {restart_overhead_minutes!r}: write the "
-                "minutes a restart takes, e.g. 10"
-            )
-        days = parse_decimal(history_days, name="history_days", unit="days", read_at_parse=True)
-        # "1e400" days overflowed the run's timedelta with a bare OverflowError.
-        if days < 7 or days > _MOST_HISTORY_DAYS or days != int(days):
-            raise ConfigurationError(
-                f"history_days must be 7 or more (one week of prices) and at most {_MOST_HISTORY_DAYS} (ten "
-                f"years), a whole number of days, got {history_days!r}"
-            )
-        _check_written(
+        overhead, days = parse_overhead_and_history(restart_overhead_minutes, history_days)
+        check_written(
             expected_runtime_hours=expected_runtime_hours,
             deadline=deadline,
             earliest_start=earliest_start,
@@ -468,16 +447,16 @@ class SpotWindowSensor(BaseSensorOperator):
             )
         # A template of an unset param renders "None" (or "null" with tojson): unset, as for the deadline.
         if blank(self.on_demand_usd_per_hour) is not None:
-            on_demand = _price(self.on_demand_usd_per_hour, "on_demand_usd_per_hour", positive=True)
+            on_demand = price(self.on_demand_usd_per_hour, "on_demand_usd_per_hour", positive=True)
         else:
             from costaware.adapters.price_source import list_price
 
             on_demand = list_price(self.ledger_hook.get_conn(), self.instance_type, self.region)
         target = None
         if blank(self.target_usd_per_hour) is not None:
-            target = str(_price(self.target_usd_per_hour, "target_usd_per_hour"))
+            target = str(price(self.target_usd_per_hour, "target_usd_per_hour"))
         objective = Objective.parse(self.objective, self.carbon_usd_per_tonne)
-        _check_target_fits(target, objective)
+        check_target_fits(target, objective)
         carbon: dict[str, Any] = {}
         if objective.needs_carbon:
             # Only for carbon objectives: the plan and trigger kwargs of today's DAGs stay as they were.
@@ -760,80 +739,3 @@ class SpotWindowSensor(BaseSensorOperator):
 def _objective(plan: dict[str, Any]) -> Objective:
     """The plan's objective (``cost`` when it has none: a plan of today's form)."""
     return Objective(plan.get("objective") or "cost", float(plan.get("carbon_usd_per_tonne") or 0.0))
-
-
-def _written(value: Any) -> bool:
-    """Whether ``value`` is given and holds no template (so it can be checked when the DAG is parsed)."""
-    # A datetime written out too: a naive one passed the parse, and failed the run.
-    return blank(value) is not None and (is_literal(value) or isinstance(value, datetime))
-
-
-def _check_written(
-    *,
-    expected_runtime_hours: Any,
-    deadline: Any,
-    earliest_start: Any,
-    target_usd_per_hour: Any,
-    on_demand_usd_per_hour: Any,
-    objective: Any,
-    carbon_usd_per_tonne: Any,
-) -> None:
-    """Check the values written out in the DAG now, with the messages the task would give after rendering.
-
-    Raises:
-        ConfigurationError: a bad value, named.
-    """
-    if _written(expected_runtime_hours):
-        parse_decimal(expected_runtime_hours, name="expected_runtime_hours", positive=True)
-    instants = {
-        name: parse_instant(value, name=name)
-        for name, value in (("deadline", deadline), ("earliest_start", earliest_start))
-        if _written(value)
-    }
-    if len(instants) == 2 and instants["earliest_start"] >= instants["deadline"]:
-        raise ConfigurationError(
-            f"earliest_start {earliest_start!r} is not before the deadline {deadline!r}: no run could "
-            "start in time; move one of them"
-        )
-    if _written(target_usd_per_hour):
-        _price(target_usd_per_hour, "target_usd_per_hour")
-    if _written(on_demand_usd_per_hour):
-        _price(on_demand_usd_per_hour, "on_demand_usd_per_hour", positive=True)
-    if _written(objective) and (carbon_usd_per_tonne in (None, "") or _written(carbon_usd_per_tonne)):
-        parsed = Objective.parse(objective, carbon_usd_per_tonne)
-        parsed.check_settings_used(carbon_usd_per_tonne)
-        if _written(target_usd_per_hour):
-            _check_target_fits(target_usd_per_hour, parsed)
-
-
-def _price(value: Any, name: str, *, positive: bool = False) -> Decimal:
-    """A price in USD/hour as written (``0.40``, ``"$0.40"``).
-
-    Raises:
-        ConfigurationError: text, a negative price, or $0 where ``positive``; named.
-    """
-    from costaware.core.money import parse_usd
-
-    price = parse_usd(value, name=name)
-    if positive and price == 0:
-        # Only on_demand_usd_per_hour is positive: spot is judged against it, and the fallback billed at it.
-        raise ConfigurationError(
-            f"{name} must be more than $0 an hour, got {value!r}: write the instance's on-demand price an "
-            "hour (e.g. 3.06), or leave it out for the bundled AWS price list"
-        )
-    return price
-
-
-def _check_target_fits(target: Any, objective: Objective) -> None:
-    """Refuse a price target where the objective ranks starts by kg CO2e: the two cannot be compared.
-
-    It was read in the objective's unit, so ``"0.10"`` meant 0.10 kg CO2e/hour, and a run started on spot at
-    a price above the dollars the team meant.
-    """
-    if target in (None, "") or objective.name != "carbon":
-        return
-    raise ConfigurationError(
-        f"target_usd_per_hour={target!r} is a price, and objective 'carbon' ranks starts by kg CO2e an hour, "
-        "which a price cannot be compared with: leave target_usd_per_hour out (the sensor starts at the "
-        "forecast's best hour), or use objective 'cost+carbon' (USD an hour plus the carbon price)"
-    )

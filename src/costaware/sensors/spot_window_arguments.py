@@ -1,0 +1,131 @@
+"""``SpotWindowSensor``'s arguments written out in the DAG, checked when it is parsed (``__init__``).
+
+Each with the message the task would give after rendering; :func:`price` and :func:`check_target_fits` are
+also the run's checks of the rendered values.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from decimal import Decimal
+from typing import Any
+
+from costaware.core.carbon import Objective
+from costaware.core.errors import ConfigurationError
+from costaware.core.given import blank
+from costaware.core.series import parse_instant
+from costaware.core.spot_window import MOST_RESTART_OVERHEAD_MINUTES
+from costaware.glue import parse_decimal
+from costaware.operators.templating import is_literal
+
+#: The most days of price history the forecast reads (ten years, as the core's longest durations).
+MOST_HISTORY_DAYS = 3650
+
+
+def parse_overhead_and_history(restart_overhead_minutes: Any, history_days: Any) -> tuple[Decimal, Decimal]:
+    """``restart_overhead_minutes`` and ``history_days`` as numbers, within the bounds the run counts with.
+
+    Raises:
+        ConfigurationError: a value that is no number, or out of its bounds; named, with what to write.
+    """
+    # "10m" or "7d" failed the parse with a bare TypeError ("'<' not supported between ... 'str'").
+    overhead = parse_decimal(
+        restart_overhead_minutes,
+        name="restart_overhead_minutes",
+        non_negative=True,
+        unit="minutes",
+        read_at_parse=True,
+    )
+    # Finite as a Decimal, "1e400" is infinite as the float the latest start is counted with: it passed
+    # the parse and failed the run naming inf. Refused here, as written, at the core's bound.
+    if overhead > MOST_RESTART_OVERHEAD_MINUTES:
+        raise ConfigurationError(
+            "restart_overhead_minutes must be a number of minutes from 0 to "
+            f"{MOST_RESTART_OVERHEAD_MINUTES} (ten years), got {restart_overhead_minutes!r}: write the "
+            "minutes a restart takes, e.g. 10"
+        )
+    days = parse_decimal(history_days, name="history_days", unit="days", read_at_parse=True)
+    # "1e400" days overflowed the run's timedelta with a bare OverflowError.
+    if days < 7 or days > MOST_HISTORY_DAYS or days != int(days):
+        raise ConfigurationError(
+            f"history_days must be 7 or more (one week of prices) and at most {MOST_HISTORY_DAYS} (ten "
+            f"years), a whole number of days, got {history_days!r}"
+        )
+    return overhead, days
+
+
+def written(value: Any) -> bool:
+    """Whether ``value`` is given and holds no template (so it can be checked when the DAG is parsed)."""
+    # A datetime written out too: a naive one passed the parse, and failed the run.
+    return blank(value) is not None and (is_literal(value) or isinstance(value, datetime))
+
+
+def check_written(
+    *,
+    expected_runtime_hours: Any,
+    deadline: Any,
+    earliest_start: Any,
+    target_usd_per_hour: Any,
+    on_demand_usd_per_hour: Any,
+    objective: Any,
+    carbon_usd_per_tonne: Any,
+) -> None:
+    """Check the values written out in the DAG now, with the messages the task would give after rendering.
+
+    Raises:
+        ConfigurationError: a bad value, named.
+    """
+    if written(expected_runtime_hours):
+        parse_decimal(expected_runtime_hours, name="expected_runtime_hours", positive=True)
+    instants = {
+        name: parse_instant(value, name=name)
+        for name, value in (("deadline", deadline), ("earliest_start", earliest_start))
+        if written(value)
+    }
+    if len(instants) == 2 and instants["earliest_start"] >= instants["deadline"]:
+        raise ConfigurationError(
+            f"earliest_start {earliest_start!r} is not before the deadline {deadline!r}: no run could "
+            "start in time; move one of them"
+        )
+    if written(target_usd_per_hour):
+        price(target_usd_per_hour, "target_usd_per_hour")
+    if written(on_demand_usd_per_hour):
+        price(on_demand_usd_per_hour, "on_demand_usd_per_hour", positive=True)
+    if written(objective) and (carbon_usd_per_tonne in (None, "") or written(carbon_usd_per_tonne)):
+        parsed = Objective.parse(objective, carbon_usd_per_tonne)
+        parsed.check_settings_used(carbon_usd_per_tonne)
+        if written(target_usd_per_hour):
+            check_target_fits(target_usd_per_hour, parsed)
+
+
+def price(value: Any, name: str, *, positive: bool = False) -> Decimal:
+    """A price in USD/hour as written (``0.40``, ``"$0.40"``).
+
+    Raises:
+        ConfigurationError: text, a negative price, or $0 where ``positive``; named.
+    """
+    from costaware.core.money import parse_usd
+
+    price = parse_usd(value, name=name)
+    if positive and price == 0:
+        # Only on_demand_usd_per_hour is positive: spot is judged against it, and the fallback billed at it.
+        raise ConfigurationError(
+            f"{name} must be more than $0 an hour, got {value!r}: write the instance's on-demand price an "
+            "hour (e.g. 3.06), or leave it out for the bundled AWS price list"
+        )
+    return price
+
+
+def check_target_fits(target: Any, objective: Objective) -> None:
+    """Refuse a price target where the objective ranks starts by kg CO2e: the two cannot be compared.
+
+    It was read in the objective's unit, so ``"0.10"`` meant 0.10 kg CO2e/hour, and a run started on spot at
+    a price above the dollars the team meant.
+    """
+    if target in (None, "") or objective.name != "carbon":
+        return
+    raise ConfigurationError(
+        f"target_usd_per_hour={target!r} is a price, and objective 'carbon' ranks starts by kg CO2e an hour, "
+        "which a price cannot be compared with: leave target_usd_per_hour out (the sensor starts at the "
+        "forecast's best hour), or use objective 'cost+carbon' (USD an hour plus the carbon price)"
+    )
