@@ -1247,27 +1247,6 @@ def test_a_try_put_off_before_its_latest_start_until_after_it_is_warned_not_logg
     )
 
 
-def test_a_reschedule_poke_records_its_wait_only_while_its_reschedules_could_be_put_offs(
-    tmp_path: Path, ledger_env: Ledger, capsys: pytest.CaptureFixture[str], clock: Any
-) -> None:
-    # [workers] missing_dag_retries (3) put-offs at most: past that many reschedules one was a poke that
-    # waited and recorded it, so later pokes neither write nor read the task state store (API calls).
-    prices = tmp_path / "prices.csv"
-    write_history(prices, current="2.00")  # above the forecast: waits
-    deadline = now() + timedelta(hours=6)
-    waiting = Try("reschedule", prices=str(prices), deadline=deadline.isoformat())
-    for _ in range(5):
-        assert waiting.look() is False
-    assert list(waiting.store) == ["costaware.spot_window.waited.try_1"]  # written at the first 4 pokes
-    waiting.store.clear()
-    assert waiting.look() is False  # its 5th reschedule: no write
-    assert waiting.store == {}
-    clock.shift(timedelta(hours=5, minutes=1))
-    capsys.readouterr()
-    assert waiting.look().xcom_value["market"] == "on_demand"  # none read: waited all the same
-    assert "on-demand starts now, as planned" in capsys.readouterr().out
-
-
 @pytest.mark.parametrize(
     ("priority", "mode", "poke_interval"),
     [("best_effort", "poke", 60), ("best_effort", "reschedule", 60), ("normal", "reschedule", 4 * 3600)],

@@ -11,8 +11,6 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from airflow.sdk import conf
-
 from costaware.core.series import parse_instant
 
 if TYPE_CHECKING:
@@ -89,15 +87,6 @@ def try_key(context: Context) -> tuple[str, int, int]:
 _WAITED_KEY = "costaware.spot_window.waited.try_{}"
 
 
-def _poked_before(context: Context) -> bool:
-    """Whether the try's reschedules are too many to all be put-off starts: one was a poke that waited.
-
-    Airflow puts a start off only while the try has fewer than ``[workers] missing_dag_retries`` reschedules.
-    """
-    retries = conf.getint("workers", "missing_dag_retries", fallback=3)
-    return int(context.get("task_reschedule_count") or 0) > max(retries, 0)
-
-
 def record_rescheduled_wait(context: Context, now: datetime, log: Logger) -> None:
     """Remember, across reschedules, that this try looked at the market at ``now`` and waited for spot.
 
@@ -105,7 +94,7 @@ def record_rescheduled_wait(context: Context, now: datetime, log: Logger) -> Non
     off because the worker could not load the DAG: only this record tells a try that waited from one put off.
     """
     store = context.get("task_state_store")
-    if store is None or _poked_before(context):  # recorded by that poke: no call to the API server
+    if store is None:
         return
     try:
         store.set(_WAITED_KEY.format(try_number(context)), now.isoformat())
@@ -125,8 +114,6 @@ def waited_at_a_rescheduled_poke(context: Context, log: Logger) -> bool:
     store = context.get("task_state_store")
     if store is None:
         return bool(context.get("task_reschedule_count"))
-    if _poked_before(context):
-        return True
     try:
         return store.get(_WAITED_KEY.format(try_number(context))) is not None
     except Exception as error:  # a read for a log line: the decision goes on without it
