@@ -646,36 +646,6 @@ def test_run_argument_warnings_are_said_once_a_try_not_at_every_poke(
     assert out.count(warning) == 1
 
 
-def test_a_reschedule_poke_asks_the_api_server_its_first_reschedule_date_once(
-    tmp_path: Path, ledger_env: Ledger
-) -> None:
-    from types import SimpleNamespace
-
-    from airflow.sdk.exceptions import AirflowRescheduleException
-
-    # BaseSensorOperator asks it for its timeout, and the sensor's first look asked it again at every poke.
-    prices = tmp_path / "prices.csv"
-    write_history(prices, current="2.00")  # above the forecast minimum: keeps waiting
-    asked: list[object] = []
-    first = now() - timedelta(minutes=30)
-
-    def first_reschedule_date(ctx: object) -> datetime:
-        asked.append(ctx)
-        return first
-
-    ti = SimpleNamespace(try_number=1, map_index=-1, get_first_reschedule_date=first_reschedule_date)
-    sensor = make_sensor(
-        prices=str(prices),
-        deadline=(now() + timedelta(hours=6)).isoformat(),
-        deferrable=False,
-        mode="reschedule",
-    )
-    with pytest.raises(AirflowRescheduleException):
-        sensor.execute(context(ti=ti, task_reschedule_count=3))
-    assert len(asked) == 1
-    assert list(sensor._first_looks.values()) == [first]  # the first look is the date asked
-
-
 @pytest.mark.parametrize("deferrable", [False, True], ids=["poke", "deferrable"])
 def test_a_try_put_off_for_a_missing_dag_is_still_warned_of_its_arguments(
     tmp_path: Path, ledger_env: Ledger, capsys: pytest.CaptureFixture[str], deferrable: bool

@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 from decimal import Decimal
 from functools import cached_property
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseSensorOperator, PokeReturnValue, conf
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
@@ -55,7 +55,6 @@ from costaware.sensors.spot_window_arguments import (
     price,
 )
 from costaware.sensors.spot_window_run import (
-    FirstRescheduleAskedOnce,
     late_deadline_remedy,
     past_window,
     record_rescheduled_wait,
@@ -623,10 +622,6 @@ class SpotWindowSensor(BaseSensorOperator):
     def execute(self, context: Context) -> Any:
         """Decide at once if possible; else defer to the trigger (or poke, when not deferrable)."""
         if not self.deferrable:
-            if self.reschedule and context.get("ti") is not None:
-                # Its first reschedule date is asked of the API server by BaseSensorOperator and the first
-                # look alike: once a poke is enough.
-                context = cast("Context", {**context, "ti": FirstRescheduleAskedOnce(context["ti"])})
             return super().execute(context)
         now = utcnow()
         with airflow_errors():

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from costaware.core.series import parse_instant
 
@@ -119,25 +119,6 @@ def waited_at_a_rescheduled_poke(context: Context, log: Logger) -> bool:
     except Exception as error:  # a read for a log line: the decision goes on without it
         log.warning("could not read the task state store (%s): the try's reschedules count as pokes", error)
         return bool(context.get("task_reschedule_count"))
-
-
-class FirstRescheduleAskedOnce:
-    """The task instance, asked its first reschedule date (a call to the API server) once a poke.
-
-    In reschedule mode BaseSensorOperator.execute asks it for its timeout, and :func:`try_started` again.
-    """
-
-    def __init__(self, ti: Any) -> None:
-        self._ti = ti
-        self._asked: dict[str, Any] = {}
-
-    def get_first_reschedule_date(self, context: Context) -> Any:
-        if "date" not in self._asked:
-            self._asked["date"] = self._ti.get_first_reschedule_date(context)
-        return self._asked["date"]
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._ti, name)
 
 
 def try_started(context: Context) -> datetime | None:
