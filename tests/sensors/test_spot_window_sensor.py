@@ -1248,13 +1248,19 @@ def test_a_run_that_waited_in_its_window_until_it_ended_is_no_late_start(
         assert "[warning" not in out and "on-demand starts now, as planned" in out
     else:  # poked first past the deadline itself: on-demand cannot finish in time, which is no plan
         [line] = [line for line in out.splitlines() if "[warning" in line]
-        assert re.search(f"came at [^ ]+, after the deadline {re.escape(ends.isoformat())}: on-demand", line)
-        assert "give the sensor a shorter poke_interval, or deferrable=True" in line
+        assert re.search(f"came at [^ ]+, too late .* by the deadline {re.escape(ends.isoformat())}", line)
+        assert "or deferrable=True" in line
 
 
+@pytest.mark.parametrize("after", [timedelta(hours=6, minutes=30), timedelta(hours=5, minutes=45)])
 @pytest.mark.parametrize("mode", ["poke", "reschedule"])
 def test_a_poke_that_first_comes_after_the_deadline_is_warned_not_logged_as_planned(
-    tmp_path: Path, ledger_env: Ledger, capsys: pytest.CaptureFixture[str], clock: Any, mode: str
+    tmp_path: Path,
+    ledger_env: Ledger,
+    capsys: pytest.CaptureFixture[str],
+    clock: Any,
+    mode: str,
+    after: timedelta,
 ) -> None:
     # A poke_interval (3 h) longer than the hour between the latest start and the deadline: the next poke came
     # after the deadline, started on-demand too late to finish, and said so at INFO "as planned".
@@ -1263,7 +1269,9 @@ def test_a_poke_that_first_comes_after_the_deadline_is_warned_not_logged_as_plan
     deadline = now() + timedelta(hours=6)
     waiting = Try(mode, prices=str(prices), deadline=deadline.isoformat(), poke_interval=3 * 3600)
     assert waiting.look() is False
-    clock.shift(timedelta(hours=6, minutes=30))
+    # Past the deadline, or before it with less than the run's hour left (judged by the deadline alone, a
+    # poke 15 minutes before it was "as planned").
+    clock.shift(after)
     capsys.readouterr()
     assert waiting.look().xcom_value["market"] == "on_demand"
     out = capsys.readouterr().out
@@ -1271,11 +1279,11 @@ def test_a_poke_that_first_comes_after_the_deadline_is_warned_not_logged_as_plan
     [line] = [line for line in out.splitlines() if "[warning" in line]
     latest = deadline - timedelta(hours=1)
     said = (
-        f"the first poke after the latest start {re.escape(latest.isoformat())} came at [^ ]+, after the "
-        f"deadline {re.escape(deadline.isoformat())}: on-demand starts now and cannot finish in time"
+        f"the first poke after the latest start {re.escape(latest.isoformat())} came at [^ ]+, too late for "
+        f"1 hour\\(s\\) of on-demand work to finish by the deadline {re.escape(deadline.isoformat())}"
     )
     assert re.search(said, line)
-    assert "poke_interval (10800 s) is longer than the 1:00:00 between the latest start and the" in line
+    assert "poke_interval (now 10800 s) shorter than its restart_overhead_minutes" in line
 
 
 @pytest.mark.parametrize("mode", ["poke", "reschedule"])

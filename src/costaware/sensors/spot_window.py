@@ -351,9 +351,11 @@ class SpotWindowSensor(BaseSensorOperator):
         # A deadline argument already past was chosen for this run: its warning says to give a later one.
         window_over = None if given_deadline or not say else past_window(context, now)
         first_look = self._first_look(context, now)
-        # A poke_interval longer than the slack after the latest start pokes first past the deadline: no plan.
-        # best_effort's latest start is its deadline, which it may finish after (a soft deadline).
-        in_time = now < deadline or priority == "best_effort"
+        # A poke_interval longer than the slack after the latest start pokes first too late for on-demand to
+        # finish by the deadline: no plan (judged by the deadline alone, a poke an hour before a 1-hour
+        # run's deadline was "as planned"). best_effort's latest start is its deadline, which it may finish
+        # after (a soft deadline).
+        in_time = now + timedelta(hours=float(runtime)) <= deadline or priority == "best_effort"
         # Begun before the latest start is not enough: a try put off at its start never looked until now.
         waited = say and first_look < latest <= now and self._looked_earlier(context)
         if say:
@@ -369,16 +371,17 @@ class SpotWindowSensor(BaseSensorOperator):
             )
         elif waited:
             self.log.warning(
-                "the first poke after the latest start %s came at %s, after the deadline %s: on-demand "
-                "starts now and cannot finish in time (the wait for spot began at %s). poke_interval (%g s) "
-                "is longer than the %s between the latest start and the deadline: give the sensor a shorter "
-                "poke_interval, or deferrable=True (its trigger starts on-demand at the latest start)",
+                "the first poke after the latest start %s came at %s, too late for %s hour(s) of on-demand "
+                "work to finish by the deadline %s (the wait for spot began at %s). Give the sensor a "
+                "poke_interval (now %g s) shorter than its restart_overhead_minutes (%s), or deferrable=True "
+                "(its trigger starts on-demand at the latest start)",
                 latest.isoformat(),
                 now.isoformat(),
+                runtime,
                 deadline.isoformat(),
                 first_look.isoformat(),
                 self.poke_interval,
-                deadline - latest,
+                self.restart_overhead_minutes,
             )
         elif say and first_look < latest <= now:
             # Its first reschedule is a put-off start, not a look: it had no wait, nor a deadline too near.
@@ -387,10 +390,11 @@ class SpotWindowSensor(BaseSensorOperator):
                 "load the DAG and put its start off ([workers] missing_dag_retries): it first looked at the "
                 "market now, after the latest start, so on-demand starts now with no wait for spot. Make the "
                 "DAG load on the workers at once (its import time, a DAG bundle not yet there), or give the "
-                "sensor a later deadline",
+                "sensor a later deadline%s",
                 try_number(context),
                 first_look.isoformat(),
                 latest.isoformat(),
+                "" if in_time else f"; it cannot finish by the deadline {deadline.isoformat()} now",
             )
         elif (
             window_over is not None and window_over.run_started is not None and first_look >= window_over.end
