@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+from datetime import datetime
 from typing import Any
 
 import pytest
@@ -832,6 +833,105 @@ def test_a_stop_at_the_cap_whose_kept_state_a_re_created_wait_fails_to_read_once
     assert event is not None and listing.stops == ["j"]
     assert event["job"]["billable_seconds"] == 600.0 + stop_seconds(state)  # to its grace period's end
     assert len(reads) == 2  # read again once, then no more
+
+
+def _cap_stopped_then_rebuilt(
+    monkeypatch: pytest.MonkeyPatch, answers_after_stop: list[Any], *, keep_stop: bool = True
+) -> tuple[Any, Any, Any, list[bool], datetime]:
+    """A wait that stops job "j" at its cap (600 s), and a wait re-created after it whose XCom reads fail
+    while the returned flag list holds True; ``keep_stop=False``: the first wait never kept its stop."""
+    from datetime import timedelta, timezone
+    from types import SimpleNamespace
+
+    from airflow.sdk.execution_time.xcom import XCom
+    from attempt_states import CAPTURED  # tests/support/
+
+    import costaware.adapters.compute.base as compute
+    from costaware.adapters.compute.base import JobState, JobStatus
+    from costaware.training.attempts import AttemptState
+    from costaware.training.plan import RemotePlan
+
+    kept = keeping_wait_state(monkeypatch)
+    t0 = datetime(2026, 11, 26, 9, tzinfo=timezone.utc)
+    plan = RemotePlan.from_json({**CAPTURED, "backend": "batch", "backend_options": {}})
+    state = AttemptState(plan=plan).submitted(
+        job_id="j", market="spot", submitted_at=t0.isoformat(), stop_after_seconds=600, stop_by_poll=True
+    )
+
+    def running(seconds: float) -> JobStatus:
+        return JobStatus(job_id="j", state=JobState.RUNNING, market="spot", billable_seconds=seconds)
+
+    listing = _Listing([running(590.0), running(600.0), *answers_after_stop])
+    monkeypatch.setattr(compute, "open_backend", lambda name, options: listing)
+    deferred = {"backend": "batch", "backend_options": {}, "job_id": "j", "state": state.to_json()}
+    task = SimpleNamespace(dag_id="remote_dag", task_id="train", run_id="r", map_index=-1)
+    first = RemoteTrainingJobTrigger(**deferred, poll_interval=300)  # type: ignore[arg-type]
+    first.task_instance = task  # type: ignore[assignment]
+    seen = t0 + timedelta(seconds=610)
+    assert first.poll_tolerant(seen) is None
+    stopped_at = seen + timedelta(seconds=10)
+    assert first.poll_tolerant(stopped_at) is None and listing.stops == ["j"]
+    if not keep_stop:
+        kept.clear()
+
+    read_kept = XCom.get_one
+    api_down = [True]
+
+    def fails_while_down(**where: Any) -> Any:
+        if api_down[0]:
+            raise ConnectionError("the API server does not answer")
+        return read_kept(**where)
+
+    monkeypatch.setattr(XCom, "get_one", fails_while_down)
+    rebuilt = RemoteTrainingJobTrigger(**deferred, poll_interval=300)  # type: ignore[arg-type]
+    rebuilt.task_instance = task  # type: ignore[assignment]
+    return rebuilt, listing, state, api_down, stopped_at
+
+
+def test_a_re_created_wait_that_cannot_read_its_kept_state_neither_stops_nor_bills_the_job_as_gone(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Reads of the kept stop failing for ~600 s (the API server down), the same poll that failed to read it
+    # sent the stop again and billed the job as gone from its submit: stops ['j', 'j'], 1350 s, not 710 s.
+    from datetime import timedelta
+
+    from costaware.core.errors import JobNotFoundError
+    from costaware.training.attempt_effects import stop_seconds
+    from costaware.triggers.remote_training import NOT_LISTED_GRACE_SECONDS
+
+    gone = JobNotFoundError("DescribeJobs does not list it")
+    rebuilt, listing, state, api_down, stopped_at = _cap_stopped_then_rebuilt(monkeypatch, [gone] * 5)
+    now = stopped_at + timedelta(seconds=20)
+    assert rebuilt.poll_tolerant(now) is None
+    assert rebuilt.poll_tolerant(now + timedelta(seconds=30)) is None
+    past_grace = now + timedelta(seconds=NOT_LISTED_GRACE_SECONDS)
+    assert rebuilt.poll_tolerant(past_grace) is None  # gone, but whether it was stopped is unread
+    assert rebuilt.poll_tolerant(past_grace + timedelta(seconds=5)) is None
+    assert listing.stops == ["j"]
+    api_down[0] = False
+    event = rebuilt.poll_tolerant(past_grace + timedelta(seconds=15))
+    assert event is not None and listing.stops == ["j"]
+    assert event["job"]["billable_seconds"] == 600.0 + stop_seconds(state)  # to its grace period's end
+
+
+@pytest.mark.parametrize(
+    ("ran", "stopped"), [(600.0 + 30, ["j"]), (600.0 + 1000, ["j", "j"])], ids=["in its grace", "past it"]
+)
+def test_an_unread_kept_state_holds_back_a_stop_at_the_cap_only_while_a_kept_stop_could_explain_the_run(
+    monkeypatch: pytest.MonkeyPatch, ran: float, stopped: list[str]
+) -> None:
+    # A stop kept by the wait before ends the job within its grace period: one still running past that
+    # was never stopped (nothing was kept), and an unread state must not hold its stop back for ever.
+    from datetime import timedelta
+
+    from costaware.adapters.compute.base import JobState, JobStatus
+    from costaware.training.attempt_effects import stop_seconds
+
+    job = JobStatus(job_id="j", state=JobState.RUNNING, market="spot", billable_seconds=ran)
+    rebuilt, listing, state, _, stopped_at = _cap_stopped_then_rebuilt(monkeypatch, [job], keep_stop=False)
+    assert 30 < stop_seconds(state) < 1000
+    assert rebuilt.poll_tolerant(stopped_at + timedelta(seconds=ran - 600)) is None
+    assert listing.stops == stopped
 
 
 @pytest.mark.parametrize("created_known", [True, False], ids=["created", "no creation time"])

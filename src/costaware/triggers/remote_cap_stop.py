@@ -55,6 +55,7 @@ class CapStopping(_TriggerBase):
     _cap_stop_seen: tuple[Any, datetime] | None
     _cap_stop_due_in: float | None
     _cap_stop_retries: int
+    _cap_stop_restored: bool
     _cancelled: threading.Event
 
     def next_poll_in(self) -> float:
@@ -72,14 +73,19 @@ class CapStopping(_TriggerBase):
         due = self._cap_stop_due_in
         self._cap_stop_due_in = seconds if due is None else min(due, seconds)
 
-    def _send_cap_stop(self, job_id: str, *, stop_after_seconds: int | None = None) -> bool:
+    def _send_cap_stop(
+        self, job_id: str, *, stop_after_seconds: int | None = None, ran_past_stop: float | None = None
+    ) -> bool:
         """Send the stop at the cap (SIGTERM: it checkpoints); False, asked again soon, where it failed.
 
         Once sent, the job's end is recorded as stopped by ``max_usd`` after ``stop_after_seconds`` of
         running (None: as the state says), and the stop is kept where a re-created wait reads it
-        (:meth:`_keep_cap_stop`).
+        (:meth:`_keep_cap_stop`). ``ran_past_stop``: how long the job ran past the point it is stopped at
+        (None: unknown), which tells whether a stop the kept state may hold could still explain it.
         """
         if self._polled_after_cancel("stopped at the cap"):
+            return False
+        if self._cap_stop_unread(job_id, ran_past_stop):
             return False
         from costaware.adapters.compute.base import open_backend
 
@@ -106,6 +112,37 @@ class CapStopping(_TriggerBase):
         self.state = {**self.state, "current": current}
         self._keep_cap_stop()
         return True
+
+    def _cap_stop_unread(self, job_id: str, ran_past_stop: float | None) -> bool:
+        """Whether the stop at the cap waits for the kept state to be read (asked again soon).
+
+        A re-created wait that cannot read it (the API server down) may replace one that sent the stop:
+        sent again, the job got a second SIGTERM and, gone after it, was billed as gone, past its grace
+        period. A stop kept ends the job within its grace period after it, though: one still running past
+        that was never stopped (nothing was kept), and is stopped whether or not the state can be read.
+        """
+        if self._cap_stop_restored:
+            return False
+        grace = self._stop_grace_seconds()
+        if ran_past_stop is not None and grace is not None and ran_past_stop > grace:
+            return False
+        self._retry_cap_stop()
+        self.log.warning(
+            "job %s has run what is left of max_usd, but whether the wait before this one stopped it is "
+            "unknown until its kept state is read: not stopped now, asked again in %g s",
+            job_id,
+            self.next_poll_in(),
+        )
+        return True
+
+    def _stop_grace_seconds(self) -> float | None:
+        """The most a job runs after a stop at the cap (its grace period), or None: no plan to size it by."""
+        from costaware.training.attempt_effects import stop_seconds
+        from costaware.training.attempts import AttemptState
+
+        if not self.state.get("backend") or not self.state.get("current"):
+            return None
+        return stop_seconds(AttemptState.from_json(self.state))
 
     def _polled_after_cancel(self, what: str) -> bool:
         """Whether this wait was cancelled while its poll ran: then the job is not ``what`` by it."""
@@ -314,7 +351,11 @@ class CapStopping(_TriggerBase):
             )
         # Stopped short of its limit (nothing left to run on): its end is recorded as stopped by max_usd,
         # not as a preemption that a new attempt would follow.
-        self._send_cap_stop(job_id, stop_after_seconds=int(ran) if ran < float(limit) else None)
+        self._send_cap_stop(
+            job_id,
+            stop_after_seconds=int(ran) if ran < float(limit) else None,
+            ran_past_stop=ran - float(limit),
+        )
 
     def _stop_within_cap_on_other_type(self, status: Any) -> None:
         """Stop a job that runs on a dearer type than planned once it has run what ``max_usd`` buys there.
@@ -388,4 +429,5 @@ class CapStopping(_TriggerBase):
             float(status.billable_seconds) / instances(plan),
         )
         # Its end is then recorded as stopped by max_usd (the stop it ran into), not as a preemption.
-        self._send_cap_stop(job_id, stop_after_seconds=limit)
+        ran_past = float(status.billable_seconds) / instances(plan) - limit
+        self._send_cap_stop(job_id, stop_after_seconds=limit, ran_past_stop=ran_past)

@@ -229,6 +229,19 @@ class RemoteTrainingJobTrigger(KilledJobBilling, BaseTrigger):
                     self.log.info(f"job %s is {said}: polled again", self.job_id, self.backend)
                     self._stop_unlisted_at_cap(due_before)
                     return None
+                if not self._cap_stop_restored:
+                    # Whether the wait before this one stopped it at the cap (billed to its grace period's
+                    # end, not stopped again) is unknown until its kept state is read: polled again soon.
+                    self._retry_cap_stop()
+                    self.log.warning(
+                        "job %s on %s: %s; not billed as gone until the wait's kept state is read (asked "
+                        "again in %g s)",
+                        self.job_id,
+                        self.backend,
+                        status.reason,
+                        self.next_poll_in(),
+                    )
+                    return None
                 if self._stopped_for_cap == self.job_id and self._cap_stopped_at is not None:
                     status = self._gone_after_cap_stop(status, now=now, instances=count)
                 elif ended_when_found(self.state, self._last_seen) is not None:
