@@ -1666,3 +1666,86 @@ def test_a_job_gone_when_the_reconcile_stops_it_is_said_gone_for_the_reconciles_
     said = capsys.readouterr().out
     assert f"{RECONCILE_WHY}; job {trigger.job_id}: " in said
     assert "the task was killed" not in said
+
+
+@pytest.mark.parametrize("failing", ["open_backend", "first poll"])
+def test_a_kill_in_the_worker_whose_stop_fails_before_the_job_is_stopped_bills_it_to_its_grace_period(
+    tmp_path: Path,
+    ledger: Any,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    failing: str,
+) -> None:
+    # A wait in the worker keeps no wait state for `costaware jobs reconcile` to find its job by: an error
+    # before the bill kept the hold and said the reconcile would bill the job, which nothing ever did.
+    import costaware.adapters.compute.base as compute
+    from costaware.adapters.compute.local import LocalBackend
+    from costaware.core.errors import ConfigurationError
+
+    ledger.set_budget("project=churn", "month", "10")
+    ledger.reserve("project=churn", "1.00", holder=HOLDER, run_id="r")
+    trigger = deferred_trigger(operator(tmp_path, "wait-for-notice"))
+    wait_for(tmp_path / "seen.jsonl.ready")
+    assert trigger.job_id is not None
+
+    error: Exception
+    with monkeypatch.context() as patched:
+        if failing == "open_backend":
+            error = ConfigurationError("backend_options: 'region' is not a known option")
+
+            def no_backend(name: str, options: Any) -> Any:
+                raise error
+
+            patched.setattr(compute, "open_backend", no_backend)
+        else:
+            error = RuntimeError("EndpointConnectionError: Could not connect to the endpoint URL")
+
+            def unwrapped(self: LocalBackend, job_id: str) -> Any:
+                raise error
+
+            patched.setattr(LocalBackend, "poll", unwrapped)
+        trigger.stop_and_bill(wait_seconds=0.3, poll_seconds=0.1, ask_state=False, bill_refused=True)
+
+    (entry,) = train_entries(ledger)
+    assert entry["cause"] == "killed" and "grace period" in entry["note"] and str(error) in entry["note"]
+    assert ledger.open_reservations() == []
+    said = capsys.readouterr().out
+    assert f"stopping and billing job {trigger.job_id} failed ({type(error).__name__}" in said
+    stop_by_hand = f"check job {trigger.job_id} on local and stop it by hand if it still runs"
+    assert (stop_by_hand in said) == (failing == "open_backend")  # a poll's error: its stop went through
+    assert "jobs reconcile" not in said
+    (tmp_path / "jobs" / trigger.job_id / "stop").touch()  # the test's own end of the job
+
+
+@pytest.mark.parametrize("in_worker", [True, False], ids=["worker", "trigger"])
+def test_a_kill_whose_bill_fails_says_what_follows_on_its_own_path(
+    tmp_path: Path,
+    ledger: Any,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    in_worker: bool,
+) -> None:
+    # A worker's wait keeps no wait state: `costaware jobs reconcile` never bills its job, as the error said.
+    from costaware.remote_billing import KilledTrainingBilling
+
+    ledger.set_budget("project=churn", "month", "10")
+    gate = ledger.reserve("project=churn", "1.00", holder=HOLDER, run_id="r")
+    trigger = deferred_trigger(operator(tmp_path, "wait-for-notice"))
+    wait_for(tmp_path / "seen.jsonl.ready")
+    assert trigger.job_id is not None
+    error = OSError("disk I/O error")
+
+    def unwritable(self: KilledTrainingBilling, *args: Any, **kwargs: Any) -> Any:
+        raise error
+
+    with monkeypatch.context() as patched:
+        patched.setattr(KilledTrainingBilling, "_bill_attempt", unwritable)
+        with pytest.raises(OSError):
+            trigger.stop_and_bill(wait_seconds=0.3, poll_seconds=0.1, ask_state=False, bill_refused=in_worker)
+
+    (held,) = ledger.open_reservations()
+    assert held.id == gate.id
+    said = capsys.readouterr().out
+    assert f"job {trigger.job_id} not billed (OSError: disk I/O error)" in said
+    assert ("`costaware jobs reconcile` bills the job" in said) is not in_worker
+    assert ("nothing bills the job: record what it ran by hand" in said) is in_worker

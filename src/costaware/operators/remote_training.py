@@ -891,8 +891,9 @@ class RemoteTrainingOperator(RemoteAttemptSteps, RemotePlanArguments, BuiltInTra
 
         A retry would follow it by its name; without one it ran on, watched and billed by nobody. ``why``
         goes into the entry's note. Returns whether it was stopped and billed (False: said in the log).
-        ``bill_refused``: a job whose stop the backend refuses is billed to its grace period all the same
-        (one no kept wait state names, which `costaware jobs reconcile` could never find and bill).
+        ``bill_refused``: a job whose stop the backend refuses (or whose stop and bill fails before the bill)
+        is billed to its grace period all the same (one no kept wait state names, which `costaware jobs
+        reconcile` could never find and bill).
         """
         if state.current is None:
             return False
@@ -914,7 +915,7 @@ class RemoteTrainingOperator(RemoteAttemptSteps, RemotePlanArguments, BuiltInTra
             # period at once (the process is killed 5 s after SIGTERM).
             try:
                 # The worker keeps no wait state of this job for a reconcile to find it by: one whose stop
-                # is refused is billed to its grace period now, or it never would be.
+                # is refused (or fails before the bill) is billed to its grace period now, or never would be.
                 trigger.stop_and_bill(
                     wait_seconds=WORKER_KILL_WAIT_SECONDS, ask_state=False, bill_refused=True
                 )

@@ -7,7 +7,7 @@ that ended, `airflow dags test`'s Ctrl-C, the operator's last try and ``costawar
 from __future__ import annotations
 
 import time
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from costaware.core.ledger import utcnow
@@ -99,8 +99,9 @@ class KilledJobBilling(GoneJobBilling):
         nothing is billed (billed to its grace period, it ran on unbilled past it) and the task's hold stays
         held; the error in the log says to stop it by hand, and ``costaware jobs reconcile`` lists it still.
         ``bill_refused``: bill it to its grace period all the same (a wait in the worker, which keeps no wait
-        state for a reconcile to find the job by: unbilled, it would never be). Any other error before the
-        bill is raised with the hold held too: the job may run on.
+        state for a reconcile to find the job by: unbilled, it would never be), and so on any other error
+        before the bill (the backend cannot be opened, a poll fails with an error not the backend's).
+        Without it, any other error before the bill is raised with the hold held too: the job may run on.
         """
         from costaware.core.errors import StopRefused
         from costaware.remote_billing import KilledTrainingBilling
@@ -117,13 +118,20 @@ class KilledJobBilling(GoneJobBilling):
         )
         try:
             if self.job_id is not None and state.current is not None:
-                job, ended, own_end = self._stop_job(
-                    state,
-                    wait_seconds=wait_seconds,
-                    poll_seconds=poll_seconds,
-                    why=why,
-                    bill_refused=bill_refused,
-                )
+                try:
+                    job, ended, own_end = self._stop_job(
+                        state,
+                        wait_seconds=wait_seconds,
+                        poll_seconds=poll_seconds,
+                        why=why,
+                        bill_refused=bill_refused,
+                    )
+                except Exception as e:
+                    if not bill_refused:
+                        raise
+                    # Nothing bills a worker's job later (no wait state names it): billed now, as a stop
+                    # refused, to the end of its grace period after a last try to stop it.
+                    job, ended, own_end = self._stopped_after_error(state, e, why=why), False, False
                 if job is not None:
                     # A job that had ended on its own before the kill keeps its own cause, as does a success.
                     own_cause = None if own_end or job["state"] == "succeeded" else cause
@@ -158,15 +166,22 @@ class KilledJobBilling(GoneJobBilling):
             # ledger's write): the job may train on, or ended unbilled. Settled, its money was freed while
             # the job spent it; held, the TTL or `costaware jobs reconcile` frees it once the job is billed.
             verdict = "failed"
+            # A wait in the worker keeps no wait state for the reconcile to find the job by.
+            follows = (
+                "the hold stays held until its run ends or its TTL passes, and nothing bills the job: record "
+                "what it ran by hand"
+                if bill_refused
+                else "`costaware jobs reconcile` bills the job once it has ended"
+            )
             self.log.error(
                 "job %s not billed (%s: %s): check job %s on %s and stop it by hand if it still runs; "
-                "the task's budget hold stays held, and `costaware jobs reconcile` bills the job once it "
-                "has ended",
+                "the task's budget hold stays held, and %s",
                 self.job_id,
                 type(e).__name__,
                 e,
                 self.job_id,
                 self.backend,
+                follows,
             )
             raise
         finally:
@@ -233,14 +248,11 @@ class KilledJobBilling(GoneJobBilling):
         time, or no answer), the time since its submit. That is not its end: the entry is keyed by the job's
         name.
         """
-        from dataclasses import replace
-
         from costaware.adapters.compute.base import (
             JobState,
             JobStatus,
             billed_instances,
             open_backend,
-            with_copies_run_out,
         )
         from costaware.core.errors import ComputeBackendError, JobNotFoundError, StopRefused
         from costaware.training.attempt_effects import stop_seconds
@@ -324,6 +336,97 @@ class KilledJobBilling(GoneJobBilling):
         if refused is not None and not gone and not bill_refused:
             # Not stopped, not seen to end: billed to its grace period, it would run on unbilled past it.
             raise StopRefused(f"{type(refused).__name__}: {refused}")
+        if gone:
+            reason = f"stopped when {why}; the backend no longer has it, billed up to then"
+        else:
+            reason = (
+                f"stopped when {why}; not ended after {wait_seconds:.0f} s, billed to "
+                f"{stop_seconds(state):.0f} s after the stop (its grace period, or the backend's own kill if "
+                "later), the latest it can run"
+            )
+        ended = self._billed_to_latest_end(
+            state,
+            status,
+            seen_at=seen_at,
+            stopped_at=stopped_at,
+            unpriced=unpriced,
+            gone=gone,
+            why=why,
+            reason=reason,
+        )
+        return dict(ended.to_dict()), False, False
+
+    def _stopped_after_error(self, state: Any, error: Exception, *, why: str) -> dict[str, Any]:
+        """The job of a worker's wait whose stop and bill failed with ``error``, billed to its latest end.
+
+        Stopped once more (best effort) and billed, as a stop refused, to its grace period's end from now,
+        from its submit: nothing would bill it later.
+        """
+        from costaware.adapters.compute.base import JobState, JobStatus, open_backend
+        from costaware.training.attempt_effects import stop_seconds
+
+        assert self.job_id is not None and state.current is not None
+        stopped_at = utcnow()
+        stop_failed = ""
+        try:
+            open_backend(self.backend, self.backend_options).stop(self.job_id)
+        except Exception as e:
+            stop_failed = (
+                f"; its stop failed too ({type(e).__name__}: {e}): check job {self.job_id} on {self.backend} "
+                "and stop it by hand if it still runs"
+            )
+        self.log.error(
+            "%s: stopping and billing job %s failed (%s: %s): billed to the end of its grace period all the "
+            "same, as nothing bills it later%s",
+            why,
+            self.job_id,
+            type(error).__name__,
+            error,
+            stop_failed,
+        )
+        status = JobStatus(
+            job_id=self.job_id, state=JobState.RUNNING, market=state.current.market, instance_type=""
+        )
+        reason = (
+            f"stopped when {why}, but its stop and bill failed ({type(error).__name__}: {error}); billed to "
+            f"{stop_seconds(state):.0f} s after then (its grace period, or the backend's own kill if later), "
+            "the latest it can run"
+        )
+        ended = self._billed_to_latest_end(
+            state,
+            status,
+            seen_at=stopped_at,
+            stopped_at=stopped_at,
+            unpriced=True,
+            gone=False,
+            why=why,
+            reason=reason,
+        )
+        return dict(ended.to_dict())
+
+    def _billed_to_latest_end(
+        self,
+        state: Any,
+        status: Any,
+        *,
+        seen_at: datetime,
+        stopped_at: datetime,
+        unpriced: bool,
+        gone: bool,
+        why: str,
+        reason: str,
+    ) -> Any:
+        """``status`` (as seen at ``seen_at``) of a job not seen to end, billed to the latest it can run.
+
+        ``unpriced``: the backend gave no billed time for the run (billed from the submit instead); ``reason``
+        says why it ended, unless it never ran.
+        """
+        from dataclasses import replace
+
+        from costaware.adapters.compute.base import JobState, billed_instances, with_copies_run_out
+        from costaware.training.attempt_effects import stop_seconds
+
+        count = billed_instances(self.backend_options)
         # The backend's own kill comes at stop_seconds (SageMaker's 120 s, the pod's grace + 10 s).
         latest_end = utcnow() if gone else stopped_at + timedelta(seconds=stop_seconds(state))
         billable = status.billable_seconds
@@ -338,16 +441,8 @@ class KilledJobBilling(GoneJobBilling):
                 if state.current.followed:  # an earlier try's job: what it ran before this try found it too
                     since_submit += float(state.current.followed["job"].get("billable_seconds") or 0)
                 billable = max(billable, since_submit)
-        if gone:
-            reason = f"stopped when {why}; the backend no longer has it, billed up to then"
-        elif status.state == JobState.PENDING and billable == 0:
+        if not gone and status.state == JobState.PENDING and billable == 0:
             reason = f"stopped when {why}, while it waited to start: it never ran"
-        else:
-            reason = (
-                f"stopped when {why}; not ended after {wait_seconds:.0f} s, billed to "
-                f"{stop_seconds(state):.0f} s after the stop (its grace period, or the backend's own kill if "
-                "later), the latest it can run"
-            )
         ended = replace(
             status,
             billable_seconds=billable,
@@ -357,4 +452,4 @@ class KilledJobBilling(GoneJobBilling):
             reason=reason,
         )
         # Not polled to its end: what its copies still run (a Batch copy whose stop failed: to its limit).
-        return dict(with_copies_run_out(ended).to_dict()), False, False
+        return with_copies_run_out(ended)
