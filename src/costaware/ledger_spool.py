@@ -74,7 +74,7 @@ def record_and_settle(ledger: Any, entry: Any, *, retrying: bool = False) -> Non
     holder = reservation_holder(entry.dag_id, entry.run_id, entry.task_id, entry.map_index)
     # Open, or released by the run's end while this listener was still on its way (see
     # release_run_reservations): either way the cost settles the task's own reservation.
-    reservation = ledger.reservation_to_settle(holder)
+    reservation = ledger.reservation_to_settle(holder, entry.tags)
     if reservation is None:
         # Not linked to a hold past its ttl, as a last try's entry is not: that hold counts nothing.
         if ledger.record(entry) and retrying:

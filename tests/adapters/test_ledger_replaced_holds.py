@@ -286,3 +286,41 @@ def test_a_holder_with_two_open_holds_keeps_the_one_that_holds_what_is_asked(any
     # Asked what neither holds: the oldest is replaced, as the gate's trigger weighs it.
     bigger = any_ledger.reserve("team=ml", "3", holder=HOLDER, replace_unlike=True)
     assert sorted(r.id for r in any_ledger.open_reservations()) == sorted([newer, bigger.id])
+
+
+def _two_open_holds(ledger: Ledger, monkeypatch: pytest.MonkeyPatch) -> tuple[Any, Any]:
+    """Two open holds of HOLDER in scopes no budget shares, project=a's the older."""
+    from costaware.adapters.ledger import reservations, schema
+
+    ledger.set_budget("project=a", "month", "10")
+    ledger.set_budget("project=b", "month", "10")
+    older = ledger.reserve("project=a", "4", holder=HOLDER, run_id="r1")
+    _later(monkeypatch, 60)
+    newer = reservations.reserve(ledger, "project=b", "1", holder=HOLDER + "-other", run_id="r1")
+    with ledger.transaction() as conn:  # made one after another, as PostgreSQL's race leaves them
+        r = schema.reservations
+        conn.execute(r.update().where(r.c.id == newer.id).values(holder=HOLDER))
+    return older, newer
+
+
+@pytest.mark.parametrize(("project", "settled"), [("a", "older"), ("b", "newer"), ("c", "older")])
+def test_an_entry_settles_the_open_hold_of_its_holder_whose_scope_covers_it(
+    any_ledger: Ledger, monkeypatch: pytest.MonkeyPatch, project: str, settled: str
+) -> None:
+    # The newest open hold was taken: an entry of project=a settled project=b's hold, outside its scope, and
+    # left project=a's held. A hold whose scope covers the entry comes first, then the oldest (as reserve).
+    older, newer = _two_open_holds(any_ledger, monkeypatch)
+    entry = LedgerEntry(
+        dag_id="tune",
+        run_id="r1",
+        task_id="trial",
+        map_index=0,
+        kind=Kind.COMPUTE,
+        usd=Decimal("3.5"),
+        tags={"project": project},
+    )
+    record_and_settle(any_ledger, entry)
+    holds = {"older": older.id, "newer": newer.id}
+    still_open = {hold.id for hold in any_ledger.open_reservations()}
+    assert holds[settled] not in still_open
+    assert still_open == set(holds.values()) - {holds[settled]}

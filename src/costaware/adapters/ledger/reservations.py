@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
-from sqlalchemy import Connection, and_, case, func, or_, select
+from sqlalchemy import Connection, and_, func, select
 
 from costaware.adapters.ledger import schema
 from costaware.adapters.ledger.audit import append_audit
@@ -572,22 +572,29 @@ def paid_from(
     return {rid: usd_and_gpu_hours[1 if gpu_hours else 0] for rid, usd_and_gpu_hours in paid.items()}
 
 
-def reservation_to_settle(ledger: LedgerDatabase, holder: str) -> Reservation | None:
+def reservation_to_settle(
+    ledger: LedgerDatabase, holder: str, tags: Mapping[str, str] | None = None
+) -> Reservation | None:
     """The reservation a finished task's cost settles: its open one, else one released for it meanwhile.
 
-    A hold ``replaced`` by a newer one of the holder is never it: its money went to the newer hold.
+    A hold ``replaced`` by a newer one of the holder is never it: its money went to the newer hold. Of two
+    open holds of one holder (two gates in scopes no budget shares), the one whose scope covers the entry's
+    ``tags`` comes first, then the oldest, as ``reserve`` and the gate's trigger take it (the newest was
+    taken: the entry settled the other gate's hold, outside its scope, and left its own held).
     """
     r = schema.reservations
-    live = and_(r.c.status == "open", r.c.expires_at > utcnow())
-    query = (
-        select(r.c.id)
-        .where(r.c.holder == holder, or_(live, r.c.status == "released"))
-        .order_by(case((r.c.status == "open", 0), else_=1), r.c.created_at.desc())
-        .limit(1)
-    )
+    live = and_(r.c.holder == holder, r.c.status == "open", r.c.expires_at > utcnow())
+    released = and_(r.c.holder == holder, r.c.status == "released")
     with ledger.reading() as conn:
-        found = conn.execute(query).first()
-        return None if found is None else reservation(conn, found[0])
+        for query in (
+            select(r.c.id).where(live).order_by(r.c.created_at, r.c.id),
+            select(r.c.id).where(released).order_by(r.c.created_at.desc(), r.c.id),
+        ):
+            found = [reservation(conn, rid) for rid in conn.execute(query).scalars()]
+            if found:
+                covering = (hold for hold in found if tags is not None and hold.scope.matches(tags))
+                return next(covering, found[0])
+    return None
 
 
 def latest_of(ledger: LedgerDatabase, holder: str) -> Reservation | None:

@@ -6,6 +6,7 @@ A thin front: each method is one call into the module that owns the concept (``e
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any
@@ -287,15 +288,16 @@ class Ledger(LedgerDatabase):
         with self.reading() as conn:
             return reservations.unpaid(conn, reservations.reservation(conn, reservation_id))
 
-    def reservation_to_settle(self, holder: str) -> Reservation | None:
+    def reservation_to_settle(self, holder: str, tags: Mapping[str, str] | None = None) -> Reservation | None:
         """The reservation a finished task's cost settles: its open one, else one released for it meanwhile.
 
         A run can end, and give back what its tasks still hold, between a task reporting success and its
         listener recording the cost (the scheduler and the worker race); the cost still belongs to that
         reservation. Settling a released reservation records the cost and keeps nothing held. A hold
-        ``replaced`` by a newer one (``reserve(replacing=...)``) is never it.
+        ``replaced`` by a newer one (``reserve(replacing=...)``) is never it. ``tags``: the entry's, whose
+        scope's hold comes first where the holder has more than one open.
         """
-        return reservations.reservation_to_settle(self, holder)
+        return reservations.reservation_to_settle(self, holder, tags)
 
     def latest_reservation(self, holder: str) -> Reservation | None:
         """The newest reservation made for ``holder``, if any: open, settled, released, replaced or expired.
