@@ -217,6 +217,7 @@ def test_settling_a_replaced_hold_already_recorded_says_only_that_it_was_replace
 
     (replaced,) = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert f"the hold {small.id} of {HOLDER} was replaced by" in replaced
+    assert "recorded" not in replaced  # no entry was given: none "is recorded all the same"
 
 
 def test_a_replaced_hold_whose_replacement_is_settled_names_no_later_hold_to_settle(

@@ -371,6 +371,9 @@ def test_a_hold_that_expired_before_its_try_failed_is_warned_as_expired(
         if marked_expired:
             any_ledger.expire_stale()
             caplog.clear()
+        # Not marked expired: the hold is still open past its ttl, the case the status alone does not tell.
+        lapsed = any_ledger.latest_reservation(HOLDER)
+        assert lapsed is not None and lapsed.status == ("expired" if marked_expired else "open")
         bill = _try_bill("5", 1)
         record_and_settle(any_ledger, bill, retrying=True)
         record_and_settle(any_ledger, bill, retrying=True)  # a drain writing it again: no second word
