@@ -934,6 +934,31 @@ def test_an_unread_kept_state_holds_back_a_stop_at_the_cap_only_while_a_kept_sto
     assert listing.stops == stopped
 
 
+def test_a_job_a_wait_stopped_itself_while_its_kept_state_was_unread_is_billed_to_its_grace_periods_end(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Its own stop (past the grace period: none was kept) is known without the kept state: the job gone
+    # after it is billed as stopped at the cap, not held back until the state is read.
+    from datetime import timedelta
+
+    from costaware.adapters.compute.base import JobState, JobStatus
+    from costaware.core.errors import JobNotFoundError
+    from costaware.training.attempt_effects import stop_seconds
+    from costaware.triggers.remote_training import NOT_LISTED_GRACE_SECONDS
+
+    job = JobStatus(job_id="j", state=JobState.RUNNING, market="spot", billable_seconds=1600.0)
+    gone = JobNotFoundError("DescribeJobs does not list it")
+    rebuilt, listing, state, _, stopped_at = _cap_stopped_then_rebuilt(
+        monkeypatch, [job, gone, gone], keep_stop=False
+    )
+    now = stopped_at + timedelta(seconds=1000)
+    assert rebuilt.poll_tolerant(now) is None and listing.stops == ["j", "j"]
+    assert rebuilt.poll_tolerant(now + timedelta(seconds=30)) is None  # not listed yet
+    event = rebuilt.poll_tolerant(now + timedelta(seconds=NOT_LISTED_GRACE_SECONDS))
+    assert event is not None and listing.stops == ["j", "j"]
+    assert event["job"]["billable_seconds"] == 1600.0 + stop_seconds(state)
+
+
 @pytest.mark.parametrize("created_known", [True, False], ids=["created", "no creation time"])
 def test_a_followed_job_gone_whose_stop_fails_is_billed_to_the_limit_its_own_submit_gave_it(
     monkeypatch: pytest.MonkeyPatch, created_known: bool

@@ -229,7 +229,7 @@ class RemoteTrainingJobTrigger(KilledJobBilling, BaseTrigger):
                     self.log.info(f"job %s is {said}: polled again", self.job_id, self.backend)
                     self._stop_unlisted_at_cap(due_before)
                     return None
-                if not self._cap_stop_restored:
+                if not self._cap_stop_restored and self._stopped_for_cap != self.job_id:
                     # Whether the wait before this one stopped it at the cap (billed to its grace period's
                     # end, not stopped again) is unknown until its kept state is read: polled again soon.
                     self._retry_cap_stop()
