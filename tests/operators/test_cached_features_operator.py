@@ -592,6 +592,36 @@ def test_a_store_uri_template_rendered_to_none_is_refused_not_taken_as_left_out(
     assert not (tmp_path / "default-cache").exists() and ledger_conn.entries() == []
 
 
+def test_a_mapped_store_uri_element_that_is_none_is_refused_not_taken_as_left_out(
+    flights_dir: Path, tmp_path: Path, ledger_conn: Ledger, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Airflow builds each copy of .expand(store_uri=<XCom list>) through __init__ with its element: a None
+    # (a lookup left unset for one element) read as store_uri left out, the worker's default cache.
+    import pendulum
+    from airflow.sdk import DAG
+
+    monkeypatch.setenv("COSTAWARE_FEATURE_CACHE", str(tmp_path / "default-cache"))
+    args = {"ledger_conn_id": "test_ledger", "usd_per_hour": "3.60", "pass_paths": True}
+    with DAG("mapped_stores", schedule=None, start_date=pendulum.datetime(2026, 1, 1)):
+        inputs = {"flights": str(flights_dir)}
+        mapped = CachedFeaturesOperator.partial(
+            task_id="features", transform=_paths_transform, inputs=inputs, **args
+        ).expand(store_uri=[str(tmp_path / "store"), None])
+        left_out = CachedFeaturesOperator.partial(  # store_uri in neither: the default cache
+            task_id="features_default", transform=_paths_transform, inputs=inputs, **args
+        ).expand(version=["v1"])
+    op = mapped.unmap({"store_uri": None})
+    message = (
+        "store_uri None names nothing (what a template renders of a param or XCom that is not set): give a "
+        "location, or leave store_uri out for the default cache"
+    )
+    with pytest.raises(AirflowFailException, match=re.escape(message)):
+        op.execute(context())
+    assert not (tmp_path / "default-cache").exists() and ledger_conn.entries() == []
+    got = left_out.unmap({"version": "v1"}).execute(context())
+    assert got["uri"].startswith(str(tmp_path / "default-cache"))
+
+
 @pytest.mark.parametrize("root", ["/", "file:///", "file://localhost/"])
 def test_a_store_uri_at_the_machines_root_is_refused(
     root: str, flights_dir: Path, tmp_path: Path, ledger_conn: Ledger

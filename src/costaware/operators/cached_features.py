@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import enum
 import os
 import time
 from collections.abc import Callable, Mapping, Sequence
 from decimal import Decimal
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from airflow.sdk import BaseOperator
 
@@ -28,6 +29,12 @@ if TYPE_CHECKING:
     from costaware.adapters.feature_manifest import Computed, Outcome
     from costaware.adapters.object_store import S3Options
     from costaware.core.fingerprint import InputFingerprint
+
+
+class _LeftOut(enum.Enum):
+    """The default of ``store_uri``: told apart from a None a mapped task's element gives ``__init__``."""
+
+    LEFT_OUT = "left out"
 
 
 def default_store_uri() -> str:
@@ -146,7 +153,8 @@ class CachedFeaturesOperator(BaseOperator):
         transform_params: Keyword arguments of the transform; part of the key (templated).
         store_uri: Where entries live: an absolute folder or ``s3://bucket/prefix`` (templated; one
             written out or rendered empty, ``None`` or ``null`` names no store and is refused, as
-            ``model_store`` is); left out, ``$COSTAWARE_FEATURE_CACHE`` or
+            ``model_store`` is, as is a ``None`` element of ``.expand(store_uri=...)``); left out (or
+            ``None`` written out), ``$COSTAWARE_FEATURE_CACHE`` or
             ``$AIRFLOW_HOME/costaware/features``.
         version: Key the code by this string instead of by its source (templated; one rendered empty,
             ``None`` or ``null`` is not given).
@@ -193,7 +201,7 @@ class CachedFeaturesOperator(BaseOperator):
         transform: Callable[..., Any],
         inputs: Mapping[str, Any],
         transform_params: Mapping[str, Any] | None = None,
-        store_uri: str | None = None,
+        store_uri: str | Literal[_LeftOut.LEFT_OUT] | None = _LeftOut.LEFT_OUT,
         version: str | None = None,
         pass_paths: bool = False,
         fingerprint_mode: str = "auto",
@@ -223,10 +231,13 @@ class CachedFeaturesOperator(BaseOperator):
             _check_inputs(inputs)
         self.inputs = inputs
         self.transform_params = transform_params or {}
-        self.store_uri = store_uri
         # A template or XComArg rendered to None (render_template_as_native_obj, a param left unset) is not
-        # store_uri left out: kept to tell them apart once rendered.
-        self._store_uri_left_out = store_uri is None
+        # store_uri left out: kept to tell them apart once rendered. Nor is the None a mapped task's element
+        # gives (.expand(store_uri=...)): Airflow builds each mapped copy with it through __init__, where
+        # it went to the worker's default cache; None written out in the DAG reads as left out.
+        from_mapped = bool(getattr(self, "_BaseOperator__from_mapped", False))
+        self._store_uri_left_out = store_uri is _LeftOut.LEFT_OUT or (store_uri is None and not from_mapped)
+        self.store_uri: str | None = None if store_uri is _LeftOut.LEFT_OUT else store_uri
         self.version = version
         self.pass_paths = pass_paths
         self.fingerprint_mode = fingerprint_mode
