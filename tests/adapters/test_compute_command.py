@@ -328,8 +328,12 @@ def test_a_store_at_the_machines_root_is_refused(
 
     monkeypatch.setenv("HOME", "/")  # "~" is / too (OpenShift's random uids)
     example = "/srv/ml/models" if name == "model_store" else "/srv/ml/checkpoints"
-    with pytest.raises(ConfigurationError) as caught:
+    # "~" is the worker's home, checked there: the DAG processor's is not the worker's.
+    in_a_home = location.startswith("~")
+    if in_a_home:
         require_usable_locations("local", on_this_machine=False, **{name: location})
+    with pytest.raises(ConfigurationError) as caught:
+        require_usable_locations("local", on_this_machine=in_a_home, **{name: location})
     assert str(caught.value) == (
         f"{name} {location!r} is the root, /, of the whole machine: its files would be written in folders "
         f"made directly under /; give a folder of its own such as {example!r} or an s3:// URI"
@@ -346,8 +350,10 @@ def test_a_store_in_a_home_this_machine_does_not_know_is_refused_not_a_traceback
 
     from costaware.adapters.compute.base import expand_home, require_usable_locations
 
+    # Parsed, it is left to the worker, whose users and home are not the DAG processor's.
+    require_usable_locations("local", on_this_machine=False, model_store="~nosuchuser/models")
     with pytest.raises(ConfigurationError) as caught:
-        require_usable_locations("local", on_this_machine=False, model_store="~nosuchuser/models")
+        require_usable_locations("local", model_store="~nosuchuser/models")
     assert str(caught.value) == (
         "model_store '~nosuchuser/models' starts with the home folder of user 'nosuchuser', whom this "
         "machine does not know: give an absolute path such as '/srv/ml/models' or '~/...' (your own home)"
@@ -359,8 +365,9 @@ def test_a_store_in_a_home_this_machine_does_not_know_is_refused_not_a_traceback
     monkeypatch.delenv("HOME", raising=False)  # OpenShift's random uid: no HOME, no passwd entry
     monkeypatch.setattr(pwd, "getpwuid", no_entry)
     said = "checkpoint_store '~/ckpt' starts with '~', but this process has no home folder (HOME is unset"
+    require_usable_locations("local", on_this_machine=False, checkpoint_store="~/ckpt")  # a DAG parses
     with pytest.raises(ConfigurationError, match=re.escape(said)):
-        require_usable_locations("local", on_this_machine=False, checkpoint_store="~/ckpt")
+        require_usable_locations("local", checkpoint_store="~/ckpt")
     with pytest.raises(ConfigurationError, match=re.escape(said)):
         expand_home("~/ckpt", "checkpoint_store")  # the job's start expands it so
 

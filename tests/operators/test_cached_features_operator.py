@@ -638,16 +638,38 @@ def test_a_store_uri_at_the_machines_root_is_refused(
 
 
 @pytest.mark.parametrize("home", ["~", "~/", "file:~/"])
-def test_a_store_uri_at_a_home_that_is_the_root_is_refused(
-    home: str, flights_dir: Path, monkeypatch: pytest.MonkeyPatch
+def test_a_store_uri_at_a_home_that_is_the_root_is_refused_on_the_worker(
+    home: str, flights_dir: Path, ledger_conn: Ledger, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # With HOME=/ (OpenShift's random uids) "~" is /: only values starting with "/" were looked at.
+    # With HOME=/ (OpenShift's random uids) "~" is /: only values starting with "/" were looked at. It is
+    # the worker's home that counts: a DAG processor's HOME=/ refused a '~' the worker would take.
     monkeypatch.setenv("HOME", "/")
+    op = operator(_paths_transform, {"flights": str(flights_dir)}, home, pass_paths=True)  # parses
     message = (
         f"task 'features': store_uri {home!r} is the root, /, of the whole machine (the home folder ~ is '/'"
     )
-    with pytest.raises(ConfigurationError, match=re.escape(message)):
-        operator(_paths_transform, {"flights": str(flights_dir)}, home, pass_paths=True)
+    with pytest.raises(AirflowFailException, match=re.escape(message)):
+        op.execute(context())
+    assert ledger_conn.entries() == []
+
+
+def test_a_store_uri_in_a_home_parses_where_the_dag_processor_has_no_home(
+    flights_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # HOME unset and a uid with no passwd entry (OpenShift): '~/features' failed the whole DAG file, though
+    # the worker that runs the task has a home.
+    import pwd
+
+    monkeypatch.delenv("HOME", raising=False)
+
+    def no_entry(uid: int) -> None:
+        raise KeyError(uid)
+
+    monkeypatch.setattr(pwd, "getpwuid", no_entry)
+    op = operator(_paths_transform, {"flights": "~/flights"}, "~/features", pass_paths=True)
+    message = "store_uri '~/features' starts with '~', but this process has no home folder"
+    with pytest.raises(AirflowFailException, match=re.escape(message)):
+        op.execute(context())  # a worker without a home says so
 
 
 def test_a_store_uri_left_out_is_the_default_cache(

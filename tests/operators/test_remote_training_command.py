@@ -430,6 +430,30 @@ def test_a_store_written_wrong_fails_when_the_dag_is_parsed(
         operator(tmp_path, "ok", model_store="gs://b/m")  # the launcher uploads a command's outputs
 
 
+def test_stores_in_a_home_are_left_to_the_worker_when_the_dag_is_parsed(
+    tmp_path: Path, ledger: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The DAG processor's home is not the worker's: one with no home at all (HOME unset, a uid with no
+    # passwd entry) failed the whole DAG file for the documented '~/models', one with HOME=/ refused '~'.
+    import pwd
+
+    monkeypatch.delenv("HOME", raising=False)
+    real = pwd.getpwuid
+
+    def no_entry(uid: int) -> None:
+        raise KeyError(uid)
+
+    monkeypatch.setattr(pwd, "getpwuid", no_entry)
+    operator(tmp_path, "ok", model_store="~/models", checkpoint_store="~/ckpt")
+    monkeypatch.setattr(pwd, "getpwuid", real)
+    monkeypatch.setenv("HOME", "/")
+    train = operator(tmp_path, "ok", model_store="~", checkpoint_store=str(tmp_path / "ckpt"))
+    # On the worker, where HOME=/ too, it is refused before any job is bought.
+    with pytest.raises(AirflowFailException, match=re.escape("model_store '~' is the root, /, of the whole")):
+        drive(train, context_for())
+    assert not (tmp_path / "jobs").exists() and ledger.open_reservations() == []
+
+
 def test_a_rendered_checkpoint_store_at_a_home_that_is_the_root_is_refused(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

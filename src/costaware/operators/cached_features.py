@@ -42,6 +42,12 @@ def default_store_uri() -> str:
     return feature_cache()
 
 
+def _in_a_home(value: object) -> bool:
+    """Whether ``value`` is a local path (or ``file:`` URI) under a home folder, ``~`` or ``~user``."""
+    text = str(value).strip() if isinstance(value, str) else ""
+    return text.removeprefix("file:").startswith("~")
+
+
 def _asset_uri(value: Any) -> str:
     """An input's URI: Airflow Assets by their ``uri``, strings as they are."""
     uri = getattr(value, "uri", value)
@@ -270,7 +276,8 @@ class CachedFeaturesOperator(BaseOperator):
         from costaware.core.money import parse_usd
 
         def known(value: object) -> bool:
-            return rendered or is_literal(value)
+            # '~...' is the worker's home: the DAG processor's may be '/' or none (a whole DAG file failed).
+            return rendered or (is_literal(value) and not _in_a_home(value))
 
         mode = self.fingerprint_mode
         if mode not in MODES:
@@ -293,7 +300,11 @@ class CachedFeaturesOperator(BaseOperator):
             parse_uri(str(self.store_uri), what="store_uri")
             # '/' wrote each entry's folder directly under the machine's root.
             refuse_root_store(
-                f"task {self.task_id!r}", "store_uri", self.store_uri, example="/srv/ml/features"
+                f"task {self.task_id!r}",
+                "store_uri",
+                self.store_uri,
+                example="/srv/ml/features",
+                on_this_machine=rendered,
             )
         elif self._store_uri_left_out and rendered:
             # The worker's default, as the task opens it: $COSTAWARE_FEATURE_CACHE=/ made each entry's folder

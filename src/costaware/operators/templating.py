@@ -235,13 +235,28 @@ def refuse_relative_store(owner: str, name: str, value: object, *, optional: boo
     )
 
 
-def refuse_root_store(owner: str, name: str, value: object, *, example: str = "/srv/ml/checkpoints") -> None:
+def refuse_root_store(
+    owner: str,
+    name: str,
+    value: object,
+    *,
+    example: str = "/srv/ml/checkpoints",
+    on_this_machine: bool = True,
+) -> None:
     """Refuse a local store that is the machine's root, ``/`` (``//``, ``/.``, ``file:///``), as given.
 
     ``checkpoint_store='/'`` (what ``"$UNSET/"`` renders) lost its trailing slash to ``""``: each job's
     checkpoints and spec went to ``/<dag>/<task>/...`` and ``/_jobs/...``, folders made in the root.
     ``~`` is checked as expanded: with ``HOME=/`` (OpenShift's random uids) it is the root too.
     A template or ``XComArg`` is checked once rendered.
+
+    Args:
+        owner: The operator and task, as a refusal names them.
+        name: The argument's name.
+        value: The argument, as written or as rendered.
+        example: A folder of its own to give instead.
+        on_this_machine: The task writes the store on this machine (its start on the worker); False when
+            the DAG is parsed, where ``~`` is left to the worker: its home is not the DAG processor's.
 
     Raises:
         ConfigurationError: ``value`` is a local path or ``file:`` URI that names ``/``.
@@ -257,6 +272,10 @@ def refuse_root_store(owner: str, name: str, value: object, *, example: str = "/
         return
     path = parsed.path if parsed.scheme == "file" else text
     home = ""
+    if path.startswith("~") and not on_this_machine:
+        # A DAG processor with HOME=/ refused '~' that the worker's home takes; one with no home at all
+        # failed the whole DAG file for '~/models'.
+        return
     if path.startswith("~"):  # the stores expand it: "~" with HOME=/ wrote its folders in /
         expanded = posixpath.expanduser(path)
         tilde = path.split("/", 1)[0]

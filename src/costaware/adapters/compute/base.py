@@ -469,7 +469,7 @@ def require_usable_locations(
     Args:
         backend: The backend name.
         on_this_machine: Check local folders on this machine's disk (False when a DAG is parsed: the
-            worker that runs the task may be another machine).
+            worker that runs the task may be another machine, with another home: ``~...`` is not checked).
         launcher_reads: The names among ``uris`` that ``costaware-run`` itself reads or writes.
         **uris: The locations by the argument name a user sets; empty ones are not checked.
 
@@ -518,6 +518,10 @@ def require_usable_locations(
                 f"file:///{parsed.netloc}{parsed.path} for an absolute path"
             )
         local = parsed.path if parsed.scheme == "file" else text
+        if local.startswith("~") and not on_this_machine:
+            # Expanded by the worker, to its home: the DAG processor's (HOME=/, or none at all) refused
+            # '~' or '~/models' that the worker takes. Checked there, at the task's start.
+            continue
         # Path.expanduser raised a bare RuntimeError for a home nobody has (HOME unset, OpenShift's uids).
         path = Path(expand_user(local, what=what, uri=text, example=ROOT_EXAMPLES.get(what, "/srv/ml/store")))
         if not path.is_absolute():
