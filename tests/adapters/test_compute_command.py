@@ -341,6 +341,31 @@ def test_a_store_at_the_machines_root_is_refused(
     require_usable_locations("local", on_this_machine=False, spec_uri="/spec.json")  # a file, in /
 
 
+@pytest.mark.parametrize("name", ["model_store", "checkpoint_store"])
+def test_a_store_that_is_a_symbolic_link_to_the_root_is_refused_on_this_machine(
+    name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Only the path as written was compared with "/": the job made its folders under / through the link.
+    import costaware_runtime.stores
+
+    from costaware.adapters.compute.base import require_usable_locations
+
+    def check_writes(folder: Path) -> Any:
+        raise AssertionError(f"{folder} was write-checked")  # never a write check in the real /
+
+    monkeypatch.setattr(costaware_runtime.stores, "check_writes", check_writes)
+    link = tmp_path / "store"
+    link.symlink_to("/")
+    # Parsed, the link is not looked at: the worker's disk, not the DAG processor's, says where it leads.
+    require_usable_locations("local", on_this_machine=False, **{name: str(link)})
+    with pytest.raises(ConfigurationError) as caught:
+        require_usable_locations("local", **{name: str(link)})
+    assert str(caught.value).startswith(
+        f"{name} {str(link)!r} is the root, /, of the whole machine ({str(link)!r} is a symbolic link that "
+        "leads there): its files would be written in folders made directly under /"
+    )
+
+
 def test_a_store_in_a_home_this_machine_does_not_know_is_refused_not_a_traceback(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

@@ -185,6 +185,32 @@ def test_a_store_at_the_machines_root_is_refused_before_it_is_opened(
     )
 
 
+@pytest.mark.parametrize("configured", [True, False])
+def test_a_store_that_is_a_symbolic_link_to_the_root_is_refused_before_it_is_opened(
+    configured: bool,
+    tmp_path: Path,
+    ledger_url: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # Only the path as written was compared with "/": `bill` wrote billing.json through the link into /.
+    def opened(self: Any, root_uri: str, **kwargs: Any) -> None:
+        raise AssertionError(f"the cache at {root_uri!r} was opened")  # and would be written: never under /
+
+    monkeypatch.setattr(FeatureStore, "__init__", opened)
+    link = tmp_path / "cache"
+    link.symlink_to("/")
+    if configured:
+        monkeypatch.setenv("COSTAWARE_FEATURE_CACHE", str(link))
+    store = [] if configured else ["--store", str(link)]
+    assert cache("bill", *store, ledger_url=ledger_url) == 2
+    origin = "the feature cache in $COSTAWARE_FEATURE_CACHE" if configured else "--store"
+    assert (
+        f"{origin} {str(link)!r} is the root, /, of the whole machine ({str(link)!r} is a symbolic link that "
+        "leads there), where no feature cache may be" in capsys.readouterr().err
+    )
+
+
 def test_a_bad_configured_cache_is_named_by_the_variable_it_came_from(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -653,6 +653,32 @@ def test_a_store_uri_at_a_home_that_is_the_root_is_refused_on_the_worker(
     assert ledger_conn.entries() == []
 
 
+@pytest.mark.parametrize("left_out", [False, True])
+def test_a_store_uri_that_is_a_symbolic_link_to_the_root_is_refused_on_the_worker(
+    left_out: bool, flights_dir: Path, tmp_path: Path, ledger_conn: Ledger, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Only the path as written was looked at: each entry's folder was made directly under / through the link.
+    def opened(self: Any, root_uri: str, **kwargs: Any) -> None:
+        raise AssertionError(f"the cache at {root_uri!r} was opened")  # and would be written: never under /
+
+    monkeypatch.setattr("costaware.adapters.feature_store.FeatureStore.__init__", opened)
+    link = tmp_path / "features"
+    link.symlink_to("/")
+    monkeypatch.setenv("COSTAWARE_FEATURE_CACHE", str(link))
+    store = None if left_out else str(link)
+    op = operator(_paths_transform, {"flights": str(flights_dir)}, store, pass_paths=True)  # parses
+    name = (
+        "store_uri is left out, so the default cache, $COSTAWARE_FEATURE_CACHE," if left_out else "store_uri"
+    )
+    message = (
+        f"task 'features': {name} {str(link)!r} is the root, /, of the whole machine ({str(link)!r} is a "
+        "symbolic link that leads there)"
+    )
+    with pytest.raises(AirflowFailException, match=re.escape(message)):
+        op.execute(context())
+    assert ledger_conn.entries() == []
+
+
 def test_a_store_uri_in_a_home_parses_where_the_dag_processor_has_no_home(
     flights_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -261,6 +261,7 @@ def refuse_root_store(
     Raises:
         ConfigurationError: ``value`` is a local path or ``file:`` URI that names ``/``.
     """
+    import os
     import posixpath
     from urllib.parse import urlparse
 
@@ -281,12 +282,18 @@ def refuse_root_store(
         tilde = path.split("/", 1)[0]
         home = f" (the home folder {tilde} is {posixpath.expanduser(tilde)!r} here)"
         path = expanded
-    if not path.startswith("/") or posixpath.normpath("/" + path.lstrip("/")) != "/":
+    if not path.startswith("/"):
         return
+    link = ""
+    if posixpath.normpath("/" + path.lstrip("/")) != "/":
+        # A symbolic link to / wrote its folders there too; only this machine's disk says where one leads.
+        if not on_this_machine or os.path.realpath(path) != "/":
+            return
+        link = f" ({path!r} is a symbolic link that leads there)"
     from costaware.core.errors import ConfigurationError
 
     raise ConfigurationError(
-        f"{owner}: {name} {value!r} is the root, /, of the whole machine{home}: its files would be written "
-        "in folders made directly under /; give a folder of its own such as "
+        f"{owner}: {name} {value!r} is the root, /, of the whole machine{home}{link}: its files would be "
+        "written in folders made directly under /; give a folder of its own such as "
         f"{example!r} or an s3:// URI"
     )

@@ -478,6 +478,7 @@ def require_usable_locations(
         StoreUnavailableError: a local folder's filesystem failed its write check (a full disk, an I/O
             error): retried.
     """
+    import os
     import posixpath
     from pathlib import Path
     from urllib.parse import urlparse
@@ -529,12 +530,16 @@ def require_usable_locations(
                 f"{what} {text!r} is a relative path: it would resolve against the folder the worker "
                 f"or the job happens to run in; give an absolute path such as {str(Path.cwd() / path)!r}"
             )
-        if what not in FILE_LOCATIONS and posixpath.normpath("/" + path.as_posix().lstrip("/")) == "/":
+        at_root = posixpath.normpath("/" + path.as_posix().lstrip("/")) == "/"
+        # A symbolic link to / writes there too; only this machine's disk says where one leads.
+        through_link = not at_root and on_this_machine and os.path.realpath(path) == "/"
+        if what not in FILE_LOCATIONS and (at_root or through_link):
             # model_store='/' was found only inside the bought job, which made its versions' folders
             # directly under /; a checkpoint store there, its jobs' folders.
             example = ROOT_EXAMPLES.get(what, "/srv/ml/store")
+            link = f" ({str(path)!r} is a symbolic link that leads there)" if through_link else ""
             raise ConfigurationError(
-                f"{what} {text!r} is the root, /, of the whole machine: its files would be written in "
+                f"{what} {text!r} is the root, /, of the whole machine{link}: its files would be written in "
                 f"folders made directly under /; give a folder of its own such as {example!r} or an s3:// URI"
             )
         if backend != "local" or not on_this_machine:

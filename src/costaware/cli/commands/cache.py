@@ -50,11 +50,13 @@ def _store(args: argparse.Namespace) -> Any:
     root, origin = _store_root(args)
     location = parse_uri(root, what=origin)  # a relative path or another scheme: named as the parser does
     if location.scheme == "local":
-        if location.path == "/":
-            # `bill` wrote /billing.json (the operator refuses a cache there before it writes anything).
+        if location.path == "/" or os.path.realpath(location.path) == "/":
+            # `bill` wrote /billing.json (the operator refuses a cache there before it writes anything); a
+            # symbolic link to / as well.
+            link = f" ({location.path!r} is a symbolic link that leads there)" if location.path != "/" else ""
             raise ConfigurationError(
-                f"{origin} {root!r} is the root, /, of the whole machine, where no feature cache may be: "
-                "`bill` would write its billing.json directly under /; give the folder "
+                f"{origin} {root!r} is the root, /, of the whole machine{link}, where no feature cache may "
+                "be: `bill` would write its billing.json directly under /; give the folder "
                 "CachedFeaturesOperator writes to, such as '/srv/ml/features', or an s3:// URI"
             )
         folder = Path(location.path)
