@@ -338,7 +338,38 @@ def test_a_store_at_the_machines_root_is_refused(
         f"{name} {location!r} is the root, /, of the whole machine: its files would be written in folders "
         f"made directly under /; give a folder of its own such as {example!r} or an s3:// URI"
     )
-    require_usable_locations("local", on_this_machine=False, spec_uri="/spec.json")  # a file, in /
+
+
+@pytest.mark.parametrize("spec", ["/spec.json", "file:///spec.json", "//./spec.json"])
+def test_a_spec_file_in_the_machines_root_is_refused(spec: str) -> None:
+    # Only folders were checked: spec_uri='{{ params.dir }}/spec.json' rendered '/spec.json' wrote the spec,
+    # and the job's result.json beside it, directly in /.
+    from costaware.adapters.compute.base import require_usable_locations
+
+    with pytest.raises(ConfigurationError) as caught:
+        require_usable_locations("local", on_this_machine=False, spec_uri=spec, model_store="/srv/ml/models")
+    assert str(caught.value) == (
+        f"spec_uri {spec!r} is a file in the root, /, of the whole machine: it, and the files written beside "
+        "it, would be written directly in /; give a file in a folder of its own such as "
+        "'/srv/ml/jobs/spec.json' or an s3:// URI"
+    )
+
+
+def test_a_spec_file_in_a_symbolic_link_to_the_root_is_refused_on_this_machine(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import costaware_runtime.stores
+
+    from costaware.adapters.compute.base import require_usable_locations
+
+    def check_writes(folder: Path) -> Any:
+        raise AssertionError(f"{folder} was write-checked")  # never a write check in the real /
+
+    monkeypatch.setattr(costaware_runtime.stores, "check_writes", check_writes)
+    link = tmp_path / "jobs"
+    link.symlink_to("/")
+    with pytest.raises(ConfigurationError, match=re.escape(f"({str(link)!r} is a symbolic link that leads")):
+        require_usable_locations("local", spec_uri=str(link / "spec.json"))
 
 
 @pytest.mark.parametrize("name", ["model_store", "checkpoint_store"])

@@ -425,8 +425,12 @@ def expand_home(uri: str, what: str = "location") -> str:
 
 #: The locations of :func:`require_usable_locations` that name a file, not a folder: their folder is checked.
 FILE_LOCATIONS = frozenset({"spec_uri"})
-#: A folder of its own to give instead of the machine's root, by the location's argument.
-ROOT_EXAMPLES = {"model_store": "/srv/ml/models", "checkpoint_store": "/srv/ml/checkpoints"}
+#: A folder of its own (a file in one, for a file) to give instead of the machine's root, by the argument.
+ROOT_EXAMPLES = {
+    "model_store": "/srv/ml/models",
+    "checkpoint_store": "/srv/ml/checkpoints",
+    "spec_uri": "/srv/ml/jobs/spec.json",
+}
 
 
 def _check_known_scheme(what: str, text: str, scheme: str) -> None:
@@ -530,21 +534,29 @@ def require_usable_locations(
                 f"{what} {text!r} is a relative path: it would resolve against the folder the worker "
                 f"or the job happens to run in; give an absolute path such as {str(Path.cwd() / path)!r}"
             )
-        at_root = posixpath.normpath("/" + path.as_posix().lstrip("/")) == "/"
+        # A file's folder: spec_uri='{{ params.dir }}/spec.json' rendered '/spec.json' wrote the spec, and
+        # the job's result.json beside it, directly in /.
+        folder = path.parent if what in FILE_LOCATIONS else path
+        at_root = posixpath.normpath("/" + folder.as_posix().lstrip("/")) == "/"
         # A symbolic link to / writes there too; only this machine's disk says where one leads.
-        through_link = not at_root and on_this_machine and os.path.realpath(path) == "/"
-        if what not in FILE_LOCATIONS and (at_root or through_link):
+        through_link = not at_root and on_this_machine and os.path.realpath(folder) == "/"
+        if at_root or through_link:
             # model_store='/' was found only inside the bought job, which made its versions' folders
             # directly under /; a checkpoint store there, its jobs' folders.
             example = ROOT_EXAMPLES.get(what, "/srv/ml/store")
-            link = f" ({str(path)!r} is a symbolic link that leads there)" if through_link else ""
+            link = f" ({str(folder)!r} is a symbolic link that leads there)" if through_link else ""
+            if what in FILE_LOCATIONS:
+                raise ConfigurationError(
+                    f"{what} {text!r} is a file in the root, /, of the whole machine{link}: it, and the "
+                    f"files written beside it, would be written directly in /; give a file in a folder of "
+                    f"its own such as {example!r} or an s3:// URI"
+                )
             raise ConfigurationError(
                 f"{what} {text!r} is the root, /, of the whole machine{link}: its files would be written in "
                 f"folders made directly under /; give a folder of its own such as {example!r} or an s3:// URI"
             )
         if backend != "local" or not on_this_machine:
             continue  # require_s3 names what a remote job needs
-        folder = path.parent if what in FILE_LOCATIONS else path
         existing = next(p for p in (folder, *folder.parents) if p.exists())
         if not existing.is_dir():
             raise ConfigurationError(
