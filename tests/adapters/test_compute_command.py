@@ -428,6 +428,25 @@ def test_a_store_in_a_home_this_machine_does_not_know_is_refused_not_a_traceback
         expand_home("~/ckpt", "checkpoint_store")  # the job's start expands it so
 
 
+@pytest.mark.parametrize(
+    ("name", "example"),
+    [
+        ("model_store", "/srv/ml/models"),
+        ("checkpoint_store", "/srv/ml/checkpoints"),
+        ("data", "/srv/ml/store"),
+    ],
+)
+def test_a_home_the_jobs_start_does_not_know_is_told_the_arguments_own_example(
+    name: str, example: str
+) -> None:
+    # expand_home offered '/srv/ml/store' whatever the argument: a checkpoint store was told no such folder.
+    from costaware.adapters.compute.base import expand_home
+
+    with pytest.raises(ConfigurationError) as caught:
+        expand_home("~nosuchuser/x", name)
+    assert str(caught.value).endswith(f"give an absolute path such as {example!r} or '~/...' (your own home)")
+
+
 def _failing(monkeypatch: pytest.MonkeyPatch, folder: Path, name: str, code: int) -> None:
     """Make ``os.<name>`` of a path in ``folder`` fail with ``code``, as a mount's filesystem answers."""
     real = getattr(os, name)

@@ -420,7 +420,10 @@ def expand_home(uri: str, what: str = "location") -> str:
     from costaware.adapters.object_store.location import expand_user
 
     text = str(uri).strip()
-    return expand_user(text, what=what, uri=text, example="/srv/ml/store") if text.startswith("~") else text
+    if not text.startswith("~"):
+        return text
+    # The argument's own example: a checkpoint_store was told of '/srv/ml/store', a folder of no kind.
+    return expand_user(text, what=what, uri=text, example=ROOT_EXAMPLES.get(what, "/srv/ml/store"))
 
 
 #: The locations of :func:`require_usable_locations` that name a file, not a folder: their folder is checked.
