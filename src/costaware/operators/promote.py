@@ -24,7 +24,13 @@ from costaware.glue import (
     run_identity,
     storage_options,
 )
-from costaware.operators.templating import is_literal, is_template, refuse_relative_store, refuse_template
+from costaware.operators.templating import (
+    is_literal,
+    is_template,
+    refuse_relative_store,
+    refuse_root_store,
+    refuse_template,
+)
 from costaware.training.spec import parse_label_threshold
 
 if TYPE_CHECKING:
@@ -150,6 +156,14 @@ class ModelPromoteOperator(BaseOperator):
         self.scoring_timeout_seconds = validate_timeout(scoring_timeout_seconds)
         self.ledger_conn_id = ledger_conn_id
         refuse_relative_store(f"{type(self).__name__} {self.task_id!r}", "model_store", model_store)
+        # As the retrain operators' model_store: found only when the task opened it to write champion.json.
+        refuse_root_store(
+            f"{type(self).__name__} {self.task_id!r}",
+            "model_store",
+            model_store,
+            example="/srv/ml/models",
+            on_this_machine=False,
+        )
         # Read from the folder the worker runs in, a relative holdout scored both models on another file.
         # Optional: written out as "None" beside candidate_metrics (never read) it reads as left out.
         refuse_relative_store(
