@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -165,6 +166,50 @@ def test_a_quarantine_path_left_blank_is_unset_and_a_relative_one_is_refused(
     else:
         with pytest.raises(ConfigurationError, match="'refused' is not an absolute folder or an s3:// URI"):
             DataQualityOperator(task_id="q", data_path="/d", suite=SUITE, quarantine_path=value)
+
+
+@pytest.mark.parametrize(
+    ("name", "example"), [("quarantine_path", "quarantine"), ("results_path", "quality")]
+)
+def test_a_folder_in_a_home_nobody_has_is_named_not_a_bare_runtime_error(
+    tmp_path: Path, name: str, example: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Path.expanduser raised "Could not determine home directory", naming no argument. The DAG parses: the
+    # home is the worker's, which the task checks as it starts.
+    _batch(tmp_path, distance=[1400, -5, 1576, 762])
+    op = DataQualityOperator(
+        task_id="q", data_path=str(tmp_path / "landing"), suite=SUITE, **{name: "~nobody9/q"}
+    )
+    message = (
+        f"{name} '~nobody9/q' starts with the home folder of user 'nobody9', whom this machine does not "
+        f"know: give an absolute path such as '/data/{example}'"
+    )
+    with pytest.raises(AirflowFailException, match=re.escape(message)):
+        op.execute(_context())
+    assert (tmp_path / "landing").exists()
+    monkeypatch.delenv("HOME", raising=False)
+    with pytest.raises(
+        AirflowFailException, match=re.escape("data_path '~nobody9/day2.parquet' starts with")
+    ):
+        DataQualityOperator(task_id="q", data_path="~nobody9/day2.parquet", suite=SUITE).execute(_context())
+
+
+@pytest.mark.parametrize("root", ["/", "//", "file:///"])
+def test_a_quarantine_at_the_machines_root_is_refused(tmp_path: Path, root: str) -> None:
+    # It was accepted: a refused batch was moved into folders made directly under /.
+    message = f"DataQualityOperator 'q': quarantine_path {root!r} is the root, /, of the whole machine"
+    with pytest.raises(ConfigurationError, match=re.escape(message) + ".*such as '/data/quarantine'"):
+        DataQualityOperator(task_id="q", data_path="/d", suite=SUITE, quarantine_path=root)
+    _batch(tmp_path, distance=[1400, -5, 1576, 762])
+    op = DataQualityOperator(
+        task_id="q", data_path=str(tmp_path / "landing"), suite=SUITE, quarantine_path="{{ params.q }}"
+    )
+    op.quarantine_path = root  # as Airflow renders it
+    with pytest.raises(
+        AirflowFailException, match=re.escape(f"task 'q': quarantine_path {root!r} is the root")
+    ):
+        op.execute(_context())
+    assert (tmp_path / "landing").exists()  # not moved
 
 
 def test_a_misspelled_column_is_named_with_great_expectations_own_words(tmp_path: Path) -> None:

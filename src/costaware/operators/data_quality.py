@@ -25,7 +25,7 @@ from costaware.operators.batch_quarantine import (
     quarantine,
     quarantined_copy,
 )
-from costaware.operators.templating import is_literal
+from costaware.operators.templating import is_literal, refuse_root_store
 from costaware.settings import default_store
 from costaware.training.plan import blank
 
@@ -259,29 +259,59 @@ def task_key(facts: Mapping[str, Any]) -> str:
     return checkpoint_key(facts["dag_id"], facts["run_id"], facts["task_id"], *mapped)
 
 
-def _folder_location(value: Any, name: str = "quarantine_path", example: str = "quarantine") -> str:
-    """A folder argument (``quarantine_path``, ``results_path``) as given; "" when unset.
+def _local_path(text: str, name: str, example: str, *, on_this_machine: bool) -> str | None:
+    """``text`` with ``~`` expanded; None for ``~...`` when the DAG is parsed (the worker's home counts).
 
-    Unset: None, or a template that rendered empty, ``None`` or ``null``.
+    ``Path.expanduser`` raised a bare RuntimeError for a home nobody has (``~nosuchuser/q``, HOME unset).
 
     Raises:
-        ConfigurationError: a relative path: it would land on whichever worker ran the task.
+        ConfigurationError: a home this machine does not know, named with ``name``.
+    """
+    from costaware.adapters.object_store.location import expand_user
+
+    if not text.startswith("~"):
+        return text
+    return expand_user(text, what=name, uri=text, example=example) if on_this_machine else None
+
+
+def _folder_location(
+    value: Any,
+    name: str = "quarantine_path",
+    example: str = "quarantine",
+    *,
+    owner: str,
+    on_this_machine: bool = True,
+) -> str:
+    """A folder argument (``quarantine_path``, ``results_path``) as given; "" when unset.
+
+    Unset: None, or a template that rendered empty, ``None`` or ``null``. ``on_this_machine``: False when
+    the DAG is parsed, where ``~`` is left to the worker.
+
+    Raises:
+        ConfigurationError: a relative path: it would land on whichever worker ran the task; the machine's
+            root (a refused batch was moved into folders made under /); a home this machine does not know.
     """
     text = str(value or "").strip()
     if blank(text) is None:
         return ""
-    if "://" not in text and not Path(text).expanduser().is_absolute():
-        raise ConfigurationError(
-            f"{name} {text!r} is not an absolute folder or an s3:// URI: a relative path lands "
-            f"wherever the worker runs; give e.g. '/data/{example}' or 's3://bucket/{example}'"
-        )
+    if "://" not in text:
+        local = _local_path(text, name, f"/data/{example}", on_this_machine=on_this_machine)
+        if local is not None and not Path(local).is_absolute():
+            raise ConfigurationError(
+                f"{name} {text!r} is not an absolute folder or an s3:// URI: a relative path lands "
+                f"wherever the worker runs; give e.g. '/data/{example}' or 's3://bucket/{example}'"
+            )
+    refuse_root_store(owner, name, text, example=f"/data/{example}", on_this_machine=on_this_machine)
     return text
 
 
-def _check_data_path(value: Any) -> None:
+def _check_data_path(value: Any, *, on_this_machine: bool = True) -> None:
     """Refuse a relative ``data_path``: it was read from whichever folder the worker happened to run in."""
     text = str(value or "").strip()
-    if text and "://" not in text and not Path(text).expanduser().is_absolute():  # empty: said when read
+    if not text or "://" in text:  # empty: said when read
+        return
+    local = _local_path(text, "data_path", "/data/landing/day2.parquet", on_this_machine=on_this_machine)
+    if local is not None and not Path(local).is_absolute():
         raise ConfigurationError(
             f"data_path {text!r} is not an absolute path or an s3:// URI: a relative path is read from the "
             "folder the worker runs in; give e.g. '/data/landing/day2.parquet' or 's3://bucket/landing/'"
@@ -334,12 +364,15 @@ class DataQualityOperator(BaseOperator):
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
+        owner = f"{type(self).__name__} {self.task_id!r}"
         if is_literal(data_path):
-            _check_data_path(data_path)
+            _check_data_path(data_path, on_this_machine=False)
         if is_literal(quarantine_path):
-            _folder_location(quarantine_path)  # a relative path fails when the DAG is parsed
+            # A relative path fails when the DAG is parsed.
+            _folder_location(quarantine_path, owner=owner, on_this_machine=False)
         if is_literal(results_path):
-            _folder_location(results_path, "results_path", "quality")  # it was accepted and written to
+            # It was accepted and written to.
+            _folder_location(results_path, "results_path", "quality", owner=owner, on_this_machine=False)
         self.quarantine_path = quarantine_path
         self.data_path = data_path
         # Airflow 3 calls a callable it finds in a template field with (context=..., jinja_env=...) as it
@@ -362,7 +395,7 @@ class DataQualityOperator(BaseOperator):
             options = storage_options(self.aws_conn_id)
             spec = self.suite_code if self.suite_code is not None else self.suite
             suite = build_suite(spec if spec is not None else [], self.suite_name)
-            where = _folder_location(self.quarantine_path)
+            where = _folder_location(self.quarantine_path, owner=f"task {self.task_id!r}")
             if where:
                 check_quarantine_outside(str(self.data_path), where)
                 check_quarantine_beside_batch_folder(str(self.data_path), where, options)
@@ -381,7 +414,9 @@ class DataQualityOperator(BaseOperator):
                 "failures": failures,
                 "result": result,
             }
-            results_at = _folder_location(self.results_path, "results_path", "quality")
+            results_at = _folder_location(
+                self.results_path, "results_path", "quality", owner=f"task {self.task_id!r}"
+            )
             results = BlobDir.from_uri(results_at or default_store("quality"), what="results_path", **options)
             results.write_bytes(name, json.dumps(record, indent=2, default=str).encode())
             uri = f"{results.uri}/{name}"
@@ -427,7 +462,7 @@ class DataQualityOperator(BaseOperator):
 
     def _quarantined(self, facts: Mapping[str, Any], options: Mapping[str, Any]) -> str:
         """Move the refused batch to ``quarantine_path``; what the failure message adds about it."""
-        where = _folder_location(self.quarantine_path)
+        where = _folder_location(self.quarantine_path, owner=f"task {self.task_id!r}")
         if not where:
             return ""
         try:
