@@ -246,7 +246,8 @@ def still_ended_as_read(wait: EndedWait) -> bool:
 
     A cleared task's new try reserves again for the same holder and gets back the hold its run's end kept,
     its ``created_at`` unchanged: only the task instance tells that hold from a kept one. Read just before
-    the hold is freed; False where the task instance is gone.
+    the hold is freed; True where the task instance is gone (its run deleted: the hold was kept, with a
+    message of a new try that is not there, until its TTL).
     """
     from airflow.models.dagrun import DagRun
     from airflow.models.taskinstance import TaskInstance
@@ -270,7 +271,7 @@ def still_ended_as_read(wait: EndedWait) -> bool:
     with create_session() as session:
         row = session.execute(query).first()
     if row is None:
-        return False
+        return True  # its run was deleted: no try of it can run again, nor hold the kept hold
     ended_at = _ended_at(row.ended_at)
     return (
         str(getattr(row.state, "value", row.state)) == wait.task_state

@@ -1071,6 +1071,40 @@ def test_a_hold_a_cleared_tasks_new_try_got_back_is_not_freed_by_a_reconcile_tha
     assert f"kept the hold of {HOLDER}: the task was cleared or ran again since it was read" in err
 
 
+def test_a_kept_hold_whose_task_instance_is_deleted_since_the_read_is_freed(
+    tmp_path: Path, ledger: Any, ledger_url: str, monkeypatch: pytest.MonkeyPatch, capsys: Any
+) -> None:
+    # The run deleted between the read and the free: the hold was kept "for its new try", which is not there.
+    from costaware import remote_reconcile
+
+    ledger.set_budget("project=churn", "month", "10")
+    trigger = _deferred(tmp_path)
+    trigger.stop_and_bill(wait_seconds=10, ask_state=False)
+    kept = ledger.reserve("project=churn", "4.00", holder=HOLDER, run_id=RUN, dag_id=DAG)
+    _task_ended_with_its_wait(
+        tmp_path, monkeypatch, "failed", trigger, end_date=kept.created_at + timedelta(seconds=1)
+    )
+    read_billed = remote_reconcile.billed_usd
+
+    def deleted_after_the_read(ledger_: Any, wait: Any) -> Any:
+        from airflow import settings
+        from airflow.models.taskinstance import TaskInstance
+
+        billed = read_billed(ledger_, wait)
+        with settings.Session() as session:
+            session.query(TaskInstance).delete()
+            session.commit()
+        return billed
+
+    monkeypatch.setattr(remote_reconcile, "billed_usd", deleted_after_the_read)
+    capsys.readouterr()
+    assert main(["jobs", "reconcile", "--ledger-url", ledger_url]) == 0
+    err = " ".join(capsys.readouterr().err.split())
+    assert "its new try holds it now" not in err
+    with ledger.reading() as conn:
+        assert reservations.reservation(conn, kept.id).status == "released"
+
+
 def test_a_kept_hold_its_jobs_entries_paid_from_is_released_and_says_it_frees_only_the_rest(
     tmp_path: Path, ledger: Any, ledger_url: str, monkeypatch: pytest.MonkeyPatch, capsys: Any
 ) -> None:
