@@ -934,6 +934,8 @@ def test_a_slot_outside_airflow_holds_each_wait_for_money_and_stops_when_it_cann
     # No try, no bill and no DAG here: it was told of "its try's time", "the price its bill is charged at".
     assert "at the study's $360/h, the price its skipped entry is recorded at" in result.reason
     assert "try's" not in result.reason and "bill" not in result.reason and "DAG" not in result.reason
+    # The study goes on (the other trial's money may come back), and the result says so.
+    assert result.goes_on and result.to_json()["goes_on"] is True
     (skipped,) = [row for row in ledger.entries() if row["trial"] == "skipped"]
     assert skipped["reservation_id"] is not None  # settled against the slot's hold, not recorded beside it
     assert skipped["usd"] < Decimal("0.30")
@@ -979,3 +981,48 @@ def test_a_slot_outside_airflow_whose_load_cannot_be_held_runs_no_trial_and_the_
     assert "raise the study's max_usd ($1.00)" in result.reason
     # Trials in flight may give money back: the study is not stopped for the slots after it.
     assert STOP_ATTR not in optuna.load_study(study_name=spec.study_name, storage=url).user_attrs
+    assert result.goes_on
+
+
+def test_a_slot_outside_airflow_whose_load_cannot_be_held_with_nothing_in_flight_stops_the_study(
+    tmp_path,
+) -> None:  # type: ignore[no-untyped-def]
+    import optuna
+
+    from costaware.training.tuning.study import STOP_ATTR
+
+    url = f"sqlite:///{tmp_path / 'study.db'}"
+    ledger = Ledger.from_url(url)
+    spec = study_spec("spent", max_usd="4.00", max_trials=50, fallback_trial_seconds=2.0)
+    create_study(url, ledger, spec)
+    ledger.record(
+        LedgerEntry("spent", "r0", "trial", Kind.COMPUTE, Decimal("3.90"), tags=spec.budget_scope.as_dict())
+    )
+    # Before, such a slot returned "the study goes on" without stopping it: a driver running slots until
+    # the study stopped never ended, each call billing its load past the cap ($4.42, $4.93, $5.43, ...).
+    first = run_trial(
+        storage_url=url,
+        ledger=ledger,
+        study_name=spec.study_name,
+        trainer=InstantTrainer,
+        holder="s0",
+        slot=0,
+        seconds_already_used=0.5,
+        settle_as=EntryOwner(dag_id="spent", run_id="r1", map_index=0),
+    )
+    assert not first.ran and not first.goes_on
+    assert "slot 0 runs no trial, its time so far (0.5 s loading the study) cannot be held" in first.reason
+    stopped = optuna.load_study(study_name=spec.study_name, storage=url).user_attrs[STOP_ATTR]
+    assert stopped["reason"] == "budget" and stopped["message"] == first.reason
+    assert stopped.get("renews") is False  # a total budget: no new period makes room
+    # The next slot finds the study stopped, as a driver's loop does.
+    second = run_trial(
+        storage_url=url,
+        ledger=ledger,
+        study_name=spec.study_name,
+        trainer=InstantTrainer,
+        holder="s1",
+        slot=1,
+        settle_as=EntryOwner(dag_id="spent", run_id="r1", map_index=1),
+    )
+    assert not second.ran and not second.goes_on and second.reason == first.reason

@@ -381,6 +381,25 @@ def _pause_until_first_hold_ends(first_end: datetime, poll_seconds: float) -> fl
     return min(max(until_expiry, poll_seconds), max(LATE_POLL_SECONDS, poll_seconds))
 
 
+def slot_may_wait(ledger: Ledger, spec: StudySpec, refused_by: str, usd: Decimal) -> bool:
+    """Whether a slot refused its hold by budget ``refused_by`` may find room later (outside Airflow).
+
+    As a refused trial may wait (:func:`reserve_trial_cost`): holds are open in the study's own budget (a
+    trial's may come back, a waiting slot's may yet run a trial or free what it held past its time), and
+    what is spent in the refusing one leaves room for ``usd``. Otherwise the study's money is spent.
+    """
+    label = f"{spec.budget_scope}/"
+    standing = ledger.usage(spec.budget_scope)
+    own = next((u for u in standing if u.label.startswith(label)), None)
+    if own is None:
+        return False
+    refuser = next(
+        (u for u in standing if refused_by == u.label or refused_by.startswith(f"{u.label} ")), own
+    )
+    zero = Decimal(0)
+    return _may_come_back(own, usd, zero) and _may_come_back(refuser, usd, zero)
+
+
 def _may_come_back(own: BudgetUsage, usd: Decimal, gpu_hours: Decimal) -> bool:
     """Whether a budget (the study's) may make room: holds are open in it, and what is spent leaves room.
 

@@ -53,12 +53,18 @@ class TrialResult:
 
 @dataclass(frozen=True, slots=True)
 class SlotResult:
-    """What a trial slot did: ran a trial, or found the study stopped (and why)."""
+    """What a trial slot did: ran a trial, found (or made) the study stopped, or ran none as it goes on.
+
+    ``goes_on``: with ``ran=False``, the study is not stopped and a slot run later may find room: (outside
+    Airflow) the slot's own time could not be held while the study's holds are open; ``stop`` then says what
+    refused it (the budget). False with ``ran=False``: the study stopped for ``stop``.
+    """
 
     ran: bool
     reason: str = ""
     stop: StopReason | None = None
     trial: TrialResult | None = None
+    goes_on: bool = False
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -66,6 +72,7 @@ class SlotResult:
             "reason": self.reason,
             "stop": None if self.stop is None else self.stop.value,
             "trial": None if self.trial is None else self.trial.to_json(),
+            "goes_on": self.goes_on,
         }
 
 

@@ -46,6 +46,7 @@ from costaware.training.tuning.reservations import (
     record_skipped_slot,
     reserve_trial_cost,
     settle_trial,
+    slot_may_wait,
 )
 from costaware.training.tuning.results import EntryOwner, SlotResult, TrialResult
 from costaware.training.tuning.study import (
@@ -174,7 +175,9 @@ def run_trial(
             held two loads where ``study_load_seconds`` held one.
 
     Returns:
-        The slot's result; ``ran=False`` with the stop reason when the study is over.
+        The slot's result; ``ran=False`` with the stop reason when the study is over, or with
+        ``goes_on=True`` where the slot ran no trial while the study goes on (a slot run later may find
+        room): outside Airflow, its own time could not be held while the study's holds are open.
 
     Raises:
         ConfigurationError: the study does not exist, ``trainer`` cannot be called with ``trainer_kwargs``,
@@ -255,7 +258,9 @@ def _hold_slot_outside_airflow(
     reservation replaces it (:func:`reserve_trial_cost`); a slot that runs no trial settles its entry
     against it. Without it, a slot refused after a 2-minute wait at $36/h beside another trial's $0.99 of a
     $1 study recorded $1.20 spent. None: no budget counts the study's scope. The study's price and scope
-    are known only once it is loaded, so the load itself is held after the fact.
+    are known only once it is loaded, so the load itself is held after the fact. Refused, the slot runs no
+    trial; the study goes on (``goes_on``) while its trials hold money that may come back, else its money
+    is spent and the slot stops it, as a refused trial's reservation does.
     """
     from costaware.core.ledger import compute_cost, holder_dag_id
 
@@ -281,13 +286,16 @@ def _hold_slot_outside_airflow(
         if e.scope.startswith(f"{spec.budget_scope}/"):  # the study's own budget: its cap is max_usd
             todo = RAISE_THE_CAP if RAISE_THE_CAP in message else RAISE_THE_CAP_ONLY
             message = message.replace(todo, f"raise the study's max_usd ({format_usd(spec.caps.max_usd)})")
-        # Not the study's stop: other trials' holds may come back to a slot run later.
-        return SlotResult(
-            ran=False,
-            reason=f"study {spec.study_name}: slot {slot} runs no trial, its time so far ({seconds:.1f} s "
-            f"loading the study) cannot be held: {message}",
-            stop=StopReason.BUDGET,
+        reason = (
+            f"study {spec.study_name}: slot {slot} runs no trial, its time so far ({seconds:.1f} s loading "
+            f"the study) cannot be held: {message}"
         )
+        if not slot_may_wait(ledger, spec, e.scope, usd):
+            # Nothing of the study's trials may come back: its money is spent, and a driver that runs slots
+            # until the study stops paid a load past the cap with each.
+            return _stop(s.study, StopReason.BUDGET, reason, renews=e.renews)
+        # Not the study's stop: what is held may come back to a slot run later.
+        return SlotResult(ran=False, reason=reason, stop=StopReason.BUDGET, goes_on=True)
     return None if held is None else held.id
 
 
@@ -371,7 +379,8 @@ def _reserve_trial(
     """Estimate the trial's full-fidelity cost and reserve it; a refusal stops the study for good.
 
     Outside Airflow a slot whose wait for money cannot be held in the study's budget stops waiting without
-    stopping the study: that money is held by trials in flight, and what they give back pays later slots.
+    stopping the study (``goes_on``): that money is held by trials in flight, and what they give back pays
+    later slots.
     """
     spec = s.spec
     estimate = estimate_trial_seconds(
@@ -437,7 +446,7 @@ def _reserve_trial(
             message = f"{message}; {raise_max_usd}"
         if outside_airflow and isinstance(e, WaitNotHeld):
             log.info("study %s: slot %d runs no trial: %s", spec.study_name, slot, message)
-            return SlotResult(ran=False, reason=message, stop=StopReason.BUDGET)
+            return SlotResult(ran=False, reason=message, stop=StopReason.BUDGET, goes_on=True)
         # A total budget, or a trial above a budget's whole cap: no new period makes room for it, ever.
         return _stop(s.study, StopReason.BUDGET, message, renews=e.renews)
     s.reserved_at = s.meter()
