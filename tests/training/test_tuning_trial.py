@@ -1026,3 +1026,107 @@ def test_a_slot_outside_airflow_whose_load_cannot_be_held_with_nothing_in_flight
         settle_as=EntryOwner(dag_id="spent", run_id="r1", map_index=1),
     )
     assert not second.ran and not second.goes_on and second.reason == first.reason
+
+
+def _ask_together(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two slots ask for their trials' money only once both hold their time (as slots started together)."""
+    import costaware.training.tuning.trial as trial_module
+
+    both_held = threading.Barrier(2, timeout=30)
+    reserve_trial_cost = trial_module.reserve_trial_cost
+
+    def asked_together(*args: Any, **kwargs: Any) -> Any:
+        both_held.wait()
+        return reserve_trial_cost(*args, **kwargs)
+
+    monkeypatch.setattr(trial_module, "reserve_trial_cost", asked_together)
+
+
+def test_two_slots_in_airflow_do_not_wait_for_each_others_holds(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    from costaware.training.tuning.reservations import hold_slot_time
+
+    # The operator's form: each try holds its time before the study is loaded (here in the study's own
+    # budget, a DAG tagged with the study's tags) and passes the hold; the listener bills the try.
+    url = f"sqlite:///{tmp_path / 'study.db'}"
+    ledger = Ledger.from_url(url)
+    spec = study_spec("mutual-af", max_usd="4.00", max_trials=5, fallback_trial_seconds=2.0)
+    create_study(url, ledger, spec)
+    tags = spec.budget_scope.as_dict()
+    _ask_together(monkeypatch)
+    results: dict[int, Any] = {}
+
+    def slot(number: int) -> None:
+        holder = f"mutual-af/r1/trial/{number}"
+        held = hold_slot_time(
+            ledger, tags, spec.usd_per_hour / 3600, holder=holder, run_id="r1", dag_id="mutual-af",
+            seconds=1.0, purpose=f"slot {number}",
+        )  # fmt: skip
+        assert held is not None
+        results[number] = run_trial(
+            storage_url=url, ledger=ledger, study_name=spec.study_name, trainer=InstantTrainer, holder=holder,
+            slot=number, run_id="r1", wait_poll_seconds=0.2, seconds_already_used=1.0, slot_hold=held.id,
+            slot_usd_per_hour=spec.usd_per_hour, bill_tags=tags,
+        )  # fmt: skip
+
+    threads = [threading.Thread(target=slot, args=(number,)) for number in (0, 1)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    # Before, each waited on the other's hold as on a trial's until its own could not grow ("stops
+    # waiting"), the study stopped by each. Now the slot whose hold came second gives way at once, the
+    # study going on (the first, waiting at the worker's price, may run its trial once the other's is
+    # settled).
+    assert sorted(results) == [0, 1] and not any(r.ran for r in results.values())
+    (gave_way,) = [r for r in results.values() if r.goes_on]
+    assert "runs no trial and gives way" in gave_way.reason and "stops waiting" not in gave_way.reason
+    assert "the study goes on" in gave_way.reason
+
+
+def test_two_slots_outside_airflow_do_not_wait_for_each_others_holds(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    import optuna
+
+    from costaware.training.tuning.study import STOP_ATTR
+
+    url = f"sqlite:///{tmp_path / 'study.db'}"
+    ledger = Ledger.from_url(url)
+    # A trial needs about $13.5 (its $3 load, 10 s, slack): $15 pays it, but not beside the other slot's
+    # $3 load (a second and a half to spare on a busy machine).
+    spec = study_spec("mutual", max_usd="15.00", max_trials=5, fallback_trial_seconds=10.0)
+    create_study(url, ledger, spec)
+    # Both slots hold their loads ($3 each) before either asks for its trial.
+    _ask_together(monkeypatch)
+    results: dict[int, Any] = {}
+
+    def slot(number: int) -> None:
+        results[number] = run_trial(
+            storage_url=url,
+            ledger=ledger,
+            study_name=spec.study_name,
+            trainer=InstantTrainer,
+            holder=f"slot-{number}",
+            slot=number,
+            wait_poll_seconds=0.2,
+            seconds_already_used=3.0,
+            settle_as=EntryOwner(dag_id="mutual", run_id="r1", map_index=number),
+        )
+
+    threads = [threading.Thread(target=slot, args=(number,)) for number in (0, 1)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    # Before, each counted the other's hold as a trial's money that may come back: both waited, their holds
+    # grew until the study's money was gone, and one stopped waiting, the other stopping the study (a $4
+    # study: $3.16 spent on waiting). A slot's hold is spent by its slot, not given back: the slot whose
+    # hold came second gives way at once; the first waits for it, then finds that the study's money cannot
+    # pay a trial beside the other slot's load, and stops it.
+    reasons = [r.reason for r in results.values()]
+    assert not any(r.ran or "stops waiting" in r.reason for r in results.values()), reasons
+    assert sum(r.goes_on for r in results.values()) == 1, reasons  # before: both waited, none gave way
+    (gave_way,) = [r for r in results.values() if r.goes_on]
+    assert "runs no trial and gives way" in gave_way.reason
+    (stopped,) = [r for r in results.values() if not r.goes_on]
+    study_stop = optuna.load_study(study_name=spec.study_name, storage=url).user_attrs[STOP_ATTR]
+    assert study_stop["reason"] == "budget" and study_stop["message"] == stopped.reason
+    assert ledger.open_reservations() == []

@@ -374,6 +374,10 @@ class BudgetedTuningOperator(_StudyOperator):
             )
         if not result.ran:
             why = result.stop.value if result.stop is not None else "stopped"
+            if result.goes_on:  # gave way to a slot that waited first: the study is not stopped
+                raise AirflowSkipException(
+                    f"study {self.study_name}: no trial in this slot ({why}): {result.reason}"
+                )
             raise AirflowSkipException(f"study {self.study_name} stopped ({why}): {result.reason}")
         assert result.trial is not None
         self.log.info("trial %s %s: %s", result.trial.label, result.trial.params, result.trial.decision)

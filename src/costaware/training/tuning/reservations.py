@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import TYPE_CHECKING
@@ -56,6 +56,8 @@ def reserve_trial_cost(
     slot_seconds: Callable[[], float] | None = None,
     slot_wait_margin_seconds: float = SLOT_WAIT_MARGIN_SECONDS,
     outside_airflow: bool = False,
+    mark_waiting: Callable[[str], None] | None = None,
+    waiting_holds: Callable[[], Collection[str]] | None = None,
 ) -> Reservation:
     """Reserve the trial's cost; while refused only because other trials hold money, wait for them.
 
@@ -79,6 +81,12 @@ def reserve_trial_cost(
     for its time. None: the hold is not grown.
     ``outside_airflow``: there is no try and no bill (a skipped entry records the slot's time), and the
     refusal says so.
+    ``mark_waiting``: called with the id of the slot's hold where a wait holds it anew, so that other slots
+    tell it from a trial's (the caller marks it before the first ask); ``waiting_holds``: the ids other
+    slots so marked. A slot's hold is spent by its slot, not given back as a trial's is: refused only for
+    such holds, the slot whose hold was made first waits and the others give way (:class:`SlotYields`).
+    Counted as trials' money, two slots started together waited for each other, their holds grew until the
+    study's money was gone, and neither ran a trial.
 
     The hold lasts 2 x the trial's time (at least 60 s), plus ``keep_for_retry_seconds``: how long Airflow
     waits before the task's retry, where it has one left. A failed or killed try leaves its hold open,
@@ -130,9 +138,16 @@ def reserve_trial_cost(
         except BudgetExceededError:
             # Without the slot's own hold, which the reserve gave back as it checked: taken for a trial in
             # flight, a slot whose hold was the study's only one waited an hour for it, renewing it.
+            waits = other_slot_waits(ledger, waiting_holds() if waiting_holds else (), without=replacing)
             own = study_usage(ledger, spec, without=replacing)
             if own is None or not _may_come_back(own, usd, gpu_hours):
                 raise
+            if not _may_come_back(trials_only(own, waits), usd, gpu_hours):
+                # Only other slots' holds on their own time stand in the way: a slot's hold is spent by its
+                # slot, not given back. Each counted the other's as a trial's: two slots started together
+                # waited for each other until their holds had the study's money. One waits, for the others
+                # to give theirs up; they run no trial and leave the study going on.
+                _wait_first_or_yield(ledger, own, replacing, waits, slot, usd)
             if bill_tags and not _other_budgets_may_come_back(
                 ledger, spec, scope, holder, run_id, replacing, usd, gpu_hours
             ):
@@ -167,6 +182,8 @@ def reserve_trial_cost(
                     run_id=run_id,
                     outside_airflow=outside_airflow,
                 )
+                if mark_waiting is not None:
+                    mark_waiting(replacing)
             time.sleep(pause)
             seconds = seconds_needed()
 
@@ -379,6 +396,72 @@ def _pause_until_first_hold_ends(first_end: datetime, poll_seconds: float) -> fl
     """
     until_expiry = (first_end - utcnow()).total_seconds()
     return min(max(until_expiry, poll_seconds), max(LATE_POLL_SECONDS, poll_seconds))
+
+
+def other_slot_waits(ledger: Ledger, hold_ids: Collection[str], *, without: str | None) -> list[Reservation]:
+    """The open holds among ``hold_ids`` (other slots' holds on their own time), less the hold ``without``."""
+    ids = set(hold_ids) - {without}
+    if not ids:
+        return []
+    return [r for r in ledger.open_reservations() if r.id in ids]
+
+
+def trials_only(usage: BudgetUsage, waits: list[Reservation]) -> BudgetUsage:
+    """``usage`` with other slots' holds on their own time (``waits``) left out: what trials hold in it."""
+    from dataclasses import replace
+
+    counted = [r for r in waits if usage.label in r.budgets]
+    if not counted:
+        return usage
+    return replace(
+        usage,
+        reserved_usd=max(usage.reserved_usd - sum((r.usd for r in counted), Decimal(0)), Decimal(0)),
+        reserved_gpu_hours=max(
+            usage.reserved_gpu_hours - sum((r.gpu_hours for r in counted), Decimal(0)), Decimal(0)
+        ),
+    )
+
+
+class SlotYields(WaitNotHeld):
+    """A slot refused only for other slots' holds on their own time gives way to the first of them to wait."""
+
+
+def _wait_first_or_yield(
+    ledger: Ledger,
+    own: BudgetUsage,
+    hold_id: str | None,
+    waits: list[Reservation],
+    slot: int,
+    usd: Decimal,
+) -> None:
+    """Return if this slot's hold (``hold_id``) is the first of the waiting slots' (``waits``), else yield.
+
+    The first keeps waiting: the others give their holds up at their next ask, settled at what they ran.
+
+    Raises:
+        SlotYields: another slot's hold was made first.
+    """
+    others = [r for r in waits if own.label in r.budgets]
+    mine = next((r for r in ledger.open_reservations() if r.id == hold_id), None) if hold_id else None
+    if mine is None or not others:  # no hold of its own to order by: it waits, as for a trial
+        return
+    first = min([mine, *others], key=lambda r: (r.created_at, r.id))
+    if first.id == mine.id:
+        return
+    held = sum((r.usd for r in others), Decimal(0))
+    raise SlotYields(
+        f"slot {slot} runs no trial and gives way: budget '{own.label}' has "
+        f"{format_usd_exact(max(own.left_usd, Decimal(0)))} of room (cap {format_usd_exact(own.cap_usd)}, "
+        f"spent {format_usd_exact(own.spent_usd)}, held for others {format_usd_exact(own.reserved_usd)}, "
+        f"{format_usd_exact(held)} of it by other slots waiting for money, no trial's) for the "
+        f"{format_usd_exact(usd)} its trial needs; the slot that waited first ({first.holder}) goes on "
+        "waiting, and the study goes on: run fewer trials at once (max_active_trials) so that slots wait "
+        "less",
+        scope=own.label,
+        spent_usd=str(own.spent_usd + own.reserved_usd),
+        cap_usd=str(own.cap_usd),
+        needed_usd=str(usd),
+    )
 
 
 def slot_may_wait(ledger: Ledger, spec: StudySpec, refused_by: str, usd: Decimal) -> bool:

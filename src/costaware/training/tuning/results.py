@@ -55,9 +55,10 @@ class TrialResult:
 class SlotResult:
     """What a trial slot did: ran a trial, found (or made) the study stopped, or ran none as it goes on.
 
-    ``goes_on``: with ``ran=False``, the study is not stopped and a slot run later may find room: (outside
-    Airflow) the slot's own time could not be held while the study's holds are open; ``stop`` then says what
-    refused it (the budget). False with ``ran=False``: the study stopped for ``stop``.
+    ``goes_on``: with ``ran=False``, the study is not stopped and a slot run later may find room: the slot
+    gave way to another one refused beside it that waited first, or (outside Airflow) its own time could
+    not be held while the study's holds are open; ``stop`` then says what refused it (the budget). False
+    with ``ran=False``: the study stopped for ``stop``.
     """
 
     ran: bool

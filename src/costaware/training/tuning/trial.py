@@ -41,6 +41,7 @@ from costaware.training.tuning.optuna_glue import distributions, pruning_note
 from costaware.training.tuning.reservations import (
     RAISE_THAT_CAP,
     SLOT_WAIT_MARGIN_SECONDS,
+    SlotYields,
     WaitNotHeld,
     hold_slot_time,
     record_skipped_slot,
@@ -72,6 +73,44 @@ log = logging.getLogger(__name__)
 TAIL_SECONDS = 0.5
 
 OnLabel = Callable[[str, dict[str, str], str], None]
+
+#: Study system attribute (one per slot number) naming the hold on a slot's own time (see _WaitingSlots).
+WAITING_SLOT_ATTR = "costaware:waiting_slot:"
+
+
+@dataclass(slots=True)
+class _WaitingSlots:
+    """The holds on slots' own time (a load, a wait for money), recorded in the study so that slots know them.
+
+    In the ledger a slot's hold and a trial's look alike; only a trial's may come back to a waiting slot: a
+    slot's is spent by that slot. One attribute per slot number, rewritten by the next slot of that number;
+    a hold no longer open among them counts nothing. A slot's hold not (yet) recorded counts as a trial's,
+    as before.
+    """
+
+    study: optuna.study.Study
+    slot: int
+    holder: str
+    marked: str | None = None
+
+    def mark(self, hold_id: str) -> None:
+        if hold_id != self.marked:  # one write per hold, not per poll
+            key = f"{WAITING_SLOT_ATTR}{self.slot}"
+            self.study._storage.set_study_system_attr(
+                self.study._study_id, key, {"holder": self.holder, "hold": hold_id}
+            )
+            self.marked = hold_id
+
+    def others(self) -> set[str]:
+        attrs = self.study._storage.get_study_system_attrs(self.study._study_id)
+        return {
+            str(value["hold"])
+            for key, value in attrs.items()
+            if key.startswith(WAITING_SLOT_ATTR)
+            and isinstance(value, dict)
+            and value.get("holder") != self.holder
+            and value.get("hold")
+        }
 
 
 @dataclass(slots=True)
@@ -177,7 +216,8 @@ def run_trial(
     Returns:
         The slot's result; ``ran=False`` with the stop reason when the study is over, or with
         ``goes_on=True`` where the slot ran no trial while the study goes on (a slot run later may find
-        room): outside Airflow, its own time could not be held while the study's holds are open.
+        room): it gave way to another slot refused beside it, which waited first, or, outside Airflow, its
+        own time could not be held while the study's holds are open.
 
     Raises:
         ConfigurationError: the study does not exist, ``trainer`` cannot be called with ``trainer_kwargs``,
@@ -380,7 +420,8 @@ def _reserve_trial(
 
     Outside Airflow a slot whose wait for money cannot be held in the study's budget stops waiting without
     stopping the study (``goes_on``): that money is held by trials in flight, and what they give back pays
-    later slots.
+    later slots. The slot's hold is recorded in the study before it asks, so that other slots refused beside
+    it do not take it for a trial's money that may come back (see :class:`_WaitingSlots`).
     """
     spec = s.spec
     estimate = estimate_trial_seconds(
@@ -392,6 +433,11 @@ def _reserve_trial(
     def seconds_needed() -> float:
         return (s.meter() - s.started) + estimate.seconds + spec.slack_seconds
 
+    waits = _WaitingSlots(s.study, slot, holder)
+    if slot_hold is not None:
+        # Before the first ask: a slot refused at the same moment tells this hold from a trial's at once
+        # (in Airflow a wait's first growth, 30 s at the worker's price, may stop it on the first poll).
+        waits.mark(slot_hold)
     try:
         reservation = reserve_trial_cost(
             ledger,
@@ -412,6 +458,8 @@ def _reserve_trial(
             # write: what slack_seconds pays for); in Airflow the bill comes at the try's end.
             slot_wait_margin_seconds=spec.slack_seconds if outside_airflow else SLOT_WAIT_MARGIN_SECONDS,
             outside_airflow=outside_airflow,
+            mark_waiting=waits.mark,
+            waiting_holds=waits.others,
         )
     except BudgetExceededError as e:
         if s.resumed is not None:
@@ -424,6 +472,9 @@ def _reserve_trial(
             f"{_estimate_advice(estimate, spec.fallback_trial_seconds)} and run the DAG again "
             f"{_rerun_advice(spec.study_name, run_id)}"
         )
+        if isinstance(e, SlotYields):  # in Airflow too: the slot that waited first may still run a trial
+            log.info("study %s: slot %d runs no trial: %s", spec.study_name, slot, e)
+            return SlotResult(ran=False, reason=str(e), stop=StopReason.BUDGET, goes_on=True)
         if isinstance(e, WaitNotHeld):
             # The wait's time, not the trial's estimate, found no room: fallback_trial_seconds is no help.
             raise_max_usd = (
