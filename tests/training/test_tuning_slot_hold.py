@@ -268,3 +268,41 @@ def test_a_retry_in_a_dag_tagged_with_its_studys_scope_is_paid_from_its_earlier_
     assert old.state == optuna.trial.TrialState.FAIL and retried.params == old.params
     (usage,) = ledger.usage(spec.budget_scope)
     assert usage.spent_usd + usage.reserved_usd <= usage.cap_usd
+
+
+def test_a_slot_hold_refused_growth_while_another_hold_settles_is_grown_not_held_again(
+    tmp_path: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    from costaware.training.tuning.reservations import _keep_slot_hold
+
+    # A slot that gives way settles its hold between the first slot's refused grow and its reading of the
+    # budgets: no budget is short any more. Before, the hold was held again under a new id, with a WARNING
+    # that a budget set since it was made held nothing of it, which no budget was.
+    url = f"sqlite:///{tmp_path / 'study.db'}"
+    ledger = Ledger.from_url(url)
+    ledger.set_budget(TEAM, "total", Decimal("1.00"))
+    slot = _hold_slot(ledger, {"team": "ml"})
+    assert slot is not None
+    giving_way = ledger.reserve(TEAM, Decimal("0.95"), holder="tune/r1/trial/2")
+
+    class SettlesAfterTheGrow:
+        """The ledger, where the other slot's hold is given back just after the first grow is refused."""
+
+        def __init__(self) -> None:
+            self.grows = 0
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(ledger, name)
+
+        def grow(self, hold_id: str, usd: Decimal) -> Any:
+            grown = ledger.grow(hold_id, usd)
+            self.grows += 1
+            if self.grows == 1:
+                ledger.release(giving_way.id)
+            return grown
+
+    kept = _keep_slot_hold(SettlesAfterTheGrow(), slot.id, 1, 1.0, 60.0, Decimal("3.60"), 30.0, run_id="r1")  # type: ignore[arg-type]
+    assert kept == slot.id
+    (hold,) = ledger.open_reservations()
+    assert hold.id == slot.id and hold.usd == Decimal("0.091")  # 91 s at $3.60/h
+    assert "held again" not in caplog.text

@@ -262,6 +262,12 @@ def _keep_slot_hold(
     dag_id = holder_dag_id(held.holder) if held.holder else None
     standing = ledger.usage(held.scope, run_id=run_id, dag_id=dag_id, without=hold_id)
     short = [u for u in standing if u.label in held.budgets and u.left_usd < usd]
+    if not short:
+        # Room made since the grow: another hold settled (a slot giving way to this one), not a budget
+        # changed: grown now, it is not held again under a warning about a budget set since it was made.
+        held = ledger.grow(hold_id, need)
+        if held.usd >= need:
+            return hold_id
     if not short:  # not grown for another reason: a budget set since it was made, a budget's moved period
         cause = (
             f"slot {slot}'s hold on its time (reservation {hold_id}) could not be grown to "
