@@ -17,6 +17,8 @@ OPERATOR_MODULES = (
 SENSOR_MODULES = (
     "costaware.sensors.off_peak_gate",
     "costaware.sensors.spend_cap",
+    "costaware.sensors.spend_gate_approval",  # SpendCapSensor's bases (its approval request, its checks)
+    "costaware.sensors.spend_gate_base",
     "costaware.sensors.spot_window",
 )
 TRIGGER_MODULES = (

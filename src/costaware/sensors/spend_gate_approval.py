@@ -17,7 +17,10 @@ from costaware.sensors.spend_gate_base import SpendGateBase, handed_on
 
 
 class SpendGateApproval(SpendGateBase):
-    """Asks a person whether to spend past the cap, and reserves the overage when approved."""
+    """Asks a person whether to spend past the cap, and reserves the overage when approved.
+
+    See docs/governance.md.
+    """
 
     def _check_approvers(self) -> dict[str, str]:
         """The ``approvers`` who cannot answer, with why; fails when none of them could.

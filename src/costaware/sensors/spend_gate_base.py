@@ -27,6 +27,8 @@ class SpendGateBase(BaseSensorOperator):
     """The scope, the target task, the checks before reserving and the Cost page notes of a spend gate.
 
     Its arguments are ``SpendCapSensor``'s, set by its ``__init__`` (see there).
+
+    See docs/budgets.md.
     """
 
     scope: str | Mapping[str, str]
