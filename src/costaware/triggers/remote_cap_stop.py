@@ -73,19 +73,15 @@ class CapStopping(_TriggerBase):
         due = self._cap_stop_due_in
         self._cap_stop_due_in = seconds if due is None else min(due, seconds)
 
-    def _send_cap_stop(
-        self, job_id: str, *, stop_after_seconds: int | None = None, ran_past_stop: float | None = None
-    ) -> bool:
+    def _send_cap_stop(self, job_id: str, *, stop_after_seconds: int | None = None) -> bool:
         """Send the stop at the cap (SIGTERM: it checkpoints); False, asked again soon, where it failed.
 
         Once sent, the job's end is recorded as stopped by ``max_usd`` after ``stop_after_seconds`` of
         running (None: as the state says), and the stop is kept where a re-created wait reads it
-        (:meth:`_keep_cap_stop`). ``ran_past_stop``: how long the job ran past the point it is stopped at
-        (None: unknown), which tells whether a stop the kept state may hold could still explain it.
+        (:meth:`_keep_cap_stop`). Sent whether or not a re-created wait has read the kept state yet: held
+        back, a first wait's stop let the job run on past the cap while the API server did not answer.
         """
         if self._polled_after_cancel("stopped at the cap"):
-            return False
-        if self._cap_stop_unread(job_id, ran_past_stop):
             return False
         from costaware.adapters.compute.base import open_backend
 
@@ -111,28 +107,6 @@ class CapStopping(_TriggerBase):
             current[CAP_STOP_KEY].update(job=seen.to_dict(), seen_at=seen_at.isoformat())
         self.state = {**self.state, "current": current}
         self._keep_cap_stop()
-        return True
-
-    def _cap_stop_unread(self, job_id: str, ran_past_stop: float | None) -> bool:
-        """Whether the stop at the cap waits for the kept state to be read (asked again soon).
-
-        A re-created wait that cannot read it (the API server down) may replace one that sent the stop:
-        sent again, the job got a second SIGTERM and, gone after it, was billed as gone, past its grace
-        period. A stop kept ends the job within its grace period after it, though: one still running past
-        that was never stopped (nothing was kept), and is stopped whether or not the state can be read.
-        """
-        if self._cap_stop_restored:
-            return False
-        grace = self._stop_grace_seconds()
-        if ran_past_stop is not None and grace is not None and ran_past_stop > grace:
-            return False
-        self._retry_cap_stop()
-        self.log.warning(
-            "job %s has run what is left of max_usd, but whether the wait before this one stopped it is "
-            "unknown until its kept state is read: not stopped now, asked again in %g s",
-            job_id,
-            self.next_poll_in(),
-        )
         return True
 
     def _stop_grace_seconds(self) -> float | None:
@@ -354,7 +328,6 @@ class CapStopping(_TriggerBase):
         self._send_cap_stop(
             job_id,
             stop_after_seconds=int(ran) if ran < float(limit) else None,
-            ran_past_stop=ran - float(limit),
         )
 
     def _stop_within_cap_on_other_type(self, status: Any) -> None:
@@ -429,5 +402,4 @@ class CapStopping(_TriggerBase):
             float(status.billable_seconds) / instances(plan),
         )
         # Its end is then recorded as stopped by max_usd (the stop it ran into), not as a preemption.
-        ran_past = float(status.billable_seconds) / instances(plan) - limit
-        self._send_cap_stop(job_id, stop_after_seconds=limit, ran_past_stop=ran_past)
+        self._send_cap_stop(job_id, stop_after_seconds=limit)
