@@ -1130,3 +1130,20 @@ def test_two_slots_outside_airflow_do_not_wait_for_each_others_holds(tmp_path, m
     study_stop = optuna.load_study(study_name=spec.study_name, storage=url).user_attrs[STOP_ATTR]
     assert study_stop["reason"] == "budget" and study_stop["message"] == stopped.reason
     assert ledger.open_reservations() == []
+
+
+def test_two_runs_waiting_slots_of_one_number_both_stay_known_to_each_other(tmp_path: Any) -> None:
+    # Recorded per slot number, slot 0 of a second DAG run of the study overwrote the first run's record:
+    # the first run's waiting hold then read as a trial's money that may come back: a mutual wait.
+    import optuna
+
+    from costaware.training.tuning.trial import _WaitingSlots
+
+    url = f"sqlite:///{tmp_path / 'study.db'}"
+    ledger = Ledger.from_url(url)
+    create_study(url, ledger, study_spec("ow", max_usd="4", max_trials=5))
+    study = optuna.load_study(study_name="ow", storage=url)
+    first, second = _WaitingSlots(study, 0, "ow/run1/trial/0"), _WaitingSlots(study, 0, "ow/run2/trial/0")
+    first.mark("hold-A")
+    second.mark("hold-B")
+    assert first.others() == {"hold-B"} and second.others() == {"hold-A"}

@@ -83,9 +83,9 @@ class _WaitingSlots:
     """The holds on slots' own time (a load, a wait for money), recorded in the study so that slots know them.
 
     In the ledger a slot's hold and a trial's look alike; only a trial's may come back to a waiting slot: a
-    slot's is spent by that slot. One attribute per slot number, rewritten by the next slot of that number;
-    a hold no longer open among them counts nothing. A slot's hold not (yet) recorded counts as a trial's,
-    as before.
+    slot's is spent by that slot. One attribute per holder (per slot number, two DAG runs of one study at
+    once overwrote each other's), rewritten by that holder's next hold; a hold no longer open among them
+    counts nothing. A slot's hold not (yet) recorded counts as a trial's, as before.
     """
 
     study: optuna.study.Study
@@ -95,7 +95,7 @@ class _WaitingSlots:
 
     def mark(self, hold_id: str) -> None:
         if hold_id != self.marked:  # one write per hold, not per poll
-            key = f"{WAITING_SLOT_ATTR}{self.slot}"
+            key = f"{WAITING_SLOT_ATTR}{self.holder}"
             self.study._storage.set_study_system_attr(
                 self.study._study_id, key, {"holder": self.holder, "hold": hold_id}
             )
