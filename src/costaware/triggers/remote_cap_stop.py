@@ -109,15 +109,6 @@ class CapStopping(_TriggerBase):
         self._keep_cap_stop()
         return True
 
-    def _stop_grace_seconds(self) -> float | None:
-        """The most a job runs after a stop at the cap (its grace period), or None: no plan to size it by."""
-        from costaware.training.attempt_effects import stop_seconds
-        from costaware.training.attempts import AttemptState
-
-        if not self.state.get("backend") or not self.state.get("current"):
-            return None
-        return stop_seconds(AttemptState.from_json(self.state))
-
     def _polled_after_cancel(self, what: str) -> bool:
         """Whether this wait was cancelled while its poll ran: then the job is not ``what`` by it."""
         if not self._cancelled.is_set():
