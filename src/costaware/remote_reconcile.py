@@ -218,11 +218,17 @@ class FreedHold:
     (``closed_here`` False, nothing freed).
     """
 
-    status: str
     paid_usd: Decimal
     freed_usd: Decimal
-    closed_here: bool
-    reservation: Any
+    reservation: Any  # as the release left it
+
+    @property
+    def status(self) -> str:
+        return str(self.reservation.status)
+
+    @property
+    def closed_here(self) -> bool:
+        return self.status == "released"
 
 
 def free_paid_hold(ledger: Any, hold: Any) -> FreedHold:
@@ -236,9 +242,7 @@ def free_paid_hold(ledger: Any, hold: Any) -> FreedHold:
     paid_usd = ledger.paid_from([hold.id]).get(hold.id, Decimal(0))
     unpaid_usd = ledger.unpaid(hold.id)[0]
     closed = ledger.release(hold.id)
-    if closed.status == "released":
-        return FreedHold("released", paid_usd, unpaid_usd, True, closed)
-    return FreedHold(str(closed.status), paid_usd, Decimal(0), False, closed)
+    return FreedHold(paid_usd, unpaid_usd if closed.status == "released" else Decimal(0), closed)
 
 
 def still_ended_as_read(wait: EndedWait) -> bool:
