@@ -1143,7 +1143,7 @@ def test_two_runs_waiting_slots_of_one_number_both_stay_known_to_each_other(tmp_
     ledger = Ledger.from_url(url)
     create_study(url, ledger, study_spec("ow", max_usd="4", max_trials=5))
     study = optuna.load_study(study_name="ow", storage=url)
-    first, second = _WaitingSlots(study, 0, "ow/run1/trial/0"), _WaitingSlots(study, 0, "ow/run2/trial/0")
+    first, second = _WaitingSlots(study, "ow/run1/trial/0"), _WaitingSlots(study, "ow/run2/trial/0")
     first.mark("hold-A")
     second.mark("hold-B")
     assert first.others() == {"hold-B"} and second.others() == {"hold-A"}

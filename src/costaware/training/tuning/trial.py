@@ -89,7 +89,6 @@ class _WaitingSlots:
     """
 
     study: optuna.study.Study
-    slot: int
     holder: str
     marked: str | None = None
 
@@ -433,7 +432,7 @@ def _reserve_trial(
     def seconds_needed() -> float:
         return (s.meter() - s.started) + estimate.seconds + spec.slack_seconds
 
-    waits = _WaitingSlots(s.study, slot, holder)
+    waits = _WaitingSlots(s.study, holder)
     if slot_hold is not None:
         # Before the first ask: a slot refused at the same moment tells this hold from a trial's at once
         # (in Airflow a wait's first growth, 30 s at the worker's price, may stop it on the first poll).
