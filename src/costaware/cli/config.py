@@ -628,8 +628,8 @@ JOBS_COMMANDS = (
             "cannot read that ledger). A job whose stop the backend refuses is not billed and its hold stays "
             "held: stop it by hand, and the next run bills it. After the billing it frees the hold a run's "
             "end kept for a task whose job is billed already (made before the task ended, the task read "
-            "again just before: a cleared task's new try holds it then): settled at what the job's entries "
-            "paid from it, else released, each said on stderr; --dry-run says what it would free. Exits 1 "
+            "again just before: a cleared task's new try holds it then): released, what the job's entries "
+            "paid from it staying spent, each said on stderr; --dry-run says what it would free. Exits 1 "
             "when a job could not be stopped and billed, a wait state could not be read, or a kept hold "
             "could not be freed; 2 when --dag-id names no DAG Airflow knows."
         ),
