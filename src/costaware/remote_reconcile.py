@@ -66,7 +66,7 @@ class EndedWait:
         """Whether the task's trigger may still stop and bill the job (see ``TRIGGER_SETTLE_SECONDS``)."""
         if self.taken_away or self.ended_at is None:
             return False
-        return (now - _aware(self.ended_at)).total_seconds() < TRIGGER_SETTLE_SECONDS
+        return (now - aware_utc(self.ended_at)).total_seconds() < TRIGGER_SETTLE_SECONDS
 
     @property
     def current(self) -> Mapping[str, Any] | None:
@@ -240,7 +240,7 @@ def free_paid_hold(ledger: Any, hold: Any) -> FreedHold:
     it count as spent either way. A hold a settle, release or new hold closed meanwhile is left as it is.
     """
     paid_usd = ledger.paid_from([hold.id]).get(hold.id, Decimal(0))
-    unpaid_usd = ledger.unpaid(hold.id)[0]
+    unpaid_usd = max(hold.usd - paid_usd, Decimal(0))  # as Ledger.unpaid works it out, without reading again
     closed = ledger.release(hold.id)
     return FreedHold(paid_usd, unpaid_usd if closed.status == "released" else Decimal(0), closed)
 
@@ -282,7 +282,7 @@ def still_ended_as_read(wait: EndedWait) -> bool:
         and row.try_number == wait.try_number
         and ended_at is not None
         and wait.ended_at is not None
-        and _aware(ended_at) == _aware(wait.ended_at)
+        and aware_utc(ended_at) == aware_utc(wait.ended_at)
     )
 
 
@@ -311,7 +311,7 @@ def billed_usd(ledger: Any, wait: EndedWait) -> Decimal | None:
         Decimal(str(row["usd"]))
         for row in task_attempt_entries(ledger, plan)
         if job_of_attempt_note(str(row["note"] or "")) == wait.job_id
-        and (since is None or _aware(row["incurred_at"]) >= since)
+        and (since is None or aware_utc(row["incurred_at"]) >= since)
     ]
     return sum(billed, Decimal(0)) if billed else None
 
@@ -457,7 +457,8 @@ def _submitted_at(wait: EndedWait) -> datetime | None:
     return parse_instant(submitted, name="submitted_at") if submitted else None
 
 
-def _aware(moment: datetime) -> datetime:
+def aware_utc(moment: datetime) -> datetime:
+    """``moment`` with UTC where it has no zone (SQLite gives datetimes without one)."""
     return moment if moment.tzinfo else moment.replace(tzinfo=timezone.utc)
 
 

@@ -194,15 +194,12 @@ def _free_kept_holds(ledger: Any, waits: list[Any], *, dry_run: bool) -> int:
 
 def _kept_holds(ledger: Any, wait: Any) -> list[Any]:
     """The open holds of ``wait``'s task made before it ended: those its run's end kept."""
-    from datetime import timezone
-
-    def aware(moment: Any) -> Any:
-        return moment if moment.tzinfo else moment.replace(tzinfo=timezone.utc)
+    from costaware.remote_reconcile import aware_utc
 
     return [
         hold
         for hold in ledger.open_reservations(holder_prefix=f"{wait.dag_id}/{wait.run_id}/{wait.task_id}/")
-        if hold.holder == wait.task and aware(hold.created_at) <= aware(wait.ended_at)
+        if hold.holder == wait.task and aware_utc(hold.created_at) <= aware_utc(wait.ended_at)
     ]
 
 
