@@ -84,10 +84,12 @@ class BudgetAvailableTrigger(BaseTrigger):
 
         ledger = CostLedgerHook(self.ledger_conn_id).get_conn()
         need, gpu = Decimal(self.usd), Decimal(self.gpu_hours)
-        replaced = self._open_hold(ledger)
-        if replaced is not None and self._holds_as_asked(ledger, replaced, need, gpu):
+        held = self._open_holds(ledger)
+        # As the reserve picks among two or more (one holding what is asked, else the oldest): weighed apart,
+        # this waited on one hold while the reserve kept or replaced another.
+        if any(self._holds_as_asked(ledger, hold, need, gpu) for hold in held):
             return None
-        without = None if replaced is None else replaced.id
+        without = held[0].id if held else None
         for usage in ledger.usage(self.scope, run_id=self.run_id, dag_id=self.dag_id, without=without):
             if usage.left_usd < need:
                 left = format_usd_exact(usage.left_usd)
@@ -101,21 +103,16 @@ class BudgetAvailableTrigger(BaseTrigger):
                     return f"budget '{usage.name}' has {left_gpu} GPU-hours left, need {gpu}"
         return None
 
-    def _open_hold(self, ledger: Any) -> Reservation | None:
-        """The open hold of ``holder`` (None: none, or no holder): the resuming sensor keeps or replaces it.
+    def _open_holds(self, ledger: Any) -> list[Reservation]:
+        """The open holds of ``holder``, oldest first (none without one): its resume keeps or replaces one.
 
         Counted as taken, a gate asking $6 where its own $4 hold and $5 of room were enough waited until its
         timeout; counted back as what every entry paid from it left unpaid, a budget that counts only the
         entries of its own scope was short where the reserve had room.
         """
         if not self.holder:
-            return None
-        held = [r for r in ledger.open_reservations(holder_prefix=self.holder) if r.holder == self.holder]
-        # As the reserve picks among two or more (oldest first, one holding what is asked preferred): weighed
-        # apart, this waited on one hold while the reserve kept or replaced another.
-        need, gpu = Decimal(self.usd), Decimal(self.gpu_hours)
-        as_asked = (r for r in held if self._holds_as_asked(ledger, r, need, gpu))
-        return next(as_asked, held[0] if held else None)
+            return []
+        return [r for r in ledger.open_reservations(holder_prefix=self.holder) if r.holder == self.holder]
 
     def _holds_as_asked(self, ledger: Any, hold: Reservation, need: Decimal, gpu: Decimal) -> bool:
         """Whether the sensor's reserve keeps ``hold`` (in this scope, holding at least what is asked).
