@@ -201,7 +201,7 @@ class SpotWindowSensor(BaseSensorOperator):
         # Keyed by try_key (run, map index, try): dags test shares these between runs (see try_key).
         self._warned: set[tuple[tuple[str, int, int], str]] = set()  # argument warnings said (_warn_once)
         self._first_looks: dict[tuple[str, int, int], datetime] = {}  # a try's first look (_first_look)
-        self._market_looks: dict[tuple[str, int, int], datetime] = {}  # its first look by this task object
+        self._market_looks: set[tuple[str, int, int]] = set()  # the tries this task object looked in
         self.earliest_start = earliest_start
         self.target_usd_per_hour = target_usd_per_hour
         self.on_demand_usd_per_hour = on_demand_usd_per_hour
@@ -359,7 +359,7 @@ class SpotWindowSensor(BaseSensorOperator):
         # Begun before the latest start is not enough: a try put off at its start never looked until now.
         waited = say and first_look < latest <= now and self._looked_earlier(context)
         if say:
-            self._market_looks.setdefault(try_key(context), now)
+            self._market_looks.add(try_key(context))
         if waited and in_time:
             # This try looked before its latest start and waited for spot until it: the wait's planned end.
             # Judged by now alone, the poke reaching it was warned of a deadline "too near" (past the window's
