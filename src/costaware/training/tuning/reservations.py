@@ -268,7 +268,7 @@ def _keep_slot_hold(
         held = ledger.grow(hold_id, need)
         if held.usd >= need:
             return hold_id
-    if not short:  # not grown for another reason: a budget set since it was made, a budget's moved period
+        # Not grown for another reason: a budget set since it was made, a budget's moved period.
         cause = (
             f"slot {slot}'s hold on its time (reservation {hold_id}) could not be grown to "
             f"{format_usd_exact(need)} though its budgets have room (a budget set since it was made holds "
