@@ -169,10 +169,7 @@ def _say_if_hold_lapsed(ledger: Any, holder: str, entry: Any) -> None:
             e,
         )
         return
-    # Marked expired by `Ledger.expire_stale`, or still open past its ttl: either way it counts nothing.
-    if latest is not None and (
-        latest.status == "expired" or (latest.status == "open" and latest.expires_at <= utcnow())
-    ):
+    if latest is not None and latest.lapsed(utcnow()):
         _say_expired(latest, entry)
 
 

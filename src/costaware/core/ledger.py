@@ -240,6 +240,10 @@ class Reservation:
     budgets: tuple[str, ...]  # labels of the budgets it counts against, e.g. "project=churn/month"
     settled_usd: Decimal | None = None
 
+    def lapsed(self, at: datetime) -> bool:
+        """Whether it counts nothing for having run out at ``at``: marked expired, or open past its limit."""
+        return self.status == "expired" or (self.status == "open" and self.expires_at <= at)
+
 
 @dataclass(frozen=True, slots=True)
 class BudgetUsage:

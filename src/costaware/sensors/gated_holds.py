@@ -108,9 +108,7 @@ def _say_if_lapsed(sensor: Any, ledger: Any, ti: Any, task_id: str, map_index: i
     from costaware.core.money import format_usd_exact
 
     latest = ledger.latest_reservation(reservation_holder(ti.dag_id, ti.run_id, task_id, map_index))
-    if latest is None or not (
-        latest.status == "expired" or (latest.status == "open" and latest.expires_at <= utcnow())
-    ):
+    if latest is None or not latest.lapsed(utcnow()):
         return
     told: set[str] = getattr(sensor, "_lapsed_holds_told", set())
     if latest.id in told:
