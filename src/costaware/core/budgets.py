@@ -464,6 +464,14 @@ RAISE_THE_CAP_ONLY = "raise the cap with `costaware budget set`"
 RAISE_THE_CAP = f"{RAISE_THE_CAP_ONLY} or lower the estimate"
 
 
+def cap_advice_in(message: str) -> str:
+    """Which of the refusal's two pieces of advice ``message`` holds, for a caller to replace with its own.
+
+    The longer first: a budget with nothing left is told only to raise the cap, not to lower the estimate.
+    """
+    return RAISE_THE_CAP if RAISE_THE_CAP in message else RAISE_THE_CAP_ONLY
+
+
 def _holds_hint(reserved_usd: Decimal) -> str:
     """Where the reserved money is: a killed run's hold (Ctrl-C of `dags test`) stays open until expiry."""
     if reserved_usd <= 0:

@@ -396,7 +396,7 @@ class BudgetedTuningOperator(_StudyOperator):
         Raises:
             AirflowSkipException: a budget over the run's tags cannot hold even that time.
         """
-        from costaware.core.budgets import RAISE_THE_CAP, RAISE_THE_CAP_ONLY
+        from costaware.core.budgets import RAISE_THE_CAP_ONLY, cap_advice_in
         from costaware.core.errors import BudgetExceededError, CostawareError
         from costaware.training.tuning.reservations import hold_slot_time
         from costaware.try_pricing import charge_of, compute_of
@@ -427,8 +427,7 @@ class BudgetedTuningOperator(_StudyOperator):
             )
         except BudgetExceededError as e:
             message = str(e)
-            # The longer first: a budget with nothing left is not told to lower the estimate.
-            todo = RAISE_THE_CAP if RAISE_THE_CAP in message else RAISE_THE_CAP_ONLY
+            todo = cap_advice_in(message)
             lower = (
                 ""
                 if todo == RAISE_THE_CAP_ONLY

@@ -38,7 +38,7 @@ import re
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
-from costaware.core.budgets import RAISE_THE_CAP, RAISE_THE_CAP_ONLY
+from costaware.core.budgets import cap_advice_in
 from costaware.core.errors import BudgetExceededError, ConfigurationError
 from costaware.core.money import MICRO_USD, format_usd_exact
 from costaware.core.tuning import TrialState, trial_label, usd_for_seconds
@@ -199,9 +199,9 @@ def own_budget_advice(refused: BudgetExceededError, budget_scope: Any, cap_usd: 
         r"; the \1 reserved is held for the search's own bookkeeping (slack_seconds)",
         message,
     )
-    todo = RAISE_THE_CAP if RAISE_THE_CAP in message else RAISE_THE_CAP_ONLY
     return message.replace(
-        todo, f"the search's budget is its cap_usd ({format_usd_exact(cap_usd)}): raise cap_usd"
+        cap_advice_in(message),
+        f"the search's budget is its cap_usd ({format_usd_exact(cap_usd)}): raise cap_usd",
     )
 
 

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import optuna
 
-from costaware.core.budgets import RAISE_THE_CAP, RAISE_THE_CAP_ONLY
+from costaware.core.budgets import cap_advice_in
 from costaware.core.errors import BudgetExceededError, ConfigurationError, check_keywords
 from costaware.core.ledger import utcnow
 from costaware.core.money import format_usd
@@ -323,8 +323,9 @@ def _hold_slot_outside_airflow(
     except BudgetExceededError as e:
         message = str(e)
         if e.scope.startswith(f"{spec.budget_scope}/"):  # the study's own budget: its cap is max_usd
-            todo = RAISE_THE_CAP if RAISE_THE_CAP in message else RAISE_THE_CAP_ONLY
-            message = message.replace(todo, f"raise the study's max_usd ({format_usd(spec.caps.max_usd)})")
+            message = message.replace(
+                cap_advice_in(message), f"raise the study's max_usd ({format_usd(spec.caps.max_usd)})"
+            )
         reason = (
             f"study {spec.study_name}: slot {slot} runs no trial, its time so far ({seconds:.1f} s loading "
             f"the study) cannot be held: {message}"
@@ -486,9 +487,7 @@ def _reserve_trial(
             # A slot that stopped waiting for money is told to raise the budget its wait was held in.
             message = message.replace(RAISE_THAT_CAP, raise_max_usd)
         elif own:
-            # The longer first: a budget with nothing left is not told to lower the estimate.
-            todo = RAISE_THE_CAP if RAISE_THE_CAP in message else RAISE_THE_CAP_ONLY
-            message = message.replace(todo, raise_max_usd)
+            message = message.replace(cap_advice_in(message), raise_max_usd)
         named = f"'{spec.budget_scope}/" in message and raise_max_usd not in message
         if named and (not own or isinstance(e, WaitNotHeld)):
             # Another budget refused first and named the study's too, or a slot's wait found several short
