@@ -448,8 +448,10 @@ def _wait_first_or_yield(
         SlotYields: another slot's hold was made first.
     """
     others = [r for r in waits if own.label in r.budgets]
-    mine = next((r for r in ledger.open_reservations() if r.id == hold_id), None) if hold_id else None
-    if mine is None or not others:  # no hold of its own to order by: it waits, as for a trial
+    if not others or hold_id is None:  # no other slot's wait, or no hold of its own to order by: it waits
+        return
+    mine = next((r for r in ledger.open_reservations() if r.id == hold_id), None)
+    if mine is None:  # as for a trial
         return
     first = min([mine, *others], key=lambda r: (r.created_at, r.id))
     if first.id == mine.id:
