@@ -339,8 +339,9 @@ class CachedFeaturesOperator(BaseOperator):
     def _billed_rate(self, compute: Mapping[str, Any], tags: Mapping[str, str]) -> Decimal:
         """The rate per hour of ``compute`` (where this try runs: ``compute_of``), as the listener bills it.
 
-        Asked only on a miss, before the transform: a hit pays nothing here (its avoided cost is the cache
-        entry's), so a worker type nobody can price does not stop a task that reuses its features.
+        Asked before the look-up, so that a miss is priced before the cache or its transform is touched; a
+        refusal then fails only a miss: a hit pays nothing here (its avoided cost is the cache entry's), so a
+        worker type nobody can price does not stop a task that reuses its features (it is warned).
 
         A miss is priced at the bill's rate (:mod:`costaware.try_pricing`), so the cache's cost, and a later
         hit's avoided cost, are what the try cost: with no ``instance_type`` or ``region``, the worker's
