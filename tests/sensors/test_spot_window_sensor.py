@@ -646,30 +646,39 @@ def test_run_argument_warnings_are_said_once_a_try_not_at_every_poke(
     assert out.count(warning) == 1
 
 
-@pytest.mark.parametrize("deferrable", [False, True], ids=["poke", "deferrable"])
+@pytest.mark.parametrize("mode", ["poke", "deferrable", "reschedule"])
 def test_a_try_put_off_for_a_missing_dag_is_still_warned_of_its_arguments(
-    tmp_path: Path, ledger_env: Ledger, capsys: pytest.CaptureFixture[str], deferrable: bool
+    tmp_path: Path, ledger_env: Ledger, capsys: pytest.CaptureFixture[str], mode: str
 ) -> None:
     from types import SimpleNamespace
 
     # A worker that could not load the DAG puts the try off ([workers] missing_dag_retries): its first look
-    # has task_reschedule_count 1, read as a later poke, and the not-given deadline was never warned.
+    # has task_reschedule_count 1, read as a later poke, and the not-given deadline was never warned. In
+    # reschedule mode too: each later poke, with a freshly loaded task, must not say it again.
     prices = tmp_path / "prices.csv"
     write_history(prices, current="2.00")  # above the forecast minimum: keeps waiting
-    sensor = make_sensor(prices=str(prices), deadline="{{ params.deadline }}", deferrable=deferrable)
-    sensor.deadline = " "  # as rendered with the param unset
-    ti = SimpleNamespace(try_number=1, get_first_reschedule_date=lambda _: now() - timedelta(minutes=1))
-    ctx = context(
-        ti=ti,
-        task_reschedule_count=1,
-        data_interval_start=now() - timedelta(hours=1),
-        data_interval_end=now() + timedelta(hours=11),
-    )
-    if deferrable:
-        with pytest.raises(TaskDeferred):
-            sensor.execute(ctx)
-    else:
-        assert sensor.poke(ctx) is False
+    store = TaskStateStore()
+    for rescheduled in (1, 2, 3) if mode == "reschedule" else (1,):
+        sensor = make_sensor(
+            prices=str(prices),
+            deadline="{{ params.deadline }}",
+            deferrable=mode == "deferrable",
+            mode="reschedule" if mode == "reschedule" else "poke",
+        )
+        sensor.deadline = " "  # as rendered with the param unset
+        ti = SimpleNamespace(try_number=1, get_first_reschedule_date=lambda _: now() - timedelta(minutes=1))
+        ctx = context(
+            ti=ti,
+            task_reschedule_count=rescheduled,
+            task_state_store=store,
+            data_interval_start=now() - timedelta(hours=1),
+            data_interval_end=now() + timedelta(hours=11),
+        )
+        if mode == "deferrable":
+            with pytest.raises(TaskDeferred):
+                sensor.execute(ctx)
+        else:
+            assert sensor.poke(ctx) is False
     assert capsys.readouterr().out.count("which is not given") == 1
 
 

@@ -511,14 +511,13 @@ class SpotWindowSensor(BaseSensorOperator):
         """Whether ``warning``, about the run's arguments, is due: once a try, not at every poke.
 
         Poke mode pokes the same task again; reschedule mode runs execute anew, with a freshly loaded task, at
-        every poke, and counts the try's earlier pokes in ``task_reschedule_count`` (0 at its first). The
-        count also holds starts put off because the worker could not load the DAG (``[workers]
-        missing_dag_retries``): read only where pokes reschedule, or a put-off try was never warned. In
-        reschedule mode a put-off start and an earlier poke cannot be told apart: both warn nothing more.
+        every poke, and each poke that waited (after saying its warnings) records it in the task state store.
+        ``task_reschedule_count`` is no such record: it also counts starts put off because the worker could
+        not load the DAG (``[workers] missing_dag_retries``), and a try put off at its start was never warned.
         """
         pokes_rescheduled = self.reschedule and not self.deferrable
         said = (try_key(context), warning)
-        if said in self._warned or (pokes_rescheduled and context.get("task_reschedule_count")):
+        if said in self._warned or (pokes_rescheduled and waited_at_a_rescheduled_poke(context, self.log)):
             return False
         self._warned.add(said)
         return True

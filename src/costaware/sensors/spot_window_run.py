@@ -100,14 +100,16 @@ def record_rescheduled_wait(context: Context, now: datetime, log: Logger) -> Non
         store.set(_WAITED_KEY.format(try_number(context)), now.isoformat())
     except Exception as error:  # a record for a log line: the decision goes on without it
         log.warning(
-            "could not record this poke's wait for spot in the task state store (%s): a later poke past the "
-            "latest start may be told its start was put off",
+            "could not record this poke's wait for spot in the task state store (%s): a later poke may say "
+            "this try's argument warnings again, and one past the latest start be told its start was put off",
             error,
         )
 
 
 def waited_at_a_rescheduled_poke(context: Context, log: Logger) -> bool:
     """Whether an earlier reschedule-mode poke of this try looked at the market and waited for spot.
+
+    Such a poke also said the try's argument warnings (see ``SpotWindowSensor._warn_once``).
 
     Without a task state store (a library call) the try's reschedules are taken for its own pokes.
     """
