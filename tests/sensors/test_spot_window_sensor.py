@@ -611,6 +611,7 @@ def test_run_argument_warnings_are_said_once_a_try_not_at_every_poke(
     prices = tmp_path / "prices.csv"
     write_history(prices, current="2.00")  # above the forecast minimum: keeps waiting
     window_start, window_end = now() + timedelta(hours=3), now() + timedelta(hours=11)
+    store = TaskStateStore()  # kept across reschedules, as Airflow keeps the task instance's
 
     def look(rescheduled: int, sensor: SpotWindowSensor | None = None) -> SpotWindowSensor:
         sensor = sensor or make_sensor(
@@ -627,6 +628,7 @@ def test_run_argument_warnings_are_said_once_a_try_not_at_every_poke(
         ctx = context(
             ti=ti,
             task_reschedule_count=rescheduled,
+            task_state_store=store,
             data_interval_start=window_start,
             data_interval_end=window_end,
         )
@@ -1224,6 +1226,24 @@ def test_a_try_put_off_before_its_latest_start_until_after_it_is_warned_not_logg
         f"{latest.isoformat()}, but the worker could not load the DAG and put its start off ([workers] "
         "missing_dag_retries)" in line
     )
+
+
+def test_without_a_task_state_store_a_put_off_start_is_not_taken_for_a_look(
+    tmp_path: Path, ledger_env: Ledger, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A library call gives no task state store: the try's reschedules were taken for its own pokes, so a
+    # start put off from before its latest start until after it was logged "as planned", as if it had waited.
+    prices = tmp_path / "prices.csv"
+    write_history(prices, current="0.10")
+    deadline = now() + timedelta(minutes=58)  # 1 hour of work, no restart overhead
+    put_off_at = now() - timedelta(minutes=5)
+    put_off = Try("reschedule", put_off_at, prices=str(prices), deadline=deadline.isoformat())
+    put_off.store = None  # type: ignore[assignment]
+    assert put_off.look().is_done
+    out = capsys.readouterr().out
+    assert "as planned" not in out
+    [line] = [line for line in out.splitlines() if "[warning" in line]
+    assert "but the worker could not load the DAG and put its start off" in line
 
 
 @pytest.mark.parametrize(

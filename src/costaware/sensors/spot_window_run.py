@@ -111,11 +111,13 @@ def waited_at_a_rescheduled_poke(context: Context, log: Logger) -> bool:
 
     Such a poke also said the try's argument warnings (see ``SpotWindowSensor._warn_once``).
 
-    Without a task state store (a library call) the try's reschedules are taken for its own pokes.
+    Without a task state store (a library call) there is no record: only the pokes the task object itself
+    remembers count. The try's reschedules were taken for pokes, and a start put off from before its latest
+    start until after it was logged as a planned end of a wait it never had.
     """
     store = context.get("task_state_store")
     if store is None:
-        return bool(context.get("task_reschedule_count"))
+        return False
     try:
         return store.get(_WAITED_KEY.format(try_number(context))) is not None
     except Exception as error:  # a read for a log line: the decision goes on without it
