@@ -91,6 +91,25 @@ def test_cost_plus_carbon_at_price_zero_decides_as_cost_and_records_the_emission
     assert Decimal(zero["kg_co2e"]) == Decimal(repr(round(power * 1 * g_now / 1000, 3)))
 
 
+@pytest.mark.usefixtures("clock")  # one clock at HH:05, one at HH:30: the half hour to come, and gone by
+def test_the_intensity_now_is_the_half_hour_in_force_not_the_clock_hour_s_mean(tmp_path: Path) -> None:
+    # A half-hourly file (the GB API's, imported): the intensity now was the mean of the clock hour, so at
+    # HH:40 it took in the half hour gone by, and at HH:05 the one to come.
+    carbon = tmp_path / "half-hourly.csv"
+    at = now()
+    in_force = at.replace(minute=30 if at.minute >= 30 else 0, second=0, microsecond=0)
+    lines = ["timestamp_utc,g_co2eq_per_kwh_lca\n"]
+    for step in range(-8, 9):
+        stamp = in_force + timedelta(minutes=30 * step)
+        lines.append(f"{stamp.strftime('%Y-%m-%dT%H:%M:%SZ')},{100 if step == 0 else 400}\n")
+    carbon.write_text("".join(lines))
+    decision = make_sensor(
+        tmp_path, objective="cost+carbon", carbon_usd_per_tonne="0", carbon=str(carbon)
+    ).execute({"run_id": "manual__half_hours"})
+    power = instance_power_kw("p3.2xlarge", "us-east-1")
+    assert Decimal(decision["kg_co2e"]) == Decimal(repr(round(power * 1 * 100 / 1000, 3)))
+
+
 def test_carbon_starts_at_once_when_now_is_the_cleanest_hour(tmp_path: Path) -> None:
     carbon = tmp_path / "flat.csv"
     gb_restamped(carbon, flat=True)

@@ -437,9 +437,15 @@ def instance_power_kw(instance_type: str, region: str) -> float:
 
 
 def intensity_at(intensity: PriceSeries | None, now: datetime) -> float | None:
-    """The grid intensity (gCO2e/kWh) of the hour of ``now`` (past the series' end: its hourly profile)."""
+    """The grid intensity (gCO2e/kWh) in force at ``now``; outside the series, its typical value of the hour.
+
+    The record at or before ``now`` where the series covers it: the mean of the clock hour took in, from a
+    half-hourly series (the GB API's, imported), the half hour gone by, or at HH:05 the one to come.
+    """
     if intensity is None:
         return None
+    if intensity.start <= now < intensity.last + timedelta(hours=1):
+        return float(intensity.price_at(now))
     return hourly_series(intensity, now.replace(minute=0, second=0, microsecond=0), 1)[0]
 
 
