@@ -622,6 +622,34 @@ def test_a_mapped_store_uri_element_that_is_none_is_refused_not_taken_as_left_ou
     assert got["uri"].startswith(str(tmp_path / "default-cache"))
 
 
+def test_store_uri_none_written_out_in_partial_is_refused_when_the_dag_is_parsed(
+    flights_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Each mapped copy was built with the None and refused it only as it ran, one failed task per element.
+    import pendulum
+    from airflow.sdk import DAG
+
+    from costaware.core.errors import ConfigurationError
+
+    monkeypatch.setenv("COSTAWARE_FEATURE_CACHE", str(tmp_path / "default-cache"))
+    args = {"ledger_conn_id": "test_ledger", "usd_per_hour": "3.60", "pass_paths": True}
+    with DAG("partial_store", schedule=None, start_date=pendulum.datetime(2026, 1, 1)):
+        inputs = {"flights": str(flights_dir)}
+        message = (
+            "task 'features': store_uri=None in CachedFeaturesOperator.partial(...) names no store: leave "
+            "store_uri out of .partial() for the default cache"
+        )
+        with pytest.raises(ConfigurationError, match=re.escape(message)):
+            CachedFeaturesOperator.partial(
+                task_id="features", transform=_paths_transform, inputs=inputs, store_uri=None, **args
+            )
+        # Written out in a task of its own, None still reads as left out: the default cache.
+        plain = CachedFeaturesOperator(
+            task_id="plain", transform=_paths_transform, inputs=inputs, store_uri=None, **args
+        )
+    assert plain.execute(context())["uri"].startswith(str(tmp_path / "default-cache"))
+
+
 @pytest.mark.parametrize("root", ["/", "file:///", "file://localhost/"])
 def test_a_store_uri_at_the_machines_root_is_refused(
     root: str, flights_dir: Path, tmp_path: Path, ledger_conn: Ledger

@@ -25,6 +25,7 @@ from costaware.settings import feature_cache
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
+    from airflow.sdk.definitions.mappedoperator import OperatorPartial
 
     from costaware.adapters.feature_manifest import Computed, Outcome
     from costaware.adapters.object_store import S3Options
@@ -159,9 +160,9 @@ class CachedFeaturesOperator(BaseOperator):
         transform_params: Keyword arguments of the transform; part of the key (templated).
         store_uri: Where entries live: an absolute folder or ``s3://bucket/prefix`` (templated; one
             written out or rendered empty, ``None`` or ``null`` names no store and is refused, as
-            ``model_store`` is, as is a ``None`` element of ``.expand(store_uri=...)``); left out (or
-            ``None`` written out), ``$COSTAWARE_FEATURE_CACHE`` or
-            ``$AIRFLOW_HOME/costaware/features``.
+            ``model_store`` is, as is a ``None`` element of ``.expand(store_uri=...)`` as the task runs,
+            and ``None`` in ``.partial(...)`` when the DAG is parsed); left out (or ``None`` written out in
+            a task of its own), ``$COSTAWARE_FEATURE_CACHE`` or ``$AIRFLOW_HOME/costaware/features``.
         version: Key the code by this string instead of by its source (templated; one rendered empty,
             ``None`` or ``null`` is not given).
         pass_paths: Hand the transform URIs instead of DataFrames (for transforms that read lazily).
@@ -240,9 +241,11 @@ class CachedFeaturesOperator(BaseOperator):
         # A template or XComArg rendered to None (render_template_as_native_obj, a param left unset) is not
         # store_uri left out: kept to tell them apart once rendered. Nor is the None a mapped task's element
         # gives (.expand(store_uri=...)): Airflow builds each mapped copy with it through __init__, where
-        # it went to the worker's default cache; None written out in the DAG reads as left out.
-        from_mapped = bool(getattr(self, "_BaseOperator__from_mapped", False))
-        self._store_uri_left_out = store_uri is _LeftOut.LEFT_OUT or (store_uri is None and not from_mapped)
+        # it went to the worker's default cache; None written out in the DAG reads as left out (in
+        # .partial() it is refused when parsed, see partial), so a mapped copy's None is an element's.
+        self._store_uri_left_out = store_uri is _LeftOut.LEFT_OUT or (
+            store_uri is None and not self._a_mapped_copy()
+        )
         self.store_uri: str | None = None if store_uri is _LeftOut.LEFT_OUT else store_uri
         self.version = version
         self.pass_paths = pass_paths
@@ -263,6 +266,36 @@ class CachedFeaturesOperator(BaseOperator):
         self.bill_storage = bill_storage
         self.storage_usd_per_gb_month = storage_usd_per_gb_month
         self._check_settings(rendered=False)
+
+    @classmethod
+    def partial(cls, **kwargs: Any) -> OperatorPartial:
+        """Airflow's ``partial``, refusing ``store_uri=None`` written out when the DAG is parsed.
+
+        Each mapped copy is built with the ``partial`` arguments, so the None reached ``__init__`` as an
+        element's does, and each copy was refused only as it ran.
+
+        Raises:
+            ConfigurationError: ``store_uri=None``, with what to write instead.
+        """
+        if "store_uri" in kwargs and kwargs["store_uri"] is None:
+            from costaware.core.errors import ConfigurationError
+
+            raise ConfigurationError(
+                f"task {kwargs.get('task_id')!r}: store_uri=None in {cls.__name__}.partial(...) names no "
+                "store: leave store_uri out of .partial() for the default cache ($COSTAWARE_FEATURE_CACHE or "
+                "$AIRFLOW_HOME/costaware/features), or give a location"
+            )
+        return super().partial(**kwargs)
+
+    def _a_mapped_copy(self) -> bool:
+        """Whether Airflow built this task as one copy of a mapped task (``.partial(...).expand(...)``).
+
+        Through public API: the DAG keeps the ``MappedOperator`` under the task's id and does not take the
+        copies ``MappedOperator.unmap`` builds, so a copy is not its DAG's task of its id. (No public flag
+        says it: the SDK passes ``_airflow_from_mapped`` into ``__init__`` as the private
+        ``_BaseOperator__from_mapped``.) A task outside any DAG is no mapped copy.
+        """
+        return self.has_dag() and self.dag.task_dict.get(self.task_id) is not self
 
     def _check_settings(self, *, rendered: bool) -> None:
         """Refuse a bad setting before any input is read or the transform runs.
