@@ -255,6 +255,25 @@ def test_a_configured_threshold_setting_refused_names_each_bad_item_and_the_good
     assert err.rstrip().endswith("the workers use 50%,80%,100%,forecast")
 
 
+def test_alerts_set_names_each_bad_threshold_and_the_good_ones_set_aside(
+    ledger_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # `--thresholds 5,abc,50` named the '5' alone: fixed, the 'abc' was refused next time, and nothing said
+    # the 50% went unset with them.
+    ledger = Ledger.from_url(ledger_url)
+    ledger.set_budget("project=churn", "month", "100")
+    args = ["--ledger-url", ledger_url, "alerts", "set", "--scope", "project=churn", "--period", "month"]
+    assert main([*args, "--thresholds", "5,abc,50"]) == 2
+    err = capsys.readouterr().err
+    assert "alert thresholds '5,abc,50': alert threshold '5' is ambiguous: write '5%'" in err
+    assert "; alert threshold 'abc' is neither a percentage of the cap" in err
+    assert "(the list is refused whole: its 50% is not used either)" in err
+    assert alert_rules(ledger) == {}
+    # One bad item alone is said as before, without the list around it.
+    assert main([*args, "--thresholds", "abc"]) == 2
+    assert "error: alert threshold 'abc' is neither" in capsys.readouterr().err
+
+
 def test_a_doubled_percent_in_airflow_cfg_is_read_as_one(ledger_url: str) -> None:
     from costaware.notifications.budget import configured_thresholds
 

@@ -193,6 +193,41 @@ def parse_thresholds(spec: str | Sequence[str | int]) -> tuple[str, ...]:
     return tuple(f"{_plain(p)}%" for p in sorted(percents)) + ((FORECAST,) if forecast else ())
 
 
+def sort_thresholds(items: Sequence[str]) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
+    """Each threshold of ``items`` read alone: ``(usable, refused)``.
+
+    ``usable``: (as written, as :func:`parse_thresholds` normalises it); ``refused``: (as written, why).
+    The one reading of a list item by item, so that every bad item is named, not the first alone.
+    """
+    usable: list[tuple[str, str]] = []
+    refused: list[tuple[str, str]] = []
+    for item in items:
+        try:
+            (normalised,) = parse_thresholds([item])
+        except ConfigurationError as e:
+            refused.append((item, str(e)))
+        else:
+            usable.append((item, normalised))
+    return usable, refused
+
+
+def every_threshold_refused(spec: str, *, refused_whole: str) -> str:
+    """Why each bad item of ``spec`` is refused, and the good ones set aside with them; "" if none is bad.
+
+    ``refused_whole``: what is refused whole, as the message's subject (``the setting``): ``5,50`` refused
+    for its ``5`` left the ``50%`` unused too, unsaid.
+    """
+    usable, refused = sort_thresholds([part.strip() for part in spec.split(",") if part.strip()])
+    if not refused:
+        return ""
+    valid = [normalised for _, normalised in usable]
+    are = "is" if len(valid) == 1 else "are"
+    said = "; ".join(why for _, why in refused)
+    if not valid:
+        return said
+    return f"{said} ({refused_whole} is refused whole: its {','.join(valid)} {are} not used either)"
+
+
 #: A percentage as written: digits, maybe a fraction (no sign, exponent, nan or inf).
 _PERCENT = re.compile(r"[0-9]+(\.[0-9]+)?")
 

@@ -28,7 +28,13 @@ from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
-from costaware.core.budget_forecast import DEFAULT_THRESHOLDS, FORECAST, crossed_thresholds, parse_thresholds
+from costaware.core.budget_forecast import (
+    DEFAULT_THRESHOLDS,
+    FORECAST,
+    crossed_thresholds,
+    every_threshold_refused,
+    parse_thresholds,
+)
 from costaware.core.errors import BudgetNotFoundError, ConfigurationError
 from costaware.core.money import format_usd_exact
 from costaware.glue import DEFAULT_LEDGER_CONN_ID
@@ -83,21 +89,11 @@ def configured_thresholds() -> tuple[str, ...]:
     try:
         return parse_thresholds(raw)
     except ConfigurationError as e:
-        # Every budget without its own rule reads it: name where the value came from, every bad item (the
-        # first alone was named), and the good ones set aside with them (`5,50`: the defaults stood in for
-        # the 50% too, unsaid).
-        refused: list[str] = []
-        valid: list[str] = []
-        for item in (part.strip() for part in raw.split(",")):
-            try:
-                valid.extend(parse_thresholds([item]) if item else ())
-            except ConfigurationError as refusal:
-                refused.append(str(refusal))
-        are = "is" if len(valid) == 1 else "are"
-        aside = f" (the setting is refused whole: its {','.join(valid)} {are} not used either)"
+        # Every budget without its own rule reads it: name where the value came from, and every bad item
+        # with the good ones set aside (`5,50`: the defaults stood in for the 50% too, unsaid).
         raise ConfigurationError(
             f"[costaware] alert_thresholds ({raw!r}, or AIRFLOW__COSTAWARE__ALERT_THRESHOLDS): "
-            f"{'; '.join(refused) or e}{aside if valid else ''}"
+            f"{every_threshold_refused(raw, refused_whole='the setting') or e}"
         ) from e
 
 

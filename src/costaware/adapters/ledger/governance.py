@@ -29,9 +29,11 @@ from costaware.adapters.ledger.queries import scope_conditions
 from costaware.core.budget_forecast import (
     MAX_THRESHOLD_DECIMALS,
     SpendForecast,
+    every_threshold_refused,
     forecast_spend,
     outlooks_from,
     parse_thresholds,
+    sort_thresholds,
 )
 from costaware.core.budgets import Budget, Period, PeriodWindow, Scope, period_window
 from costaware.core.errors import ConfigurationError
@@ -391,7 +393,13 @@ def set_alert_rule(
             "stays as it is)"
         )
     # "" and [] go back to the [costaware] thresholds and notifiers.
-    parsed = None if thresholds is None or not thresholds.strip() else parse_thresholds(thresholds)
+    try:
+        parsed = None if thresholds is None or not thresholds.strip() else parse_thresholds(thresholds)
+    except ConfigurationError as e:
+        # Named one by one, as the [costaware] setting's are: the first bad item alone was said.
+        every = every_threshold_refused(thresholds or "", refused_whole="the list")
+        several = every and "," in (thresholds or "")
+        raise ConfigurationError(f"alert thresholds {thresholds!r}: {every}" if several else str(e)) from e
     written = ",".join(parsed or ())
     stored_as = schema.alert_rules.c.thresholds.type
     room = stored_as.length if isinstance(stored_as, String) else None
@@ -518,11 +526,11 @@ def _usable_thresholds(
     room = column.length if isinstance(column, String) else None
     kept: list[str] = []
     refused: dict[str, str] = {}
+    _, unparsed = sort_thresholds(stored.split(","))
+    unreadable = dict(unparsed)
     for threshold in stored.split(","):
-        try:
-            parse_thresholds([threshold])
-        except ConfigurationError as e:
-            refused[threshold] = str(e)
+        if threshold in unreadable:
+            refused[threshold] = unreadable[threshold]
             continue
         if room is not None and len(threshold) > room:
             refused[threshold] = f"longer than the {room} characters an alert sent is recorded with"
