@@ -53,7 +53,8 @@ without costaware's tables): a command that reads makes no ledger there, nor do 
 import` in a database that holds other tables but none of costaware's unless given `--create-ledger` (a ledger
 kept in Airflow's metadata database; an empty database is made a ledger, said on stderr). A known DAG or run
 that the other filters (`--since`, `--until`, `--scope`) select nothing of is an empty answer, exit 0, and so
-is one whose costs only wait (spooled on this machine, or an open hold), with a note on stderr saying what
+is one whose costs only wait (spooled on this machine, or an open hold: one whose holder names no run, a trial
+run outside Airflow, is its run's where a per-run budget holds it there), with a note on stderr saying what
 waits. A blank value (`--store ""`, most often an unset shell variable) is refused, never read as "not given";
 only `alerts set --thresholds ''` means something (the defaults). An option that takes one value given twice
 with different values (`--cap-usd 2 --cap-usd 3`) is refused, never read as the last. `budget set` refuses a

@@ -1214,6 +1214,34 @@ def test_a_dag_whose_costs_only_wait_is_no_unknown_name(
     assert "runs show None" not in err and "has cost entries" not in err
 
 
+@pytest.mark.usefixtures("clock")
+def test_a_run_whose_only_cost_is_a_hold_of_a_holder_outside_airflow_is_reported(
+    ledger_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The holder names no run (a trial run outside Airflow): `report --run-id` refused the run as unknown
+    # (exit 2), though the per-run budget held $2.50 in it.
+    ledger = Ledger.from_url(ledger_url)
+    ledger.set_budget("project=x", "run", "10")
+    ledger.reserve("project=x", "2.5", holder="my-trainer-7", run_id="r1", dag_id="trials")
+    report = ["--ledger-url", ledger_url, "report", "--dag-id", "trials"]
+    assert main([*report, "--run-id", "r1"]) == 0
+    assert (
+        "no entries for run 'r1' of DAG 'trials' yet; 1 open hold of it reserves $2.50"
+        in capsys.readouterr().err
+    )
+    # Another run, or another DAG's run of that id, is not it.
+    assert main([*report, "--run-id", "r2"]) == 2
+    assert "the ledger has no entries for run 'r2' of DAG 'trials'" in capsys.readouterr().err
+    assert main(["--ledger-url", ledger_url, "report", "--dag-id", "other", "--run-id", "r1"]) == 2
+    assert "the ledger has no entries for DAG 'other'" in capsys.readouterr().err
+    # Reserved for a run id alone ('run:r9', any DAG's): that run is known, no DAG is made known by it.
+    ledger.reserve("project=x", "1", holder="my-trainer-8", run_id="r9")
+    assert main(["--ledger-url", ledger_url, "report", "--run-id", "r9"]) == 0
+    assert "1 open hold of it reserves $1.00" in capsys.readouterr().err
+    assert main(["--ledger-url", ledger_url, "report", "--dag-id", "trails"]) == 2
+    assert "the ledger has no entries for DAG 'trails'" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("json_logs", [False, True])
 def test_logs_go_to_stderr_even_when_airflow_is_imported_during_the_command(
     tmp_path: Path, json_logs: bool

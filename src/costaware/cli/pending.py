@@ -15,22 +15,31 @@ def what_waits(ledger: Any, dag_id: str | None, run_id: str | None) -> str:
     """What of ``dag_id`` (and ``run_id``) waits outside the ledger's entries, in words; "" when nothing.
 
     Counted: the spooled entries of this machine that a drain will write (not those set aside as refused,
-    which count nowhere until fixed), and the open holds whose holder names the DAG (and run).
+    which count nowhere until fixed), and the open holds of the DAG (and run): those whose holder names it,
+    and those of another holder's form (a trial run outside Airflow) that a per-run budget holds in its run.
     """
     from costaware.adapters.airflow_tasks import search_of
-    from costaware.core.ledger import holder_dag_id, holder_run_id
+    from costaware.core.budgets import is_run_key, run_of_key
+    from costaware.core.ledger import read_holder
     from costaware.core.money import format_usd_exact
 
     def named(dag: object, run: object) -> bool:
         return (dag_id is None or dag == dag_id) and (run_id is None or run == run_id)
 
+    def of_it(hold: Any) -> bool:
+        if search_of(hold.holder) is not None:  # a search's holder starts with its own id, not a DAG's
+            return False
+        key = read_holder(hold.holder)
+        if key is not None:
+            return named(key.dag_id, key.run_id)
+        # Its holder names no run ('my-trainer-7'): refused as an unknown run, its cost was said nowhere.
+        # A per-run budget's key names the run it was reserved for; 'run:<run>' names no DAG, and taken as
+        # any DAG's it made every mistyped --dag-id a known one.
+        runs = [run_of_key(k) for k in ledger.hold_periods(hold.id).values() if is_run_key(k)]
+        return any(named(dag, run) for dag, run in runs)
+
     folder, spooled = spooled_here(dag_id, run_id)
-    holds = [
-        r
-        for r in ledger.open_reservations()
-        # A search's holder starts with its own id, not a DAG's.
-        if search_of(r.holder) is None and named(holder_dag_id(r.holder), holder_run_id(r.holder))
-    ]
+    holds = [r for r in ledger.open_reservations() if of_it(r)]
     said = []
     if spooled:
         one = spooled == 1
