@@ -133,6 +133,27 @@ def tags_for(dag: Any, params: Mapping[str, Any]) -> dict[str, str]:
     return tags
 
 
+def dag_of(task: Any) -> Any:
+    """The task's DAG, or None for an operator run outside any DAG (tests, ad-hoc execute)."""
+    try:
+        return task.dag
+    except (AttributeError, RuntimeError):  # Airflow raises for an operator without one
+        return None
+
+
+def recorded_tags(
+    dag: Any, params: Mapping[str, Any], own: Mapping[str, str] | None = None
+) -> tuple[dict[str, str], dict[str, str]]:
+    """The tags an entry of ``dag``'s run records, and those left out (by tag, why): one rule for both.
+
+    The DAG's ``key:value`` tags and the run's team/project/owner ``params``, then ``own`` (an operator's
+    or a try's): what the cost listener records and what an operator's own entries carry must not differ.
+    """
+    from costaware.core.budgets import valid_tags
+
+    return valid_tags({**tags_for(dag, dict(params)), **dict(own or {})})
+
+
 def run_tags(
     operator: Any,
     context: Mapping[str, Any],
@@ -152,14 +173,7 @@ def run_tags(
             naming the tag, its value and what to do. The cost listener still records the try's cost under
             the valid tags.
     """
-    from costaware.core.budgets import valid_tags
-
-    try:
-        dag = operator.dag
-    except (AttributeError, RuntimeError):  # an operator run outside any DAG (tests, ad-hoc execute)
-        dag = None
-    tags = {**tags_for(dag, dict(context.get("params") or {})), **dict(own or {})}
-    kept, dropped = valid_tags(tags)
+    kept, dropped = recorded_tags(dag_of(operator), context.get("params") or {}, own)
     if dropped and not drop_invalid:
         raise ConfigurationError(
             f"{'; '.join(dropped.values())}. Trigger the run again with other values (the run params "

@@ -38,6 +38,7 @@ from costaware.glue import (
     DEFAULT_LEDGER_CONN_ID,
     TAG_NAMES,
     annotate_task,
+    dag_of,
     ledger_conn_id_of,
     tags_for,
 )
@@ -51,7 +52,7 @@ from costaware.plugins.reservation_release import (
     release_run_reservations,
 )
 from costaware.plugins.run_end_reconcile import reconcile_marked_task, reconcile_unfollowed_jobs
-from costaware.plugins.try_cost import build_entry, dag_of
+from costaware.plugins.try_cost import build_entry
 from costaware.plugins.try_cost import template_context as _template_context
 from costaware.plugins.utilization import (
     record_utilization,

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from costaware.plugins.try_cost import dag_of
+from costaware.glue import dag_of
 
 log = logging.getLogger(__name__)
 

@@ -17,7 +17,7 @@ from typing import Any
 from costaware.adapters.redaction import redacted
 from costaware.core.errors import CostawareError
 from costaware.core.money import parse_usd
-from costaware.glue import ledger_conn_id_of, pop_annotations, tags_for
+from costaware.glue import dag_of, ledger_conn_id_of, pop_annotations, recorded_tags
 from costaware.settings import option
 from costaware.try_pricing import charge_of, compute_of
 
@@ -39,8 +39,6 @@ def build_entry(
     ``in_task_process``: False where a killed try is priced (the scheduler, the API server), whose price
     cache is read only from a ledger that machine sees (see :func:`costaware.try_pricing.charge_of`).
     """
-    from costaware.core.budgets import valid_tags
-
     task = ti.task
     context = template_context(ti) if context is None else context
     # Without a context (it could not be built), the task's own params still apply.
@@ -63,7 +61,7 @@ def build_entry(
     if outcome == "failed":
         cause = cause or str(getattr(error, "ledger_cause", "error"))
         note = f"{type(error).__name__}: {error}" if error else note
-    tags, dropped = valid_tags({**tags_for(dag_of(task), params), **dict(told.get("tags") or {})})
+    tags, dropped = recorded_tags(dag_of(task), params, told.get("tags"))
     if dropped:
         # The try's cost is recorded all the same, under the tags that can be; the note says what is missing.
         log.warning("costaware: %s.%s recorded without tag(s): %s", ti.dag_id, ti.task_id, dropped)
@@ -147,14 +145,6 @@ def _entry(
         price_source=source,
         note=clipped_note(note),
     )
-
-
-def dag_of(task: Any) -> Any:
-    """The task's DAG, or None for an operator run outside any DAG."""
-    try:
-        return task.dag
-    except (AttributeError, RuntimeError):  # an operator run outside any DAG (tests, ad-hoc execute)
-        return None
 
 
 def template_context(ti: Any) -> Mapping[str, Any]:

@@ -13,20 +13,13 @@ from collections.abc import Mapping
 from datetime import datetime, timezone
 from typing import Any
 
-from costaware.glue import DEFAULT_LEDGER_CONN_ID
+from costaware.glue import DEFAULT_LEDGER_CONN_ID, dag_of
 
 log = logging.getLogger(__name__)
 
 
 def _key(ti: Any) -> tuple[str, str, str, int, int]:
     return (ti.dag_id, ti.run_id, ti.task_id, int(ti.map_index), int(ti.try_number))
-
-
-def _dag_of(task: Any) -> Any:
-    try:
-        return task.dag
-    except (AttributeError, RuntimeError):  # an operator run outside any DAG (tests, ad-hoc execute)
-        return None
 
 
 _PROBES: dict[tuple[str, str, str, int, int], Any] = {}
@@ -161,7 +154,7 @@ def measurement_of(ti: Any, entry: Any, reading: Any) -> Any:
         peak_memory_bytes=peak_bytes,
         vcpus=vcpus,
         memory_gib=memory,
-        runs_per_month=runs_per_month(_dag_of(ti.task), entry.incurred_at),
+        runs_per_month=runs_per_month(dag_of(ti.task), entry.incurred_at),
         source=str(remote.get("backend") or "local"),
         backend_metrics=remote.get("metrics") or {},
         measured_at=entry.incurred_at,
