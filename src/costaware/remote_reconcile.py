@@ -230,6 +230,25 @@ class FreedHold:
     def closed_here(self) -> bool:
         return self.status == "released"
 
+    def said(self, why: str, *, paid_by: str = "its entries") -> str:
+        """What freeing the hold did, in words, then ``why``: a run's end and ``jobs reconcile`` say it alike.
+
+        ``paid_by``: who paid what stays spent (``its job's entries``).
+        """
+        from costaware.core.money import format_usd_exact
+
+        hold = self.reservation
+        if not self.closed_here:
+            return f"the hold of {hold.holder} was {self.status} meanwhile: nothing freed ({why})"
+        budgets = ", ".join(hold.budgets)
+        freed = format_usd_exact(self.freed_usd)
+        if self.paid_usd > 0:  # part of it spent: only the rest is freed
+            return (
+                f"released the hold of {hold.holder} in {budgets}, freeing {freed} (the "
+                f"{format_usd_exact(self.paid_usd)} {paid_by} paid from it stays spent): {why}"
+            )
+        return f"released {freed} reserved in {budgets} for {hold.holder}: {why}"
+
 
 def free_paid_hold(ledger: Any, hold: Any) -> FreedHold:
     """Release the open ``hold`` whose consumer ended, saying what it frees: only its unpaid part.

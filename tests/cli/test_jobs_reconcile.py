@@ -630,7 +630,10 @@ def test_a_hold_a_runs_end_kept_for_a_job_billed_since_is_released_by_the_reconc
     assert main(["jobs", "reconcile", "--ledger-url", ledger_url]) == 0
     out, err = capsys.readouterr()
     assert IN_THE_LEDGER in out
-    said = f"released $4.00 held for {HOLDER}, kept at its run's end: its job {trigger.job_id} is billed"
+    said = (
+        f"released $4.00 reserved in project=churn/month for {HOLDER}: it was kept at its run's end, as its "
+        f"job {trigger.job_id} is billed"
+    )
     with ledger.reading() as conn:
         assert reservations.reservation(conn, other_run.id).status == "open"
         if hold_made == "before the task ended":
@@ -1129,8 +1132,9 @@ def test_a_kept_hold_its_jobs_entries_paid_from_is_released_and_says_it_frees_on
     assert main(["jobs", "reconcile", "--ledger-url", ledger_url]) == 0
     err = " ".join(capsys.readouterr().err.split())
     assert (
-        f"released the hold of {HOLDER}, freeing {format_usd_exact(left)} (the {format_usd_exact(paid)} its "
-        f"job's entries paid from it stays spent), kept at its run's end: its job {trigger.job_id} is billed"
+        f"released the hold of {HOLDER} in project=churn/month, freeing {format_usd_exact(left)} (the "
+        f"{format_usd_exact(paid)} its job's entries paid from it stays spent): it was kept at its run's "
+        f"end, as its job {trigger.job_id} is billed"
     ) in err
     with ledger.reading() as conn:
         closed = reservations.reservation(conn, kept.id)
@@ -1162,5 +1166,8 @@ def test_a_kept_hold_settled_meanwhile_is_not_said_released(
     assert main(["jobs", "reconcile", "--ledger-url", ledger_url]) == 0
     err = " ".join(capsys.readouterr().err.split())
     assert "released $" not in err
-    said = f"the hold of {HOLDER} kept at its run's end: its job {trigger.job_id} is billed, was settled"
-    assert said in err and "meanwhile: nothing freed here" in err
+    said = (
+        f"the hold of {HOLDER} was settled meanwhile: nothing freed (it was kept at its run's end, as its "
+        f"job {trigger.job_id} is billed)"
+    )
+    assert said in err

@@ -81,7 +81,6 @@ def release_reservations(
     expires at its TTL.
     """
     from costaware.core.ledger import read_holder
-    from costaware.core.money import format_usd_exact
     from costaware.remote_reconcile import FreedHold, free_paid_hold
 
     freed: list[FreedHold] = []
@@ -121,32 +120,7 @@ def release_reservations(
         ledger_conn_ids, release, could_not, in_task_process=in_task_process, what="holds", done="released"
     )
     for hold in freed:
-        reservation = hold.reservation
-        if not hold.closed_here:
-            log.info(
-                "costaware: the hold of %s was %s meanwhile: nothing freed (%s)",
-                reservation.holder,
-                hold.status,
-                reason,
-            )
-        elif hold.paid_usd > 0:  # part of it spent: only the rest is freed
-            log.info(
-                "costaware: released the hold of %s in %s, freeing %s (the %s its entries paid from it stays "
-                "spent): %s",
-                reservation.holder,
-                ", ".join(reservation.budgets),
-                format_usd_exact(hold.freed_usd),
-                format_usd_exact(hold.paid_usd),
-                reason,
-            )
-        else:
-            log.info(
-                "costaware: released %s reserved in %s for %s: %s",
-                format_usd_exact(hold.freed_usd),
-                ", ".join(reservation.budgets),
-                reservation.holder,
-                reason,
-            )
+        log.info("costaware: %s", hold.said(reason))
     return [hold.reservation for hold in freed if hold.closed_here]
 
 

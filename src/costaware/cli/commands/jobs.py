@@ -211,16 +211,9 @@ def _free_kept_hold(ledger: Any, hold: Any, wait: Any) -> str:
     """
     from costaware.remote_reconcile import free_paid_hold
 
-    freed = free_paid_hold(ledger, hold)
-    why = f"kept at its run's end: its job {wait.job_id} is billed"
-    if not freed.closed_here:
-        return f"costaware: the hold of {wait.task} {why}, was {freed.status} meanwhile: nothing freed here"
-    if freed.paid_usd > 0:
-        return (
-            f"costaware: released the hold of {wait.task}, freeing {_usd(freed.freed_usd)} (the "
-            f"{_usd(freed.paid_usd)} its job's entries paid from it stays spent), {why}"
-        )
-    return f"costaware: released {_usd(freed.freed_usd)} held for {wait.task}, {why}"
+    why = f"it was kept at its run's end, as its job {wait.job_id} is billed"
+    said = free_paid_hold(ledger, hold).said(why, paid_by="its job's entries")
+    return f"costaware: {said}"
 
 
 def _usd(amount: Decimal) -> str:
