@@ -164,8 +164,8 @@ def flight_delay_features(inputs: dict[str, Any], *, replay_date: str) -> Any:
             type=["null", "string"],
             pattern=r"^\d{1,4}(\.\d{1,6})?$",
             title="Start spot at once below",
-            description="Start on spot at once when its price is at or below this (USD/hour); "
-            "empty: wait for the cheapest forecast moment of the window.",
+            description="Start on spot at once when its price is at or below this (USD/hour): a number of "
+            "dollars without '$', e.g. 0.40; empty: wait for the cheapest forecast moment of the window.",
         ),
         "replay_date": Param(
             None,

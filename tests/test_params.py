@@ -33,7 +33,7 @@ def test_usd_param_refuses_what_is_not_plain_dollars(given: object) -> None:
 
 def test_usd_param_states_its_rule_and_checks_its_default() -> None:
     param = usd_param("1.00", title="Cap", description="Hard cap.", optional=True)
-    assert param.description.startswith("Hard cap. US dollars as digits with an optional dot")
+    assert param.description.startswith("Hard cap. Give a number of dollars without '$', e.g. 0.40 (digits")
     assert param.resolve(None) is None  # optional: empty means no cap
     assert param.resolve("") == ""  # `-c '{"train_max_usd": ""}'` was refused by the pattern
     for bad in ("1,50", "$1", " "):
@@ -41,7 +41,7 @@ def test_usd_param_states_its_rule_and_checks_its_default() -> None:
             usd_param("1.00", title="Cap", description="x.", optional=True).resolve(bad)
     with pytest.raises(ParamValidationError):
         usd_param("1.00", title="Estimate", description="x.").resolve(None)
-    with pytest.raises(ValueError, match=r"'1,00' for 'Cap' must be US dollars"):
+    with pytest.raises(ValueError, match=r"'1,00' for 'Cap' must be a number of dollars without '\$'"):
         usd_param("1,00", title="Cap", description="x.")
 
 

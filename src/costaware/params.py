@@ -108,7 +108,10 @@ def bounded_param(
 
 
 USD_PATTERN = r"^\d{1,6}(\.\d{1,6})?$"
-USD_RULE = "US dollars as digits with an optional dot, such as 1.50 (no $, no comma, up to 999999.999999)"
+#: Said on the form: Airflow's own refusal of "$0.40" quotes only the pattern.
+USD_RULE = (
+    "a number of dollars without '$', e.g. 0.40 (digits and an optional dot, no comma, up to 999999.999999)"
+)
 
 
 def usd_param(default: str | None, *, title: str, description: str, optional: bool = False) -> Any:
@@ -134,7 +137,7 @@ def usd_param(default: str | None, *, title: str, description: str, optional: bo
         type=["null", "string"] if optional else "string",
         pattern=f"^({USD_PATTERN[1:-1]})?$" if optional else USD_PATTERN,
         title=title,
-        description=f"{description} {USD_RULE}.",
+        description=f"{description} Give {USD_RULE}.",
     )
 
 

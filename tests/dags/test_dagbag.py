@@ -98,6 +98,23 @@ def test_no_number_field_is_clamped_silently_by_the_form(dag_id: str) -> None:
 
 
 @pytest.mark.parametrize("dag_id", EXAMPLE_DAGS)
+def test_a_dollar_param_says_how_to_write_an_amount_the_form_refuses_with_a_bare_regex(dag_id: str) -> None:
+    # '$0.40' typed in spot_max_usd_per_hour was refused as "'$0.40' does not match '^\\d{1,4}...'" (Airflow's
+    # own message), and nothing on the form said the '$' was the problem.
+    from airflow.sdk.exceptions import ParamValidationError
+
+    params = DagBag(dag_folder=str(DAGS)).dags[dag_id].params
+    for name in params:
+        param = params.get_param(name)
+        if not param.schema.get("pattern") or param.resolve("0.40", suppress_exception=True) != "0.40":
+            continue
+        try:
+            param.resolve("$0.40")
+        except ParamValidationError:
+            assert "a number of dollars without '$', e.g. 0.40" in (param.description or ""), (dag_id, name)
+
+
+@pytest.mark.parametrize("dag_id", EXAMPLE_DAGS)
 def test_tag_params_refuse_what_the_ledger_cannot_store(dag_id: str) -> None:
     from airflow.sdk.exceptions import ParamValidationError
 
