@@ -678,7 +678,9 @@ def _local_store(uri: str, path: str, file_name: str = "") -> LocalStore:
     a checkpoint push wrote its step folders and pruned older ones, and a clear deleted them. ``file_name``:
     the one file ``uri`` names in that folder (the result), if it names one.
     """
-    if os.path.realpath(path) == "/" and not PurePosixPath(path).is_absolute():
+    if os.path.realpath(path) != "/":
+        return LocalStore(Path(path))
+    if not PurePosixPath(path).is_absolute():
         # A relative path where the job runs in / (a container's WORKDIR /) was blamed on an unset variable.
         example = f"/data/{file_name or 'ckpt'}"
         here = str(Path.cwd())
@@ -691,19 +693,17 @@ def _local_store(uri: str, path: str, file_name: str = "") -> LocalStore:
             f"{uri!r} is a relative path, read against the current folder, here the root, /, of the whole "
             f"machine: give an absolute path ({example})"
         )
-    if os.path.realpath(path) == "/" and file_name:
+    if file_name:
         raise ContractError(
             f"{uri!r} names a file in the root, /, of the whole machine (what file://$UNSET/{file_name} or "
             f'"$UNSET/{file_name}" gives): give the file a folder of its own (/data/{file_name}), or leave '
             "the variable unset"
         )
-    if os.path.realpath(path) == "/":
-        raise ContractError(
-            f'{uri!r} is the root, /, of the whole machine (what "$UNSET/" or file://$UNSET/ gives): a '
-            "store there would write its files (checkpoint step folders, outputs) in / and delete old ones "
-            "from it; give the store's own folder (/data/ckpt), or leave the variable unset for no store"
-        )
-    return LocalStore(Path(path))
+    raise ContractError(
+        f'{uri!r} is the root, /, of the whole machine (what "$UNSET/" or file://$UNSET/ gives): a '
+        "store there would write its files (checkpoint step folders, outputs) in / and delete old ones "
+        "from it; give the store's own folder (/data/ckpt), or leave the variable unset for no store"
+    )
 
 
 def open_object(uri: str) -> tuple[Store, str]:
