@@ -435,6 +435,19 @@ def test_a_write_refusal_words_its_probe_and_reason_one_way() -> None:
     assert (gone.left_note("its"), gone.reason) == ("", "no words")
 
 
+def test_a_write_check_set_on_the_stores_module_reaches_a_folder_stores_check(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The write check lives in a module of its own: a folder store reading that module's copy would ignore
+    # the one set where the provider and the tests set it.
+    from costaware_runtime import stores
+
+    checked: list[Path] = []
+    monkeypatch.setattr(stores, "check_writes", lambda folder: checked.append(folder))
+    LocalStore(tmp_path / "ckpt").check()
+    assert checked == [tmp_path]  # the nearest folder that exists
+
+
 @pytest.mark.parametrize(
     "parser_of",
     [

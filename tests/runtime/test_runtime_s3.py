@@ -12,6 +12,7 @@ from typing import Any
 import boto3
 import pytest
 from costaware_runtime import (
+    ContractError,
     StoreError,
     clear_checkpoints,
     download_outputs,
@@ -282,6 +283,26 @@ def test_no_credentials_at_all_fail_the_attempt_unretried(make_job: MakeJob, s3_
     assert done.returncode == 2, done.stderr
     assert "no AWS credentials to reach s3://team-ck/x: give the job a role" in done.stderr
     assert not (job.root / "seen-1.json").exists()
+
+
+@pytest.mark.usefixtures("no_aws_credentials")
+def test_credential_waits_set_on_the_stores_module_reach_the_s3_check(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # S3Store lives in a module of its own: a copy of the waits there would ignore the ones set here.
+    from costaware_runtime import stores
+
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    monkeypatch.setenv("COSTAWARE_S3_ENDPOINT_URL", "http://127.0.0.1:9")  # never asked: no credentials
+    monkeypatch.setattr(boto3, "DEFAULT_SESSION", None)  # not one an earlier test gave moto's credentials
+    waits: list[float] = []
+    monkeypatch.setattr(stores, "CREDENTIAL_RETRY_SECONDS", (0.25, 0.5, 0.75))
+    monkeypatch.setattr(time, "sleep", waits.append)
+    with pytest.raises(
+        ContractError, match="no AWS credentials to reach s3://team-ck/x: give the job a role"
+    ):
+        S3Store("team-ck", "x").check()
+    assert waits == [0.25, 0.5, 0.75]
 
 
 def test_an_output_bucket_that_does_not_exist_fails_before_the_job_runs(

@@ -2,133 +2,35 @@
 
 Keys are ``/``-separated paths relative to the store's root URI. boto3 is imported only when an ``s3://``
 store is first used, so the runtime itself needs nothing beyond the standard library.
+
+The interface is in ``_store``, the S3 store in ``_s3_store`` and the write check in ``_write_check``; each
+public name is imported here too, where the jobs' own code imports it from.
 """
 
 from __future__ import annotations
 
 import contextlib
-import errno
-import hashlib
-import io
-import logging
 import os
 import shutil
-import time
-from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
-from functools import cached_property
 from pathlib import Path, PurePosixPath
-from typing import Any, BinaryIO
+from typing import BinaryIO
 from urllib.parse import urlparse, urlsplit
 
 from costaware_runtime import _files
-from costaware_runtime.contract import S3_ENDPOINT_URL, is_uri
+from costaware_runtime._s3_store import S3_INSTALL_HINT as S3_INSTALL_HINT
+from costaware_runtime._s3_store import S3Store as S3Store
+from costaware_runtime._store import Store as Store
+from costaware_runtime._store import check_key as check_key
+from costaware_runtime._write_check import WriteRefusal as WriteRefusal
+from costaware_runtime._write_check import check_writes as check_writes
+from costaware_runtime.contract import is_uri
 from costaware_runtime.errors import ContractError, StoreError
 
-S3_INSTALL_HINT = "pip install 'costaware-runtime[s3]'"
-
-log = logging.getLogger(__name__)
-
-
-def check_key(key: str) -> str:
-    """Return ``key`` if it is a safe relative ``/`` path (no ``..``, not absolute, no empty parts).
-
-    Raises:
-        ContractError: ``key`` could escape the folder it is written into.
-    """
-    parts = key.split("/")
-    if not key or key.startswith("/") or "\\" in key or any(part in ("", ".", "..") for part in parts):
-        raise ContractError(f"{key!r} is not a relative file path like 'checkpoint-3/model.pt'")
-    return key
-
-
-class Store(ABC):
-    """Files under one root URI, addressed by relative keys."""
-
-    uri: str
-
-    @abstractmethod
-    def put(self, key: str, source: BinaryIO) -> None:
-        """Store what ``source`` holds (read to its end) under ``key``, replacing what was there."""
-
-    @abstractmethod
-    def read(self, key: str) -> bytes | None:
-        """The bytes under ``key``, or None when there is no such key."""
-
-    @abstractmethod
-    def download(self, key: str, destination: Path) -> None:
-        """Copy ``key`` to the local file ``destination`` (atomically); StoreError when it is missing."""
-
-    def keys(self, prefix: str = "") -> list[str]:
-        """Every key that starts with ``prefix``, sorted."""
-        return sorted(self.sizes(prefix))
-
-    @abstractmethod
-    def sizes(self, prefix: str = "") -> dict[str, int]:
-        """The size in bytes of every key that starts with ``prefix``."""
-
-    @abstractmethod
-    def delete(self, keys: Iterable[str]) -> None:
-        """Remove ``keys``; keys that are already gone are fine."""
-
-    @abstractmethod
-    def modified(self, folder: str) -> float | None:
-        """When anything under the top-level ``folder`` last changed (epoch seconds); None: it is empty.
-
-        A file written counts, and so does a part an unfinished upload into it received (a writer alive).
-        """
-
-    def folders(self, prefix: str = "") -> list[str]:
-        """The top-level folders whose names start with ``prefix``, sorted."""
-        return sorted({key.split("/", 1)[0] for key in self.keys(prefix) if "/" in key})
-
-    def delete_folder(self, folder: str) -> None:
-        """Remove the top-level ``folder`` and everything in it."""
-        self.delete(self.keys(f"{check_key(folder)}/"))
-
-    def check(self) -> None:  # noqa: B027  # a store with nothing to check needs no override
-        """Fail now if the store cannot be used at all (an S3 store without boto3, a folder under a file)."""
-
-    def abort_uploads(self, prefix: str, idle_since: float, started_before: float) -> list[str]:
-        """Abort the unfinished uploads to keys under ``prefix`` that did nothing since ``idle_since``.
-
-        An upload counts as busy at its start and at each part it received (epoch seconds); one whose parts
-        may not be listed is aborted only if it began before ``started_before``. Returns the keys whose
-        uploads were aborted. A folder store has none: what a killed copy left (a temporary file) goes with
-        its folder.
-        """
-        return []
-
-    def put_bytes(self, key: str, data: bytes) -> None:
-        """Store ``data`` under ``key``."""
-        self.put(key, io.BytesIO(data))
-
-    def read_versioned(self, key: str) -> tuple[bytes, str] | None:
-        """The bytes under ``key`` and a tag that changes whenever ``key`` is replaced; None: no such key."""
-        data = self.read(key)
-        return None if data is None else (data, hashlib.sha256(data).hexdigest())
-
-    def put_bytes_if(self, key: str, data: bytes, tag: str | None) -> bool:
-        """Store ``data`` under ``key`` only if ``key`` still has ``tag`` (None: still does not exist).
-
-        Returns False, writing nothing, when another writer replaced (or wrote) ``key`` since. Here the check
-        and the write are two steps: a writer between them is overwritten (see the stores' overrides).
-        """
-        current = self.read_versioned(key)
-        if (None if current is None else current[1]) != tag:
-            return False
-        self.put_bytes(key, data)
-        return True
-
-    def location(self) -> str:
-        """What tells this store apart from another whatever way its URI was spelt."""
-        return self.uri
-
-    def url(self, key: str = "") -> str:
-        """The full URI of ``key``."""
-        return f"{self.uri.rstrip('/')}/{key}" if key else self.uri
+#: Waits before asking again for credentials that were not found (then "no credentials" is final). Read
+#: from here by :meth:`S3Store.check`, so that setting it here still reaches it.
+CREDENTIAL_RETRY_SECONDS = (1.0, 3.0)
 
 
 class LocalStore(Store):
@@ -277,255 +179,6 @@ class LocalStore(Store):
                         break
 
 
-class S3Store(Store):
-    """A prefix of an S3 bucket (or of an S3-compatible store at ``COSTAWARE_S3_ENDPOINT_URL``).
-
-    Credentials come from boto3's default chain; the region from ``AWS_REGION`` or ``AWS_DEFAULT_REGION``.
-    """
-
-    def __init__(self, bucket: str, prefix: str) -> None:
-        self.bucket = bucket
-        self.prefix = prefix.strip("/") + "/" if prefix.strip("/") else ""
-        self.uri = f"s3://{bucket}/{self.prefix}".rstrip("/")
-        #: False once the store refused a conditional write (an S3-compatible store without them).
-        self._conditional_writes = True
-        #: The S3 permissions found missing, each warned about once.
-        self._missing_permissions: set[str] = set()
-
-    @cached_property
-    def _client(self) -> Any:
-        try:
-            import boto3
-        except ImportError as e:
-            raise ContractError(f"{self.uri} needs boto3, which is not installed: {S3_INSTALL_HINT}") from e
-        endpoint = os.environ.get(S3_ENDPOINT_URL) or os.environ.get("AWS_ENDPOINT_URL") or None
-        region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or None
-        return boto3.client("s3", endpoint_url=endpoint, region_name=region)
-
-    def check(self) -> None:
-        """Fail before the job runs where the bucket does not exist or the store cannot be reached.
-
-        Only a missing bucket (404: a ``ContractError``, not retried) or an endpoint that does not answer (a
-        ``StoreError``, retried) fails here: any other answer (403 from credentials that may write but not
-        list, a gateway without HeadBucket) is left to the first real read or write.
-        """
-        client = self._client  # first: without boto3 this says how to install it
-        from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError
-
-        try:
-            for wait in CREDENTIAL_RETRY_SECONDS:
-                try:
-                    client.head_bucket(Bucket=self.bucket)
-                    break
-                except NoCredentialsError:
-                    # An instance role's metadata service can time out once (botocore then finds none):
-                    # asked again before the attempt is failed for good.
-                    time.sleep(wait)
-            else:
-                client.head_bucket(Bucket=self.bucket)
-        except ClientError as e:
-            code = str(e.response.get("Error", {}).get("Code", ""))
-            if code in ("404", "NoSuchBucket", "NotFound"):
-                # A wrong URI, not a passing failure: every retry would pay a start to fail the same way.
-                raise ContractError(
-                    f"bucket {self.bucket!r} of {self.uri} does not exist: fix the URI, or create the bucket"
-                ) from e
-        except NoCredentialsError as e:
-            # No credentials at all: every retry would pay a start to fail the same way (74 retried it).
-            raise ContractError(
-                f"no AWS credentials to reach {self.uri}: give the job a role (SageMaker, Batch, an IRSA "
-                "service account) or AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY"
-            ) from e
-        except BotoCoreError as e:
-            raise StoreError(
-                f"could not reach {self.uri}: {e}; check {S3_ENDPOINT_URL} (or AWS_ENDPOINT_URL) for an "
-                "S3-compatible store, and the credentials"
-            ) from e
-
-    def _key(self, key: str) -> str:
-        return self.prefix + check_key(key)
-
-    def put(self, key: str, source: BinaryIO) -> None:
-        with self._errors(key, "upload"):
-            self._client.upload_fileobj(source, self.bucket, self._key(key))
-
-    def read(self, key: str) -> bytes | None:
-        with self._errors(key, "read"):
-            try:
-                response = self._client.get_object(Bucket=self.bucket, Key=self._key(key))
-            except self._client.exceptions.NoSuchKey:
-                return None
-            body: bytes = response["Body"].read()
-            return body
-
-    def read_versioned(self, key: str) -> tuple[bytes, str] | None:
-        with self._errors(key, "read"):
-            try:
-                response = self._client.get_object(Bucket=self.bucket, Key=self._key(key))
-            except self._client.exceptions.NoSuchKey:
-                return None
-            body: bytes = response["Body"].read()
-            return body, str(response["ETag"])
-
-    def put_bytes_if(self, key: str, data: bytes, tag: str | None) -> bool:
-        # S3's conditional PutObject (If-Match / If-None-Match) checks and writes at once. A store that
-        # refuses them falls back to the base class's check, then write; one that ignores the headers
-        # silently writes unchecked (the small window between this writer's read and write stays).
-        if not self._conditional_writes:
-            return super().put_bytes_if(key, data, tag)
-        from botocore.exceptions import ClientError
-
-        condition = {"IfNoneMatch": "*"} if tag is None else {"IfMatch": tag}
-        with self._errors(key, "write"):
-            try:
-                self._client.put_object(Bucket=self.bucket, Key=self._key(key), Body=data, **condition)
-                return True
-            except ClientError as e:
-                code = str(e.response.get("Error", {}).get("Code", ""))
-                if code in ("PreconditionFailed", "ConditionalRequestConflict"):
-                    return False  # replaced meanwhile, or another conditional write to it in flight
-                status = e.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
-                if code != "NotImplemented" and status != 501:
-                    raise
-        self._conditional_writes = False
-        return super().put_bytes_if(key, data, tag)
-
-    def download(self, key: str, destination: Path) -> None:
-        with self._errors(key, "download"), _files.replacing(destination) as temp:
-            self._client.download_file(self.bucket, self._key(key), str(temp))
-
-    def sizes(self, prefix: str = "") -> dict[str, int]:
-        found: dict[str, int] = {}
-        with self._errors(prefix, "list"):
-            pages = self._client.get_paginator("list_objects_v2").paginate(
-                Bucket=self.bucket, Prefix=self.prefix + prefix
-            )
-            for page in pages:
-                found.update(
-                    (item["Key"][len(self.prefix) :], item["Size"]) for item in page.get("Contents", [])
-                )
-        return found
-
-    def modified(self, folder: str) -> float | None:
-        newest: float | None = None
-        with self._errors(folder, "list"):
-            pages = self._client.get_paginator("list_objects_v2").paginate(
-                Bucket=self.bucket, Prefix=f"{self.prefix}{check_key(folder)}/"
-            )
-            for page in pages:
-                for item in page.get("Contents", []):
-                    newest = max(newest or 0.0, item["LastModified"].timestamp())
-        # A live writer uploading a large file into the folder: its parts are changes too. Counting only the
-        # finished files let another writer delete them once the upload ran 6 hours, and the live writer then
-        # pointed LATEST.json at a folder missing it.
-        from botocore.exceptions import ClientError
-
-        with self._errors(folder, "list the unfinished uploads under"):
-            pages = self._client.get_paginator("list_multipart_uploads").paginate(
-                Bucket=self.bucket, Prefix=f"{self.prefix}{check_key(folder)}/"
-            )
-            try:
-                for page in pages:
-                    for upload in page.get("Uploads", []):
-                        last_part = self._last_part_at(upload) or 0.0  # None: its start alone counts
-                        newest = max(newest or 0.0, upload["Initiated"].timestamp(), last_part)
-            except ClientError as e:
-                # Without the permission every other writer's folder was kept for good (and warned about
-                # at each push): dated by its finished files, as before uploads were counted.
-                if not self._refused(e, "s3:ListBucketMultipartUploads"):
-                    raise
-        return newest
-
-    def abort_uploads(self, prefix: str, idle_since: float, started_before: float) -> list[str]:
-        # A push killed mid-file (SIGKILL, the instance reclaimed) leaves its multipart upload open: no key
-        # lists or deletes its parts, which are billed until it is aborted.
-        aborted = []
-        with self._errors(prefix, "abort the unfinished uploads under"):
-            pages = self._client.get_paginator("list_multipart_uploads").paginate(
-                Bucket=self.bucket, Prefix=self.prefix + prefix
-            )
-            for page in pages:
-                for upload in page.get("Uploads", []):
-                    if upload["Initiated"].timestamp() >= idle_since:
-                        continue  # maybe a live writer's
-                    # A live writer's upload of a large file can have begun long ago: it still adds a part
-                    # every few seconds (boto3 sends 8 MiB parts), and aborting it failed its push each time.
-                    last_part = self._last_part_at(upload)
-                    if last_part is None and upload["Initiated"].timestamp() >= started_before:
-                        continue  # its parts may not be listed: a live writer's, as far as can be told
-                    if last_part is not None and last_part >= idle_since:
-                        continue
-                    with contextlib.suppress(self._client.exceptions.NoSuchUpload):  # finished meanwhile
-                        self._client.abort_multipart_upload(
-                            Bucket=self.bucket, Key=upload["Key"], UploadId=upload["UploadId"]
-                        )
-                    aborted.append(upload["Key"][len(self.prefix) :])
-        return aborted
-
-    def _last_part_at(self, upload: dict[str, Any]) -> float | None:
-        """When the multipart ``upload`` last received a part (epoch seconds; 0 without one).
-
-        None: the credentials may not list its parts (then the caller goes by when it began).
-        """
-        from botocore.exceptions import ClientError
-
-        newest = 0.0
-        pages = self._client.get_paginator("list_parts").paginate(
-            Bucket=self.bucket, Key=upload["Key"], UploadId=upload["UploadId"]
-        )
-        try:
-            with contextlib.suppress(self._client.exceptions.NoSuchUpload):  # finished or aborted meanwhile
-                for page in pages:
-                    for part in page.get("Parts", []):
-                        newest = max(newest, part["LastModified"].timestamp())
-        except ClientError as e:
-            if not self._refused(e, "s3:ListMultipartUploadParts"):
-                raise
-            return None
-        return newest
-
-    def _refused(self, error: Any, permission: str) -> bool:
-        """Whether ``error`` is S3 refusing ``permission`` (warned about once per store)."""
-        code = str(error.response.get("Error", {}).get("Code", ""))
-        if code != "AccessDenied":
-            return False
-        if permission not in self._missing_permissions:
-            self._missing_permissions.add(permission)
-            log.warning(
-                "%s refused %s (%s): checkpoint sync dates another writer's folder by its finished files and "
-                "an unfinished upload by its start (aborted only once it began 6 hours ago); allow %s to "
-                "have them dated by their newest part",
-                self.uri,
-                permission,
-                error,
-                permission,
-            )
-        return True
-
-    def delete(self, keys: Iterable[str]) -> None:
-        full = [{"Key": self._key(key)} for key in keys]
-        for start in range(0, len(full), 1000):  # the most one DeleteObjects request takes
-            with self._errors("", "delete"):
-                self._client.delete_objects(
-                    Bucket=self.bucket, Delete={"Objects": full[start : start + 1000], "Quiet": True}
-                )
-
-    @contextmanager
-    def _errors(self, key: str, action: str) -> Iterator[None]:
-        from boto3.exceptions import Boto3Error
-        from botocore.exceptions import BotoCoreError, ClientError
-
-        try:
-            yield
-        # Boto3Error: the transfer manager's own (RetriesExceededError after a download's retries), which
-        # escaped as a traceback and an exit 1, read as a code error where exit 74 (retried) was meant.
-        except (BotoCoreError, ClientError, Boto3Error, OSError) as e:
-            raise StoreError(
-                f"could not {action} {self.url(key)}: {e}; check the bucket, the credentials and "
-                f"{S3_ENDPOINT_URL} (or AWS_ENDPOINT_URL) for an S3-compatible store"
-            ) from e
-
-
 @contextmanager
 def _folder_lock(folder: Path) -> Iterator[None]:
     """Hold an exclusive lock on ``folder`` where the platform and filesystem give one (else go unlocked)."""
@@ -550,87 +203,6 @@ def _local_errors(where: str, action: str) -> Iterator[None]:
         yield
     except OSError as e:
         raise StoreError(f"could not {action} {where}: {e}") from e
-
-
-#: Waits before asking again for credentials that were not found (then "no credentials" is final).
-CREDENTIAL_RETRY_SECONDS = (1.0, 3.0)
-
-
-@dataclass(frozen=True, slots=True)
-class WriteRefusal:
-    """Where a folder's write check stopped.
-
-    Attributes:
-        step: What the folder refused: ``"create"`` a new file, ``"rename"`` it, or ``"delete"`` it.
-        error: The filesystem's error.
-        left: The probe file still there (it could not be deleted), else None.
-    """
-
-    step: str
-    error: OSError
-    left: Path | None
-
-    @property
-    def refused(self) -> bool:
-        """Whether the filesystem refused (no permission, read-only, a step it never does), not failed."""
-        return _refused(self.error) or self.unsupported
-
-    @property
-    def unsupported(self) -> bool:
-        """Whether the filesystem does not do this step at all (Mountpoint for S3 renames nothing)."""
-        return self.error.errno in _UNSUPPORTED
-
-    @property
-    def reason(self) -> str:
-        """The filesystem's words for the error (``Permission denied``), else the whole error."""
-        return str(self.error.strerror or self.error)
-
-    def stays(self, whose: str) -> str:
-        """``"<whose> write check '<probe>' stays there"``: one wording wherever a refusal names the probe."""
-        return f"{whose} write check {str(self.left)!r} stays there"
-
-    def left_note(self, whose: str) -> str:
-        """``"; <whose> write check '<probe>' stays there"`` where the probe is still there, else ``""``."""
-        return f"; {self.stays(whose)}" if self.left else ""
-
-
-def check_writes(folder: Path, *, rename: bool = True) -> WriteRefusal | None:
-    """Create a probe file in ``folder``, rename it (where ``rename``) and delete it; None where all passed.
-
-    A real write, not ``os.access``: root passes that on a read-only mount or sysfs, and an ACL refuses
-    where the mode bits allow. The launcher's check of its folders and a folder store's check share it.
-    """
-    probe = _files.write_check_probe(folder)
-    try:
-        probe.touch(exist_ok=False)
-    except OSError as e:
-        return WriteRefusal("create", e, None)
-    if rename:
-        moved = _files.write_check_probe(folder)
-        try:
-            probe.rename(moved)
-        except OSError as e:
-            with contextlib.suppress(OSError):
-                probe.unlink()
-            return WriteRefusal("rename", e, probe if probe.exists() else None)
-        probe = moved
-    try:
-        probe.unlink()
-    except OSError as e:
-        return WriteRefusal("delete", e, probe)
-    return None
-
-
-#: A filesystem's answer for a step it never does, which a retry gets again: Mountpoint for S3 on a general
-#: purpose bucket renames nothing (ENOSYS), some FUSE and network mounts answer EOPNOTSUPP, and EXDEV is a
-#: rename within the folder that crossed mounts. Read as a failure to answer, such a store was retried
-#: (exit 74, each retry a billed attempt) to fail the same way.
-_UNSUPPORTED = frozenset({errno.ENOSYS, errno.EOPNOTSUPP, errno.ENOTSUP, errno.EXDEV})
-
-
-def _refused(error: OSError) -> bool:
-    """Whether ``error`` is the filesystem refusing (no permission, read-only), not failing to answer."""
-    return isinstance(error, PermissionError) or error.errno == errno.EROFS
 
 
 def open_store(uri: str) -> Store:
