@@ -4,13 +4,15 @@ Before the command: restore the newest checkpoint. While it runs: push each comm
 SIGTERM (the preemption notice) pass the notice on, then SIGKILL after the grace period. After it: check the
 metrics and outputs, upload them, write the result, and exit with a code the provider can act on (see
 ``contract.py`` and ``runtime/README.md``).
+
+Its command line is in ``_command_line``, the job's folders in ``_job_folders``, its process in words in
+``_job_process`` and the checkpoint watcher in ``_watcher``.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
-import errno
 import json
 import logging
 import os
@@ -18,20 +20,22 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
-import threading
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from costaware_runtime import __version__, _tree, contract
+from costaware_runtime import _tree, contract
+from costaware_runtime._command_line import _adopt, _given, _is_launcher, build_parser
+from costaware_runtime._job_folders import _make_job_folder, _temp_dir
+from costaware_runtime._job_process import _exit_words, _job_stdin, _signal_name, _start_failure
 from costaware_runtime._signals import Notices, die_with_the_launcher, end_job
+from costaware_runtime._watcher import _Watcher
 from costaware_runtime.checkpoints import Marker, latest_step, read_marker, retired_marker
 from costaware_runtime.contract import JobEnvironment
-from costaware_runtime.errors import CheckpointChangedError, ContractError, CostawareRuntimeError, StoreError
+from costaware_runtime.errors import ContractError, CostawareRuntimeError, StoreError
 from costaware_runtime.metrics import read_metrics
 from costaware_runtime.outputs import OutputSummary, check_outputs, upload_outputs
-from costaware_runtime.stores import check_writes, open_object, open_store
+from costaware_runtime.stores import open_object, open_store
 from costaware_runtime.sync import CheckpointSync
 
 log = logging.getLogger("costaware_runtime.launcher")
@@ -40,93 +44,6 @@ log = logging.getLogger("costaware_runtime.launcher")
 MAX_POLL_SECONDS = 3600.0
 #: How often the job's orphans that have exited are reaped while it runs (each look reads /proc).
 REAP_SECONDS = 5.0
-
-
-def _seconds(text: str) -> float:
-    """A number of seconds as Python reads a float, refused in words (as the costaware CLI does)."""
-    try:
-        return float(text)
-    except ValueError:
-        # argparse said only "invalid float value: 'x'"; it names the option before this.
-        raise argparse.ArgumentTypeError(
-            f"{text!r} is not a number: type it in digits, e.g. 1"
-            + (" (a '.' before the decimals, not ',')" if "," in text else "")
-        ) from None
-
-
-_seconds.__name__ = "float"  # what argparse's own messages and --help call the type
-
-
-def build_parser() -> argparse.ArgumentParser:
-    """The command line of ``costaware-run``."""
-    parser = argparse.ArgumentParser(
-        prog="costaware-run",
-        description="Run one attempt of a training job under the costaware job contract.",
-        allow_abbrev=False,  # '--grace 30' was taken for --grace-seconds without a word
-        epilog="Exit codes: the job's own, or 2 (contract broken), 74 (store failed: retry), 75 (preempted "
-        "after a checkpoint), 76 (job exited 75 with no checkpoint), 77 (preempted before any checkpoint).",
-    )
-    parser.add_argument(
-        "--grace-seconds",
-        default=None,  # text, checked by the contract's parser: a bad value is named as typed
-        help="seconds between passing on SIGTERM and SIGKILL "
-        f"(default: ${contract.GRACE_SECONDS} or {contract.DEFAULT_GRACE_SECONDS:g})",
-    )
-    parser.add_argument(
-        "--poll-seconds",
-        type=_seconds,
-        default=None,
-        help="how often to look for a new checkpoint (default: 1)",
-    )
-    parser.add_argument(
-        "--no-sync",
-        action="store_true",
-        help="set the checkpoint folder but never restore or push it (SageMaker syncs /opt/ml/checkpoints)",
-    )
-    parser.add_argument(
-        "--no-outputs",
-        action="store_true",
-        help="the job stores its model itself (the provider's built-in trainers): no output folder is set, "
-        "checked or uploaded; the metrics are still required, and the job's own exit 74 (a store it reads or "
-        "writes failed) is passed on as 74, retried",
-    )
-    parser.add_argument(
-        "--signal-group",
-        action="store_true",
-        help="pass SIGTERM to the job's whole process group, not only to the command (for commands that "
-        "do not pass it on; it kills PyTorch DataLoader workers before the job can save)",
-    )
-    parser.add_argument("--quiet", action="store_true", help="report only warnings and errors")
-    parser.add_argument("--version", action="version", version=f"costaware-runtime {__version__}")
-    parser.add_argument("command", nargs=argparse.REMAINDER, help="-- then the job's command")
-    return parser
-
-
-class _Watcher(threading.Thread):
-    """Pushes every new commit while the job runs."""
-
-    def __init__(self, sync: CheckpointSync, poll_seconds: float) -> None:
-        super().__init__(name="costaware-checkpoint-watcher", daemon=True)
-        self.sync = sync
-        self.poll_seconds = poll_seconds
-        self.stopping = threading.Event()
-        self._last_error = ""
-
-    def run(self) -> None:
-        while not self.stopping.wait(self.poll_seconds):
-            try:
-                self.sync.push_changed()
-            except CheckpointChangedError as e:
-                log.debug("skipped a superseded checkpoint: %s", e)  # the newer commit is pushed next
-            except Exception as e:  # any error: a dead watcher left the job training on with no pushes
-                said = str(e) if isinstance(e, CostawareRuntimeError) else f"{type(e).__name__}: {e}"
-                if said != self._last_error:  # a store that is down fails every second
-                    log.warning("checkpoint push failed, retrying: %s", said)
-                self._last_error = said
-
-    def stop(self) -> None:
-        self.stopping.set()
-        self.join()
 
 
 class Launcher:
@@ -522,6 +439,8 @@ class Launcher:
 #: ``costaware-run --``, started by a backend that adds its own) runs its command directly instead of
 #: launching it a second time (two restores, two uploads, two signal relays).
 LAUNCHED = "COSTAWARE_LAUNCHED"
+
+
 #: How long torchrun gives its ranks after passing a notice on, before SIGKILL (recent PyTorch; 30 s before).
 TORCHRUN_SHUTDOWN = "TORCH_ELASTIC_SHUTDOWN_TIMEOUT"
 
@@ -532,241 +451,6 @@ def torchrun_shutdown_seconds(grace_seconds: float) -> int:
     The rest is for torchrun to SIGKILL the ranks and exit before the launcher's own SIGKILL.
     """
     return max(1, int(grace_seconds * 0.9))
-
-
-#: What the runtime itself writes in a job folder as a temporary file renamed over the real one: a folder that
-#: takes new files but refuses renames (append-only) failed the job's first save there, after it trained.
-_RENAMED_IN = {
-    contract.CHECKPOINT_DIR: "the checkpoint marker (costaware_runtime.commit)",
-    contract.METRICS_PATH: "the metrics file (costaware_runtime.write_metrics)",
-}
-
-
-#: What making a job folder answers, besides no permission, when the folder may not be made there (read-only,
-#: a file in the way, a name too long, a symlink loop): every attempt would meet it again, so the contract
-#: (exit 2), not the filesystem failing (exit 74).
-_FOLDER_REFUSED = frozenset({errno.EROFS, errno.ENOTDIR, errno.EEXIST, errno.ENAMETOOLONG, errno.ELOOP})
-
-
-def _make_job_folder(folder: Path, variable: str, given: Path) -> str | None:
-    """Make the local ``folder`` that ``variable`` (``given``) names and check the job may write it.
-
-    A folder under a file, or under one the job may not write, escaped as a traceback and exit 1, which the
-    provider reads as the team's own code failing; a folder that exists but refuses a file failed only at
-    the job's first save, after it had trained (paid) that long. Exit 2 (the contract) names the variable.
-
-    Returns:
-        A warning where the folder takes new files but refuses to delete them (append-only, a Mountpoint for
-        S3 without ``--allow-delete``) or its filesystem failed to (an I/O error): the probe file stays there
-        (never uploaded as an output); else None.
-
-    Raises:
-        ContractError: The folder may not be made (no permission, read-only, a file in its path), refuses a
-            new file, or (the checkpoint and metrics folders, see :data:`_RENAMED_IN`) refuses to rename one.
-        StoreError: Its filesystem failed to make the folder, or to create or rename the write check (a full
-            disk, an I/O error): exit 74.
-    """
-    advice = "give a folder the job may write, or leave the variable unset for a temporary one"
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        existing = folder.absolute()
-        while not existing.exists() and existing != existing.parent:
-            existing = existing.parent
-        under_a_file = not existing.is_dir()
-        if not (under_a_file or isinstance(e, PermissionError) or e.errno in _FOLDER_REFUSED):
-            # A full disk, an I/O error, a stale NFS handle: exit 2 said the path cannot be used and was
-            # not retried, though another attempt (another machine) may well make it.
-            raise StoreError(
-                f"{variable}={str(given)!r}: its folder {str(folder)!r} could not be made ({e}); check that "
-                "filesystem (its free space, its mount)"
-            ) from e
-        why = f"{str(existing)!r} is a file, not a folder" if under_a_file else str(e)
-        raise ContractError(
-            f"{variable}={str(given)!r} cannot be used: its folder {str(folder)!r} cannot be made ({why}); "
-            f"{advice}"
-        ) from e
-    refusal = check_writes(folder, rename=variable in _RENAMED_IN)
-    if refusal is None:
-        return None
-    error = refusal.error
-    if not refusal.refused and refusal.step != "delete":
-        # A full disk, an I/O error, a stale NFS handle: the filesystem failed, which a retry on another
-        # machine may not meet; exit 2 said the job may not write there and was not retried.
-        left = refusal.left_note("the launcher's")
-        raise StoreError(
-            f"{variable}={str(given)!r}: could not {refusal.step} a file in its folder {str(folder)!r} "
-            f"({error}){left}; check that filesystem (its free space, its mount)"
-        ) from error
-    if refusal.step == "create":
-        raise ContractError(
-            f"{variable}={str(given)!r} cannot be used: the job may not write its folder {str(folder)!r} "
-            f"({error}); {advice}"
-        ) from error
-    if refusal.step == "rename":
-        left = refusal.left_note("the launcher's")
-        raise ContractError(
-            f"{variable}={str(given)!r} cannot be used: its folder {str(folder)!r} takes new files but "
-            f"refuses to rename them ({refusal.reason}), which writing {_RENAMED_IN[variable]} "
-            f"whole needs (a temporary file renamed over it): the job would fail at its first save{left}; "
-            f"{advice}"
-        ) from error
-    # The job may write there, which is all it needs: refusing it said the opposite of what happened.
-    skipped = " (it is never uploaded as an output)" if variable == contract.OUTPUT_DIR else ""
-    # An I/O error or a stale handle at the delete is the filesystem failing, not a folder refusing deletions.
-    why = (
-        f"refuses to delete them ({refusal.reason})"
-        if refusal.refused
-        else f"could not delete one (the filesystem failed: {refusal.reason})"
-    )
-    stays = refusal.stays("the launcher's")
-    return (
-        f"{variable}={str(given)!r}: its folder {str(folder)!r} takes new files but {why}, so {stays}; "
-        f"delete it by hand where you can{skipped}"
-    )
-
-
-def _temp_dir(kind: str, variable: str, note: str = "") -> Path:
-    folder = Path(tempfile.mkdtemp(prefix=f"costaware-{kind}-"))
-    log.info("%s is not set: using %s%s", variable, folder, note)
-    return folder
-
-
-def _one_word_hint(command: Sequence[str]) -> str:
-    """What to do when the whole command line was given as one word (``-- "python train.py"``)."""
-    if len(command) == 1 and " " in command[0].strip():
-        return f" (the command is one word with spaces: give its words apart, -- {command[0].strip()})"
-    return ""
-
-
-#: The options whose values a launcher may not give two ways (outside and inside), and the flags it ORs.
-_VALUED_OPTIONS = {"grace_seconds": "--grace-seconds", "poll_seconds": "--poll-seconds"}
-_FLAGS = ("no_sync", "no_outputs", "signal_group", "quiet")  # quiet last: it changes only the logging
-
-
-def _is_launcher(command: Sequence[str]) -> bool:
-    """Whether ``command`` is ``costaware-run ...`` or ``python -m costaware_runtime ...``."""
-    return Path(command[0]).name == "costaware-run" or list(command[1:3]) == ["-m", "costaware_runtime"]
-
-
-def _adopt(parser: argparse.ArgumentParser, options: argparse.Namespace, command: Sequence[str]) -> list[str]:
-    """Take a launcher's own ``costaware-run [options] -- ...`` command into this one: its inner command.
-
-    An image whose ENTRYPOINT is ``costaware-run --`` given ``costaware-run --no-outputs -- ...`` by a
-    backend launched the inner one under the outer, which ran its command directly and dropped its
-    options: a built-in training that succeeded then failed with "left no files in COSTAWARE_OUTPUT_DIR".
-    """
-    inner = parser.parse_args(command[3 if command[1:3] == ["-m", "costaware_runtime"] else 1 :])
-    for name, flag in _VALUED_OPTIONS.items():
-        mine, theirs = getattr(options, name), getattr(inner, name)
-        if mine is not None and theirs is not None and not _same_number(mine, theirs):
-            parser.error(
-                f"{flag} {mine} here and {flag} {theirs} in the command's own costaware-run disagree: "
-                "give it once (the command's own launcher is run as part of this one)"
-            )
-        setattr(options, name, theirs if mine is None else mine)
-    for name in _FLAGS:
-        setattr(options, name, getattr(options, name) or getattr(inner, name))
-    rest: list[str] = inner.command
-    return rest[1:] if rest[:1] == ["--"] else rest
-
-
-def _same_number(a: object, b: object) -> bool:
-    try:
-        return float(str(a)) == float(str(b))
-    except ValueError:
-        return a == b
-
-
-def _given(options: argparse.Namespace) -> list[str]:
-    """The options given on the command line that change what a launcher does, as typed."""
-    valued = [
-        f"{flag} {getattr(options, name)}"
-        for name, flag in _VALUED_OPTIONS.items()
-        if getattr(options, name) is not None
-    ]
-    return valued + ["--" + name.replace("_", "-") for name in _FLAGS[:-1] if getattr(options, name)]
-
-
-def _job_stdin() -> int | None:
-    """The job's standard input: the launcher's, unless that is a terminal.
-
-    The job runs in a process group of its own (so that a notice can end it whole), which is a background
-    group of the terminal: its first read of the terminal (``input()``, a ``breakpoint()``) would stop it
-    for good and the launcher would wait forever. Given no input instead, such a read ends at once
-    (``EOFError``), and the job fails with its own traceback.
-    """
-    try:
-        at_terminal = os.isatty(sys.stdin.fileno())
-    except (AttributeError, OSError, ValueError):  # no stdin, or one without a file descriptor
-        return None
-    if not at_terminal:
-        return None
-    log.info("the job reads no terminal input (it runs in a process group of its own): stdin is empty")
-    return subprocess.DEVNULL
-
-
-def _start_failure(command: Sequence[str], error: OSError) -> tuple[int, str]:
-    """The exit code (127 not found, 126 cannot run) and the words for a command that did not start."""
-    if isinstance(error, FileNotFoundError):
-        found = command[0] if os.sep in command[0] else shutil.which(command[0])
-        if found and Path(found).is_file():
-            # The file is there: what is missing is the interpreter its #! line names.
-            with contextlib.suppress(OSError), open(found, "rb") as script:
-                line = script.readline(200).decode(errors="replace").rstrip("\n")
-                first = line.strip()
-                if first.startswith("#!") and line.endswith("\r"):
-                    # Windows line endings: the kernel looks for an interpreter named "python3\r".
-                    return 127, (
-                        f"{command[0]} has Windows line endings (CRLF): its first line names the program "
-                        f"{first[2:].strip()!r} followed by a carriage return; convert it (dos2unix)"
-                    )
-                if first.startswith("#!"):
-                    return 127, (
-                        f"the interpreter of {command[0]} was not found: its first line {first!r} names "
-                        "a program this image does not have; install it, or fix that line"
-                    )
-            return 127, (
-                f"{command[0]} could not be started: {error.strerror} (the file is there: a program it "
-                "needs to start, such as its loader, is not)"
-            )
-        return 127, f"command not found: {command[0]}{_one_word_hint(command)}"
-    if isinstance(error, PermissionError):
-        found = command[0] if os.sep in command[0] else shutil.which(command[0])
-        if found and Path(found).is_dir():
-            return 126, f"command is a folder, not a program: {command[0]}; give the program's path"
-        # The program its #! line or its suffix names: "python3 run.sh" was said of a shell script too.
-        interpreter = _interpreter_of(Path(found)) if found else None
-        # Neither: the command itself, through the two likely ones (an example pair named no file of theirs).
-        run_it = f"{interpreter} {command[0]}" if interpreter else f"sh {command[0]} or python3 {command[0]}"
-        return 126, (
-            f"command is not executable: {command[0]}; make it executable in the image (chmod +x), or run "
-            f"it through its interpreter ({run_it})"
-        )
-    # ENOEXEC (a script without a #! line) and the like: the file is there but cannot run.
-    hint = (
-        " (a script needs a first line such as #!/usr/bin/env python3)"
-        if error.errno == errno.ENOEXEC
-        else ""
-    )
-    return 126, f"cannot run {command[0]}: {error.strerror or error}{hint}"
-
-
-#: The interpreter a script's suffix calls for, where its first line names none.
-_INTERPRETER_BY_SUFFIX = {".py": "python3", ".sh": "sh", ".bash": "bash"}
-
-
-def _interpreter_of(script: Path) -> str | None:
-    """The program that runs ``script``: the one its ``#!`` line names, else its suffix's; None if neither."""
-    with contextlib.suppress(OSError), open(script, "rb") as opened:
-        line = opened.readline(200).decode(errors="replace").strip()
-        if line.startswith("#!"):
-            words = line[2:].split()
-            if words and Path(words[0]).name == "env":  # #!/usr/bin/env -S python3 -u: the program after
-                words = [word for word in words[1:] if not word.startswith("-") and "=" not in word]
-            if words:
-                return Path(words[0]).name
-    return _INTERPRETER_BY_SUFFIX.get(script.suffix.lower())
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -834,16 +518,3 @@ def _misspelt_variables(environ: Mapping[str, str]) -> list[tuple[str, str]]:
             if meant:
                 found.append((name, meant[0]))
     return found
-
-
-def _exit_words(returncode: int) -> str:
-    """``job exit 75``, or ``job killed by SIGTERM`` for a process ended by a signal (Python's -15)."""
-    return f"job killed by {_signal_name(-returncode)}" if returncode < 0 else f"job exit {returncode}"
-
-
-def _signal_name(signum: int) -> str:
-    """``SIGTERM``, or ``signal 35`` for one Python has no name for (a real-time signal)."""
-    try:
-        return signal.Signals(signum).name
-    except ValueError:
-        return f"signal {signum}"
