@@ -1223,3 +1223,32 @@ def test_a_batch_container_that_never_started_says_what_to_fix(
     described = {"jobId": "j1", "status": "FAILED", "statusReason": job_reason, "attempts": [attempt]}
     status = batch.status_from_description(described, "spot", "m5.large")
     assert (status.state, status.exit_code, status.reason) == (JobState.FAILED, None, reason)
+
+
+def test_a_stopping_sagemaker_job_says_when_its_stop_was_asked() -> None:
+    # A wait re-created by a triggerer restart that cannot read its kept state sent its stop at the cap again
+    # (the backend said nothing of the first): StopTrainingJob's time is in the job's own description.
+    from datetime import datetime, timezone
+
+    from costaware.adapters.compute.base import STOP_REQUESTED_AT
+
+    started = datetime(2026, 1, 1, 12, 0, tzinfo=timezone.utc)
+    asked = datetime(2026, 1, 1, 12, 10, tzinfo=timezone.utc)
+    job = {
+        "TrainingJobName": "j",
+        "ResourceConfig": {"InstanceType": "ml.g5.xlarge", "InstanceCount": 1},
+        "TrainingJobStatus": "InProgress",
+        "SecondaryStatus": "Training",
+        "TrainingStartTime": started,
+        "LastModifiedTime": asked,
+    }
+    now = asked.timestamp() + 30
+    assert STOP_REQUESTED_AT not in sagemaker.status_from_description(job, now=now).metrics
+    transitions = [{"Status": "Training", "StartTime": started}, {"Status": "Stopping", "StartTime": asked}]
+    stopping = {**job, "TrainingJobStatus": "Stopping", "SecondaryStatus": "Stopping"}
+    described = {**stopping, "SecondaryStatusTransitions": transitions, "LastModifiedTime": now}
+    read = sagemaker.status_from_description(described, now=now)
+    assert read.metrics[STOP_REQUESTED_AT] == asked.timestamp()
+    # No transition listed: its last change, the stop.
+    read = sagemaker.status_from_description(stopping, now=now)
+    assert read.metrics[STOP_REQUESTED_AT] == asked.timestamp()

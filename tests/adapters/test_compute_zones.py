@@ -563,3 +563,24 @@ def test_a_local_job_found_by_its_name_after_it_ended_says_when_and_how_as_its_p
         polled.state,
         polled.ended_at,
     ) and found.ended_at == 1_700_003_660.5
+
+
+def test_a_local_job_asked_to_stop_says_when(tmp_path: Path) -> None:
+    # A wait re-created by a triggerer restart that cannot read its kept state sent its stop at the cap again:
+    # the job's own folder tells that a stop was asked, and when.
+    import json
+    import os
+
+    from costaware.adapters.compute.base import STOP_REQUESTED_AT
+
+    backend = LocalBackend(root=str(tmp_path / "jobs"))
+    folder = tmp_path / "jobs" / "j"
+    folder.mkdir(parents=True)
+    request = {"market": "spot", "instance_type": "local", "env": {}}
+    (folder / "request.json").write_text(json.dumps(request))
+    (folder / "started").write_text("1000.0")
+    assert STOP_REQUESTED_AT not in backend.poll("j").metrics
+    (folder / "stop").touch()
+    os.utime(folder / "stop", (1500.0, 1500.0))
+    status = backend.poll("j")
+    assert status.state == JobState.RUNNING and status.metrics[STOP_REQUESTED_AT] == 1500.0

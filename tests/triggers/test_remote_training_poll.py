@@ -1250,3 +1250,35 @@ def test_a_cancelled_waits_stop_at_the_cap_still_under_way_keeps_no_state_over_a
     else:
         assert kept[where]["current"]["job_id"] == "j"
         assert kept[where]["current"][CAP_STOP_KEY]["job_id"] == "j"
+
+
+def test_a_re_created_wait_that_cannot_read_its_kept_state_takes_a_stop_the_backend_reports_as_sent(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Its kept state unread, the re-created wait sent the due stop again (a second SIGTERM) and billed the
+    # job gone after it from that second stop, 30 s more than the first stop: 630 s + grace, not 600 s.
+    from datetime import timedelta
+
+    from costaware.adapters.compute.base import STOP_REQUESTED_AT, JobState, JobStatus
+    from costaware.core.errors import JobNotFoundError
+    from costaware.training.attempt_effects import stop_seconds
+    from costaware.triggers.remote_training import NOT_LISTED_GRACE_SECONDS
+
+    gone = JobNotFoundError("DescribeJobs does not list it")
+    answers: list[Any] = []
+    rebuilt, listing, state, api_down, stopped_at = _cap_stopped_then_rebuilt(monkeypatch, answers)
+    stopping = JobStatus(
+        job_id="j",
+        state=JobState.RUNNING,
+        market="spot",
+        billable_seconds=630.0,
+        metrics={STOP_REQUESTED_AT: stopped_at.timestamp()},
+    )
+    listing.answers.extend([stopping, gone, gone])
+    now = stopped_at + timedelta(seconds=30)
+    assert rebuilt.poll_tolerant(now) is None and listing.stops == ["j"]  # not stopped a second time
+    assert rebuilt.poll_tolerant(now + timedelta(seconds=30)) is None  # not listed yet
+    event = rebuilt.poll_tolerant(now + timedelta(seconds=NOT_LISTED_GRACE_SECONDS))
+    assert api_down[0] and event is not None and listing.stops == ["j"]
+    assert event["job"]["billable_seconds"] == 600.0 + stop_seconds(state)  # from the first stop
+    assert event["state"]["current"]["cap_stop"]["sent_at"] == stopped_at.isoformat()

@@ -79,24 +79,38 @@ class CapStopping(_TriggerBase):
         Once sent, the job's end is recorded as stopped by ``max_usd`` after ``stop_after_seconds`` of
         running (None: as the state says), and the stop is kept where a re-created wait reads it
         (:meth:`_keep_cap_stop`). Sent whether or not a re-created wait has read the kept state yet: held
-        back, a first wait's stop let the job run on past the cap while the API server did not answer.
+        back, a first wait's stop let the job run on past the cap while the API server did not answer. Not
+        sent where the job's last seen status says a stop was asked already (:meth:`_stop_asked_at`): the
+        stop is taken as sent then.
         """
         if self._polled_after_cancel("stopped at the cap"):
             return False
         from costaware.adapters.compute.base import open_backend
 
-        # A cancel during the stop call cannot stop it: the stop is then kept only where the task's wait
-        # state is still this wait's (:meth:`_xcom_holds_this_wait`).
-        try:
-            open_backend(self.backend, self.backend_options).stop(job_id)
-        except Exception as e:
-            self._retry_cap_stop()
-            self.log.warning(
-                "stopping job %s failed (%s): asked again in %g s", job_id, e, self.next_poll_in()
+        asked_at = self._stop_asked_at(job_id)
+        if asked_at is not None:
+            # The wait this one replaces sent it (its kept state unread, or never kept): a second SIGTERM,
+            # and the job gone after it billed from this later stop, a little more than the first.
+            self.log.info(
+                "job %s on %s was asked to stop at %s already, as the backend says: not stopped again; its "
+                "end is billed from that stop",
+                job_id,
+                self.backend,
+                asked_at.isoformat(),
             )
-            return False
+        else:
+            # A cancel during the stop call cannot stop it: the stop is then kept only where the task's wait
+            # state is still this wait's (:meth:`_xcom_holds_this_wait`).
+            try:
+                open_backend(self.backend, self.backend_options).stop(job_id)
+            except Exception as e:
+                self._retry_cap_stop()
+                self.log.warning(
+                    "stopping job %s failed (%s): asked again in %g s", job_id, e, self.next_poll_in()
+                )
+                return False
         self._stopped_for_cap, self._cap_stop_retries = job_id, 0
-        self._cap_stopped_at = self._polled_at
+        self._cap_stopped_at = asked_at or self._polled_at
         current = dict(self.state.get("current") or {})
         if stop_after_seconds is not None:
             current["stop_after_seconds"] = stop_after_seconds
@@ -108,6 +122,21 @@ class CapStopping(_TriggerBase):
         self.state = {**self.state, "current": current}
         self._keep_cap_stop()
         return True
+
+    def _stop_asked_at(self, job_id: str) -> datetime | None:
+        """When ``job_id`` was asked to stop, as its last seen status says (None: not, or not said).
+
+        Only some backends say it (``STOP_REQUESTED_AT``); elsewhere a wait that cannot read its kept state
+        sends its stop at the cap again.
+        """
+        from datetime import timezone
+
+        from costaware.adapters.compute.base import STOP_REQUESTED_AT
+
+        if self._last_seen is None or str(self._last_seen[0].job_id or job_id) != job_id:
+            return None
+        asked = self._last_seen[0].metrics.get(STOP_REQUESTED_AT)
+        return datetime.fromtimestamp(float(asked), timezone.utc) if asked is not None else None
 
     def _polled_after_cancel(self, what: str) -> bool:
         """Whether this wait was cancelled while its poll ran: then the job is not ``what`` by it."""

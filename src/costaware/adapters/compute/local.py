@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from costaware.adapters.compute import job_contract
-from costaware.adapters.compute.base import FoundJob, JobRequest, JobState, JobStatus
+from costaware.adapters.compute.base import STOP_REQUESTED_AT, FoundJob, JobRequest, JobState, JobStatus
 from costaware.core.errors import ComputeBackendError, ConfigurationError
 from costaware.core.ledger import clipped_note
 from costaware.settings import default_store
@@ -322,6 +322,9 @@ class LocalBackend:
             started = (folder / "started").read_text().strip()
         except FileNotFoundError:
             started = ""
+        # A stop asked already (its file's time): a re-created wait does not send its stop at the cap again.
+        with contextlib.suppress(FileNotFoundError):
+            common["metrics"] = {STOP_REQUESTED_AT: (folder / "stop").stat().st_mtime}
         if not started:  # not started (a folder of an older release may hold an empty file)
             return JobStatus(state=JobState.PENDING, **common)
         seconds = max(0.0, time.time() - float(started))

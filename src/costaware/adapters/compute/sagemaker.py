@@ -24,6 +24,7 @@ from typing import Any
 from costaware.adapters.compute.aws_errors import aws_error, error_code
 from costaware.adapters.compute.base import (
     BILLED_AT_ON_DEMAND,
+    STOP_REQUESTED_AT,
     FoundJob,
     JobRequest,
     JobState,
@@ -153,6 +154,15 @@ def status_from_description(job: Mapping[str, Any], *, now: float | None = None)
         last = ended if ended is not None else _epoch_seconds(job.get("LastModifiedTime"))
         if created is not None and last is not None:
             seconds = max(0.0, last - created) * count
+    stop_requested: dict[str, Any] = {}
+    if status == "Stopping":
+        # When StopTrainingJob was asked (its transition's start, else the job's last change): a re-created
+        # wait sends its stop at the cap no second time.
+        stopping = [t for t in job.get("SecondaryStatusTransitions", []) if t.get("Status") == "Stopping"]
+        at = _epoch_seconds(stopping[-1].get("StartTime")) if stopping else None
+        at = at if at is not None else _epoch_seconds(job.get("LastModifiedTime"))
+        if at is not None:
+            stop_requested[STOP_REQUESTED_AT] = at
     if status == "Completed":
         state = JobState.SUCCEEDED
     elif status in ("Stopped", "Stopping") or secondary == "MaxWaitTimeExceeded":
@@ -194,6 +204,7 @@ def status_from_description(job: Mapping[str, Any], *, now: float | None = None)
                 if billable is not None and job.get("TrainingTimeInSeconds") is not None
                 else {}
             ),
+            **stop_requested,
         },
     )
 
