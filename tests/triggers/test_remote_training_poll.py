@@ -1282,3 +1282,33 @@ def test_a_re_created_wait_that_cannot_read_its_kept_state_takes_a_stop_the_back
     assert api_down[0] and event is not None and listing.stops == ["j"]
     assert event["job"]["billable_seconds"] == 600.0 + stop_seconds(state)  # from the first stop
     assert event["state"]["current"]["cap_stop"]["sent_at"] == stopped_at.isoformat()
+
+
+def test_a_job_gone_while_its_kept_state_stays_unread_is_billed_at_the_dearer_bill_after_a_bound(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Held back until a read of the kept state succeeded: an XCom that never reads back kept the job gone
+    # unbilled until the deferral's timeout. Past the bound it is billed as gone, never below the first
+    # stop's bill (600 s and its grace period), and the log says so.
+    from datetime import timedelta
+
+    from costaware.core.errors import JobNotFoundError
+    from costaware.training.attempt_effects import stop_seconds
+    from costaware.triggers.remote_gone_job import UNREAD_KEPT_STATE_READS, UNREAD_KEPT_STATE_SECONDS
+    from costaware.triggers.remote_training import NOT_LISTED_GRACE_SECONDS
+
+    gone = JobNotFoundError("DescribeJobs does not list it")
+    rebuilt, listing, state, api_down, stopped_at = _cap_stopped_then_rebuilt(monkeypatch, [gone] * 20)
+    now = stopped_at + timedelta(seconds=20)
+    assert rebuilt.poll_tolerant(now) is None
+    first_gone = now + timedelta(seconds=NOT_LISTED_GRACE_SECONDS)
+    polls = [first_gone + timedelta(seconds=s) for s in (0, 5, 15, 35, 75)]
+    assert len(polls) + 1 >= UNREAD_KEPT_STATE_READS
+    assert all(rebuilt.poll_tolerant(at) is None for at in polls)  # within the bound: held back
+    assert listing.stops == ["j"]
+    event = rebuilt.poll_tolerant(first_gone + timedelta(seconds=UNREAD_KEPT_STATE_SECONDS))
+    assert api_down[0] and event is not None
+    assert event["job"]["billable_seconds"] >= 600.0 + stop_seconds(state)
+    assert (
+        "the wait's kept state is still unread after 7 failed read(s) over 600 s" in capsys.readouterr().out
+    )

@@ -56,6 +56,7 @@ class CapStopping(_TriggerBase):
     _cap_stop_due_in: float | None
     _cap_stop_retries: int
     _cap_stop_restored: bool
+    _kept_state_read_failures: int
     _cancelled: threading.Event
 
     def next_poll_in(self) -> float:
@@ -226,6 +227,7 @@ class CapStopping(_TriggerBase):
 
             kept = XCom.get_one(**where)
         except Exception as e:
+            self._kept_state_read_failures += 1
             self.log.warning(
                 "cannot read the wait's kept state (%s: %s): none taken over, read again at the next poll",
                 type(e).__name__,

@@ -11,12 +11,41 @@ from typing import Any
 
 from costaware.core.ledger import utcnow
 from costaware.core.series import parse_instant
+from costaware.triggers import MAX_POLL_ERRORS
 from costaware.triggers.remote_cap_stop import CapStopping
-from costaware.triggers.remote_job_status import GONE_IS_FINAL_BACKENDS, ended_when_found
+from costaware.triggers.remote_job_status import (
+    GONE_IS_FINAL_BACKENDS,
+    NOT_LISTED_GRACE_SECONDS,
+    ended_when_found,
+)
+
+#: A job gone while the kept state of the wait before this one cannot be read is held back (was it stopped
+#: at the cap?) for at least this many failed reads and this long after it was first found gone; then it is
+#: billed as gone all the same, at the dearer bill. Unbounded, an XCom that never reads back (the API server
+#: down for good, a value that never deserializes) kept the job unbilled until the deferral's timeout.
+UNREAD_KEPT_STATE_READS = MAX_POLL_ERRORS
+UNREAD_KEPT_STATE_SECONDS = NOT_LISTED_GRACE_SECONDS
 
 
 class GoneJobBilling(CapStopping):
     """The jobs gone from their backend, of ``RemoteTrainingJobTrigger``."""
+
+    _kept_state_read_failures: int
+    _gone_unread_since: datetime | None
+
+    def _unread_kept_state_bound_reached(self, now: datetime) -> bool:
+        """Whether a job gone while the kept state is unread has been held back long enough to bill it.
+
+        Billed then from what was last seen, as if no stop at the cap had been sent (to now, and to the
+        grace period after a stop sent now): never less than the stop at the cap would have billed.
+        """
+        if self._gone_unread_since is None:
+            self._gone_unread_since = now
+        held_for = (now - self._gone_unread_since).total_seconds()
+        return (
+            self._kept_state_read_failures >= UNREAD_KEPT_STATE_READS
+            and held_for >= UNREAD_KEPT_STATE_SECONDS
+        )
 
     def _stop_unlisted(self, now: datetime, status: Any) -> bool | None:
         """Stop a job billed as gone, best effort, before its attempt is resubmitted.

@@ -138,6 +138,11 @@ class RemoteTrainingJobTrigger(KilledJobBilling, BaseTrigger):
         #: a failed read is tried again at each poll, or its stop at the cap was sent again and the job
         #: billed as gone.
         self._cap_stop_restored = False
+        #: Failed reads of that kept state, and when a job gone was first held back for it: past
+        #: ``UNREAD_KEPT_STATE_READS`` and ``UNREAD_KEPT_STATE_SECONDS`` the job is billed as gone all the
+        #: same (see ``_unread_kept_state_bound_reached``).
+        self._kept_state_read_failures = 0
+        self._gone_unread_since: datetime | None = None
         #: Per job seen on another type than planned: how long it may run there under max_usd (None: no
         #: bound), as last logged (worked out at each poll, logged when it moves); and the job stopped for
         #: it (stopped once).
@@ -229,7 +234,8 @@ class RemoteTrainingJobTrigger(KilledJobBilling, BaseTrigger):
                     self.log.info(f"job %s is {said}: polled again", self.job_id, self.backend)
                     self._stop_unlisted_at_cap(due_before)
                     return None
-                if not self._cap_stop_restored and self._stopped_for_cap != self.job_id:
+                unread = not self._cap_stop_restored and self._stopped_for_cap != self.job_id
+                if unread and not self._unread_kept_state_bound_reached(now):
                     # Whether the wait before this one stopped it at the cap (billed to its grace period's
                     # end, not stopped again) is unknown until its kept state is read: polled again soon.
                     self._retry_cap_stop()
@@ -242,7 +248,19 @@ class RemoteTrainingJobTrigger(KilledJobBilling, BaseTrigger):
                         self.next_poll_in(),
                     )
                     return None
-                if self._stopped_for_cap == self.job_id and self._cap_stopped_at is not None:
+                if unread:
+                    self.log.warning(
+                        "job %s on %s: %s; the wait's kept state is still unread after %d failed read(s) "
+                        "over %.0f s: billed as gone now from what was last seen, as if no stop at the cap "
+                        "had been sent (the dearer bill of the two, never less than it ran)",
+                        self.job_id,
+                        self.backend,
+                        status.reason,
+                        self._kept_state_read_failures,
+                        (now - (self._gone_unread_since or now)).total_seconds(),
+                    )
+                    status = self._billed_as_gone(status, stop_sent=self._stop_unlisted(now, status))
+                elif self._stopped_for_cap == self.job_id and self._cap_stopped_at is not None:
                     status = self._gone_after_cap_stop(status, now=now, instances=count)
                 elif ended_when_found(self.state, self._last_seen) is not None:
                     self.log.warning("job %s on %s: %s; gone since", self.job_id, self.backend, status.reason)
