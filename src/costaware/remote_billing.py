@@ -240,8 +240,13 @@ class AttemptBilling:
         committed_step: int | None = None,
         keyed_by_name: bool = False,
         price_unread_raises: bool = True,
+        spool_unwritten: bool = False,
     ) -> AttemptState:
         """Record the running attempt that ended as ``job`` (once: a retry seeing it again adds nothing).
+
+        ``spool_unwritten``: an entry the ledger cannot take is kept in the spool (written when the ledger
+        is back) and :class:`~costaware.core.errors.BillSpooledError` raised: a caller that nothing follows
+        (a worker's kill) lost it otherwise.
 
         ``price_unread_raises``: a ledger that cannot be read for the price of another type the job ran on
         raises (the caller bills again later); a caller with no later (a kill) bills at the planned price.
@@ -251,7 +256,8 @@ class AttemptBilling:
         by the job's name alone, so that a cleared task's new try, which sees the real end, finds it and
         bills the job no second time. Returns the state with the attempt in it.
         """
-        from costaware.training.attempt_effects import billed_attempt, gate_reservation
+        from costaware.core.errors import BillSpooledError
+        from costaware.training.attempt_effects import billed_attempt
         from costaware.training.remote import attempt_key, attempt_uid
 
         ran_in = str(job.get("availability_zone") or "")
@@ -282,6 +288,47 @@ class AttemptBilling:
             committed_step=committed_step,
             on_demand_usd_per_hour=on_demand * scale,
         )
+        if keyed_by_name:  # spooled too with this key: a new try's bill of the same job finds it
+            entry = replace(
+                entry,
+                entry_uid=attempt_uid(attempt_key(state.plan.identity, str(job["job_id"]), legacy=True)),
+            )
+        try:
+            attempt = self._write_attempt_entry(state, job, entry, attempt, keyed_by_name=keyed_by_name)
+        except Exception as e:
+            spooled = self._spool(entry) if spool_unwritten else None
+            if spooled is None:
+                raise
+            raise BillSpooledError(f"{type(e).__name__}: {e}", spooled) from e
+        if float(job["billable_seconds"]) > 0:
+            try:
+                self._record_move_egress(state)
+            except Exception:  # the attempt's own entry is what must not be lost
+                self.log.exception("could not record the egress of attempt %d", attempt.attempt)
+        return state.recorded(attempt)
+
+    def _spool(self, entry: Any) -> str | None:
+        """Keep ``entry``, which the ledger could not take, in the spool: its file (None: not kept either)."""
+        import costaware.ledger_spool as ledger_spool
+
+        try:
+            # Paid from the task's hold as a retry's entry is: written later, it never closes a hold that a
+            # new try of the task may hold by then (the hold lasts to the run's end or its TTL).
+            path = ledger_spool.spool_entry(
+                ledger_spool.spool_dir(), entry, self.ledger_conn_id, retrying=True
+            )
+        except Exception as e:  # the spool's disk too: the caller says the bill is lost
+            self.log.error("could not keep the bill (entry %s) in the spool either (%s)", entry.entry_uid, e)
+            return None
+        return str(path)
+
+    def _write_attempt_entry(
+        self, state: AttemptState, job: Mapping[str, Any], entry: Any, attempt: Any, *, keyed_by_name: bool
+    ) -> Any:
+        """Write ``entry`` unless an earlier try billed the same attempt; the attempt with what counts."""
+        from costaware.training.attempt_effects import gate_reservation
+        from costaware.training.remote import attempt_key, attempt_uid
+
         ledger = self.ledger_hook.get_conn()
         hold = gate_reservation(ledger, state.plan)  # the spend gate's, or the task's own (budget_scope)
         if hold is not None:
@@ -290,10 +337,8 @@ class AttemptBilling:
             entry = replace(entry, reservation_id=hold.id)
         # Keyed by the job's name alone before its end was part of the key: such an entry is this run when
         # it billed the same time (a different run under the same name bills its own), or when a kill
-        # billed it before it ended (see ``keyed_by_name``).
+        # billed it before it ended (see ``keyed_by_name``, which keyed ``entry`` so already).
         legacy = attempt_uid(attempt_key(state.plan.identity, str(job["job_id"]), legacy=True))
-        if keyed_by_name:
-            entry = replace(entry, entry_uid=legacy)
         # An ended job that a version before a backend gave its end (a Failed pod whose container never
         # ended, SageMaker's poll) billed up to then, keyed 'ended=none': this run where it began before.
         unended = (
@@ -328,12 +373,7 @@ class AttemptBilling:
                 job["job_id"],
                 stored,
             )
-        if float(job["billable_seconds"]) > 0:
-            try:
-                self._record_move_egress(state)
-            except Exception:  # the attempt's own entry is what must not be lost
-                self.log.exception("could not record the egress of attempt %d", attempt.attempt)
-        return state.recorded(attempt)
+        return attempt
 
     def _record_move_egress(self, state: AttemptState) -> None:
         """Record the egress of the running attempt where it ran in another region: its data and checkpoint.

@@ -1749,3 +1749,48 @@ def test_a_kill_whose_bill_fails_says_what_follows_on_its_own_path(
     assert f"job {trigger.job_id} not billed (OSError: disk I/O error)" in said
     assert ("`costaware jobs reconcile` bills the job" in said) is not in_worker
     assert ("nothing bills the job: record what it ran by hand" in said) is in_worker
+
+
+@pytest.mark.parametrize("in_worker", [True, False], ids=["worker", "trigger"])
+def test_a_worker_kill_whose_ledger_write_fails_keeps_the_bill_in_the_spool(
+    tmp_path: Path,
+    ledger: Any,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    in_worker: bool,
+) -> None:
+    # A worker's wait keeps no wait state: its bill that the ledger refused was lost ("record what it ran by
+    # hand"). It is spooled now and written when the ledger is back; the trigger's is left to the reconcile.
+    import costaware.ledger_spool as ledger_spool
+
+    spool = tmp_path / "spool"
+    monkeypatch.setattr(ledger_spool, "spool_dir", lambda: spool)
+    ledger.set_budget("project=churn", "month", "10")
+    gate = ledger.reserve("project=churn", "1.00", holder=HOLDER, run_id="r")
+    trigger = deferred_trigger(operator(tmp_path, "wait-for-notice"))
+    wait_for(tmp_path / "seen.jsonl.ready")
+    assert trigger.job_id is not None
+
+    def down(self: Any, entry: Any) -> Any:
+        raise OSError("disk I/O error")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(type(ledger), "record", down)
+        with pytest.raises(Exception, match="disk I/O error"):
+            trigger.stop_and_bill(wait_seconds=0.3, poll_seconds=0.1, ask_state=False, bill_refused=in_worker)
+
+    assert train_entries(ledger) == []
+    (held,) = ledger.open_reservations()
+    assert held.id == gate.id  # the ledger down: nothing settled
+    said = capsys.readouterr().out
+    kept = sorted(spool.glob("*.json"))
+    if not in_worker:
+        assert kept == [] and "`costaware jobs reconcile` bills the job" in said
+        return
+    assert len(kept) == 1 and f"kept in {kept[0]} and written when the ledger is back" in said
+    assert "record what it ran by hand" not in said
+    for _ in range(2):  # the ledger back: written once, however often drained
+        ledger_spool.drain(spool, lambda conn_id: ledger)
+    (entry,) = train_entries(ledger)
+    assert entry["entry_uid"] == kept[0].stem and entry["cause"] == "killed" and Decimal(entry["usd"]) > 0
+    assert list(spool.glob("*.json")) == []

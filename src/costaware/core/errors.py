@@ -108,6 +108,18 @@ class StopRefused(ComputeBackendError):
     """A backend refused (or did not answer) the stop of a job then not seen to end: it may run on."""
 
 
+class BillSpooledError(CostawareError):
+    """Raised when a job's bill could not be written to the ledger and was kept in the spool instead.
+
+    ``path``: the spool file, written to the ledger by its next entry that succeeds or ``costaware spool
+    drain``.
+    """
+
+    def __init__(self, message: str, path: str) -> None:
+        super().__init__(message)
+        self.path = path
+
+
 class StoreUnavailableError(CostawareError):
     """Raised when an object store cannot be read or written for a reason a retry may fix; retried."""
 

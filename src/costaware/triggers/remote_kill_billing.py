@@ -103,7 +103,7 @@ class KilledJobBilling(GoneJobBilling):
         before the bill (the backend cannot be opened, a poll fails with an error not the backend's).
         Without it, any other error before the bill is raised with the hold held too: the job may run on.
         """
-        from costaware.core.errors import StopRefused
+        from costaware.core.errors import BillSpooledError, StopRefused
         from costaware.remote_billing import KilledTrainingBilling
         from costaware.training.attempts import AttemptState
 
@@ -137,7 +137,12 @@ class KilledJobBilling(GoneJobBilling):
                     own_cause = None if own_end or job["state"] == "succeeded" else cause
                     # Billed now, whatever the ledger says of another type's price: nothing bills it later.
                     state = billing._bill_attempt(
-                        state, job, own_cause, keyed_by_name=not ended, price_unread_raises=False
+                        state,
+                        job,
+                        own_cause,
+                        keyed_by_name=not ended,
+                        price_unread_raises=False,
+                        spool_unwritten=bill_refused,  # nothing bills a worker's job later
                     )
                     self.log.warning(
                         "%s: job %s stopped and billed, %.0f s for $%s",
@@ -160,6 +165,19 @@ class KilledJobBilling(GoneJobBilling):
             # Given up (a hung backend or ledger, see _interrupts_wait_for_the_bill): the job may train on
             # unbilled, so its money stays held; settled here, it was freed while the job spent it.
             verdict = "given up"
+            raise
+        except BillSpooledError as e:
+            # Billed, the ledger down: written when it is back. The hold is not settled now (the ledger
+            # cannot take that either), and the entry, written later, leaves it open for a new try.
+            verdict = "failed"
+            self.log.error(
+                "job %s stopped; its bill could not be written to the ledger (%s): kept in %s and written "
+                "when the ledger is back (with the next cost entry that succeeds, or by `costaware spool "
+                "drain`); the task's budget hold stays held until its run ends or its TTL passes",
+                self.job_id,
+                e,
+                e.path,
+            )
             raise
         except Exception as e:
             # Raised before the bill (open_backend, a poll failing with an error not the backend's, the
