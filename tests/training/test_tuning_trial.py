@@ -1137,13 +1137,13 @@ def test_two_runs_waiting_slots_of_one_number_both_stay_known_to_each_other(tmp_
     # the first run's waiting hold then read as a trial's money that may come back: a mutual wait.
     import optuna
 
-    from costaware.training.tuning.trial import _WaitingSlots
+    from costaware.training.tuning.arbitration import WaitingSlots
 
     url = f"sqlite:///{tmp_path / 'study.db'}"
     ledger = Ledger.from_url(url)
     create_study(url, ledger, study_spec("ow", max_usd="4", max_trials=5))
     study = optuna.load_study(study_name="ow", storage=url)
-    first, second = _WaitingSlots(study, "ow/run1/trial/0"), _WaitingSlots(study, "ow/run2/trial/0")
+    first, second = WaitingSlots(study, "ow/run1/trial/0"), WaitingSlots(study, "ow/run2/trial/0")
     first.mark("hold-A")
     second.mark("hold-B")
     assert first.others() == {"hold-B"} and second.others() == {"hold-A"}

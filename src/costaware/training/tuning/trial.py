@@ -36,6 +36,7 @@ from costaware.core.tuning import (
     trial_label,
     wall_clock_left,
 )
+from costaware.training.tuning.arbitration import WaitingSlots
 from costaware.training.tuning.fidelity import FidelityModel, TrainerFactory
 from costaware.training.tuning.optuna_glue import distributions, pruning_note
 from costaware.training.tuning.reservations import (
@@ -73,43 +74,6 @@ log = logging.getLogger(__name__)
 TAIL_SECONDS = 0.5
 
 OnLabel = Callable[[str, dict[str, str], str], None]
-
-#: Study system attribute (one per slot number) naming the hold on a slot's own time (see _WaitingSlots).
-WAITING_SLOT_ATTR = "costaware:waiting_slot:"
-
-
-@dataclass(slots=True)
-class _WaitingSlots:
-    """The holds on slots' own time (a load, a wait for money), recorded in the study so that slots know them.
-
-    In the ledger a slot's hold and a trial's look alike; only a trial's may come back to a waiting slot: a
-    slot's is spent by that slot. One attribute per holder (per slot number, two DAG runs of one study at
-    once overwrote each other's), rewritten by that holder's next hold; a hold no longer open among them
-    counts nothing. A slot's hold not (yet) recorded counts as a trial's, as before.
-    """
-
-    study: optuna.study.Study
-    holder: str
-    marked: str | None = None
-
-    def mark(self, hold_id: str) -> None:
-        if hold_id != self.marked:  # one write per hold, not per poll
-            key = f"{WAITING_SLOT_ATTR}{self.holder}"
-            self.study._storage.set_study_system_attr(
-                self.study._study_id, key, {"holder": self.holder, "hold": hold_id}
-            )
-            self.marked = hold_id
-
-    def others(self) -> set[str]:
-        attrs = self.study._storage.get_study_system_attrs(self.study._study_id)
-        return {
-            str(value["hold"])
-            for key, value in attrs.items()
-            if key.startswith(WAITING_SLOT_ATTR)
-            and isinstance(value, dict)
-            and value.get("holder") != self.holder
-            and value.get("hold")
-        }
 
 
 @dataclass(slots=True)
@@ -421,7 +385,8 @@ def _reserve_trial(
     Outside Airflow a slot whose wait for money cannot be held in the study's budget stops waiting without
     stopping the study (``goes_on``): that money is held by trials in flight, and what they give back pays
     later slots. The slot's hold is recorded in the study before it asks, so that other slots refused beside
-    it do not take it for a trial's money that may come back (see :class:`_WaitingSlots`).
+    it do not take it for a trial's money that may come back (see
+    :class:`~costaware.training.tuning.arbitration.WaitingSlots`).
     """
     spec = s.spec
     estimate = estimate_trial_seconds(
@@ -433,7 +398,7 @@ def _reserve_trial(
     def seconds_needed() -> float:
         return (s.meter() - s.started) + estimate.seconds + spec.slack_seconds
 
-    waits = _WaitingSlots(s.study, holder)
+    waits = WaitingSlots(s.study, holder, wait_poll_seconds)
     if slot_hold is not None:
         # Before the first ask: a slot refused at the same moment tells this hold from a trial's at once
         # (in Airflow a wait's first growth, 30 s at the worker's price, may stop it on the first poll).

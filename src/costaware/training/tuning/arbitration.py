@@ -1,0 +1,99 @@
+"""Which slot waits: the holds on slots' own time, recorded in the study for the slots refused beside them.
+
+In the ledger a slot's hold (a load, a wait for money) and a trial's look alike; only a trial's may come back
+to a waiting slot: a slot's is spent by that slot. The slot whose hold was made first waits, the others give
+way (:func:`~costaware.training.tuning.reservations.reserve_trial_cost`).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from costaware.core.ledger import utcnow
+from costaware.training.tuning.reservations import LATE_POLL_SECONDS
+
+if TYPE_CHECKING:
+    import optuna
+
+log = logging.getLogger(__name__)
+
+#: Study system attribute (one per holder) naming the hold on a waiting slot's own time.
+WAITING_SLOT_ATTR = "costaware:waiting_slot:"
+#: How long past the end of its next wait a slot's record counts unless the slot renews it: a slot that died
+#: waiting (OOM, a lost worker) stops counting this long after the wait it last renewed the record for.
+SLOT_RECORD_GRACE_SECONDS = 60.0
+
+
+@dataclass(slots=True)
+class WaitingSlots:
+    """The records of waiting slots' holds in the study: this holder's, written and renewed, and the others'.
+
+    One attribute per holder (per slot number, two DAG runs of one study at once overwrote each other's). A
+    record counts while its hold is open and its slot renews it: each wait renews it to the end of the
+    longest wait (``max(LATE_POLL_SECONDS, poll_seconds)``) plus :data:`SLOT_RECORD_GRACE_SECONDS`, so that
+    a slot that died leaves a record counted 90 s at most (at the default poll), not for its hold's ttl (600
+    s at least), while slots behind it gave way. A slot's hold not (yet) recorded, or whose record lapsed,
+    counts as a trial's: its money comes back when the hold ends.
+    """
+
+    study: optuna.study.Study
+    holder: str
+    poll_seconds: float = 1.0
+    marked: str | None = None
+    counts_until: datetime | None = None
+
+    @property
+    def _key(self) -> str:
+        return f"{WAITING_SLOT_ATTR}{self.holder}"
+
+    @property
+    def _renewed_for(self) -> timedelta:
+        """How long a record counts from its renewal: the longest wait before the next, and the grace."""
+        return timedelta(seconds=max(LATE_POLL_SECONDS, self.poll_seconds) + SLOT_RECORD_GRACE_SECONDS)
+
+    def mark(self, hold_id: str) -> None:
+        """Record ``hold_id`` as this slot's, or renew its record before it could lapse in the next wait."""
+        now = utcnow()
+        renew_by = self._renewed_for - timedelta(seconds=SLOT_RECORD_GRACE_SECONDS / 2)
+        if hold_id == self.marked and self.counts_until is not None and self.counts_until - now > renew_by:
+            return  # one write per half grace, not per poll
+        counts_until = now + self._renewed_for
+        record = {"holder": self.holder, "hold": hold_id, "counts_until": counts_until.isoformat()}
+        self.study._storage.set_study_system_attr(self.study._study_id, self._key, record)
+        self.marked, self.counts_until = hold_id, counts_until
+
+    def others(self) -> set[str]:
+        """The holds other slots recorded and still renew (a record with no renewal time counts as is)."""
+        now = utcnow()
+        holds = set()
+        for key, value in self._records().items():
+            if value.get("holder") == self.holder or not value.get("hold"):
+                continue
+            until = _counts_until(key, value)
+            if until is not None and until <= now:
+                continue  # its slot stopped renewing it: died, or stopped waiting
+            holds.add(str(value["hold"]))
+        return holds
+
+    def _records(self) -> dict[str, dict[str, Any]]:
+        attrs = self.study._storage.get_study_system_attrs(self.study._study_id)
+        return {
+            key: value
+            for key, value in attrs.items()
+            if key.startswith(WAITING_SLOT_ATTR) and isinstance(value, dict)
+        }
+
+
+def _counts_until(key: str, record: dict[str, Any]) -> datetime | None:
+    """When ``record`` stops counting unless renewed; None: written before records were renewed."""
+    raw = record.get("counts_until")
+    if raw is None:
+        return None
+    try:
+        return datetime.fromisoformat(str(raw))
+    except ValueError:
+        log.warning("study record %s has an unreadable counts_until %r: it counts as renewed", key, raw)
+        return None
