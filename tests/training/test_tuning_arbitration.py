@@ -11,7 +11,7 @@ import pytest
 from test_tuning_trial import FakeClock, InstantTrainer, study_spec
 
 from costaware import Ledger
-from costaware.training.tuning import arbitration, create_study, run_trial
+from costaware.training.tuning import EntryOwner, arbitration, create_study, run_trial
 from costaware.training.tuning.arbitration import SLOT_RECORD_GRACE_SECONDS, WaitingSlots
 from costaware.training.tuning.reservations import LATE_POLL_SECONDS, hold_slot_time
 
@@ -96,3 +96,64 @@ def test_a_slot_that_died_waiting_holds_up_later_slots_only_until_its_record_lap
     assert clock.utcnow() >= dead.expires_at  # granted once the dead slot's hold ended
     (usage,) = ledger.usage(spec.budget_scope)
     assert usage.spent_usd + usage.reserved_usd <= usage.cap_usd
+
+
+def _records(url: str, name: str) -> dict[str, Any]:
+    study = optuna.load_study(study_name=name, storage=url)
+    attrs = study._storage.get_study_system_attrs(study._study_id)
+    return {key: value for key, value in attrs.items() if key.startswith(arbitration.WAITING_SLOT_ATTR)}
+
+
+def test_slots_that_stop_waiting_leave_no_record_in_the_study(tmp_path: Any) -> None:
+    # One record per holder, never deleted: a study of 200 slots kept 200 of them, read by every waiting
+    # slot at each ask.
+    url = f"sqlite:///{tmp_path / 'study.db'}"
+    ledger = Ledger.from_url(url)
+    spec = study_spec("kept", max_usd="1000", max_trials=4, fallback_trial_seconds=2.0)
+    create_study(url, ledger, spec)
+    for number in range(4):
+        result = run_trial(
+            storage_url=url, ledger=ledger, study_name="kept", trainer=InstantTrainer,
+            holder=f"kept/r1/trial/{number}", slot=number,
+            settle_as=EntryOwner(dag_id="kept", run_id="r1", map_index=number),
+        )  # fmt: skip
+        assert result.ran, result.reason
+    assert _records(url, "kept") == {}
+
+
+def test_forget_keeps_the_records_of_holds_still_open_and_of_records_written_since(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    url = f"sqlite:///{tmp_path / 'study.db'}"
+    ledger = Ledger.from_url(url)
+    spec = study_spec("swept", max_usd="10", max_trials=5)
+    create_study(url, ledger, spec)
+    study = optuna.load_study(study_name="swept", storage=url)
+    scope = spec.budget_scope
+
+    def hold(holder: str) -> str:
+        return ledger.reserve(scope, Decimal("0.10"), holder=holder).id
+
+    waiting, ended, rewritten = hold("swept/r1/trial/1"), hold("swept/r1/trial/2"), hold("swept/r1/trial/3")
+    me = WaitingSlots(study, "swept/r1/trial/0")
+    me.mark(hold("swept/r1/trial/0"))
+    WaitingSlots(study, "swept/r1/trial/1").mark(waiting)
+    WaitingSlots(study, "swept/r1/trial/2").mark(ended)
+    third = WaitingSlots(study, "swept/r1/trial/3")
+    third.mark(rewritten)
+    ledger.release(ended)
+    ledger.release(rewritten)
+    # Slot 3 holds its time anew and records it between this slot's read of the records and its delete.
+    read = WaitingSlots._records
+
+    def read_then_slot_3_records_anew(self: WaitingSlots) -> dict[str, Any]:
+        records = read(self)
+        third.mark(hold("swept/r1/trial/3"))
+        return records
+
+    monkeypatch.setattr(WaitingSlots, "_records", read_then_slot_3_records_anew)
+
+    assert me.forget(ledger) == 2  # its own, and slot 2's (its hold ended)
+    assert sorted(_records(url, "swept")) == [
+        f"{arbitration.WAITING_SLOT_ATTR}swept/r1/trial/{number}" for number in (1, 3)
+    ]

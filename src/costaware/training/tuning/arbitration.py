@@ -7,6 +7,7 @@ way (:func:`~costaware.training.tuning.reservations.reserve_trial_cost`).
 
 from __future__ import annotations
 
+import json
 import logging
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -17,6 +18,8 @@ from costaware.training.tuning.reservations import LATE_POLL_SECONDS
 
 if TYPE_CHECKING:
     import optuna
+
+    from costaware.adapters.ledger.store import Ledger
 
 log = logging.getLogger(__name__)
 
@@ -36,7 +39,9 @@ class WaitingSlots:
     longest wait (``max(LATE_POLL_SECONDS, poll_seconds)``) plus :data:`SLOT_RECORD_GRACE_SECONDS`, so that
     a slot that died leaves a record counted 90 s at most (at the default poll), not for its hold's ttl (600
     s at least), while slots behind it gave way. A slot's hold not (yet) recorded, or whose record lapsed,
-    counts as a trial's: its money comes back when the hold ends.
+    counts as a trial's: its money comes back when the hold ends. :meth:`forget` deletes the slot's record
+    as it stops waiting, and the records of holds no longer open: one per holder, kept, they grew with the
+    study without bound.
     """
 
     study: optuna.study.Study
@@ -78,6 +83,24 @@ class WaitingSlots:
             holds.add(str(value["hold"]))
         return holds
 
+    def forget(self, ledger: Ledger) -> int:
+        """Delete this slot's record (it no longer waits) and those whose hold is no longer open; their count.
+
+        A record is deleted only as it was read: a slot that recorded a new hold meanwhile keeps its record.
+        """
+        records = self._records()
+        if not records:
+            return 0
+        open_ids = {r.id for r in ledger.open_reservations()}
+        gone = {
+            key: value
+            for key, value in records.items()
+            if key == self._key or str(value.get("hold")) not in open_ids
+        }
+        deleted = sum(_delete_if_unchanged(self.study, key, value) for key, value in gone.items())
+        self.marked = self.counts_until = None
+        return deleted
+
     def _records(self) -> dict[str, dict[str, Any]]:
         attrs = self.study._storage.get_study_system_attrs(self.study._study_id)
         return {
@@ -97,3 +120,41 @@ def _counts_until(key: str, record: dict[str, Any]) -> datetime | None:
     except ValueError:
         log.warning("study record %s has an unreadable counts_until %r: it counts as renewed", key, raw)
         return None
+
+
+def _delete_if_unchanged(study: optuna.study.Study, key: str, record: dict[str, Any]) -> bool:
+    """Delete the study's system attribute ``key`` if it still holds ``record``; whether it did.
+
+    Optuna's storages have no delete for an attribute: the row is deleted in the RDB storage's own session.
+    A delete refused (a lock held too long) is logged: the record counts nothing once its hold ends, and the
+    next slot that stops waiting deletes it.
+    """
+    from optuna.storages import RDBStorage
+    from sqlalchemy.exc import SQLAlchemyError
+
+    storage = getattr(study._storage, "_backend", study._storage)  # under optuna's cache
+    if not isinstance(storage, RDBStorage):
+        return False  # another storage keeps its records: they count nothing once their holds end
+    try:
+        from optuna.storages._rdb import models  # optuna's own table, not part of its public API
+    except ImportError as e:
+        log.warning("study record %s of a slot no longer waiting was left in the study: %s", key, e)
+        return False
+    table = models.StudySystemAttributeModel
+    session = storage.scoped_session()
+    try:
+        deleted = (
+            session.query(table)
+            .filter(table.study_id == study._study_id)
+            .filter(table.key == key)
+            .filter(table.value_json == json.dumps(record))
+            .delete(synchronize_session=False)
+        )
+        session.commit()
+    except SQLAlchemyError as e:
+        session.rollback()
+        log.warning("study record %s of a slot no longer waiting was left in the study: %s", key, e)
+        return False
+    finally:
+        session.close()
+    return bool(deleted)

@@ -463,6 +463,8 @@ def _reserve_trial(
             return SlotResult(ran=False, reason=message, stop=StopReason.BUDGET, goes_on=True)
         # A total budget, or a trial above a budget's whole cap: no new period makes room for it, ever.
         return _stop(s.study, StopReason.BUDGET, message, renews=e.renews)
+    finally:
+        waits.forget(ledger)  # no longer waiting: its record, and those of holds ended, were kept for good
     s.reserved_at = s.meter()
     return reservation, estimate
 
