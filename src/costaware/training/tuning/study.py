@@ -157,29 +157,25 @@ def _check_same_question(storage: optuna.storages.BaseStorage, study_id: int, sp
 
 
 def load_study(
-    storage_url: str, study_name: str, slot: int = 0, holder: str = ""
+    storage_url: str,
+    study_name: str,
+    slot: int = 0,
+    holder: str = "",
+    *,
+    attrs: dict[str, Any] | None = None,
 ) -> tuple[optuna.study.Study, StudySpec]:
     """The study with the sampler and pruner its stored settings name.
 
-    Its sampler is seeded for this slot and holder (:func:`.optuna_glue.make_sampler`).
+    Its sampler is seeded for this slot and holder (:func:`.optuna_glue.make_sampler`). ``attrs``: its user
+    attributes as just read (:func:`stopped_before_load`), not read again.
 
     Raises:
         ConfigurationError: no study of that name in the storage, or it was not created by costaware.
     """
     storage = open_storage(storage_url)
-    try:
-        study_id = storage.get_study_id_from_name(study_name)
-    except KeyError as e:
-        raise ConfigurationError(
-            f"no tuning study named {study_name!r} in the study storage: the plan task "
-            "(TuningStudyCreateOperator) creates it, so it has not run or it failed (its log says why)"
-        ) from e
-    raw = storage.get_study_user_attrs(study_id).get(SPEC_ATTR)
-    if raw is None:
-        raise ConfigurationError(
-            f"study {study_name!r} has no costaware settings: create it with create_study"
-        )
-    spec = StudySpec.from_json(raw)
+    if attrs is None:
+        _, attrs = _study_attrs(storage, study_name)
+    spec = _spec_of(study_name, attrs)
     study = optuna.load_study(
         study_name=study_name,
         storage=storage,
@@ -187,6 +183,61 @@ def load_study(
         pruner=make_pruner(spec),
     )
     return study, spec
+
+
+def stopped_before_load(
+    storage_url: str, study_name: str, holder: str
+) -> tuple[StudySpec, dict[str, Any]] | dict[str, Any]:
+    """The study's settings and recorded stop, or (not stopped for ``holder``) its user attributes.
+
+    The attributes go to :func:`load_study` (``attrs``), which then does not read them again. Read before
+    the study and its trials are loaded: a slot that finds the study stopped outside Airflow records the
+    time it took to decide, and a driver calling slots after the stop paid a whole load (every trial read,
+    the stale ones failed) with each call, past the study's cap. A trial of ``holder`` still running is
+    resumed by its retry, stopped or not: the study is loaded.
+
+    Raises:
+        ConfigurationError: as :func:`load_study`.
+    """
+    storage = open_storage(storage_url)
+    study_id, attrs = _study_attrs(storage, study_name)
+    stopped = attrs.get(STOP_ATTR)
+    if not stopped:
+        return attrs
+    running = storage.get_all_trials(study_id, deepcopy=False, states=(optuna.trial.TrialState.RUNNING,))
+    if any(dict(t.user_attrs.get(TRIAL_ATTR) or {}).get("holder") == holder for t in running):
+        return attrs
+    return _spec_of(study_name, attrs), dict(stopped)
+
+
+def _study_attrs(storage: optuna.storages.BaseStorage, study_name: str) -> tuple[int, dict[str, Any]]:
+    """The study's id and user attributes.
+
+    Raises:
+        ConfigurationError: no study of that name in the storage.
+    """
+    try:
+        study_id = storage.get_study_id_from_name(study_name)
+    except KeyError as e:
+        raise ConfigurationError(
+            f"no tuning study named {study_name!r} in the study storage: the plan task "
+            "(TuningStudyCreateOperator) creates it, so it has not run or it failed (its log says why)"
+        ) from e
+    return study_id, storage.get_study_user_attrs(study_id)
+
+
+def _spec_of(study_name: str, attrs: dict[str, Any]) -> StudySpec:
+    """The study's settings from its user attributes.
+
+    Raises:
+        ConfigurationError: it was not created by costaware.
+    """
+    raw = attrs.get(SPEC_ATTR)
+    if raw is None:
+        raise ConfigurationError(
+            f"study {study_name!r} has no costaware settings: create it with create_study"
+        )
+    return StudySpec.from_json(raw)
 
 
 def started_trials(trials: list[optuna.trial.FrozenTrial]) -> list[optuna.trial.FrozenTrial]:

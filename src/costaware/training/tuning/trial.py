@@ -60,6 +60,7 @@ from costaware.training.tuning.study import (
     finished_trials,
     load_study,
     started_trials,
+    stopped_before_load,
     trial_info,
     trial_timings,
 )
@@ -342,7 +343,13 @@ def _open_slot(
     loaded: tuple[optuna.study.Study, StudySpec] | None = None,
 ) -> tuple[StudySpec, _Slot | SlotResult]:
     """Load the study (unless ``loaded``), fail its stale trials, apply the stop rules (unless resumed)."""
-    study, spec = loaded if loaded is not None else load_study(storage_url, study_name, slot, holder)
+    if loaded is None:
+        early = stopped_before_load(storage_url, study_name, holder)
+        if isinstance(early, tuple):  # its stop read first: the slot's time up to it is what it records
+            spec, stop = early
+            return spec, SlotResult(ran=False, reason=stop["message"], stop=StopReason(stop["reason"]))
+        loaded = load_study(storage_url, study_name, slot, holder, attrs=early)
+    study, spec = loaded
     trials = study.get_trials(deepcopy=False)
     if fail_stale_trials(study, trials=trials):
         trials = study.get_trials(deepcopy=False)
