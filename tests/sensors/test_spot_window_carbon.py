@@ -35,6 +35,17 @@ def gb_restamped(path: Path, *, flat: bool = False) -> float:
     return float(series.price_at(GB_FROM))
 
 
+def clean_hour_then_dirty(path: Path) -> Path:
+    """A made-up grid: this hour 100 gCO2e/kWh, the next two 500, every other hour 300."""
+    hour = now().replace(minute=0, second=0)
+    lines = ["timestamp_utc,g_co2eq_per_kwh_lca\n"]
+    for h in range(-48, 49):
+        value = {0: 100, 1: 500, 2: 500}.get(h, 300)
+        lines.append(f"{(hour + timedelta(hours=h)).strftime('%Y-%m-%dT%H:%M:%SZ')},{value}\n")
+    path.write_text("".join(lines))
+    return path
+
+
 def make_sensor(tmp_path: Path, **kwargs: Any) -> SpotWindowSensor:
     prices = tmp_path / "prices.csv"
     # The spot price now (0.50) is the lowest of its history: on price alone the sensor starts at once.
@@ -78,9 +89,11 @@ def test_carbon_waits_for_a_cleaner_hour_where_cost_starts_now(tmp_path: Path) -
     assert SpotWindowTrigger(**kwargs).serialize() == (classpath, kwargs)
 
 
+@pytest.mark.usefixtures("clock")
 def test_cost_plus_carbon_at_price_zero_decides_as_cost_and_records_the_emissions(tmp_path: Path) -> None:
     carbon = tmp_path / "gb.csv"
-    g_now = gb_restamped(carbon)
+    gb_restamped(carbon)
+    at = now()
     cost = make_sensor(tmp_path).execute({"run_id": "manual__cost"})
     zero = make_sensor(
         tmp_path, objective="cost+carbon", carbon_usd_per_tonne="0", carbon=str(carbon)
@@ -88,13 +101,19 @@ def test_cost_plus_carbon_at_price_zero_decides_as_cost_and_records_the_emission
     assert (zero["market"], zero["usd_per_hour"]) == (cost["market"], cost["usd_per_hour"])
     power = instance_power_kw("p3.2xlarge", "us-east-1")
     assert zero["objective"] == "cost+carbon"
-    assert Decimal(zero["kg_co2e"]) == Decimal(repr(round(power * 1 * g_now / 1000, 3)))
+    # The 1-hour run from now: the rest of this hour, and as much of the next.
+    series, share_left = bundled_carbon("GB"), 1 - at.minute / 60 - at.second / 3600
+    this_hour, next_hour = (float(series.price_at(GB_FROM + timedelta(hours=h))) for h in (0, 1))
+    g_run = this_hour * share_left + next_hour * (1 - share_left)
+    assert float(zero["kg_co2e"]) == pytest.approx(power * 1 * g_run / 1000, abs=0.002)
 
 
 @pytest.mark.usefixtures("clock")  # one clock at HH:05, one at HH:30: the half hour to come, and gone by
-def test_the_intensity_now_is_the_half_hour_in_force_not_the_clock_hour_s_mean(tmp_path: Path) -> None:
-    # A half-hourly file (the GB API's, imported): the intensity now was the mean of the clock hour, so at
-    # HH:40 it took in the half hour gone by, and at HH:05 the one to come.
+def test_the_intensity_of_a_run_now_takes_the_half_hours_as_they_fall_not_clock_hour_means(
+    tmp_path: Path,
+) -> None:
+    # A half-hourly file (the GB API's, imported): clock-hour means took in, at HH:40, the half hour gone
+    # by, and at HH:05 weighed the half hour to come as much as the one in force.
     carbon = tmp_path / "half-hourly.csv"
     at = now()
     in_force = at.replace(minute=30 if at.minute >= 30 else 0, second=0, microsecond=0)
@@ -107,7 +126,25 @@ def test_the_intensity_now_is_the_half_hour_in_force_not_the_clock_hour_s_mean(t
         tmp_path, objective="cost+carbon", carbon_usd_per_tonne="0", carbon=str(carbon)
     ).execute({"run_id": "manual__half_hours"})
     power = instance_power_kw("p3.2xlarge", "us-east-1")
-    assert Decimal(decision["kg_co2e"]) == Decimal(repr(round(power * 1 * 100 / 1000, 3)))
+    # The 1-hour run from now: the rest of the half hour in force at 100, the rest of the hour at 400.
+    in_force_left = (in_force + timedelta(minutes=30) - at) / timedelta(hours=1)
+    g_run = 100 * in_force_left + 400 * (1 - in_force_left)
+    assert float(decision["kg_co2e"]) == pytest.approx(power * 1 * g_run / 1000, abs=0.002)
+
+
+@pytest.mark.usefixtures("clock")
+def test_a_clean_hour_before_dirty_ones_does_not_start_a_run_that_covers_them(tmp_path: Path) -> None:
+    # Now 100 gCO2e/kWh, the next two hours 500, then 300: a 3-hour run now averages 333-400, a run from
+    # 3 hours on 300. Valued at the instant (100), now beat every later start and the run started at once.
+    carbon = clean_hour_then_dirty(tmp_path / "made-up.csv")
+    sensor = make_sensor(tmp_path, objective="carbon", carbon=str(carbon), expected_runtime_hours=3)
+    with pytest.raises(TaskDeferred) as deferred:
+        sensor.execute({"run_id": "manual__clean_hour"})
+    trigger = deferred.value.trigger
+    assert isinstance(trigger, SpotWindowTrigger)
+    power = instance_power_kw("p3.2xlarge", "us-east-1")
+    later = min(Decimal(v) for _, v in trigger.forecast_starts)
+    assert later == Decimal(repr(power * 300 / 1000)).quantize(Decimal("0.000001"))
 
 
 def test_carbon_starts_at_once_when_now_is_the_cleanest_hour(tmp_path: Path) -> None:
@@ -140,6 +177,35 @@ def test_the_trigger_decides_on_the_objective(tmp_path: Path) -> None:
     event = asyncio.run(first())
     assert event["status"] == "success"
     assert event["decision"]["objective"] == "carbon" and event["decision"]["market"] == "spot"
+
+
+@pytest.mark.usefixtures("clock")
+def test_the_trigger_values_a_start_now_over_the_run(tmp_path: Path) -> None:
+    # At its latest start the trigger starts now, and records the run's kg CO2e: of the 3 hours it covers
+    # (333-400 gCO2e/kWh on average), not of the clean instant it starts in (100).
+    carbon = clean_hour_then_dirty(tmp_path / "made-up.csv")
+    sensor = make_sensor(tmp_path, objective="carbon", carbon=str(carbon), expected_runtime_hours=3)
+    at = now()
+    plan = sensor._plan({"run_id": "manual__t"}, at)
+    trigger = SpotWindowTrigger(
+        on_demand_usd_per_hour=plan["on_demand_usd_per_hour"],
+        forecast_starts=plan["forecast_starts"],
+        latest_start=at.isoformat(),
+        not_before=None,
+        poll_interval=0.1,
+        **sensor._observe_kwargs(),
+        **{k: plan[k] for k in ("objective", "carbon_usd_per_tonne", "carbon", "power_kw", "runtime_hours")},
+    )
+
+    async def first() -> dict[str, Any]:
+        event = await asyncio.wait_for(trigger.run().__anext__(), 30)
+        return dict(event.payload)
+
+    decision = asyncio.run(first())["decision"]
+    share = at.minute / 60 + at.second / 3600  # of this hour gone by: the run ends as far into the third
+    g_run = (100 * (1 - share) + 500 + 500 + 300 * share) / 3
+    power = instance_power_kw("p3.2xlarge", "us-east-1")
+    assert float(decision["kg_co2e"]) == pytest.approx(power * 3 * g_run / 1000, abs=0.002)
 
 
 @pytest.mark.parametrize(

@@ -20,7 +20,7 @@ from costaware.adapters import spot_prices
 from costaware.core.carbon import Objective
 from costaware.core.errors import ConfigurationError, CostawareError, did_you_mean
 from costaware.core.series import PriceSeries, parse_instant
-from costaware.core.spot_forecast import forecast_starts, hourly_series, objective_starts
+from costaware.core.spot_forecast import forecast_starts, intensity_from, objective_starts
 from costaware.core.spot_window import Observation, choose_zone, spot_capacity
 
 LIVE = "live"
@@ -436,17 +436,19 @@ def instance_power_kw(instance_type: str, region: str) -> float:
     return power_model().power_kw(machine_of(offer), 1.0)
 
 
-def intensity_at(intensity: PriceSeries | None, now: datetime) -> float | None:
-    """The grid intensity (gCO2e/kWh) in force at ``now``; outside the series, its typical value of the hour.
+def intensity_of_run(
+    intensity: PriceSeries | None, now: datetime, runtime_hours: Decimal | float
+) -> float | None:
+    """The mean grid intensity (gCO2e/kWh) over a run of ``runtime_hours`` started at ``now``.
 
-    The record at or before ``now`` where the series covers it: the mean of the clock hour took in, from a
-    half-hourly series (the GB API's, imported), the half hour gone by, or at HH:05 the one to come.
+    Valued as every later start of the forecast is (:func:`~costaware.core.spot_forecast.intensity_from`):
+    the intensity of the instant alone scored a clean hour before dirty ones as clean, and the decision
+    started too early. The hours run from ``now``: a half-hourly file's half hours count as they fall, not
+    as clock-hour means. Outside the series, its typical values of those hours.
     """
     if intensity is None:
         return None
-    if intensity.start <= now < intensity.last + timedelta(hours=1):
-        return float(intensity.price_at(now))
-    return hourly_series(intensity, now.replace(minute=0, second=0, microsecond=0), 1)[0]
+    return intensity_from(intensity, now, runtime_hours)
 
 
 def watch_objective(

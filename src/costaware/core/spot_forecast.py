@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime, timedelta
 from decimal import Decimal
+from math import ceil
 from typing import Protocol
 
 from costaware.core.carbon import Objective
@@ -125,7 +126,8 @@ def objective_starts(
 
     Each start's value is the objective's (:meth:`~costaware.core.carbon.Objective.hourly_value`) for its
     forecast mean price, ``power_kw`` and the mean intensity of the hours the run would cover (from
-    :func:`hourly_series`). ``cost`` gives the starts back as they are.
+    :func:`hourly_series`, by :func:`run_mean`: the start now is valued alike by :func:`intensity_from`).
+    ``cost`` gives the starts back as they are.
     """
     if not objective.needs_carbon or not price_starts:
         return [list(s) for s in price_starts]
@@ -133,11 +135,43 @@ def objective_starts(
         objective.hourly_value(0.0, power_kw, None)  # raises, naming the objective
         return []
     first = parse_instant(price_starts[0][0], name="forecast start")
-    span = max(1, round(float(runtime_hours)))
-    hourly = hourly_series(intensity, first, len(price_starts) + span - 1)
+    hours = run_hours(runtime_hours)
+    hourly = hourly_series(intensity, first, len(price_starts) + ceil(hours) - 1)
     out: list[list[str]] = []
     for i, (at, usd) in enumerate(price_starts):
-        g = sum(hourly[i : i + span]) / span
+        g = run_mean(hourly, i, hours)
         value = objective.hourly_value(float(usd), power_kw, g)
         out.append([at, str(Decimal(repr(value)).quantize(MICRO_USD))])
     return out
+
+
+def run_hours(runtime_hours: Decimal | float) -> float:
+    """The hours a run's intensity is averaged over: its runtime, at least one minute (a resume's 0.01 h)."""
+    return max(float(runtime_hours), 1 / 60)
+
+
+def run_mean(hourly: Sequence[float], offset_hours: float, hours: float) -> float:
+    """The mean of ``hourly`` (one value an hour) over ``[offset_hours, offset_hours + hours)`` of its hours.
+
+    What a run of ``hours`` starting ``offset_hours`` after the first hour meets, a last part hour weighed by
+    the part of it the run covers. Every start of a decision is valued by it (:func:`objective_starts` the
+    later ones, :func:`intensity_from` the start now), so no start can look cleaner for being averaged
+    differently.
+    """
+    end = offset_hours + hours
+    total = 0.0
+    for i in range(int(offset_hours), ceil(end)):
+        total += hourly[i] * (min(i + 1, end) - max(i, offset_hours))
+    return total / hours
+
+
+def intensity_from(intensity: PriceSeries, now: datetime, runtime_hours: Decimal | float) -> float:
+    """The mean grid intensity (gCO2e/kWh) over ``[now, now + runtime_hours)``: a run started now.
+
+    The hours are counted from ``now`` (a half-hourly file's half hours fall where they are, not in clock
+    hours), valued as :func:`objective_starts` values each later start (:func:`hourly_series`, then
+    :func:`run_mean`). The intensity of the instant made a clean hour followed by dirty ones look clean, and
+    a decision started a run too early on it.
+    """
+    hours = run_hours(runtime_hours)
+    return run_mean(hourly_series(intensity, now, ceil(hours)), 0, hours)

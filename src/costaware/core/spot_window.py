@@ -231,9 +231,10 @@ def pause_decision(
         objective: What to minimise (default ``cost``). With ``carbon`` or ``cost+carbon`` the rule compares
             objective values: ``forecast_starts`` then hold the objective's mean hourly value per start
             (:func:`~costaware.core.spot_forecast.objective_starts`), and the value now is that of
-            ``usd_per_hour`` at ``power_kw`` and the intensity now, ``g_co2e_per_kwh``.
+            ``usd_per_hour`` at ``power_kw`` and ``g_co2e_per_kwh``.
         power_kw: The instance's power at full load (carbon objectives).
-        g_co2e_per_kwh: The grid intensity now (carbon objectives).
+        g_co2e_per_kwh: The mean grid intensity over ``remaining_hours`` from now, valued as the later
+            starts are (:func:`~costaware.core.spot_forecast.intensity_from`; carbon objectives).
 
     Raises:
         ConfigurationError: a carbon objective without the intensity now.
@@ -379,10 +380,12 @@ def decide_on_objective(
 
     ``cost`` is :func:`decide` itself. For ``carbon`` and ``cost+carbon``, spot must still be usable on its
     price (capacity, below on-demand: the market choice is about money, the carbon of both markets is the
-    same), and the start rule weighs the value now (the spot price at ``power_kw`` and the intensity now)
+    same), and the start rule weighs the value now (the spot price at ``power_kw`` and ``g_co2e_per_kwh``)
     against the target and ``forecast_starts``, which then hold the objective's mean hourly value per start
-    (:func:`~costaware.core.spot_forecast.objective_starts`). The decision keeps the market's USD/hour and
-    records the objective and the run's expected kg CO2e at the intensity now.
+    (:func:`~costaware.core.spot_forecast.objective_starts`). ``g_co2e_per_kwh`` is the mean intensity over
+    ``runtime_hours`` from now (:func:`~costaware.core.spot_forecast.intensity_from`), as each later start is
+    valued: the instant's intensity scored a clean hour before dirty ones as clean. The decision keeps the
+    market's USD/hour and records the objective and the run's expected kg CO2e at that mean.
 
     Raises:
         ConfigurationError: a carbon objective without the intensity now.

@@ -23,7 +23,7 @@ from costaware.adapters.spot_market import (
     check_prices,
     forecast_window,
     instance_power_kw,
-    intensity_at,
+    intensity_of_run,
     observe_market,
 )
 from costaware.core import spot_window as rules
@@ -119,8 +119,9 @@ class SpotWindowSensor(BaseSensorOperator):
             With a carbon objective the forecast, ``target_usd_per_hour`` and the start rule work on the
             objective's hourly value: the spot price + the carbon price x the grid intensity x the instance's
             power at full load (bundled power model); spot must still be below on-demand. ``carbon`` alone
-            ranks by kg CO2e and takes no ``target_usd_per_hour``. The decision records ``objective`` and
-            the run's expected ``kg_co2e``.
+            ranks by kg CO2e and takes no ``target_usd_per_hour``. A start now is valued, as each later
+            start, at the mean intensity over the hours its run covers. The decision records ``objective``
+            and the run's expected ``kg_co2e``.
         carbon_usd_per_tonne: Carbon price of ``cost+carbon``, USD per tonne CO2e (templated).
         carbon: Where the grid intensity comes from: a bundled grid zone (``"GB"``) or a recorded carbon
             intensity CSV path; default the grid zone of ``region`` (templated).
@@ -565,7 +566,7 @@ class SpotWindowSensor(BaseSensorOperator):
             not_before=not_before,
             objective=objective,
             power_kw=float(plan.get("power_kw", 0.0)),
-            g_co2e_per_kwh=intensity_at(intensity, now),
+            g_co2e_per_kwh=intensity_of_run(intensity, now, Decimal(plan["runtime_hours"])),
             runtime_hours=Decimal(plan["runtime_hours"]),
         )
 

@@ -30,8 +30,8 @@ def price_event(
     """Pause or resume event for the spot price seen at ``now``, or None to go on as is (pure).
 
     ``forecast_starts`` is the forecast of a run of the remaining work per later start, fitted at ``now``
-    (of the ``objective``'s hourly value, with the instance's ``power_kw`` and the intensity now, when it is
-    not ``cost``).
+    (of the ``objective``'s hourly value, with the instance's ``power_kw`` and ``g_co2e_per_kwh``, the mean
+    intensity over the remaining work from ``now``, when it is not ``cost``).
     """
     from costaware.core.spot_window import Observation, decide_on_objective, pause_decision
 
@@ -84,7 +84,7 @@ def watch_event(
     """
     from costaware.adapters.spot_market import (
         forecast_window,
-        intensity_at,
+        intensity_of_run,
         observe_market,
         watch_objective,
     )
@@ -98,6 +98,7 @@ def watch_event(
     objective, intensity, power_kw = watch_objective(
         watch, instance_type=observe["instance_type"], region=observe["region"]
     )
+    remaining = max(Decimal(watch["remaining_hours"]), Decimal("0.01"))
     seen = observe_market(now=now, on_demand_usd_per_hour=Decimal(watch["on_demand_usd_per_hour"]), **observe)
     starts = forecast_window(
         prices=observe["prices"],
@@ -109,7 +110,7 @@ def watch_event(
         zones=[observe["availability_zone"]],
         now=now,
         latest_start=latest_resume,
-        runtime_hours=max(Decimal(watch["remaining_hours"]), Decimal("0.01")),
+        runtime_hours=remaining,
         history_days=int(watch["history_days"]),
         objective=objective,
         intensity=intensity,
@@ -125,5 +126,6 @@ def watch_event(
         forecast_starts=starts,
         objective=objective,
         power_kw=power_kw,
-        g_co2e_per_kwh=intensity_at(intensity, now),
+        # Over the work left, as each later start of the forecast is valued: to pause, and to resume.
+        g_co2e_per_kwh=intensity_of_run(intensity, now, remaining),
     )

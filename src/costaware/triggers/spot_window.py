@@ -25,7 +25,7 @@ from costaware.adapters.spot_market import (
     LIVE,
     carbon_intensity,
     forecast_window,
-    intensity_at,
+    intensity_of_run,
     observe_market,
     observe_spot,
     observe_zones,
@@ -251,7 +251,7 @@ class SpotWindowTrigger(BaseTrigger):
                     not_before=not_before,
                     objective=objective,
                     power_kw=float(self.power_kw),
-                    g_co2e_per_kwh=intensity_at(intensity, now),
+                    g_co2e_per_kwh=intensity_of_run(intensity, now, runtime),
                     runtime_hours=runtime,
                 )
             except ConfigurationError as e:
