@@ -2,12 +2,14 @@
 
 A reservation checks and holds its amount inside one write transaction that holds the lock (SQLite's
 database lock, PostgreSQL's row locks on the covering budgets), so two workers racing for the last dollars
-cannot both get them. Each (reservation, budget) pair is a row of ``costaware_holds``: a budget's usage is a
-sum over its open holds.
+cannot both get them; one with a holder takes the holder's advisory lock first on PostgreSQL, so two of one
+holder in scopes no budget shares cannot both make a hold. Each (reservation, budget) pair is a row of
+``costaware_holds``: a budget's usage is a sum over its open holds.
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import uuid
 from collections.abc import Callable, Mapping
@@ -81,6 +83,11 @@ def reserve(
         return _held_until(conn, existing, expires_at, now) if replace_unlike else existing
 
     with ledger.transaction() as conn:
+        if holder:
+            # Before looking for the holder's open hold, and held to the commit: two gates of one task in
+            # scopes no budget shares lock no budget row in common, so on PostgreSQL both read "none" and
+            # each wrote a hold. The second now waits here and finds the first one's.
+            ledger.advisory_lock(conn, holder_lock_key(holder))
         existing = open_hold(conn)
         if existing is not None and kept(conn, existing):
             return returned(conn, existing)
@@ -89,12 +96,6 @@ def reserve(
         covering = applicable(
             conn, wanted, run_id, is_sqlite=ledger.is_sqlite, lock=True, at=now, dag_id=dag_id
         )
-        if holder and not ledger.is_sqlite:
-            # Again under the budgets' locks: a reservation for this holder committed while this one
-            # waited for them (two tries of one task at once) is the one, not a second hold.
-            existing = open_hold(conn)
-            if existing is not None and kept(conn, existing):
-                return returned(conn, existing)
         if replacing is not None:
             # Given back in this transaction: a refusal below rolls it back, so the money it held for time
             # already spent stays held until that time is billed.
@@ -178,6 +179,15 @@ def reserve(
                 existing.scope,
             )
         return reservation(conn, reservation_id)
+
+
+def holder_lock_key(holder: str) -> int:
+    """The advisory lock key of ``holder``: the same in every process (Python's ``hash`` of a str is not).
+
+    A signed 64-bit integer, PostgreSQL's ``bigint``. Two holders sharing a key only wait for each other.
+    """
+    digest = hashlib.blake2b(holder.encode(), digest_size=8, person=b"costaware-hold").digest()
+    return int.from_bytes(digest, "big", signed=True)
 
 
 def _holds_as_asked(
@@ -265,8 +275,9 @@ def _open_hold_of(
 
     ``but``: a reservation of the holder's that the new one replaces, which is not returned for it.
     ``prefer``: where the holder has more than one (two gates of one task in scopes no budget shares, at
-    once on PostgreSQL), the first it accepts; else, as without it, the oldest (created_at, then id): the
-    order ``open_reservations`` lists them in, and the one a gate's trigger weighs.
+    once on PostgreSQL, before reserve took the holder's lock), the first it accepts; else, as without it,
+    the oldest (created_at, then id): the order ``open_reservations`` lists them in, and the one a gate's
+    trigger weighs.
     """
     r = schema.reservations
     query = select(r.c.id).where(r.c.holder == holder, r.c.status == "open", r.c.expires_at > now)

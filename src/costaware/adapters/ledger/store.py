@@ -157,7 +157,9 @@ class Ledger(LedgerDatabase):
 
         Atomic across processes: two workers racing for the last dollars cannot both get them.
         With ``holder`` set (e.g. ``dag/run/task/map_index``), asking again while that holder's
-        reservation is open returns the same reservation, so a retried sensor does not reserve twice.
+        reservation is open returns the same reservation, so a retried sensor does not reserve twice; two
+        reserves of one holder at once (two gates of a task, in scopes no budget shares) take turns on the
+        holder (a PostgreSQL advisory lock, SQLite's write lock), so the second finds the first one's hold.
         With ``replace_unlike`` too, that open reservation is returned only when it is in ``scope`` and still
         holds at least ``usd`` and ``gpu_hours`` (what entries paid from it aside, see ``unpaid``); otherwise
         it is replaced: released and a new one reserved in one transaction, the caps checked without the old
