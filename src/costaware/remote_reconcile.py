@@ -213,22 +213,19 @@ def _ended_at(value: datetime | str | None) -> datetime | None:
 class FreedHold:
     """What :func:`free_paid_hold` did with a hold.
 
-    ``status``: ``released`` where it closed it, freeing ``freed_usd`` (the unpaid part; the ``paid_usd``
-    its entries paid from it stays spent); else the status it was found with, closed meanwhile
-    (``closed_here`` False, nothing freed).
+    ``closed_here``: it released the hold, freeing ``freed_usd`` (the unpaid part; the ``paid_usd`` its
+    entries paid from it stays spent); False where a settle, release or new hold closed it a moment before
+    (``status`` says which; nothing freed).
     """
 
     paid_usd: Decimal
     freed_usd: Decimal
     reservation: Any  # as the release left it
+    closed_here: bool
 
     @property
     def status(self) -> str:
         return str(self.reservation.status)
-
-    @property
-    def closed_here(self) -> bool:
-        return self.status == "released"
 
     def said(self, why: str, *, paid_by: str = "its entries") -> str:
         """What freeing the hold did, in words, then ``why``: a run's end and ``jobs reconcile`` say it alike.
@@ -256,12 +253,15 @@ def free_paid_hold(ledger: Any, hold: Any) -> FreedHold:
     Released, not settled at what its entries paid so far: an entry still on its way (the spool, a late
     listener) then finds the hold, pays from it and is said over its cap where it is; a hold settled at the
     part paid so far took no later entry, recorded alone and silently past the cap. The entries paid from
-    it count as spent either way. A hold a settle, release or new hold closed meanwhile is left as it is.
+    it count as spent either way. A hold a settle, release or new hold closed meanwhile is left as it is,
+    and said so: the release is a compare-and-set, and what was paid is read in its transaction.
     """
-    paid_usd = ledger.paid_from([hold.id]).get(hold.id, Decimal(0))
-    unpaid_usd = max(hold.usd - paid_usd, Decimal(0))  # as Ledger.unpaid works it out, without reading again
-    closed = ledger.release(hold.id)
-    return FreedHold(paid_usd, unpaid_usd if closed.status == "released" else Decimal(0), closed)
+    released = ledger.release_hold(hold.id)
+    if not released.released_here:
+        return FreedHold(Decimal(0), Decimal(0), released.reservation, closed_here=False)
+    # Its amount as released (a grow since it was listed counts), less what was paid: as Ledger.unpaid says.
+    unpaid_usd = max(released.reservation.usd - released.paid_usd, Decimal(0))
+    return FreedHold(released.paid_usd, unpaid_usd, released.reservation, closed_here=True)
 
 
 def still_ended_as_read(wait: EndedWait) -> bool:

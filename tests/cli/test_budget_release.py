@@ -7,7 +7,11 @@ a $5 budget read -$3.00 left. The metadata database here is a real SQLite one wi
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from decimal import Decimal
 from pathlib import Path
+from typing import Any
 
 import pytest
 from airflow_db import airflow_metadata_db
@@ -345,3 +349,87 @@ def test_what_stays_spent_is_said_of_each_budget_as_it_counts_it(
         )
     assert main(["--ledger-url", ledger_url, "budget", "release", "--holder", "my-search"]) == 0
     assert capsys.readouterr().out.strip() == said
+
+
+def _entry_paid_from(hold_id: str, usd: str) -> Any:
+    from costaware.core.ledger import Kind, LedgerEntry
+
+    return LedgerEntry(
+        dag_id="nightly",
+        run_id="manual__1",
+        task_id="train",
+        kind=Kind.COMPUTE,
+        usd=Decimal(usd),
+        tags={"project": "x"},
+        reservation_id=hold_id,
+    )
+
+
+def _just_before_the_release(monkeypatch: pytest.MonkeyPatch, write: Callable[[], object]) -> None:
+    """Run ``write`` (another process's) just before the first write after the holds are listed."""
+    from costaware.adapters.ledger.engine import LedgerDatabase
+
+    armed = [False]
+    listed, real_transaction = Ledger.open_reservations, LedgerDatabase.transaction
+
+    def listing(self: Ledger, **kwargs: Any) -> Any:
+        armed[0] = True
+        return listed(self, **kwargs)
+
+    @contextmanager
+    def transaction(self: LedgerDatabase) -> Iterator[Any]:
+        if armed[0]:
+            armed[0] = False
+            write()
+        with real_transaction(self) as conn:
+            yield conn
+
+    monkeypatch.setattr(Ledger, "open_reservations", listing)
+    monkeypatch.setattr(LedgerDatabase, "transaction", transaction)
+
+
+def test_release_says_what_it_freed_with_an_entry_paid_just_before_it(
+    ledger_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Each budget's figure was read before the release, in another transaction: an entry of $3 paid from
+    # the $4 hold in between, the command said "released $4.00" and audited $4.00 where $1.00 came back.
+    put = airflow_metadata_db(tmp_path, monkeypatch)
+    put("nightly", "manual__1", "train", "success", run_state="running")
+    ledger = _held(ledger_url)
+    (hold,) = ledger.open_reservations()
+    other = Ledger.from_url(ledger_url)
+    _just_before_the_release(monkeypatch, lambda: other.record(_entry_paid_from(hold.id, "3")))
+
+    assert main(["--ledger-url", ledger_url, "budget", "release", "--holder", HOLDER]) == 0
+
+    out = capsys.readouterr().out
+    assert "released $1.00 held by nightly/manual__1/train/-1 in project=x/month" in out
+    assert "$3.00 of its $4.00 hold was paid from it and stays spent" in out
+    (usage,) = ledger.usage("project=x")
+    assert (usage.spent_usd, usage.reserved_usd) == (Decimal(3), Decimal(0))
+    assert main(["--ledger-url", ledger_url, "audit", "--action", "hold_release", "--format", "json"]) == 0
+    (line,) = json.loads(capsys.readouterr().out)
+    assert (line["details"]["usd"], line["details"]["paid_usd"]) == ("1.000000", "3.000000")
+    other.dispose()
+
+
+def test_a_hold_released_elsewhere_just_before_is_said_so_and_not_audited_again(
+    ledger_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The release took no compare-and-set: a hold the run's end released a moment before was said
+    # "released $4.00" here, and audited as a release by hand that freed $4.00 again.
+    put = airflow_metadata_db(tmp_path, monkeypatch)
+    put("nightly", "manual__1", "train", "success", run_state="running")
+    ledger = _held(ledger_url)
+    (hold,) = ledger.open_reservations()
+    other = Ledger.from_url(ledger_url)
+    _just_before_the_release(monkeypatch, lambda: other.release(hold.id))
+
+    assert main(["--ledger-url", ledger_url, "budget", "release", "--holder", HOLDER]) == 0
+
+    out = capsys.readouterr().out
+    assert f"the hold of {HOLDER} was released meanwhile: nothing released" in out
+    assert "released $" not in out
+    assert main(["--ledger-url", ledger_url, "audit", "--action", "hold_release", "--format", "json"]) == 0
+    assert json.loads(capsys.readouterr().out) == []
+    other.dispose()

@@ -1020,7 +1020,7 @@ def test_a_hold_that_cannot_be_freed_leaves_the_other_jobs_stopped_and_billed_an
     def locked(self: Any, reservation_id: str) -> Any:
         raise OperationalError("UPDATE reservations", {}, Exception("database is locked"))
 
-    monkeypatch.setattr(Ledger, "release", locked)
+    monkeypatch.setattr(Ledger, "release_hold", locked)
     capsys.readouterr()
     assert main(["jobs", "reconcile", "--ledger-url", ledger_url]) == 1
     out, err = capsys.readouterr()
@@ -1155,13 +1155,13 @@ def test_a_kept_hold_settled_meanwhile_is_not_said_released(
     _task_ended_with_its_wait(
         tmp_path, monkeypatch, "failed", trigger, end_date=kept.created_at + timedelta(minutes=1)
     )
-    release = Ledger.release
+    release = Ledger.release_hold
 
     def settled_first(self: Any, reservation_id: str) -> Any:
         self.settle(reservation_id, "1.00", already_recorded=True)  # the job's own settle, late
         return release(self, reservation_id)
 
-    monkeypatch.setattr(Ledger, "release", settled_first)
+    monkeypatch.setattr(Ledger, "release_hold", settled_first)
     capsys.readouterr()
     assert main(["jobs", "reconcile", "--ledger-url", ledger_url]) == 0
     err = " ".join(capsys.readouterr().err.split())

@@ -1256,13 +1256,13 @@ def test_a_run_end_release_of_a_hold_settled_meanwhile_frees_nothing_and_says_so
 
     ledger_env.set_budget("project=churn", "month", "10")
     ledger_env.reserve("project=churn", "4", holder="retrain/run1/train/-1", run_id="run1")
-    release = Ledger.release
+    release = Ledger.release_hold
 
     def settled_first(self: Any, reservation_id: str) -> Any:
         self.settle(reservation_id, "1.00", already_recorded=True)  # the task's own settle, late
         return release(self, reservation_id)
 
-    monkeypatch.setattr(Ledger, "release", settled_first)
+    monkeypatch.setattr(Ledger, "release_hold", settled_first)
     with caplog.at_level(logging.INFO, logger=reservation_release.__name__):
         freed = release_reservations("retrain", "run1", None, "the run ended", {"costaware_ledger"})
     assert freed == []

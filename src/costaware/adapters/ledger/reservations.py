@@ -13,6 +13,7 @@ import hashlib
 import logging
 import uuid
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any
@@ -27,6 +28,7 @@ from costaware.adapters.ledger.entries import insert_entry
 from costaware.core.budgets import Scope, check_cap, is_run_key, period_window, run_of_key
 from costaware.core.errors import (
     BudgetExceededError,
+    BudgetNotFoundError,
     ConfigurationError,
     ReservationNotFoundError,
 )
@@ -516,12 +518,82 @@ def _say_budgets_passed_after_release(conn: Connection, current: Reservation, en
 
 def release(ledger: LedgerDatabase, reservation_id: str) -> Reservation:
     """Give a reservation's money back unspent (the task was skipped or never ran)."""
+    return release_hold(ledger, reservation_id).reservation
+
+
+@dataclass(frozen=True)
+class Released:
+    """What one :func:`release_hold` did, read in the transaction that released the hold.
+
+    ``released_here``: this call closed it; False where it was closed already (settled, released, replaced
+    or expired, a moment before by another process too), which frees nothing. ``paid_usd``: what the
+    entries paid from it. ``freed_by_budget``: what each budget it counted in got back, by label (none
+    where it was not released here or not asked for; nothing in a budget where it had expired or was paid
+    in full there).
+    """
+
+    reservation: Reservation
+    released_here: bool
+    paid_usd: Decimal
+    freed_by_budget: dict[str, Decimal]
+
+
+def release_hold(ledger: LedgerDatabase, reservation_id: str, *, by_budget: bool = False) -> Released:
+    """Release ``reservation_id`` where it is still open (a compare-and-set), saying what that freed.
+
+    The figures are read in the release's own transaction, after the hold's row was set released: read
+    before it, in another, an entry paid from the hold in between was left out of them, and a hold another
+    process released a moment before was said released here. ``by_budget``: read ``freed_by_budget`` too
+    (left empty otherwise: a release that only frees must not fail on a budget that cannot be read).
+
+    Raises:
+        ReservationNotFoundError: the ledger holds no reservation ``reservation_id``.
+    """
+    r = schema.reservations
     with ledger.transaction() as conn:
+        released_here = bool(
+            conn.execute(
+                r.update()
+                .where(r.c.id == reservation_id, r.c.status == "open")
+                .values(status="released", settled_at=utcnow(), settled_usd_micros=None)
+            ).rowcount
+        )
         current = reservation(conn, reservation_id)
-        if current.status in ("settled", "released", "replaced"):
-            return current
-        close(conn, reservation_id, "released", None)
-        return reservation(conn, reservation_id)
+        if not released_here:
+            return Released(current, False, Decimal(0), {})
+        # Its holds still count (they close below): each budget's figure with and without them is what
+        # the release gives that budget back.
+        freed = _given_back_by_budget(conn, current, is_sqlite=ledger.is_sqlite) if by_budget else {}
+        paid_usd, _ = paid(conn, reservation_id)
+        close(conn, reservation_id, "released", None)  # its holds; the row is released already
+        return Released(current, True, paid_usd, freed)
+
+
+def _given_back_by_budget(conn: Connection, hold: Reservation, *, is_sqlite: bool) -> dict[str, Decimal]:
+    """What each budget ``hold`` counts in has reserved in it now: what releasing it gives back.
+
+    As each budget counts it (its usage with and without the hold): the hold less the entries of that
+    budget's own scope paid from it, nothing where it expired. A budget gone since counts nothing. Its
+    per-run budgets are read for the run its holds are keyed by: read from the holder, a holder not in
+    Airflow's ``dag/run/task/map_index`` form (a trial run outside Airflow) named no run.
+    """
+    h = schema.holds
+    keys = conn.execute(select(h.c.period_key).where(h.c.reservation_id == hold.id)).scalars().all()
+    run_keys = [key for key in keys if is_run_key(key)]
+    dag_id, run_id = run_of_key(run_keys[0]) if run_keys else (None, None)
+    now = utcnow()
+    try:
+        covering = applicable(conn, hold.scope, run_id, is_sqlite=is_sqlite, at=now, dag_id=dag_id)
+    except BudgetNotFoundError:
+        return {}
+    freed = {}
+    for budget_id, budget, window in covering:
+        if budget.label not in hold.budgets:
+            continue
+        counted = budget_usage(conn, budget_id, budget, window, now).reserved_usd
+        rest = budget_usage(conn, budget_id, budget, window, now, without=hold.id).reserved_usd
+        freed[budget.label] = max(counted - rest, Decimal(0))
+    return freed
 
 
 def open_reservations(ledger: LedgerDatabase, *, holder_prefix: str | None = None) -> list[Reservation]:

@@ -256,6 +256,18 @@ class Ledger(LedgerDatabase):
         """Give a reservation's money back unspent (the task was skipped or never ran)."""
         return reservations.release(self, reservation_id)
 
+    def release_hold(self, reservation_id: str, *, by_budget: bool = False) -> reservations.Released:
+        """Release a reservation where it is still open, saying what that did (one transaction).
+
+        Whether this call closed it (not one settled, released or replaced a moment before), what entries
+        paid from it, and (``by_budget``) what each budget it counted in got back, read in the release's own
+        transaction.
+
+        Raises:
+            ReservationNotFoundError: the ledger holds no reservation of that id.
+        """
+        return reservations.release_hold(self, reservation_id, by_budget=by_budget)
+
     def open_reservations(self, *, holder_prefix: str | None = None) -> list[Reservation]:
         """Open, unexpired reservations (optionally those whose holder starts with a prefix)."""
         return reservations.open_reservations(self, holder_prefix=holder_prefix)

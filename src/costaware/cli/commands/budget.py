@@ -569,15 +569,20 @@ def budget_release(args: argparse.Namespace) -> int:
         )
     if not args.force:
         _refuse_while_a_task_may_bill(holder, holds)
-    # What was paid from a hold (a training's attempts billed while it stayed open) stays spent: only the
-    # rest was reserved, and is what the release gives back.
-    paid = ledger.paid_from([r.id for r in holds])
     for hold in holds:
-        # Each budget counts only the entries of its own scope as paid from the hold: one tagged team=ml
-        # alone frees nothing less in project=x. Read per budget before the release.
-        back = _given_back_by_budget(ledger, hold)
-        ledger.release(hold.id)
-        hold_paid = paid.get(hold.id, Decimal(0))
+        # What was paid from it (a training's attempts billed while it stayed open) stays spent: only the
+        # rest was reserved, and is what each budget gets back (a budget counts only the entries of its own
+        # scope as paid from it). Read in the release's transaction: read before it, an entry paid in
+        # between was left out, and a hold closed a moment before was said released here.
+        released = ledger.release_hold(hold.id, by_budget=True)
+        if not released.released_here:
+            print(
+                f"the hold of {hold.holder or hold.id} was {released.reservation.status} meanwhile: "
+                "nothing released"
+            )
+            continue
+        hold = released.reservation
+        back, hold_paid = released.freed_by_budget, released.paid_usd
         freed = max(back.values(), default=Decimal(0))
         record_audit(
             ledger,
@@ -647,33 +652,6 @@ def _spent_in_budget(paid: Decimal, held: Decimal, scopes: str = "its scope") ->
         f" (the other {format_usd_exact(paid)} of the {format_usd_exact(held)} hold was paid by entries of "
         f"{scopes} and stays spent)"
     )
-
-
-def _given_back_by_budget(ledger: Any, hold: Any) -> dict[str, Decimal]:
-    """What each budget ``hold`` counts in has reserved in it now: what releasing it gives that budget back.
-
-    Read as each budget counts it (``Ledger.usage`` with and without the hold): the hold less the entries
-    of that budget's own scope paid from it, nothing where it expired. A budget gone since counts nothing.
-    Its per-run budgets are read for the run its holds are keyed by: read from the holder, a holder not in
-    Airflow's ``dag/run/task/map_index`` form (a trial run outside Airflow) named no run, and they were
-    left out.
-    """
-    from costaware.core.budgets import is_run_key, run_of_key
-    from costaware.core.errors import BudgetNotFoundError
-
-    run_keys = [key for key in ledger.hold_periods(hold.id).values() if is_run_key(key)]
-    dag_id, run_id = run_of_key(run_keys[0]) if run_keys else (None, None)
-    where = {"run_id": run_id, "dag_id": dag_id}
-    try:
-        counted = ledger.usage(hold.scope, **where)
-        rest = {u.label: u.reserved_usd for u in ledger.usage(hold.scope, without=hold.id, **where)}
-    except BudgetNotFoundError:
-        return {}
-    return {
-        u.label: max(u.reserved_usd - rest.get(u.label, Decimal(0)), Decimal(0))
-        for u in counted
-        if u.label in hold.budgets
-    }
 
 
 def _refuse_while_a_task_may_bill(holder: str, holds: list[Any]) -> None:
