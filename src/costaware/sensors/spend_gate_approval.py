@@ -120,9 +120,7 @@ class SpendGateApproval(SpendGateBase):
             ledger = CostLedgerHook(self.ledger_conn_id).get_conn()
             budgets = {b.label: b for b in ledger.budgets()}
             holder = reservation_holder(ti.dag_id, ti.run_id, self._target(), ti.map_index)
-            replaced = next(
-                (r.id for r in ledger.open_reservations(holder_prefix=holder) if r.holder == holder), None
-            )
+            replaced = next((r.id for r in ledger.open_holds_of(holder)), None)
             passed = []
             standing = ledger.usage(self._scope(), run_id=ti.run_id, dag_id=ti.dag_id, without=replaced)
             for u in standing:

@@ -338,8 +338,7 @@ def task_holder(plan: RemotePlan) -> str:
 
 def open_task_reservations(ledger: Ledger, plan: RemotePlan) -> list[Reservation]:
     """The task's open reservations (its holder exactly, not a holder it prefixes, e.g. ``/egress``)."""
-    holder = task_holder(plan)
-    return [r for r in ledger.open_reservations(holder_prefix=holder) if r.holder == holder]
+    return ledger.open_holds_of(task_holder(plan))
 
 
 class EarlierAttempt(NamedTuple):

@@ -5,14 +5,11 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 from decimal import Decimal
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from costaware.glue import DEFAULT_LEDGER_CONN_ID
-
-if TYPE_CHECKING:
-    from costaware.core.ledger import Reservation
 
 
 class BudgetAvailableTrigger(BaseTrigger):
@@ -84,12 +81,15 @@ class BudgetAvailableTrigger(BaseTrigger):
 
         ledger = CostLedgerHook(self.ledger_conn_id).get_conn()
         need, gpu = Decimal(self.usd), Decimal(self.gpu_hours)
-        held = self._open_holds(ledger)
-        # As the reserve picks among two or more (one holding what is asked, else the oldest): weighed apart,
-        # this waited on one hold while the reserve kept or replaced another.
-        if any(self._holds_as_asked(ledger, hold, need, gpu) for hold in held):
+        # The hold of ``holder`` the sensor's reserve keeps, or replaces, as the reserve picks it (weighed
+        # apart, this waited on one hold while the reserve kept or replaced another). Counted as taken, a
+        # gate asking $6 where its own $4 hold and $5 of room were enough waited until its timeout.
+        held = ledger.held_for(self.holder, self.scope, need, gpu) if self.holder else None
+        if held is not None and held.as_asked:
+            # Returned as it stands: a hold grown since the wait began (a ``max_usd`` task's) is kept,
+            # whatever room the budgets have without it.
             return None
-        without = held[0].id if held else None
+        without = held.hold.id if held is not None and held.hold is not None else None
         for usage in ledger.usage(self.scope, run_id=self.run_id, dag_id=self.dag_id, without=without):
             if usage.left_usd < need:
                 left = format_usd_exact(usage.left_usd)
@@ -102,30 +102,6 @@ class BudgetAvailableTrigger(BaseTrigger):
                 if left_gpu < gpu:
                     return f"budget '{usage.name}' has {left_gpu} GPU-hours left, need {gpu}"
         return None
-
-    def _open_holds(self, ledger: Any) -> list[Reservation]:
-        """The open holds of ``holder``, oldest first (none without one): its resume keeps or replaces one.
-
-        Counted as taken, a gate asking $6 where its own $4 hold and $5 of room were enough waited until its
-        timeout; counted back as what every entry paid from it left unpaid, a budget that counts only the
-        entries of its own scope was short where the reserve had room.
-        """
-        if not self.holder:
-            return []
-        return [r for r in ledger.open_reservations(holder_prefix=self.holder) if r.holder == self.holder]
-
-    def _holds_as_asked(self, ledger: Any, hold: Reservation, need: Decimal, gpu: Decimal) -> bool:
-        """Whether the sensor's reserve keeps ``hold`` (in this scope, holding at least what is asked).
-
-        As ``replace_unlike`` decides: a hold grown since the wait began (a ``max_usd`` task's) is returned
-        as it stands, whatever room the budgets have without it.
-        """
-        from costaware.core.budgets import Scope
-
-        if hold.scope != Scope.parse(self.scope):
-            return False
-        unpaid_usd, unpaid_gpu = ledger.unpaid(hold.id)
-        return bool(unpaid_usd >= need and unpaid_gpu >= gpu)
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         from costaware.core.errors import ConfigurationError

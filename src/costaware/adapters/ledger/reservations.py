@@ -12,11 +12,11 @@ from __future__ import annotations
 import hashlib
 import logging
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from decimal import Decimal
-from typing import Any
+from typing import Any, NamedTuple
 
 from sqlalchemy import Connection, and_, func, select
 
@@ -72,12 +72,15 @@ def reserve(
         ) from None
     r, h = schema.reservations, schema.holds
 
-    def kept(conn: Connection, existing: Reservation) -> bool:
-        # Unless asked to replace it, the holder's open hold is returned as it stands, whatever it holds.
-        return not replace_unlike or _holds_as_asked(conn, existing, wanted, amount, gpu)
-
-    def open_hold(conn: Connection) -> Reservation | None:
-        return _open_hold_of(conn, holder, now, but=replacing, prefer=kept) if holder else None
+    def held_already(conn: Connection) -> HeldFor:
+        """The holder's open hold this reserve looks at; ``as_asked``: it is returned as it stands."""
+        if not holder:
+            return HeldFor(None, False)
+        if not replace_unlike:
+            # Unless asked to replace it, the holder's (oldest) open hold is returned, whatever it holds.
+            held = open_holds_of(conn, holder, now, but=replacing)
+            return HeldFor(held[0], True) if held else HeldFor(None, False)
+        return hold_for(conn, holder, now, wanted, amount, gpu, but=replacing)
 
     def returned(conn: Connection, existing: Reservation) -> Reservation:
         # Kept for a gate run again, it holds for the ttl asked now: with its old end it passed at 03:59
@@ -90,8 +93,8 @@ def reserve(
             # scopes no budget shares lock no budget row in common, so on PostgreSQL both read "none" and
             # each wrote a hold. The second now waits here and finds the first one's.
             ledger.advisory_lock(conn, holder_lock_key(holder))
-        existing = open_hold(conn)
-        if existing is not None and kept(conn, existing):
+        existing, kept = held_already(conn)
+        if existing is not None and kept:
             return returned(conn, existing)
         # The periods at the reservation's own instant: a hold made at a period's last moment is keyed as
         # its created_at says (grow finds its window from it).
@@ -192,18 +195,54 @@ def holder_lock_key(holder: str) -> int:
     return int.from_bytes(digest, "big", signed=True)
 
 
-def _holds_as_asked(
-    conn: Connection, existing: Reservation, scope: Scope, usd: Decimal, gpu_hours: Decimal
-) -> bool:
-    """Whether an open hold is in ``scope`` and still holds at least ``usd`` and ``gpu_hours`` (more is kept).
+class HeldFor(NamedTuple):
+    """The open hold of a holder a reserve takes (None: it has none), and whether it holds what is asked."""
 
-    What it still holds is what it has not paid: a try that failed after billing $5 of a $6 hold left $1
-    held, and a gate run again for $6 that got it back let the next try pass the cap.
+    hold: Reservation | None
+    as_asked: bool
+
+
+def hold_for(
+    conn: Connection,
+    holder: str,
+    now: datetime,
+    scope: Scope,
+    usd: Decimal,
+    gpu_hours: Decimal,
+    *,
+    but: str | None = None,
+) -> HeldFor:
+    """The open hold of ``holder`` a reserve for ``usd`` and ``gpu_hours`` in ``scope`` keeps, or replaces.
+
+    Of its open holds, oldest first, the first that holds what is asked (kept); else the oldest (replaced).
+    A hold holds what is asked where it is in ``scope`` and still holds at least ``usd`` and ``gpu_hours``
+    (more is kept). What it still holds is what it has not paid: a try that failed after billing $5 of a
+    $6 hold left $1 held, and a gate run again for $6 that got it back let the next try pass the cap. More
+    than one open hold: two gates of one task in scopes no budget shares, at once on PostgreSQL, before
+    reserve took the holder's lock. The rule ``reserve(replace_unlike=True)`` and a spend gate's trigger
+    share. ``but``: a hold of the holder's the new one replaces, which is not returned for it.
     """
-    if existing.scope != scope:
-        return False
-    unpaid_usd, unpaid_gpu_hours = unpaid(conn, existing)
-    return unpaid_usd >= usd and unpaid_gpu_hours >= gpu_hours
+    held = open_holds_of(conn, holder, now, but=but)
+    for hold in held:
+        if hold.scope == scope:
+            unpaid_usd, unpaid_gpu_hours = unpaid(conn, hold)
+            if unpaid_usd >= usd and unpaid_gpu_hours >= gpu_hours:
+                return HeldFor(hold, True)
+    return HeldFor(held[0] if held else None, False)
+
+
+def open_holds_of(
+    conn: Connection, holder: str, now: datetime, *, but: str | None = None
+) -> list[Reservation]:
+    """The open, unexpired reservations of exactly ``holder`` (not one it prefixes), oldest first.
+
+    Oldest: by created_at, then id, as ``open_reservations`` lists them. ``but``: a reservation left out.
+    """
+    r = schema.reservations
+    query = select(r.c.id).where(r.c.holder == holder, r.c.status == "open", r.c.expires_at > now)
+    if but is not None:
+        query = query.where(r.c.id != but)
+    return [reservation(conn, rid) for rid in conn.execute(query.order_by(r.c.created_at, r.c.id)).scalars()]
 
 
 def unpaid(conn: Connection, held: Reservation) -> tuple[Decimal, Decimal]:
@@ -263,32 +302,6 @@ def _held_until(conn: Connection, held: Reservation, until: datetime, now: datet
     still_open = and_(h.c.reservation_id == held.id, h.c.open.is_(True))
     conn.execute(h.update().where(still_open).values(expires_at=until))
     return reservation(conn, held.id)
-
-
-def _open_hold_of(
-    conn: Connection,
-    holder: str,
-    now: datetime,
-    *,
-    but: str | None = None,
-    prefer: Callable[[Connection, Reservation], bool] | None = None,
-) -> Reservation | None:
-    """The open, unexpired reservation of ``holder``: a retried task's own, returned instead of a second.
-
-    ``but``: a reservation of the holder's that the new one replaces, which is not returned for it.
-    ``prefer``: where the holder has more than one (two gates of one task in scopes no budget shares, at
-    once on PostgreSQL, before reserve took the holder's lock), the first it accepts; else, as without it,
-    the oldest (created_at, then id): the order ``open_reservations`` lists them in, and the one a gate's
-    trigger weighs.
-    """
-    r = schema.reservations
-    query = select(r.c.id).where(r.c.holder == holder, r.c.status == "open", r.c.expires_at > now)
-    if but is not None:
-        query = query.where(r.c.id != but)
-    held = [reservation(conn, rid) for rid in conn.execute(query.order_by(r.c.created_at, r.c.id)).scalars()]
-    if prefer is not None:
-        return next((hold for hold in held if prefer(conn, hold)), held[0] if held else None)
-    return held[0] if held else None
 
 
 def _release_replaced(conn: Connection, replacing: str, holder: str | None) -> None:
@@ -666,18 +679,34 @@ def reservation_to_settle(
     taken: the entry settled the other gate's hold, outside its scope, and left its own held).
     """
     r = schema.reservations
-    live = and_(r.c.holder == holder, r.c.status == "open", r.c.expires_at > utcnow())
     released = and_(r.c.holder == holder, r.c.status == "released")
+    newest_released_first = select(r.c.id).where(released).order_by(r.c.created_at.desc(), r.c.id)
     with ledger.reading() as conn:
-        for query in (
-            select(r.c.id).where(live).order_by(r.c.created_at, r.c.id),
-            select(r.c.id).where(released).order_by(r.c.created_at.desc(), r.c.id),
+        for found in (
+            open_holds_of(conn, holder, utcnow()),
+            [reservation(conn, rid) for rid in conn.execute(newest_released_first).scalars()],
         ):
-            found = [reservation(conn, rid) for rid in conn.execute(query).scalars()]
             if found:
                 covering = (hold for hold in found if tags is not None and hold.scope.matches(tags))
                 return next(covering, found[0])
     return None
+
+
+def open_holds(ledger: LedgerDatabase, holder: str) -> list[Reservation]:
+    """The open, unexpired reservations of exactly ``holder``, oldest first; see ``Ledger.open_holds_of``."""
+    with ledger.reading() as conn:
+        return open_holds_of(conn, holder, utcnow())
+
+
+def held_for(
+    ledger: LedgerDatabase, holder: str, scope: str | Scope, usd: object, gpu_hours: object
+) -> HeldFor:
+    """The open hold of ``holder`` a reserve for ``usd`` in ``scope`` keeps or replaces (:func:`hold_for`)."""
+    wanted = Scope.given(scope, what="reservation scope")
+    amount = parse_usd(usd, name="reservation amount")
+    gpu = parse_gpu_hours(gpu_hours, name="reserved GPU-hours")
+    with ledger.reading() as conn:
+        return hold_for(conn, holder, utcnow(), wanted, amount, gpu)
 
 
 def latest_of(ledger: LedgerDatabase, holder: str) -> Reservation | None:

@@ -272,6 +272,20 @@ class Ledger(LedgerDatabase):
         """Open, unexpired reservations (optionally those whose holder starts with a prefix)."""
         return reservations.open_reservations(self, holder_prefix=holder_prefix)
 
+    def open_holds_of(self, holder: str) -> list[Reservation]:
+        """The open, unexpired reservations of exactly ``holder`` (not one it prefixes), oldest first."""
+        return reservations.open_holds(self, holder)
+
+    def held_for(
+        self, holder: str, scope: str | Scope, usd: object, gpu_hours: object = 0
+    ) -> reservations.HeldFor:
+        """The open hold of ``holder`` a ``reserve(scope, usd, ..., replace_unlike=True)`` keeps or replaces.
+
+        Of its open holds, oldest first, the first in ``scope`` still holding at least ``usd`` and
+        ``gpu_hours`` unpaid (``as_asked``: kept), else the oldest (replaced); ``hold`` None: it has none.
+        """
+        return reservations.held_for(self, holder, scope, usd, gpu_hours)
+
     def hold_ends(self, budget_label: str) -> tuple[datetime, datetime] | None:
         """When the first and the last open hold in budget ``budget_label`` (``scope/period``) expire.
 
