@@ -578,6 +578,29 @@ def test_the_alerts_after_a_try_count_a_bounded_number_of_runs(
     assert 0 < timetable.asked <= 2 * TASK_MAX_RUNS
 
 
+def test_the_alerts_after_a_try_of_an_operator_in_no_dag_are_checked(
+    ledger: Ledger, ledger_url: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    # An operator run outside any DAG raises RuntimeError for its .dag, which getattr's default does not
+    # catch: the whole check of the try's budgets was skipped with "budget alerts ... not checked".
+    from types import SimpleNamespace
+
+    from airflow.providers.standard.operators.empty import EmptyOperator
+
+    from costaware.notifications.budget import alerts_after_spend
+
+    monkeypatch.setenv("COSTAWARE_LEDGER_URL", ledger_url)
+    ledger.set_budget("project=churn", "month", "10")
+    run_cost(ledger, 1, "6")
+    task = EmptyOperator(task_id="train")
+    with pytest.raises(RuntimeError):
+        task.dag  # noqa: B018  the operator is in no DAG: what the check must survive
+    ti = SimpleNamespace(dag_id="adhoc", task_id="train", task=task, get_template_context=dict)
+    alerts_after_spend(ti, TAGS)
+    assert "not checked" not in caplog.text
+    assert [threshold for _, _, threshold in alerts_sent(ledger, "project=churn/month")] == ["50%"]
+
+
 def test_a_running_search_holds_money_as_a_search_not_as_a_dag_named_search(ledger: Ledger) -> None:
     # holding_dags read a budgeted_search's holds (search/<id>/<trial>/<rung>, search/<id>/tail) as DAG
     # 'search': the Cost page's DAG list and a budget's involved DAGs named a DAG that does not exist.

@@ -37,7 +37,7 @@ from costaware.core.budget_forecast import (
 )
 from costaware.core.errors import BudgetNotFoundError, ConfigurationError
 from costaware.core.money import format_usd_exact
-from costaware.glue import DEFAULT_LEDGER_CONN_ID
+from costaware.glue import DEFAULT_LEDGER_CONN_ID, dag_of
 from costaware.importing import closest_public_name
 from costaware.settings import option
 
@@ -449,7 +449,7 @@ def alerts_after_spend(
 
     task = getattr(ti, "task", None)
     try:
-        dag = getattr(task, "dag", None)
+        dag = dag_of(task)  # not getattr's default: an operator in no DAG raises RuntimeError
         timetable = getattr(dag, "timetable", None)
         # Bounded: the listener that calls this is killed past [core] task_success_overtime.
         schedule = TimetableSchedule(
