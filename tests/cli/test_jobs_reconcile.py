@@ -624,7 +624,12 @@ def test_a_hold_a_runs_end_kept_for_a_job_billed_since_is_released_by_the_reconc
     assert main(["jobs", "reconcile", "--ledger-url", ledger_url, "--dry-run"]) == 0
     with ledger.reading() as conn:
         assert reservations.reservation(conn, kept.id).status == "open"  # a dry run changes nothing
-    would = f"would free $4.00 held for {HOLDER}, kept at its run's end: its job {trigger.job_id} is billed"
+    # Said as the real run says it, in the conditional: the dry run's line read "would free $4.00 held for
+    # ..., kept at its run's end: ..." while the real run's named the budgets and the reason otherwise.
+    would = (
+        f"would release $4.00 reserved in project=churn/month for {HOLDER}: it was kept at its run's end, as "
+        f"its job {trigger.job_id} is billed (dry run: nothing freed)"
+    )
     assert (would in capsys.readouterr().err) == (hold_made == "before the task ended")
 
     assert main(["jobs", "reconcile", "--ledger-url", ledger_url]) == 0
@@ -1128,6 +1133,17 @@ def test_a_kept_hold_its_jobs_entries_paid_from_is_released_and_says_it_frees_on
     assert paid > 0
     left = Decimal("4.00") - paid
     capsys.readouterr()
+
+    # The dry run says the same, in the conditional: it said the unpaid part alone, not what stays spent.
+    assert main(["jobs", "reconcile", "--ledger-url", ledger_url, "--dry-run"]) == 0
+    err = " ".join(capsys.readouterr().err.split())
+    assert (
+        f"would release the hold of {HOLDER} in project=churn/month, freeing {format_usd_exact(left)} (the "
+        f"{format_usd_exact(paid)} its job's entries paid from it would stay spent): it was kept at its "
+        f"run's end, as its job {trigger.job_id} is billed (dry run: nothing freed)"
+    ) in err
+    with ledger.reading() as conn:
+        assert reservations.reservation(conn, kept.id).status == "open"
 
     assert main(["jobs", "reconcile", "--ledger-url", ledger_url]) == 0
     err = " ".join(capsys.readouterr().err.split())

@@ -166,10 +166,8 @@ def _free_kept_holds(ledger: Any, waits: list[Any], *, dry_run: bool) -> int:
         try:
             for hold in _kept_holds(ledger, wait):
                 if dry_run:
-                    unpaid_usd = ledger.unpaid(hold.id)[0]
                     print(
-                        f"costaware: would free {_usd(unpaid_usd)} held for {wait.task}, kept at its run's "
-                        f"end: its job {wait.job_id} is billed (dry run: nothing freed)",
+                        f"{_free_kept_hold(ledger, hold, wait, dry_run=True)} (dry run: nothing freed)",
                         file=sys.stderr,
                     )
                 # A cleared task's new try gets the kept hold back as its own: read again just before.
@@ -203,8 +201,8 @@ def _kept_holds(ledger: Any, wait: Any) -> list[Any]:
     ]
 
 
-def _free_kept_hold(ledger: Any, hold: Any, wait: Any) -> str:
-    """Close ``hold``, kept for ``wait``'s billed job: what it says of it.
+def _free_kept_hold(ledger: Any, hold: Any, wait: Any, *, dry_run: bool = False) -> str:
+    """Close ``hold``, kept for ``wait``'s billed job: what it says of it (a dry run: what it would do).
 
     Released: only its unpaid part is freed, what the job's entries paid stays spent (see
     :func:`~costaware.remote_reconcile.free_paid_hold`).
@@ -212,14 +210,8 @@ def _free_kept_hold(ledger: Any, hold: Any, wait: Any) -> str:
     from costaware.remote_reconcile import free_paid_hold
 
     why = f"it was kept at its run's end, as its job {wait.job_id} is billed"
-    said = free_paid_hold(ledger, hold).said(why, paid_by="its job's entries")
+    said = free_paid_hold(ledger, hold, dry_run=dry_run).said(why, paid_by="its job's entries")
     return f"costaware: {said}"
-
-
-def _usd(amount: Decimal) -> str:
-    from costaware.core.money import format_usd_exact
-
-    return format_usd_exact(amount)
 
 
 def _check_dag_is_known(dag_id: str) -> None:
