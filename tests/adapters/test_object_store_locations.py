@@ -113,3 +113,33 @@ def test_a_home_folder_location_in_a_process_without_a_home_says_so(monkeypatch:
     monkeypatch.setattr(pwd, "getpwuid", no_entry)
     with pytest.raises(ConfigurationError, match=r"'~/features' starts with '~', but this process has no"):
         parse_uri("~/features", what="the feature cache")
+
+
+def test_every_spelling_of_the_machine_root_is_named_so(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    # The one test the four store refusals (operators, job checks, the cache CLI, BlobDir) share.
+    from costaware.adapters.object_store.location import machine_root_reach
+
+    (tmp_path / "to-root").symlink_to("/")
+    (tmp_path / "real").mkdir()
+    (tmp_path / "to-real").symlink_to(tmp_path / "real")
+    for written in ("/", "//", "///", "/.", "/./", "/..", "/tmp/..", "/srv/ml/../.."):
+        assert machine_root_reach(written) == "as written", written
+        assert machine_root_reach(written, follow_links=False) == "as written", written
+    for linked in (
+        str(tmp_path / "to-root"),
+        str(tmp_path / "to-root/"),
+        str(tmp_path / "to-root/."),
+        "/proc/self/root",
+    ):
+        assert machine_root_reach(linked) == "through a link", linked
+        # Another machine's disk (a DAG parsed, run elsewhere) may lead elsewhere: not followed.
+        assert machine_root_reach(linked, follow_links=False) is None, linked
+    for elsewhere in (
+        str(tmp_path),
+        str(tmp_path / "to-real"),
+        str(tmp_path / "missing/.."),
+        "/srv/ml",
+        ".",
+        "",
+    ):
+        assert machine_root_reach(elsewhere) is None, elsewhere

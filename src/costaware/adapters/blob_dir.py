@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
-from costaware.adapters.object_store.location import expand_user, refuse_cut_uri
+from costaware.adapters.object_store.location import expand_user, machine_root_reach, refuse_cut_uri
 from costaware.core.errors import ConfigurationError
 from costaware.core.given import names_nothing, not_given
 
@@ -91,12 +91,19 @@ class BlobDir:
                     f"{Path.cwd() / given} or an s3:// URI"
                 )
             path = given.resolve()
-            if create and path == Path(path.anchor):
+            reach = machine_root_reach(str(given)) if create else None
+            if reach is not None:
                 # model_store='/' (what "$UNSET/" gives) wrote /versions/... and /champion.json: a store
                 # makes its folders in its root, here the machine's.
+                link = (
+                    f" ({str(given)!r} is a symbolic link that leads there)"
+                    if reach == "through a link"
+                    else ""
+                )
                 raise ConfigurationError(
-                    f"{what} {text!r} is the root, /, of the whole machine: a store there would make its "
-                    f"folders directly under /; give a folder of its own such as {example!r} or an s3:// URI"
+                    f"{what} {text!r} is the root, /, of the whole machine{link}: a store there would make "
+                    f"its folders directly under /; give a folder of its own such as {example!r} or an "
+                    "s3:// URI"
                 )
             if create:
                 path.mkdir(parents=True, exist_ok=True)

@@ -261,9 +261,10 @@ def refuse_root_store(
     Raises:
         ConfigurationError: ``value`` is a local path or ``file:`` URI that names ``/``.
     """
-    import os
     import posixpath
     from urllib.parse import urlparse
+
+    from costaware.adapters.object_store.location import machine_root_reach
 
     if not isinstance(value, str) or not is_literal(value):
         return
@@ -282,14 +283,11 @@ def refuse_root_store(
         tilde = path.split("/", 1)[0]
         home = f" (the home folder {tilde} is {posixpath.expanduser(tilde)!r} here)"
         path = expanded
-    if not path.startswith("/"):
+    # A symbolic link to / wrote its folders there too; only this machine's disk says where one leads.
+    reach = machine_root_reach(path, follow_links=on_this_machine)
+    if reach is None:
         return
-    link = ""
-    if posixpath.normpath("/" + path.lstrip("/")) != "/":
-        # A symbolic link to / wrote its folders there too; only this machine's disk says where one leads.
-        if not on_this_machine or os.path.realpath(path) != "/":
-            return
-        link = f" ({path!r} is a symbolic link that leads there)"
+    link = f" ({path!r} is a symbolic link that leads there)" if reach == "through a link" else ""
     from costaware.core.errors import ConfigurationError
 
     raise ConfigurationError(

@@ -490,15 +490,13 @@ def require_usable_locations(
         StoreUnavailableError: a local folder's filesystem failed its write check (a full disk, an I/O
             error): retried.
     """
-    import os
-    import posixpath
     from pathlib import Path
     from urllib.parse import urlparse
 
     from costaware_runtime.contract import is_uri
     from costaware_runtime.stores import check_writes
 
-    from costaware.adapters.object_store.location import expand_user, refuse_cut_uri
+    from costaware.adapters.object_store.location import expand_user, machine_root_reach, refuse_cut_uri
 
     for what, uri in uris.items():
         if not uri:
@@ -545,14 +543,15 @@ def require_usable_locations(
         # A file's folder: spec_uri='{{ params.dir }}/spec.json' rendered '/spec.json' wrote the spec, and
         # the job's result.json beside it, directly in /.
         folder = path.parent if what in FILE_LOCATIONS else path
-        at_root = posixpath.normpath("/" + folder.as_posix().lstrip("/")) == "/"
         # A symbolic link to / writes there too; only this machine's disk says where one leads.
-        through_link = not at_root and on_this_machine and os.path.realpath(folder) == "/"
-        if at_root or through_link:
+        reach = machine_root_reach(str(folder), follow_links=on_this_machine)
+        if reach is not None:
             # model_store='/' was found only inside the bought job, which made its versions' folders
             # directly under /; a checkpoint store there, its jobs' folders.
             example = ROOT_EXAMPLES.get(what, "/srv/ml/store")
-            link = f" ({str(folder)!r} is a symbolic link that leads there)" if through_link else ""
+            link = (
+                f" ({str(folder)!r} is a symbolic link that leads there)" if reach == "through a link" else ""
+            )
             if what in FILE_LOCATIONS:
                 raise ConfigurationError(
                     f"{what} {text!r} is a file in the root, /, of the whole machine{link}: it, and the "

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass
+from typing import Literal
 from urllib.parse import ParseResult, urlparse
 
 from costaware.core.errors import ConfigurationError
@@ -92,6 +93,34 @@ def expand_user(path: str, *, what: str, uri: str, example: str = "/data/flights
         f"{what} {uri!r} starts with the home folder of user {user!r}, whom this machine does not know: give "
         f"an absolute path such as {example!r} or '~/...' (your own home)"
     )
+
+
+def machine_root_reach(
+    path: str, *, follow_links: bool = True
+) -> Literal["as written", "through a link"] | None:
+    """How the absolute local ``path`` names the machine's root, ``/``; None where it does not.
+
+    The one test every store refusal asks: a store at the root makes its folders directly under ``/``.
+    The root is the one folder that is its own parent, ``//`` included (POSIX keeps it apart).
+
+    Args:
+        path: An absolute local path, ``~`` already expanded; a relative one is never the root here.
+        follow_links: Also follow symbolic links (``/proc/self/root``, a link to ``/``) on this machine's
+            disk; False where the path is used on another machine (a DAG parsed, not yet run).
+
+    Returns:
+        ``"as written"`` (``/``, ``//``, ``/.``, ``/tmp/..``), ``"through a link"``, or None.
+    """
+    # os.path, not Path: Path leaves '/tmp/..' as written, normpath takes its '..' as the path reads.
+    if not os.path.isabs(path):  # noqa: PTH117
+        return None
+    written = os.path.normpath(path)
+    if written == os.path.dirname(written):  # noqa: PTH120
+        return "as written"
+    real = os.path.realpath(path) if follow_links else ""
+    if real and real == os.path.dirname(real):  # noqa: PTH120
+        return "through a link"
+    return None
 
 
 def parse_uri(uri: str, *, what: str = "URI") -> Location:
