@@ -132,6 +132,27 @@ def test_bad_roots_are_rejected(root: str, message: str) -> None:
         FeatureStore(root)
 
 
+@pytest.mark.parametrize("spelling", ["/", "file:///", "link"])
+def test_a_store_at_the_machines_root_is_refused_before_anything_is_written(
+    spelling: str, tmp_path: Path
+) -> None:
+    # A library user calling FeatureStore with '/' (or a symbolic link to it) had each entry's folder,
+    # its staging and its leases made directly under /; the operator and the CLI refused it, this did not.
+    root = str(tmp_path / "cache") if spelling == "link" else spelling
+    if spelling == "link":
+        Path(root).symlink_to("/")
+    link = f" ({root!r} is a symbolic link that leads there)" if spelling == "link" else ""
+    before = sorted(Path("/").iterdir())
+    with pytest.raises(ConfigurationError) as refused:
+        # Refused when opened: a test that computed an entry here would write under / where it fails.
+        FeatureStore(root)
+    assert str(refused.value) == (
+        f"feature cache {root!r} is the root, /, of the whole machine{link}: each entry's folder would be "
+        "made directly under /; give a folder of its own such as '/srv/ml/features' or an s3:// URI"
+    )
+    assert sorted(Path("/").iterdir()) == before
+
+
 def unwritable_folder(tmp_path: Path) -> Path:
     """A folder this process may not create files in.
 
