@@ -173,6 +173,10 @@ def test_an_example_dag_s_data_root_is_a_folder_or_an_s3_prefix(
     with pytest.raises(AirflowFailException, match="relative path") as refused:
         data_root_param("flights", "/default", allow_uri=False)
     assert "s3://" not in str(refused.value)
+    # Path.expanduser raised a bare RuntimeError ('Could not determine home directory.').
+    unknown = r"^data_root '~nosuchuser/flights' starts with the home folder of user 'nosuchuser', whom this"
+    with pytest.raises(AirflowFailException, match=unknown):
+        data_root_param("~nosuchuser/flights", "/default")
     (tmp_path / "a-file").write_text("x")
     with pytest.raises(AirflowFailException, match="is a file: give a folder"):
         data_root_param(str(tmp_path / "a-file"), "/default")

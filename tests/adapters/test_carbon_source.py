@@ -281,3 +281,12 @@ def test_a_file_named_for_another_zone_is_said_when_nothing_covers_the_window(tm
         RecordedCarbon(mine).intensity("GB", T0, T0 + timedelta(hours=1))
     with pytest.raises(PriceNotFoundError, match=r"Not read for GB: mydata.csv"):
         RecordedCarbon(mine, bundled=False).intensity("GB", T0, T0 + timedelta(hours=1))
+
+
+def test_a_carbon_file_in_an_unknown_users_home_is_named_not_a_runtime_error() -> None:
+    # Path.expanduser raised a bare RuntimeError ('Could not determine home directory.').
+    unknown = (
+        r"^carbon source '~nosuchuser/carbon.csv' starts with the home folder of user 'nosuchuser', whom"
+    )
+    with pytest.raises(ConfigurationError, match=unknown):
+        carbon_source("~nosuchuser/carbon.csv")

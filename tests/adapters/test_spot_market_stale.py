@@ -55,3 +55,13 @@ def test_a_zone_whose_price_went_unchanged_in_a_fresh_file_is_not_called_stale(t
     )
     _, _, source = observe(path, datetime(2021, 7, 31, tzinfo=timezone.utc))
     assert "recorded up to" not in source
+
+
+def test_a_local_file_argument_in_an_unknown_users_home_is_named_not_a_runtime_error() -> None:
+    # Path.expanduser raised a bare RuntimeError ('Could not determine home directory.') at DAG parse.
+    from costaware.adapters.spot_market import check_local_file
+    from costaware.core.errors import ConfigurationError
+
+    unknown = r"^prices_csv '~nosuchuser/p.csv' starts with the home folder of user 'nosuchuser', whom this"
+    with pytest.raises(ConfigurationError, match=unknown):
+        check_local_file("~nosuchuser/p.csv", "prices_csv", "a CSV of hourly prices")

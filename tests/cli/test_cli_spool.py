@@ -230,3 +230,15 @@ def test_a_connection_first_seen_mid_drain_that_cannot_be_read_does_not_say_noth
     said = str(mid_drain.value)
     assert "cannot read connection 'late_ledger' from Airflow's metadata database" in said
     assert "nothing drained" not in said and "AIRFLOW_CONN_LATE_LEDGER" in said
+
+
+def test_a_spool_dir_in_an_unknown_users_home_is_named_not_a_traceback(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # Path.expanduser raised a bare RuntimeError ('Could not determine home directory.'), a traceback.
+    assert main(["spool", "show", "--spool-dir", "~nosuchuser/spool"]) != 0
+    err = capsys.readouterr().err
+    assert (
+        "--spool-dir '~nosuchuser/spool' starts with the home folder of user 'nosuchuser', whom this" in err
+    )
+    assert "Traceback" not in err and "RuntimeError" not in err

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from costaware.adapters.carbon_data import bundled_carbon, bundled_zones, load_carbon, zone_hint
+from costaware.adapters.object_store.location import expand_user
 from costaware.core.errors import (
     ConfigurationError,
     CostawareError,
@@ -626,7 +627,8 @@ def carbon_source(spec: str | Path = "recorded", *, conn_id: str | None = DEFAUL
         return RecordedCarbon([], bundled=True)
     if text == "live":
         return LiveCarbon(conn_id=conn_id)
-    path = Path(text).expanduser()
+    # Path.expanduser raised a bare RuntimeError for a home nobody has (~nosuchuser, HOME unset).
+    path = Path(expand_user(text, what="carbon source", uri=text, example="/srv/ml/carbon/GB.csv"))
     if not path.exists():
         raise ConfigurationError(
             f"carbon source {text!r} is not 'recorded', 'bundled', 'live' nor an existing folder or file"

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from costaware.adapters import spot_prices
+from costaware.adapters.object_store.location import expand_user
 from costaware.core.carbon import Objective
 from costaware.core.errors import ConfigurationError, CostawareError, did_you_mean
 from costaware.core.series import PriceSeries, parse_instant
@@ -370,7 +371,8 @@ def check_local_file(path: str, name: str, what: str, *, columns: Sequence[Seque
             f"{name}={path!r} is a URI, and it is read as a local file: copy it to every worker's disk and "
             f"pass its path, or pass {what}"
         )
-    file = Path(path).expanduser()
+    # Path.expanduser raised a bare RuntimeError for a home nobody has (~nosuchuser, HOME unset).
+    file = Path(expand_user(path, what=name, uri=path, example=f"/srv/ml/{Path(path).name or name}"))
     if not file.is_file():
         raise ConfigurationError(f"{name}={path!r} is not a file: pass {what}")
     if not columns:

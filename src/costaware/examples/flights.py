@@ -100,7 +100,13 @@ def data_root_param(value: object, default: Path | str, *, allow_uri: bool = Tru
                 "folder, e.g. /data/flights"
             )
         return text.rstrip("/")
-    path = Path(text).expanduser()
+    from costaware.adapters.object_store.location import expand_user
+    from costaware.core.errors import ConfigurationError
+
+    try:
+        path = Path(expand_user(text, what="data_root", uri=text, example="/data/flights"))
+    except ConfigurationError as e:  # a home nobody has (~nosuchuser): a bare RuntimeError before
+        raise AirflowFailException(str(e)) from e
     if not path.is_absolute():
         raise AirflowFailException(
             f"data_root {text!r} is a relative path: it would land wherever the worker runs; give an "

@@ -37,8 +37,23 @@ def missing_sqlite_file(url: str) -> str | None:
         return None  # Ledger.from_url names what is wrong with it
     if parsed.get_backend_name() != "sqlite" or parsed.database in (None, "", ":memory:"):
         return None
-    path = Path(str(parsed.database)).expanduser().absolute()
+    path = sqlite_file(str(parsed.database)).absolute()
     return None if path.exists() else str(path)
+
+
+def sqlite_file(database: str) -> Path:
+    """The SQLite file a ledger URL's ``database`` names, ``~`` expanded.
+
+    Raises:
+        ConfigurationError: ``~`` names a home nobody has (``~nosuchuser``, HOME unset with no passwd entry):
+            ``Path.expanduser`` raised a bare RuntimeError from every command that opens the ledger.
+    """
+    from costaware.adapters.object_store.location import expand_user
+
+    what = (
+        f"the ledger's SQLite file (from --ledger-url, ${LEDGER_URL_ENV} or the ledger's Airflow connection)"
+    )
+    return Path(expand_user(database, what=what, uri=database, example="/srv/ml/ledger.db"))
 
 
 def safe_url(url: str) -> str:
@@ -188,7 +203,7 @@ def _missing_database_hint(engine: Engine, error: Exception) -> str:
 def sqlite_engine(database: str | None) -> Engine:
     """A SQLite engine whose write transactions take the database lock at once (``BEGIN IMMEDIATE``)."""
     if database and database != ":memory:":
-        Path(database).expanduser().parent.mkdir(parents=True, exist_ok=True)
+        sqlite_file(database).parent.mkdir(parents=True, exist_ok=True)
     engine = create_engine(f"sqlite:///{database or ':memory:'}", connect_args={"timeout": 60})
 
     @event.listens_for(engine, "connect")

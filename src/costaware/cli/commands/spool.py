@@ -22,12 +22,15 @@ def _folder(args: argparse.Namespace) -> Path:
     Raises:
         CostawareError: ``--spool-dir`` is not a folder.
     """
+    from costaware.adapters.object_store.location import expand_user
     from costaware.core.errors import CostawareError
     from costaware.ledger_spool import spool_dir
 
     if args.spool_dir is None:
         return spool_dir()  # none yet: nothing was ever spooled here
-    folder = Path(args.spool_dir).expanduser()
+    # Path.expanduser raised a bare RuntimeError for a home nobody has (~nosuchuser, HOME unset).
+    given = str(args.spool_dir)
+    folder = Path(expand_user(given, what="--spool-dir", uri=given, example=str(spool_dir())))
     if not folder.is_dir():
         raise CostawareError(
             f"--spool-dir {args.spool_dir!r} is not a folder: give the spool folder the workers write "
