@@ -203,7 +203,10 @@ def _missing_database_hint(engine: Engine, error: Exception) -> str:
 def sqlite_engine(database: str | None) -> Engine:
     """A SQLite engine whose write transactions take the database lock at once (``BEGIN IMMEDIATE``)."""
     if database and database != ":memory:":
-        sqlite_file(database).parent.mkdir(parents=True, exist_ok=True)
+        # SQLite opens '~/ledger.db' as written, under the working folder: it was looked for, and its
+        # folder made, in the home folder, and then failed with "unable to open database file".
+        database = str(sqlite_file(database))
+        Path(database).parent.mkdir(parents=True, exist_ok=True)
     engine = create_engine(f"sqlite:///{database or ':memory:'}", connect_args={"timeout": 60})
 
     @event.listens_for(engine, "connect")
