@@ -175,3 +175,27 @@ def test_default_worker_compute_is_in_the_bundled_catalog_so_the_check_does_not_
     bundled_catalog.cache_clear()
     settings.log_section_problems()
     assert bundled_catalog.cache_info().currsize == 0
+
+
+def test_an_airflow_home_under_the_home_folder_is_where_airflow_keeps_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # AIRFLOW_HOME='~/airflow' (quoted in a .env file) is Airflow's <home>/airflow, but the spool, the
+    # ledger and the stores read it as a folder named '~' under whichever folder a process ran in: an
+    # entry spooled by a task there was never found by `costaware spool drain` run elsewhere.
+    from costaware.core.errors import ConfigurationError
+    from costaware.ledger_spool import spool_dir
+    from costaware.settings import airflow_home, default_store, ledger_url
+
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("AIRFLOW_HOME", "~/airflow")
+    monkeypatch.delenv("COSTAWARE_LEDGER_URL", raising=False)
+    assert airflow_home() == tmp_path / "airflow"
+    assert spool_dir() == tmp_path / "airflow" / "costaware" / "spool"
+    assert default_store("models") == str(tmp_path / "airflow" / "costaware" / "models")
+    assert ledger_url() == f"sqlite:///{tmp_path}/airflow/costaware/ledger.db"
+    # A home nobody has: a bare RuntimeError from Path.expanduser before, or Path.home() with HOME unset.
+    monkeypatch.setenv("AIRFLOW_HOME", "~nosuchuser/airflow")
+    unknown = r"^\$AIRFLOW_HOME '~nosuchuser/airflow' starts with the home folder of user 'nosuchuser', whom"
+    with pytest.raises(ConfigurationError, match=unknown):
+        airflow_home()

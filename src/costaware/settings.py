@@ -333,8 +333,20 @@ def airflow_cfg_problem(error: configparser.Error) -> str:
 
 
 def airflow_home() -> Path:
-    """``$AIRFLOW_HOME``, else ``~/airflow`` (Airflow's own default)."""
-    return Path(os.environ.get("AIRFLOW_HOME") or Path.home() / "airflow")
+    """``$AIRFLOW_HOME``, else ``~/airflow`` (Airflow's own default), ``~`` expanded as Airflow expands it.
+
+    ``AIRFLOW_HOME='~/airflow'`` (quoted in a .env file) read as a folder named ``~`` under the working
+    one: a task spooled its ledger entries where no `costaware spool drain` run elsewhere looked.
+
+    Raises:
+        ConfigurationError: ``~`` names a home nobody has (``~nosuchuser``, HOME unset with no passwd entry).
+    """
+    from costaware.adapters.object_store.location import expand_user
+
+    given = os.environ.get("AIRFLOW_HOME")
+    what = "$AIRFLOW_HOME" if given else "AIRFLOW_HOME, unset, so Airflow's default"
+    text = given or "~/airflow"
+    return Path(expand_user(text, what=what, uri=text, example="/opt/airflow"))
 
 
 def costaware_home(*parts: str) -> Path:
