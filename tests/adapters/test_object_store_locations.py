@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import pytest
 
@@ -143,3 +144,30 @@ def test_every_spelling_of_the_machine_root_is_named_so(tmp_path) -> None:  # ty
         "",
     ):
         assert machine_root_reach(elsewhere) is None, elsewhere
+
+
+@pytest.mark.parametrize("opens", ["parse_uri", "BlobDir", "FeatureStore"])
+def test_a_file_uri_naming_a_host_is_refused_not_read_as_a_folder_under_the_root(opens: str) -> None:
+    # 'file://data/features' (two slashes) was read as the local folder /features: the cache, or a model
+    # store opened directly, was written under the machine's root, where no one looked for it.
+    from costaware.adapters.blob_dir import BlobDir
+    from costaware.adapters.feature_store import FeatureStore
+    from costaware.adapters.object_store.location import parse_uri
+    from costaware.core.errors import ConfigurationError
+
+    open_it = {
+        "parse_uri": lambda uri: parse_uri(uri, what="store_uri"),
+        # create=False: unfixed, it made /features before this test could fail.
+        "BlobDir": lambda uri: BlobDir.from_uri(uri, what="store_uri", create=False),
+        "FeatureStore": FeatureStore,
+    }[opens]
+    named = "store_uri" if opens != "FeatureStore" else "store"
+    host = (
+        f"^{named} 'file://data-nowhere/features' names the host 'data-nowhere': a file URI takes three "
+        "slashes, file:///data-nowhere/features for an absolute path"
+    )
+    with pytest.raises(ConfigurationError, match=host):
+        open_it("file://data-nowhere/features")
+    assert not Path("/features").exists()
+    # localhost is this machine: file://localhost/x is /x.
+    assert parse_uri("file://localhost/srv/x", what="store_uri").path == "/srv/x"

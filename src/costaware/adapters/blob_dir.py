@@ -13,7 +13,12 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
-from costaware.adapters.object_store.location import expand_user, machine_root_reach, refuse_cut_uri
+from costaware.adapters.object_store.location import (
+    expand_user,
+    machine_root_reach,
+    refuse_cut_uri,
+    refuse_file_host,
+)
 from costaware.core.errors import ConfigurationError
 from costaware.core.given import names_nothing, not_given
 
@@ -78,6 +83,7 @@ class BlobDir:
             raise ConfigurationError(names_nothing(what, uri))
         parsed = urlparse(text)
         refuse_cut_uri(parsed, text, what)
+        refuse_file_host(parsed, text, what)
         if parsed.scheme in ("", "file") or (len(parsed.scheme) == 1 and os.name == "nt"):
             # Path.expanduser raised a bare RuntimeError for a home nobody has (HOME unset, OpenShift's uids).
             local = parsed.path if parsed.scheme == "file" else text

@@ -496,7 +496,12 @@ def require_usable_locations(
     from costaware_runtime.contract import is_uri
     from costaware_runtime.stores import check_writes
 
-    from costaware.adapters.object_store.location import expand_user, machine_root_reach, refuse_cut_uri
+    from costaware.adapters.object_store.location import (
+        expand_user,
+        machine_root_reach,
+        refuse_cut_uri,
+        refuse_file_host,
+    )
 
     for what, uri in uris.items():
         if not uri:
@@ -523,11 +528,7 @@ def require_usable_locations(
                 )
             _check_known_scheme(what, text, parsed.scheme)
             continue  # the provider's stores open it, or say why not
-        if parsed.scheme == "file" and parsed.netloc not in ("", "localhost"):
-            raise ConfigurationError(
-                f"{what} {text!r} names the host {parsed.netloc!r}: a file URI takes three slashes, "
-                f"file:///{parsed.netloc}{parsed.path} for an absolute path"
-            )
+        refuse_file_host(parsed, text, what)
         local = parsed.path if parsed.scheme == "file" else text
         if local.startswith("~") and not on_this_machine:
             # Expanded by the worker, to its home: the DAG processor's (HOME=/, or none at all) refused

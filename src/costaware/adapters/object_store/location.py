@@ -58,6 +58,19 @@ def refuse_cut_uri(parsed: ParseResult, text: str, what: str) -> None:
         )
 
 
+def refuse_file_host(parsed: ParseResult, text: str, what: str) -> None:
+    """Refuse a ``file://`` URI naming a host other than ``localhost``: its path is a folder on this machine.
+
+    ``file://data/features`` (two slashes) was read as ``/features``: the store was made under the
+    machine's root, where no one looked for it (the job's launcher refuses it in the same words).
+    """
+    if parsed.scheme == "file" and parsed.netloc not in ("", "localhost"):
+        raise ConfigurationError(
+            f"{what} {text!r} names the host {parsed.netloc!r}: a file URI takes three slashes, "
+            f"file:///{parsed.netloc}{parsed.path} for an absolute path"
+        )
+
+
 def s3_spelling(uri: str) -> str | None:
     """``uri`` written the one way the S3 readers take (``s3://``), where it is S3 spelt another way.
 
@@ -148,6 +161,7 @@ def parse_uri(uri: str, *, what: str = "URI") -> Location:
         plain = "write the key without '.', '..' or empty segments, e.g. 's3://bucket/team/features'"
         return Location("s3", bucket, safe_relative_path(key, what=f"key of {what} {uri!r}", advice=plain))
     if parsed.scheme in ("", "file"):
+        refuse_file_host(parsed, str(uri), what)
         path = parsed.path if parsed.scheme == "file" else text
         if path.startswith("~"):
             # '~/features' quoted in .env reaches here unexpanded and was refused as a relative path; the
