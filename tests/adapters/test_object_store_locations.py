@@ -171,3 +171,21 @@ def test_a_file_uri_naming_a_host_is_refused_not_read_as_a_folder_under_the_root
     assert not Path("/features").exists()
     # localhost is this machine: file://localhost/x is /x.
     assert parse_uri("file://localhost/srv/x", what="store_uri").path == "/srv/x"
+
+
+def test_a_home_folder_location_with_home_set_empty_is_refused_not_put_under_the_root(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from costaware.adapters.object_store.location import expand_user, parse_uri
+    from costaware.core.errors import ConfigurationError
+
+    # HOME='' (an env entry left blank) made '~/features' the folder /features, directly under the root.
+    monkeypatch.setenv("HOME", "")
+    empty = r"^store_uri '~/features' starts with '~', but HOME is set and empty here: .* such as '/srv/x'"
+    with pytest.raises(ConfigurationError, match=empty):
+        expand_user("~/features", what="store_uri", uri="~/features", example="/srv/x")
+    with pytest.raises(
+        ConfigurationError, match=r"^the feature cache '~' starts with '~', but HOME is set and"
+    ):
+        parse_uri("~", what="the feature cache")
+    assert expand_user("/srv/~x", what="store_uri", uri="/srv/~x") == "/srv/~x"

@@ -91,8 +91,15 @@ def expand_user(path: str, *, what: str, uri: str, example: str = "/data/flights
 
     Raises:
         ConfigurationError: no home folder for ``~`` (HOME unset, a uid without a passwd entry, as
-            OpenShift's random uids) or an unknown ``~user``; named with ``what`` and ``uri``.
+            OpenShift's random uids; or HOME set empty) or an unknown ``~user``; named with ``what`` and
+            ``uri``.
     """
+    if path.split("/")[0] == "~" and os.environ.get("HOME") == "":
+        # os.path took an empty HOME for the root: '~/features' was the folder /features, under the root.
+        raise ConfigurationError(
+            f"{what} {uri!r} starts with '~', but HOME is set and empty here: '~' would be the root, /; set "
+            f"HOME to the user's home folder, or give an absolute path such as {example!r}"
+        )
     expanded = os.path.expanduser(path)  # noqa: PTH111
     if not expanded.startswith("~"):
         return expanded
