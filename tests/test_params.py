@@ -177,6 +177,26 @@ def test_an_example_dag_s_data_root_is_a_folder_or_an_s3_prefix(
     unknown = r"^data_root '~nosuchuser/flights' starts with the home folder of user 'nosuchuser', whom this"
     with pytest.raises(AirflowFailException, match=unknown):
         data_root_param("~nosuchuser/flights", "/default")
+
+
+@pytest.mark.parametrize("root", ["/", "//", "/tmp/..", "link"])
+def test_an_example_dag_s_data_root_at_the_machines_root_is_refused(root: str, tmp_path: Path) -> None:
+    # data_root='/' (what "{{ params.base }}/" gives with base unset) landed the days in /landing and the
+    # arrays, models and checkpoints in folders made directly under the machine's root.
+    from airflow.sdk.exceptions import AirflowFailException
+
+    from costaware.examples.flights import data_root_param
+
+    if root == "link":
+        root = str(tmp_path / "data")
+        Path(root).symlink_to("/")
+    link = f" \\({re.escape(repr(root))} is a symbolic link that leads there\\)" if "data" in root else ""
+    refused = (
+        f"^data_root {re.escape(repr(root))} is the root, /, of the whole machine{link}: its folders would "
+        "be made directly under /; give a folder of its own such as '/data/flights'"
+    )
+    with pytest.raises(AirflowFailException, match=refused):
+        data_root_param(root, "/default")
     (tmp_path / "a-file").write_text("x")
     with pytest.raises(AirflowFailException, match="is a file: give a folder"):
         data_root_param(str(tmp_path / "a-file"), "/default")
