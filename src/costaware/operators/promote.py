@@ -161,7 +161,6 @@ class ModelPromoteOperator(BaseOperator):
             f"{type(self).__name__} {self.task_id!r}",
             "model_store",
             model_store,
-            example="/srv/ml/models",
             on_this_machine=False,
         )
         # Read from the folder the worker runs in, a relative holdout scored both models on another file.

@@ -240,7 +240,7 @@ def refuse_root_store(
     name: str,
     value: object,
     *,
-    example: str = "/srv/ml/checkpoints",
+    example: str | None = None,
     on_this_machine: bool = True,
 ) -> None:
     """Refuse a local store that is the machine's root, ``/`` (``//``, ``/.``, ``file:///``), as given.
@@ -254,7 +254,8 @@ def refuse_root_store(
         owner: The operator and task, as a refusal names them.
         name: The argument's name.
         value: The argument, as written or as rendered.
-        example: A folder of its own to give instead.
+        example: A folder of its own to give instead; by default the argument's own
+            (:func:`~costaware.adapters.object_store.location.root_example`).
         on_this_machine: The task writes the store on this machine (its start on the worker); False when
             the DAG is parsed, where ``~`` is left to the worker: its home is not the DAG processor's.
 
@@ -264,7 +265,7 @@ def refuse_root_store(
     import posixpath
     from urllib.parse import urlparse
 
-    from costaware.adapters.object_store.location import machine_root_reach
+    from costaware.adapters.object_store.location import machine_root_reach, root_example
 
     if not isinstance(value, str) or not is_literal(value):
         return
@@ -293,5 +294,5 @@ def refuse_root_store(
     raise ConfigurationError(
         f"{owner}: {name} {value!r} is the root, /, of the whole machine{home}{link}: its files would be "
         "written in folders made directly under /; give a folder of its own such as "
-        f"{example!r} or an s3:// URI"
+        f"{example or root_example(name)!r} or an s3:// URI"
     )

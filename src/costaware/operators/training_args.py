@@ -109,7 +109,7 @@ class BuiltInTrainingArguments:
         refuse_relative_store(owner, "checkpoint_store", checkpoint_store)
         refuse_root_store(owner, "checkpoint_store", checkpoint_store, on_this_machine=False)
         # Refused before only as the task (for a remote job, the bought job) opened it.
-        refuse_root_store(owner, "model_store", model_store, example="/srv/ml/models", on_this_machine=False)
+        refuse_root_store(owner, "model_store", model_store, on_this_machine=False)
         # Neither is rendered by Airflow: a template's text would reach the training as it is.
         refuse_template("label_threshold", label_threshold, write="write the number")
         refuse_template("feature_columns", feature_columns, write="write the list of column names")

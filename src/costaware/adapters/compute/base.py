@@ -422,23 +422,17 @@ def expand_home(uri: str, what: str = "location") -> str:
     Raises:
         ConfigurationError: a home this machine does not know (see ``expand_user``), named with ``what``.
     """
-    from costaware.adapters.object_store.location import expand_user
+    from costaware.adapters.object_store.location import expand_user, root_example
 
     text = str(uri).strip()
     if not text.startswith("~"):
         return text
     # The argument's own example: a checkpoint_store was told of '/srv/ml/store', a folder of no kind.
-    return expand_user(text, what=what, uri=text, example=ROOT_EXAMPLES.get(what, "/srv/ml/store"))
+    return expand_user(text, what=what, uri=text, example=root_example(what))
 
 
 #: The locations of :func:`require_usable_locations` that name a file, not a folder: their folder is checked.
 FILE_LOCATIONS = frozenset({"spec_uri"})
-#: A folder of its own (a file in one, for a file) to give instead of the machine's root, by the argument.
-ROOT_EXAMPLES = {
-    "model_store": "/srv/ml/models",
-    "checkpoint_store": "/srv/ml/checkpoints",
-    "spec_uri": "/srv/ml/jobs/spec.json",
-}
 
 
 def _check_known_scheme(what: str, text: str, scheme: str) -> None:
@@ -501,6 +495,7 @@ def require_usable_locations(
         machine_root_reach,
         refuse_cut_uri,
         refuse_file_host,
+        root_example,
     )
 
     for what, uri in uris.items():
@@ -535,7 +530,7 @@ def require_usable_locations(
             # '~' or '~/models' that the worker takes. Checked there, at the task's start.
             continue
         # Path.expanduser raised a bare RuntimeError for a home nobody has (HOME unset, OpenShift's uids).
-        path = Path(expand_user(local, what=what, uri=text, example=ROOT_EXAMPLES.get(what, "/srv/ml/store")))
+        path = Path(expand_user(local, what=what, uri=text, example=root_example(what)))
         if not path.is_absolute():
             raise ConfigurationError(
                 f"{what} {text!r} is a relative path: it would resolve against the folder the worker "
@@ -549,7 +544,7 @@ def require_usable_locations(
         if reach is not None:
             # model_store='/' was found only inside the bought job, which made its versions' folders
             # directly under /; a checkpoint store there, its jobs' folders.
-            example = ROOT_EXAMPLES.get(what, "/srv/ml/store")
+            example = root_example(what)
             link = (
                 f" ({str(folder)!r} is a symbolic link that leads there)" if reach == "through a link" else ""
             )

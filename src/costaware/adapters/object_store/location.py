@@ -115,6 +115,19 @@ def expand_user(path: str, *, what: str, uri: str, example: str = "/data/flights
     )
 
 
+#: A folder of its own (a file in one, for a file) to give instead of the machine's root, by the argument.
+ROOT_EXAMPLES = {
+    "model_store": "/srv/ml/models",
+    "checkpoint_store": "/srv/ml/checkpoints",
+    "spec_uri": "/srv/ml/jobs/spec.json",
+}
+
+
+def root_example(what: str) -> str:
+    """The location a refusal of the argument ``what`` offers instead: one of the argument's own kind."""
+    return ROOT_EXAMPLES.get(what, "/srv/ml/store")
+
+
 def machine_root_reach(
     path: str, *, follow_links: bool = True
 ) -> Literal["as written", "through a link"] | None:
