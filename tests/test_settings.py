@@ -199,3 +199,20 @@ def test_an_airflow_home_under_the_home_folder_is_where_airflow_keeps_it(
     unknown = r"^\$AIRFLOW_HOME '~nosuchuser/airflow' starts with the home folder of user 'nosuchuser', whom"
     with pytest.raises(ConfigurationError, match=unknown):
         airflow_home()
+
+
+def test_an_airflow_home_naming_a_variable_is_where_airflow_keeps_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # AIRFLOW_HOME='$DATA_ROOT/airflow' (a .env file takes it as written) is expanded by Airflow; costaware
+    # read a folder named '$DATA_ROOT' under whichever folder a process ran in.
+    from costaware.ledger_spool import spool_dir
+    from costaware.settings import airflow_home
+
+    monkeypatch.setenv("DATA_ROOT", str(tmp_path))
+    monkeypatch.setenv("AIRFLOW_HOME", "$DATA_ROOT/airflow")
+    assert airflow_home() == tmp_path / "airflow"
+    assert spool_dir() == tmp_path / "airflow" / "costaware" / "spool"
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("AIRFLOW_HOME", "${HOME}/airflow")
+    assert airflow_home() == tmp_path / "home" / "airflow"

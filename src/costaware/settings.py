@@ -333,7 +333,7 @@ def airflow_cfg_problem(error: configparser.Error) -> str:
 
 
 def airflow_home() -> Path:
-    """``$AIRFLOW_HOME``, else ``~/airflow`` (Airflow's own default), ``~`` expanded as Airflow expands it.
+    """``$AIRFLOW_HOME``, else ``~/airflow`` (Airflow's default), ``~`` and ``$VARS`` expanded as by Airflow.
 
     ``AIRFLOW_HOME='~/airflow'`` (quoted in a .env file) read as a folder named ``~`` under the working
     one: a task spooled its ledger entries where no `costaware spool drain` run elsewhere looked.
@@ -345,7 +345,8 @@ def airflow_home() -> Path:
 
     given = os.environ.get("AIRFLOW_HOME")
     what = "$AIRFLOW_HOME" if given else "AIRFLOW_HOME, unset, so Airflow's default"
-    text = given or "~/airflow"
+    # Airflow expands variables in it too ('$DATA_ROOT/airflow', as a .env file passes it on).
+    text = os.path.expandvars(given or "~/airflow")
     return Path(expand_user(text, what=what, uri=text, example="/opt/airflow"))
 
 
