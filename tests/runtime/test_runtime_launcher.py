@@ -1575,6 +1575,40 @@ def test_the_checkpoint_watcher_keeps_going_after_an_unexpected_error(
     assert "checkpoint push failed, retrying: PermissionError: [Errno 13]" in caplog.text
 
 
+def test_the_checkpoint_watcher_warns_again_when_the_store_fails_after_a_recovery(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # The last error was kept after a push succeeded: the same outage coming back later was never warned, and
+    # the log read as if the store had been down all along (or never again). A repeat with no push in
+    # between is still warned once: a store that is down fails every poll.
+    import threading
+
+    from costaware_runtime.errors import StoreError
+    from costaware_runtime.launcher import _Watcher
+
+    outage = StoreError("could not write s3://bucket/ckpt/step-3: EndpointConnectionError")
+    outcomes: list[Exception | None] = [outage, outage, None, outage, outage, None]
+    finished = threading.Event()
+
+    class Sync:
+        def push_changed(self) -> int | None:
+            if not outcomes:
+                finished.set()
+                return 3
+            outcome = outcomes.pop(0)
+            if outcome is not None:
+                raise outcome
+            return 3
+
+    watcher = _Watcher(Sync(), poll_seconds=0.001)  # type: ignore[arg-type]
+    with caplog.at_level(logging.WARNING, logger="costaware_runtime.launcher"):
+        watcher.start()
+        assert finished.wait(5)
+        watcher.stop()
+    warned = [r.getMessage() for r in caplog.records if r.getMessage().startswith("checkpoint push failed")]
+    assert warned == [f"checkpoint push failed, retrying: {outage}"] * 2
+
+
 def test_a_misspelt_contract_variable_is_named_with_the_one_meant(make_job: MakeJob) -> None:
     # COSTAWARE_CHECKPOINTS_URI was ignored in silence: checkpoints went to a temporary folder, and the
     # next attempt started over. The provider's own settings in a job's environment are left alone.

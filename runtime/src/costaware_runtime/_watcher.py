@@ -25,6 +25,7 @@ class _Watcher(threading.Thread):
         while not self.stopping.wait(self.poll_seconds):
             try:
                 self.sync.push_changed()
+                self._last_error = ""  # pushed again: the same outage coming back is news, warned anew
             except CheckpointChangedError as e:
                 log.debug("skipped a superseded checkpoint: %s", e)  # the newer commit is pushed next
             except Exception as e:  # any error: a dead watcher left the job training on with no pushes
