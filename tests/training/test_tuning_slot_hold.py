@@ -306,3 +306,25 @@ def test_a_slot_hold_refused_growth_while_another_hold_settles_is_grown_not_held
     (hold,) = ledger.open_reservations()
     assert hold.id == slot.id and hold.usd == Decimal("0.091")  # 91 s at $3.60/h
     assert "held again" not in caplog.text
+
+
+def test_a_skipped_slots_entry_past_its_hold_grows_the_hold_before_it_is_billed(tmp_path: Any) -> None:
+    # The slot's time after its hold was last grown (the refusal, the entry's write) was billed from a hold
+    # that did not cover it: $0.0458 settled against $0.03 held, past what the budget held for it.
+    from costaware.training.tuning import EntryOwner
+    from costaware.training.tuning.reservations import record_skipped_slot
+
+    url = f"sqlite:///{tmp_path / 'study.db'}"
+    ledger = Ledger.from_url(url)
+    spec = study_spec("tail", max_usd="1", max_trials=5)  # $1 a second
+    create_study(url, ledger, spec)
+    hold = ledger.reserve(spec.budget_scope, Decimal("0.30"), holder="slot-1")
+    ledger.reserve(spec.budget_scope, Decimal("0.60"), holder="other-trial")
+
+    usd = record_skipped_slot(ledger, spec, 0.4, EntryOwner(dag_id="tail", run_id="r1"), "refused", hold.id)
+
+    assert usd == Decimal("0.4")
+    settled = ledger.latest_reservation("slot-1")
+    assert settled is not None and settled.usd == Decimal("0.4")  # grown to the entry, then settled by it
+    (study,) = ledger.usage(spec.budget_scope)
+    assert study.spent_usd + study.reserved_usd <= study.cap_usd

@@ -889,10 +889,13 @@ def test_a_skipped_slot_outside_airflow_records_the_time_it_took_to_decide(tmp_p
     skipped = [row for row in ledger.entries(dag_id="full") if row["outcome"] == "skipped"]
     assert sorted(row["map_index"] for row in skipped) == [1, 2, 3, 4, 5, 6]
     for row in skipped:
-        assert row["usd"] == Decimal(2) and row["trial"] == "skipped"  # $1 a second, 2 s read between
-        assert row["tags"]["project"] == "full" and row["reservation_id"] is None
+        # $1 a second: 2 s read to its hold (held before the study is loaded), 2 more to its entry.
+        assert row["usd"] == Decimal(4) and row["trial"] == "skipped"
+        # Settled against the slot's hold on its time, not recorded beside it.
+        assert row["tags"]["project"] == "full" and row["reservation_id"] is not None
         assert "max_trials" in row["note"]
-    assert ledger.spent(spec.budget_scope) == spent_by_the_trial + Decimal(12)
+    assert ledger.spent(spec.budget_scope) == spent_by_the_trial + Decimal(24)
+    assert ledger.open_reservations() == []
 
 
 def test_a_slot_outside_airflow_holds_each_wait_for_money_and_stops_when_it_cannot(tmp_path) -> None:  # type: ignore[no-untyped-def]
@@ -923,6 +926,9 @@ def test_a_slot_outside_airflow_holds_each_wait_for_money_and_stops_when_it_cann
             wait_poll_seconds=0.05,
             slot=1,
             settle_as=EntryOwner(dag_id="held-wait", run_id="r1", map_index=0),
+            # A still clock: a read of the study's settings slowed by the machine's load (its load is held
+            # as ten such reads) took the room before the wait.
+            meter=SteppedMeter(),
         )
         waited_for_the_other = other.id not in {r.id for r in ledger.open_reservations()}
     finally:
@@ -1147,3 +1153,59 @@ def test_two_runs_waiting_slots_of_one_number_both_stay_known_to_each_other(tmp_
     first.mark("hold-A")
     second.mark("hold-B")
     assert first.others() == {"hold-B"} and second.others() == {"hold-A"}
+
+
+def test_a_slot_outside_airflow_holds_its_time_before_the_study_loads_and_grows_it_for_a_long_load(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The slot's time was held only once the study was loaded: at $360/h a load was spent before it was held,
+    # and the skipped entry ($0.0458) passed the hold ($0.02-0.03) it was settled against.
+    import costaware.training.tuning.trial as trial_module
+
+    url = f"sqlite:///{tmp_path / 'study.db'}"
+    ledger = Ledger.from_url(url)
+    spec = replace(
+        study_spec("long-load", max_usd="1.00", max_trials=5, fallback_trial_seconds=2.0),
+        usd_per_hour=Decimal(360),
+    )
+    create_study(url, ledger, spec)
+    # $0.082 of room: the load's estimate held before it, grown to the 0.3 s it took, not to a wait for the
+    # other trial's money (0.5 s of slack more).
+    ledger.reserve(spec.budget_scope, Decimal("0.918"), holder="other-trial", ttl=timedelta(seconds=60))
+    meter = SteppedMeter()
+    read_spec, load_study = trial_module.read_spec, trial_module.load_study
+    held_while_loading: list[Decimal] = []
+
+    def read(*args: Any, **kwargs: Any) -> Any:
+        meter.now += 0.01  # reading the study's settings takes 0.01 s
+        return read_spec(*args, **kwargs)
+
+    def slow_load(*args: Any, **kwargs: Any) -> Any:
+        held_while_loading.extend(r.usd for r in ledger.open_reservations() if r.holder == "slow-slot")
+        meter.now += 0.3  # loading the study's trials takes 0.3 s ($0.03), three times its estimate
+        return load_study(*args, **kwargs)
+
+    monkeypatch.setattr(trial_module, "read_spec", read)
+    monkeypatch.setattr(trial_module, "load_study", slow_load)
+    result = run_trial(
+        storage_url=url,
+        ledger=ledger,
+        study_name=spec.study_name,
+        trainer=InstantTrainer,
+        holder="slow-slot",
+        slot=1,
+        wait_poll_seconds=0.05,
+        settle_as=EntryOwner(dag_id="long-load", run_id="r1", map_index=0),
+        meter=meter,
+    )
+
+    # The read so far and ten such reads for the load (0.11 s), held at the study's price before the load.
+    assert held_while_loading == [Decimal("0.011")]
+    assert not result.ran and result.goes_on
+    (skipped,) = [row for row in ledger.entries() if row["trial"] == "skipped"]
+    assert skipped["usd"] == Decimal("0.031")
+    hold = ledger.latest_reservation("slow-slot")
+    # Grown after the load to the 0.31 s it took (and toward the wait by what the budget had left).
+    assert hold is not None and skipped["reservation_id"] == hold.id and hold.usd >= skipped["usd"]
+    (study,) = ledger.usage(spec.budget_scope)
+    assert study.spent_usd + study.reserved_usd <= study.cap_usd

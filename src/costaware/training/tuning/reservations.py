@@ -632,8 +632,21 @@ def record_skipped_slot(
     )
     if hold is None:
         ledger.record(entry)
-    else:
-        ledger.settle(hold, entry.usd, entry=entry)
+        return entry.usd
+    # The tail since the hold was last grown (the refusal, this entry's write): held before it is billed.
+    paid = ledger.paid_from([hold]).get(hold, Decimal(0))
+    held = ledger.grow(hold, paid + entry.usd)
+    if held.status == "open" and held.usd < paid + entry.usd:
+        log.warning(
+            "slot's skipped entry of %s (%.1f s at the study's $%s/h) is %s more than its hold %s has left: "
+            "the budgets it is in had no room for the rest; the time was spent and is recorded",
+            format_usd_exact(entry.usd),
+            seconds,
+            spec.usd_per_hour,
+            format_usd_exact(paid + entry.usd - held.usd),
+            hold,
+        )
+    ledger.settle(hold, entry.usd, entry=entry)
     return entry.usd
 
 

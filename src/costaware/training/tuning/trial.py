@@ -34,6 +34,7 @@ from costaware.core.tuning import (
     seconds_for_usd,
     stop_reason,
     trial_label,
+    usd_for_seconds,
     wall_clock_left,
 )
 from costaware.training.tuning.arbitration import WaitingSlots
@@ -59,6 +60,7 @@ from costaware.training.tuning.study import (
     finish_failed,
     finished_trials,
     load_study,
+    read_spec,
     started_trials,
     stopped_before_load,
     trial_info,
@@ -75,6 +77,10 @@ log = logging.getLogger(__name__)
 TAIL_SECONDS = 0.5
 
 OnLabel = Callable[[str, dict[str, str], str], None]
+
+#: Outside Airflow, the slot's hold before the load counts it as this many reads of the study's settings:
+#: a study's trials and attributes are a few reads of the same store.
+STUDY_LOAD_READS = 10
 
 
 @dataclass(slots=True)
@@ -193,25 +199,46 @@ def run_trial(
     # reservation too (a slow study store or task start once pushed a try past its hold and a study past
     # max_usd).
     started = meter() - max(seconds_already_used, 0.0)
+    if settle_as is not None and slot_hold is None:
+        # Outside Airflow the slot's time is held before the study's trials are loaded (its price and scope
+        # are one read away): held after the load, a load that ran long was spent before it was held.
+        ahead = loaded[1] if loaded is not None else read_spec(storage_url, study_name)
+        seconds = meter() - started
+        # Loading the trials is a few reads of the store that just answered one: estimated from that read
+        # (the time since this call began, the caller's before it left out).
+        read_seconds = seconds - max(seconds_already_used, 0.0)
+        load_seconds = 0.0 if loaded is not None else STUDY_LOAD_READS * max(read_seconds, 0.0)
+        try:
+            held = _hold_slot_outside_airflow(ahead, ledger, holder, run_id, slot, seconds, load_seconds)
+        except BudgetExceededError as e:
+            # The study only (not its trials): to stop it where nothing of its money may come back.
+            study, spec = loaded if loaded is not None else load_study(storage_url, study_name, slot, holder)
+            outcome = _slot_not_held(study, spec, ledger, slot, seconds, e)
+            record_skipped_slot(ledger, spec, meter() - started, settle_as, outcome.reason)
+            return outcome
+        slot_hold = None if held is None else held.id
+        slot_usd_per_hour = ahead.usd_per_hour if held is not None else None
     spec, opened = _open_slot(storage_url, study_name, holder, slot, meter, started, loaded)
     if isinstance(opened, SlotResult):
         if settle_as is not None:
-            record_skipped_slot(ledger, spec, meter() - started, settle_as, opened.reason)
+            record_skipped_slot(ledger, spec, meter() - started, settle_as, opened.reason, slot_hold)
         return opened
     s = opened
-    if settle_as is not None and slot_hold is None:
-        outside = _hold_slot_outside_airflow(s, ledger, holder, run_id, slot)
-        if isinstance(outside, SlotResult):
-            record_skipped_slot(ledger, spec, meter() - started, settle_as, outside.reason)
-            return outside
-        slot_hold = outside
-        slot_usd_per_hour = spec.usd_per_hour if outside is not None else None
     if slot_hold is not None and _is_trial_hold(s.trials, holder, slot_hold):
         # Where the run's tags hold the study's scope (a DAG tagged study:s1) the slot's hold and the trial's
         # are over the same tags, and the hold found for the slot was an earlier try's trial hold (the study
         # records it on that try's trial). Replaced, the retry asked the whole estimate again; left to
         # reserve, which finds it by its holder, it pays the retry less what the earlier try spent.
         slot_hold = None
+    if settle_as is not None and slot_hold is not None:
+        # A load longer than its estimate: held as long as it ran before anything more is done.
+        seconds = s.meter() - started
+        try:
+            _grow_slot_hold(ledger, slot_hold, usd_for_seconds(seconds, spec.usd_per_hour), slot, run_id)
+        except BudgetExceededError as e:
+            outcome = _slot_not_held(s.study, spec, ledger, slot, seconds, e)
+            record_skipped_slot(ledger, spec, meter() - started, settle_as, outcome.reason, slot_hold)
+            return outcome
     reserved = _reserve_trial(
         s,
         ledger,
@@ -254,54 +281,103 @@ def run_trial(
 
 
 def _hold_slot_outside_airflow(
-    s: _Slot, ledger: Ledger, holder: str, run_id: str | None, slot: int
-) -> str | SlotResult | None:
-    """Hold the slot's time so far at the study's price in the study's budgets (outside Airflow).
+    spec: StudySpec,
+    ledger: Ledger,
+    holder: str,
+    run_id: str | None,
+    slot: int,
+    seconds: float,
+    load_seconds: float,
+) -> Reservation | None:
+    """Hold the slot's time so far and the load's estimate (``load_seconds``) at the study's price.
 
-    Its id: a wait for other trials' money grows it step by step before each sleep, and the trial's
-    reservation replaces it (:func:`reserve_trial_cost`); a slot that runs no trial settles its entry
+    Outside Airflow: a wait for other trials' money grows it step by step before each sleep, and the
+    trial's reservation replaces it (:func:`reserve_trial_cost`); a slot that runs no trial settles its entry
     against it. Without it, a slot refused after a 2-minute wait at $36/h beside another trial's $0.99 of a
-    $1 study recorded $1.20 spent. None: no budget counts the study's scope. The study's price and scope
-    are known only once it is loaded, so the load itself is held after the fact. Refused, the slot runs no
-    trial; the study goes on (``goes_on``) while its trials hold money that may come back, else its money
-    is spent and the slot stops it, as a refused trial's reservation does.
-    """
-    from costaware.core.ledger import compute_cost, holder_dag_id
+    $1 study recorded $1.20 spent. Held once the study was loaded, a long load was spent before it was held
+    ($0.0458 recorded against $0.03 held at $360/h): it is held before the load, with an estimate of it,
+    and grown after it where the load ran longer (:func:`_grow_slot_hold`). None: no budget counts the
+    study's scope.
 
-    spec = s.spec
-    seconds = s.meter() - s.started
-    _, usd = compute_cost(seconds, spec.usd_per_hour)
-    try:
-        held = hold_slot_time(
-            ledger,
-            spec.budget_scope.as_dict(),
-            usd,
-            holder=holder,
-            run_id=run_id,
-            dag_id=holder_dag_id(holder),
-            seconds=seconds,
-            purpose=(
-                f"slot {slot} of study '{spec.study_name}' before its trial's reservation (loading the study "
-                f"and waiting for money, at the study's ${spec.usd_per_hour}/h)"
-            ),
+    Raises:
+        BudgetExceededError: a budget over the study's scope cannot hold it.
+    """
+    from costaware.core.ledger import holder_dag_id
+
+    return hold_slot_time(
+        ledger,
+        spec.budget_scope.as_dict(),
+        usd_for_seconds(seconds + load_seconds, spec.usd_per_hour),
+        holder=holder,
+        run_id=run_id,
+        dag_id=holder_dag_id(holder),
+        seconds=seconds + load_seconds,
+        purpose=(
+            f"slot {slot} of study '{spec.study_name}' before its trial's reservation (loading the study "
+            f"and waiting for money, at the study's ${spec.usd_per_hour}/h)"
+        ),
+    )
+
+
+def _grow_slot_hold(ledger: Ledger, hold_id: str, usd: Decimal, slot: int, run_id: str | None) -> None:
+    """Grow the slot's hold to ``usd`` unpaid, its time so far (outside Airflow).
+
+    Raises:
+        BudgetExceededError: a budget the hold is in has no room for it (named, as a refused reserve does).
+    """
+    from costaware.core.budgets import check_cap
+    from costaware.core.ledger import holder_dag_id
+
+    paid = ledger.paid_from([hold_id]).get(hold_id, Decimal(0))
+    held = ledger.grow(hold_id, paid + usd)
+    if held.usd >= paid + usd:
+        return
+    dag_id = holder_dag_id(held.holder) if held.holder else None
+    for usage in ledger.usage(held.scope, run_id=run_id, dag_id=dag_id, without=hold_id):
+        if usage.label in held.budgets:
+            check_cap(usage, usd, Decimal(0), f"slot {slot}'s time so far")
+    # Every budget has room, yet it was not grown (a budget set since it was made): no hold covers the rest.
+    raise BudgetExceededError(
+        f"slot {slot}'s hold on its time (reservation {hold_id}) could not be grown to {format_usd(usd)}: a "
+        "budget set since it was made holds nothing of it; run the slot again",
+        scope=held.budgets[0] if held.budgets else "",
+        spent_usd=str(held.usd),
+        cap_usd=str(held.usd),
+        needed_usd=str(usd),
+    )
+
+
+def _slot_not_held(
+    study: optuna.study.Study,
+    spec: StudySpec,
+    ledger: Ledger,
+    slot: int,
+    seconds: float,
+    e: BudgetExceededError,
+) -> SlotResult:
+    """The slot runs no trial, its time so far (``seconds``) refused a hold (outside Airflow).
+
+    The study goes on (``goes_on``) while its trials hold money that may come back, else its money is spent
+    and the slot stops it, as a refused trial's reservation does. A study stopped already says why it did.
+    """
+    stopped = study.user_attrs.get(STOP_ATTR)
+    if stopped:
+        return SlotResult(ran=False, reason=stopped["message"], stop=StopReason(stopped["reason"]))
+    message = str(e)
+    if e.scope.startswith(f"{spec.budget_scope}/"):  # the study's own budget: its cap is max_usd
+        message = message.replace(
+            cap_advice_in(message), f"raise the study's max_usd ({format_usd(spec.caps.max_usd)})"
         )
-    except BudgetExceededError as e:
-        message = str(e)
-        if e.scope.startswith(f"{spec.budget_scope}/"):  # the study's own budget: its cap is max_usd
-            message = message.replace(
-                cap_advice_in(message), f"raise the study's max_usd ({format_usd(spec.caps.max_usd)})"
-            )
-        reason = (
-            f"study {spec.study_name}: slot {slot} runs no trial, its time so far ({seconds:.1f} s loading "
-            f"the study) cannot be held: {message}"
-        )
-        if not slot_may_wait(ledger, spec, e.scope, usd):
-            # Nothing of the study's trials may come back: its money is spent, and a driver that runs slots
-            # until the study stops paid a load past the cap with each.
-            return _stop(s.study, StopReason.BUDGET, reason, renews=e.renews)
-        # Not the study's stop: what is held may come back to a slot run later.
-        return SlotResult(ran=False, reason=reason, stop=StopReason.BUDGET, goes_on=True)
-    return None if held is None else held.id
+    reason = (
+        f"study {spec.study_name}: slot {slot} runs no trial, its time so far ({seconds:.1f} s loading "
+        f"the study) cannot be held: {message}"
+    )
+    if not slot_may_wait(ledger, spec, e.scope, usd_for_seconds(seconds, spec.usd_per_hour)):
+        # Nothing of the study's trials may come back: its money is spent, and a driver that runs slots
+        # until the study stops paid a load past the cap with each.
+        return _stop(study, StopReason.BUDGET, reason, renews=e.renews)
+    # Not the study's stop: what is held may come back to a slot run later.
+    return SlotResult(ran=False, reason=reason, stop=StopReason.BUDGET, goes_on=True)
 
 
 def _check_trainer_call(trainer: TrainerFactory, trainer_kwargs: Mapping[str, Any]) -> None:
