@@ -328,3 +328,32 @@ def test_a_skipped_slots_entry_past_its_hold_grows_the_hold_before_it_is_billed(
     assert settled is not None and settled.usd == Decimal("0.4")  # grown to the entry, then settled by it
     (study,) = ledger.usage(spec.budget_scope)
     assert study.spent_usd + study.reserved_usd <= study.cap_usd
+
+
+def test_a_slot_whose_expired_hold_lost_its_budget_stops_waiting_naming_that_budget(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The team's budget was deleted after the slot's hold expired: holding the slot's time again let the
+    # ledger's "no budget covers scope 'team=ml' ...; set one" out of the wait, as if none had been set.
+    from costaware.training.tuning.reservations import WaitNotHeld, _keep_slot_hold
+
+    clock = FakeClock(monkeypatch)
+    ledger = Ledger.from_url(f"sqlite:///{tmp_path / 'ledger.db'}")
+    ledger.set_budget(TEAM, "total", Decimal("1"))
+    slot = _hold_slot(ledger, {"team": "ml"})
+    assert slot is not None
+    clock.sleep(700)  # past the hold's 600 s
+    ledger.delete_budget(TEAM, "total")
+
+    with pytest.raises(WaitNotHeld) as refused:
+        _keep_slot_hold(ledger, slot.id, 1, 5.0, 700.0, Decimal("0.096"), run_id="r1")
+
+    message = str(refused.value)
+    assert "budget 'team=ml/total' it was held in was deleted" in message
+    assert "costaware budget set --scope 'team=ml' --period total" in message
+    assert "no budget covers scope" not in message and "set one" not in message
+    # Nothing lost: the slot's hold is left as it was, for its bill to find; nothing new is held.
+    (kept,) = [r for r in ledger.open_reservations() if r.holder == SLOT_HOLDER] or [
+        ledger.latest_reservation(SLOT_HOLDER)
+    ]
+    assert kept is not None and kept.id == slot.id

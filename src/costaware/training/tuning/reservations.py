@@ -10,7 +10,7 @@ from decimal import Decimal
 from typing import TYPE_CHECKING
 
 from costaware.core.budgets import Scope
-from costaware.core.errors import BudgetExceededError
+from costaware.core.errors import BudgetExceededError, BudgetNotFoundError
 from costaware.core.ledger import Kind, LedgerEntry, Market, clipped_note, compute_cost, holder_dag_id, utcnow
 from costaware.core.money import format_usd, format_usd_exact
 from costaware.core.tuning import MAX_KEEP_FOR_RETRY_SECONDS, StudySpec, usd_for_seconds
@@ -328,6 +328,15 @@ def _hold_slot_again(
             purpose=f"slot {slot}'s time to the end of its next wait ({seconds:.0f} s{price}), held again",
             replacing=old.id,  # closed as "replaced": the bill settles the new hold, not it
         )
+    except BudgetNotFoundError as e:
+        # The budgets the hold was in were deleted since: the ledger's "set one" read as if none had been set.
+        raise WaitNotHeld(
+            f"slot {slot} stops waiting for the study's money: {cause}, and it cannot be held again: "
+            f"{_gone(old.budgets)}",
+            scope=old.budgets[0] if old.budgets else str(old.scope),
+            needed_usd=str(usd),
+            renews=False,
+        ) from e
     except BudgetExceededError as e:
         raise WaitNotHeld(
             f"slot {slot} stops waiting for the study's money: {cause}, and holding it again was refused: "
@@ -339,6 +348,21 @@ def _hold_slot_again(
             renews=e.renews,
         ) from e
     return again.id
+
+
+def _gone(labels: Collection[str]) -> str:
+    """What to do about deleted budgets (``labels``, ``scope/period``) that a slot's hold was in."""
+    named = " and ".join(f"'{label}'" for label in labels) or "(none recorded)"
+    commands = "; ".join(
+        f"`costaware budget set --scope '{scope}' --period {period} --cap-usd <USD>`"
+        for scope, period in (label.rsplit("/", 1) for label in labels if "/" in label)
+    )
+    todo = commands or "`costaware budget set`"
+    return (
+        f"budget {named} it was held in was deleted since, and none covers its scope now; its time is "
+        f"recorded as it ran, past no cap. To bound the study's spend, set it again ({todo}; a study's own "
+        "budget is set again from max_usd by its next run's plan) and run the slot again"
+    )
 
 
 def hold_slot_time(
@@ -366,8 +390,6 @@ def hold_slot_time(
     Raises:
         BudgetExceededError: a budget over ``tags`` cannot hold even this.
     """
-    from costaware.core.errors import BudgetNotFoundError
-
     scope = Scope.given(dict(tags), what="the try's tags")
     # Longer than the load is let to take: an expired hold no longer pays the bill it was for.
     ttl = timedelta(seconds=max(10 * seconds, SLOT_HOLD_SECONDS))
