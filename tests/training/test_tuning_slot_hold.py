@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import timedelta
 from decimal import Decimal
 from typing import Any
@@ -357,3 +358,32 @@ def test_a_slot_whose_expired_hold_lost_its_budget_stops_waiting_naming_that_bud
         ledger.latest_reservation(SLOT_HOLDER)
     ]
     assert kept is not None and kept.id == slot.id
+
+
+def test_a_slot_hold_its_entries_paid_past_is_held_again_saying_so(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    # An earlier try's bill paid $0.02 from the slot's $0.0016 hold. Grown for the retry's wait, it was
+    # held again under "could not be grown ... though its budgets have room (a budget set since it was
+    # made ...)": no budget had been set; what its entries paid past it is what the grow could not hold.
+    from costaware.training.tuning.reservations import _keep_slot_hold
+
+    FakeClock(monkeypatch)
+    ledger = Ledger.from_url(f"sqlite:///{tmp_path / 'ledger.db'}")
+    # $0.003 of room once the bill is spent: the wait's $0.002533 fits, the hold grown beside the bill not.
+    ledger.set_budget(TEAM, "total", Decimal("0.023"))
+    slot = _hold_slot(ledger, {"team": "ml"})
+    assert slot is not None
+    # Paid from it as written, with no growth back (a bill the hold was not grown for).
+    ledger.record(replace(_slot_bill("0.02", {"team": "ml"}), reservation_id=slot.id))
+
+    with caplog.at_level("WARNING"):
+        again = _keep_slot_hold(ledger, slot.id, 1, 5.0, 60.0, Decimal("0.096"), run_id="r1")
+
+    said = " ".join(r.getMessage() for r in caplog.records)
+    assert "though its budgets have room" not in said and "a budget set since" not in said
+    # Grown by the $0.003 of room twice (each growth up to what was paid reserves nothing), then held again.
+    assert "was paid $0.02 by its entries, more than the $0.0076 it holds grown as far as" in said
+    assert "the $0.0124 paid past it is spent in them already, so it cannot also hold the $0.002533" in said
+    (team,) = ledger.usage(TEAM)
+    assert again != slot.id and team.spent_usd + team.reserved_usd <= team.cap_usd

@@ -268,6 +268,18 @@ def _keep_slot_hold(
         held = ledger.grow(hold_id, need)
         if held.usd >= need:
             return hold_id
+        if paid > held.usd:
+            # Its entries paid past it (a bill it was not grown for): that overage is spent in its budgets
+            # already, so growing it to pay the wait beside them asks that much more than their room. The
+            # wait alone fits: held on its own, the money ends right.
+            over = format_usd_exact(paid - held.usd)
+            cause = (
+                f"slot {slot}'s hold on its time (reservation {hold_id}) was paid {format_usd_exact(paid)} "
+                f"by its entries, more than the {format_usd_exact(held.usd)} it holds grown as far as its "
+                f"budgets' room allows: the {over} paid past it is spent in them already, so it cannot "
+                f"also hold the {format_usd_exact(usd)} of its next wait"
+            )
+            return _hold_slot_again(ledger, held, slot, seconds, usd, usd_per_hour, until, run_id, cause)
         # Not grown for another reason: a budget set since it was made, a budget's moved period.
         cause = (
             f"slot {slot}'s hold on its time (reservation {hold_id}) could not be grown to "
