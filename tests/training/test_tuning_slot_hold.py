@@ -387,3 +387,42 @@ def test_a_slot_hold_its_entries_paid_past_is_held_again_saying_so(
     assert "the $0.0124 paid past it is spent in them already, so it cannot also hold the $0.002533" in said
     (team,) = ledger.usage(TEAM)
     assert again != slot.id and team.spent_usd + team.reserved_usd <= team.cap_usd
+
+
+def test_on_free_compute_a_slot_outside_airflow_holds_the_gpu_hours_of_its_wait(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # At a price of 0 the slot's hold held $0 and no GPU-hours: its wait for another trial's GPU-hours and
+    # its skipped entry (0.007 GPU-hours) were spent past the study's max_gpu_hours with nothing held.
+    from test_tuning_trial import InstantTrainer
+
+    from costaware.core.tuning import TuningCaps
+    from costaware.training.tuning import EntryOwner, run_trial
+
+    clock = FakeClock(monkeypatch)
+    url = f"sqlite:///{tmp_path / 'study.db'}"
+    ledger = Ledger.from_url(url)
+    spec = study_spec("owned", max_usd="1", max_trials=3, fallback_trial_seconds=36.0)
+    caps = TuningCaps.create(max_usd=Decimal(1), max_trials=3, max_gpu_hours="0.015")
+    spec = replace(spec, usd_per_hour=Decimal(0), gpus=Decimal(1), caps=caps)
+    create_study(url, ledger, spec)
+    # Another trial holds 0.012 of the 0.015 GPU-hours for a minute: the slot's 0.01 waits for it.
+    ledger.reserve(
+        spec.budget_scope, Decimal(0), gpu_hours=Decimal("0.012"), holder="other", ttl=timedelta(seconds=60)
+    )
+
+    result = run_trial(
+        storage_url=url, ledger=ledger, study_name="owned", trainer=InstantTrainer, holder="slot-1", slot=1,
+        wait_poll_seconds=1.0, settle_as=EntryOwner(dag_id="owned", run_id="r1", map_index=1),
+        meter=clock.monotonic,  # the slot's time is the wait's clock
+    )  # fmt: skip
+
+    assert not result.ran and result.goes_on, result.reason
+    assert "GPU-hours" in result.reason
+    (skipped,) = [row for row in ledger.entries() if row["trial"] == "skipped"]
+    hold = ledger.latest_reservation("slot-1")
+    assert hold is not None and skipped["reservation_id"] == hold.id
+    assert Decimal(0) < skipped["gpu_hours"] <= hold.gpu_hours  # every GPU-hour it spent was held
+    (study,) = ledger.usage(spec.budget_scope)
+    assert study.cap_gpu_hours is not None
+    assert study.spent_gpu_hours + study.reserved_gpu_hours <= study.cap_gpu_hours

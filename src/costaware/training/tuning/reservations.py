@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Collection, Mapping
+from dataclasses import replace
 from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import TYPE_CHECKING
@@ -182,6 +183,21 @@ def reserve_trial_cost(
                     run_id=run_id,
                     outside_airflow=outside_airflow,
                 )
+                if outside_airflow and spec.gpus > 0:
+                    # The slot's entry bills GPU-hours at the study's GPUs: held as its dollars are.
+                    wait_gpu_hours = gpu_hours_for(try_seconds + pause + slot_wait_margin_seconds, spec.gpus)
+                    try:
+                        replacing = cover_gpu_hours(ledger, replacing, wait_gpu_hours, slot, run_id)
+                    except BudgetExceededError as e:
+                        raise WaitNotHeld(
+                            f"slot {slot} stops waiting for the study's money: its time to the end of its "
+                            f"next wait uses {wait_gpu_hours} GPU-hours, and holding them was refused: {e}",
+                            scope=e.scope,
+                            spent_usd=e.spent_usd,
+                            cap_usd=e.cap_usd,
+                            needed_usd=e.needed_usd,
+                            renews=e.renews,
+                        ) from e
                 if mark_waiting is not None:
                     mark_waiting(replacing)
             time.sleep(pause)
@@ -387,8 +403,11 @@ def hold_slot_time(
     dag_id: str | None,
     seconds: float,
     purpose: str,
+    gpu_hours: Decimal = Decimal(0),
 ) -> Reservation | None:
     """Hold a slot's time before its trial's reservation in every budget over ``tags``; None: none to hold.
+
+    ``gpu_hours``: what that time uses of a ``max_gpu_hours`` cap (outside Airflow, the study's GPUs).
 
     A slot loads its study (a far store: seconds to minutes) before it knows the trial's estimate; refused
     then, that time was billed to the try's ``tags`` with nothing held, past a project budget with little
@@ -410,6 +429,7 @@ def hold_slot_time(
         held = ledger.reserve(
             scope,
             usd,
+            gpu_hours=gpu_hours,
             holder=holder,
             run_id=run_id,
             dag_id=dag_id,
@@ -424,6 +444,46 @@ def hold_slot_time(
     # long as a new one from now (never shortened).
     held = ledger.extend(held.id, asked_at + ttl)
     return _unpaid(ledger, held, usd)
+
+
+def gpu_hours_for(seconds: float, gpus: Decimal) -> Decimal:
+    """GPU-hours of ``seconds`` on ``gpus``, rounded up to the micro-GPU-hour (never short)."""
+    exact = Decimal(str(max(seconds, 0.0))) / 3600 * gpus
+    return exact.quantize(Decimal("0.000001"), rounding="ROUND_CEILING")
+
+
+def cover_gpu_hours(
+    ledger: Ledger, hold_id: str, gpu_hours: Decimal, slot: int | None, run_id: str | None
+) -> str:
+    """Make the slot's hold ``hold_id`` hold ``gpu_hours`` unpaid; returns the id of the hold that does.
+
+    The ledger grows a hold's dollars only: on free compute (a price of 0) a slot's hold held no GPU-hours
+    and its wait and entry were spent past a ``max_gpu_hours`` cap. Where it holds fewer, it is held again
+    with them (same dollars, same holder), the old one closed as replaced.
+
+    Raises:
+        BudgetExceededError: a budget over the hold's scope has no room for them (named by the ledger).
+    """
+    held = next((r for r in ledger.open_reservations() if r.id == hold_id), None)
+    if held is None:  # settled, released or expired: not the slot's to hold again here
+        return hold_id
+    paid = ledger.paid_from([hold_id], gpu_hours=True).get(hold_id, Decimal(0))
+    if held.gpu_hours - paid >= gpu_hours:
+        return hold_id
+    paid_usd = ledger.paid_from([hold_id]).get(hold_id, Decimal(0))
+    who = "the slot" if slot is None else f"slot {slot}"
+    again = ledger.reserve(
+        held.scope,
+        max(held.usd - paid_usd, Decimal(0)),
+        gpu_hours=gpu_hours,
+        holder=held.holder,
+        run_id=run_id,
+        dag_id=holder_dag_id(held.holder) if held.holder else None,
+        ttl=max(held.expires_at - utcnow(), timedelta(seconds=SLOT_HOLD_SECONDS)),
+        purpose=f"{who}'s time, held again for {gpu_hours} GPU-hours",
+        replacing=hold_id,  # closed as "replaced": the entry settles the new hold
+    )
+    return again.id
 
 
 def _pause_until_first_hold_ends(first_end: datetime, poll_seconds: float) -> float:
@@ -668,6 +728,12 @@ def record_skipped_slot(
         ledger.record(entry)
         return entry.usd
     # The tail since the hold was last grown (the refusal, this entry's write): held before it is billed.
+    if entry.gpu_hours > 0:
+        try:
+            hold = cover_gpu_hours(ledger, hold, entry.gpu_hours, None, owner.run_id)
+            entry = replace(entry, reservation_id=hold)
+        except BudgetExceededError as e:
+            log.warning("slot's skipped entry of %s GPU-hours is past its hold: %s", entry.gpu_hours, e)
     paid = ledger.paid_from([hold]).get(hold, Decimal(0))
     held = ledger.grow(hold, paid + entry.usd)
     if held.status == "open" and held.usd < paid + entry.usd:

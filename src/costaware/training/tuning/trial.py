@@ -45,6 +45,8 @@ from costaware.training.tuning.reservations import (
     SLOT_WAIT_MARGIN_SECONDS,
     SlotYields,
     WaitNotHeld,
+    cover_gpu_hours,
+    gpu_hours_for,
     hold_slot_time,
     record_skipped_slot,
     reserve_trial_cost,
@@ -235,6 +237,10 @@ def run_trial(
         seconds = s.meter() - started
         try:
             _grow_slot_hold(ledger, slot_hold, usd_for_seconds(seconds, spec.usd_per_hour), slot, run_id)
+            if spec.gpus > 0:
+                slot_hold = cover_gpu_hours(
+                    ledger, slot_hold, gpu_hours_for(seconds, spec.gpus), slot, run_id
+                )
         except BudgetExceededError as e:
             outcome = _slot_not_held(s.study, spec, ledger, slot, seconds, e)
             record_skipped_slot(ledger, spec, meter() - started, settle_as, outcome.reason, slot_hold)
@@ -308,6 +314,7 @@ def _hold_slot_outside_airflow(
         ledger,
         spec.budget_scope.as_dict(),
         usd_for_seconds(seconds + load_seconds, spec.usd_per_hour),
+        gpu_hours=gpu_hours_for(seconds + load_seconds, spec.gpus),
         holder=holder,
         run_id=run_id,
         dag_id=holder_dag_id(holder),
