@@ -9,6 +9,8 @@ import pytest
 
 from costaware.core.carbon import Objective
 from costaware.core.errors import ConfigurationError, PriceNotFoundError
+from costaware.core.policies import Action, Situation
+from costaware.core.policies.cheapest_window import CheapestWindowPausingPolicy
 from costaware.core.series import PriceSeries
 from costaware.core.simulate import Job, MarketData, TickPlan, market_for, simulate
 
@@ -150,3 +152,69 @@ def test_the_default_objective_changes_nothing() -> None:
     for name, summary in before.summaries.items():
         assert with_carbon.summaries[name].usd == summary.usd
         assert with_carbon.summaries[name].vs_oracle == summary.vs_oracle
+
+
+#: One clean hour (10:00) before two dirty ones, 300 g/kWh the rest of the day: a 3-hour run started at
+#: 10:00 averages ~367, more than any run from 13:00 (300).
+CLEAN_THEN_DIRTY = hourly([300.0] * 10 + [100.0, 500.0, 500.0] + [300.0] * 11, name="g/kWh")
+
+
+def spot_job(objective_day: int = 8) -> Job:
+    return Job(
+        name="spot",
+        instance_type="p3.2xlarge",
+        region="us-east-1",
+        submit_time=T0 + timedelta(days=objective_day, hours=10),
+        runtime_hours=Decimal(3),
+        deadline_hours=Decimal(12),
+        checkpoint_minutes=Decimal(30),
+        restart_overhead_minutes=Decimal(0),
+    )
+
+
+@pytest.mark.parametrize("objective", [Objective("carbon"), Objective.parse("cost+carbon", 1000)])
+def test_a_spot_replay_values_a_start_now_over_the_run_as_live(objective: Objective) -> None:
+    # Valued at the instant (100 g/kWh), the start at 10:00 beat every later run (300 at best) and the job
+    # ran into the dirty hours: 1.1 kg. Over its run, as the live sensor values it (~367), it waits for 13:00.
+    flat_spot = hourly([0.5], name="spot")
+    data = MarketData(
+        on_demand_usd_per_hour=lambda t, r: Decimal("3.06"),
+        spot_series=lambda t, r, z: flat_spot,
+        carbon_g_per_kwh=CLEAN_THEN_DIRTY,
+        objective=objective,
+        power_kw_of=lambda t, r: 1.0,
+    )
+    window = simulate([spot_job()], data, ("cheapest_window",)).summaries["cheapest_window"]
+    assert window.kg_co2e == Decimal("0.9")  # 3 h x 1 kW x 300 g, from 13:00
+    assert window.deadline_misses == 0
+
+
+def test_a_spot_replay_weighs_running_on_over_the_work_left_as_live() -> None:
+    # kg CO2e per hour (objective carbon): clean for 4 ticks, dirty for 12, clean again; 8 ticks of work.
+    kg = [0.1] * 4 + [0.9] * 12 + [0.1] * 30
+    policy = CheapestWindowPausingPolicy(target_usd_per_hour=1.0)
+
+    def at(tick: int, running: Action) -> Situation:
+        return Situation(
+            tick=tick,
+            tick_hours=1 / 6,
+            work_ticks=8,
+            deadline_tick=40,
+            overhead_ticks=1,
+            checkpoint_ticks=2,
+            progress=0,
+            running=running,
+            overhead_left=0,
+            spot_usd_per_hour=kg[tick],
+            spot_available=True,
+            on_demand_usd_per_hour=3.0,
+            spot_forecast=kg,
+            on_demand_forecast=[3.0] * len(kg),
+            carbon_now=kg[tick],
+            carbon_forecast=kg,
+        )
+
+    assert policy.decide(at(0, Action.WAIT)) is Action.SPOT  # the target starts it
+    # Valued at the clean instant, running on matched the clean window (0.1) and the job ran on into the
+    # dirty ticks; over the 8 ticks of work left (mostly dirty), as the live pause watch values it, it pauses.
+    assert policy.decide(at(1, Action.SPOT)) is Action.WAIT

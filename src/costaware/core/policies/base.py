@@ -76,6 +76,11 @@ class Situation:
     #: (kg CO2e under ``carbon``); None: they are USD. Spot is usable on its price, as live.
     usd_spot_now: float | None = None
     usd_on_demand_now: float | None = None
+    #: Under ``carbon`` or ``cost+carbon``, the part of ``spot_usd_per_hour`` (and on-demand's) that the
+    #: grid's intensity now makes, and of the forecasts per tick; None under ``cost``. A run starting now
+    #: meets the intensity of every hour it covers, not the instant's alone.
+    carbon_now: float | None = None
+    carbon_forecast: Sequence[float] | None = None
 
 
 class Policy(abc.ABC):

@@ -2,7 +2,9 @@
 
 Before the job starts, each tick it compares the price now with the forecast: it starts when the price now is
 at or below the lowest forecast mean price of a run starting at any later moment that still meets the
-deadline (or at or below a target price, when one is set), and spot has capacity. When no later start is left
+deadline (or at or below a target price, when one is set), and spot has capacity. Under ``carbon`` or
+``cost+carbon`` "now" is the run starting now: the spot price in force, and the grid's intensity averaged over
+the run's hours as each later start's is (the live sensor's rule). When no later start is left
 it starts anyway: on spot if that is still safe, else on-demand. Once started on spot it keeps to the same
 deadline rules as ``deadline_aware`` (wait out a lost capacity while safe, else on-demand). Without a spot
 market it times the start on the hourly power price and then runs straight through.
@@ -26,6 +28,7 @@ from decimal import Decimal
 from costaware.core.errors import ConfigurationError
 from costaware.core.policies.base import Action, Policy, Situation
 from costaware.core.policies.rules import may_pause, safe_on_spot, safe_to_wait, spot_usable
+from costaware.core.spot_forecast import run_mean
 
 #: Prices equal up to float noise count as equal (tick means and forecasts are sums of floats).
 PRICE_TOLERANCE = 1 + 1e-9
@@ -148,7 +151,7 @@ class CheapestWindowPolicy(Policy):
         usable = spot_usable(s) and safe_on_spot(s)
         run = need + s.overhead_ticks
         best_later = self._forecast_min(s, s.spot_forecast, self._last_start(s, need), run)
-        if usable and start_rule(s.spot_usd_per_hour, best_later, self.target_usd_per_hour):
+        if usable and start_rule(self._spot_run_value(s, run), best_later, self.target_usd_per_hour):
             return Action.SPOT
         if safe_to_wait(s):
             return Action.WAIT
@@ -167,6 +170,21 @@ class CheapestWindowPolicy(Policy):
         return Action.WAIT
 
     @staticmethod
+    def _spot_run_value(s: Situation, ticks: int) -> float:
+        """Spot's value per hour of a run of ``ticks`` ticks from now, as the live sensor values a start now.
+
+        The price in force persists (under ``cost`` that is all of it); the grid's part is the run's mean,
+        this tick's intensity then the forecast (:func:`~costaware.core.spot_forecast.run_mean`, as live
+        ``intensity_from``): the instant's made a clean tick before dirty hours look clean, and a run started
+        into them where every later start is valued over its hours.
+        """
+        assert s.spot_usd_per_hour is not None  # on spot
+        if s.carbon_now is None or s.carbon_forecast is None:
+            return s.spot_usd_per_hour
+        hourly = [s.carbon_now, *s.carbon_forecast[s.tick + 1 : s.tick + ticks]]
+        return s.spot_usd_per_hour - s.carbon_now + run_mean(hourly, 0, len(hourly))
+
+    @staticmethod
     def _run_from_now(s: Situation, ticks: int) -> float:
         """USD/hour summed over ``ticks`` ticks from now: this tick's known price, then the forecast."""
         return s.on_demand_usd_per_hour + sum(s.on_demand_forecast[s.tick + 1 : s.tick + ticks])
@@ -181,8 +199,10 @@ class CheapestWindowPolicy(Policy):
             assert s.spot_usd_per_hour is not None and s.spot_forecast is not None  # it runs on spot
             if not s.spot_available:
                 return False  # a preemption, not a price: the deadline rules handle it
-            # The price in force persists while the job runs on (as in the operator's pause_decision).
-            keep = s.spot_usd_per_hour * (need + s.overhead_left)
+            # The price in force persists while the job runs on; the grid's intensity is the mean over the
+            # work left (as in the operator's pause_decision).
+            left = need + s.overhead_left
+            keep = self._spot_run_value(s, left) * left
             later = self._forecast_min(s, s.spot_forecast, self._last_start(s, need), resumed)
         elif s.spot_usd_per_hour is None:
             keep = self._run_from_now(s, need + s.overhead_left)

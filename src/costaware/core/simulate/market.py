@@ -64,6 +64,12 @@ class TickMarket:
     #: The real USD/hour at each tick's start, when the values above are another objective's.
     usd_on_demand_now: Sequence[float] | None = None
     usd_spot_now: Sequence[float] | None = None
+    #: Under ``carbon`` or ``cost+carbon``: the part of the values above that the grid's intensity makes
+    #: (``Objective.hourly_value`` at 0 USD/hour), at each tick's start and forecast per tick. A decision
+    #: values a run starting now over its ticks with them, as each later start is valued (live:
+    #: ``spot_forecast.intensity_from``). None under ``cost``.
+    carbon_now: Sequence[float] | None = None
+    carbon_forecast: Sequence[float] | None = None
     #: Capacity at each tick's start (per zone: ``zones_at_start``), what a policy deciding then can know,
     #: where a tick spans several trace samples: ``available`` (and the zones') is then capacity through the
     #: whole tick, which reads minutes ahead. None: as ``available`` (a tick no longer than the spacing).
@@ -192,6 +198,8 @@ def _carbon_market(
         spot_now=None if base.spot_now is None else values(base.spot_now, grams_now),
         usd_on_demand_now=on_demand_now,
         usd_spot_now=base.spot_now,
+        carbon_now=values([0.0] * count, grams_now),
+        carbon_forecast=values([0.0] * count, grams_forecast),
     )
 
 

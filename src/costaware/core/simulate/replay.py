@@ -252,6 +252,8 @@ def run_job(
                     usd_on_demand_now=(
                         market.usd_on_demand_now[t] if market.usd_on_demand_now is not None else None
                     ),
+                    carbon_now=market.carbon_now[t] if market.carbon_now is not None else None,
+                    carbon_forecast=market.carbon_forecast,
                 )
             )
         moved = False  # the plan runs this spot tick in another zone than the last: a new start
