@@ -1312,3 +1312,33 @@ def test_a_job_gone_while_its_kept_state_stays_unread_is_billed_at_the_dearer_bi
     assert (
         "the wait's kept state is still unread after 7 failed read(s) over 600 s" in capsys.readouterr().out
     )
+
+
+def test_a_job_listed_again_after_it_was_found_gone_is_held_back_its_full_bound_when_gone_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The time it was first found gone was kept when the job was listed again: gone a second time, it was
+    # billed at once as gone (the bound counted from its first disappearance), not held back its 600 s.
+    from datetime import timedelta
+
+    from costaware.adapters.compute.base import JobState, JobStatus
+    from costaware.core.errors import JobNotFoundError
+    from costaware.triggers.remote_gone_job import UNREAD_KEPT_STATE_SECONDS
+    from costaware.triggers.remote_training import NOT_LISTED_GRACE_SECONDS
+
+    gone = JobNotFoundError("DescribeJobs does not list it")
+    back = JobStatus(job_id="j", state=JobState.RUNNING, market="spot", billable_seconds=300.0)
+    answers: list[Any] = [gone, gone, gone, gone, back, gone, gone]
+    rebuilt, listing, _state, api_down, stopped_at = _cap_stopped_then_rebuilt(monkeypatch, answers)
+    now = stopped_at + timedelta(seconds=20)
+    assert rebuilt.poll_tolerant(now) is None
+    first_gone = now + timedelta(seconds=NOT_LISTED_GRACE_SECONDS)
+    assert rebuilt.poll_tolerant(first_gone) is None  # found gone: held back for its kept state
+    for seconds in (5, 15):
+        assert rebuilt.poll_tolerant(first_gone + timedelta(seconds=seconds)) is None
+    listed_at = first_gone + timedelta(seconds=UNREAD_KEPT_STATE_SECONDS - 60)
+    assert rebuilt.poll_tolerant(listed_at) is None  # listed again: not gone
+    gone_again = listed_at + timedelta(seconds=NOT_LISTED_GRACE_SECONDS)
+    assert rebuilt.poll_tolerant(gone_again) is None  # found gone again: its bound starts now
+    assert rebuilt.poll_tolerant(gone_again + timedelta(seconds=UNREAD_KEPT_STATE_SECONDS - 1)) is None
+    assert api_down[0] and not listing.answers

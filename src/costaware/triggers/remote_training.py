@@ -138,9 +138,9 @@ class RemoteTrainingJobTrigger(KilledJobBilling, BaseTrigger):
         #: a failed read is tried again at each poll, or its stop at the cap was sent again and the job
         #: billed as gone.
         self._cap_stop_restored = False
-        #: Failed reads of that kept state, and when a job gone was first held back for it: past
-        #: ``UNREAD_KEPT_STATE_READS`` and ``UNREAD_KEPT_STATE_SECONDS`` the job is billed as gone all the
-        #: same (see ``_unread_kept_state_bound_reached``).
+        #: Failed reads of that kept state, and when a job gone was first held back for it (cleared when
+        #: the job is listed again): past ``UNREAD_KEPT_STATE_READS`` and ``UNREAD_KEPT_STATE_SECONDS`` the
+        #: job is billed as gone all the same (see ``_unread_kept_state_bound_reached``).
         self._kept_state_read_failures = 0
         self._gone_unread_since: datetime | None = None
         #: Per job seen on another type than planned: how long it may run there under max_usd (None: no
@@ -208,6 +208,8 @@ class RemoteTrainingJobTrigger(KilledJobBilling, BaseTrigger):
             self._cap_stop_restored = self._restore_cap_stop()
         try:
             status = open_backend(self.backend, self.backend_options).poll(self.job_id)
+            # Listed again: a later disappearance is held back its full bound, counted from then.
+            self._gone_unread_since = None
         except JobNotFoundError:
             count = billed_instances(self.backend_options)
             stopped = (self.state.get("current") or {}).get("stopped")
