@@ -42,15 +42,32 @@ def spool_dir() -> Path:
     return costaware_home("spool")
 
 
-def spool_entry(folder: Path, entry: Any, ledger_conn_id: str, *, retrying: bool) -> Path:
-    """Keep ``entry`` in ``folder`` for a later drain; returns its file (written whole, then renamed)."""
+def spool_entry(
+    folder: Path,
+    entry: Any,
+    ledger_conn_id: str,
+    *,
+    retrying: bool,
+    duplicate_check: dict[str, Any] | None = None,
+) -> Path:
+    """Keep ``entry`` in ``folder`` for a later drain; returns its file (written whole, then renamed).
+
+    ``duplicate_check``: a remote attempt's bill (a ``DuplicateCheck``'s JSON): the drain drops it where a
+    try billed the attempt meanwhile under another key, which the ledger's own key check cannot see.
+    """
     from costaware.core.ledger import entry_to_json
 
     folder.mkdir(parents=True, exist_ok=True)
     target = folder / f"{entry.entry_uid}.json"
     temp = target.with_suffix(".tmp")
     # The ledger it is for: drained into another, it was counted against that one's budgets.
-    spooled = {"ledger_conn_id": ledger_conn_id, "entry": entry_to_json(entry), "retrying": retrying}
+    spooled: dict[str, Any] = {
+        "ledger_conn_id": ledger_conn_id,
+        "entry": entry_to_json(entry),
+        "retrying": retrying,
+    }
+    if duplicate_check is not None:
+        spooled["duplicate_check"] = duplicate_check
     temp.write_text(json.dumps(spooled))
     temp.replace(target)
     return target
@@ -262,6 +279,8 @@ class DrainResult:
     written: int = 0
     refused: int = 0
     waiting: int = 0
+    #: Remote attempts' bills dropped: a try billed the same attempt meanwhile, under another key.
+    billed_already: int = 0
     #: Ledger connection id -> why it could not be opened or written (its entries wait).
     unavailable: dict[str, str] | None = None
 
@@ -316,6 +335,10 @@ def drain(
                 unavailable[conn_id] = str(e)
                 result.waiting += 1
                 continue
+            if _billed_meanwhile(ledger, data, path.name):
+                claimed.unlink(missing_ok=True)
+                result.billed_already += 1
+                continue
             record(ledger, entry, retrying=bool(data.get("retrying", False)))
         except LEDGER_UNREADABLE as e:
             # Down again, or its database not made (the deployment's to fix, not the entry's fault): the
@@ -339,6 +362,31 @@ def drain(
         result.written += 1
         log.info("costaware: wrote spooled ledger entry %s", path.name)
     return result
+
+
+def _billed_meanwhile(ledger: Any, data: dict[str, Any], name: str) -> bool:
+    """Whether the spooled remote attempt's bill in ``data`` was billed meanwhile, under another key.
+
+    Asked as the direct bill asks (the same quantity, a stop's entry of the same run, the entry of its end a
+    cleared task's new try wrote): keyed by the job's name alone, a kill's bill that waited here for the
+    ledger was written beside the new try's and the job counted twice. Raises what the ledger's reads raise.
+    """
+    check = data.get("duplicate_check")
+    if not isinstance(check, dict):
+        return False
+    from costaware.training.attempt_duplicates import DuplicateCheck, billed_already
+
+    stored = billed_already(ledger, DuplicateCheck.from_json(check))
+    if stored is None:
+        return False
+    log.warning(
+        "costaware: spooled %s (job %s) was billed meanwhile, $%s (a new try of the task saw the job "
+        "end): not written again",
+        name,
+        check.get("job_id"),
+        stored,
+    )
+    return True
 
 
 @dataclass(frozen=True, slots=True)

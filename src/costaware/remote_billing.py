@@ -20,12 +20,9 @@ from costaware.core.ledger import utcnow
 
 if TYPE_CHECKING:
     from costaware.hooks.ledger import CostLedgerHook
+    from costaware.training.attempt_duplicates import DuplicateCheck
     from costaware.training.attempts import AttemptState
     from costaware.training.plan import RemotePlan
-
-
-#: The causes of an entry a stop billed before its job ended (to its grace period's end, keyed by its name).
-STOP_CAUSES = ("killed", "unwatched")
 
 
 class AttemptBilling:
@@ -296,7 +293,8 @@ class AttemptBilling:
         try:
             attempt = self._write_attempt_entry(state, job, entry, attempt, keyed_by_name=keyed_by_name)
         except Exception as e:
-            spooled = self._spool(entry) if spool_unwritten else None
+            check = self._duplicate_check(state, job, entry, keyed_by_name=keyed_by_name)
+            spooled = self._spool(entry, check) if spool_unwritten else None
             if spooled is None:
                 raise
             raise BillSpooledError(f"{type(e).__name__}: {e}", spooled) from e
@@ -307,15 +305,36 @@ class AttemptBilling:
                 self.log.exception("could not record the egress of attempt %d", attempt.attempt)
         return state.recorded(attempt)
 
-    def _spool(self, entry: Any) -> str | None:
-        """Keep ``entry``, which the ledger could not take, in the spool: its file (None: not kept either)."""
+    @staticmethod
+    def _duplicate_check(
+        state: AttemptState, job: Mapping[str, Any], entry: Any, *, keyed_by_name: bool
+    ) -> DuplicateCheck:
+        """What tells that ``entry`` (``job``'s bill) was billed already, as the bill and the drain ask."""
+        from costaware.training.attempt_duplicates import DuplicateCheck
+        from costaware.training.attempt_effects import instances
+
+        plan = state.plan
+        return DuplicateCheck.of(
+            entry, job, plan=plan, instances=instances(plan), keyed_by_name=keyed_by_name
+        )
+
+    def _spool(self, entry: Any, check: DuplicateCheck) -> str | None:
+        """Keep ``entry``, which the ledger could not take, in the spool: its file (None: not kept either).
+
+        With ``check``: the drain writes it only where no try billed the attempt meanwhile (under another
+        key: a cleared task's new try that saw the job end), as the direct bill does.
+        """
         import costaware.ledger_spool as ledger_spool
 
         try:
             # Paid from the task's hold as a retry's entry is: written later, it never closes a hold that a
             # new try of the task may hold by then (the hold lasts to the run's end or its TTL).
             path = ledger_spool.spool_entry(
-                ledger_spool.spool_dir(), entry, self.ledger_conn_id, retrying=True
+                ledger_spool.spool_dir(),
+                entry,
+                self.ledger_conn_id,
+                retrying=True,
+                duplicate_check=check.to_json(),
             )
         except Exception as e:  # the spool's disk too: the caller says the bill is lost
             self.log.error("could not keep the bill (entry %s) in the spool either (%s)", entry.entry_uid, e)
@@ -326,8 +345,8 @@ class AttemptBilling:
         self, state: AttemptState, job: Mapping[str, Any], entry: Any, attempt: Any, *, keyed_by_name: bool
     ) -> Any:
         """Write ``entry`` unless an earlier try billed the same attempt; the attempt with what counts."""
+        from costaware.training.attempt_duplicates import billed_already
         from costaware.training.attempt_effects import gate_reservation
-        from costaware.training.remote import attempt_key, attempt_uid
 
         ledger = self.ledger_hook.get_conn()
         hold = gate_reservation(ledger, state.plan)  # the spend gate's, or the task's own (budget_scope)
@@ -335,32 +354,7 @@ class AttemptBilling:
             # Paid from the task's hold, which stays open until the task ends: the budgets count the rest of
             # the hold only, not the attempt twice (spent and held).
             entry = replace(entry, reservation_id=hold.id)
-        # Keyed by the job's name alone before its end was part of the key: such an entry is this run when
-        # it billed the same time (a different run under the same name bills its own), or when a kill
-        # billed it before it ended (see ``keyed_by_name``, which keyed ``entry`` so already).
-        legacy = attempt_uid(attempt_key(state.plan.identity, str(job["job_id"]), legacy=True))
-        # An ended job that a version before a backend gave its end (a Failed pod whose container never
-        # ended, SageMaker's poll) billed up to then, keyed 'ended=none': this run where it began before.
-        unended = (
-            attempt_uid(attempt_key(state.plan.identity, str(job["job_id"]), None))
-            if job.get("ended_at") is not None
-            else None
-        )
-        rows = ledger.entries_by_uid([entry.entry_uid, legacy, *([unended] if unended else [])])
-        stored = next(
-            (
-                row["usd"]
-                for row in rows
-                if row["entry_uid"] == entry.entry_uid
-                or row["quantity"] == entry.quantity
-                # Billed by a stop before it ended (its task killed, or failing for good): this run.
-                or (row["cause"] in STOP_CAUSES and _started_before(job, row["incurred_at"], state.plan))
-                or (row["entry_uid"] == unended and _started_before(job, row["incurred_at"], state.plan))
-            ),
-            None,
-        )
-        if stored is None and keyed_by_name:
-            stored = _this_run_recorded(ledger, state.plan, job)
+        stored = billed_already(ledger, self._duplicate_check(state, job, entry, keyed_by_name=keyed_by_name))
         if stored is None:
             ledger.record(entry)
         else:
@@ -426,44 +420,6 @@ class AttemptBilling:
                 gigabytes,
                 entry.usd,
             )
-
-
-def _this_run_recorded(ledger: Any, plan: RemotePlan, job: Mapping[str, Any]) -> Decimal | None:
-    """What an entry of this run of ``job`` already billed, under its end's key, else None.
-
-    A kill that bills a job still stopping can race a cleared task's new try, which saw the job end and
-    recorded it under its end: an entry of that job recorded after this run began is this run.
-    """
-    from costaware.training.attempt_effects import task_attempt_entries
-    from costaware.training.remote import job_of_attempt_note
-
-    for row in task_attempt_entries(ledger, plan):
-        if job_of_attempt_note(str(row["note"] or "")) == str(job["job_id"]) and _started_before(
-            job, row["incurred_at"], plan
-        ):
-            return Decimal(row["usd"])
-    return None
-
-
-def _started_before(job: Mapping[str, Any], moment: datetime, plan: RemotePlan) -> bool:
-    """Whether ``job``'s run began before ``moment``: the run a kill billed then, not one started after.
-
-    A backend that lost the stopped job takes a new one under the same name; that run starts after the
-    kill's entry and is billed on its own. On SageMaker, whose names are never reused, it is the same run
-    (its start worked back from a managed spot job's billed time, which is less than it ran, could fall
-    after the kill); elsewhere a job that gives no end is taken as another.
-    """
-    from costaware.training.attempt_effects import instances
-
-    if plan.backend == "sagemaker":
-        return True
-    ended = job.get("ended_at")
-    if ended is None:
-        return False
-    started = datetime.fromtimestamp(float(ended), tz=timezone.utc) - timedelta(
-        seconds=float(job["billable_seconds"]) / instances(plan)  # billed seconds count every instance
-    )
-    return started < (moment if moment.tzinfo else moment.replace(tzinfo=timezone.utc))
 
 
 class KilledTrainingBilling(AttemptBilling):

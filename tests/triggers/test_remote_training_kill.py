@@ -1794,3 +1794,55 @@ def test_a_worker_kill_whose_ledger_write_fails_keeps_the_bill_in_the_spool(
     (entry,) = train_entries(ledger)
     assert entry["entry_uid"] == kept[0].stem and entry["cause"] == "killed" and Decimal(entry["usd"]) > 0
     assert list(spool.glob("*.json")) == []
+
+
+def test_a_spooled_kill_bill_is_dropped_at_the_drain_where_a_new_try_billed_the_job_meanwhile(
+    tmp_path: Path, ledger: Any, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    # A worker kill's bill (keyed by the job's name) waited in the spool; a cleared task's new try saw the
+    # job end and billed it under its end's key. The drain asked the ledger for its own key only and wrote
+    # it beside the new try's: the job counted twice.
+    import json
+    from dataclasses import replace
+    from datetime import timedelta
+
+    import costaware.ledger_spool as ledger_spool
+    from costaware.core.ledger import entry_from_json
+    from costaware.training.remote import attempt_key, attempt_uid
+
+    spool = tmp_path / "spool"
+    monkeypatch.setattr(ledger_spool, "spool_dir", lambda: spool)
+    trigger = deferred_trigger(operator(tmp_path, "wait-for-notice"))
+    wait_for(tmp_path / "seen.jsonl.ready")
+    assert trigger.job_id is not None
+
+    def down(self: Any, entry: Any) -> Any:
+        raise OSError("disk I/O error")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(type(ledger), "record", down)
+        with pytest.raises(Exception, match="disk I/O error"):
+            # Not waited for: billed to its grace period's end, keyed by its name (its end unknown).
+            trigger.stop_and_bill(wait_seconds=0, poll_seconds=0.1, ask_state=False, bill_refused=True)
+    (kept,) = spool.glob("*.json")
+    data = json.loads(kept.read_text())
+    killed = entry_from_json(data["entry"])
+    task = {"dag_id": killed.dag_id, "run_id": killed.run_id, "task_id": killed.task_id}
+    assert killed.entry_uid == attempt_uid(attempt_key(task, trigger.job_id, legacy=True))
+    # The new try's bill of the same run: under its end's key, for the time it really ran (less).
+    new_try = replace(
+        killed,
+        entry_uid=attempt_uid(attempt_key(task, trigger.job_id, time.time())),
+        quantity=killed.quantity / 2,
+        usd=killed.usd / 2,
+        cause="preemption",
+        try_number=killed.try_number + 1,
+        incurred_at=killed.incurred_at + timedelta(seconds=1),
+    )
+    assert ledger.record(new_try)
+
+    result = ledger_spool.drain(spool, lambda conn_id: ledger)
+    (entry,) = train_entries(ledger)
+    assert entry["entry_uid"] == new_try.entry_uid and result.billed_already == 1 and result.written == 0
+    assert list(spool.glob("*.json")) == []
+    assert f"spooled {kept.name} (job {trigger.job_id}) was billed meanwhile" in caplog.text

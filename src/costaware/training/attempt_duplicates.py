@@ -1,0 +1,144 @@
+"""Whether a remote attempt's entry was billed already, by an earlier try, under another key.
+
+The direct bill (``AttemptBilling``) asks before it writes; a bill kept in the spool while the ledger was
+down asks again as it is drained (:mod:`costaware.ledger_spool`): the ledger's key alone finds only an
+entry under the same key, and a job a cleared task's new try billed under its end's key was counted twice.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+from datetime import datetime, timedelta, timezone
+from decimal import Decimal
+from typing import Any
+
+#: The causes of an entry a stop billed before its job ended (to its grace period's end, keyed by its name).
+STOP_CAUSES = ("killed", "unwatched")
+
+
+@dataclass(frozen=True, slots=True)
+class DuplicateCheck:
+    """What tells that an attempt's entry is billed already: the entry, its job and its task (JSON-able)."""
+
+    entry_uid: str
+    quantity: str
+    job_id: str
+    #: The job's end (epoch seconds; None: not known yet) and its billed seconds, all instances together.
+    ended_at: float | None
+    billable_seconds: float
+    instances: int
+    backend: str
+    #: The task's ``dag_id``, ``run_id``, ``task_id`` and ``map_index``.
+    identity: dict[str, Any]
+    #: The entry is keyed by the job's name alone (a stop billed the job before it ended).
+    keyed_by_name: bool
+
+    @classmethod
+    def of(
+        cls, entry: Any, job: Mapping[str, Any], *, plan: Any, instances: int, keyed_by_name: bool
+    ) -> DuplicateCheck:
+        """The check of ``entry``, the bill of ``job`` under ``plan`` (a ``RemotePlan``)."""
+        ident = plan.identity
+        ended = job.get("ended_at")
+        return cls(
+            entry_uid=str(entry.entry_uid),
+            quantity=str(entry.quantity),
+            job_id=str(job["job_id"]),
+            ended_at=None if ended is None else float(ended),
+            billable_seconds=float(job["billable_seconds"]),
+            instances=instances,
+            backend=str(plan.backend),
+            identity={
+                "dag_id": str(ident["dag_id"]),
+                "run_id": str(ident["run_id"]),
+                "task_id": str(ident["task_id"]),
+                "map_index": int(ident.get("map_index", -1)),
+            },
+            keyed_by_name=keyed_by_name,
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> DuplicateCheck:
+        return cls(**{name: data[name] for name in cls.__dataclass_fields__})
+
+
+def billed_already(ledger: Any, check: DuplicateCheck) -> Decimal | None:
+    """What the ledger holds for the attempt ``check`` describes, billed by this try or an earlier one.
+
+    None where nothing: the entry is to be written. Raises what the ledger's reads raise.
+    """
+    from costaware.training.remote import attempt_key, attempt_uid
+
+    ident = check.identity
+    # Keyed by the job's name alone before its end was part of the key: such an entry is this run when
+    # it billed the same time (a different run under the same name bills its own), or when a kill
+    # billed it before it ended (``keyed_by_name``).
+    legacy = attempt_uid(attempt_key(ident, check.job_id, legacy=True))
+    # An ended job that a version before a backend gave its end (a Failed pod whose container never
+    # ended, SageMaker's poll) billed up to then, keyed 'ended=none': this run where it began before.
+    unended = attempt_uid(attempt_key(ident, check.job_id, None)) if check.ended_at is not None else None
+    rows = ledger.entries_by_uid([check.entry_uid, legacy, *([unended] if unended else [])])
+    quantity = Decimal(check.quantity)
+    stored = next(
+        (
+            row["usd"]
+            for row in rows
+            if row["entry_uid"] == check.entry_uid
+            or row["quantity"] == quantity
+            # Billed by a stop before it ended (its task killed, or failing for good): this run.
+            or (row["cause"] in STOP_CAUSES and _started_before(check, row["incurred_at"]))
+            or (row["entry_uid"] == unended and _started_before(check, row["incurred_at"]))
+        ),
+        None,
+    )
+    if stored is None and check.keyed_by_name:
+        stored = _this_run_recorded(ledger, check)
+    return None if stored is None else Decimal(stored)
+
+
+def _this_run_recorded(ledger: Any, check: DuplicateCheck) -> Decimal | None:
+    """What an entry of this run of the job already billed, under its end's key, else None.
+
+    A kill that bills a job still stopping can race a cleared task's new try, which saw the job end and
+    recorded it under its end: an entry of that job recorded after this run began is this run.
+    """
+    from costaware.training.remote import job_of_attempt_note
+
+    ident = check.identity
+    for row in ledger.entries(dag_id=ident["dag_id"], run_id=ident["run_id"]):
+        ours = (
+            row["task_id"] == ident["task_id"]
+            and int(row["map_index"]) == int(ident["map_index"])
+            and str(row["price_source"] or "").startswith("remote:")
+            and not row["estimated"]
+        )
+        if (
+            ours
+            and job_of_attempt_note(str(row["note"] or "")) == check.job_id
+            and _started_before(check, row["incurred_at"])
+        ):
+            return Decimal(row["usd"])
+    return None
+
+
+def _started_before(check: DuplicateCheck, moment: datetime) -> bool:
+    """Whether the job's run began before ``moment``: the run a kill billed then, not one started after.
+
+    A backend that lost the stopped job takes a new one under the same name; that run starts after the
+    kill's entry and is billed on its own. On SageMaker, whose names are never reused, it is the same run
+    (its start worked back from a managed spot job's billed time, which is less than it ran, could fall
+    after the kill); elsewhere a job that gives no end is taken as another.
+    """
+    if check.backend == "sagemaker":
+        return True
+    if check.ended_at is None:
+        return False
+    # Billed seconds count every instance.
+    started = datetime.fromtimestamp(check.ended_at, tz=timezone.utc) - timedelta(
+        seconds=check.billable_seconds / check.instances
+    )
+    return started < (moment if moment.tzinfo else moment.replace(tzinfo=timezone.utc))
