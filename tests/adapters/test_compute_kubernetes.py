@@ -726,3 +726,24 @@ def test_a_failed_pods_end_does_not_move_when_a_deletion_time_is_set_later(
         assert before.ended_at is None and before.billable_seconds == 5 * 3600 - 10
         assert deleted.ended_at == midnight.replace(hour=3).timestamp()
         assert deleted.billable_seconds == 3 * 3600 - 10
+
+
+def test_a_pod_asked_to_stop_says_when_from_its_deletion_time() -> None:
+    # Kubernetes said nothing of a stop asked: a wait re-created by a triggerer restart that cannot read its
+    # kept state deleted the pod again at the cap and billed it gone from that later stop. Its deletion time
+    # is the delete plus its grace period.
+    from datetime import timedelta
+
+    from costaware.adapters.compute.base import STOP_REQUESTED_AT
+
+    deleted_at = datetime(2026, 1, 1, 1, 0, tzinfo=timezone.utc)
+    pod = _terminating_pod(deleted_at, grace=120)
+    pod["metadata"]["deletionGracePeriodSeconds"] = 90  # the delete's own, which the pod's spec may not be
+    status = status_from_pod(pod, now=deleted_at - timedelta(seconds=30))
+    assert status.state == JobState.RUNNING
+    assert status.metrics[STOP_REQUESTED_AT] == (deleted_at - timedelta(seconds=90)).timestamp()
+    del pod["metadata"]["deletionGracePeriodSeconds"]
+    said = status_from_pod(pod, now=deleted_at - timedelta(seconds=30)).metrics[STOP_REQUESTED_AT]
+    assert said == (deleted_at - timedelta(seconds=120)).timestamp()
+    running = {**pod, "metadata": {k: v for k, v in pod["metadata"].items() if k != "deletionTimestamp"}}
+    assert STOP_REQUESTED_AT not in status_from_pod(running, now=deleted_at).metrics

@@ -84,9 +84,11 @@ SEEN_BILLABLE_SECONDS = "seen_billable_seconds"
 #: queue included, an upper bound to bill, not time it was seen to run (it was seen to run 0 s).
 ESTIMATED_SECONDS = "billable_seconds_estimated"
 #: A ``JobStatus.metrics`` key of a job not ended yet: when it was asked to stop (epoch seconds), as the
-#: backend's own description of the job says (a local job's ``stop`` file, SageMaker's ``Stopping``); absent
-#: where none was asked or the backend does not say (Batch, Kubernetes). A wait re-created by a triggerer
-#: restart that cannot read its kept state learns from it that its stop at the cap went out already.
+#: backend's own description of the job says (a local job's ``stop`` file, SageMaker's ``Stopping``, a pod's
+#: ``deletionTimestamp`` less its grace period); absent where none was asked or the backend does not say
+#: (Batch: DescribeJobs gives ``statusReason`` and ``stoppedAt`` once a terminated job has stopped, and
+#: ``isTerminated`` no time). A wait re-created by a triggerer restart that cannot read its kept state
+#: learns from it that its stop at the cap went out already.
 STOP_REQUESTED_AT = "stop_requested_at"
 
 

@@ -29,6 +29,7 @@ from typing import Any
 
 from costaware.adapters.compute.base import (
     MARKETS,
+    STOP_REQUESTED_AT,
     FoundJob,
     JobRequest,
     JobState,
@@ -315,6 +316,20 @@ CANNOT_START_REASONS = frozenset(
 )
 
 
+def stop_asked_at(pod: Mapping[str, Any]) -> datetime | None:
+    """When the pod was asked to stop (deleted), where it says: None where it was not.
+
+    A delete (``KubernetesBackend.stop``, or a drain's eviction) sets ``deletionTimestamp`` to the delete's
+    time plus its grace period (``deletionGracePeriodSeconds``, set with it).
+    """
+    meta, spec = pod.get("metadata") or {}, pod.get("spec") or {}
+    deleted = _instant(meta.get("deletionTimestamp"))
+    if deleted is None:
+        return None
+    grace = meta.get("deletionGracePeriodSeconds", spec.get("terminationGracePeriodSeconds"))
+    return deleted - timedelta(seconds=float(grace) if grace is not None else DEFAULT_POD_GRACE_SECONDS)
+
+
 def status_from_pod(
     pod: Mapping[str, Any],
     node_labels: Mapping[str, str] | None = None,
@@ -421,6 +436,10 @@ def status_from_pod(
     else:
         job_state = JobState.PENDING
     labels = meta.get("labels") or {}
+    metrics: dict[str, Any] = {"node": pod.get("spec", {}).get("nodeName")}
+    if not job_state.done and (asked := stop_asked_at(pod)) is not None:
+        # A re-created wait that cannot read its kept state sends its stop at the cap no second time.
+        metrics[STOP_REQUESTED_AT] = asked.timestamp()
     return JobStatus(
         job_id=str(meta.get("name", "")),
         state=job_state,
@@ -430,7 +449,7 @@ def status_from_pod(
         reason=reason,
         exit_code=int(exit_code) if exit_code is not None else None,
         ended_at=finished.timestamp() if finished else None,
-        metrics={"node": pod.get("spec", {}).get("nodeName")},
+        metrics=metrics,
         availability_zone=pod_zone(pod) or str(dict(node_labels or {}).get(ZONE_LABEL, "")),
     )
 
