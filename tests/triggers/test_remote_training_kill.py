@@ -1846,3 +1846,26 @@ def test_a_spooled_kill_bill_is_dropped_at_the_drain_where_a_new_try_billed_the_
     assert entry["entry_uid"] == new_try.entry_uid and result.billed_already == 1 and result.written == 0
     assert list(spool.glob("*.json")) == []
     assert f"spooled {kept.name} (job {trigger.job_id}) was billed meanwhile" in caplog.text
+
+
+def test_a_new_try_whose_cap_stop_finds_the_kills_stop_records_the_job_as_killed(
+    tmp_path: Path, ledger: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A local job has one `stop` file, whoever asked: the cleared task's new try, following the job still
+    # stopping from the kill, took the kill's stop as its own stop at the cap (not sent again, rightly) and
+    # recorded the job as stopped at what was left of max_usd.
+    trigger = deferred_trigger(operator(tmp_path, "ignore-notice", preemption_grace_seconds=4, max_usd="1"))
+    wait_for(tmp_path / "seen.jsonl")
+    trigger.stop_and_bill(wait_seconds=0.3, poll_seconds=0.1)  # billed to its grace period's end
+    (killed,) = train_entries(ledger)
+    assert killed["cause"] == "killed"
+    capsys.readouterr()
+    # What is left of max_usd buys nothing: the new try's stop at the cap falls due at its first poll.
+    new_try = operator(tmp_path, "ok", preemption_grace_seconds=4, max_usd=str(killed["usd"]))
+    with pytest.raises(AirflowFailException, match="cannot start another attempt"):
+        drive(new_try, context_for(try_number=2))
+    said = capsys.readouterr().out
+    assert "attempt 1 was stopped at what was left of max_usd" not in said
+    assert "attempt 1 was stopped by the kill of an earlier try" in said
+    assert "already, as the backend says, by an earlier try (killed, as its ledger entry says)" in said
+    assert train_entries(ledger) == [killed]  # billed once, by the kill

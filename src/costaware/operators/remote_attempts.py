@@ -298,6 +298,8 @@ class RemoteAttemptSteps(RemoteAttemptHolds):
                     {
                         "store_error": "could not reach a store",
                         "max_usd": "was stopped at what was left of max_usd",
+                        "killed": "was stopped by the kill of an earlier try",
+                        "unwatched": "was stopped by an earlier try that failed for good",
                     }.get(str(step.cause_of_previous), "interrupted"),
                     event.job.get("reason"),
                     "a next attempt resumes from the newest checkpoint if the cap leaves enough for one"

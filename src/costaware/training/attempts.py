@@ -28,6 +28,9 @@ from costaware.training.remote import CAUSES, RUNTIME_LIMIT_REASONS, attempt_cau
 
 #: ``Attempt.restored_step`` / ``committed_step`` when no checkpoint had been pushed.
 NO_CHECKPOINT = -1
+#: A key of ``Current.followed``: the cause (``killed``, ``unwatched``) of an earlier try's stop that the
+#: wait found the followed job stopping by when its own stop at the cap fell due (see ``earlier_stop``).
+EARLIER_STOP_KEY = "stopped_by_earlier_try"
 
 
 def _step_or_none(value: Any) -> int | None:
@@ -197,6 +200,15 @@ class Current:
             moved_bytes=int(data.get("moved_bytes") or 0),
             followed=dict(followed) if followed else None,
         )
+
+    def earlier_stop(self) -> str | None:
+        """The cause of an earlier try's stop that this followed job was ending by, else None.
+
+        The wait takes a stop the backend reports as its own stop at the cap (not sent twice); where the
+        ledger holds that earlier try's stop (its kill's entry), the job ended by it, not by ``max_usd``.
+        """
+        said = (self.followed or {}).get(EARLIER_STOP_KEY)
+        return str(said) if said else None
 
     def stopped_by_cap(self, job: Mapping[str, Any], *, instances: int = 1) -> bool:
         """Whether ``job`` (this attempt, ended) ran into the stop that ``max_usd`` set for it.
@@ -612,7 +624,9 @@ def next_step(
         and state.current.stopped_by_cap(job, instances=billed_instances(state.plan.backend_options))
     )
     if capped:
-        cause = "max_usd"  # stopped at what was left of the cap: the next submit says whether more is left
+        # Stopped at what was left of the cap (the next submit says whether more is left), unless the stop
+        # the wait took as its own was an earlier try's (its kill's).
+        cause = (state.current.earlier_stop() if state.current else None) or "max_usd"
     deadline_stop = not capped and _stopped_at_the_deadline(state, job, now)
     if deadline_stop:
         # A spot attempt's limit is the time to the deadline: Batch and Kubernetes end it "failed", which

@@ -89,15 +89,18 @@ class CapStopping(_TriggerBase):
         from costaware.adapters.compute.base import open_backend
 
         asked_at = self._stop_asked_at(job_id)
+        earlier_stop = self._earlier_try_stop(job_id, asked_at) if asked_at is not None else None
         if asked_at is not None:
             # The wait this one replaces sent it (its kept state unread, or never kept): a second SIGTERM,
-            # and the job gone after it billed from this later stop, a little more than the first.
+            # and the job gone after it billed from this later stop, a little more than the first. Or an
+            # earlier try's kill did (a local job's one ``stop`` file): its end is recorded by that cause.
             self.log.info(
-                "job %s on %s was asked to stop at %s already, as the backend says: not stopped again; its "
-                "end is billed from that stop",
+                "job %s on %s was asked to stop at %s already, as the backend says%s: not stopped again; "
+                "its end is billed from that stop",
                 job_id,
                 self.backend,
                 asked_at.isoformat(),
+                f", by an earlier try ({earlier_stop}, as its ledger entry says)" if earlier_stop else "",
             )
         else:
             # A cancel during the stop call cannot stop it: the stop is then kept only where the task's wait
@@ -115,6 +118,10 @@ class CapStopping(_TriggerBase):
         current = dict(self.state.get("current") or {})
         if stop_after_seconds is not None:
             current["stop_after_seconds"] = stop_after_seconds
+        if earlier_stop is not None:
+            from costaware.training.attempts import EARLIER_STOP_KEY
+
+            current["followed"] = {**current["followed"], EARLIER_STOP_KEY: earlier_stop}
         sent_at = self._cap_stopped_at or utcnow()
         current[CAP_STOP_KEY] = {"job_id": job_id, "sent_at": sent_at.isoformat()}
         if self._last_seen is not None:
@@ -123,6 +130,42 @@ class CapStopping(_TriggerBase):
         self.state = {**self.state, "current": current}
         self._keep_cap_stop()
         return True
+
+    def _earlier_try_stop(self, job_id: str, asked_at: datetime) -> str | None:
+        """The cause of an earlier try's stop of the followed ``job_id`` asked at ``asked_at``, else None.
+
+        A local job has one ``stop`` file whoever asked: a kill's stop, before this try followed the job,
+        read as this wait's stop at the cap, and the job's end was recorded as ``max_usd``. Where the stop
+        came before this try found the job and the ledger holds a stop's entry of it (the kill's, keyed by
+        the job's name), that entry's cause. A ledger that cannot be read says nothing (None).
+        """
+        from costaware.remote_billing import KilledTrainingBilling
+        from costaware.training.attempt_duplicates import STOP_CAUSES
+        from costaware.training.attempts import AttemptState
+        from costaware.training.remote import attempt_key, attempt_uid
+
+        followed = (self.state.get("current") or {}).get("followed") or {}
+        found_at = followed.get("seen_at")
+        if not found_at or asked_at >= parse_instant(str(found_at), name="followed.seen_at"):
+            return None
+        identity = AttemptState.from_json(self.state).plan.identity
+        billing = KilledTrainingBilling(
+            ledger_conn_id=self.ledger_conn_id, aws_conn_id=self.aws_conn_id, log=self.log
+        )
+        try:
+            rows = billing.ledger_hook.get_conn().entries_by_uid(
+                [attempt_uid(attempt_key(identity, job_id, legacy=True))]
+            )
+        except Exception as e:
+            self.log.warning(
+                "cannot read whether an earlier try stopped job %s (%s: %s): its end is recorded as stopped "
+                "at max_usd",
+                job_id,
+                type(e).__name__,
+                e,
+            )
+            return None
+        return next((str(row["cause"]) for row in rows if row["cause"] in STOP_CAUSES), None)
 
     def _stop_asked_at(self, job_id: str) -> datetime | None:
         """When ``job_id`` was asked to stop, as its last seen status says (None: not, or not said).
