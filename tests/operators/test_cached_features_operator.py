@@ -650,6 +650,42 @@ def test_store_uri_none_written_out_in_partial_is_refused_when_the_dag_is_parsed
     assert plain.execute(context())["uri"].startswith(str(tmp_path / "default-cache"))
 
 
+@pytest.mark.parametrize("given_by", ["dag", "task_group"])
+def test_store_uri_none_in_default_args_reads_as_left_out_in_mapped_copies_as_in_plain_tasks(
+    given_by: str, flights_dir: Path, tmp_path: Path, ledger_conn: Ledger, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Airflow builds each mapped copy with the default_args too: a task of its own read their None as left
+    # out (the default cache) while each mapped copy beside it was refused as it ran.
+    import pendulum
+    from airflow.sdk import DAG, TaskGroup
+
+    monkeypatch.setenv("COSTAWARE_FEATURE_CACHE", str(tmp_path / "default-cache"))
+    args = {"ledger_conn_id": "test_ledger", "usd_per_hour": "3.60", "pass_paths": True}
+    dag_defaults = {"store_uri": None} if given_by == "dag" else {}
+    inputs = {"flights": str(flights_dir)}
+    with (
+        DAG("defaults", schedule=None, start_date=pendulum.datetime(2026, 1, 1), default_args=dag_defaults),
+        TaskGroup("group", default_args={"store_uri": None} if given_by == "task_group" else {}),
+    ):
+        plain = CachedFeaturesOperator(task_id="plain", transform=_paths_transform, inputs=inputs, **args)
+        versions = CachedFeaturesOperator.partial(
+            task_id="versions", transform=_paths_transform, inputs=inputs, **args
+        ).expand(version=["v1"])
+        per_element = CachedFeaturesOperator.partial(
+            task_id="per_element", transform=_paths_transform, inputs=inputs, **args
+        ).expand_kwargs([{"version": "v2"}])
+        stores = CachedFeaturesOperator.partial(
+            task_id="stores", transform=_paths_transform, inputs=inputs, **args
+        ).expand(store_uri=[None])
+    default_cache = str(tmp_path / "default-cache")
+    assert plain.execute(context())["uri"].startswith(default_cache)
+    assert versions.unmap({"version": "v1"}).execute(context())["uri"].startswith(default_cache)
+    assert per_element.unmap({"version": "v2"}).execute(context())["uri"].startswith(default_cache)
+    # A None the task maps is still an element's: refused.
+    with pytest.raises(AirflowFailException, match=re.escape("store_uri None names nothing")):
+        stores.unmap({"store_uri": None}).execute(context())
+
+
 @pytest.mark.parametrize("root", ["/", "file:///", "file://localhost/"])
 def test_a_store_uri_at_the_machines_root_is_refused(
     root: str, flights_dir: Path, tmp_path: Path, ledger_conn: Ledger

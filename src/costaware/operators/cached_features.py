@@ -162,7 +162,8 @@ class CachedFeaturesOperator(BaseOperator):
             written out or rendered empty, ``None`` or ``null`` names no store and is refused, as
             ``model_store`` is, as is a ``None`` element of ``.expand(store_uri=...)`` as the task runs,
             and ``None`` in ``.partial(...)`` when the DAG is parsed); left out (or ``None`` written out in
-            a task of its own), ``$COSTAWARE_FEATURE_CACHE`` or ``$AIRFLOW_HOME/costaware/features``.
+            a task of its own, or given by ``default_args``, mapped copies too),
+            ``$COSTAWARE_FEATURE_CACHE`` or ``$AIRFLOW_HOME/costaware/features``.
         version: Key the code by this string instead of by its source (templated; one rendered empty,
             ``None`` or ``null`` is not given).
         pass_paths: Hand the transform URIs instead of DataFrames (for transforms that read lazily).
@@ -241,10 +242,10 @@ class CachedFeaturesOperator(BaseOperator):
         # A template or XComArg rendered to None (render_template_as_native_obj, a param left unset) is not
         # store_uri left out: kept to tell them apart once rendered. Nor is the None a mapped task's element
         # gives (.expand(store_uri=...)): Airflow builds each mapped copy with it through __init__, where
-        # it went to the worker's default cache; None written out in the DAG reads as left out (in
-        # .partial() it is refused when parsed, see partial), so a mapped copy's None is an element's.
+        # it went to the worker's default cache. None written out in the DAG, or given by default_args,
+        # reads as left out (in .partial() it is refused when parsed, see partial).
         self._store_uri_left_out = store_uri is _LeftOut.LEFT_OUT or (
-            store_uri is None and not self._a_mapped_copy()
+            store_uri is None and not self._none_from_a_mapped_element()
         )
         self.store_uri: str | None = None if store_uri is _LeftOut.LEFT_OUT else store_uri
         self.version = version
@@ -296,6 +297,25 @@ class CachedFeaturesOperator(BaseOperator):
         ``_BaseOperator__from_mapped``.) A task outside any DAG is no mapped copy.
         """
         return self.has_dag() and self.dag.task_dict.get(self.task_id) is not self
+
+    def _none_from_a_mapped_element(self) -> bool:
+        """Whether this task's ``store_uri=None`` is an element of its mapped task's, not left out.
+
+        A mapped copy is built with its element and also with the DAG's (and task group's) default_args,
+        where ``store_uri=None`` reads as left out in a task of its own: a copy of a task that maps no
+        store_uri refused it as each copy ran.
+        """
+        if not self._a_mapped_copy():
+            return False
+        mapped = self.dag.task_dict.get(self.task_id)
+        expanded = getattr(getattr(mapped, "expand_input", None), "value", None)
+        if isinstance(expanded, Mapping):  # .expand(...): the arguments it maps are known when parsed
+            return "store_uri" in expanded
+        # .expand_kwargs(...): which arguments an element gives is known only as it runs. Where the
+        # default_args give store_uri=None, an element's None cannot be told from theirs: both are left out.
+        defaults = dict(self.dag.default_args or {})
+        defaults.update(getattr(self.task_group, "default_args", None) or {})
+        return defaults.get("store_uri", _LeftOut.LEFT_OUT) is not None
 
     def _check_settings(self, *, rendered: bool) -> None:
         """Refuse a bad setting before any input is read or the transform runs.
