@@ -650,6 +650,27 @@ def test_store_uri_none_written_out_in_partial_is_refused_when_the_dag_is_parsed
     assert plain.execute(context())["uri"].startswith(str(tmp_path / "default-cache"))
 
 
+def test_partial_on_a_task_is_refused_as_airflow_refuses_it(flights_dir: Path) -> None:
+    # The classmethod that refuses store_uri=None in .partial() replaced Airflow's guard: task.partial(...)
+    # mapped the task's class instead of saying that partial is the class's.
+    from airflow.sdk import BaseOperator
+
+    with pytest.raises(TypeError) as airflows:
+        BaseOperator(task_id="airflow_task").partial(task_id="copy")
+    task = operator(_paths_transform, {"flights": str(flights_dir)}, "/srv/features", pass_paths=True)
+    with pytest.raises(TypeError) as ours:
+        task.partial(task_id="copy")
+    assert str(ours.value) == str(airflows.value)
+    assert "only be called on Operator classes" in str(ours.value)
+    # On the class (a subclass's too), partial is still the one refusing store_uri=None.
+    subclass = type("SubclassedFeatures", (CachedFeaturesOperator,), {})
+    for cls in (CachedFeaturesOperator, subclass):
+        with pytest.raises(ConfigurationError, match=re.escape(f"store_uri=None in {cls.__name__}.partial")):
+            cls.partial(task_id="features", transform=_paths_transform, inputs={}, store_uri=None)
+    mapped = subclass.partial(task_id="features", transform=_paths_transform, inputs={"a": "/data"})
+    assert mapped.expand(version=["v1"]).operator_class is subclass
+
+
 @pytest.mark.parametrize("given_by", ["dag", "task_group"])
 def test_store_uri_none_in_default_args_reads_as_left_out_in_mapped_copies_as_in_plain_tasks(
     given_by: str, flights_dir: Path, tmp_path: Path, ledger_conn: Ledger, monkeypatch: pytest.MonkeyPatch

@@ -136,6 +136,26 @@ def fingerprint_inputs(
     return out
 
 
+class _OnTheClassOnly:
+    """``partial`` of an operator class, refused on a task as Airflow's own ``partial`` is.
+
+    A plain classmethod replacing Airflow's descriptor let ``task.partial(...)`` map the task's class.
+    """
+
+    def __init__(self, classmethod_name: str) -> None:
+        self._classmethod_name = classmethod_name
+
+    def __get__(self, task: object, cls: type | None = None) -> Callable[..., OperatorPartial]:
+        if task is not None:
+
+            def partial(**kwargs: Any) -> OperatorPartial:  # named so for Airflow's stack traces
+                raise TypeError("partial can only be called on Operator classes, not Tasks themselves")
+
+            return partial
+        partial_of_the_class: Callable[..., OperatorPartial] = getattr(cls, self._classmethod_name)
+        return partial_of_the_class
+
+
 class CachedFeaturesOperator(BaseOperator):
     """Build features with a transform, or reuse the stored result when nothing it depends on changed.
 
@@ -269,7 +289,7 @@ class CachedFeaturesOperator(BaseOperator):
         self._check_settings(rendered=False)
 
     @classmethod
-    def partial(cls, **kwargs: Any) -> OperatorPartial:
+    def _partial_refusing_no_store(cls, **kwargs: Any) -> OperatorPartial:
         """Airflow's ``partial``, refusing ``store_uri=None`` written out when the DAG is parsed.
 
         Each mapped copy is built with the ``partial`` arguments, so the None reached ``__init__`` as an
@@ -287,6 +307,8 @@ class CachedFeaturesOperator(BaseOperator):
                 "$AIRFLOW_HOME/costaware/features), or give a location"
             )
         return super().partial(**kwargs)
+
+    partial = _OnTheClassOnly("_partial_refusing_no_store")
 
     def _a_mapped_copy(self) -> bool:
         """Whether Airflow built this task as one copy of a mapped task (``.partial(...).expand(...)``).
