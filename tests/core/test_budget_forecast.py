@@ -10,6 +10,7 @@ from costaware.core.budget_forecast import (
     DEFAULT_THRESHOLDS,
     DagOutlook,
     crossed_thresholds,
+    every_threshold_refused,
     forecast_spend,
     outlooks_from,
     parse_thresholds,
@@ -102,6 +103,22 @@ def test_thresholds_parse(spec: object, expected: tuple[str, ...]) -> None:
 def test_bad_thresholds_are_refused(spec: str) -> None:
     with pytest.raises(ConfigurationError, match="threshold"):
         parse_thresholds(spec)
+
+
+def test_every_threshold_refused_names_a_repeated_item_once() -> None:
+    # '--thresholds 5,5' said the same refusal twice, and '5,50,50%' listed its 50% twice as not used.
+    with pytest.raises(ConfigurationError) as five:
+        parse_thresholds("5")
+    with pytest.raises(ConfigurationError) as seven:
+        parse_thresholds("7")
+    assert every_threshold_refused("5,5", refused_whole="the list") == str(five.value)
+    assert every_threshold_refused("5, 7,5 ,7", refused_whole="the list") == f"{five.value}; {seven.value}"
+    assert every_threshold_refused("5,50,50%,forecast,5,forecast", refused_whole="the setting") == (
+        f"{five.value} (the setting is refused whole: its 50%,forecast are not used either)"
+    )
+    assert every_threshold_refused("50,5,50%", refused_whole="the list") == (
+        f"{five.value} (the list is refused whole: its 50% is not used either)"
+    )
 
 
 def test_crossed_thresholds() -> None:

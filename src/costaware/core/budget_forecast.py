@@ -220,9 +220,10 @@ def every_threshold_refused(spec: str, *, refused_whole: str) -> str:
     usable, refused = sort_thresholds([part.strip() for part in spec.split(",") if part.strip()])
     if not refused:
         return ""
-    valid = [normalised for _, normalised in usable]
+    # Each once: '5,5' said the same refusal twice, '5,50,50%' listed its 50% twice.
+    valid = list(dict.fromkeys(normalised for _, normalised in usable))
     are = "is" if len(valid) == 1 else "are"
-    said = "; ".join(why for _, why in refused)
+    said = "; ".join(dict.fromkeys(why for _, why in refused))
     if not valid:
         return said
     return f"{said} ({refused_whole} is refused whole: its {','.join(valid)} {are} not used either)"
