@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import errno as errno
 import json
 import logging
 import os
@@ -20,23 +21,40 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile as tempfile
+import threading as threading
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from costaware_runtime import __version__ as __version__
 from costaware_runtime import _tree, contract
+from costaware_runtime._command_line import _FLAGS as _FLAGS
+from costaware_runtime._command_line import _VALUED_OPTIONS as _VALUED_OPTIONS
 from costaware_runtime._command_line import _adopt, _given, _is_launcher, build_parser
+from costaware_runtime._command_line import _same_number as _same_number
+from costaware_runtime._command_line import _seconds as _seconds
+from costaware_runtime._job_folders import _FOLDER_REFUSED as _FOLDER_REFUSED
+from costaware_runtime._job_folders import _RENAMED_IN as _RENAMED_IN
 from costaware_runtime._job_folders import _make_job_folder, _temp_dir
+from costaware_runtime._job_process import _INTERPRETER_BY_SUFFIX as _INTERPRETER_BY_SUFFIX
 from costaware_runtime._job_process import _exit_words, _job_stdin, _signal_name, _start_failure
+from costaware_runtime._job_process import _interpreter_of as _interpreter_of
+from costaware_runtime._job_process import _one_word_hint as _one_word_hint
 from costaware_runtime._signals import Notices, die_with_the_launcher, end_job
 from costaware_runtime._watcher import _Watcher
 from costaware_runtime.checkpoints import Marker, latest_step, read_marker, retired_marker
 from costaware_runtime.contract import JobEnvironment
+from costaware_runtime.errors import CheckpointChangedError as CheckpointChangedError
 from costaware_runtime.errors import ContractError, CostawareRuntimeError, StoreError
 from costaware_runtime.metrics import read_metrics
 from costaware_runtime.outputs import OutputSummary, check_outputs, upload_outputs
+from costaware_runtime.stores import check_writes as check_writes
 from costaware_runtime.stores import open_object, open_store
 from costaware_runtime.sync import CheckpointSync
+
+# Names imported 'as' themselves were this module's own before it was split: a job's code may still import
+# them from here. Setting one here does not reach the private module that uses it.
 
 log = logging.getLogger("costaware_runtime.launcher")
 
