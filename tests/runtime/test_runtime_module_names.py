@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import ast
 import importlib
+import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -72,3 +74,20 @@ def test_the_list_holds_every_name_the_module_had_before_the_split(module_name: 
     if shown.returncode != 0:
         pytest.skip(f"no commit {BEFORE_THE_SPLIT} here (a shallow clone, an sdist): {shown.stderr.strip()}")
     assert sorted(top_level_names(shown.stdout)) == NAMES_BEFORE_THE_SPLIT[module_name].split()
+
+
+@pytest.mark.parametrize("first", ["costaware_runtime._command_line", "costaware_runtime.launcher"])
+def test_the_command_line_runs_a_job_whichever_module_is_imported_first(first: str, tmp_path: Path) -> None:
+    # main moved to _command_line, which launcher.py imports for the console script's entry: a top-level
+    # import of the Launcher back from launcher.py would be a cycle, failing for whichever module came first.
+    code = f"import sys, {first} as m; sys.exit(m.main(['--', sys.executable, '-c', 'raise SystemExit(3)']))"
+    environ = {name: value for name, value in os.environ.items() if not name.startswith("COSTAWARE_")}
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        env=environ | {"TMPDIR": str(tmp_path)},  # the folders made for the attempt
+        timeout=60,
+    )
+    assert done.returncode == 3, done.stderr
+    assert "costaware-run: the job exited 3" in done.stderr

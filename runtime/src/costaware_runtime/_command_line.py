@@ -1,12 +1,29 @@
-"""The command line of ``costaware-run``: its options, and a launcher's own command taken into another's."""
+"""The command line of ``costaware-run``: its options, a launcher's own command taken into another's, main.
+
+``main`` (the console script, re-exported by ``launcher``) hands the command to a ``launcher.Launcher``.
+"""
 
 from __future__ import annotations
 
 import argparse
-from collections.abc import Sequence
+import logging
+import os
+import sys
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from costaware_runtime import __version__, contract
+from costaware_runtime._job_process import _start_failure
+from costaware_runtime._signals import Notices
+from costaware_runtime.contract import JobEnvironment
+from costaware_runtime.errors import ContractError, StoreError
+
+log = logging.getLogger("costaware_runtime.launcher")  # the launcher's messages keep its logger
+
+#: Set for the job by the launcher: a ``costaware-run`` inside a job (an image whose ``ENTRYPOINT`` is
+#: ``costaware-run --``, started by a backend that adds its own) runs its command directly instead of
+#: launching it a second time (two restores, two uploads, two signal relays).
+LAUNCHED = "COSTAWARE_LAUNCHED"
 
 
 def _seconds(text: str) -> float:
@@ -116,3 +133,78 @@ def _given(options: argparse.Namespace) -> list[str]:
         if getattr(options, name) is not None
     ]
     return valued + ["--" + name.replace("_", "-") for name in _FLAGS[:-1] if getattr(options, name)]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run ``costaware-run``; returns the exit code."""
+    parser = build_parser()
+    options = parser.parse_args(argv)
+    command = options.command[1:] if options.command[:1] == ["--"] else options.command
+    while command and _is_launcher(command):
+        command = _adopt(parser, options, command)
+    if not command:
+        parser.error("no command: use costaware-run [options] -- <command...>")
+    if os.environ.get(LAUNCHED) == "1" and _given(options):
+        # Inside a job (a shell script's costaware-run): the outer launcher's options are the ones in force.
+        print(
+            f"costaware-run: already under a launcher, which runs this command with its own options: "
+            f"{' '.join(_given(options))} here is ignored; give it to the outer costaware-run",
+            file=sys.stderr,
+        )
+    if options.poll_seconds is None:
+        options.poll_seconds = 1.0
+    if os.environ.get(LAUNCHED) == "1":
+        try:
+            os.execvp(command[0], command)  # already under a launcher: become the command
+        except OSError as e:
+            code, said = _start_failure(command, e)
+            print(f"costaware-run: {said}", file=sys.stderr)
+            return code
+    # launcher.py imports this module (for main, the console script's entry): the Launcher is read here.
+    from costaware_runtime.launcher import Launcher
+
+    notices = Notices()
+    notices.install()  # before the store checks: a notice then is kept, not lost or fatal
+    _log_to_stderr(quiet=options.quiet)
+    for name, meant in _misspelt_variables(os.environ):
+        # COSTAWARE_CHECKPOINTS_URI was ignored in silence: no checkpoint was pushed, nothing resumed.
+        log.warning("%s is not a variable costaware-run reads: did you mean %s?", name, meant)
+    try:
+        launcher = Launcher(JobEnvironment.from_env(), options, notices)
+    except ContractError as e:
+        log.error("%s", e)
+        return contract.EXIT_CONTRACT_ERROR
+    except StoreError as e:  # a store that cannot be reached now (its endpoint): before any training
+        log.error("%s", e)
+        return contract.EXIT_SYNC_FAILED
+    try:
+        return launcher.run(command)
+    finally:
+        launcher.remove_scratch()
+
+
+def _log_to_stderr(*, quiet: bool) -> None:
+    """Write the runtime's messages to stderr as ``costaware-run: ...`` (``quiet``: warnings and errors)."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("costaware-run: %(message)s"))
+    root = logging.getLogger("costaware_runtime")
+    root.addHandler(handler)
+    root.setLevel(logging.WARNING if quiet else logging.INFO)
+
+
+def _misspelt_variables(environ: Mapping[str, str]) -> list[tuple[str, str]]:
+    """``COSTAWARE_*`` variables close to one of the contract's but not one: ``(given, meant)``.
+
+    Only close ones: the provider's own settings (``COSTAWARE_LEDGER_URL``) may be in a job's environment.
+    """
+    import difflib
+
+    known = [value for name, value in vars(contract).items() if name.isupper() and str(value).startswith(
+        "COSTAWARE_")] + [LAUNCHED]  # fmt: skip
+    found = []
+    for name in sorted(environ):
+        if name.startswith("COSTAWARE_") and name not in known:
+            meant = difflib.get_close_matches(name, known, n=1, cutoff=0.9)
+            if meant:
+                found.append((name, meant[0]))
+    return found

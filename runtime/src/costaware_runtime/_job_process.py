@@ -1,4 +1,4 @@
-"""The job's process in words: its standard input, why it did not start, and how it exited."""
+"""The job's process in words (its stdin, why it did not start, how it exited) and torchrun's wait."""
 
 from __future__ import annotations
 
@@ -115,3 +115,15 @@ def _signal_name(signum: int) -> str:
         return signal.Signals(signum).name
     except ValueError:
         return f"signal {signum}"
+
+
+#: How long torchrun gives its ranks after passing a notice on, before SIGKILL (recent PyTorch; 30 s before).
+TORCHRUN_SHUTDOWN = "TORCH_ELASTIC_SHUTDOWN_TIMEOUT"
+
+
+def torchrun_shutdown_seconds(grace_seconds: float) -> int:
+    """How long torchrun waits for its ranks after the notice: 90 % of the grace period (at least 1 s).
+
+    The rest is for torchrun to SIGKILL the ranks and exit before the launcher's own SIGKILL.
+    """
+    return max(1, int(grace_seconds * 0.9))

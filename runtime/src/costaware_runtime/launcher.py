@@ -5,8 +5,9 @@ SIGTERM (the preemption notice) pass the notice on, then SIGKILL after the grace
 metrics and outputs, upload them, write the result, and exit with a code the provider can act on (see
 ``contract.py`` and ``runtime/README.md``).
 
-Its command line is in ``_command_line``, the job's folders in ``_job_folders``, its process in words in
-``_job_process`` and the checkpoint watcher in ``_watcher``.
+Its command line and ``main`` (the console script, imported here) are in ``_command_line``, the job's folders
+in ``_job_folders``, its process in words and its environment's torchrun setting in ``_job_process``, and the
+checkpoint watcher in ``_watcher``.
 """
 
 from __future__ import annotations
@@ -20,27 +21,36 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
+import sys as sys
 import tempfile as tempfile
 import threading as threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping as Mapping
+from collections.abc import Sequence
 from pathlib import Path
 
 from costaware_runtime import __version__ as __version__
 from costaware_runtime import _tree, contract
 from costaware_runtime._command_line import _FLAGS as _FLAGS
 from costaware_runtime._command_line import _VALUED_OPTIONS as _VALUED_OPTIONS
-from costaware_runtime._command_line import _adopt, _given, _is_launcher, build_parser
+from costaware_runtime._command_line import LAUNCHED as LAUNCHED
+from costaware_runtime._command_line import _adopt as _adopt
+from costaware_runtime._command_line import _given as _given
+from costaware_runtime._command_line import _is_launcher as _is_launcher
+from costaware_runtime._command_line import _misspelt_variables as _misspelt_variables
 from costaware_runtime._command_line import _same_number as _same_number
 from costaware_runtime._command_line import _seconds as _seconds
+from costaware_runtime._command_line import build_parser as build_parser
+from costaware_runtime._command_line import main as main
 from costaware_runtime._job_folders import _FOLDER_REFUSED as _FOLDER_REFUSED
 from costaware_runtime._job_folders import _RENAMED_IN as _RENAMED_IN
 from costaware_runtime._job_folders import _make_job_folder, _temp_dir
 from costaware_runtime._job_process import _INTERPRETER_BY_SUFFIX as _INTERPRETER_BY_SUFFIX
+from costaware_runtime._job_process import TORCHRUN_SHUTDOWN as TORCHRUN_SHUTDOWN
 from costaware_runtime._job_process import _exit_words, _job_stdin, _signal_name, _start_failure
 from costaware_runtime._job_process import _interpreter_of as _interpreter_of
 from costaware_runtime._job_process import _one_word_hint as _one_word_hint
+from costaware_runtime._job_process import torchrun_shutdown_seconds as torchrun_shutdown_seconds
 from costaware_runtime._signals import Notices, die_with_the_launcher, end_job
 from costaware_runtime._watcher import _Watcher
 from costaware_runtime.checkpoints import Marker, latest_step, read_marker, retired_marker
@@ -451,88 +461,3 @@ class Launcher:
         else:
             log.info("done: %s files, %s bytes, metrics %s", summary.files, summary.bytes, metrics)
         return contract.EXIT_OK
-
-
-#: Set for the job by the launcher: a ``costaware-run`` inside a job (an image whose ``ENTRYPOINT`` is
-#: ``costaware-run --``, started by a backend that adds its own) runs its command directly instead of
-#: launching it a second time (two restores, two uploads, two signal relays).
-LAUNCHED = "COSTAWARE_LAUNCHED"
-
-
-#: How long torchrun gives its ranks after passing a notice on, before SIGKILL (recent PyTorch; 30 s before).
-TORCHRUN_SHUTDOWN = "TORCH_ELASTIC_SHUTDOWN_TIMEOUT"
-
-
-def torchrun_shutdown_seconds(grace_seconds: float) -> int:
-    """How long torchrun waits for its ranks after the notice: 90 % of the grace period (at least 1 s).
-
-    The rest is for torchrun to SIGKILL the ranks and exit before the launcher's own SIGKILL.
-    """
-    return max(1, int(grace_seconds * 0.9))
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """Run ``costaware-run``; returns the exit code."""
-    parser = build_parser()
-    options = parser.parse_args(argv)
-    command = options.command[1:] if options.command[:1] == ["--"] else options.command
-    while command and _is_launcher(command):
-        command = _adopt(parser, options, command)
-    if not command:
-        parser.error("no command: use costaware-run [options] -- <command...>")
-    if os.environ.get(LAUNCHED) == "1" and _given(options):
-        # Inside a job (a shell script's costaware-run): the outer launcher's options are the ones in force.
-        print(
-            f"costaware-run: already under a launcher, which runs this command with its own options: "
-            f"{' '.join(_given(options))} here is ignored; give it to the outer costaware-run",
-            file=sys.stderr,
-        )
-    if options.poll_seconds is None:
-        options.poll_seconds = 1.0
-    if os.environ.get(LAUNCHED) == "1":
-        try:
-            os.execvp(command[0], command)  # already under a launcher: become the command
-        except OSError as e:
-            code, said = _start_failure(command, e)
-            print(f"costaware-run: {said}", file=sys.stderr)
-            return code
-    notices = Notices()
-    notices.install()  # before the store checks: a notice then is kept, not lost or fatal
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter("costaware-run: %(message)s"))
-    root = logging.getLogger("costaware_runtime")
-    root.addHandler(handler)
-    root.setLevel(logging.WARNING if options.quiet else logging.INFO)
-    for name, meant in _misspelt_variables(os.environ):
-        # COSTAWARE_CHECKPOINTS_URI was ignored in silence: no checkpoint was pushed, nothing resumed.
-        log.warning("%s is not a variable costaware-run reads: did you mean %s?", name, meant)
-    try:
-        launcher = Launcher(JobEnvironment.from_env(), options, notices)
-    except ContractError as e:
-        log.error("%s", e)
-        return contract.EXIT_CONTRACT_ERROR
-    except StoreError as e:  # a store that cannot be reached now (its endpoint): before any training
-        log.error("%s", e)
-        return contract.EXIT_SYNC_FAILED
-    try:
-        return launcher.run(command)
-    finally:
-        launcher.remove_scratch()
-
-
-def _misspelt_variables(environ: Mapping[str, str]) -> list[tuple[str, str]]:
-    """``COSTAWARE_*`` variables close to one of the contract's but not one: ``(given, meant)``.
-
-    Only close ones: the provider's own settings (``COSTAWARE_LEDGER_URL``) may be in a job's environment.
-    """
-    import difflib
-
-    known = [value for name, value in vars(contract).items() if name.isupper() and str(value).startswith(
-        "COSTAWARE_")] + [LAUNCHED]  # fmt: skip
-    found = []
-    for name in sorted(environ):
-        if name.startswith("COSTAWARE_") and name not in known:
-            meant = difflib.get_close_matches(name, known, n=1, cutoff=0.9)
-            if meant:
-                found.append((name, meant[0]))
-    return found
