@@ -14,42 +14,24 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import errno as errno
 import json
 import logging
 import os
 import shutil
 import signal
 import subprocess
-import sys as sys
-import tempfile as tempfile
-import threading as threading
 import time
-from collections.abc import Mapping as Mapping
 from collections.abc import Sequence
 from pathlib import Path
 
 from costaware_runtime import __version__ as __version__
 from costaware_runtime import _tree, contract
-from costaware_runtime._command_line import _FLAGS as _FLAGS
-from costaware_runtime._command_line import _VALUED_OPTIONS as _VALUED_OPTIONS
 from costaware_runtime._command_line import LAUNCHED as LAUNCHED
-from costaware_runtime._command_line import _adopt as _adopt
-from costaware_runtime._command_line import _given as _given
-from costaware_runtime._command_line import _is_launcher as _is_launcher
-from costaware_runtime._command_line import _misspelt_variables as _misspelt_variables
-from costaware_runtime._command_line import _same_number as _same_number
-from costaware_runtime._command_line import _seconds as _seconds
 from costaware_runtime._command_line import build_parser as build_parser
 from costaware_runtime._command_line import main as main
-from costaware_runtime._job_folders import _FOLDER_REFUSED as _FOLDER_REFUSED
-from costaware_runtime._job_folders import _RENAMED_IN as _RENAMED_IN
 from costaware_runtime._job_folders import _make_job_folder, _temp_dir
-from costaware_runtime._job_process import _INTERPRETER_BY_SUFFIX as _INTERPRETER_BY_SUFFIX
 from costaware_runtime._job_process import TORCHRUN_SHUTDOWN as TORCHRUN_SHUTDOWN
 from costaware_runtime._job_process import _exit_words, _job_stdin, _signal_name, _start_failure
-from costaware_runtime._job_process import _interpreter_of as _interpreter_of
-from costaware_runtime._job_process import _one_word_hint as _one_word_hint
 from costaware_runtime._job_process import torchrun_shutdown_seconds as torchrun_shutdown_seconds
 from costaware_runtime._signals import Notices, die_with_the_launcher, end_job
 from costaware_runtime._watcher import _Watcher

@@ -10,21 +10,11 @@ public name is imported here too, where the jobs' own code imports it from.
 from __future__ import annotations
 
 import contextlib
-import errno as errno
-import hashlib as hashlib
-import io as io
-import logging as logging
 import os
 import shutil
-import time as time
-from abc import ABC as ABC
-from abc import abstractmethod as abstractmethod
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass as dataclass
-from functools import cached_property as cached_property
 from pathlib import Path, PurePosixPath
-from typing import Any as Any
 from typing import BinaryIO
 from urllib.parse import urlparse, urlsplit
 
@@ -34,9 +24,7 @@ from costaware_runtime._s3_store import S3Store as S3Store
 from costaware_runtime._s3_store import log as log
 from costaware_runtime._store import Store as Store
 from costaware_runtime._store import check_key as check_key
-from costaware_runtime._write_check import _UNSUPPORTED as _UNSUPPORTED
 from costaware_runtime._write_check import WriteRefusal as WriteRefusal
-from costaware_runtime._write_check import _refused as _refused
 from costaware_runtime._write_check import check_writes as check_writes
 from costaware_runtime.contract import S3_ENDPOINT_URL as S3_ENDPOINT_URL
 from costaware_runtime.contract import is_uri
