@@ -216,3 +216,59 @@ def test_an_airflow_home_naming_a_variable_is_where_airflow_keeps_it(
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     monkeypatch.setenv("AIRFLOW_HOME", "${HOME}/airflow")
     assert airflow_home() == tmp_path / "home" / "airflow"
+
+
+def test_an_airflow_home_is_expanded_until_it_settles_as_airflow_expands_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Airflow repeats expandvars and expanduser until nothing changes: AIRFLOW_HOME='$A' with A='$B/airflow'
+    # is <B>/airflow there, but costaware expanded once and read a relative '$B/airflow', a spool and a
+    # ledger file under each working folder.
+    from airflow.configuration import expand_env_var
+
+    from costaware.ledger_spool import spool_dir
+    from costaware.settings import airflow_home
+
+    monkeypatch.setenv("B", str(tmp_path))
+    monkeypatch.setenv("A", "$B/airflow")
+    monkeypatch.setenv("AIRFLOW_HOME", "$A")
+    assert airflow_home() == tmp_path / "airflow" == Path(expand_env_var("$A"))
+    assert spool_dir() == tmp_path / "airflow" / "costaware" / "spool"
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("A", "~/airflow")  # a '~' that a variable brings in
+    assert airflow_home() == tmp_path / "home" / "airflow" == Path(expand_env_var("$A"))
+
+
+def test_with_home_set_empty_the_airflow_home_is_airflow_s_own(monkeypatch: pytest.MonkeyPatch) -> None:
+    # HOME='' and AIRFLOW_HOME unset: Airflow's home is /airflow (expanduser takes the root for an empty
+    # home). costaware refused it: a task's cost entry went neither to the ledger file nor to the spool.
+    from airflow.configuration import get_airflow_home
+
+    from costaware.ledger_spool import spool_dir
+    from costaware.settings import airflow_home
+
+    monkeypatch.setenv("HOME", "")
+    monkeypatch.delenv("AIRFLOW_HOME", raising=False)
+    assert airflow_home() == Path("/airflow") == Path(get_airflow_home())
+    assert spool_dir() == Path("/airflow/costaware/spool")
+
+
+def test_an_airflow_home_refused_names_what_was_given_and_what_it_expanded_to(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from costaware.core.errors import ConfigurationError
+    from costaware.settings import airflow_home
+
+    monkeypatch.setenv("U", "~nosuchuser")
+    monkeypatch.setenv("AIRFLOW_HOME", "$U/airflow")
+    given = (
+        r"^\$AIRFLOW_HOME '\$U/airflow' \(expanded to '~nosuchuser/airflow'\) starts with the home folder "
+        r"of user 'nosuchuser', whom this machine does not know: .* absolute path such as '/opt/airflow'$"
+    )
+    with pytest.raises(ConfigurationError, match=given):
+        airflow_home()
+    # A variable naming itself grows each round: Airflow never returns; costaware says so.
+    monkeypatch.setenv("A", "$A/x")
+    monkeypatch.setenv("AIRFLOW_HOME", "$A")
+    with pytest.raises(ConfigurationError, match=r"^\$AIRFLOW_HOME '\$A' never stops expanding"):
+        airflow_home()

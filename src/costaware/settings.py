@@ -117,6 +117,8 @@ OPTIONS: dict[str, Option] = {
 LEDGER_URL_ENV = "COSTAWARE_LEDGER_URL"
 FEATURE_CACHE_ENV = "COSTAWARE_FEATURE_CACHE"
 WORKER_REGION_ENV = "COSTAWARE_WORKER_REGION"
+#: Rounds of expanding $AIRFLOW_HOME before it counts as never settling (A='$A/x' grows each round).
+_MAX_EXPANSIONS = 100
 
 #: The ``COSTAWARE_*`` variables the provider reads, and what each sets (docs/deployment.md lists them too).
 ENVIRONMENT: dict[str, str] = {
@@ -333,21 +335,47 @@ def airflow_cfg_problem(error: configparser.Error) -> str:
 
 
 def airflow_home() -> Path:
-    """``$AIRFLOW_HOME``, else ``~/airflow`` (Airflow's default), ``~`` and ``$VARS`` expanded as by Airflow.
+    """``$AIRFLOW_HOME``, else ``~/airflow`` (Airflow's default), expanded as Airflow expands it.
 
-    ``AIRFLOW_HOME='~/airflow'`` (quoted in a .env file) read as a folder named ``~`` under the working
-    one: a task spooled its ledger entries where no `costaware spool drain` run elsewhere looked.
+    The same folder Airflow uses, or the spool, the ledger file and the stores part from it: a task spooled
+    its ledger entries where no `costaware spool drain` run elsewhere looked. Airflow's ``expand_env_var``
+    (mirrored: importing ``airflow.configuration`` loads, even writes, airflow.cfg) expands ``$VARS`` then
+    ``~`` until the value stops changing, so ``A='$B/airflow'`` is followed, and an empty HOME makes ``~``
+    the root (``/airflow``), as Airflow has it.
 
     Raises:
-        ConfigurationError: ``~`` names a home nobody has (``~nosuchuser``, HOME unset with no passwd entry).
+        ConfigurationError: a ``~`` is left that names a home nobody has (``~nosuchuser``, HOME unset with
+            no passwd entry), where Airflow would use a folder named ``~`` under each working folder; or
+            variables that never stop expanding (Airflow hangs there).
     """
-    from costaware.adapters.object_store.location import expand_user
+    from costaware.core.errors import ConfigurationError
 
     given = os.environ.get("AIRFLOW_HOME")
-    what = "$AIRFLOW_HOME" if given else "AIRFLOW_HOME, unset, so Airflow's default"
-    # Airflow expands variables in it too ('$DATA_ROOT/airflow', as a .env file passes it on).
-    text = os.path.expandvars(given or "~/airflow")
-    return Path(expand_user(text, what=what, uri=text, example="/opt/airflow"))
+    what = f"$AIRFLOW_HOME {given!r}" if given else "AIRFLOW_HOME (unset: Airflow's default '~/airflow')"
+    expanded = given or "~/airflow"
+    for _ in range(_MAX_EXPANSIONS):
+        step = os.path.expanduser(os.path.expandvars(expanded))  # noqa: PTH111
+        if step == expanded:
+            break
+        expanded = step
+    else:
+        raise ConfigurationError(
+            f"{what} never stops expanding (a variable names itself, now {expanded[:80]!r}...): "
+            "set AIRFLOW_HOME to an absolute path such as '/opt/airflow'"
+        )
+    if expanded.startswith("~"):
+        user = expanded[1:].split("/")[0]
+        whose = (
+            f"the home folder of user {user!r}, whom this machine does not know"
+            if user
+            else "'~', but this process has no home folder (HOME is unset and its user has none)"
+        )
+        given_as = "" if expanded == given else f" (expanded to {expanded!r})"
+        raise ConfigurationError(
+            f"{what}{given_as} starts with {whose}: Airflow reads it as a folder of that name under "
+            "each working folder; set AIRFLOW_HOME to an absolute path such as '/opt/airflow'"
+        )
+    return Path(expanded)
 
 
 def costaware_home(*parts: str) -> Path:
