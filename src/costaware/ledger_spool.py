@@ -42,24 +42,16 @@ def spool_dir() -> Path:
     return costaware_home("spool")
 
 
-def spool_entry(
-    folder: Path,
-    entry: Any,
-    ledger_conn_id: str,
-    *,
-    retrying: bool,
-    duplicate_check: dict[str, Any] | None = None,
-) -> Path:
-    """Keep ``entry`` in ``folder`` for a later drain; returns its file (written whole, then renamed).
+def spool_record(
+    entry: Any, ledger_conn_id: str, *, retrying: bool, duplicate_check: dict[str, Any] | None = None
+) -> str:
+    """A spool file's JSON for ``entry``: saved as ``<entry_uid>.json`` in a spool, it is drained.
 
     ``duplicate_check``: a remote attempt's bill (a ``DuplicateCheck``'s JSON): the drain drops it where a
     try billed the attempt meanwhile under another key, which the ledger's own key check cannot see.
     """
     from costaware.core.ledger import entry_to_json
 
-    folder.mkdir(parents=True, exist_ok=True)
-    target = folder / f"{entry.entry_uid}.json"
-    temp = target.with_suffix(".tmp")
     # The ledger it is for: drained into another, it was counted against that one's budgets.
     spooled: dict[str, Any] = {
         "ledger_conn_id": ledger_conn_id,
@@ -68,7 +60,22 @@ def spool_entry(
     }
     if duplicate_check is not None:
         spooled["duplicate_check"] = duplicate_check
-    temp.write_text(json.dumps(spooled))
+    return json.dumps(spooled)
+
+
+def spool_entry(
+    folder: Path,
+    entry: Any,
+    ledger_conn_id: str,
+    *,
+    retrying: bool,
+    duplicate_check: dict[str, Any] | None = None,
+) -> Path:
+    """Keep ``entry`` in ``folder`` for a later drain; returns its file (written whole, then renamed)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    target = folder / f"{entry.entry_uid}.json"
+    temp = target.with_suffix(".tmp")
+    temp.write_text(spool_record(entry, ledger_conn_id, retrying=retrying, duplicate_check=duplicate_check))
     temp.replace(target)
     return target
 

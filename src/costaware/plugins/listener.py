@@ -43,7 +43,14 @@ from costaware.glue import (
     tags_for,
 )
 from costaware.glue import try_key as _key
-from costaware.ledger_spool import STALE_CLAIM_SECONDS, drain, spool_dir, spool_entry, workers_ledger
+from costaware.ledger_spool import (
+    STALE_CLAIM_SECONDS,
+    drain,
+    spool_dir,
+    spool_entry,
+    spool_record,
+    workers_ledger,
+)
 from costaware.ledger_spool import record_and_settle as _record_and_settle
 from costaware.plugins.reservation_release import (
     end_waiting_gate,
@@ -118,7 +125,23 @@ def write_entry(
             ledger = workers_ledger(ledger_conn_id)
         _record_and_settle(ledger, entry, retrying=retrying)
     except Exception as e:
-        target = spool_entry(spool_dir(), entry, ledger_conn_id, retrying=retrying)
+        try:
+            target = spool_entry(spool_dir(), entry, ledger_conn_id, retrying=retrying)
+        except Exception as spool_error:
+            # The last resort: the log keeps the whole entry, or the try's cost is in no ledger at all.
+            log.error(
+                "costaware: could not write the cost of %s.%s try %s to the ledger (%s), and could not keep "
+                "it in the spool either (%s): save the JSON that ends this line as %s.json in "
+                "$AIRFLOW_HOME/costaware/spool and run `costaware spool drain`: %s",
+                entry.dag_id,
+                entry.task_id,
+                entry.try_number,
+                e,
+                spool_error,
+                entry.entry_uid,
+                spool_record(entry, ledger_conn_id, retrying=retrying),
+            )
+            return
         log.error(
             "costaware: could not write the cost of %s.%s try %s to the ledger (%s); kept in %s and written "
             "with the next entry that succeeds, or by `costaware spool drain`",
