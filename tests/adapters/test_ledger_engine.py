@@ -40,3 +40,36 @@ def test_a_sqlite_ledger_under_the_home_folder_is_opened_where_it_is_looked_for(
     assert missing_sqlite_file(url) is None
     assert (home / "costaware" / "ledger.db").is_file()
     assert list(working.iterdir()) == []
+
+
+def test_a_ledger_left_at_a_literal_tilde_folder_is_named_not_replaced_by_an_empty_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Before '~' was expanded, 'sqlite:///~/costaware/ledger.db' opened './~/costaware/ledger.db' under the
+    # working folder. After the upgrade a new, empty ledger was made in the home folder: spend to date read
+    # $0, and a budget could be spent again.
+    home, working = tmp_path / "home", tmp_path / "working"
+    monkeypatch.setenv("HOME", str(home))
+    working.mkdir()
+    monkeypatch.chdir(working)
+    old = working / "~" / "costaware" / "ledger.db"
+    old.parent.mkdir(parents=True)
+    before = Ledger.from_url(f"sqlite:///{old}")
+    before.create_schema()
+    before.dispose()  # the last connection closed: SQLite folds its -wal file back in
+    url = "sqlite:///~/costaware/ledger.db"
+    new = home / "costaware" / "ledger.db"
+    said = (
+        rf"^the ledger's SQLite file .* '~/costaware/ledger.db' is opened at '{new}' \('~' expanded\), which "
+        rf"does not exist, but the ledger an earlier costaware made from it is at '{old}'.*: move it"
+    )
+    with pytest.raises(ConfigurationError, match=said):
+        missing_sqlite_file(url)
+    with pytest.raises(ConfigurationError, match=said):
+        Ledger.from_url(url)
+    assert not new.parent.exists()  # nothing made beside it
+    # Moved as the error says, it is the ledger opened.
+    new.parent.mkdir(parents=True)
+    old.rename(new)
+    assert missing_sqlite_file(url) is None
+    Ledger.from_url(url).create_schema()

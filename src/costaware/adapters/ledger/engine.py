@@ -46,14 +46,28 @@ def sqlite_file(database: str) -> Path:
 
     Raises:
         ConfigurationError: ``~`` names a home nobody has (``~nosuchuser``, HOME unset with no passwd entry):
-            ``Path.expanduser`` raised a bare RuntimeError from every command that opens the ledger.
+            ``Path.expanduser`` raised a bare RuntimeError from every command that opens the ledger. Or the
+            expanded file does not exist but the ledger SQLite made at the same path read literally does
+            (``./~/...``, before ``~`` was expanded here).
     """
     from costaware.adapters.object_store.location import expand_user
 
     what = (
         f"the ledger's SQLite file (from --ledger-url, ${LEDGER_URL_ENV} or the ledger's Airflow connection)"
     )
-    return Path(expand_user(database, what=what, uri=database, example="/srv/ml/ledger.db"))
+    expanded = Path(expand_user(database, what=what, uri=database, example="/srv/ml/ledger.db"))
+    # Before '~' was expanded here, SQLite opened it as written: a folder named '~' under the working one.
+    # That ledger, left there, would be replaced by a new empty one: spend to date $0, budgets spent again.
+    written = Path(database).absolute()
+    if database.startswith("~") and written.exists() and not expanded.exists():
+        raise ConfigurationError(
+            f"{what} {database!r} is opened at {str(expanded)!r} ('~' expanded), which does not exist, "
+            f"but the ledger an earlier costaware made from it is at {str(written)!r} (the '~' taken as a "
+            f"folder under the working one): move it, with any -wal and -shm files beside it, to "
+            f"{str(expanded)!r}, "
+            "or give its absolute path in the URL; to start an empty ledger instead, rename or remove it"
+        )
+    return expanded
 
 
 def safe_url(url: str) -> str:
