@@ -177,6 +177,9 @@ def test_an_example_dag_s_data_root_is_a_folder_or_an_s3_prefix(
     unknown = r"^data_root '~nosuchuser/flights' starts with the home folder of user 'nosuchuser', whom this"
     with pytest.raises(AirflowFailException, match=unknown):
         data_root_param("~nosuchuser/flights", "/default")
+    (tmp_path / "a-file").write_text("x")
+    with pytest.raises(AirflowFailException, match="is a file: give a folder"):
+        data_root_param(str(tmp_path / "a-file"), "/default")
 
 
 @pytest.mark.parametrize("root", ["/", "//", "/tmp/..", "link"])
@@ -197,9 +200,6 @@ def test_an_example_dag_s_data_root_at_the_machines_root_is_refused(root: str, t
     )
     with pytest.raises(AirflowFailException, match=refused):
         data_root_param(root, "/default")
-    (tmp_path / "a-file").write_text("x")
-    with pytest.raises(AirflowFailException, match="is a file: give a folder"):
-        data_root_param(str(tmp_path / "a-file"), "/default")
 
 
 def test_own_training_refuses_a_remote_backend_its_job_cannot_run_on_before_its_spend_gate(
