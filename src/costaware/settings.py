@@ -378,6 +378,25 @@ def airflow_home() -> Path:
     return Path(expanded)
 
 
+def airflow_home_as_written() -> tuple[str, Path, Path] | None:
+    """``$AIRFLOW_HOME``, the folder releases before its expansion took it for, and the expanded home.
+
+    Read as written (a ``~`` or ``$VAR`` kept), it was a folder under the working one; both paths absolute.
+    None where they are the same folder, or the home is refused.
+    """
+    from costaware.core.errors import ConfigurationError
+
+    given = os.environ.get("AIRFLOW_HOME")
+    if not given or not ("~" in given or "$" in given):
+        return None
+    try:
+        home = airflow_home().absolute()
+    except ConfigurationError:
+        return None
+    written = Path(given).absolute()
+    return None if written == home else (given, written, home)
+
+
 def costaware_home(*parts: str) -> Path:
     """``$AIRFLOW_HOME/costaware/<parts>``: where the embedded ledger, caches and stores live."""
     return airflow_home().joinpath("costaware", *parts)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -60,8 +61,8 @@ def test_a_ledger_left_at_a_literal_tilde_folder_is_named_not_replaced_by_an_emp
     url = "sqlite:///~/costaware/ledger.db"
     new = home / "costaware" / "ledger.db"
     said = (
-        rf"^the ledger's SQLite file .* '~/costaware/ledger.db' is opened at '{new}' \('~' expanded\), which "
-        rf"does not exist, but the ledger an earlier costaware made from it is at '{old}'.*: move it"
+        rf"^the ledger's SQLite file .* '~/costaware/ledger.db' is opened at '{new}', which does not exist, "
+        rf"but the ledger an earlier costaware made for it is at '{old}' \(the '~' taken as a folder"
     )
     with pytest.raises(ConfigurationError, match=said):
         missing_sqlite_file(url)
@@ -73,3 +74,40 @@ def test_a_ledger_left_at_a_literal_tilde_folder_is_named_not_replaced_by_an_emp
     old.rename(new)
     assert missing_sqlite_file(url) is None
     Ledger.from_url(url).create_schema()
+
+
+@pytest.mark.parametrize("given", ["~/airflow", "$DATA_ROOT/airflow"])
+def test_the_default_ledger_left_under_an_airflow_home_read_as_written_is_named(
+    given: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Before AIRFLOW_HOME was expanded, its default ledger was './~/airflow/costaware/ledger.db' (or
+    # './$DATA_ROOT/airflow/...') under the working folder; after the upgrade a new, empty one was made in
+    # the expanded home: spend to date $0.
+    from costaware.settings import ledger_url
+
+    home, working = tmp_path / "home", tmp_path / "working"
+    working.mkdir()
+    monkeypatch.chdir(working)
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("DATA_ROOT", str(home))
+    monkeypatch.setenv("AIRFLOW_HOME", given)
+    monkeypatch.delenv("COSTAWARE_LEDGER_URL", raising=False)
+    old = working / given / "costaware" / "ledger.db"
+    old.parent.mkdir(parents=True)
+    before = Ledger.from_url(f"sqlite:///{old}")
+    before.create_schema()
+    before.dispose()
+    new = home / "airflow" / "costaware" / "ledger.db"
+    assert ledger_url() == f"sqlite:///{new}"
+    said = (
+        rf"is opened at '{new}', which does not exist, but the ledger an earlier costaware made for it is at "
+        rf"'{re.escape(str(old))}' \(\$AIRFLOW_HOME '{re.escape(given)}' taken as a folder under the working "
+    )
+    with pytest.raises(ConfigurationError, match=said):
+        Ledger.from_url(ledger_url())
+    assert not new.parent.exists()
+    new.parent.mkdir(parents=True)
+    old.rename(new)
+    Ledger.from_url(ledger_url()).create_schema()
+    # Once there, the old folder's ledger (a second copy) is not looked at.
+    assert missing_sqlite_file(ledger_url()) is None

@@ -47,8 +47,8 @@ def sqlite_file(database: str) -> Path:
     Raises:
         ConfigurationError: ``~`` names a home nobody has (``~nosuchuser``, HOME unset with no passwd entry):
             ``Path.expanduser`` raised a bare RuntimeError from every command that opens the ledger. Or the
-            expanded file does not exist but the ledger SQLite made at the same path read literally does
-            (``./~/...``, before ``~`` was expanded here).
+            file does not exist but the one an earlier release opened for it does (see
+            :func:`_ledger_before_expansion`).
     """
     from costaware.adapters.object_store.location import expand_user
 
@@ -56,18 +56,39 @@ def sqlite_file(database: str) -> Path:
         f"the ledger's SQLite file (from --ledger-url, ${LEDGER_URL_ENV} or the ledger's Airflow connection)"
     )
     expanded = Path(expand_user(database, what=what, uri=database, example="/srv/ml/ledger.db"))
-    # Before '~' was expanded here, SQLite opened it as written: a folder named '~' under the working one.
-    # That ledger, left there, would be replaced by a new empty one: spend to date $0, budgets spent again.
-    written = Path(database).absolute()
-    if database.startswith("~") and written.exists() and not expanded.exists():
+    earlier = _ledger_before_expansion(database, expanded)
+    if earlier is not None:
+        written, taken = earlier
         raise ConfigurationError(
-            f"{what} {database!r} is opened at {str(expanded)!r} ('~' expanded), which does not exist, "
-            f"but the ledger an earlier costaware made from it is at {str(written)!r} (the '~' taken as a "
-            f"folder under the working one): move it, with any -wal and -shm files beside it, to "
-            f"{str(expanded)!r}, "
-            "or give its absolute path in the URL; to start an empty ledger instead, rename or remove it"
+            f"{what} {database!r} is opened at {str(expanded)!r}, which does not exist, but the ledger an "
+            f"earlier costaware made for it is at {str(written)!r} ({taken}): move it, with any -wal and "
+            f"-shm files beside it, to {str(expanded)!r}, or give its absolute path in the URL; to start an "
+            "empty ledger instead, rename or remove it"
         )
     return expanded
+
+
+def _ledger_before_expansion(database: str, expanded: Path) -> tuple[Path, str] | None:
+    """The file an earlier release opened for ``database``, and why, where it exists and ``expanded`` not.
+
+    Earlier releases took ``sqlite:///~/x.db`` as written, ``./~/x.db`` under the working folder, and so
+    the default ledger of ``AIRFLOW_HOME='~/airflow'`` or ``'$DATA_ROOT/airflow'`` (``./~/airflow/...``).
+    Left there, it would be replaced by a new, empty ledger: spend to date $0, budgets spent again.
+    """
+    from costaware.settings import airflow_home_as_written
+
+    if expanded.exists():
+        return None
+    if database.startswith("~"):
+        written, taken = Path(database).absolute(), "the '~' taken as a folder under the working one"
+    else:
+        homes = airflow_home_as_written()
+        if homes is None or not expanded.absolute().is_relative_to(homes[2]):
+            return None
+        given, given_as_folder, home = homes
+        written = given_as_folder.joinpath(expanded.absolute().relative_to(home))
+        taken = f"$AIRFLOW_HOME {given!r} taken as a folder under the working one"
+    return (written, taken) if written.exists() and written != expanded.absolute() else None
 
 
 def safe_url(url: str) -> str:
