@@ -265,6 +265,28 @@ def test_an_entry_neither_the_ledger_nor_the_spool_takes_is_logged_whole_to_be_r
     assert [r["task_id"] for r in ledger_env.entries(dag_id="retrain")] == ["prep"]
 
 
+def test_an_entry_written_is_not_undone_by_a_spool_folder_that_cannot_be_named(
+    ledger_env: Ledger, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The entry written, the drain of what waits asked spool_dir() outside its guard: an AIRFLOW_HOME it
+    # refuses raised out of write_entry, and the try's budget alerts and audit after it never ran.
+    import costaware.ledger_spool as ledger_spool
+
+    monkeypatch.setenv("AIRFLOW_HOME", "~nosuchuser/airflow")
+    monkeypatch.setattr(listener_module, "spool_dir", ledger_spool.spool_dir)
+    alerted: list[str] = []
+    monkeypatch.setattr(
+        "costaware.notifications.budget.alerts_after_spend", lambda ti, *_: alerted.append(ti.task_id)
+    )
+    ti = fake_ti(task_id="prep")
+    CostListener().on_task_instance_running(None, ti)
+    with caplog.at_level("ERROR", logger=listener_module.log.name):
+        CostListener().on_task_instance_success(None, ti)
+    assert [r["task_id"] for r in ledger_env.entries(dag_id="retrain")] == ["prep"]
+    assert alerted == ["prep"]
+    assert any("'~nosuchuser/airflow'" in r.getMessage() for r in caplog.records)
+
+
 def test_a_spooled_entry_settles_its_hold_and_a_refused_one_blocks_nothing(
     ledger_env: Ledger,
     monkeypatch: pytest.MonkeyPatch,

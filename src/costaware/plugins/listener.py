@@ -160,8 +160,13 @@ def _drain_spool(ledger: Any, ledger_conn_id: str) -> None:
 
     Never raises: the entry just written stays written, and each spooled one is kept somewhere.
     """
+    try:
+        folder = spool_dir()
+    except Exception as e:  # an AIRFLOW_HOME refused: the task's alerts and audit still follow its entry
+        log.error("costaware: could not look in the spool for entries waiting to be written: %s", e)
+        return
     drain(
-        spool_dir(),
+        folder,
         lambda _conn_id: ledger,
         only_ledger_conn_id=ledger_conn_id,
         record=_record_and_settle,  # read here, so that a test can stand in for the ledger's write
@@ -204,8 +209,8 @@ def _drain_every_ledger() -> None:
     """
     try:
         result = drain(spool_dir(), workers_ledger)
-    except Exception as e:  # a spool folder that cannot be read: said, and the component starts as ever
-        log.error("costaware: could not drain the spool %s: %s", spool_dir(), e)
+    except Exception as e:  # a spool folder that cannot be read or named: said, the component starts as ever
+        log.error("costaware: could not drain the spool: %s", e)
         return
     for conn_id, why in sorted((result.unavailable or {}).items()):
         log.warning("costaware: spooled entries of ledger %r still wait (%s)", conn_id, why)
