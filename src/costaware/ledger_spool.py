@@ -42,6 +42,19 @@ def spool_dir() -> Path:
     return costaware_home("spool")
 
 
+def earlier_spool_dir() -> Path | None:
+    """The spool an earlier release kept for this ``$AIRFLOW_HOME`` read as written, where it is there.
+
+    Before ``~`` and ``$VARS`` in it were expanded, ``AIRFLOW_HOME='~/airflow'`` spooled under the working
+    folder, ``./~/airflow/costaware/spool``: entries left there after an upgrade were never drained.
+    """
+    from costaware.settings import airflow_home_as_written
+
+    homes = airflow_home_as_written()
+    folder = None if homes is None else homes[1].joinpath("costaware", "spool")
+    return folder if folder is not None and folder.is_dir() else None
+
+
 def spool_record(
     entry: Any, ledger_conn_id: str, *, retrying: bool, duplicate_check: dict[str, Any] | None = None
 ) -> str:

@@ -1319,3 +1319,28 @@ def test_a_run_end_release_of_a_hold_settled_meanwhile_frees_nothing_and_says_so
     assert freed == []
     assert "released $" not in caplog.text
     assert "the hold of retrain/run1/train/-1 was settled meanwhile: nothing freed" in caplog.text
+
+
+def test_entries_an_earlier_release_spooled_under_an_airflow_home_read_as_written_are_drained(
+    ledger_env: Ledger, monkeypatch: pytest.MonkeyPatch, tmp_path: pathlib.Path
+) -> None:
+    # AIRFLOW_HOME='~/airflow' spooled in './~/airflow/costaware/spool' under the working folder before the
+    # home was expanded; after an upgrade no drain looked there, and those tries' costs were never written.
+    import costaware.ledger_spool as ledger_spool
+
+    working = tmp_path / "working"
+    working.mkdir()
+    monkeypatch.chdir(working)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("AIRFLOW_HOME", "~/airflow")
+    monkeypatch.setattr(listener_module, "spool_dir", ledger_spool.spool_dir)
+    _spool(working / "~" / "airflow" / "costaware" / "spool", "left")
+    ti = fake_ti(task_id="prep")
+    CostListener().on_task_instance_running(None, ti)
+    CostListener().on_task_instance_success(None, ti)
+    assert sorted(r["task_id"] for r in ledger_env.entries(dag_id="retrain")) == ["left", "prep"]
+    assert list((working / "~" / "airflow" / "costaware" / "spool").glob("*.json")) == []
+    # A scheduler starting there drains it too.
+    _spool(working / "~" / "airflow" / "costaware" / "spool", "killed")
+    listener_module.drain_spool_at_start(wait_seconds=30)
+    assert "killed" in {r["task_id"] for r in ledger_env.entries(dag_id="retrain")}
