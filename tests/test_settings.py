@@ -272,3 +272,27 @@ def test_an_airflow_home_refused_names_what_was_given_and_what_it_expanded_to(
     monkeypatch.setenv("AIRFLOW_HOME", "$A")
     with pytest.raises(ConfigurationError, match=r"^\$AIRFLOW_HOME '\$A' never stops expanding"):
         airflow_home()
+
+
+def test_an_airflow_home_with_no_home_folder_to_expand_into_says_so_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # HOME unset and a uid with no passwd entry (OpenShift's random uids): '~/airflow' stays as it is.
+    import pwd
+
+    from costaware.core.errors import ConfigurationError
+    from costaware.settings import airflow_home
+
+    def no_entry(uid: int) -> pwd.struct_passwd:
+        raise KeyError(uid)
+
+    monkeypatch.delenv("HOME", raising=False)
+    monkeypatch.delenv("AIRFLOW_HOME", raising=False)
+    monkeypatch.setattr(pwd, "getpwuid", no_entry)
+    said = (
+        r"^AIRFLOW_HOME \(unset: Airflow's default '~/airflow'\) starts with '~', but this process has no "
+        r"home folder \(HOME is unset and its user has none\): .*set AIRFLOW_HOME to an absolute path "
+        r"such as '/opt/airflow'$"
+    )
+    with pytest.raises(ConfigurationError, match=said):
+        airflow_home()

@@ -370,7 +370,7 @@ def airflow_home() -> Path:
             if user
             else "'~', but this process has no home folder (HOME is unset and its user has none)"
         )
-        given_as = "" if expanded == given else f" (expanded to {expanded!r})"
+        given_as = "" if not given or expanded == given else f" (expanded to {expanded!r})"
         raise ConfigurationError(
             f"{what}{given_as} starts with {whose}: Airflow reads it as a folder of that name under "
             "each working folder; set AIRFLOW_HOME to an absolute path such as '/opt/airflow'"
