@@ -58,3 +58,71 @@ def test_a_clean_hour_before_dirty_ones_does_not_keep_a_job_running_through_them
     assert paused is not None and "kg CO2e/hour now" in paused["pause"]
     # A paused job is not resumed into the dirty hours either: it waits for the start at 300.
     assert watch_event(watch(tmp_path, carbon, "resume"), {"k": "v"}, now=now()) is None
+
+
+def test_the_pause_watch_values_running_on_over_the_work_left_now_not_at_the_submit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A 3-hour job 2.5 h in, with its last clean half hour (100 gCO2e/kWh) before two dirty hours (500),
+    # 300 otherwise. Its work left is 3 - (2.5 h - 5 min restart - 5 min checkpoint) = 40 min: running on
+    # meets 100 then 10 minutes of 500. Valued over the 3 hours left at its submit (400 g/kWh on average,
+    # against 300 later), it was paused, losing a restart and up to a checkpoint interval.
+    import costaware.adapters.compute.base as compute
+    from costaware.adapters.compute.base import JobState, JobStatus
+    from costaware.training.attempts import AttemptState, Current
+    from costaware.training.pauses import price_watch
+    from costaware.training.plan import PriceWatch, RemotePlan
+    from costaware.triggers.remote_training import RemoteTrainingJobTrigger
+
+    carbon = tmp_path / "half-hourly.csv"
+    lines = ["timestamp_utc,g_co2eq_per_kwh_lca\n"]
+    for half_hour in range(-96, 97):
+        value = 100 if half_hour == 0 else 500 if 1 <= half_hour <= 4 else 300
+        at = now() + timedelta(minutes=30 * half_hour)
+        lines.append(f"{at.strftime('%Y-%m-%dT%H:%M:%SZ')},{value}\n")
+    carbon.write_text("".join(lines))
+    prices = tmp_path / "prices.csv"
+    write_history(prices, current="1.00", cheap_hour_utc=(now().hour + 12) % 24)
+    plan = RemotePlan(
+        backend="local",
+        instance_type="p3.2xlarge",
+        region="us-east-1",
+        on_demand_usd_per_hour="3.06",
+        first_market="spot",
+        deadline=now() + timedelta(hours=12),
+        checkpoint_every_seconds=300.0,
+        watch=PriceWatch(
+            prices=str(prices),
+            runtime_hours="3",
+            priority="best_effort",
+            restart_overhead_minutes=5.0,
+            history_days=28,
+            objective="carbon",
+            carbon=str(carbon),
+        ),
+    )
+    state = AttemptState(plan=plan, current=Current(attempt=1, job_id="train-a1", market="spot"))
+    ran = 0.0
+
+    class Running:
+        def poll(self, job_id: str) -> JobStatus:
+            return JobStatus(job_id, JobState.RUNNING, ran, "spot", "p3.2xlarge", "Training")
+
+    monkeypatch.setattr(compute, "open_backend", lambda name, options: Running())
+    trigger = RemoteTrainingJobTrigger(
+        "local",
+        {},
+        "train-a1",
+        state.to_json(),
+        poll_interval=60,
+        price_watch=price_watch(state, "pause", poll_interval=60),
+    )
+    # Just submitted, the 3 hours run through the dirty ones: paused, as before.
+    paused = trigger.poll_once(now())
+    assert paused is not None and "3.00 h left" in paused["pause"]
+    # An hour in, the work left now is 3 - (1 h - 10 min): still mostly dirty hours, paused on it.
+    ran = 3600.0
+    paused = trigger.poll_once(now())
+    assert paused is not None and "2.17 h left" in paused["pause"]
+    ran = 2.5 * 3600
+    assert trigger.poll_once(now()) is None

@@ -74,13 +74,21 @@ def price_event(
 
 
 def watch_event(
-    watch: Mapping[str, Any], state: Mapping[str, Any], *, now: datetime
+    watch: Mapping[str, Any],
+    state: Mapping[str, Any],
+    *,
+    now: datetime,
+    running: Mapping[str, Any] | None = None,
 ) -> dict[str, Any] | None:
     """Read the spot price and capacity now, fit the forecast now (blocking IO), apply :func:`price_event`.
 
     The forecast is fitted at each look, on the same history the price comes from: a rise that the forecast
     expects to last (its persistence term) is not worth a pause, one that the rest of the window outlasts
     is. Past the latest resume nothing is read: a paused job restarts on on-demand whatever spot costs.
+
+    ``running``: the status of the job a pause watch watches, as polled now. Its work left is then the
+    training's work left less what that job has run (:func:`~costaware.training.pauses.work_left` with the
+    job ``ended`` now, what a pause now would leave), not the watch's ``remaining_hours`` of its submit.
     """
     from costaware.adapters.spot_market import (
         forecast_window,
@@ -94,6 +102,8 @@ def watch_event(
         return price_event(
             watch, state, now=now, usd_per_hour=None, available=False, source="", forecast_starts=[]
         )
+    if running is not None and watch["mode"] == "pause":
+        watch = {**watch, "remaining_hours": str(work_left_now(state, running))}
     observe = watch["observe"]
     objective, intensity, power_kw = watch_objective(
         watch, instance_type=observe["instance_type"], region=observe["region"]
@@ -129,3 +139,17 @@ def watch_event(
         # Over the work left, as each later start of the forecast is valued: to pause, and to resume.
         g_co2e_per_kwh=intensity_of_run(intensity, now, remaining),
     )
+
+
+def work_left_now(state: Mapping[str, Any], running: Mapping[str, Any]) -> Decimal:
+    """Hours of work left while the job of ``running`` (its status now) runs: what a pause now would leave.
+
+    The watch's ``remaining_hours`` are those of the job's submit, when it had run 0 s: valued over them,
+    running on late in a job was scored over hours past its real end (and a clean last half hour before
+    dirty ones was paused). A stop loses up to one checkpoint interval, so this is from above, as after a
+    pause (``RemoteTrainingOperator`` works out the resume's work left alike).
+    """
+    from costaware.training.attempts import AttemptState
+    from costaware.training.pauses import work_left
+
+    return work_left(AttemptState.from_json(state), ended=running)

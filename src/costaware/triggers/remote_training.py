@@ -291,7 +291,7 @@ class RemoteTrainingJobTrigger(KilledJobBilling, BaseTrigger):
         self._stop_followed_job_at_cap(status)  # waiting to start too, where nothing is left
         if self.price_watch and status.state == JobState.RUNNING and status.market == "spot":
             try:
-                paused = watch_event(self.price_watch, self.state, now=now)
+                paused = watch_event(self.price_watch, self.state, now=now, running=status.to_dict())
             except Exception as e:  # a price feed that fails must not stop the watch over the training
                 # The error's own "the task is retried" is not so here: the watch reads again next poll.
                 self.log.warning(
