@@ -38,6 +38,9 @@ def forecast_starts(
 ) -> list[list[str]]:
     """Forecast mean price of a run of ``runtime_hours`` starting at each whole hour up to ``latest_start``.
 
+    The mean is over the run's exact length (:func:`run_mean_usd`; at least a minute, :func:`run_hours`), a
+    last part hour weighed by the part of it the run covers, as :func:`objective_starts` averages intensity.
+
     With several zones a run may start in any of them: each hour's forecast is the cheapest zone's.
     Returns ``[[iso start, mean USD/hour], ...]``, empty when no whole hour is left before ``latest_start``.
     """
@@ -49,20 +52,32 @@ def forecast_starts(
     hours = int((latest_start - first) / timedelta(hours=1)) + 1
     if hours <= 0:
         return []
-    span = max(1, round(float(runtime_hours)))
+    run = Decimal(repr(run_hours(runtime_hours)))
     hourly: list[Decimal] = []
     for zone_name in zones:
         series = history.series(instance_type, region, zone_name)
         forecast = PriceForecast.fit(series, at=now, weeks=max(1, history_days // 7))
-        zone_hourly = forecast.hourly_usd_per_hour(first, hours + span - 1)
+        zone_hourly = forecast.hourly_usd_per_hour(first, hours + ceil(run) - 1)
         hourly = [min(a, b) for a, b in zip(hourly, zone_hourly, strict=True)] if hourly else zone_hourly
     return [
-        [
-            (first + timedelta(hours=i)).isoformat(),
-            str((sum(hourly[i : i + span], Decimal(0)) / span).quantize(MICRO_USD)),
-        ]
+        [(first + timedelta(hours=i)).isoformat(), str(run_mean_usd(hourly, i, run).quantize(MICRO_USD))]
         for i in range(hours)
     ]
+
+
+def run_mean_usd(hourly: Sequence[Decimal], start: int, hours: Decimal) -> Decimal:
+    """:func:`run_mean` of hourly prices, in decimals, for a run of ``hours`` from the whole hour ``start``.
+
+    The price of a later start is averaged over the run's own length, as its intensity is: over round(2.5)
+    = 2 whole hours a run into a dear hour looked as cheap as the two before it, and a ``cost+carbon`` value
+    added a price and an intensity of different runs. A whole number of hours averages as it always did.
+    """
+    whole = int(hours)
+    part = hours - whole
+    total = sum(hourly[start : start + whole], Decimal(0))
+    if part:
+        total += hourly[start + whole] * part
+    return total / hours
 
 
 #: A series at least this long is a year of records: read for another year, it stands in for it.
