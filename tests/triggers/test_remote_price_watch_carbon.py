@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -60,13 +61,19 @@ def test_a_clean_hour_before_dirty_ones_does_not_keep_a_job_running_through_them
     assert watch_event(watch(tmp_path, carbon, "resume"), {"k": "v"}, now=now()) is None
 
 
-def test_the_pause_watch_values_running_on_over_the_work_left_now_not_at_the_submit(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # A 3-hour job 2.5 h in, with its last clean half hour (100 gCO2e/kWh) before two dirty hours (500),
-    # 300 otherwise. Its work left is 3 - (2.5 h - 5 min restart - 5 min checkpoint) = 40 min: running on
-    # meets 100 then 10 minutes of 500. Valued over the 3 hours left at its submit (400 g/kWh on average,
-    # against 300 later), it was paused, losing a restart and up to a checkpoint interval.
+def running_job_watch(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    half_hourly: Callable[[int], int],
+    *,
+    deadline_hours: float,
+    priority: str,
+) -> tuple[Any, list[float]]:
+    """A pause-watching trigger of a 3-hour carbon job on spot, and its run seconds (``ran[0]``) to set.
+
+    ``half_hourly(k)``: the intensity of the half hour ``k`` half hours from now (5-minute restart,
+    5-minute checkpoints, the spot price flat: carbon alone decides).
+    """
     import costaware.adapters.compute.base as compute
     from costaware.adapters.compute.base import JobState, JobStatus
     from costaware.training.attempts import AttemptState, Current
@@ -77,9 +84,8 @@ def test_the_pause_watch_values_running_on_over_the_work_left_now_not_at_the_sub
     carbon = tmp_path / "half-hourly.csv"
     lines = ["timestamp_utc,g_co2eq_per_kwh_lca\n"]
     for half_hour in range(-96, 97):
-        value = 100 if half_hour == 0 else 500 if 1 <= half_hour <= 4 else 300
         at = now() + timedelta(minutes=30 * half_hour)
-        lines.append(f"{at.strftime('%Y-%m-%dT%H:%M:%SZ')},{value}\n")
+        lines.append(f"{at.strftime('%Y-%m-%dT%H:%M:%SZ')},{half_hourly(half_hour)}\n")
     carbon.write_text("".join(lines))
     prices = tmp_path / "prices.csv"
     write_history(prices, current="1.00", cheap_hour_utc=(now().hour + 12) % 24)
@@ -89,12 +95,12 @@ def test_the_pause_watch_values_running_on_over_the_work_left_now_not_at_the_sub
         region="us-east-1",
         on_demand_usd_per_hour="3.06",
         first_market="spot",
-        deadline=now() + timedelta(hours=12),
+        deadline=now() + timedelta(hours=deadline_hours),
         checkpoint_every_seconds=300.0,
         watch=PriceWatch(
             prices=str(prices),
             runtime_hours="3",
-            priority="best_effort",
+            priority=priority,
             restart_overhead_minutes=5.0,
             history_days=28,
             objective="carbon",
@@ -102,11 +108,11 @@ def test_the_pause_watch_values_running_on_over_the_work_left_now_not_at_the_sub
         ),
     )
     state = AttemptState(plan=plan, current=Current(attempt=1, job_id="train-a1", market="spot"))
-    ran = 0.0
+    ran = [0.0]
 
     class Running:
         def poll(self, job_id: str) -> JobStatus:
-            return JobStatus(job_id, JobState.RUNNING, ran, "spot", "p3.2xlarge", "Training")
+            return JobStatus(job_id, JobState.RUNNING, ran[0], "spot", "p3.2xlarge", "Training")
 
     monkeypatch.setattr(compute, "open_backend", lambda name, options: Running())
     trigger = RemoteTrainingJobTrigger(
@@ -117,12 +123,47 @@ def test_the_pause_watch_values_running_on_over_the_work_left_now_not_at_the_sub
         poll_interval=60,
         price_watch=price_watch(state, "pause", poll_interval=60),
     )
+    return trigger, ran
+
+
+def test_the_pause_watch_values_running_on_over_the_work_left_now_not_at_the_submit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A 3-hour job 2.5 h in, with its last clean half hour (100 gCO2e/kWh) before two dirty hours (500),
+    # 300 otherwise. Its work left is 3 - (2.5 h - 5 min restart - 5 min checkpoint) = 40 min: running on
+    # meets 100 then 10 minutes of 500. Valued over the 3 hours left at its submit (400 g/kWh on average,
+    # against 300 later), it was paused, losing a restart and up to a checkpoint interval.
+    trigger, ran = running_job_watch(
+        tmp_path,
+        monkeypatch,
+        lambda k: 100 if k == 0 else 500 if 1 <= k <= 4 else 300,
+        deadline_hours=12,
+        priority="best_effort",
+    )
     # Just submitted, the 3 hours run through the dirty ones: paused, as before.
     paused = trigger.poll_once(now())
     assert paused is not None and "3.00 h left" in paused["pause"]
     # An hour in, the work left now is 3 - (1 h - 10 min): still mostly dirty hours, paused on it.
-    ran = 3600.0
+    ran[0] = 3600.0
     paused = trigger.poll_once(now())
     assert paused is not None and "2.17 h left" in paused["pause"]
-    ran = 2.5 * 3600
+    ran[0] = 2.5 * 3600
     assert trigger.poll_once(now()) is None
+
+
+def test_a_job_late_in_its_run_may_pause_until_the_latest_resume_of_its_work_left_now(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Deadline in 3 h, a 3-hour job 2.5 h in (40 min left): its latest resume is 2 h 15 min from now, not the
+    # 5 minutes ago of its submit's 3 hours of work (then it never paused, and ran on through an hour of
+    # 500 g/kWh with 100 to come an hour later).
+    trigger, ran = running_job_watch(
+        tmp_path,
+        monkeypatch,
+        lambda k: 500 if 0 <= k <= 1 else 100 if k >= 2 else 300,
+        deadline_hours=3,
+        priority="normal",
+    )
+    ran[0] = 2.5 * 3600
+    paused = trigger.poll_once(now())
+    assert paused is not None and "0.67 h left" in paused["pause"]

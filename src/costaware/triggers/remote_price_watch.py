@@ -86,9 +86,8 @@ def watch_event(
     expects to last (its persistence term) is not worth a pause, one that the rest of the window outlasts
     is. Past the latest resume nothing is read: a paused job restarts on on-demand whatever spot costs.
 
-    ``running``: the status of the job a pause watch watches, as polled now. Its work left is then the
-    training's work left less what that job has run (:func:`~costaware.training.pauses.work_left` with the
-    job ``ended`` now, what a pause now would leave), not the watch's ``remaining_hours`` of its submit.
+    ``running``: the status of the job a pause watch watches, as polled now. Its work left and latest
+    resume are then those of the work left now (:func:`pause_watch_now`), not the watch's of its submit.
     """
     from costaware.adapters.spot_market import (
         forecast_window,
@@ -97,13 +96,13 @@ def watch_event(
         watch_objective,
     )
 
+    if running is not None and watch["mode"] == "pause":
+        watch = {**watch, **pause_watch_now(state, running)}
     latest_resume = parse_instant(watch["latest_resume"], name="latest_resume")
     if now >= latest_resume:
         return price_event(
             watch, state, now=now, usd_per_hour=None, available=False, source="", forecast_starts=[]
         )
-    if running is not None and watch["mode"] == "pause":
-        watch = {**watch, "remaining_hours": str(work_left_now(state, running))}
     observe = watch["observe"]
     objective, intensity, power_kw = watch_objective(
         watch, instance_type=observe["instance_type"], region=observe["region"]
@@ -141,15 +140,19 @@ def watch_event(
     )
 
 
-def work_left_now(state: Mapping[str, Any], running: Mapping[str, Any]) -> Decimal:
-    """Hours of work left while the job of ``running`` (its status now) runs: what a pause now would leave.
+def pause_watch_now(state: Mapping[str, Any], running: Mapping[str, Any]) -> dict[str, str]:
+    """The pause watch's ``remaining_hours`` and ``latest_resume`` while the job of ``running`` runs.
 
-    The watch's ``remaining_hours`` are those of the job's submit, when it had run 0 s: valued over them,
-    running on late in a job was scored over hours past its real end (and a clean last half hour before
-    dirty ones was paused). A stop loses up to one checkpoint interval, so this is from above, as after a
-    pause (``RemoteTrainingOperator`` works out the resume's work left alike).
+    The work left is the training's less what that job has run (its status now): what a pause now would
+    leave, from above (a stop loses up to one checkpoint interval); the latest resume is the latest restart
+    that still finishes it by the deadline. ``RemoteTrainingOperator`` works out both alike after a pause.
+    The watch's own are those of the job's submit, when it had run 0 s: valued over them, running on late in
+    a job was scored over hours past its real end (a clean last half hour before dirty ones was paused), and
+    a job past its submit's latest resume never paused, though a resume could still meet the deadline.
     """
     from costaware.training.attempts import AttemptState
-    from costaware.training.pauses import work_left
+    from costaware.training.pauses import latest_resume, work_left
 
-    return work_left(AttemptState.from_json(state), ended=running)
+    attempts = AttemptState.from_json(state)
+    left = work_left(attempts, ended=running)
+    return {"remaining_hours": str(left), "latest_resume": latest_resume(attempts, left).isoformat()}
