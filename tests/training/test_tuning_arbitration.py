@@ -157,3 +157,66 @@ def test_forget_keeps_the_records_of_holds_still_open_and_of_records_written_sin
     assert sorted(_records(url, "swept")) == [
         f"{arbitration.WAITING_SLOT_ATTR}swept/r1/trial/{number}" for number in (1, 3)
     ]
+
+
+@pytest.mark.parametrize("failure", ["optuna renamed its table", "the ledger's read failed"])
+def test_a_slot_whose_records_cannot_be_deleted_still_runs_its_trial_and_records_its_cost(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, failure: str
+) -> None:
+    # Deleting the records comes after the trial's money was granted: an error there (a later Optuna that
+    # renamed its private table, a locked database) failed the slot with its reservation open until its ttl
+    # and, outside Airflow, no entry recorded.
+    import sqlalchemy.exc
+    from optuna.storages._rdb import models
+
+    url = f"sqlite:///{tmp_path / 'study.db'}"
+    ledger = Ledger.from_url(url)
+    create_study(url, ledger, study_spec("unswept", max_usd="1000", max_trials=4, fallback_trial_seconds=2.0))
+    if failure == "optuna renamed its table":
+        monkeypatch.delattr(models, "StudySystemAttributeModel")
+    else:
+
+        def locked(self: WaitingSlots) -> dict[str, Any]:
+            raise sqlalchemy.exc.OperationalError("SELECT ...", {}, Exception("database is locked"))
+
+        monkeypatch.setattr(WaitingSlots, "_records", locked)
+
+    result = run_trial(
+        storage_url=url, ledger=ledger, study_name="unswept", trainer=InstantTrainer,
+        holder="unswept/r1/trial/0", slot=0, settle_as=EntryOwner(dag_id="unswept", run_id="r1", map_index=0),
+    )  # fmt: skip
+
+    assert result.ran, result.reason
+    assert ledger.open_reservations() == []
+    (entry,) = ledger.entries(dag_id="unswept")
+    assert result.trial is not None and entry["reservation_id"] == result.trial.reservation_id
+    assert "left in the study" in caplog.text
+
+
+def test_a_slot_deletes_its_record_only_once_its_trial_started_on_its_reservation(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Out of the money path: the trial that holds the reservation is recorded in the study first.
+    from costaware.training.tuning.study import TRIAL_ATTR
+
+    url = f"sqlite:///{tmp_path / 'study.db'}"
+    ledger = Ledger.from_url(url)
+    create_study(url, ledger, study_spec("ordered", max_usd="1000", max_trials=4, fallback_trial_seconds=2.0))
+    leased_at_forget: list[list[str]] = []
+    forget = WaitingSlots.forget
+
+    def forget_after_the_lease(self: WaitingSlots, ledger: Ledger) -> int:
+        trials = self.study.get_trials(deepcopy=False)
+        leased_at_forget.append(
+            [t.user_attrs[TRIAL_ATTR]["reservation"] for t in trials if TRIAL_ATTR in t.user_attrs]
+        )
+        return forget(self, ledger)
+
+    monkeypatch.setattr(WaitingSlots, "forget", forget_after_the_lease)
+    result = run_trial(
+        storage_url=url, ledger=ledger, study_name="ordered", trainer=InstantTrainer,
+        holder="ordered/r1/trial/0", slot=0, settle_as=EntryOwner(dag_id="ordered", run_id="r1", map_index=0),
+    )  # fmt: skip
+
+    assert result.ran and result.trial is not None, result.reason
+    assert leased_at_forget == [[result.trial.reservation_id]]

@@ -245,38 +245,53 @@ def run_trial(
             outcome = _slot_not_held(s.study, spec, ledger, slot, seconds, e)
             record_skipped_slot(ledger, spec, meter() - started, settle_as, outcome.reason, slot_hold)
             return outcome
-    reserved = _reserve_trial(
-        s,
-        ledger,
-        holder,
-        run_id,
-        slot,
-        wait_poll_seconds,
-        keep_for_retry_seconds,
-        slot_hold,
-        slot_usd_per_hour,
-        bill_tags,
-        outside_airflow=settle_as is not None,
-    )
-    if isinstance(reserved, SlotResult):
-        if settle_as is not None:  # in Airflow the cost listener bills the skipped try
-            # The slot's hold as it now stands: one that expired during the wait was held again, anew.
-            held = ledger.reservation_to_settle(holder) if slot_hold is not None else None
-            record_skipped_slot(
-                ledger, spec, meter() - started, settle_as, reserved.reason, None if held is None else held.id
-            )
-        return reserved
-    reservation, estimate = reserved
-    tick = meter()
+    waits = WaitingSlots(s.study, holder, wait_poll_seconds)
     try:
-        trial, info, tags = _start_trial(s, reservation, holder, slot, on_label)
-    except Exception as e:
-        if settle_as is not None:  # in Airflow the cost listener settles the hold with the try
-            tags = s.spec.budget_scope.as_dict()
-            seconds = meter() - s.started
-            settle_trial(ledger, s.spec, reservation.id, seconds, settle_as, "start", tags, "failed", str(e))
-        raise
-    training = _Training(bookkeeping=meter() - tick)
+        reserved = _reserve_trial(
+            s,
+            ledger,
+            holder,
+            run_id,
+            slot,
+            wait_poll_seconds,
+            keep_for_retry_seconds,
+            slot_hold,
+            slot_usd_per_hour,
+            bill_tags,
+            waits,
+            outside_airflow=settle_as is not None,
+        )
+        if isinstance(reserved, SlotResult):
+            if settle_as is not None:  # in Airflow the cost listener bills the skipped try
+                # The slot's hold as it now stands: one that expired during the wait was held again, anew.
+                held = ledger.reservation_to_settle(holder) if slot_hold is not None else None
+                record_skipped_slot(
+                    ledger,
+                    spec,
+                    meter() - started,
+                    settle_as,
+                    reserved.reason,
+                    None if held is None else held.id,
+                )
+            return reserved
+        reservation, estimate = reserved
+        tick = meter()
+        try:
+            trial, info, tags = _start_trial(s, reservation, holder, slot, on_label)
+            training = _Training(bookkeeping=meter() - tick)
+        except Exception as e:
+            if settle_as is not None:  # in Airflow the cost listener settles the hold with the try
+                tags = s.spec.budget_scope.as_dict()
+                seconds = meter() - s.started
+                settle_trial(
+                    ledger, s.spec, reservation.id, seconds, settle_as, "start", tags, "failed", str(e)
+                )
+            raise
+    finally:
+        # No longer waiting: its record goes, with those of holds that ended. Once the slot's entry or its
+        # trial's lease on the reservation is recorded, and best effort: an error here failed a slot whose
+        # money was granted, nothing recorded.
+        waits.forget(ledger)
     try:
         model = trainer(dict(trial.params), **dict(trainer_kwargs or {}))
         _train_rungs(s, trial, model, reservation, estimate, training)
@@ -467,6 +482,7 @@ def _reserve_trial(
     slot_hold: str | None,
     slot_usd_per_hour: Decimal | None,
     bill_tags: Mapping[str, str] | None,
+    waits: WaitingSlots,
     *,
     outside_airflow: bool = False,
 ) -> tuple[Reservation, TrialEstimate] | SlotResult:
@@ -475,8 +491,8 @@ def _reserve_trial(
     Outside Airflow a slot whose wait for money cannot be held in the study's budget stops waiting without
     stopping the study (``goes_on``): that money is held by trials in flight, and what they give back pays
     later slots. The slot's hold is recorded in the study before it asks, so that other slots refused beside
-    it do not take it for a trial's money that may come back (see
-    :class:`~costaware.training.tuning.arbitration.WaitingSlots`).
+    it do not take it for a trial's money that may come back (``waits``, which the caller forgets once the
+    slot's trial or entry is recorded; see :class:`~costaware.training.tuning.arbitration.WaitingSlots`).
     """
     spec = s.spec
     estimate = estimate_trial_seconds(
@@ -488,7 +504,6 @@ def _reserve_trial(
     def seconds_needed() -> float:
         return (s.meter() - s.started) + estimate.seconds + spec.slack_seconds
 
-    waits = WaitingSlots(s.study, holder, wait_poll_seconds)
     if slot_hold is not None:
         # Before the first ask: a slot refused at the same moment tells this hold from a trial's at once
         # (in Airflow a wait's first growth, 30 s at the worker's price, may stop it on the first poll).
@@ -553,8 +568,6 @@ def _reserve_trial(
             return SlotResult(ran=False, reason=message, stop=StopReason.BUDGET, goes_on=True)
         # A total budget, or a trial above a budget's whole cap: no new period makes room for it, ever.
         return _stop(s.study, StopReason.BUDGET, message, renews=e.renews)
-    finally:
-        waits.forget(ledger)  # no longer waiting: its record, and those of holds ended, were kept for good
     s.reserved_at = s.meter()
     return reservation, estimate
 
