@@ -220,3 +220,48 @@ def test_a_slot_deletes_its_record_only_once_its_trial_started_on_its_reservatio
 
     assert result.ran and result.trial is not None, result.reason
     assert leased_at_forget == [[result.trial.reservation_id]]
+
+
+def test_a_slot_renewing_its_record_as_another_slot_deletes_it_writes_it_anew(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Slot 1's hold ended and it holds its time anew; as it records the new hold, slot 0's forget deletes its
+    # old record between Optuna's read of the row and its update: the update found no row
+    # (StorageInternalError from a StaleDataError) and failed the waiting slot.
+    import threading
+
+    from optuna.storages._rdb import models
+
+    url = f"sqlite:///{tmp_path / 'study.db'}"
+    ledger = Ledger.from_url(url)
+    spec = study_spec("raced", max_usd="10", max_trials=5)
+    create_study(url, ledger, spec)
+    forgetting = WaitingSlots(optuna.load_study(study_name="raced", storage=url), "raced/r1/trial/0")
+    renewing = WaitingSlots(optuna.load_study(study_name="raced", storage=url), "raced/r1/trial/1")
+    old = ledger.reserve(spec.budget_scope, Decimal("0.10"), holder="raced/r1/trial/1").id
+    renewing.mark(old)
+    ledger.release(old)
+    new = ledger.reserve(spec.budget_scope, Decimal("0.10"), holder="raced/r1/trial/1").id
+    find = models.StudySystemAttributeModel.find_by_study_and_key.__func__
+    deleted: list[int] = []
+
+    def find_then_slot_0_forgets(cls: Any, study: Any, key: str, session: Any) -> Any:
+        found = find(cls, study, key, session)
+        if key == renewing._key and not deleted:
+            # Another process's delete: a thread, whose session is its own.
+            forgets = threading.Thread(target=lambda: deleted.append(forgetting.forget(ledger)))
+            forgets.start()
+            forgets.join()
+        return found
+
+    monkeypatch.setattr(
+        models.StudySystemAttributeModel, "find_by_study_and_key", classmethod(find_then_slot_0_forgets)
+    )
+    renewing.mark(new)
+
+    assert deleted == [1]  # slot 1's old record, its hold ended
+    (record,) = _records(url, "raced").values()
+    assert record["hold"] == new
+    assert WaitingSlots(optuna.load_study(study_name="raced", storage=url), "raced/r1/trial/2").others() == {
+        new
+    }

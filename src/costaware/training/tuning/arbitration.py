@@ -67,8 +67,22 @@ class WaitingSlots:
             return  # one write per half grace, not per poll
         counts_until = now + self._renewed_for
         record = {"holder": self.holder, "hold": hold_id, "counts_until": counts_until.isoformat()}
-        self.study._storage.set_study_system_attr(self.study._study_id, self._key, record)
+        self._write(record)
         self.marked, self.counts_until = hold_id, counts_until
+
+    def _write(self, record: dict[str, Any]) -> None:
+        """Write this slot's record, once more where another slot's :meth:`forget` deleted it meanwhile."""
+        from optuna.exceptions import StorageInternalError
+        from sqlalchemy.orm.exc import StaleDataError
+
+        try:
+            self.study._storage.set_study_system_attr(self.study._study_id, self._key, record)
+        except StorageInternalError as e:
+            if not isinstance(e.__cause__, StaleDataError):
+                raise
+            # Its old record (its hold ended) was deleted between Optuna's read of the row and its update,
+            # which found no row and failed the waiting slot: written again, the row is inserted.
+            self.study._storage.set_study_system_attr(self.study._study_id, self._key, record)
 
     def others(self) -> set[str]:
         """The holds other slots recorded and still renew (a record with no renewal time counts as is)."""
