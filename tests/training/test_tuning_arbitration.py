@@ -12,7 +12,11 @@ from test_tuning_trial import FakeClock, InstantTrainer, study_spec
 
 from costaware import Ledger
 from costaware.training.tuning import EntryOwner, arbitration, create_study, run_trial
-from costaware.training.tuning.arbitration import SLOT_RECORD_GRACE_SECONDS, WaitingSlots
+from costaware.training.tuning.arbitration import (
+    SLOT_RECORD_GRACE_SECONDS,
+    SLOT_RECORD_RENEWED_EVERY_SECONDS,
+    WaitingSlots,
+)
 from costaware.training.tuning.reservations import LATE_POLL_SECONDS, hold_slot_time
 
 
@@ -41,7 +45,7 @@ def test_a_waiting_slots_record_counts_while_renewed_and_lapses_once_its_slot_st
         waiting.mark("hold-A")
         assert behind.others() == {"hold-A"}
         clock.seconds += 1.0
-    assert len(writes) <= 600 / (SLOT_RECORD_GRACE_SECONDS / 2) + 1  # renewed each half grace, not each poll
+    assert len(writes) <= 600 / SLOT_RECORD_RENEWED_EVERY_SECONDS + 1  # not each poll
     # It dies after its last ask: its record counts a while (a live slot's next ask may come that late), and
     # no more than its longest wait and the grace after that ask (its hold, open for its ttl, then counts as
     # a trial's: money that comes back when it ends).
@@ -265,3 +269,56 @@ def test_a_slot_renewing_its_record_as_another_slot_deletes_it_writes_it_anew(
     assert WaitingSlots(optuna.load_study(study_name="raced", storage=url), "raced/r1/trial/2").others() == {
         new
     }
+
+
+def test_a_waiting_slots_record_counts_all_along_on_a_ledger_slow_to_answer(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Slot 0 waits for money, polling every 30 s, on a ledger whose every ask takes 60 s (SQLite's busy
+    # timeout: another writer holds the lock). Its record, renewed once a wait, lapsed during its second ask:
+    # slot 1, refused then, took its hold for a trial's and waited for it (the two waited for each other).
+    from costaware.adapters.ledger.store import Ledger as LedgerStore
+
+    clock = _clock(monkeypatch)
+    url = f"sqlite:///{tmp_path / 'study.db'}"
+    ledger = Ledger.from_url(url)
+    spec = replace(
+        study_spec("slow", max_usd="2.00", max_trials=5, fallback_trial_seconds=1200.0),
+        usd_per_hour=Decimal("3.6"),
+    )
+    create_study(url, ledger, spec)
+    tags = spec.budget_scope.as_dict()
+
+    def hold(number: int) -> Any:
+        held = hold_slot_time(
+            ledger, tags, Decimal("0.95"), holder=f"slow/r1/trial/{number}", run_id="r1", dag_id="slow",
+            seconds=1.0, purpose=f"slot {number}",
+        )  # fmt: skip
+        assert held is not None
+        return held
+
+    held = [hold(0), hold(1)]
+    behind = WaitingSlots(optuna.load_study(study_name="slow", storage=url), "slow/r1/trial/1")
+    seen: list[tuple[float, set[str]]] = []
+    reserve = LedgerStore.reserve
+
+    class Enough(Exception):
+        pass
+
+    def slow_reserve(self: Any, scope: Any, usd: Any, **kwargs: Any) -> Any:
+        if kwargs.get("holder") == "slow/r1/trial/0":
+            clock.seconds += 60.0
+            seen.append((clock.seconds, behind.others()))  # slot 1 is refused now: what does it see?
+            if len(seen) == 5:
+                raise Enough()
+        return reserve(self, scope, usd, **kwargs)
+
+    monkeypatch.setattr(LedgerStore, "reserve", slow_reserve)
+    with pytest.raises(Enough):
+        run_trial(
+            storage_url=url, ledger=ledger, study_name="slow", trainer=InstantTrainer,
+            holder="slow/r1/trial/0", slot=0, run_id="r1", wait_poll_seconds=30.0, seconds_already_used=1.0,
+            slot_hold=held[0].id, slot_usd_per_hour=spec.usd_per_hour, bill_tags=tags, meter=clock.monotonic,
+        )  # fmt: skip
+
+    assert [holds for _, holds in seen] == [{held[0].id}] * 5, seen

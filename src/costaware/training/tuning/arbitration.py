@@ -28,6 +28,10 @@ WAITING_SLOT_ATTR = "costaware:waiting_slot:"
 #: How long past the end of its next wait a slot's record counts unless the slot renews it: a slot that died
 #: waiting (OOM, a lost worker) stops counting this long after the wait it last renewed the record for.
 SLOT_RECORD_GRACE_SECONDS = 60.0
+#: The least time between two writes of a slot's record, renewed before and after each ask and before each
+#: wait (three writes a second at a 1 s poll): each renewal leaves it counting at least its longest wait and
+#: the grace less this, 80 s at the default, longer than an ask kept waiting for SQLite's lock (60 s).
+SLOT_RECORD_RENEWED_EVERY_SECONDS = 10.0
 
 
 @dataclass(slots=True)
@@ -35,10 +39,11 @@ class WaitingSlots:
     """The records of waiting slots' holds in the study: this holder's, written and renewed, and the others'.
 
     One attribute per holder (per slot number, two DAG runs of one study at once overwrote each other's). A
-    record counts while its hold is open and its slot renews it: each wait renews it to the end of the
-    longest wait (``max(LATE_POLL_SECONDS, poll_seconds)``) plus :data:`SLOT_RECORD_GRACE_SECONDS`, so that
-    a slot that died leaves a record counted 90 s at most (at the default poll), not for its hold's ttl (600
-    s at least), while slots behind it gave way. A slot's hold not (yet) recorded, or whose record lapsed,
+    record counts while its hold is open and its slot renews it: before and after each ask and before each
+    wait, to the end of the longest wait (``max(LATE_POLL_SECONDS, poll_seconds)``) plus
+    :data:`SLOT_RECORD_GRACE_SECONDS`, so that a slot that died leaves a record counted 90 s at most past its
+    last renewal (at the default poll), not for its hold's ttl (600 s at least), while slots behind it gave
+    way. A slot's hold not (yet) recorded, or whose record lapsed,
     counts as a trial's: its money comes back when the hold ends. :meth:`forget` deletes the slot's record
     as it stops waiting, and the records of holds no longer open: one per holder, kept, they grew with the
     study without bound.
@@ -60,11 +65,14 @@ class WaitingSlots:
         return timedelta(seconds=max(LATE_POLL_SECONDS, self.poll_seconds) + SLOT_RECORD_GRACE_SECONDS)
 
     def mark(self, hold_id: str) -> None:
-        """Record ``hold_id`` as this slot's, or renew its record before it could lapse in the next wait."""
+        """Record ``hold_id`` as this slot's, or renew its record (once per renewal interval at most).
+
+        Written once per :data:`SLOT_RECORD_RENEWED_EVERY_SECONDS` at most, not at each call.
+        """
         now = utcnow()
-        renew_by = self._renewed_for - timedelta(seconds=SLOT_RECORD_GRACE_SECONDS / 2)
+        renew_by = self._renewed_for - timedelta(seconds=SLOT_RECORD_RENEWED_EVERY_SECONDS)
         if hold_id == self.marked and self.counts_until is not None and self.counts_until - now > renew_by:
-            return  # one write per half grace, not per poll
+            return
         counts_until = now + self._renewed_for
         record = {"holder": self.holder, "hold": hold_id, "counts_until": counts_until.isoformat()}
         self._write(record)

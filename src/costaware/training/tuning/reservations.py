@@ -82,8 +82,8 @@ def reserve_trial_cost(
     for its time. None: the hold is not grown.
     ``outside_airflow``: there is no try and no bill (a skipped entry records the slot's time), and the
     refusal says so.
-    ``mark_waiting``: called with the id of the slot's hold where a wait holds it anew, so that other slots
-    tell it from a trial's (the caller marks it before the first ask); ``waiting_holds``: the ids other
+    ``mark_waiting``: called with the id of the slot's hold before and after each ask and before each wait,
+    so that other slots tell it from a trial's; ``waiting_holds``: the ids other
     slots so marked. A slot's hold is spent by its slot, not given back as a trial's is: refused only for
     such holds, the slot whose hold was made first waits and the others give way (:class:`SlotYields`).
     Counted as trials' money, two slots started together waited for each other, their holds grew until the
@@ -120,6 +120,11 @@ def reserve_trial_cost(
         gpu_hours = (Decimal(str(seconds)) / 3600 * spec.gpus).quantize(Decimal("0.000001"))
         lease = timedelta(seconds=max(2 * seconds, 60.0) + keep_for_retry_seconds)
         asked_at = utcnow()
+        if mark_waiting is not None and replacing is not None:
+            # Before each ask (the first: a slot refused at the same moment tells this hold from a trial's at
+            # once) and after it: renewed only before each wait, the record of a slot whose ask waited for
+            # the ledger's lock (SQLite's 60 s) lapsed, and the others took its hold for a trial's.
+            mark_waiting(replacing)
         try:
             held = ledger.reserve(
                 scope,
@@ -137,6 +142,8 @@ def reserve_trial_cost(
             held = ledger.extend(held.id, asked_at + lease)
             return _unpaid(ledger, held, usd)
         except BudgetExceededError:
+            if mark_waiting is not None and replacing is not None:
+                mark_waiting(replacing)
             # Without the slot's own hold, which the reserve gave back as it checked: taken for a trial in
             # flight, a slot whose hold was the study's only one waited an hour for it, renewing it.
             waits = other_slot_waits(ledger, waiting_holds() if waiting_holds else (), without=replacing)

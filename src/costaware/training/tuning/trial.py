@@ -504,10 +504,6 @@ def _reserve_trial(
     def seconds_needed() -> float:
         return (s.meter() - s.started) + estimate.seconds + spec.slack_seconds
 
-    if slot_hold is not None:
-        # Before the first ask: a slot refused at the same moment tells this hold from a trial's at once
-        # (in Airflow a wait's first growth, 30 s at the worker's price, may stop it on the first poll).
-        waits.mark(slot_hold)
     try:
         reservation = reserve_trial_cost(
             ledger,
