@@ -322,3 +322,27 @@ def test_a_waiting_slots_record_counts_all_along_on_a_ledger_slow_to_answer(
         )  # fmt: skip
 
     assert [holds for _, holds in seen] == [{held[0].id}] * 5, seen
+
+
+@pytest.mark.parametrize("skew", [-100.0, 100.0], ids=["writer behind", "reader ahead"])
+def test_waiting_slots_on_postgresql_date_their_records_by_the_databases_clock(
+    postgres_url: str, monkeypatch: pytest.MonkeyPatch, skew: float
+) -> None:
+    # Slot 0's worker marks its hold with its clock 100 s behind slot 1's: dated by each worker's clock, the
+    # record had lapsed 10 s before slot 1 read it, which took the live slot's hold for a trial's (the two
+    # waited for each other). On PostgreSQL the database's clock dates and reads them all.
+    from datetime import UTC, datetime, timedelta
+
+    name = f"skewed{int(skew)}".replace("-", "m")
+    ledger = Ledger.from_url(postgres_url)
+    create_study(postgres_url, ledger, study_spec(name, max_usd="4", max_trials=5))
+    study = optuna.load_study(study_name=name, storage=postgres_url)
+
+    def worker_clock(offset: float) -> Any:
+        return lambda: datetime.now(UTC) + timedelta(seconds=offset)
+
+    monkeypatch.setattr(arbitration, "utcnow", worker_clock(min(skew, 0.0)))
+    WaitingSlots(study, f"{name}/r1/trial/0").mark("hold-A")
+    monkeypatch.setattr(arbitration, "utcnow", worker_clock(max(skew, 0.0)))
+    assert WaitingSlots(study, f"{name}/r1/trial/1").others() == {"hold-A"}
+    ledger.dispose()

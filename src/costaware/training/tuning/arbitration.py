@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from costaware.core.ledger import utcnow
@@ -43,17 +44,22 @@ class WaitingSlots:
     wait, to the end of the longest wait (``max(LATE_POLL_SECONDS, poll_seconds)``) plus
     :data:`SLOT_RECORD_GRACE_SECONDS`, so that a slot that died leaves a record counted 90 s at most past its
     last renewal (at the default poll), not for its hold's ttl (600 s at least), while slots behind it gave
-    way. A slot's hold not (yet) recorded, or whose record lapsed,
-    counts as a trial's: its money comes back when the hold ends. :meth:`forget` deletes the slot's record
-    as it stops waiting, and the records of holds no longer open: one per holder, kept, they grew with the
-    study without bound.
+    way. Records are dated and read by one clock for all workers (:func:`records_clock`). A slot's hold
+    not (yet) recorded, or whose record lapsed, counts as a trial's: its money comes back when the hold
+    ends. :meth:`forget` deletes the slot's record as it stops waiting, and the records of holds no longer
+    open: one per holder, kept, they grew with the study without bound.
     """
 
     study: optuna.study.Study
     holder: str
     poll_seconds: float = 1.0
     marked: str | None = None
+    #: On :attr:`clock`: when the record last written stops counting unless renewed.
     counts_until: datetime | None = None
+    #: On this worker's clock: when the record was last written (how long ago is all that is asked of it).
+    written_at: datetime | None = None
+    #: The clock records are dated and read by (None: :func:`records_clock` of the study's storage).
+    clock: Callable[[], datetime] | None = None
 
     @property
     def _key(self) -> str:
@@ -69,14 +75,14 @@ class WaitingSlots:
 
         Written once per :data:`SLOT_RECORD_RENEWED_EVERY_SECONDS` at most, not at each call.
         """
-        now = utcnow()
-        renew_by = self._renewed_for - timedelta(seconds=SLOT_RECORD_RENEWED_EVERY_SECONDS)
-        if hold_id == self.marked and self.counts_until is not None and self.counts_until - now > renew_by:
+        here = utcnow()
+        renewed_every = timedelta(seconds=SLOT_RECORD_RENEWED_EVERY_SECONDS)
+        if hold_id == self.marked and self.written_at is not None and here - self.written_at < renewed_every:
             return
-        counts_until = now + self._renewed_for
+        counts_until = self._now() + self._renewed_for
         record = {"holder": self.holder, "hold": hold_id, "counts_until": counts_until.isoformat()}
         self._write(record)
-        self.marked, self.counts_until = hold_id, counts_until
+        self.marked, self.counts_until, self.written_at = hold_id, counts_until, here
 
     def _write(self, record: dict[str, Any]) -> None:
         """Write this slot's record, once more where another slot's :meth:`forget` deleted it meanwhile."""
@@ -94,9 +100,10 @@ class WaitingSlots:
 
     def others(self) -> set[str]:
         """The holds other slots recorded and still renew (a record with no renewal time counts as is)."""
-        now = utcnow()
+        records = self._records()
+        now = self._now()
         holds = set()
-        for key, value in self._records().items():
+        for key, value in records.items():
             if value.get("holder") == self.holder or not value.get("hold"):
                 continue
             until = _counts_until(key, value)
@@ -135,7 +142,12 @@ class WaitingSlots:
             )
             return 0
         finally:
-            self.marked = self.counts_until = None
+            self.marked = self.counts_until = self.written_at = None
+
+    def _now(self) -> datetime:
+        if self.clock is None:
+            self.clock = records_clock(self.study)
+        return self.clock()
 
     def _records(self) -> dict[str, dict[str, Any]]:
         attrs = self.study._storage.get_study_system_attrs(self.study._study_id)
@@ -144,6 +156,36 @@ class WaitingSlots:
             for key, value in attrs.items()
             if key.startswith(WAITING_SLOT_ATTR) and isinstance(value, dict)
         }
+
+
+def records_clock(study: optuna.study.Study) -> Callable[[], datetime]:
+    """The clock waiting slots' records are dated and read by: the study database's, one clock for all.
+
+    Dated by each worker's own clock, a worker ~30 s behind the others wrote records that they read as
+    lapsed while its slot still renewed them (and one ahead read theirs so): the two waited for each other.
+    A PostgreSQL storage is asked its time (``SELECT CURRENT_TIMESTAMP``, a round trip per write and per
+    read of the records). SQLite runs in the worker's own process, its ``CURRENT_TIMESTAMP`` the worker's
+    clock: the workers that share a SQLite file share one host's clock, read here without a query.
+    """
+    from optuna.storages import RDBStorage
+
+    storage = getattr(study._storage, "_backend", study._storage)  # under optuna's cache
+    if not isinstance(storage, RDBStorage) or storage.engine.dialect.name != "postgresql":
+        return _this_workers_clock
+    engine = storage.engine
+
+    def database_clock() -> datetime:
+        from sqlalchemy import text
+
+        with engine.connect() as connection:
+            now: datetime = connection.execute(text("SELECT CURRENT_TIMESTAMP")).scalar_one()
+        return now.astimezone(UTC)
+
+    return database_clock
+
+
+def _this_workers_clock() -> datetime:
+    return utcnow()
 
 
 def _counts_until(key: str, record: dict[str, Any]) -> datetime | None:
