@@ -346,3 +346,19 @@ def test_waiting_slots_on_postgresql_date_their_records_by_the_databases_clock(
     monkeypatch.setattr(arbitration, "utcnow", worker_clock(max(skew, 0.0)))
     assert WaitingSlots(study, f"{name}/r1/trial/1").others() == {"hold-A"}
     ledger.dispose()
+
+
+def test_a_slot_polling_less_often_than_late_slots_keeps_its_record_for_its_own_wait_and_the_grace(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # As docs/tuning.md says: a slot polling every 300 s counts 300 s + 60 s past its last renewal, not 90 s.
+    clock = _clock(monkeypatch)
+    url = f"sqlite:///{tmp_path / 'study.db'}"
+    create_study(url, Ledger.from_url(url), study_spec("polled", max_usd="4", max_trials=5))
+    study = optuna.load_study(study_name="polled", storage=url)
+    WaitingSlots(study, "polled/r1/trial/0", poll_seconds=300.0).mark("hold-A")
+    behind = WaitingSlots(study, "polled/r1/trial/1")
+    clock.seconds = 300.0 + SLOT_RECORD_GRACE_SECONDS - 1.0
+    assert behind.others() == {"hold-A"}
+    clock.seconds = 300.0 + SLOT_RECORD_GRACE_SECONDS
+    assert behind.others() == set()
