@@ -1289,7 +1289,9 @@ def test_a_job_gone_while_its_kept_state_stays_unread_is_billed_at_the_dearer_bi
 ) -> None:
     # Held back until a read of the kept state succeeded: an XCom that never reads back kept the job gone
     # unbilled until the deferral's timeout. Past the bound it is billed as gone, never below the first
-    # stop's bill (600 s and its grace period), and the log says so.
+    # stop's bill (600 s and its grace period), and the log says so. Nor above it: its state says the stop
+    # at the cap by a poll fell due at 600 s, which a wait sends whatever its kept state, yet it was billed
+    # from its submit up to the bound and a grace period (1,950 s).
     from datetime import timedelta
 
     from costaware.core.errors import JobNotFoundError
@@ -1308,7 +1310,8 @@ def test_a_job_gone_while_its_kept_state_stays_unread_is_billed_at_the_dearer_bi
     assert listing.stops == ["j"]
     event = rebuilt.poll_tolerant(first_gone + timedelta(seconds=UNREAD_KEPT_STATE_SECONDS))
     assert api_down[0] and event is not None
-    assert event["job"]["billable_seconds"] >= 600.0 + stop_seconds(state)
+    assert event["job"]["billable_seconds"] == 600.0 + stop_seconds(state)
+    assert "within the stop at the cap due after 600 s of running" in event["job"]["reason"]
     assert (
         "the wait's kept state is still unread after 7 failed read(s) over 600 s" in capsys.readouterr().out
     )

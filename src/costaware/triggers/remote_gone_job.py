@@ -114,12 +114,14 @@ class GoneJobBilling(CapStopping):
             return False
         return True
 
-    def _billed_as_gone(self, status: Any, *, stop_sent: bool | None) -> Any:
+    def _billed_as_gone(self, status: Any, *, stop_sent: bool | None, kept_state_unread: bool = False) -> Any:
         """``status`` (billed up to now) of a job billed as gone that may run on, billed to its latest end.
 
         A job its backend does not list may exist after all (:meth:`_stop_unlisted`): stopped, it runs to
         the end of its grace period (or the backend's own kill); where the stop failed, to its time limit,
         with nothing to watch it. Where nothing was stopped (:data:`GONE_IS_FINAL_BACKENDS`), as it is.
+        ``kept_state_unread``: billed at the bound of a kept state never read, within the stop at the cap
+        that the state says fell due (:meth:`_within_due_poll_stop`) unless this stop failed.
         """
         from dataclasses import replace
 
@@ -127,10 +129,10 @@ class GoneJobBilling(CapStopping):
         from costaware.training.attempt_effects import MIN_CAPPED_SECONDS, stop_seconds
         from costaware.training.attempts import AttemptState
 
-        if stop_sent is None or self.backend in GONE_IS_FINAL_BACKENDS:
-            return status
         if ended_when_found(self.state, self._last_seen) is not None:
             return status  # it had ended when this try found it: nothing ran on after its end
+        if stop_sent is None or self.backend in GONE_IS_FINAL_BACKENDS:
+            return self._within_due_poll_stop(status) if kept_state_unread else status
         # Nothing polls it again: its copies are billed what they may still run (a failed stop's time limit).
         if not self.state.get("backend"):  # a state without its plan (not the operator's): nothing to size by
             return with_copies_run_out(status)
@@ -153,15 +155,49 @@ class GoneJobBilling(CapStopping):
                 if own > held:
                     own = held
                     more += f", within its time limit ({held_limit} s)"
-            return with_copies_run_out(
-                replace(status, billable_seconds=own + copy_seconds, reason=status.reason + more)
-            )
+            stopped = replace(status, billable_seconds=own + copy_seconds, reason=status.reason + more)
+            return with_copies_run_out(self._within_due_poll_stop(stopped) if kept_state_unread else stopped)
         limit = self._time_limit_held(state, count)
         own = max(status.billable_seconds - copy_seconds, count * (limit + grace))
         more = f"; its stop failed: billed to its time limit ({limit:.0f} s) and grace period ({grace:.0f} s)"
         return with_copies_run_out(
             replace(status, billable_seconds=own + copy_seconds, reason=status.reason + more)
         )
+
+    def _within_due_poll_stop(self, status: Any) -> Any:
+        """``status`` billed at most to the grace period's end after the due stop at the cap its state says.
+
+        A job whose state has its stop at the cap made by the waits' polls (``stop_by_poll``) was stopped
+        once its billed seconds reached ``stop_after_seconds`` per instance: every wait sends a due stop
+        whatever its kept state. Gone while that state stays unread, it was billed up to now (from its
+        submit where never seen): 1,950 s where the stop billed 710 s, past ``max_usd``. Never less than it
+        was seen to run (seen past the stop point, a stop came after that at the earliest). Copies' seconds
+        are in the billed seconds the stop was weighed on, so they are in this bound too.
+        """
+        from dataclasses import replace
+
+        from costaware.adapters.compute.base import SEEN_BILLABLE_SECONDS, billed_instances
+        from costaware.training.attempt_effects import stop_seconds
+        from costaware.training.attempts import AttemptState
+
+        if not self.state.get("backend"):  # a state without its plan: nothing to size the grace period by
+            return status
+        state = AttemptState.from_json(self.state)
+        current = state.current
+        if current is None or current.stop_after_seconds is None or not current.stop_by_poll:
+            return status
+        count = billed_instances(self.backend_options)
+        grace = stop_seconds(state)
+        due = count * float(current.stop_after_seconds)
+        seen = float(status.metrics.get(SEEN_BILLABLE_SECONDS) or 0.0)
+        most = max(due, seen) + count * grace
+        if status.billable_seconds <= most:
+            return status
+        said = (
+            f"; within the stop at the cap due after {current.stop_after_seconds} s of running and its "
+            f"grace period ({grace:.0f} s): billed {most:.0f} s"
+        )
+        return replace(status, billable_seconds=most, reason=status.reason + said)
 
     def _time_limit_held(self, state: Any, count: int) -> float:
         """The time limit ``state``'s running job was given at its submit, as near as can be told (s).

@@ -254,14 +254,16 @@ class RemoteTrainingJobTrigger(KilledJobBilling, BaseTrigger):
                     self.log.warning(
                         "job %s on %s: %s; the wait's kept state is still unread after %d failed read(s) "
                         "over %.0f s: billed as gone now from what was last seen, as if no stop at the cap "
-                        "had been sent (the dearer bill of the two, never less than it ran)",
+                        "had been sent (the dearer bill of the two, never less than it ran), but not past "
+                        "the grace period after a stop at the cap its state says the waits sent when due",
                         self.job_id,
                         self.backend,
                         status.reason,
                         self._kept_state_read_failures,
                         (now - (self._gone_unread_since or now)).total_seconds(),
                     )
-                    status = self._billed_as_gone(status, stop_sent=self._stop_unlisted(now, status))
+                    stop_sent = self._stop_unlisted(now, status)
+                    status = self._billed_as_gone(status, stop_sent=stop_sent, kept_state_unread=True)
                 elif self._stopped_for_cap == self.job_id and self._cap_stopped_at is not None:
                     status = self._gone_after_cap_stop(status, now=now, instances=count)
                 elif ended_when_found(self.state, self._last_seen) is not None:
