@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import time
+from dataclasses import replace
 from decimal import Decimal
 from pathlib import Path
 
@@ -242,3 +243,38 @@ def test_a_spool_dir_in_an_unknown_users_home_is_named_not_a_traceback(
         "--spool-dir '~nosuchuser/spool' starts with the home folder of user 'nosuchuser', whom this" in err
     )
     assert "Traceback" not in err and "RuntimeError" not in err
+
+
+def test_drain_says_how_many_bills_it_dropped_as_billed_meanwhile(
+    spool: Path,
+    ledger: Ledger,
+    ledger_url: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # A bill spooled while the ledger was down, billed meanwhile under another key (a kill's, by the job's
+    # name): the drain dropped it, and the command said "0 written, 0 still waiting, 0 refused".
+    from costaware.training.attempt_duplicates import DuplicateCheck
+    from costaware.training.remote import attempt_key, attempt_uid
+
+    identity = {"dag_id": "retrain", "run_id": "run1", "task_id": "train", "map_index": -1}
+    billed = LedgerEntry(
+        dag_id="retrain", run_id="run1", task_id="train", kind=Kind.COMPUTE, usd=Decimal("2"),
+        quantity=Decimal("0.5"), tags={"project": "churn"},
+        entry_uid=attempt_uid(attempt_key(identity, "j", legacy=True)),
+    )  # fmt: skip
+    ledger.record(billed)
+    spooled = replace(billed, entry_uid=attempt_uid(attempt_key(identity, "j", 1000.0)))
+    check = DuplicateCheck(
+        entry_uid=spooled.entry_uid, quantity=str(spooled.quantity), job_id="j", ended_at=1000.0,
+        billable_seconds=1800.0, instances=1, backend="batch", identity=identity, keyed_by_name=False,
+    )  # fmt: skip
+    monkeypatch.setenv("COSTAWARE_LEDGER_URL", ledger_url)
+    spool_entry(spool, spooled, "costaware_ledger", retrying=True, duplicate_check=check.to_json())
+    assert main(["spool", "drain"]) == 0
+    said = "0 written, 0 still waiting, 0 refused, 1 already billed meanwhile: dropped"
+    assert said in capsys.readouterr().out
+    assert len(ledger.entries(dag_id="retrain")) == 1
+    spool_entry(spool, spooled, "costaware_ledger", retrying=True, duplicate_check=check.to_json())
+    assert main(["spool", "drain", "--format", "json"]) == 0
+    assert json.loads(capsys.readouterr().out)["billed_already"] == 1

@@ -195,9 +195,13 @@ def drain(args: argparse.Namespace) -> int:
         "written": result.written,
         "still_waiting": waiting,
         "refused": result.refused,
+        "billed_already": result.billed_already,
         "unavailable_ledgers": unavailable,
     }
     sentence = f"spool {folder}: {result.written} written, {waiting} still waiting, {result.refused} refused"
+    if result.billed_already:
+        # Not written, not waiting, not refused: said, or a bill gone from the spool is unaccounted for.
+        sentence += f", {result.billed_already} already billed meanwhile: dropped"
     emit_summary(summary, args.format, sentence)
     for conn_id, why in sorted(unavailable.items()):
         print(
