@@ -112,8 +112,9 @@ def test_a_clear_after_the_kill_follows_the_stopped_job_and_bills_it_once(
     # The cleared task's new try finds the stopped job by its name (the same attempt, billed already) and
     # resumes its checkpoint in attempt 2.
     result, _ = drive(operator(tmp_path, "ok", max_usd="1"), context_for(try_number=2))
-    # The new try sees attempt 1 as its backend ended it (a preemption: exit 75 after saving on the notice).
-    assert [a["cause"] for a in result["attempts"]] == ["preemption", "success"]
+    # Attempt 1 ended by the kill's stop, as the kill's entry says: the new try recorded it as a preemption
+    # (exit 75 after saving on the notice), while one whose stop at the cap fell due recorded it as killed.
+    assert [a["cause"] for a in result["attempts"]] == ["killed", "success"]
     killed, done = sorted(train_entries(ledger), key=lambda e: e["note"])
     assert (killed["cause"], done["cause"]) == ("killed", "success")
     assert Decimal(result["usd"]) == Decimal(str(killed["usd"])) + Decimal(str(done["usd"]))

@@ -72,21 +72,59 @@ class RemoteAttemptFollowing(RemoteAttemptPlacement):
         )
         return state, market, zone, market_reason, moved
 
-    @staticmethod
     def _followed_record(
-        followed: JobStatus | None, found_at: datetime, *, created_at: float | None
+        self, followed: JobStatus | None, found_at: datetime, *, created_at: float | None, plan: Any
     ) -> dict[str, Any] | None:
         """What a followed job's attempt keeps of it (``Current.followed``): its status, and its submit.
 
         Its submit (``created_at``: the backend's creation time, where :meth:`_earlier_job` found it) is
-        where the time limit the earlier try gave it runs from: a stop that fails bills it to there.
+        where the time limit the earlier try gave it runs from: a stop that fails bills it to there. Found
+        asked to stop already, with an earlier try's stop entry of it in the ledger, the cause of that entry
+        (:meth:`_earlier_try_stop`), which its end is recorded by.
         """
         if followed is None:
             return None
         record: dict[str, Any] = {"job": followed.to_dict(), "seen_at": found_at.isoformat()}
         if created_at is not None:
             record["created_at"] = datetime.fromtimestamp(created_at, timezone.utc).isoformat()
+        earlier_stop = self._earlier_try_stop(followed, plan)
+        if earlier_stop is not None:
+            from costaware.training.attempts import EARLIER_STOP_KEY
+
+            record[EARLIER_STOP_KEY] = earlier_stop
         return record
+
+    def _earlier_try_stop(self, followed: JobStatus, plan: Any) -> str | None:
+        """The cause (``killed``, ``unwatched``) of an earlier try's stop of ``followed``, else None.
+
+        A job a kill stopped ended by the kill, as the kill's ledger entry says: a new try that found it
+        ended (exit 75 after saving on the notice) recorded it as a preemption, and one whose stop at the
+        cap fell due as ``killed``. Only a job its backend says was asked to stop (``STOP_REQUESTED_AT``)
+        is looked up; a ledger that cannot be read says nothing (None: its end's own cause).
+        """
+        from costaware.adapters.compute.base import STOP_REQUESTED_AT
+        from costaware.training.attempt_duplicates import STOP_CAUSES
+        from costaware.training.remote import attempt_key, attempt_uid
+
+        if followed.metrics.get(STOP_REQUESTED_AT) is None:
+            return None
+        job_id = str(followed.job_id)
+        # Keyed by the job's name where the kill billed it still stopping, else by the end it saw.
+        keys = [attempt_uid(attempt_key(plan.identity, job_id, legacy=True))]
+        if followed.ended_at is not None:
+            keys.append(attempt_uid(attempt_key(plan.identity, job_id, followed.ended_at)))
+        try:
+            rows = self.ledger_hook.get_conn().entries_by_uid(keys)
+        except Exception as e:
+            self.log.warning(
+                "cannot read whether an earlier try stopped job %s (%s: %s): its end is recorded by its own "
+                "cause",
+                followed.job_id,
+                type(e).__name__,
+                e,
+            )
+            return None
+        return next((str(row["cause"]) for row in rows if row["cause"] in STOP_CAUSES), None)
 
     def _earlier_job(
         self, backend: ComputeBackend, name: str, *, instances: int = 1

@@ -149,7 +149,7 @@ class RemoteAttemptSteps(RemoteAttemptHolds):
             submitted_at=submitted_at.isoformat(),
             moved_bytes=moved,
             # What it ran before this try: a job the wait never sees is billed from it, not from now.
-            followed=self._followed_record(followed, found_at, created_at=created_at),
+            followed=self._followed_record(followed, found_at, created_at=created_at, plan=state.plan),
         )
         self._live, self._submitting = submitted, None  # one step: never neither while the job runs
         self.log.info(

@@ -623,10 +623,15 @@ def next_step(
         and state.current is not None
         and state.current.stopped_by_cap(job, instances=billed_instances(state.plan.backend_options))
     )
+    # A followed job an earlier try stopped (its kill) ended by that stop, as its ledger entry says: so
+    # recorded whether the wait took the stop as its own at the cap or saw the job end on its notice.
+    earlier_stop = state.current.earlier_stop() if state.current is not None else None
     if capped:
         # Stopped at what was left of the cap (the next submit says whether more is left), unless the stop
         # the wait took as its own was an earlier try's (its kill's).
-        cause = (state.current.earlier_stop() if state.current else None) or "max_usd"
+        cause = earlier_stop or "max_usd"
+    elif earlier_stop and cause == "preemption":
+        cause = earlier_stop
     deadline_stop = not capped and _stopped_at_the_deadline(state, job, now)
     if deadline_stop:
         # A spot attempt's limit is the time to the deadline: Batch and Kubernetes end it "failed", which

@@ -282,6 +282,10 @@ class LocalBackend:
             "instance_type": request["instance_type"],
             "availability_zone": str(request.get("availability_zone") or ""),  # older job folders lack it
         }
+        # A stop asked already (its file's time): a re-created wait does not send its stop at the cap again,
+        # and a new try that finds the job ended by an earlier try's stop records it by that stop's cause.
+        with contextlib.suppress(FileNotFoundError):
+            common["metrics"] = {STOP_REQUESTED_AT: (folder / "stop").stat().st_mtime}
         exit_file = folder / "exit.json"
         if not exit_file.exists():
             self._end_if_supervisor_gone(folder, request)
@@ -322,9 +326,6 @@ class LocalBackend:
             started = (folder / "started").read_text().strip()
         except FileNotFoundError:
             started = ""
-        # A stop asked already (its file's time): a re-created wait does not send its stop at the cap again.
-        with contextlib.suppress(FileNotFoundError):
-            common["metrics"] = {STOP_REQUESTED_AT: (folder / "stop").stat().st_mtime}
         if not started:  # not started (a folder of an older release may hold an empty file)
             return JobStatus(state=JobState.PENDING, **common)
         seconds = max(0.0, time.time() - float(started))
