@@ -162,3 +162,25 @@ def test_bad_inputs_fail_naming_the_value(
     argv = ["simulate", "--jobs", f["jobs"], *[paths.get(a, a) for a in extra]]
     assert main(argv) == 2
     assert message in capsys.readouterr().err
+
+
+def test_a_missing_carbon_file_names_where_it_was_looked_for_and_what_to_give(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # "--carbon GB_2023.csv" typed outside the bundled data's folder said only "No such file or directory":
+    # not which folder a relative path was read in, nor that the zone "GB" gives the same data.
+    f = _files(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    assert main(["simulate", "--jobs", f["jobs"], "--carbon", "GB_2023.csv", "--objective", "carbon"]) == 2
+    err = capsys.readouterr().err
+    assert f"'GB_2023.csv' (a relative path, read as {tmp_path / 'GB_2023.csv'})" in err
+    assert "give the file's full path, or the bundled grid zone 'GB' for its 2023 data" in err
+    missing = tmp_path / "data" / "PL_2024.csv"
+    assert main(["simulate", "--jobs", f["jobs"], "--carbon", str(missing), "--objective", "carbon"]) == 2
+    err = capsys.readouterr().err
+    assert f"{str(missing)!r}: No such file or directory; check the path, or a bundled grid zone (" in err
+    # The import takes a file only: no zone is offered in its place.
+    assert main(["carbon", "import", "DE-LU_2025.csv", "--zone", "DE-LU"]) == 2
+    err = capsys.readouterr().err
+    assert f"(a relative path, read as {tmp_path / 'DE-LU_2025.csv'})" in err
+    assert err.rstrip().endswith("give the file's full path") and "bundled" not in err

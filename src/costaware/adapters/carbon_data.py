@@ -83,12 +83,36 @@ def carbon_from_text(text: str, *, source: str, basis: str = "lca") -> PriceSeri
     return series
 
 
+def unreadable_carbon_file(path: str | Path, error: OSError, *, zone_instead: bool) -> InvalidPriceDataError:
+    """The error for a carbon intensity file that cannot be read, saying where it was looked for.
+
+    A relative path is read against the current folder, which is rarely the one its writer had in mind
+    (``--carbon GB_2023.csv`` typed outside the data folder); ``zone_instead`` where the caller also takes
+    a bundled grid zone, which is what such a file name usually meant.
+    """
+    text = str(path)
+    relative = not Path(text).is_absolute()
+    where = f" (a relative path, read as {Path(text).absolute()})" if relative else ""
+    advice = "give the file's full path" if relative else "check the path"
+    zone = Path(text).stem.partition("_")[0]
+    if zone_instead and zone in bundled_zones():
+        advice += f", or the bundled grid zone {zone!r} for its 2023 data"
+    elif zone_instead:
+        advice += f", or a bundled grid zone ({', '.join(bundled_zones())})"
+    reason = error.strerror or error
+    return InvalidPriceDataError(f"cannot read carbon intensity file {text!r}{where}: {reason}; {advice}")
+
+
 def load_carbon(path: str | Path, *, basis: str = "lca") -> PriceSeries:
-    """Read a recorded carbon intensity CSV (the format of ``shared/data/carbon_intensity``)."""
+    """Read a recorded carbon intensity CSV (the format of ``shared/data/carbon_intensity``).
+
+    Raises:
+        InvalidPriceDataError: the file cannot be read (named, with where it was looked for), or is malformed.
+    """
     try:
         text = Path(path).read_text(encoding="utf-8")
     except OSError as e:
-        raise InvalidPriceDataError(f"cannot read carbon intensity file {str(path)!r}: {e.strerror}") from e
+        raise unreadable_carbon_file(path, e, zone_instead=True) from e
     return carbon_from_text(text, source=Path(path).name, basis=basis)
 
 

@@ -201,7 +201,7 @@ def _fallback_note(source: object, args: argparse.Namespace, start: datetime) ->
 
 def import_file(args: argparse.Namespace) -> int:
     """Check a recorded intensity CSV and copy it into the carbon folder as the zone's imported file."""
-    from costaware.adapters.carbon_data import INTENSITY_COLUMNS, carbon_from_text
+    from costaware.adapters.carbon_data import INTENSITY_COLUMNS, carbon_from_text, unreadable_carbon_file
     from costaware.adapters.carbon_source import carbon_folder, write_atomically
     from costaware.core.errors import InvalidPriceDataError
 
@@ -233,7 +233,7 @@ def import_file(args: argparse.Namespace) -> int:
         data = path.read_bytes()
         text = data.decode("utf-8")
     except OSError as e:
-        raise InvalidPriceDataError(f"cannot read carbon intensity file {str(path)!r}: {e.strerror}") from e
+        raise unreadable_carbon_file(path, e, zone_instead=False) from e
     except UnicodeDecodeError as e:
         raise InvalidPriceDataError(f"{path.name} is not UTF-8 text: nothing was imported") from e
     header = next(csv.reader(io.StringIO(text.lstrip("\ufeff"))), [])
