@@ -271,6 +271,25 @@ def test_a_window_two_files_cover_together_is_joined_end_to_end(tmp_path: Path) 
         source.intensity("GB", new_year, new_year + timedelta(hours=4))
 
 
+def test_a_file_keeps_its_hours_in_a_window_the_bundled_year_covers_whole(tmp_path: Path) -> None:
+    # A GB file of 2023-06-14 00:00-02:00 asked for 00:00-04:00 was passed over for the bundled 2023 year,
+    # which covers the window whole: its two hours showed the bundled values, while `carbon show` noted
+    # that the file covered them.
+    start = datetime(2023, 6, 14, tzinfo=UTC)
+    rows = [f"{(start + timedelta(hours=h)):%Y-%m-%dT%H:%M:%SZ},{100 + h}" for h in range(2)]
+    (tmp_path / "GB_june.csv").write_text("\n".join(["timestamp_utc,g_co2eq_per_kwh_lca", *rows]) + "\n")
+    source = RecordedCarbon(tmp_path / "GB_june.csv")
+    (tmp_path / "empty").mkdir()
+    bundled = RecordedCarbon(tmp_path / "empty")  # no file: the bundled year alone
+    series = source.intensity("GB", start, start + timedelta(hours=4))
+    assert [v for _, v in series.points][:2] == [Decimal(100), Decimal(101)]
+    later = bundled.intensity("GB", start + timedelta(hours=2), start + timedelta(hours=4)).points
+    assert series.points[2:] == later
+    assert "GB_june.csv" in series.name and "GB_2023.csv" in series.name
+    # A window inside the bundled year that the file does not touch is still the bundled year's alone.
+    assert source.intensity("GB", start + timedelta(hours=2), start + timedelta(hours=3)).points == later[:1]
+
+
 def test_a_file_named_for_another_zone_is_said_when_nothing_covers_the_window(tmp_path: Path) -> None:
     # --source mydata.csv --zone GB: the file was passed by in silence (its name says zone 'mydata').
     mine = tmp_path / "mydata.csv"
