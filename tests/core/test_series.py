@@ -59,6 +59,27 @@ def test_bad_series_are_rejected_with_the_value(points: list, kwargs: dict, mess
         PriceSeries.from_points(points, name="s", **kwargs)
 
 
+@pytest.mark.parametrize(
+    ("written", "hint"),
+    [
+        ("$3.06", " ('3.06'?)"),
+        ("3.06/h", " ('3.06'?)"),
+        ("3.06 USD", " ('3.06'?)"),
+        ("3,06", " ('3.06'?)"),  # a decimal comma
+        ("1,200", ""),  # thousands grouped, or a decimal comma: no guess
+        ("abc", ""),
+    ],
+)
+def test_a_price_that_is_no_number_says_how_to_write_it(written: str, hint: str) -> None:
+    # "price '$3.06' is not a number" said what was wrong, not what to write instead.
+    with pytest.raises(InvalidPriceDataError) as raised:
+        PriceSeries.from_points([(T0, written)], name="s")
+    assert str(raised.value).endswith(
+        f"price {written!r} is not a number: write digits with a decimal point, without a unit or currency "
+        f"sign{hint}"
+    )
+
+
 def test_negative_prices_only_when_allowed() -> None:
     s = PriceSeries.from_points([(at(0), "-10.5")], name="power", allow_negative=True)
     assert s.price_at(at(0)) == Decimal("-10.5")

@@ -21,6 +21,7 @@ import bisect
 import itertools
 import logging
 import math
+import re
 from collections.abc import Iterable, Iterator, Sequence
 from datetime import datetime, timedelta, timezone
 from decimal import Decimal, InvalidOperation
@@ -37,13 +38,30 @@ def _price(
     try:
         price = value if isinstance(value, Decimal) else Decimal(str(value).strip())
     except (InvalidOperation, ValueError) as e:
-        raise InvalidPriceDataError(f"{what} {where}: {value_name} {value!r} is not a number") from e
+        raise InvalidPriceDataError(
+            f"{what} {where}: {value_name} {value!r} is not a number: write digits with a decimal point, "
+            f"without a unit or currency sign{_plain_number_hint(value)}"
+        ) from e
     if not price.is_finite() or (price < 0 and not allow_negative):
         raise InvalidPriceDataError(
             f"{what} {where}: {value_name} {value!r} must be a finite number"
             + ("" if allow_negative else " >= 0")
         )
     return price
+
+
+def _plain_number_hint(value: object) -> str:
+    """`` ('3.06'?)`` for a number written with a sign, unit or decimal comma ("$3.06", "3.06/h", "3,06")."""
+    text = str(value).strip()
+    whole, comma, fraction = text.partition(",")
+    digits_after = re.match(r"\d*", fraction)
+    if comma and "." not in text and "," not in fraction and digits_after and len(digits_after[0]) != 3:
+        text = f"{whole}.{fraction}"  # a decimal comma; "1,200" may group thousands: no guess
+    if "," in text:
+        return ""
+    # The number at the start once a currency sign is gone: "3.06/h" is 3.06, "$3.06 USD" too.
+    match = re.match(r"[-+]?(\d+(\.\d*)?|\.\d+)", text.lstrip("$€£ "))
+    return f" ({match.group(0)!r}?)" if match else ""
 
 
 def parse_instant(
