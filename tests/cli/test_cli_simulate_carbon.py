@@ -174,7 +174,8 @@ def test_a_missing_carbon_file_names_where_it_was_looked_for_and_what_to_give(
     assert main(["simulate", "--jobs", f["jobs"], "--carbon", "GB_2023.csv", "--objective", "carbon"]) == 2
     err = capsys.readouterr().err
     assert f"'GB_2023.csv' (a relative path, read as {tmp_path / 'GB_2023.csv'})" in err
-    assert "give the file's full path, or the bundled grid zone 'GB' for its 2023 data" in err
+    advice = "check the name, or give the file's full path, or the bundled grid zone 'GB' for its 2023 data"
+    assert advice in err
     missing = tmp_path / "data" / "PL_2024.csv"
     assert main(["simulate", "--jobs", f["jobs"], "--carbon", str(missing), "--objective", "carbon"]) == 2
     err = capsys.readouterr().err
@@ -183,4 +184,24 @@ def test_a_missing_carbon_file_names_where_it_was_looked_for_and_what_to_give(
     assert main(["carbon", "import", "DE-LU_2025.csv", "--zone", "DE-LU"]) == 2
     err = capsys.readouterr().err
     assert f"(a relative path, read as {tmp_path / 'DE-LU_2025.csv'})" in err
-    assert err.rstrip().endswith("give the file's full path") and "bundled" not in err
+    assert err.rstrip().endswith("check the name, or give the file's full path") and "bundled" not in err
+
+
+@pytest.mark.parametrize(
+    ("flag", "what"),
+    [("--jobs", "jobs file"), ("--prices", "price file"), ("--availability", "availability trace")],
+)
+def test_a_missing_jobs_price_or_trace_file_names_where_it_was_looked_for(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, flag: str, what: str
+) -> None:
+    # "cannot read price file 'p3.json': No such file or directory" named neither the folder nor a way out.
+    f = _files(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    given = {"--jobs": f["jobs"], "--prices": f["prices"]}
+    given[flag] = "typo.json"
+    args = ["simulate", "--objective", "carbon", "--carbon", f["carbon"]]
+    assert main(args + [arg for pair in given.items() for arg in pair]) == 2
+    assert (
+        f"cannot read {what} 'typo.json' (a relative path, read as {tmp_path / 'typo.json'}): No such file "
+        "or directory; check the name, or give the file's full path"
+    ) in capsys.readouterr().err

@@ -19,7 +19,7 @@ from importlib import resources
 from pathlib import Path
 
 from costaware.core.carbon import Machine, PowerModel
-from costaware.core.errors import ConfigurationError, InvalidPriceDataError
+from costaware.core.errors import ConfigurationError, InvalidPriceDataError, unreadable_file
 from costaware.core.prices import InstanceOffer
 from costaware.core.series import PriceSeries
 
@@ -90,17 +90,13 @@ def unreadable_carbon_file(path: str | Path, error: OSError, *, zone_instead: bo
     (``--carbon GB_2023.csv`` typed outside the data folder); ``zone_instead`` where the caller also takes
     a bundled grid zone, which is what such a file name usually meant.
     """
-    text = str(path)
-    relative = not Path(text).is_absolute()
-    where = f" (a relative path, read as {Path(text).absolute()})" if relative else ""
-    advice = "give the file's full path" if relative else "check the path"
-    zone = Path(text).stem.partition("_")[0]
+    message = unreadable_file("carbon intensity file", path, error)
+    zone = Path(str(path)).stem.partition("_")[0]
     if zone_instead and zone in bundled_zones():
-        advice += f", or the bundled grid zone {zone!r} for its 2023 data"
+        message += f", or the bundled grid zone {zone!r} for its 2023 data"
     elif zone_instead:
-        advice += f", or a bundled grid zone ({', '.join(bundled_zones())})"
-    reason = error.strerror or error
-    return InvalidPriceDataError(f"cannot read carbon intensity file {text!r}{where}: {reason}; {advice}")
+        message += f", or a bundled grid zone ({', '.join(bundled_zones())})"
+    return InvalidPriceDataError(message)
 
 
 def load_carbon(path: str | Path, *, basis: str = "lca") -> PriceSeries:

@@ -6,7 +6,7 @@ import functools
 from importlib import resources
 from pathlib import Path
 
-from costaware.core.errors import InvalidPriceDataError
+from costaware.core.errors import InvalidPriceDataError, unreadable_file
 from costaware.core.prices import PriceCatalog
 
 ONDEMAND_FILE = "aws_ondemand_prices.csv"
@@ -40,7 +40,7 @@ def catalog_from_files(
         try:
             return Path(path).read_text(encoding="utf-8")
         except OSError as e:
-            raise InvalidPriceDataError(f"cannot read price file {str(path)!r}: {e.strerror}") from e
+            raise InvalidPriceDataError(unreadable_file("price file", path, e)) from e
 
     text = read(ondemand)
     assert text is not None  # ondemand is required by the signature

@@ -20,7 +20,12 @@ from decimal import Decimal
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from costaware.core.errors import ConfigurationError, InvalidPriceDataError, PriceNotFoundError
+from costaware.core.errors import (
+    ConfigurationError,
+    InvalidPriceDataError,
+    PriceNotFoundError,
+    unreadable_file,
+)
 from costaware.core.series import AvailabilityTrace, PriceSeries
 
 if TYPE_CHECKING:
@@ -174,7 +179,7 @@ def _read(path: str | Path, what: str) -> str:
     try:
         return Path(path).read_text(encoding="utf-8")
     except OSError as e:
-        raise InvalidPriceDataError(f"cannot read {what} {str(path)!r}: {e.strerror}") from e
+        raise InvalidPriceDataError(unreadable_file(what, path, e)) from e
 
 
 def _json_documents(text: str, source: str) -> list[Any]:

@@ -9,6 +9,8 @@ from __future__ import annotations
 import difflib
 import inspect
 from collections.abc import Callable, Iterable
+from os import PathLike
+from pathlib import Path
 from typing import Any
 
 
@@ -134,6 +136,19 @@ class StoreNotWritableError(ConfigurationError):
 
 class ScoringError(ConfigurationError):
     """Raised when a promotion's scoring command fails, times out or writes no valid metrics."""
+
+
+def unreadable_file(what: str, path: str | PathLike[str], error: OSError) -> str:
+    """``cannot read <what> '<path>': <why>; <what to do>``, with where a relative path was looked for.
+
+    A relative path is read against the current folder, rarely the one its writer had in mind: the
+    message names the folder, so "No such file or directory" says where it was not found.
+    """
+    text = str(path)
+    relative = not Path(text).is_absolute()
+    where = f" (a relative path, read as {Path(text).absolute()})" if relative else ""
+    advice = "check the name, or give the file's full path" if relative else "check the path"
+    return f"cannot read {what} {text!r}{where}: {error.strerror or error}; {advice}"
 
 
 def did_you_mean(name: object, known: Iterable[str]) -> str:

@@ -20,7 +20,7 @@ from typing import Any
 from costaware.cli.arguments import midnight_utc
 from costaware.cli.output import emit
 from costaware.core.carbon import OBJECTIVES, Objective
-from costaware.core.errors import ConfigurationError, PriceNotFoundError
+from costaware.core.errors import ConfigurationError, PriceNotFoundError, unreadable_file
 from costaware.core.given import not_given
 from costaware.core.money import format_usd_exact
 from costaware.core.series import PriceSeries
@@ -43,7 +43,7 @@ def read_jobs(path: str | Path) -> list[Job]:
     try:
         text = Path(path).read_text(encoding="utf-8")
     except OSError as e:
-        raise ConfigurationError(f"cannot read jobs file {str(path)!r}: {e.strerror}") from e
+        raise ConfigurationError(unreadable_file("jobs file", path, e)) from e
     rows: Any
     if text.lstrip().startswith(("[", "{")):
         try:
@@ -84,7 +84,7 @@ def _market(
         try:
             text = Path(file).read_text(encoding="utf-8")
         except OSError as e:
-            raise ConfigurationError(f"cannot read price file {file!r}: {e.strerror}") from e
+            raise ConfigurationError(unreadable_file("price file", file, e)) from e
         if spot_prices.is_electricity_csv(text):
             if electricity is not None:
                 raise ConfigurationError(f"{file}: give one electricity price file, not several")
