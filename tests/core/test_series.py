@@ -80,6 +80,16 @@ def test_a_price_that_is_no_number_says_how_to_write_it(written: str, hint: str)
     )
 
 
+def test_a_record_time_that_is_no_iso_time_says_how_to_write_it() -> None:
+    # "time '01/11/2026 00:00' is not ISO-8601" named the value, not the form a record takes.
+    with pytest.raises(InvalidPriceDataError) as raised:
+        PriceSeries.from_points([("01/11/2026 00:00", "1")], name="s")
+    assert str(raised.value).endswith(
+        "time '01/11/2026 00:00' is not ISO-8601: write it year first, with a time zone, e.g. "
+        "'2026-01-31T06:00:00Z'"
+    )
+
+
 def test_negative_prices_only_when_allowed() -> None:
     s = PriceSeries.from_points([(at(0), "-10.5")], name="power", allow_negative=True)
     assert s.price_at(at(0)) == Decimal("-10.5")

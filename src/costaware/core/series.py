@@ -72,9 +72,10 @@ def parse_instant(
         try:
             value = datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
         except ValueError as e:
-            # A setting (not a file's record) gets an example: "2h" is the usual mistake.
+            # A file's record is most often a spreadsheet's day-first time ('01/11/2026 00:00'); a setting's,
+            # a duration ("2h").
             hint = (
-                ""
+                ": write it year first, with a time zone, e.g. '2026-01-31T06:00:00Z'"
                 if issubclass(error, InvalidPriceDataError)
                 else ": write a time with its zone, e.g. '2026-01-31T06:00:00Z' (a duration such as '2h' is "
                 'none: add it to a time in a template, "{{ (data_interval_end + macros.timedelta(hours=2))'
