@@ -131,6 +131,24 @@ def test_factory_specs(tmp_path: Path) -> None:
         RecordedCarbon(tmp_path / "missing")
 
 
+def test_a_source_typed_wrong_or_a_missing_file_says_what_was_meant(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # "--source bundeld" and "--source GB_2024.csv" (not there) both said only "is not 'recorded', 'bundled',
+    # 'live' nor an existing folder or file": no guess at the word, no folder the path was looked in.
+    with pytest.raises(ConfigurationError) as raised:
+        carbon_source("bundeld")
+    assert "'bundeld' is not 'recorded', 'bundled', 'live' (did you mean 'bundled'?) nor" in str(raised.value)
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ConfigurationError) as raised:
+        carbon_source("GB_2024.csv")
+    assert str(raised.value) == (
+        f"carbon source 'GB_2024.csv' does not exist (a relative path, read as {tmp_path / 'GB_2024.csv'}): "
+        "check the name, or give the full path of a folder or file of <ZONE>_<anything>.csv; or use "
+        "'recorded', 'bundled' or 'live'"
+    )
+
+
 # -- live, against recorded answers on 127.0.0.1 ------------------------------------------------------------
 
 

@@ -36,6 +36,7 @@ from costaware.core.errors import (
     CostawareError,
     InvalidPriceDataError,
     PriceNotFoundError,
+    did_you_mean,
 )
 from costaware.core.series import PriceSeries
 from costaware.settings import costaware_home
@@ -634,7 +635,15 @@ def carbon_source(spec: str | Path = "recorded", *, conn_id: str | None = DEFAUL
     # Path.expanduser raised a bare RuntimeError for a home nobody has (~nosuchuser, HOME unset).
     path = Path(expand_user(text, what="carbon source", uri=text, example="/srv/ml/carbon/GB.csv"))
     if not path.exists():
+        kinds = ("recorded", "bundled", "live")
+        if "/" in text or "\\" in text or "." in text:  # meant as a path: say where it was looked for
+            where = "" if path.is_absolute() else f" (a relative path, read as {path.absolute()})"
+            raise ConfigurationError(
+                f"carbon source {text!r} does not exist{where}: check the name, or give the full path of a "
+                "folder or file of <ZONE>_<anything>.csv; or use 'recorded', 'bundled' or 'live'"
+            )
         raise ConfigurationError(
-            f"carbon source {text!r} is not 'recorded', 'bundled', 'live' nor an existing folder or file"
+            f"carbon source {text!r} is not 'recorded', 'bundled', 'live'{did_you_mean(text.lower(), kinds)} "
+            "nor an existing folder or file"
         )
     return RecordedCarbon(path)
