@@ -250,6 +250,12 @@ def test_a_bad_file_writes_nothing(home: Path, tmp_path: Path, capsys: pytest.Ca
     assert "cannot read carbon intensity file" in capsys.readouterr().err
     assert main(["carbon", "import", str(RECORDED), "--zone", "../GB"]) == 2
     assert "is not a grid zone name" in capsys.readouterr().err
+    # An underscore or a space typed for the hyphen of a zone id: the zone meant is named.
+    assert main(["carbon", "import", str(RECORDED), "--zone", "DE_LU"]) == 2
+    assert "zone 'DE_LU' is not a grid zone name" in (err := capsys.readouterr().err)
+    assert err.rstrip().endswith("leading '.'): did you mean 'DE-LU'?")
+    assert main(["carbon", "import", str(RECORDED), "--zone", "GB_"]) == 2
+    assert capsys.readouterr().err.rstrip().endswith("did you mean 'GB'?")
     # A carbon file's errors speak of intensity, not of prices in USD/hour, nor of a header "None".
     header = "timestamp_utc,g_co2eq_per_kwh_lca\n"
     bad_files = {

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import csv
 import io
+import re
 import sys
 from datetime import datetime, timedelta, timezone
 from decimal import Decimal
@@ -201,17 +202,25 @@ def _fallback_note(source: object, args: argparse.Namespace, start: datetime) ->
 
 def import_file(args: argparse.Namespace) -> int:
     """Check a recorded intensity CSV and copy it into the carbon folder as the zone's imported file."""
-    from costaware.adapters.carbon_data import INTENSITY_COLUMNS, carbon_from_text, unreadable_carbon_file
-    from costaware.adapters.carbon_source import carbon_folder, write_atomically
+    from costaware.adapters.carbon_data import (
+        INTENSITY_COLUMNS,
+        carbon_from_text,
+        known_grid_zones,
+        unreadable_carbon_file,
+        zone_hint,
+    )
+    from costaware.adapters.carbon_source import carbon_folder, write_atomically, zone_of
     from costaware.core.errors import InvalidPriceDataError
 
     zone = args.zone.strip()
     if not zone or any(mark in zone for mark in "_/ \t") or zone.startswith("."):
+        # "DE_LU" or "DE LU" for DE-LU: the zone meant, where the marks stand for its hyphen.
+        dashed = re.sub(r"[_ \t]+", "-", zone).strip("-").upper()
+        meant = next((z for z in known_grid_zones() if z.upper() == dashed), None)
         raise ConfigurationError(
             f"zone {args.zone!r} is not a grid zone name (e.g. GB, DE-LU: no '_', '/', space or leading '.')"
+            + (f": did you mean {meant!r}?" if meant else "")
         )
-    from costaware.adapters.carbon_data import known_grid_zones, zone_hint
-    from costaware.adapters.carbon_source import zone_of
 
     known = {name.upper(): name for name in known_grid_zones()}
     if zone not in known.values() and zone.upper() in known:
