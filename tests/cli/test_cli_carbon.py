@@ -152,6 +152,22 @@ def test_show_of_past_hours_without_recorded_ones_is_the_typical_year(
     assert "typical-year estimate" in capsys.readouterr().out
 
 
+def test_show_across_the_bundled_years_end_counts_its_recorded_hours(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # From 2023-12-31 20:00 over 8 hours: "typical-year estimate ... (nothing recorded from 2023-12-31 20:00
+    # UTC)", though the bundled 2023 file records the first four.
+    with time_machine.travel("2026-11-20T05:20:00Z", tick=False):
+        argv = ["carbon", "show", "--zone", "GB", "--start", "2023-12-31T20:00Z", "--hours", "8"]
+        assert main([*argv, "--format", "json"]) == 0
+        shown = json.loads(capsys.readouterr().out)
+        assert main([*argv[:-1], "4", "--format", "json"]) == 0  # the four 2023 hours alone: recorded
+        alone = json.loads(capsys.readouterr().out)
+    assert shown["kind"] == "recorded, and a typical-year estimate for the other hours"
+    assert shown["series"].startswith("recorded (carbon GB_2023.csv (gCO2e/kWh, lca)) for 4 of 8 hour(s)")
+    assert alone["kind"] == "recorded" and shown["hours"][:4] == alone["hours"]
+
+
 def test_show_errors(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["carbon", "show", "--zone", "FR", "--source", "live", "--hours", "2"]) == 2
     assert "covers zone GB only, not 'FR'" in capsys.readouterr().err

@@ -147,10 +147,18 @@ def _typical_year(source: object, zone: str, start: datetime, hours: int) -> Pri
     # The hours a file does cover keep its values: a window running past an import's end showed the
     # bundled year for every hour, the imported ones too, as "nothing recorded".
     recorded = source.covered_hours(zone, start, hours)
+    files = [f.name for f in source.files.get(zone, [])] if recorded else []
+    # So do the bundled year's own hours: a window from 2023-12-31 20:00 said "nothing recorded from
+    # 2023-12-31 20:00", its four recorded 2023 hours counted as estimates.
+    in_bundled = [t for t in times if t not in recorded and bundled.start <= t < bundled.last + _HOUR]
+    recorded |= {t: bundled.mean_usd_per_hour(t, t + _HOUR) for t in in_bundled}
+    files += [bundled.name] if in_bundled else []
     typical = f"{bundled.name} at the same dates and hours"
     if recorded:
-        files = ", ".join(f.name for f in source.files.get(zone, []))
-        name = f"recorded ({files}) for {len(recorded)} of {hours} hour(s), else typical year: {typical}"
+        name = (
+            f"recorded ({', '.join(files)}) for {len(recorded)} of {hours} hour(s), else typical year: "
+            f"{typical}"
+        )
     else:
         name = f"typical year: {typical} (nothing recorded from {start:%Y-%m-%d %H:%M} UTC)"
     return PriceSeries(
