@@ -210,6 +210,10 @@ class LazyCommand:
         return self.load()(args)
 
 
+#: The package of the command modules: the declarations in ``costaware.cli.config*`` name paths under it.
+COMMANDS_PACKAGE = "costaware.cli.commands"
+
+
 def lazy_load_command(path: str) -> LazyCommand:
     """The command function at ``path`` (``package.module.function``), imported only when it runs."""
     return LazyCommand(path)
