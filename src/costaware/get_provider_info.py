@@ -20,6 +20,8 @@ SENSOR_MODULES = (
     "costaware.sensors.spend_gate_approval",  # SpendCapSensor's bases (its approval request, its checks)
     "costaware.sensors.spend_gate_base",
     "costaware.sensors.spot_window",
+    "costaware.sensors.spot_window_market",  # SpotWindowSensor's bases (its market looks, its plan)
+    "costaware.sensors.spot_window_plan",
 )
 TRIGGER_MODULES = (
     "costaware.triggers.budget",
