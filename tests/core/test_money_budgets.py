@@ -288,7 +288,7 @@ def test_an_estimate_above_the_whole_cap_is_not_told_that_releasing_holds_helps(
 
 def test_check_cap_refuses_a_gpu_hour_overrun() -> None:
     with pytest.raises(
-        BudgetExceededError, match=r"has 2 GPU-hours left of 8; task 'x' needs 3: raise the GPU"
+        BudgetExceededError, match=r"has 2 GPU-hours left of 8; task 'x' needs 3 GPU-hours: raise the GPU"
     ):
         check_cap(standing("0", "0", gpu_cap="8", gpu_used="6"), Decimal(1), Decimal(3), "task 'x'")
 

@@ -420,9 +420,26 @@ def test_on_free_compute_a_slot_outside_airflow_holds_the_gpu_hours_of_its_wait(
     assert not result.ran and result.goes_on, result.reason
     assert "GPU-hours" in result.reason
     (skipped,) = [row for row in ledger.entries() if row["trial"] == "skipped"]
-    hold = ledger.latest_reservation("slot-1")
-    assert hold is not None and skipped["reservation_id"] == hold.id
-    assert Decimal(0) < skipped["gpu_hours"] <= hold.gpu_hours  # every GPU-hour it spent was held
+    # The hold it was settled against (the slot's last: a wait may hold it again, replacing it).
+    (hold,) = [h for h in slot_holds(url, "slot-1") if h["status"] == "settled"]
+    assert skipped["reservation_id"] == hold["id"]
+    assert Decimal(0) < skipped["gpu_hours"] <= hold["gpu_hours"]  # every GPU-hour it spent was held
     (study,) = ledger.usage(spec.budget_scope)
     assert study.cap_gpu_hours is not None
     assert study.spent_gpu_hours + study.reserved_gpu_hours <= study.cap_gpu_hours
+
+
+def slot_holds(url: str, holder: str) -> list[dict[str, Any]]:
+    """Every reservation row of ``holder`` (open, settled, replaced, ...), oldest first."""
+    import sqlalchemy
+
+    from costaware.adapters.ledger import schema
+
+    r = schema.reservations
+    engine = sqlalchemy.create_engine(url)
+    try:
+        with engine.connect() as conn:
+            rows = conn.execute(sqlalchemy.select(r).where(r.c.holder == holder).order_by(r.c.created_at))
+            return [{**row._mapping, "gpu_hours": Decimal(row.gpu_hours_micros) / 1_000_000} for row in rows]
+    finally:
+        engine.dispose()

@@ -889,12 +889,14 @@ def test_a_skipped_slot_outside_airflow_records_the_time_it_took_to_decide(tmp_p
     skipped = [row for row in ledger.entries(dag_id="full") if row["outcome"] == "skipped"]
     assert sorted(row["map_index"] for row in skipped) == [1, 2, 3, 4, 5, 6]
     for row in skipped:
-        # $1 a second: 2 s read to its hold (held before the study is loaded), 2 more to its entry.
-        assert row["usd"] == Decimal(4) and row["trial"] == "skipped"
-        # Settled against the slot's hold on its time, not recorded beside it.
-        assert row["tags"]["project"] == "full" and row["reservation_id"] is not None
-        assert "max_trials" in row["note"]
-    assert ledger.spent(spec.budget_scope) == spent_by_the_trial + Decimal(24)
+        assert row["trial"] == "skipped" and row["tags"]["project"] == "full" and "max_trials" in row["note"]
+    first, *after_the_stop = sorted(skipped, key=lambda row: row["map_index"])
+    # $1 a second. Slot 1 made the stop: 2 s read to its hold (held before the study is loaded), 2 more to its
+    # entry, settled against that hold, not recorded beside it.
+    assert first["usd"] == Decimal(4) and first["reservation_id"] is not None
+    # The others found it recorded with the study's settings: that read (2 s) is all they did, nothing held.
+    assert [(row["usd"], row["reservation_id"]) for row in after_the_stop] == [(Decimal(2), None)] * 5
+    assert ledger.spent(spec.budget_scope) == spent_by_the_trial + Decimal(14)
     assert ledger.open_reservations() == []
 
 
@@ -983,7 +985,12 @@ def test_a_slot_outside_airflow_whose_load_cannot_be_held_runs_no_trial_and_the_
         meter=OneSecondARead(),
     )
     assert not result.ran
-    assert "slot 2 runs no trial, its time so far (1.0 s loading the study) cannot be held" in result.reason
+    # Refused before the load: its read of the settings and the load's estimate, not "1.0 s loading".
+    assert (
+        "slot 2 runs no trial: its time so far (1 s, up to reading the study's settings) and loading the "
+        "study's trials (estimated at 10 s, 10 times that read), 11 s at the study's $360/h: $1.10, cannot "
+        "be held"
+    ) in result.reason
     assert "raise the study's max_usd ($1.00)" in result.reason
     # Trials in flight may give money back: the study is not stopped for the slots after it.
     assert STOP_ATTR not in optuna.load_study(study_name=spec.study_name, storage=url).user_attrs
@@ -1017,7 +1024,8 @@ def test_a_slot_outside_airflow_whose_load_cannot_be_held_with_nothing_in_flight
         settle_as=EntryOwner(dag_id="spent", run_id="r1", map_index=0),
     )
     assert not first.ran and not first.goes_on
-    assert "slot 0 runs no trial, its time so far (0.5 s loading the study) cannot be held" in first.reason
+    assert "slot 0 runs no trial: its time so far (0.5" in first.reason
+    assert "0.5 s of it before this call, up to reading the study's settings) and loading" in first.reason
     stopped = optuna.load_study(study_name=spec.study_name, storage=url).user_attrs[STOP_ATTR]
     assert stopped["reason"] == "budget" and stopped["message"] == first.reason
     assert stopped.get("renews") is False  # a total budget: no new period makes room
@@ -1173,7 +1181,7 @@ def test_a_slot_outside_airflow_holds_its_time_before_the_study_loads_and_grows_
     # other trial's money (0.5 s of slack more).
     ledger.reserve(spec.budget_scope, Decimal("0.918"), holder="other-trial", ttl=timedelta(seconds=60))
     meter = SteppedMeter()
-    read_spec, load_study = trial_module.read_spec, trial_module.load_study
+    read_spec, load_study = trial_module.stopped_before_load, trial_module.load_study
     held_while_loading: list[Decimal] = []
 
     def read(*args: Any, **kwargs: Any) -> Any:
@@ -1185,7 +1193,7 @@ def test_a_slot_outside_airflow_holds_its_time_before_the_study_loads_and_grows_
         meter.now += 0.3  # loading the study's trials takes 0.3 s ($0.03), three times its estimate
         return load_study(*args, **kwargs)
 
-    monkeypatch.setattr(trial_module, "read_spec", read)
+    monkeypatch.setattr(trial_module, "stopped_before_load", read)
     monkeypatch.setattr(trial_module, "load_study", slow_load)
     result = run_trial(
         storage_url=url,

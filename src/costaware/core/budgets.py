@@ -462,6 +462,8 @@ class CapStanding(Protocol):
 #: What a refusal tells a person to do; a caller whose budget is set another way says that instead.
 RAISE_THE_CAP_ONLY = "raise the cap with `costaware budget set`"
 RAISE_THE_CAP = f"{RAISE_THE_CAP_ONLY} or lower the estimate"
+#: What a refusal for want of GPU-hours says to do (a caller whose cap comes from elsewhere replaces it).
+RAISE_THE_GPU_HOUR_CAP = "raise the GPU-hour cap"
 
 
 def cap_advice_in(message: str) -> str:
@@ -536,7 +538,7 @@ def check_cap(usage: CapStanding, amount: Decimal, gpu_hours: Decimal, purpose: 
         raise BudgetExceededError(
             f"budget '{name}' has "
             f"{usage.cap_gpu_hours - usage.spent_gpu_hours - usage.reserved_gpu_hours} GPU-hours "
-            f"left of {usage.cap_gpu_hours}; {purpose} needs {gpu_hours}: raise the GPU-hour cap",
+            f"left of {usage.cap_gpu_hours}; {purpose} needs {gpu_hours} GPU-hours: {RAISE_THE_GPU_HOUR_CAP}",
             renews=usage.period_key != "total" and gpu_hours <= usage.cap_gpu_hours,
             scope=name,
             # What is committed, as the USD refusal gives it: an approval request shows it as such.

@@ -453,6 +453,57 @@ def hold_slot_time(
     return _unpaid(ledger, held, usd)
 
 
+def keep_slot_hold_after_load(
+    ledger: Ledger, hold_id: str, spec: StudySpec, slot: int, run_id: str | None, seconds: float
+) -> str | None:
+    """Keep the slot's hold on its time counting once the study is loaded (outside Airflow).
+
+    Returns the id of the hold that now counts the slot's time: ``hold_id``, kept :data:`SLOT_HOLD_SECONDS`
+    from now, or a new hold of its holder for the slot's ``seconds`` so far at the study's price (and
+    GPUs) where ``hold_id`` expired during the load (one longer than the hold's ttl: ten times the read
+    before it, at least :data:`SLOT_HOLD_SECONDS`). An expired hold counts nothing and is not grown: grown,
+    it read as "a budget set since it was made" and the slot stopped the study for good. None: the budgets
+    it was held in were deleted since, and none covers its scope now (nothing to overspend, as
+    :func:`hold_slot_time` finds).
+
+    Raises:
+        BudgetExceededError: a budget over the hold's scope has no room to hold it again.
+    """
+    held = ledger.extend(hold_id, utcnow() + timedelta(seconds=SLOT_HOLD_SECONDS))
+    if held.status not in ("open", "expired"):  # settled, released or replaced: not the slot's to keep
+        return hold_id
+    if held.status == "open" and held.expires_at > utcnow():
+        return hold_id
+    log.warning(
+        "slot %d's hold on its time (reservation %s) expired at %s, while the study loaded (the slot's "
+        "%.0f s so far, past the ttl it was held for: ten times the read of the study's settings before "
+        "it, at least %.0f s): held again for that time; keep the study store close to the workers",
+        slot,
+        hold_id,
+        held.expires_at.isoformat(timespec="seconds"),
+        seconds,
+        SLOT_HOLD_SECONDS,
+    )
+    try:
+        again = ledger.reserve(
+            held.scope,
+            usd_for_seconds(seconds, spec.usd_per_hour),
+            gpu_hours=gpu_hours_for(seconds, spec.gpus),
+            holder=held.holder,
+            run_id=run_id,
+            dag_id=holder_dag_id(held.holder) if held.holder else None,
+            ttl=timedelta(seconds=SLOT_HOLD_SECONDS),
+            purpose=(
+                f"slot {slot} of study '{spec.study_name}': its time so far ({seconds:.0f} s, loading the "
+                f"study at the study's ${spec.usd_per_hour}/h), held again: its hold expired during the load"
+            ),
+            replacing=hold_id,  # closed as "replaced": the slot's entry settles the new hold
+        )
+    except BudgetNotFoundError:
+        return None
+    return again.id
+
+
 def gpu_hours_for(seconds: float, gpus: Decimal) -> Decimal:
     """GPU-hours of ``seconds`` on ``gpus``, rounded up to the micro-GPU-hour (never short)."""
     exact = Decimal(str(max(seconds, 0.0))) / 3600 * gpus
@@ -719,17 +770,26 @@ def settle_trial(
 
 
 def record_skipped_slot(
-    ledger: Ledger, spec: StudySpec, seconds: float, owner: EntryOwner, why: str, hold: str | None = None
+    ledger: Ledger,
+    spec: StudySpec,
+    seconds: float,
+    owner: EntryOwner,
+    why: str,
+    hold: str | None = None,
+    *,
+    label: str = "skipped",
+    outcome: str = "skipped",
 ) -> Decimal:
     """Record the time a slot that ran no trial took to decide (outside Airflow); returns its cost.
 
     In Airflow the listener bills a skipped try; here loading the study and waiting for money ran on the
     machine the study pays for too, and nothing else records it. ``hold``: the slot's hold on that time
-    (:func:`hold_slot_time`), settled with the entry.
+    (:func:`hold_slot_time`), settled with the entry. ``label`` and ``outcome``: the entry's (a slot that
+    raised before its trial's reservation: ``open``, ``failed``).
     """
     tags = spec.budget_scope.as_dict()
     entry = _slot_entry(
-        spec, seconds, owner, label="skipped", tags=tags, outcome="skipped", note=why, reservation_id=hold
+        spec, seconds, owner, label=label, tags=tags, outcome=outcome, note=why, reservation_id=hold
     )
     if hold is None:
         ledger.record(entry)

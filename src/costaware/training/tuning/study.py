@@ -175,7 +175,7 @@ def load_study(
     storage = open_storage(storage_url)
     if attrs is None:
         _, attrs = _study_attrs(storage, study_name)
-    spec = _spec_of(study_name, attrs)
+    spec = spec_of(study_name, attrs)
     study = optuna.load_study(
         study_name=study_name,
         storage=storage,
@@ -191,7 +191,7 @@ def read_spec(storage_url: str, study_name: str) -> StudySpec:
     Raises:
         ConfigurationError: no study of that name in the storage, or it was not created by costaware.
     """
-    return _spec_of(study_name, _study_attrs(open_storage(storage_url), study_name)[1])
+    return spec_of(study_name, _study_attrs(open_storage(storage_url), study_name)[1])
 
 
 def stopped_before_load(
@@ -216,7 +216,7 @@ def stopped_before_load(
     running = storage.get_all_trials(study_id, deepcopy=False, states=(optuna.trial.TrialState.RUNNING,))
     if any(dict(t.user_attrs.get(TRIAL_ATTR) or {}).get("holder") == holder for t in running):
         return attrs
-    return _spec_of(study_name, attrs), dict(stopped)
+    return spec_of(study_name, attrs), dict(stopped)
 
 
 def _study_attrs(storage: optuna.storages.BaseStorage, study_name: str) -> tuple[int, dict[str, Any]]:
@@ -235,8 +235,8 @@ def _study_attrs(storage: optuna.storages.BaseStorage, study_name: str) -> tuple
     return study_id, storage.get_study_user_attrs(study_id)
 
 
-def _spec_of(study_name: str, attrs: dict[str, Any]) -> StudySpec:
-    """The study's settings from its user attributes.
+def spec_of(study_name: str, attrs: dict[str, Any]) -> StudySpec:
+    """The study's settings from its user attributes (as :func:`stopped_before_load` read them).
 
     Raises:
         ConfigurationError: it was not created by costaware.

@@ -21,10 +21,10 @@ from typing import TYPE_CHECKING, Any
 
 import optuna
 
-from costaware.core.budgets import cap_advice_in
+from costaware.core.budgets import RAISE_THE_GPU_HOUR_CAP, cap_advice_in
 from costaware.core.errors import BudgetExceededError, ConfigurationError, check_keywords
 from costaware.core.ledger import utcnow
-from costaware.core.money import format_usd
+from costaware.core.money import format_usd, format_usd_exact
 from costaware.core.tuning import (
     StopReason,
     StudySpec,
@@ -48,6 +48,7 @@ from costaware.training.tuning.reservations import (
     cover_gpu_hours,
     gpu_hours_for,
     hold_slot_time,
+    keep_slot_hold_after_load,
     record_skipped_slot,
     reserve_trial_cost,
     settle_trial,
@@ -62,7 +63,7 @@ from costaware.training.tuning.study import (
     finish_failed,
     finished_trials,
     load_study,
-    read_spec,
+    spec_of,
     started_trials,
     stopped_before_load,
     trial_info,
@@ -201,80 +202,35 @@ def run_trial(
     # reservation too (a slow study store or task start once pushed a try past its hold and a study past
     # max_usd).
     started = meter() - max(seconds_already_used, 0.0)
-    if settle_as is not None and slot_hold is None:
-        # Outside Airflow the slot's time is held before the study's trials are loaded (its price and scope
-        # are one read away): held after the load, a load that ran long was spent before it was held.
-        ahead = loaded[1] if loaded is not None else read_spec(storage_url, study_name)
-        seconds = meter() - started
-        # Loading the trials is a few reads of the store that just answered one: estimated from that read
-        # (the time since this call began, the caller's before it left out).
-        read_seconds = seconds - max(seconds_already_used, 0.0)
-        load_seconds = 0.0 if loaded is not None else STUDY_LOAD_READS * max(read_seconds, 0.0)
-        try:
-            held = _hold_slot_outside_airflow(ahead, ledger, holder, run_id, slot, seconds, load_seconds)
-        except BudgetExceededError as e:
-            # The study only (not its trials): to stop it where nothing of its money may come back.
-            study, spec = loaded if loaded is not None else load_study(storage_url, study_name, slot, holder)
-            outcome = _slot_not_held(study, spec, ledger, slot, seconds, e)
-            record_skipped_slot(ledger, spec, meter() - started, settle_as, outcome.reason)
-            return outcome
-        slot_hold = None if held is None else held.id
-        slot_usd_per_hour = ahead.usd_per_hour if held is not None else None
-    spec, opened = _open_slot(storage_url, study_name, holder, slot, meter, started, loaded)
-    if isinstance(opened, SlotResult):
-        if settle_as is not None:
-            record_skipped_slot(ledger, spec, meter() - started, settle_as, opened.reason, slot_hold)
-        return opened
-    s = opened
-    if slot_hold is not None and _is_trial_hold(s.trials, holder, slot_hold):
-        # Where the run's tags hold the study's scope (a DAG tagged study:s1) the slot's hold and the trial's
-        # are over the same tags, and the hold found for the slot was an earlier try's trial hold (the study
-        # records it on that try's trial). Replaced, the retry asked the whole estimate again; left to
-        # reserve, which finds it by its holder, it pays the retry less what the earlier try spent.
-        slot_hold = None
-    if settle_as is not None and slot_hold is not None:
-        # A load longer than its estimate: held as long as it ran before anything more is done.
-        seconds = s.meter() - started
-        try:
-            _grow_slot_hold(ledger, slot_hold, usd_for_seconds(seconds, spec.usd_per_hour), slot, run_id)
-            if spec.gpus > 0:
-                slot_hold = cover_gpu_hours(
-                    ledger, slot_hold, gpu_hours_for(seconds, spec.gpus), slot, run_id
-                )
-        except BudgetExceededError as e:
-            outcome = _slot_not_held(s.study, spec, ledger, slot, seconds, e)
-            record_skipped_slot(ledger, spec, meter() - started, settle_as, outcome.reason, slot_hold)
-            return outcome
-    waits = WaitingSlots(s.study, holder, wait_poll_seconds)
+    slot_time = _SlotTime()
     try:
-        reserved = _reserve_trial(
-            s,
-            ledger,
-            holder,
-            run_id,
-            slot,
-            wait_poll_seconds,
-            keep_for_retry_seconds,
-            slot_hold,
-            slot_usd_per_hour,
-            bill_tags,
-            waits,
-            outside_airflow=settle_as is not None,
-        )
-        if isinstance(reserved, SlotResult):
-            if settle_as is not None:  # in Airflow the cost listener bills the skipped try
-                # The slot's hold as it now stands: one that expired during the wait was held again, anew.
-                held = ledger.reservation_to_settle(holder) if slot_hold is not None else None
-                record_skipped_slot(
-                    ledger,
-                    spec,
-                    meter() - started,
-                    settle_as,
-                    reserved.reason,
-                    None if held is None else held.id,
-                )
-            return reserved
-        reservation, estimate = reserved
+        try:
+            reached = _until_reserved(
+                storage_url=storage_url,
+                ledger=ledger,
+                study_name=study_name,
+                holder=holder,
+                slot=slot,
+                run_id=run_id,
+                settle_as=settle_as,
+                meter=meter,
+                started=started,
+                seconds_already_used=seconds_already_used,
+                wait_poll_seconds=wait_poll_seconds,
+                keep_for_retry_seconds=keep_for_retry_seconds,
+                slot_hold=slot_hold,
+                slot_usd_per_hour=slot_usd_per_hour,
+                bill_tags=bill_tags,
+                loaded=loaded,
+                slot_time=slot_time,
+            )
+        except Exception as e:
+            if settle_as is not None:  # in Airflow the cost listener bills the failed try with its hold
+                _record_slot_error(ledger, holder, slot_time, meter() - started, settle_as, e)
+            raise
+        if isinstance(reached, SlotResult):
+            return reached
+        s, reservation, estimate = reached
         tick = meter()
         try:
             trial, info, tags = _start_trial(s, reservation, holder, slot, on_label)
@@ -291,7 +247,8 @@ def run_trial(
         # No longer waiting: its record goes, with those of holds that ended. Once the slot's entry or its
         # trial's lease on the reservation is recorded, and best effort: an error here failed a slot whose
         # money was granted, nothing recorded.
-        waits.forget(ledger)
+        if slot_time.waits is not None:
+            slot_time.waits.forget(ledger)
     try:
         model = trainer(dict(trial.params), **dict(trainer_kwargs or {}))
         _train_rungs(s, trial, model, reservation, estimate, training)
@@ -299,6 +256,226 @@ def run_trial(
         _fail_trial(s, ledger, trial, reservation, tags, training.fidelity, e, on_label, settle_as)
         raise
     return _finish_trial(s, ledger, trial, info, tags, training, reservation, estimate, on_label, settle_as)
+
+
+@dataclass(slots=True)
+class _SlotTime:
+    """Outside Airflow, what the slot's time before its trial's reservation is recorded with."""
+
+    #: The study's settings once read: the price of the slot's entry.
+    spec: StudySpec | None = None
+    #: The slot holds its time (found again by its holder: a wait may have held it anew).
+    held: bool = False
+    #: Its entry is recorded (a skipped slot's): nothing is left to record.
+    recorded: bool = False
+    #: Its record among the study's waiting slots, once the study is open (forgotten when it stops waiting).
+    waits: WaitingSlots | None = None
+
+
+def _until_reserved(
+    *,
+    storage_url: str,
+    ledger: Ledger,
+    study_name: str,
+    holder: str,
+    slot: int,
+    run_id: str | None,
+    settle_as: EntryOwner | None,
+    meter: Callable[[], float],
+    started: float,
+    seconds_already_used: float,
+    wait_poll_seconds: float,
+    keep_for_retry_seconds: float,
+    slot_hold: str | None,
+    slot_usd_per_hour: Decimal | None,
+    bill_tags: Mapping[str, str] | None,
+    loaded: tuple[optuna.study.Study, StudySpec] | None,
+    slot_time: _SlotTime,
+) -> tuple[_Slot, Reservation, TrialEstimate] | SlotResult:
+    """The slot up to its trial's reservation: hold its time (outside Airflow), open the study, reserve.
+
+    ``slot_time`` says as it goes what the caller records the slot's time with where this raises.
+    """
+    attrs: dict[str, Any] | None = None
+    if settle_as is not None and slot_hold is None:
+        # Outside Airflow the slot's time is held before the study's trials are loaded (its price and scope
+        # are one read away): held after the load, a load that ran long was spent before it was held. That
+        # read gives the study's stop too: a slot that finds it stopped records the read, nothing held (held,
+        # the hold and its settle cost it ten times that read, on each call of a driver after the stop).
+        if loaded is None:
+            early = stopped_before_load(storage_url, study_name, holder)
+            if isinstance(early, tuple):
+                spec, stop = early
+                message = stop["message"]
+                record_skipped_slot(ledger, spec, meter() - started, settle_as, message)
+                slot_time.recorded = True
+                return SlotResult(ran=False, reason=message, stop=StopReason(stop["reason"]))
+            attrs = early
+            ahead = spec_of(study_name, attrs)
+        else:
+            ahead = loaded[1]
+        slot_time.spec = ahead
+        seconds = meter() - started
+        # Loading the trials is a few reads of the store that just answered one: estimated from that read
+        # (the time since this call began, the caller's before it left out).
+        read_seconds = seconds - max(seconds_already_used, 0.0)
+        load_seconds = 0.0 if loaded is not None else STUDY_LOAD_READS * max(read_seconds, 0.0)
+        try:
+            held = _hold_slot_outside_airflow(ahead, ledger, holder, run_id, slot, seconds, load_seconds)
+        except BudgetExceededError as e:
+            if loaded is not None:
+                stopped, study = loaded[0].user_attrs.get(STOP_ATTR), loaded[0]
+
+                def the_study() -> optuna.study.Study:
+                    return study
+
+            else:
+                # Loaded only to record the study's stop, with the attributes read above.
+                stopped = (attrs or {}).get(STOP_ATTR)
+
+                def the_study() -> optuna.study.Study:
+                    return load_study(storage_url, study_name, slot, holder, attrs=attrs)[0]
+
+            what = _time_before_load(ahead, seconds, read_seconds, load_seconds)
+            outcome = _slot_not_held(the_study, stopped, ahead, ledger, slot, seconds, what, e)
+            record_skipped_slot(ledger, ahead, meter() - started, settle_as, outcome.reason)
+            slot_time.recorded = True
+            return outcome
+        slot_hold = None if held is None else held.id
+        slot_usd_per_hour = ahead.usd_per_hour if held is not None else None
+        slot_time.held = held is not None
+    spec, opened = _open_slot(storage_url, study_name, holder, slot, meter, started, loaded, attrs)
+    if settle_as is not None:
+        slot_time.spec, slot_time.held = spec, slot_hold is not None
+    if isinstance(opened, SlotResult):
+        if settle_as is not None:
+            record_skipped_slot(ledger, spec, meter() - started, settle_as, opened.reason, slot_hold)
+            slot_time.recorded = True
+        return opened
+    s = opened
+    if slot_hold is not None and _is_trial_hold(s.trials, holder, slot_hold):
+        # Where the run's tags hold the study's scope (a DAG tagged study:s1) the slot's hold and the trial's
+        # are over the same tags, and the hold found for the slot was an earlier try's trial hold (the study
+        # records it on that try's trial). Replaced, the retry asked the whole estimate again; left to
+        # reserve, which finds it by its holder, it pays the retry less what the earlier try spent.
+        slot_hold = None
+        slot_time.held = False
+    if settle_as is not None and slot_hold is not None:
+        # A load longer than its estimate: held as long as it ran before anything more is done.
+        seconds = s.meter() - started
+        try:
+            kept = _grow_slot_hold(ledger, slot_hold, spec, seconds, slot, run_id)
+            if kept is not None:
+                slot_hold = kept
+                if spec.gpus > 0:
+                    slot_hold = cover_gpu_hours(
+                        ledger, slot_hold, gpu_hours_for(seconds, spec.gpus), slot, run_id
+                    )
+        except BudgetExceededError as e:
+            what = _time_so_far(spec, seconds)
+            outcome = _slot_not_held(
+                lambda: s.study, s.study.user_attrs.get(STOP_ATTR), spec, ledger, slot, seconds, what, e
+            )
+            record_skipped_slot(ledger, spec, meter() - started, settle_as, outcome.reason, slot_hold)
+            slot_time.recorded = True
+            return outcome
+        if kept is None:
+            slot_hold, slot_usd_per_hour = None, None
+            slot_time.held = False
+    slot_time.waits = WaitingSlots(s.study, holder, wait_poll_seconds)
+    reserved = _reserve_trial(
+        s,
+        ledger,
+        holder,
+        run_id,
+        slot,
+        wait_poll_seconds,
+        keep_for_retry_seconds,
+        slot_hold,
+        slot_usd_per_hour,
+        bill_tags,
+        slot_time.waits,
+        outside_airflow=settle_as is not None,
+    )
+    if isinstance(reserved, SlotResult):
+        if settle_as is not None:  # in Airflow the cost listener bills the skipped try
+            # The slot's hold as it now stands: one that expired during the wait was held again, anew.
+            now_held = ledger.reservation_to_settle(holder) if slot_hold is not None else None
+            record_skipped_slot(
+                ledger,
+                spec,
+                meter() - started,
+                settle_as,
+                reserved.reason,
+                None if now_held is None else now_held.id,
+            )
+            slot_time.recorded = True
+        return reserved
+    return s, *reserved
+
+
+def _record_slot_error(
+    ledger: Ledger, holder: str, slot_time: _SlotTime, seconds: float, owner: EntryOwner, error: Exception
+) -> None:
+    """Record the slot's time against its hold where it raised before its trial's reservation (no Airflow).
+
+    Left open, the hold kept the study's money from other slots until it expired ($0.55 of a $1 study for
+    600 s after a study store went away mid-load), and the time it paid for was recorded nowhere. What the
+    slot's own raise says wins: a ledger that cannot record this is logged, not raised.
+    """
+    if slot_time.spec is None or slot_time.recorded:
+        return
+    why = f"the slot raised before its trial's reservation: {type(error).__name__}: {error}"
+    try:
+        # Its hold as it now stands (a wait holds it anew), or the trial's reservation granted as it raised.
+        hold = ledger.reservation_to_settle(holder) if slot_time.held else None
+        record_skipped_slot(
+            ledger,
+            slot_time.spec,
+            seconds,
+            owner,
+            why,
+            None if hold is None else hold.id,
+            label="open",
+            outcome="failed",
+        )
+    except Exception:
+        log.exception("slot of %s: its %.1f s before it raised could not be recorded", holder, seconds)
+
+
+def _time_before_load(spec: StudySpec, seconds: float, read_seconds: float, load_seconds: float) -> str:
+    """What the slot's hold before the study's load asked for (its time so far and the load's estimate)."""
+    total = seconds + load_seconds
+    so_far = f"its time so far ({_s(seconds)} s"
+    if seconds > read_seconds:  # the caller's time before this call
+        so_far += f", {_s(seconds - read_seconds)} s of it before this call"
+    return (
+        f"{so_far}, up to reading the study's settings) and loading the study's trials (estimated at "
+        f"{_s(load_seconds)} s, {STUDY_LOAD_READS} times that read), {_s(total)} s at the study's "
+        f"${spec.usd_per_hour}/h: {_held_for(spec, total)}"
+    )
+
+
+def _time_so_far(spec: StudySpec, seconds: float) -> str:
+    """What the slot's hold after the study's load asked for: its time so far."""
+    return (
+        f"its time so far ({_s(seconds)} s, reading and loading the study) at the study's "
+        f"${spec.usd_per_hour}/h: {_held_for(spec, seconds)}"
+    )
+
+
+def _held_for(spec: StudySpec, seconds: float) -> str:
+    """The money of ``seconds`` at the study's price, and its GPU-hours on a study with GPUs."""
+    usd = format_usd_exact(usd_for_seconds(seconds, spec.usd_per_hour))
+    if spec.gpus <= 0:
+        return usd
+    gpus = f"{spec.gpus:g} GPU" if spec.gpus == 1 else f"{spec.gpus:g} GPUs"
+    return f"{usd} and {gpu_hours_for(seconds, spec.gpus)} GPU-hours on its {gpus}"
+
+
+def _s(seconds: float) -> str:
+    """Seconds as a reader wants them: 0.002, 1, 700 (not 0.0 for a read of 2 ms)."""
+    return f"{round(seconds, 3):g}"
 
 
 def _hold_slot_outside_airflow(
@@ -341,8 +518,15 @@ def _hold_slot_outside_airflow(
     )
 
 
-def _grow_slot_hold(ledger: Ledger, hold_id: str, usd: Decimal, slot: int, run_id: str | None) -> None:
-    """Grow the slot's hold to ``usd`` unpaid, its time so far (outside Airflow).
+def _grow_slot_hold(
+    ledger: Ledger, hold_id: str, spec: StudySpec, seconds: float, slot: int, run_id: str | None
+) -> str | None:
+    """Grow the slot's hold to its time so far (``seconds`` at the study's price) unpaid (outside Airflow).
+
+    Returns the id of the hold that now holds it: ``hold_id``, or a new one where ``hold_id`` expired during
+    the load (see :func:`~costaware.training.tuning.reservations.keep_slot_hold_after_load`; not grown,
+    it read as "a budget set since it was made" and the slot stopped the study for good). None: the budgets
+    it was held in were deleted since, and no budget counts the slot's time now.
 
     Raises:
         BudgetExceededError: a budget the hold is in has no room for it (named, as a refused reserve does).
@@ -350,10 +534,15 @@ def _grow_slot_hold(ledger: Ledger, hold_id: str, usd: Decimal, slot: int, run_i
     from costaware.core.budgets import check_cap
     from costaware.core.ledger import holder_dag_id
 
+    usd = usd_for_seconds(seconds, spec.usd_per_hour)
     paid = ledger.paid_from([hold_id]).get(hold_id, Decimal(0))
     held = ledger.grow(hold_id, paid + usd)
     if held.usd >= paid + usd:
-        return
+        return hold_id
+    # Looked at only where it was not grown: the common load keeps its one ledger call.
+    kept = keep_slot_hold_after_load(ledger, hold_id, spec, slot, run_id, seconds)
+    if kept != hold_id:
+        return kept
     dag_id = holder_dag_id(held.holder) if held.holder else None
     for usage in ledger.usage(held.scope, run_id=run_id, dag_id=dag_id, without=hold_id):
         if usage.label in held.budgets:
@@ -370,36 +559,45 @@ def _grow_slot_hold(ledger: Ledger, hold_id: str, usd: Decimal, slot: int, run_i
 
 
 def _slot_not_held(
-    study: optuna.study.Study,
+    the_study: Callable[[], optuna.study.Study],
+    stopped: Mapping[str, Any] | None,
     spec: StudySpec,
     ledger: Ledger,
     slot: int,
     seconds: float,
+    what: str,
     e: BudgetExceededError,
 ) -> SlotResult:
-    """The slot runs no trial, its time so far (``seconds``) refused a hold (outside Airflow).
+    """The slot runs no trial, its time so far (``seconds``, described by ``what``) refused a hold.
 
-    The study goes on (``goes_on``) while its trials hold money that may come back, else its money is spent
-    and the slot stops it, as a refused trial's reservation does. A study stopped already says why it did.
+    Outside Airflow. The study goes on (``goes_on``) while its trials hold money that may come back, else its
+    money is spent and the slot stops it, as a refused trial's reservation does (``the_study`` gives the
+    study to record the stop in: loaded only then). A study stopped already (``stopped``, its recorded stop)
+    says why it did.
     """
-    stopped = study.user_attrs.get(STOP_ATTR)
     if stopped:
         return SlotResult(ran=False, reason=stopped["message"], stop=StopReason(stopped["reason"]))
     message = str(e)
-    if e.scope.startswith(f"{spec.budget_scope}/"):  # the study's own budget: its cap is max_usd
+    if e.scope.startswith(f"{spec.budget_scope}/"):  # the study's own budget: its caps are the study's
         message = message.replace(
             cap_advice_in(message), f"raise the study's max_usd ({format_usd(spec.caps.max_usd)})"
         )
-    reason = (
-        f"study {spec.study_name}: slot {slot} runs no trial, its time so far ({seconds:.1f} s loading "
-        f"the study) cannot be held: {message}"
-    )
+        message = message.replace(RAISE_THE_GPU_HOUR_CAP, _raise_max_gpu_hours(spec))
+    reason = f"study {spec.study_name}: slot {slot} runs no trial: {what}, cannot be held: {message}"
     if not slot_may_wait(ledger, spec, e.scope, usd_for_seconds(seconds, spec.usd_per_hour)):
         # Nothing of the study's trials may come back: its money is spent, and a driver that runs slots
         # until the study stops paid a load past the cap with each.
-        return _stop(study, StopReason.BUDGET, reason, renews=e.renews)
+        return _stop(the_study(), StopReason.BUDGET, reason, renews=e.renews)
     # Not the study's stop: what is held may come back to a slot run later.
     return SlotResult(ran=False, reason=reason, stop=StopReason.BUDGET, goes_on=True)
+
+
+def _raise_max_gpu_hours(spec: StudySpec) -> str:
+    """What a slot refused GPU-hours by the study's own budget is told: its GPU-hour cap is max_gpu_hours."""
+    return (
+        f"raise the study's max_gpu_hours ({spec.caps.max_gpu_hours}: the GPU-hour cap the plan sets on the "
+        "study's budget)"
+    )
 
 
 def _check_trainer_call(trainer: TrainerFactory, trainer_kwargs: Mapping[str, Any]) -> None:
@@ -439,8 +637,15 @@ def _open_slot(
     meter: Callable[[], float],
     started: float,
     loaded: tuple[optuna.study.Study, StudySpec] | None = None,
+    attrs: dict[str, Any] | None = None,
 ) -> tuple[StudySpec, _Slot | SlotResult]:
-    """Load the study (unless ``loaded``), fail its stale trials, apply the stop rules (unless resumed)."""
+    """Load the study (unless ``loaded``), fail its stale trials, apply the stop rules (unless resumed).
+
+    ``attrs``: the study's attributes as :func:`stopped_before_load` gave them (not stopped for ``holder``):
+    loaded with them, not read again.
+    """
+    if loaded is None and attrs is not None:
+        loaded = load_study(storage_url, study_name, slot, holder, attrs=attrs)
     if loaded is None:
         early = stopped_before_load(storage_url, study_name, holder)
         if isinstance(early, tuple):  # its stop read first: the slot's time up to it is what it records

@@ -1,0 +1,174 @@
+"""A slot's hold on its time outside Airflow (``run_trial(settle_as=...)``): held, kept and recorded."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import timedelta
+from decimal import Decimal
+from typing import Any
+
+import optuna
+import pytest
+from test_tuning_slot_hold import slot_holds
+from test_tuning_trial import FakeClock, InstantTrainer, SteppedMeter, study_spec
+
+from costaware import Ledger
+from costaware.core.tuning import StudySpec, TuningCaps
+from costaware.training.tuning import EntryOwner, create_study, run_trial
+from costaware.training.tuning.study import STOP_ATTR
+
+
+def _study(tmp_path: Any, spec: StudySpec) -> tuple[str, Ledger]:
+    url = f"sqlite:///{tmp_path / 'study.db'}"
+    ledger = Ledger.from_url(url)
+    create_study(url, ledger, spec)
+    return url, ledger
+
+
+def _slot(url: str, ledger: Ledger, spec: StudySpec, number: int, meter: Any, **kwargs: Any) -> Any:
+    return run_trial(
+        storage_url=url, ledger=ledger, study_name=spec.study_name, trainer=InstantTrainer,
+        holder=f"slot-{number}", slot=number, meter=meter,
+        settle_as=EntryOwner(dag_id=spec.study_name, run_id="r1", map_index=number), **kwargs,
+    )  # fmt: skip
+
+
+def _gpu_study(name: str, max_gpu_hours: str) -> StudySpec:
+    """Free compute (a price of 0) on one GPU: max_gpu_hours is what binds."""
+    caps = TuningCaps.create(max_usd=Decimal(1), max_trials=3, max_gpu_hours=max_gpu_hours)
+    spec = study_spec(name, max_usd="1", max_trials=3, fallback_trial_seconds=36.0)
+    return replace(spec, usd_per_hour=Decimal(0), gpus=Decimal(1), caps=caps)
+
+
+def test_a_load_longer_than_the_slots_hold_holds_it_again_and_the_trial_runs(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The study's trials took 700 s to load, past the hold's 600 s: the hold expired, was not grown, and the
+    # slot said "a budget set since it was made holds nothing of it" and stopped the $10 study for good.
+    import costaware.training.tuning.trial as trial_module
+
+    clock = FakeClock(monkeypatch)
+    spec = replace(
+        study_spec("slowstore", max_usd="10.00", max_trials=5, fallback_trial_seconds=2.0),
+        usd_per_hour=Decimal("0.36"),
+    )
+    url, ledger = _study(tmp_path, spec)
+    load_study = trial_module.load_study
+
+    def slow_load(*args: Any, **kwargs: Any) -> Any:
+        clock.seconds += 700.0  # a far study store
+        return load_study(*args, **kwargs)
+
+    monkeypatch.setattr(trial_module, "load_study", slow_load)
+    with caplog.at_level("WARNING"):
+        result = _slot(url, ledger, spec, 1, clock.monotonic, wait_poll_seconds=0.05)
+
+    assert result.ran, result.reason
+    assert STOP_ATTR not in optuna.load_study(study_name=spec.study_name, storage=url).user_attrs
+    said = " ".join(r.getMessage() for r in caplog.records)
+    assert "expired at 2026-12-01T00:10:00+00:00, while the study loaded" in said
+    assert "a budget set since" not in said
+    # The expired hold was replaced by one for the 700 s so far, which the trial's reservation replaced.
+    assert [h["status"] for h in slot_holds(url, "slot-1")] == ["replaced", "replaced", "settled"]
+    (study,) = ledger.usage(spec.budget_scope)
+    assert study.spent_usd == Decimal("0.07") and study.reserved_usd == 0
+
+
+def test_a_slot_whose_load_raises_records_its_time_against_its_hold_and_holds_nothing(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The study store went away mid-load: the $0.55 held before the load stayed open 600 s, blocking
+    # $0.55 of a $1 study, and the 0.35 s the slot ran were recorded nowhere.
+    import costaware.training.tuning.trial as trial_module
+
+    spec = study_spec("flaky", max_usd="1.00", max_trials=5, fallback_trial_seconds=2.0)
+    url, ledger = _study(tmp_path, spec)
+    meter = SteppedMeter()
+    read = trial_module.stopped_before_load
+
+    def slow_read(*args: Any, **kwargs: Any) -> Any:
+        meter.now += 0.05
+        return read(*args, **kwargs)
+
+    def broken_load(*args: Any, **kwargs: Any) -> Any:
+        meter.now += 0.3
+        raise ConnectionError("study store went away mid-load")
+
+    monkeypatch.setattr(trial_module, "stopped_before_load", slow_read)
+    monkeypatch.setattr(trial_module, "load_study", broken_load)
+    with pytest.raises(ConnectionError, match="went away"):
+        _slot(url, ledger, spec, 1, meter)
+
+    assert ledger.open_reservations() == []
+    (entry,) = ledger.entries()
+    (hold,) = slot_holds(url, "slot-1")
+    assert (entry["trial"], entry["outcome"], entry["usd"]) == ("open", "failed", Decimal("0.35"))
+    assert entry["reservation_id"] == hold["id"] and hold["status"] == "settled"
+    assert "ConnectionError: study store went away mid-load" in entry["note"]
+
+
+@pytest.mark.parametrize("money_left", [True, False], ids=["money-left", "money-spent"])
+def test_a_slot_that_finds_the_study_stopped_reads_it_once_and_holds_and_loads_nothing(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch, money_left: bool
+) -> None:
+    # The stop was read after the slot's hold (settings read, hold made, settings read again for the stop):
+    # the skipped entry cost several times the one read; where the study's money was spent the hold was
+    # refused and the whole study was loaded on each call, just to find its recorded stop.
+    import costaware.training.tuning.study as study_module
+    import costaware.training.tuning.trial as trial_module
+
+    spec = study_spec("full", max_usd="100.00", max_trials=1, fallback_trial_seconds=1.0)
+    url, ledger = _study(tmp_path, spec)
+    _slot(url, ledger, spec, 0, SteppedMeter())  # its one trial
+    assert not _slot(url, ledger, spec, 9, SteppedMeter()).ran  # records the stop (max_trials)
+    if not money_left:
+        (usage,) = ledger.usage(spec.budget_scope)
+        ledger.reserve(spec.budget_scope, usage.left_usd, holder="other")
+    reads: list[str] = []
+    loads: list[str] = []
+    study_attrs, load_study = study_module._study_attrs, trial_module.load_study
+    monkeypatch.setattr(study_module, "_study_attrs", lambda *a: reads.append("attrs") or study_attrs(*a))
+    monkeypatch.setattr(
+        trial_module, "load_study", lambda *a, **k: loads.append("load") or load_study(*a, **k)
+    )
+    reservations_before = len(slot_holds(url, "slot-1"))
+
+    result = _slot(url, ledger, spec, 1, SteppedMeter())
+
+    assert not result.ran and not result.goes_on and "max_trials" in result.reason
+    assert reads == ["attrs"] and loads == []
+    assert len(slot_holds(url, "slot-1")) == reservations_before == 0
+    (skipped,) = [e for e in ledger.entries() if e["map_index"] == 1]
+    assert skipped["outcome"] == "skipped" and skipped["reservation_id"] is None
+
+
+def test_a_slot_refused_its_hold_before_the_load_says_what_it_held_with_units(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Refused before the load it said "its time so far (0.0 s loading the study)": nothing had loaded, and
+    # the ten-read estimate it asked for was not said; on GPUs the amount it needed had no unit.
+    import costaware.training.tuning.trial as trial_module
+
+    spec = _gpu_study("gpu", max_gpu_hours="0.5")
+    url, ledger = _study(tmp_path, spec)
+    ledger.reserve(
+        spec.budget_scope, Decimal(0), gpu_hours=Decimal("0.5"), holder="other", ttl=timedelta(seconds=60)
+    )
+    meter = SteppedMeter()
+    read = trial_module.stopped_before_load
+
+    def slow_read(*args: Any, **kwargs: Any) -> Any:
+        meter.now += 0.002
+        return read(*args, **kwargs)
+
+    monkeypatch.setattr(trial_module, "stopped_before_load", slow_read)
+    result = _slot(url, ledger, spec, 1, meter)
+
+    assert not result.ran
+    assert (
+        "slot 1 runs no trial: its time so far (0.002 s, up to reading the study's settings) and loading the "
+        "study's trials (estimated at 0.02 s, 10 times that read), 0.022 s at the study's $0/h: $0.00 and "
+        "0.000007 GPU-hours on its 1 GPU, cannot be held"
+    ) in result.reason
+    assert "needs 0.000007 GPU-hours: raise the study's max_gpu_hours (0.5" in result.reason
+    assert "loading the study)" not in result.reason
