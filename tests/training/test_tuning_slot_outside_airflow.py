@@ -142,6 +142,25 @@ def test_a_slot_that_finds_the_study_stopped_reads_it_once_and_holds_and_loads_n
     assert skipped["outcome"] == "skipped" and skipped["reservation_id"] is None
 
 
+def test_a_waiting_slot_refused_gpu_hours_is_told_to_raise_max_gpu_hours(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Another trial holds 0.49 of 0.5 GPU-hours: the slot waits until its time passes the 0.01 left. Refused
+    # GPU-hours, it was told to raise max_usd, which binds nothing on free compute.
+    clock = FakeClock(monkeypatch)
+    spec = _gpu_study("owned", max_gpu_hours="0.5")
+    url, ledger = _study(tmp_path, spec)
+    ledger.reserve(
+        spec.budget_scope, Decimal(0), gpu_hours=Decimal("0.49"), holder="other", ttl=timedelta(seconds=600)
+    )
+
+    result = _slot(url, ledger, spec, 1, clock.monotonic, wait_poll_seconds=1.0)
+
+    assert not result.ran and result.goes_on and clock.seconds == 35
+    assert "needs 0.010139 GPU-hours: raise the study's max_gpu_hours (0.5" in result.reason
+    assert "max_usd" not in result.reason
+
+
 def test_a_slot_refused_its_hold_before_the_load_says_what_it_held_with_units(
     tmp_path: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -754,6 +754,15 @@ def _reserve_trial(
             if not outside_airflow:  # the study stops: a new run goes on with it
                 raise_max_usd += f" and run the DAG again {_rerun_advice(spec.study_name, run_id)}"
         own = e.scope.startswith(f"{spec.budget_scope}/")
+        if own and RAISE_THE_GPU_HOUR_CAP in message:
+            # Refused GPU-hours, not dollars: told to raise max_usd, a slot on free compute changed nothing.
+            rerun = (
+                ""
+                if outside_airflow and isinstance(e, WaitNotHeld)
+                else f" and run the DAG again {_rerun_advice(spec.study_name, run_id)}"
+            )
+            raise_max_usd = f"{_raise_max_gpu_hours(spec)}{rerun}"
+            message = message.replace(RAISE_THE_GPU_HOUR_CAP, raise_max_usd)
         if own and RAISE_THAT_CAP in message:
             # A slot that stopped waiting for money is told to raise the budget its wait was held in.
             message = message.replace(RAISE_THAT_CAP, raise_max_usd)
