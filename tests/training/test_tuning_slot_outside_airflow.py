@@ -161,6 +161,28 @@ def test_a_waiting_slot_refused_gpu_hours_is_told_to_raise_max_gpu_hours(
     assert "max_usd" not in result.reason
 
 
+def test_a_waiting_slot_on_gpus_is_held_again_rarely_not_at_each_poll(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The ledger grows a hold's dollars only: each 1 s poll of a slot waiting on a GPU study held it again
+    # for a little more GPU time, closing the old hold as replaced: 35 rows for a 35 s wait, thousands an
+    # hour. It holds 600 s more GPU time with them now, as far as the budget has room (here 0.01 GPU-hours).
+    clock = FakeClock(monkeypatch)
+    spec = _gpu_study("owned", max_gpu_hours="0.5")
+    url, ledger = _study(tmp_path, spec)
+    ledger.reserve(
+        spec.budget_scope, Decimal(0), gpu_hours=Decimal("0.49"), holder="other", ttl=timedelta(seconds=600)
+    )
+
+    result = _slot(url, ledger, spec, 1, clock.monotonic, wait_poll_seconds=1.0)
+
+    assert not result.ran and result.goes_on and clock.seconds == 35  # the same wait as before
+    assert [h["status"] for h in slot_holds(url, "slot-1")] == ["replaced", "settled"]
+    (study,) = ledger.usage(spec.budget_scope)
+    assert study.cap_gpu_hours is not None
+    assert study.spent_gpu_hours + study.reserved_gpu_hours <= study.cap_gpu_hours
+
+
 def test_a_slot_refused_its_hold_before_the_load_says_what_it_held_with_units(
     tmp_path: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:

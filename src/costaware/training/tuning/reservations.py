@@ -194,7 +194,15 @@ def reserve_trial_cost(
                     # The slot's entry bills GPU-hours at the study's GPUs: held as its dollars are.
                     wait_gpu_hours = gpu_hours_for(try_seconds + pause + slot_wait_margin_seconds, spec.gpus)
                     try:
-                        replacing = cover_gpu_hours(ledger, replacing, wait_gpu_hours, slot, run_id)
+                        # With the GPU-hours of a hold's ttl more: held again only every few hundred polls.
+                        replacing = cover_gpu_hours(
+                            ledger,
+                            replacing,
+                            wait_gpu_hours,
+                            slot,
+                            run_id,
+                            headroom=gpu_hours_for(SLOT_HOLD_SECONDS, spec.gpus),
+                        )
                     except BudgetExceededError as e:
                         raise WaitNotHeld(
                             f"slot {slot} stops waiting for the study's money: its time to the end of its "
@@ -511,13 +519,21 @@ def gpu_hours_for(seconds: float, gpus: Decimal) -> Decimal:
 
 
 def cover_gpu_hours(
-    ledger: Ledger, hold_id: str, gpu_hours: Decimal, slot: int | None, run_id: str | None
+    ledger: Ledger,
+    hold_id: str,
+    gpu_hours: Decimal,
+    slot: int | None,
+    run_id: str | None,
+    *,
+    headroom: Decimal = Decimal(0),
 ) -> str:
     """Make the slot's hold ``hold_id`` hold ``gpu_hours`` unpaid; returns the id of the hold that does.
 
     The ledger grows a hold's dollars only: on free compute (a price of 0) a slot's hold held no GPU-hours
     and its wait and entry were spent past a ``max_gpu_hours`` cap. Where it holds fewer, it is held again
-    with them (same dollars, same holder), the old one closed as replaced.
+    with them (same dollars, same holder), the old one closed as replaced. ``headroom``: GPU-hours held past
+    ``gpu_hours`` as far as its budgets have room, so that a wait that asks a little more at each poll holds
+    it again rarely (held exactly, a 1 s poll replaced it each second: thousands of rows an hour).
 
     Raises:
         BudgetExceededError: a budget over the hold's scope has no room for them (named by the ledger).
@@ -528,20 +544,35 @@ def cover_gpu_hours(
     paid = ledger.paid_from([hold_id], gpu_hours=True).get(hold_id, Decimal(0))
     if held.gpu_hours - paid >= gpu_hours:
         return hold_id
+    asked = gpu_hours
+    if headroom > 0:
+        room = _gpu_hour_room(ledger, held, run_id)
+        asked = gpu_hours + headroom if room is None else max(gpu_hours, min(gpu_hours + headroom, room))
     paid_usd = ledger.paid_from([hold_id]).get(hold_id, Decimal(0))
     who = "the slot" if slot is None else f"slot {slot}"
     again = ledger.reserve(
         held.scope,
         max(held.usd - paid_usd, Decimal(0)),
-        gpu_hours=gpu_hours,
+        gpu_hours=asked,
         holder=held.holder,
         run_id=run_id,
         dag_id=holder_dag_id(held.holder) if held.holder else None,
         ttl=max(held.expires_at - utcnow(), timedelta(seconds=SLOT_HOLD_SECONDS)),
-        purpose=f"{who}'s time, held again for {gpu_hours} GPU-hours",
+        purpose=f"{who}'s time, held again for {asked} GPU-hours",
         replacing=hold_id,  # closed as "replaced": the entry settles the new hold
     )
     return again.id
+
+
+def _gpu_hour_room(ledger: Ledger, held: Reservation, run_id: str | None) -> Decimal | None:
+    """The fewest GPU-hours left in a budget ``held`` is in, with it given back; None: none caps them."""
+    dag_id = holder_dag_id(held.holder) if held.holder else None
+    rooms = [
+        u.cap_gpu_hours - u.spent_gpu_hours - u.reserved_gpu_hours
+        for u in ledger.usage(held.scope, run_id=run_id, dag_id=dag_id, without=held.id)
+        if u.label in held.budgets and u.cap_gpu_hours is not None
+    ]
+    return min(rooms, default=None)
 
 
 def _pause_until_first_hold_ends(first_end: datetime, poll_seconds: float) -> float:
