@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import json
 from datetime import datetime, timedelta, timezone
+from decimal import Decimal
 from pathlib import Path
 
 import pytest
 import time_machine
 
+from costaware.adapters.carbon_source import RecordedCarbon
 from costaware.cli import main
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "carbon"
@@ -313,18 +315,73 @@ def test_every_intensity_column_the_file_has_is_checked(
     assert main(["carbon", "import", str(RECORDED), "--zone", "GB"]) == 0  # both columns good
 
 
-def test_a_second_import_replaces_the_first(
+def test_a_second_import_merges_with_the_first(
+    home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A second import replaced the first: imported month by month, the earlier months were lost.
+    header = "timestamp_utc,g_co2eq_per_kwh_direct,g_co2eq_per_kwh_lca\n"
+    first = tmp_path / "gb-first.csv"
+    first.write_text(header + "".join(f"2026-11-19T{h:02d}:00:00Z,1,{200 + h}\n" for h in range(20, 24)))
+    assert main(["carbon", "import", str(first), "--zone", "GB"]) == 0
+    assert main(["carbon", "import", str(FIXTURES / "GB_2026-11.csv"), "--zone", "GB"]) == 0
+    out = capsys.readouterr().out
+    assert "48 hour(s) added, 0 replaced, 4 kept from the earlier import" in out, out
+    # The next file overlaps the end of the earlier ones: its values win on the hours both hold.
+    newer = tmp_path / "gb-newer.csv"
+    newer.write_text(
+        "timestamp_utc,g_co2eq_per_kwh_direct,g_co2eq_per_kwh_lca,estimated\n"
+        "2026-11-21T23:00:00Z,10,99,false\n2026-11-22T00:00:00+00:00,11,98,false\n"
+    )
+    assert main(["carbon", "import", str(newer), "--zone", "GB"]) == 0
+    assert "1 hour(s) added, 1 replaced, 51 kept from the earlier import" in capsys.readouterr().out
+    assert [p.name for p in home.iterdir()] == ["GB_imported.csv"]  # no temporary file left behind
+    source = RecordedCarbon(home, bundled=False)
+    start = datetime(2026, 11, 19, 20, tzinfo=timezone.utc)
+    hours = source.covered_hours("GB", start, 53)
+    assert len(hours) == 53  # every hour of the three files, once
+    assert hours[start] == 220 and hours[start + timedelta(hours=4)] == 120  # the earlier imports, kept
+    assert hours[start + timedelta(hours=51)] == 99 and hours[start + timedelta(hours=52)] == 98  # the newest
+    assert RecordedCarbon(home, bundled=False, basis="direct").covered_hours("GB", start, 53)[
+        start + timedelta(hours=51)
+    ] == Decimal(10)
+
+
+def test_an_import_that_cannot_merge_keeps_the_earlier_one_whole(
     home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     assert main(["carbon", "import", str(RECORDED), "--zone", "GB"]) == 0
-    newer = tmp_path / "gb-newer.csv"
-    newer.write_text("timestamp_utc,g_co2eq_per_kwh_lca\n2026-11-20T00:00:00Z,99\n2026-11-20T01:00:00Z,98\n")
-    assert main(["carbon", "import", str(newer), "--zone", "GB"]) == 0
-    assert "replacing the previous import" in capsys.readouterr().out
-    assert [p.name for p in home.iterdir()] == ["GB_imported.csv"]  # no temporary file left behind
-    assert (home / "GB_imported.csv").read_text() == newer.read_text()
+    before = (home / "GB_imported.csv").read_text()
+    capsys.readouterr()
+    # A bad row: the new file is checked whole before the earlier import is touched.
     assert main(["carbon", "import", str(FIXTURES / "GB_bad.csv"), "--zone", "GB"]) == 2
-    assert (home / "GB_imported.csv").read_text() == newer.read_text()  # a bad file keeps the last good one
+    assert "nothing was imported" in capsys.readouterr().err
+    # Months apart: one file cannot hold the gap between them.
+    later = tmp_path / "gb-later.csv"
+    later.write_text("timestamp_utc,g_co2eq_per_kwh_direct,g_co2eq_per_kwh_lca\n2027-01-01T00:00:00Z,1,90\n")
+    assert main(["carbon", "import", str(later), "--zone", "GB"]) == 2
+    err = capsys.readouterr().err
+    assert "no intensity from 2026-11-21T23:00:00+00:00 to 2027-01-01T00:00:00+00:00" in err, err
+    assert "import the hours between first" in err and f"delete {home / 'GB_imported.csv'}" in err
+    # An intensity column only one of them has would be blank for the other's hours.
+    lca_only = tmp_path / "gb-lca.csv"
+    lca_only.write_text("timestamp_utc,g_co2eq_per_kwh_lca\n2026-11-22T00:00:00Z,90\n")
+    assert main(["carbon", "import", str(lca_only), "--zone", "GB"]) == 2
+    assert "only one of them has g_co2eq_per_kwh_direct" in capsys.readouterr().err
+    assert (home / "GB_imported.csv").read_text() == before
+    assert [p.name for p in home.iterdir()] == ["GB_imported.csv"]
+    # A file covering every earlier hour is taken whole, the earlier columns with it gone.
+    whole = tmp_path / "gb-whole.csv"
+    whole.write_text(
+        "timestamp_utc,g_co2eq_per_kwh_lca\n"
+        + "".join(
+            f"{datetime(2026, 11, 20, tzinfo=timezone.utc) + timedelta(hours=h):%Y-%m-%dT%H:%M:%SZ},"
+            f"{50 + h}\n"
+            for h in range(48)
+        )
+    )
+    assert main(["carbon", "import", str(whole), "--zone", "GB"]) == 0
+    assert "0 hour(s) added, 48 replaced, 0 kept from the earlier import" in capsys.readouterr().out
+    assert (home / "GB_imported.csv").read_text() == whole.read_text()
 
 
 def test_half_hourly_records_are_counted_as_hours_and_an_empty_zone_is_refused(

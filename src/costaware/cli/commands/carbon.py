@@ -211,8 +211,6 @@ def _fallback_note(source: object, args: argparse.Namespace, start: datetime) ->
 def import_file(args: argparse.Namespace) -> int:
     """Check a recorded intensity CSV and copy it into the carbon folder as the zone's imported file."""
     from costaware.adapters.carbon_data import (
-        INTENSITY_COLUMNS,
-        carbon_from_text,
         known_grid_zones,
         unreadable_carbon_file,
         zone_hint,
@@ -253,26 +251,107 @@ def import_file(args: argparse.Namespace) -> int:
         raise unreadable_carbon_file(path, e, zone_instead=False) from e
     except UnicodeDecodeError as e:
         raise InvalidPriceDataError(f"{path.name} is not UTF-8 text: nothing was imported") from e
-    header = next(csv.reader(io.StringIO(text.lstrip("\ufeff"))), [])
     try:
-        series = carbon_from_text(text, source=path.name)
-        # Every intensity column the file has is read by some source (RecordedCarbon(basis="direct")): a
-        # bad one passed the import and failed there, far from the file.
-        for basis, column in INTENSITY_COLUMNS.items():
-            if basis != "lca" and column in header:
-                carbon_from_text(text, source=path.name, basis=basis)
+        series = _check_columns(text, path.name)
     except InvalidPriceDataError as e:
         raise InvalidPriceDataError(f"{e}; nothing was imported") from e
     folder = carbon_folder()
     folder.mkdir(parents=True, exist_ok=True)
     target = folder / f"{zone}_imported.csv"
-    replaced = target.exists()
-    write_atomically(target, data)
     hours = len({at.replace(minute=0, second=0) for at, _ in series.points})  # half-hourly rows are not hours
     records = "" if hours == len(series) else f" in {len(series)} records"
-    print(
+    imported = (
         f"imported {hours} hour(s){records} of {zone} carbon intensity from {path.name} "
         f"({series.start:%Y-%m-%d %H:%M} to {series.last:%Y-%m-%d %H:%M} UTC) into {target}"
-        + (", replacing the previous import" if replaced else "")
     )
+    if not target.exists():
+        write_atomically(target, data)
+        print(imported)
+        return 0
+    # A second import of the zone replaced the first: imported month by month, the earlier months were lost.
+    merged, added, replaced, kept = _merged_import(target, text, path.name)
+    write_atomically(target, merged.encode("utf-8"))
+    print(f"{imported}: {added} hour(s) added, {replaced} replaced, {kept} kept from the earlier import")
     return 0
+
+
+def _check_columns(text: str, source: str) -> PriceSeries:
+    """The file's lca series, once every intensity column it has is checked.
+
+    Every column is read by some source (``RecordedCarbon(basis="direct")``): a bad one passed the import
+    and failed there, far from the file.
+    """
+    from costaware.adapters.carbon_data import INTENSITY_COLUMNS, carbon_from_text
+
+    header = next(csv.reader(io.StringIO(text.lstrip("\ufeff"))), [])
+    series = carbon_from_text(text, source=source)
+    for basis, column in INTENSITY_COLUMNS.items():
+        if basis != "lca" and column in header:
+            carbon_from_text(text, source=source, basis=basis)
+    return series
+
+
+def _instant(timestamp: str) -> datetime:
+    from costaware.core.series import parse_instant
+
+    return parse_instant(timestamp, name="timestamp_utc")
+
+
+def _hour_of(timestamp: str) -> datetime:
+    return _instant(timestamp).replace(minute=0, second=0, microsecond=0)
+
+
+def _merged_import(target: Path, text: str, name: str) -> tuple[str, int, int, int]:
+    """The earlier import at ``target`` merged with the checked ``text``, whose values win on hours both hold.
+
+    Returns the merged CSV and the hours added, replaced and kept from the earlier import. Raises, writing
+    nothing, where the earlier import cannot be read or the merged file would not be a valid import (a gap
+    between the two, or hours without a value of an intensity column only one of them has).
+    """
+    from costaware.adapters.carbon_data import INTENSITY_COLUMNS
+    from costaware.core.errors import InvalidPriceDataError
+
+    start_over = f"or delete {target} to start over, then import again"
+    try:
+        earlier_text = target.read_text(encoding="utf-8")
+        _check_columns(earlier_text, target.name)
+    except (OSError, UnicodeDecodeError, InvalidPriceDataError) as e:
+        raise InvalidPriceDataError(
+            f"cannot merge {name} with the earlier import {target.name}: {e}; nothing was imported: fix it, "
+            f"{start_over}"
+        ) from e
+    earlier = csv.DictReader(io.StringIO(earlier_text.lstrip("\ufeff")))
+    newer = csv.DictReader(io.StringIO(text.lstrip("\ufeff")))
+    earlier_rows, newer_rows = list(earlier), list(newer)
+    earlier_columns, newer_columns = list(earlier.fieldnames or []), list(newer.fieldnames or [])
+    new_hours = {_hour_of(row["timestamp_utc"]) for row in newer_rows}
+    old_hours = {_hour_of(row["timestamp_utc"]) for row in earlier_rows}
+    kept_rows = [row for row in earlier_rows if _hour_of(row["timestamp_utc"]) not in new_hours]
+    intensity = set(INTENSITY_COLUMNS.values())
+    differ = sorted((set(earlier_columns) ^ set(newer_columns)) & intensity)
+    if kept_rows and differ:
+        # A column only one file has would be blank for the other's hours: the merged file unreadable.
+        raise InvalidPriceDataError(
+            f"cannot merge {name} with the earlier import {target.name}: only one of them has "
+            f"{', '.join(differ)} (its header is {newer_columns!r}, the earlier import's "
+            f"{earlier_columns!r}); "
+            f"nothing was imported: give {name} the same intensity columns, {start_over}"
+        )
+    # Every earlier hour replaced: the new file alone, without columns of the earlier one left blank.
+    columns = newer_columns + [c for c in earlier_columns if c not in newer_columns and kept_rows]
+    rows = sorted(kept_rows + newer_rows, key=lambda row: _instant(row["timestamp_utc"]))
+    out = io.StringIO()
+    writer = csv.DictWriter(out, fieldnames=columns, restval="", extrasaction="ignore", lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(rows)
+    merged = out.getvalue()
+    try:
+        _check_columns(merged, f"{target.name} merged with {name}")
+    except InvalidPriceDataError as e:
+        # Months apart (January, then March): one file cannot hold a gap of hours.
+        raise InvalidPriceDataError(
+            f"{e}; nothing was imported: import the hours between first, or keep {name} apart by copying it "
+            f"into {target.parent} as {target.name.partition('_')[0]}_<name>.csv (every such file is read), "
+            f"{start_over}"
+        ) from e
+    return merged, len(new_hours - old_hours), len(new_hours & old_hours), len(old_hours - new_hours)
