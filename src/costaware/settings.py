@@ -417,6 +417,10 @@ def feature_cache() -> str:
     return os.environ.get(FEATURE_CACHE_ENV) or default_store("features")
 
 
+#: Where ``worker_grid_zone`` is set, as a message names it.
+WORKER_GRID_ZONE_SETTING = "[costaware] worker_grid_zone (AIRFLOW__COSTAWARE__WORKER_GRID_ZONE)"
+
+
 def worker_grid_zone() -> str | None:
     """``[costaware] worker_grid_zone``: the grid the workers draw from (tries, local jobs), or None."""
     return option("worker_grid_zone").strip() or None

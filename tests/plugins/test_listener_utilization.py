@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import logging
 import subprocess
 import sys
 from pathlib import Path
@@ -217,6 +218,43 @@ def test_a_cloud_try_in_an_unmapped_region_is_unknown_not_zero(ledger_env: Ledge
     assert "4 vCPU x86_64 at measured CPU use " in entry["carbon_method"]
 
 
+@pytest.mark.parametrize(
+    ("where", "named"),
+    [
+        ("setting", "set by [costaware] worker_grid_zone (AIRFLOW__COSTAWARE__WORKER_GRID_ZONE)"),
+        ("argument", "set by the task's grid_zone (operator argument)"),
+        ("param", "set by the task's grid_zone (costaware_compute param)"),
+    ],
+)
+def test_a_grid_zone_without_data_is_warned_of_naming_where_it_was_set(
+    ledger_env: Ledger,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    where: str,
+    named: str,
+) -> None:
+    # A typo in [costaware] worker_grid_zone was logged as the task's grid_zone: the user looked for an
+    # operator argument nobody wrote, and every entry of the run went on unknown.
+    overrides: dict[str, Any] = {}
+    if where == "setting":
+        monkeypatch.setenv("AIRFLOW__COSTAWARE__WORKER_GRID_ZONE", "us-cal-ciso")
+    elif where == "argument":
+        overrides["grid_zone"] = "us-cal-ciso"
+    ti = fake_ti(market="local", usd_per_hour="0.5", power_kw=0.5, **overrides)
+    if where == "param":
+        ti.task.params = {"costaware_compute": {"grid_zone": "us-cal-ciso"}}
+    listener = CostListener()
+    listener.on_task_instance_running(None, ti)
+    with caplog.at_level(logging.WARNING, logger="costaware.adapters.emissions"):
+        listener.on_task_instance_success(None, ti)
+
+    (entry,) = ledger_env.entries(dag_id="retrain")
+    assert entry["kg_co2e"] is None
+    (warning,) = [r.getMessage() for r in caplog.records if "emissions unknown" in r.getMessage()]
+    assert f"grid zone 'us-cal-ciso', {named}: " in warning, warning
+    assert "did you mean 'US-CAL-CISO'?" in warning and warning.endswith("; fix it there")
+
+
 def test_a_bad_power_kw_still_records_the_cost(ledger_env: Ledger) -> None:
     ti = fake_ti(instance_type="c5.xlarge", region="us-east-1", market="on_demand", power_kw="lots")
     listener = CostListener()
@@ -236,9 +274,11 @@ def test_the_workers_grid_zone_applies_to_tasks_that_name_none(monkeypatch: pyte
     task = SimpleNamespace(params={})
     assert carbon_overrides(task) == {}
     monkeypatch.setenv("AIRFLOW__COSTAWARE__WORKER_GRID_ZONE", "US-CAL-CISO")
-    assert carbon_overrides(task) == {"grid_zone": "US-CAL-CISO"}
+    setting = "[costaware] worker_grid_zone (AIRFLOW__COSTAWARE__WORKER_GRID_ZONE)"
+    assert carbon_overrides(task) == {"grid_zone": "US-CAL-CISO", "grid_zone_from": setting}
     named = SimpleNamespace(params={"costaware_compute": {"grid_zone": "GB", "power_kw": 0.2}})
-    assert carbon_overrides(named) == {"grid_zone": "GB", "power_kw": 0.2}
+    from_param = "the task's grid_zone (costaware_compute param)"
+    assert carbon_overrides(named) == {"grid_zone": "GB", "grid_zone_from": from_param, "power_kw": 0.2}
 
 
 @pytest.mark.parametrize("unset", [" ", "None", "null", " None "])
@@ -253,9 +293,11 @@ def test_a_blank_or_unset_template_carbon_field_is_not_given(
 
     monkeypatch.setenv("AIRFLOW__COSTAWARE__WORKER_GRID_ZONE", "US-CAL-CISO")
     param = SimpleNamespace(params={"costaware_compute": {"grid_zone": unset, "power_kw": unset}})
-    assert carbon_overrides(param) == {"grid_zone": "US-CAL-CISO"}
+    setting = "[costaware] worker_grid_zone (AIRFLOW__COSTAWARE__WORKER_GRID_ZONE)"
+    assert carbon_overrides(param) == {"grid_zone": "US-CAL-CISO", "grid_zone_from": setting}
     # An operator's templated attribute left unset gives way to the task's costaware_compute.
     attributes = SimpleNamespace(
         grid_zone=unset, power_kw=unset, params={"costaware_compute": {"grid_zone": " GB ", "power_kw": 0.2}}
     )
-    assert carbon_overrides(attributes) == {"grid_zone": "GB", "power_kw": 0.2}
+    from_param = "the task's grid_zone (costaware_compute param)"
+    assert carbon_overrides(attributes) == {"grid_zone": "GB", "grid_zone_from": from_param, "power_kw": 0.2}

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import logging
 from datetime import datetime, timezone
 from decimal import Decimal
 from typing import Any
+
+import pytest
 
 from costaware.adapters.carbon_data import bundled_carbon, power_model
 from costaware.core.carbon import Machine
@@ -142,3 +145,18 @@ def test_a_local_attempt_is_counted_on_the_workers_grid_a_cloud_one_on_its_regio
         tags={},
     )
     assert cloud.kg_co2e is None and "us-east-1" in cloud.carbon_method  # the region's grid, not the worker's
+
+
+def test_a_local_attempt_on_a_mistyped_worker_grid_zone_names_the_setting(
+    monkeypatch: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The warning named the task's grid_zone, which a local attempt never reads: the typo is in the setting.
+    monkeypatch.setenv("AIRFLOW__COSTAWARE__WORKER_GRID_ZONE", "us-cal-ciso")
+    with caplog.at_level(logging.WARNING, logger="costaware.adapters.emissions"):
+        local = entry_for("us-east-1", ended_at=ENDED.timestamp())
+    assert local.kg_co2e is None
+    (warning,) = [r.getMessage() for r in caplog.records if "emissions unknown" in r.getMessage()]
+    assert (
+        "'us-cal-ciso', set by [costaware] worker_grid_zone (AIRFLOW__COSTAWARE__WORKER_GRID_ZONE)" in warning
+    )
+    assert "did you mean 'US-CAL-CISO'?" in warning

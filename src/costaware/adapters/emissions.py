@@ -45,6 +45,7 @@ def estimate(
     cpu_seconds: float | None = None,
     power_kw: float | str | None = None,
     grid_zone: str | None = None,
+    grid_zone_from: str | None = None,
     intensity_of: IntensityOf | None = None,
 ) -> dict[str, Any]:
     """The ``kg_co2e``, ``kwh``, ``carbon_method`` and ``carbon_source`` of an entry run ``[start, end)``.
@@ -57,6 +58,8 @@ def estimate(
         cpu_seconds: Measured CPU seconds of the try; None counts every vCPU at full load.
         power_kw: An on-premises machine's average draw in kW: replaces the power model.
         grid_zone: The grid the machine draws from: replaces the region's zone.
+        grid_zone_from: Where ``grid_zone`` was set (``[costaware] worker_grid_zone``, the operator's
+            argument), for the warning a zone without data gets; default the task's ``grid_zone``.
         intensity_of: Where the intensity comes from (default: ``RecordedCarbon().intensity``, the files
             ``costaware carbon import`` wrote, then the bundled 2023 series).
 
@@ -70,8 +73,14 @@ def estimate(
         log.warning("costaware: no emissions estimate for %s: %s", what, e)
         return fields(None, None, f"unknown: estimate failed: {type(e).__name__}: {e}", "")
     if found.kg_co2e is None and grid_zone:
-        # A zone the task gave ("gb"): said in its log, not only in the ledger's carbon_method.
-        log.warning("costaware: emissions unknown for grid_zone %r: %s", grid_zone, found.reason)
+        # A zone the task gave ("gb"): said in its log, not only in the ledger's carbon_method, naming where
+        # it was set: a typo in [costaware] worker_grid_zone was blamed on the task's grid_zone.
+        log.warning(
+            "costaware: emissions unknown for grid zone %r, set by %s: %s; fix it there",
+            grid_zone,
+            grid_zone_from or "the task's grid_zone",
+            found.reason,
+        )
     return fields(found.kwh, found.kg_co2e, _method(found), found.source)
 
 

@@ -178,17 +178,20 @@ def carbon_overrides(task: Any) -> dict[str, Any]:
     given = dict(param) if isinstance(param, Mapping) else {}
     out: dict[str, Any] = {}
     for name in CARBON_FIELDS:
-        value = getattr(task, name, None)
+        value, where = getattr(task, name, None), "operator argument"
         if not_given(value):
-            value = given.get(name)
+            value, where = given.get(name), f"{PRICING_PARAM} param"
         if not not_given(value):
             out[name] = stripped(value)
+            if name == "grid_zone":
+                out["grid_zone_from"] = f"the task's grid_zone ({where})"
     if "grid_zone" not in out:
-        from costaware.settings import worker_grid_zone
+        from costaware.settings import WORKER_GRID_ZONE_SETTING, worker_grid_zone
 
         worker_grid = worker_grid_zone()
         if worker_grid:  # the grid the deployment says its workers draw from
             out["grid_zone"] = worker_grid
+            out["grid_zone_from"] = WORKER_GRID_ZONE_SETTING
     return out
 
 

@@ -175,6 +175,7 @@ def attempt_entry(
         end=end,
         cpu_seconds=None,
         grid_zone=_local_grid_zone() if backend == "local" else None,
+        grid_zone_from="[costaware] worker_grid_zone (AIRFLOW__COSTAWARE__WORKER_GRID_ZONE)",
     )
 
 
