@@ -243,7 +243,11 @@ def test_live_forecast_and_cache_hit(api: http.server.ThreadingHTTPServer, tmp_p
 def test_live_errors_name_the_url(api: http.server.ThreadingHTTPServer, tmp_path: Path) -> None:
     base = _base(api)
     url = f"{base}/status500/intensity/2026-11-20T06:00Z/fw48h"
-    with pytest.raises(CarbonSourceUnavailableError, match=f"HTTP 500 .* for {url}"):
+    with pytest.raises(
+        CarbonSourceUnavailableError,
+        match=f"HTTP 500 .* for {url}; try again later, or use "
+        r"the recorded source.*--source recorded",
+    ):
         LiveCarbon(base_url=f"{base}/status500", cache_dir=tmp_path).forecast(
             "GB", T0 + timedelta(hours=6), 2
         )
@@ -265,8 +269,13 @@ def test_live_refuses_other_zones_and_horizons(tmp_path: Path) -> None:
         live.forecast("GB", T0, 72)
     with pytest.raises(
         CarbonSourceUnavailableError, match="cannot reach the carbon intensity API at http://127"
-    ):
+    ) as unreachable:
         live.intensity("GB", T0, T0 + timedelta(hours=1))
+    # It named "the recorded source" without saying how to choose it.
+    assert str(unreachable.value).endswith(
+        "or use the recorded source, which needs no network (the imported files, then the bundled 2023 "
+        "year): --source recorded in `costaware carbon show`, carbon_source('recorded') in Python"
+    )
     with pytest.raises(ConfigurationError, match="ttl_seconds must be >= 0"):
         LiveCarbon(base_url="http://127.0.0.1:9", ttl_seconds=-1)
 

@@ -54,6 +54,11 @@ FORECAST_HOURS = 48
 _MAX_SPAN = timedelta(days=14)
 _HOUR = timedelta(hours=1)
 _HALF_HOUR = timedelta(minutes=30)
+#: What a live failure says to do: it named "the recorded source" without saying how to choose it.
+_OFFLINE = (
+    "or use the recorded source, which needs no network (the imported files, then the bundled 2023 year): "
+    "--source recorded in `costaware carbon show`, carbon_source('recorded') in Python"
+)
 
 
 class CarbonSourceUnavailableError(CostawareError):
@@ -546,17 +551,17 @@ class LiveCarbon:
                 return str(response.read().decode("utf-8"))
         except urllib.error.HTTPError as e:
             raise CarbonSourceUnavailableError(
-                f"carbon intensity API answered HTTP {e.code} {e.reason} for {url}; try again later"
+                f"carbon intensity API answered HTTP {e.code} {e.reason} for {url}; try again later, "
+                f"{_OFFLINE}"
             ) from e
         except TimeoutError as e:
             raise CarbonSourceUnavailableError(
-                f"carbon intensity API did not answer {url} within {self.timeout_seconds:g} s"
+                f"carbon intensity API did not answer {url} within {self.timeout_seconds:g} s; {_OFFLINE}"
             ) from e
         except (urllib.error.URLError, OSError) as e:
             reason = getattr(e, "reason", e)
             raise CarbonSourceUnavailableError(
-                f"cannot reach the carbon intensity API at {url}: {reason}; the recorded source (recorded "
-                "files, then the bundled 2023 year) needs no network"
+                f"cannot reach the carbon intensity API at {url}: {reason}; {_OFFLINE}"
             ) from e
         except UnicodeDecodeError as e:
             raise InvalidPriceDataError(
