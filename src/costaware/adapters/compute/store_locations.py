@@ -1,0 +1,253 @@
+"""Where a job's stores may be: checks of its locations before any job is bought.
+
+A remote backend's job (SageMaker, Batch, Kubernetes) runs on another machine and reaches only ``s3://``; a
+``local`` job's folders must be absolute, usable and, on this machine, writable.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from typing import TYPE_CHECKING
+
+from costaware.core.errors import ConfigurationError, StoreUnavailableError
+from costaware.core.given import names_nothing, not_given
+
+if TYPE_CHECKING:
+    from costaware.adapters.compute.jobs import JobRequest
+
+#: Backends whose jobs run on another machine, by the name messages give them: their stores must be on S3.
+REMOTE_BACKENDS = {"sagemaker": "SageMaker", "batch": "AWS Batch", "kubernetes": "Kubernetes"}
+
+
+def require_s3(backend: str, **uris: str | None) -> None:
+    """Refuse a store a job of ``backend`` cannot reach: anything but ``s3://`` on a remote backend.
+
+    A SageMaker, Batch or Kubernetes job runs on another machine, so a worker's local folder is not there;
+    the ``local`` backend takes any location.
+
+    Args:
+        backend: The backend name.
+        **uris: The locations by the argument name a user sets, e.g. ``checkpoint_store="s3://ml-team/ckpt"``;
+            empty ones are not checked.
+
+    Raises:
+        ConfigurationError: a location that is not ``s3://``, named with its value and what to do.
+    """
+    label = REMOTE_BACKENDS.get(backend)
+    if label is None:
+        return
+    for what, uri in uris.items():
+        if uri and not str(uri).strip().startswith("s3://"):
+            raise ConfigurationError(
+                f"{label} jobs need an s3:// {what}, got {uri!r}: the job runs on another machine, which "
+                f"cannot reach it; set {what} to an s3://bucket/prefix that the job's role can read and write"
+            )
+
+
+def expand_home(uri: str, what: str = "location") -> str:
+    """``uri`` with a leading ``~`` expanded (a job's launcher expands none); any other location as it is.
+
+    Raises:
+        ConfigurationError: a home this machine does not know (see ``expand_user``), named with ``what``.
+    """
+    from costaware.adapters.object_store.location import expand_user, root_example
+
+    text = str(uri).strip()
+    if not text.startswith("~"):
+        return text
+    # The argument's own example: a checkpoint_store was told of '/srv/ml/store', a folder of no kind.
+    return expand_user(text, what=what, uri=text, example=root_example(what))
+
+
+#: The locations of :func:`require_usable_locations` that name a file, not a folder: their folder is checked.
+FILE_LOCATIONS = frozenset({"spec_uri"})
+
+
+def _check_known_scheme(what: str, text: str, scheme: str) -> None:
+    """Refuse a scheme no store can open (``s4://``): the job it started failed at its first read, billed.
+
+    Raises:
+        ConfigurationError: named with the argument, the location and the scheme meant.
+    """
+    import difflib
+
+    from fsspec.registry import known_implementations, registry
+
+    # The stores open locations through pyarrow's file systems too (abfss://, viewfs://), fsspec's otherwise.
+    known = {*known_implementations, *registry, "abfs", "abfss", "hdfs", "viewfs", "gs", "gcs"}
+    if scheme in known:
+        return
+    common = sorted({"s3", "file", "gs", "az", "abfs"} & known)
+    meant = difflib.get_close_matches(scheme.lower(), common, n=1, cutoff=0.5)
+    hint = f"did you mean {meant[0]}://?" if meant else "use s3://bucket/prefix, file:///path or a folder"
+    raise ConfigurationError(f"{what} {text!r} has the scheme {scheme!r}, which no store can open: {hint}")
+
+
+def require_usable_locations(
+    backend: str,
+    *,
+    on_this_machine: bool = True,
+    launcher_reads: Collection[str] = (),
+    **uris: str | None,
+) -> None:
+    """Refuse, before any job is bought, a store location no job of ``backend`` could use.
+
+    A local path must be absolute once ``~`` is expanded (a relative one would resolve against whatever
+    folder the worker, or the job, runs in), a ``file://`` URI must name no host, and an ``s3://`` URI a
+    bucket. The locations the job's launcher reads and writes (``launcher_reads``: the checkpoint store, a
+    command's model store) must be one of those three kinds; others go through the provider's stores,
+    which also open what pyarrow opens (``gs://``, ``hdfs://``, ...). On the ``local`` backend the job runs
+    on this machine, so a local folder's nearest existing parent must be a folder this process may write.
+    Without this, a job that cannot write its outputs fails only after it trained, and is billed for it.
+
+    Args:
+        backend: The backend name.
+        on_this_machine: Check local folders on this machine's disk (False when a DAG is parsed: the
+            worker that runs the task may be another machine, with another home: ``~...`` is not checked).
+        launcher_reads: The names among ``uris`` that ``costaware-run`` itself reads or writes.
+        **uris: The locations by the argument name a user sets; empty ones are not checked.
+
+    Raises:
+        ConfigurationError: the first unusable location, named with its argument and what to do.
+        StoreUnavailableError: a local folder's filesystem failed its write check (a full disk, an I/O
+            error): retried.
+    """
+    from pathlib import Path
+    from urllib.parse import urlparse
+
+    from costaware_runtime.contract import is_uri
+    from costaware_runtime.stores import check_writes
+
+    from costaware.adapters.object_store.location import (
+        expand_user,
+        machine_root_reach,
+        refuse_cut_uri,
+        refuse_file_host,
+        root_example,
+    )
+
+    for what, uri in uris.items():
+        if not uri:
+            continue
+        text = str(uri).strip()
+        if not_given(uri):
+            # A template that rendered nothing ({{ params.nope }}, "null" through | tojson, a blank param)
+            # read as a relative path named "None", "null" or "".
+            raise ConfigurationError(names_nothing(what, uri))
+        parsed = urlparse(text)
+        # The job's launcher cuts the URI there: runs/job#1 and runs/job#2 would share one checkpoint
+        # prefix and prune each other's steps.
+        refuse_cut_uri(parsed, text, what)
+        if parsed.scheme == "s3":
+            if not parsed.netloc:
+                raise ConfigurationError(f"{what} {text!r} names no bucket: use s3://bucket/prefix")
+            continue
+        # A scheme at the start makes a URI: /data/a://b is a local folder, which the launcher takes as one.
+        if is_uri(text) and parsed.scheme != "file":
+            if what in launcher_reads:
+                raise ConfigurationError(
+                    f"{what} {text!r} is not a location a training job can use: give a local folder (an "
+                    "absolute path), file:///path or s3://bucket/prefix"
+                )
+            _check_known_scheme(what, text, parsed.scheme)
+            continue  # the provider's stores open it, or say why not
+        refuse_file_host(parsed, text, what)
+        local = parsed.path if parsed.scheme == "file" else text
+        if local.startswith("~") and not on_this_machine:
+            # Expanded by the worker, to its home: the DAG processor's (HOME=/, or none at all) refused
+            # '~' or '~/models' that the worker takes. Checked there, at the task's start.
+            continue
+        # Path.expanduser raised a bare RuntimeError for a home nobody has (HOME unset, OpenShift's uids).
+        path = Path(expand_user(local, what=what, uri=text, example=root_example(what)))
+        if not path.is_absolute():
+            raise ConfigurationError(
+                f"{what} {text!r} is a relative path: it would resolve against the folder the worker "
+                f"or the job happens to run in; give an absolute path such as {str(Path.cwd() / path)!r}"
+            )
+        # A file's folder: spec_uri='{{ params.dir }}/spec.json' rendered '/spec.json' wrote the spec, and
+        # the job's result.json beside it, directly in /.
+        folder = path.parent if what in FILE_LOCATIONS else path
+        # A symbolic link to / writes there too; only this machine's disk says where one leads.
+        reach = machine_root_reach(str(folder), follow_links=on_this_machine)
+        if reach is not None:
+            # model_store='/' was found only inside the bought job, which made its versions' folders
+            # directly under /; a checkpoint store there, its jobs' folders.
+            example = root_example(what)
+            link = (
+                f" ({str(folder)!r} is a symbolic link that leads there)" if reach == "through a link" else ""
+            )
+            if what in FILE_LOCATIONS:
+                raise ConfigurationError(
+                    f"{what} {text!r} is a file in the root, /, of the whole machine{link}: it, and the "
+                    f"files written beside it, would be written directly in /; give a file in a folder of "
+                    f"its own such as {example!r} or an s3:// URI"
+                )
+            raise ConfigurationError(
+                f"{what} {text!r} is the root, /, of the whole machine{link}: its files would be written in "
+                f"folders made directly under /; give a folder of its own such as {example!r} or an s3:// URI"
+            )
+        if backend != "local" or not on_this_machine:
+            continue  # require_s3 names what a remote job needs
+        existing = next(p for p in (folder, *folder.parents) if p.exists())
+        if not existing.is_dir():
+            raise ConfigurationError(
+                f"{what} {text!r} cannot be created: {str(existing)!r} is a file, not a folder; give a "
+                "folder path"
+            )
+        # A real write, not os.access: root passes that on a read-only mount or sysfs, where the job
+        # then failed at its first save, after it trained.
+        refusal = check_writes(existing)
+        if refusal is not None:
+            left = refusal.left_note("its")
+            if not refusal.refused:
+                # A full disk, an I/O error, a stale NFS handle: the filesystem failed, as a retry may not
+                # (the job's launcher reads it so too, exit 74); no permission to change.
+                raise StoreUnavailableError(
+                    f"{what} {text!r} could not be checked: this worker could not {refusal.step} a file in "
+                    f"{str(existing)!r} ({refusal.error}){left}; check that filesystem (its free space, its "
+                    "mount): it is checked again when the task is retried, where it has retries left"
+                ) from refusal.error
+            # Only a rename answered ENOSYS is a Mountpoint for S3's: a create or a delete answered so is not.
+            mountpoint = (
+                " (a Mountpoint for S3 renames no file: give the bucket's s3:// URI)"
+                if refusal.step == "rename"
+                else ""
+            )
+            advice = (
+                f"give a folder on a filesystem that does{mountpoint}"
+                if refusal.unsupported
+                else "give a folder it may write, or change the folder's permissions"
+            )
+            raise ConfigurationError(
+                f"{what} {text!r} cannot be written: this worker may not {refusal.step} a file in "
+                f"{str(existing)!r} ({refusal.error.strerror or refusal.error}), which a store needs{left}; "
+                f"{advice}"
+            )
+
+
+def require_ec2_instance_type(request: JobRequest, backend: str) -> None:
+    """Refuse a SageMaker ``ml.*`` instance type on a backend that runs on EC2 instances (Batch, Kubernetes).
+
+    No node has such a type: a pod held to it waited unscheduled until the task's time limit (a day), a
+    Batch job ran on whatever its compute environment chose, and either was priced at SageMaker's rates.
+
+    Raises:
+        ConfigurationError: an ``ml.*`` type, named with the EC2 type meant.
+    """
+    if backend in ("batch", "kubernetes") and request.instance_type.startswith("ml."):
+        raise ConfigurationError(
+            f"instance type {request.instance_type!r} is a SageMaker type, but {REMOTE_BACKENDS[backend]} "
+            f"runs on EC2 instances: give {request.instance_type.removeprefix('ml.')!r}, or use the "
+            "sagemaker backend"
+        )
+
+
+def require_object_store(request: JobRequest, backend: str) -> None:
+    """:func:`require_s3` over the spec, checkpoint, model store and staging locations of a request."""
+    require_s3(
+        backend,
+        spec_uri=request.spec_uri,
+        checkpoint_store=request.checkpoint_uri,
+        model_store=request.model_store or request.output_uri,
+        result_uri=request.result_uri,
+    )
