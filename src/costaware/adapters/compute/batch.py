@@ -27,346 +27,66 @@ connection needs ``batch:RegisterJobDefinition``); ``job_definition`` itself is 
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import math
 import time
-from collections.abc import Collection, Mapping, Sequence
-from dataclasses import replace
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from costaware.adapters.compute.aws_errors import aws_error
 from costaware.adapters.compute.base import (
-    COPY_SECONDS_BY_TYPE,
-    COPY_SECONDS_LEFT,
     FoundJob,
     JobRequest,
-    JobState,
     JobStatus,
     check_aws_zone,
     require_ec2_instance_type,
     require_object_store,
     whole_number,
 )
-from costaware.adapters.compute.job_contract import (
-    GRACE_SECONDS,
-    LAUNCHER_MARGIN_SECONDS,
-    MISSING_LAUNCHER_ADVICE,
-    RESUBMIT_EXIT_CODES,
-    launcher_grace_seconds,
-    launcher_not_found,
+
+# The request building, the status mapping and the copies of a resent submit live in modules of their own;
+# every name stays importable from here, where tests, docs and other modules name it.
+from costaware.adapters.compute.batch_copies import (
+    COPY_OF_TAG,
+    ECS_STOP_TIMEOUT_SECONDS,
+    BatchJobCopies,
+    _attempt_limit_seconds,
+    copy_reason,
+    with_copies,
 )
+from costaware.adapters.compute.batch_status import (
+    job_log_lines,
+    status_from_description,
+)
+from costaware.adapters.compute.batch_submit import (
+    WORK_DIR,
+    BatchJobDefinitions,
+    _same_queue,
+    cut_grace,
+    queue_for,
+    submit_job_request,
+)
+from costaware.adapters.compute.job_contract import LAUNCHER_MARGIN_SECONDS
 from costaware.core.errors import ComputeBackendError, ConfigurationError, JobNotFoundError
 
 log = logging.getLogger(__name__)
 
-#: ECS's default wait from SIGTERM to SIGKILL (``ECS_CONTAINER_STOP_TIMEOUT``) on a Batch compute environment.
-ECS_STOP_TIMEOUT_SECONDS = 30.0
-
-_PENDING = {"SUBMITTED", "PENDING", "RUNNABLE", "STARTING"}
-#: Where a user command's local folders live in the container (writable in any image).
-WORK_DIR = "/tmp/costaware"
-#: Fields of a job definition that a new revision for another image keeps as they are.
-_REVISION_FIELDS = (
-    "type",
-    "parameters",
-    "schedulingPriority",
-    "retryStrategy",
-    "propagateTags",
-    "timeout",
-    "tags",
-    "platformCapabilities",
-)
+__all__ = [
+    "COPY_OF_TAG",
+    "ECS_STOP_TIMEOUT_SECONDS",
+    "WORK_DIR",
+    "BatchBackend",
+    "copy_reason",
+    "cut_grace",
+    "job_log_lines",
+    "queue_for",
+    "status_from_description",
+    "submit_job_request",
+    "with_copies",
+]
 
 
-def submit_job_request(
-    request: JobRequest,
-    *,
-    spot_queue: str,
-    on_demand_queue: str,
-    job_definition: str,
-    tags: Mapping[str, str] | None = None,
-    work_dir: str = WORK_DIR,
-    spot_queues: Mapping[str, str] | None = None,
-    stop_timeout_seconds: float | None = None,
-) -> dict[str, Any]:
-    """The ``SubmitJob`` request of one attempt (pure); ``job_definition`` is the revision that runs it.
-
-    A spot request with an ``availability_zone`` goes to ``spot_queues[zone]``; an on-demand one to
-    ``on_demand_queue`` whatever its zone. Given ECS's ``stop_timeout_seconds`` (SIGTERM to SIGKILL of the
-    container), the launcher's grace period ends ``LAUNCHER_MARGIN_SECONDS`` before it, as on Kubernetes:
-    the launcher then still pushes the last checkpoint, which a longer grace period had ECS kill mid-push.
-    """
-    require_object_store(request, "batch")
-    require_ec2_instance_type(request, "batch")
-    queue = queue_for(
-        request, spot_queue=spot_queue, on_demand_queue=on_demand_queue, spot_queues=spot_queues
-    )
-    environment = request.environment(work_dir=work_dir)
-    cut = None if stop_timeout_seconds is None else cut_grace(request.grace_seconds, stop_timeout_seconds)
-    if cut is not None:
-        environment[GRACE_SECONDS] = f"{cut:g}"
-    return {
-        "jobName": request.job_name,
-        "jobQueue": queue,
-        "jobDefinition": job_definition,
-        "containerOverrides": {
-            "command": request.command(),
-            "environment": [{"name": k, "value": v} for k, v in sorted(environment.items())],
-        },
-        # One attempt: each Batch attempt gets the whole attemptDurationSeconds (and max_usd's stop) again,
-        # so a retry inside Batch could run past both; the operator resubmits with what is left. Set here,
-        # as the job definition's own retryStrategy would apply otherwise.
-        "retryStrategy": {"attempts": 1},
-        "timeout": {"attemptDurationSeconds": max(60, int(request.max_runtime_seconds))},
-        "tags": {
-            **dict(tags or {}),
-            "costaware:market": request.market,
-            "costaware:instance": request.instance_type,
-        },
-    }
-
-
-def cut_grace(grace_seconds: float, stop_timeout_seconds: float) -> float | None:
-    """The launcher's grace period where ECS's stop timeout is too short for ``grace_seconds``; else None."""
-    if grace_seconds <= stop_timeout_seconds - LAUNCHER_MARGIN_SECONDS:
-        return None
-    return launcher_grace_seconds(stop_timeout_seconds)
-
-
-def queue_for(
-    request: JobRequest,
-    *,
-    spot_queue: str,
-    on_demand_queue: str,
-    spot_queues: Mapping[str, str] | None = None,
-) -> str:
-    """The job queue of ``request`` (pure): on-demand, spot, or the spot queue of its zone.
-
-    Raises:
-        ConfigurationError: a spot request with a zone and no ``spot_queues``, or a zone not in them.
-    """
-    if request.market != "spot":
-        return on_demand_queue  # one on-demand queue: the zone is not placed
-    zone = request.availability_zone
-    if not zone:
-        return spot_queue
-    if not spot_queues:
-        raise ConfigurationError(
-            f"Batch job {request.job_name!r} asks for zone {zone!r} but the backend has no spot_queues: "
-            "configure one spot job queue per zone in backend_options, spot_queues={zone: queue}, each on a "
-            "SPOT compute environment with subnets in that zone only"
-        )
-    if zone not in spot_queues:
-        raise ConfigurationError(
-            f"Batch job {request.job_name!r} asks for zone {zone!r}, which spot_queues does not have (it has "
-            f"{', '.join(map(repr, sorted(spot_queues)))}): add a queue for {zone!r} or choose one of those"
-        )
-    return str(spot_queues[zone])
-
-
-def _same_queue(described: str, name: str) -> bool:
-    """Whether a job's ``jobQueue`` (an ARN) is the configured queue ``name`` (a name or an ARN)."""
-    return bool(name) and (described == name or described.endswith(f"/{name}"))
-
-
-#: The tag :meth:`BatchBackend._end_duplicates` puts on a copy before its stop: the id of the job it copies.
-#: Batch sets a terminated job's reason only once it has stopped; the tag shows at once.
-COPY_OF_TAG = "costaware:copy-of"
-
-
-def copy_reason(job_name: str, job_id: str) -> str:
-    """The reason of the stop of a copy of ``job_id``'s submit: how a poll of ``job_id`` finds it to bill."""
-    return f"a second submit of costaware job {job_name} (it runs as {job_id})"
-
-
-def _attempt_limit_seconds(job: Mapping[str, Any]) -> float | None:
-    """A job's ``attemptDurationSeconds`` as DescribeJobs shows it (None: not shown)."""
-    limit = (job.get("timeout") or {}).get("attemptDurationSeconds")
-    return float(limit) if limit is not None else None
-
-
-def with_copies(
-    status: JobStatus,
-    copies: Sequence[Mapping[str, Any]],
-    *,
-    now_ms: int,
-    stop_timeout_seconds: float = ECS_STOP_TIMEOUT_SECONDS,
-    unstopped: Collection[str] = (),
-    attempt_limit_seconds: float | None = None,
-) -> JobStatus:
-    """``status`` billed with the time its submit's ``copies`` ran before their stop (pure).
-
-    Batch bills each copy as the job it is, on the same queue (market): their seconds are the job's, said
-    in its reason and counted in its metrics, per the instance type each ran on (``container.instanceType``,
-    else the job's) in ``COPY_SECONDS_BY_TYPE``. A copy not stopped yet when the job has ended is billed
-    for the longest it can still run, as nothing looks at it again: ``stop_timeout_seconds`` past ``now_ms``
-    when its stop was sent at this poll, and its whole attempt limit (its ``attemptDurationSeconds``, else
-    ``attempt_limit_seconds``, the job's) and the stop timeout when it is in ``unstopped`` (the ids whose
-    stop failed at this poll). While the job runs, that time to come is kept apart (``COPY_SECONDS_LEFT``):
-    a wait that stops the job and bills it without a poll of its end (a kill) bills it then.
-    """
-    if not copies:
-        return status
-    by_type: dict[str, float] = {}
-    left_by_type: dict[str, float] = {}
-    running_on: list[str] = []
-    for copy in copies:
-        ran_on = str((copy.get("container") or {}).get("instanceType") or status.instance_type)
-        seen = status_from_description(copy, status.market, ran_on, now_ms=now_ms)
-        billed = seen.billable_seconds
-        left = 0.0
-        if not seen.state.done:
-            # ECS gives a stopped copy its stop timeout from the SIGTERM to the SIGKILL; one whose stop
-            # failed runs on (or starts) until its time limit.
-            limit = _attempt_limit_seconds(copy) or attempt_limit_seconds
-            if str(copy.get("jobId", "")) in unstopped and limit is not None:
-                left = max(billed, limit) + stop_timeout_seconds - billed
-                running_on.append(str(copy.get("jobId", "")))
-            elif seen.state == JobState.RUNNING:
-                left = stop_timeout_seconds
-        if status.state.done:  # the job's end is its last poll and its bill: nothing looks at a copy again
-            billed += left
-        elif left:
-            left_by_type[ran_on] = left_by_type.get(ran_on, 0.0) + left
-        by_type[ran_on] = by_type.get(ran_on, 0.0) + billed
-    seconds = sum(by_type.values())
-    reason = (
-        f"{status.reason}; billed with {len(copies)} {'copy' if len(copies) == 1 else 'copies'} "
-        f"of its submit, stopped after {seconds:g} s in all"
-    )
-    if running_on and status.state.done:
-        reason += f" ({', '.join(running_on)} could not be stopped: billed to its time limit)"
-    metrics = {
-        **status.metrics,
-        "batch_copies": len(copies),
-        "batch_copy_seconds": seconds,
-        COPY_SECONDS_BY_TYPE: by_type,
-    }
-    if left_by_type:
-        metrics[COPY_SECONDS_LEFT] = {"seconds_by_type": left_by_type, "unstopped": running_on}
-    return replace(status, billable_seconds=status.billable_seconds + seconds, reason=reason, metrics=metrics)
-
-
-def status_from_description(
-    job: Mapping[str, Any],
-    market: str,
-    instance_type: str,
-    availability_zone: str = "",
-    *,
-    now_ms: int | None = None,
-) -> JobStatus:
-    """A ``JobStatus`` from ``DescribeJobs`` (pure); times, ``now_ms`` included, are epoch milliseconds.
-
-    Batch lists an attempt only once it stopped. A job still running is also given the time since it
-    started running (or since its last attempt stopped, the later) up to ``now_ms``: what a stop must bill
-    it for at the most, where the time since the submit would also count its wait in the queue.
-    """
-    attempts = list(job.get("attempts") or [])
-    seconds = sum(
-        max(0, int(a["stoppedAt"]) - int(a["startedAt"])) / 1000
-        for a in attempts
-        if a.get("startedAt") is not None and a.get("stoppedAt") is not None
-    )
-    if not attempts and job.get("startedAt") is not None and job.get("stoppedAt") is not None:
-        seconds = max(0, int(job["stoppedAt"]) - int(job["startedAt"])) / 1000
-    status = str(job.get("status", ""))
-    if status == "RUNNING" and job.get("startedAt") is not None and now_ms is not None:
-        since = max([int(job["startedAt"]), *(int(a["stoppedAt"]) for a in attempts if a.get("stoppedAt"))])
-        seconds += max(0, now_ms - since) / 1000
-    last_reason = str(attempts[-1].get("statusReason", "")) if attempts else ""
-    reason = str(job.get("statusReason") or last_reason or status)
-    # The job's container is its last attempt's (all a ListJobs summary has).
-    last_container = attempts[-1].get("container", {}) if attempts else job.get("container") or {}
-    exit_code = last_container.get("exitCode")
-    if status == "SUCCEEDED":
-        state = JobState.SUCCEEDED
-    elif status == "FAILED":
-        reclaimed = last_reason.startswith("Host EC2") or reason.startswith("Host EC2")
-        resubmit = exit_code is not None and int(exit_code) in RESUBMIT_EXIT_CODES
-        state = JobState.INTERRUPTED if reclaimed or resubmit else JobState.FAILED
-    elif status in _PENDING:
-        state = JobState.PENDING
-    else:
-        state = JobState.RUNNING
-    if state == JobState.FAILED:
-        reason = _start_error(reason, last_reason, str(last_container.get("reason") or "")) or reason
-    stops = [int(a["stoppedAt"]) for a in attempts if a.get("stoppedAt") is not None]
-    if job.get("stoppedAt") is not None:
-        stops.append(int(job["stoppedAt"]))
-    # Only a job that is done has ended: a pending one (retried inside Batch) has an earlier attempt's stop.
-    done = state in (JobState.SUCCEEDED, JobState.FAILED, JobState.INTERRUPTED)
-    ended = max(stops) / 1000 if stops and done else None
-    return JobStatus(
-        job_id=str(job.get("jobId", "")),
-        state=state,
-        billable_seconds=float(seconds),
-        market=market,
-        instance_type=instance_type,
-        reason=reason,
-        exit_code=int(exit_code) if exit_code is not None else None,
-        metrics={"batch_attempts": len(attempts)},
-        ended_at=ended,
-        availability_zone=availability_zone,
-    )
-
-
-#: ECS's reasons for a container it could not start or pull (the job's, its attempt's or its container's).
-_START_ERRORS = ("CannotStartContainerError", "CannotPullContainerError")
-
-
-#: Words of a pull failure that may pass (a registry's rate limit, a network that timed out), lower case.
-_PASSING_PULL = (
-    "toomanyrequests",
-    "too many requests",
-    "rate limit",
-    "i/o timeout",  # not the bare word: an image may be named timeout-tuner
-    "timed out",
-    "deadline exceeded",
-    "connection reset",
-    "service unavailable",
-)
-
-
-#: Words of a pull failure that will not pass, lower case: they outweigh any of :data:`_PASSING_PULL` that
-#: the image's own name may hold.
-_LASTING_PULL = ("not found", "denied")
-
-
-def _start_error(*reasons: str) -> str:
-    """The first of ``reasons`` saying the container never started, with what to do; "" where none does.
-
-    The job's reason was "Task failed to start", the container's (which names the missing launcher) unread,
-    and no hint came with either: the other backends give the install hint.
-    """
-    said = next((text.strip() for text in reasons if text.strip().startswith(_START_ERRORS)), "")
-    if not said:
-        return ""
-    pulled = said.lower()
-    if (
-        said.startswith("CannotPullContainerError")
-        and not any(word in pulled for word in _LASTING_PULL)
-        and any(word in pulled for word in _PASSING_PULL)
-    ):
-        # "check its URI and tag" sent the team to fix an image that is right.
-        return (
-            f"{said} (the image could not be pulled, which may pass: the registry limited its pulls or the "
-            "network did not answer in time; clear the task to try again later, and for a registry's pull "
-            "limit (Docker Hub) pull through an ECR pull-through cache or with a login; not retried)"
-        )
-    if said.startswith("CannotPullContainerError"):
-        return (
-            f"{said} (the image could not be pulled: check its URI and tag, and that the job definition's "
-            "execution role may pull it; not retried)"
-        )
-    if launcher_not_found(said):
-        return f"{said} ({MISSING_LAUNCHER_ADVICE})"
-    return (
-        f"{said} (the container never started, so it has no log lines: fix the image or the job definition)"
-    )
-
-
-class BatchBackend:
+class BatchBackend(BatchJobCopies, BatchJobDefinitions):
     """Jobs on AWS Batch.
 
     Args:
@@ -533,53 +253,6 @@ class BatchBackend:
                 return str(newest["jobId"]), queue, dict(newest)
         return None
 
-    def _active(self, name: str) -> list[dict[str, Any]]:
-        revisions: list[dict[str, Any]] = []
-        for page in self.client.get_paginator("describe_job_definitions").paginate(
-            jobDefinitionName=name, status="ACTIVE"
-        ):
-            revisions.extend(page.get("jobDefinitions", []))
-        return revisions
-
-    def definition_for(self, image: str) -> str:
-        """The job definition that runs ``image``: ``job_definition``, or a copy of it with that image.
-
-        The copy is a job definition of its own, ``<name>-image-<hash of the image>``, so that the latest
-        revision of ``job_definition`` (what a job naming it without a revision runs) never changes. A copy
-        that matches ``job_definition`` with ``image`` is reused; otherwise a revision of the copy is
-        registered.
-
-        Raises:
-            ConfigurationError: ``job_definition`` has no active revision, or is not a container job.
-        """
-        name, _, wanted = self.job_definition.rpartition("/")[2].partition(":")
-        revisions = self._active(name)
-        chosen = [d for d in revisions if str(d.get("revision")) == wanted] if wanted else revisions
-        if not chosen:
-            raise ConfigurationError(
-                f"Batch job definition {self.job_definition!r} has no active revision in region "
-                f"{self.region_name or 'of the connection'}: register it, or fix job_definition"
-            )
-        base = max(chosen, key=lambda d: int(d.get("revision", 0)))
-        properties = dict(base.get("containerProperties") or {})
-        if not properties:
-            raise ConfigurationError(
-                f"Batch job definition {self.job_definition!r} is not a container job: image= works only "
-                "with containerProperties; name the image in the job definition instead"
-            )
-        if properties.get("image") == image:
-            return str(base["jobDefinitionArn"])
-        wanted_properties = {**properties, "image": image}
-        copy = f"{name}-image-{hashlib.sha256(image.encode()).hexdigest()[:12]}"[-128:]
-        for other in sorted(self._active(copy), key=lambda d: -int(d.get("revision", 0))):
-            if dict(other.get("containerProperties") or {}) == wanted_properties:
-                return str(other["jobDefinitionArn"])  # registered for this image before
-        kept = {k: base[k] for k in _REVISION_FIELDS if base.get(k) not in (None, {}, [])}
-        registered = self.client.register_job_definition(
-            jobDefinitionName=copy, containerProperties=wanted_properties, **kept
-        )
-        return str(registered["jobDefinitionArn"])
-
     def submit(self, request: JobRequest) -> str:
         require_object_store(request, "batch")  # before any request to AWS
         require_ec2_instance_type(request, "batch")
@@ -647,76 +320,6 @@ class BatchBackend:
         self._end_duplicates(request.job_name, queue, job_id)
         return job_id
 
-    def _end_duplicates(self, job_name: str, queue: str, job_id: str) -> None:
-        """Terminate the other jobs named ``job_name`` in ``queue``: copies made by the submit of ``job_id``.
-
-        Batch does not refuse a second job of a name, and botocore sends a ``SubmitJob`` whose answer came
-        too late (a read timeout) again: each copy ran a job nobody watched, stopped or billed. Best effort:
-        the job taken is ``job_id`` either way.
-        """
-        try:
-            copies = self._other_jobs_named(job_name, queue, job_id)
-        except Exception as e:
-            log.warning(
-                "cannot look for copies of Batch job %s (%s) in queue %s: %s", job_name, job_id, queue, e
-            )
-            return
-        for copy in copies:
-            self._mark_copy(copy, job_id)
-        # Each stop is sent after its tag: a poll stops again (and bills) a tagged copy whose stop failed.
-        unstopped = self._stop_copies(job_id, [{"jobId": copy, "jobName": job_name} for copy in copies])
-        if copies:
-            log.warning(
-                "Batch took the submit of job %s more than once (its answer came late and was sent again): "
-                "terminated the copies %s; it runs as %s. The time they ran is billed with it",
-                job_name,
-                ", ".join(c for c in copies if c not in unstopped) or "(none yet)",
-                job_id,
-            )
-
-    def _mark_copy(self, copy: str, job_id: str) -> None:
-        """Tag ``copy`` as a copy of ``job_id``: while it shuts down its stop's reason is not set yet.
-
-        A copy still terminating at the job's last poll was billed to nobody. Best effort (it needs
-        ``batch:TagResource``): without the tag, the copy counts once its reason shows.
-        """
-        try:
-            (described,) = self.client.describe_jobs(jobs=[copy]).get("jobs", [])
-            self.client.tag_resource(resourceArn=described["jobArn"], tags={COPY_OF_TAG: job_id})
-        except Exception as e:
-            log.warning(
-                "cannot tag Batch job %s as a copy of %s (%s): it is billed with %s once its stop shows",
-                copy,
-                job_id,
-                e,
-                job_id,
-            )
-
-    def _other_jobs_named(self, job_name: str, queue: str, job_id: str) -> list[str]:
-        """The ids of the jobs named ``job_name`` in ``queue`` other than ``job_id``."""
-        named = [{"name": "JOB_NAME", "values": [job_name]}]
-        summaries = self.client.list_jobs(jobQueue=queue, filters=named).get("jobSummaryList", [])
-        return [str(s["jobId"]) for s in summaries if s.get("jobName") == job_name and s["jobId"] != job_id]
-
-    def _copies(self, job: Mapping[str, Any]) -> list[dict[str, Any]]:
-        """The copies of ``job``'s submit that :meth:`_end_duplicates` terminated (their tag or reason says).
-
-        Each ran (and was paid for) until its stop: the job's bill holds their time, and one still shutting
-        down (its reason not set yet) its time up to now. Another run's job under the same name (a task
-        cleared after its job was lost) has no such tag or reason, and is not counted.
-        """
-        name, job_id = str(job.get("jobName", "")), str(job.get("jobId", ""))
-        others = self._other_jobs_named(name, str(job.get("jobQueue", "")), job_id) if name else []
-        found: list[dict[str, Any]] = []
-        for start in range(0, len(others), 100):  # DescribeJobs takes 100 ids at most
-            found.extend(self.client.describe_jobs(jobs=others[start : start + 100]).get("jobs", []))
-        return [
-            c
-            for c in found
-            if c.get("statusReason") == copy_reason(name, job_id)
-            or (c.get("tags") or {}).get(COPY_OF_TAG) == job_id
-        ]
-
     def _describe(self, job_id: str) -> dict[str, Any]:
         try:
             jobs = self.client.describe_jobs(jobs=[job_id]).get("jobs", [])
@@ -760,38 +363,6 @@ class BatchBackend:
             attempt_limit_seconds=_attempt_limit_seconds(job),
         )
 
-    def _stop_copies(self, job_id: str, copies: Sequence[Mapping[str, Any]]) -> list[str]:
-        """Send the stop again to each copy not stopped yet; returns the ids whose stop failed.
-
-        :meth:`_end_duplicates` tags a copy before its stop: a stop that failed there (throttling, no
-        ``batch:TerminateJob``) left a copy running, paid for, until its time limit. A stop is idempotent.
-        """
-        failed = []
-        for copy in copies:
-            if str(copy.get("status", "")) in ("SUCCEEDED", "FAILED"):
-                continue
-            copy_id, reason = str(copy.get("jobId", "")), copy_reason(str(copy.get("jobName", "")), job_id)
-            if copy.get("statusReason") == reason:
-                # Its stop went through (the reason shows): shutting down, billed to its stop timeout. Sent
-                # again and throttled, it counted as unstopped, billed to its whole time limit.
-                continue
-            try:
-                self.client.terminate_job(jobId=copy_id, reason=reason)
-            except Exception as e:
-                failed.append(copy_id)
-                log.warning(
-                    "cannot stop Batch job %s, a copy of %s's submit (%s): it runs on and is billed with %s; "
-                    "the next poll tries again. Check the connection's batch:TerminateJob permission, or "
-                    "stop it yourself: aws batch terminate-job --job-id %s --reason 'copy of %s'",
-                    copy_id,
-                    job_id,
-                    e,
-                    job_id,
-                    copy_id,
-                    job_id,
-                )
-        return failed
-
     def stop(self, job_id: str) -> None:
         try:
             # One reason for every stop (a pause, a kill, the deadline fallback): it said "deadline fallback".
@@ -805,24 +376,3 @@ class BatchBackend:
 
     def logs(self, job_id: str, tail: int = 20) -> str:
         return "\n".join(job_log_lines(self._describe(job_id))[-tail:])
-
-
-def job_log_lines(job: Mapping[str, Any]) -> list[str]:
-    """What Batch says of a job's attempts and its end (a Batch job's own output is in CloudWatch Logs).
-
-    An attempt with no exit code never ran its container, or was not seen to end: that says so, where it
-    said "exit None" (a job definition whose image cannot be pulled, or moto's server, which runs none).
-    """
-    lines = []
-    for number, attempt in enumerate(job.get("attempts") or [], start=1):
-        reason = attempt.get("statusReason") or "Batch gave no reason"
-        code = (attempt.get("container") or {}).get("exitCode")
-        ended = (
-            f"exit {code}"
-            if code is not None
-            else "no exit code: its container never ran or was not seen to end (an image that could not "
-            "be pulled, a stand-in such as moto's server that runs no container)"
-        )
-        lines.append(f"attempt {number}: {reason}; {ended}")
-    lines.append(f"{job.get('status')}: {job.get('statusReason') or 'Batch gave no reason'}")
-    return lines
