@@ -75,7 +75,7 @@ def running_job_watch(
     5-minute checkpoints, the spot price flat: carbon alone decides).
     """
     import costaware.adapters.compute.base as compute
-    from costaware.adapters.compute.base import JobState, JobStatus
+    from costaware.adapters.compute.base import TRAINED_RUNS_SECONDS, JobState, JobStatus
     from costaware.training.attempts import AttemptState, Current
     from costaware.training.pauses import price_watch
     from costaware.training.plan import PriceWatch, RemotePlan
@@ -112,7 +112,11 @@ def running_job_watch(
 
     class Running:
         def poll(self, job_id: str) -> JobStatus:
-            return JobStatus(job_id, JobState.RUNNING, ran[0], "spot", "p3.2xlarge", "Training")
+            # As the local backend reports a running job: its run time is exact.
+            metrics = {TRAINED_RUNS_SECONDS: [ran[0]]}
+            return JobStatus(
+                job_id, JobState.RUNNING, ran[0], "spot", "p3.2xlarge", "Training", metrics=metrics
+            )
 
     monkeypatch.setattr(compute, "open_backend", lambda name, options: Running())
     trigger = RemoteTrainingJobTrigger(

@@ -15,7 +15,12 @@ from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
-from costaware.adapters.compute.base import ESTIMATED_SECONDS, SEEN_BILLABLE_SECONDS, billed_instances
+from costaware.adapters.compute.base import (
+    ESTIMATED_SECONDS,
+    SEEN_BILLABLE_SECONDS,
+    TRAINED_RUNS_SECONDS,
+    billed_instances,
+)
 from costaware.adapters.compute.job_contract import (
     EXIT_PREEMPTED,
     EXIT_PREEMPTED_BEFORE_CHECKPOINT,
@@ -372,14 +377,16 @@ def remaining_hours(
 
     An attempt keeps what it ran past its restart, less one checkpoint interval (the most a stop or a
     preemption loses); without timed checkpoints a stop may lose everything. How long it ran is its billed
-    seconds over its instances (SageMaker's ``instance_count`` bills each).
+    seconds over its instances (SageMaker's ``instance_count`` bills each), or, where the status holds
+    them, its runs (``TRAINED_RUNS_SECONDS``: each restarted inside the job loses as an attempt does).
     """
     kept = 0.0
     if checkpoint_every_seconds:
         lost = restart_overhead_minutes * 60 + float(checkpoint_every_seconds)
         seconds = [state.run_seconds(a.billable_seconds) for a in state.attempts]
         if ended is not None:
-            seconds.append(state.run_seconds(ended["billable_seconds"]))
+            runs = (ended.get("metrics") or {}).get(TRAINED_RUNS_SECONDS)
+            seconds += [float(s) for s in runs] if runs else [state.run_seconds(ended["billable_seconds"])]
         kept = sum(max(0.0, s - lost) for s in seconds)
     return max(runtime_hours - Decimal(str(round(kept / 3600, 6))), Decimal(0))
 

@@ -149,10 +149,20 @@ def pause_watch_now(state: Mapping[str, Any], running: Mapping[str, Any]) -> dic
     The watch's own are those of the job's submit, when it had run 0 s: valued over them, running on late in
     a job was scored over hours past its real end (a clean last half hour before dirty ones was paused), and
     a job past its submit's latest resume never paused, though a resume could still meet the deadline.
+    That later latest resume needs the job's run time known exactly (``TRAINED_RUNS_SECONDS``): a
+    managed-spot job's time since its first start also counts its waits for capacity, and a resume taken
+    from it missed the deadline.
     """
+    from costaware.adapters.compute.base import TRAINED_RUNS_SECONDS
     from costaware.training.attempts import AttemptState
     from costaware.training.pauses import latest_resume, work_left
 
     attempts = AttemptState.from_json(state)
     left = work_left(attempts, ended=running)
-    return {"remaining_hours": str(left), "latest_resume": latest_resume(attempts, left).isoformat()}
+    latest = latest_resume(attempts, left)
+    if not (running.get("metrics") or {}).get(TRAINED_RUNS_SECONDS):
+        # Its billed seconds may count time it did not train (a Batch retry's or copy's, a pod's wait):
+        # a work left taken from them may be too little, so the latest resume never comes later than
+        # the submit's, which counted nothing of this job.
+        latest = min(latest, latest_resume(attempts, work_left(attempts)))
+    return {"remaining_hours": str(left), "latest_resume": latest.isoformat()}

@@ -61,6 +61,12 @@ ESTIMATED_SECONDS = "billable_seconds_estimated"
 #: ``isTerminated`` no time). A wait re-created by a triggerer restart that cannot read its kept state
 #: learns from it that its stop at the cap went out already.
 STOP_REQUESTED_AT = "stop_requested_at"
+#: A ``JobStatus.metrics`` key: the job's runs so far, each from a (re)start to its end or to now, in seconds
+#: of run time (not instance-seconds), where the backend says exactly when it trained (SageMaker's
+#: ``Training`` transitions, a local job's one process). Absent where it does not: ``billable_seconds`` may
+#: then hold time it did not train (a wait for capacity between restarts, a Batch retry's or copy's), too
+#: much to take from the work left.
+TRAINED_RUNS_SECONDS = "trained_runs_seconds"
 
 
 @dataclass(frozen=True, slots=True)

@@ -42,7 +42,14 @@ from pathlib import Path
 from typing import Any
 
 from costaware.adapters.compute import job_contract
-from costaware.adapters.compute.base import STOP_REQUESTED_AT, FoundJob, JobRequest, JobState, JobStatus
+from costaware.adapters.compute.base import (
+    STOP_REQUESTED_AT,
+    TRAINED_RUNS_SECONDS,
+    FoundJob,
+    JobRequest,
+    JobState,
+    JobStatus,
+)
 from costaware.core.errors import ComputeBackendError, ConfigurationError
 from costaware.core.ledger import clipped_note
 from costaware.settings import default_store
@@ -329,6 +336,8 @@ class LocalBackend:
         if not started:  # not started (a folder of an older release may hold an empty file)
             return JobStatus(state=JobState.PENDING, **common)
         seconds = max(0.0, time.time() - float(started))
+        # One process since its start, never restarted inside: its run time is exact.
+        common["metrics"] = {**common.get("metrics", {}), TRAINED_RUNS_SECONDS: [seconds]}
         return JobStatus(state=JobState.RUNNING, billable_seconds=seconds, **common)
 
     def _end_if_supervisor_gone(self, folder: Path, request: Mapping[str, Any]) -> None:

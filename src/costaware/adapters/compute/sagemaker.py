@@ -25,6 +25,7 @@ from costaware.adapters.compute.aws_errors import aws_error, error_code
 from costaware.adapters.compute.base import (
     BILLED_AT_ON_DEMAND,
     STOP_REQUESTED_AT,
+    TRAINED_RUNS_SECONDS,
     FoundJob,
     JobRequest,
     JobState,
@@ -205,8 +206,31 @@ def status_from_description(job: Mapping[str, Any], *, now: float | None = None)
                 else {}
             ),
             **stop_requested,
+            **_trained_runs(job, now=None if state.done else now),
         },
     )
+
+
+def _trained_runs(job: Mapping[str, Any], *, now: float | None) -> dict[str, list[float]]:
+    """``TRAINED_RUNS_SECONDS`` of the job's ``Training`` transitions, or nothing where one has no end.
+
+    A managed-spot job's time since its ``TrainingStartTime`` also counts its waits for capacity after each
+    interruption and the restarts: taken as run time, it said far less work was left than was.
+    """
+    transitions = list(job.get("SecondaryStatusTransitions") or [])
+    runs: list[float] = []
+    for index, transition in enumerate(transitions):
+        if transition.get("Status") != "Training":
+            continue
+        began = _epoch_seconds(transition.get("StartTime"))
+        ended = _epoch_seconds(transition.get("EndTime"))
+        if ended is None and index + 1 < len(transitions):
+            ended = _epoch_seconds(transitions[index + 1].get("StartTime"))
+        ended = now if ended is None else ended
+        if began is None or ended is None:
+            return {}  # not known exactly: the billable seconds stand
+        runs.append(max(0.0, ended - began))
+    return {TRAINED_RUNS_SECONDS: runs} if runs else {}
 
 
 def _epoch_seconds(value: Any) -> float | None:
