@@ -147,10 +147,11 @@ def test_the_pause_watch_values_running_on_over_the_work_left_now_not_at_the_sub
     # Just submitted, the 3 hours run through the dirty ones: paused, as before.
     paused = trigger.poll_once(now())
     assert paused is not None and "3.00 h left" in paused["pause"]
-    # An hour in, the work left now is 3 - (1 h - 10 min): still mostly dirty hours, paused on it.
+    # An hour in, the work left now is 3 - (1 h - 10 min) after a pause, 3 - (1 h - 5 min) running on:
+    # still mostly dirty hours, paused on it.
     ran[0] = 3600.0
     paused = trigger.poll_once(now())
-    assert paused is not None and "2.17 h left" in paused["pause"]
+    assert paused is not None and "2.08 h left" in paused["pause"] and "for 2.17 h after" in paused["pause"]
     ran[0] = 2.5 * 3600
     assert trigger.poll_once(now()) is None
 
@@ -170,4 +171,22 @@ def test_a_job_late_in_its_run_may_pause_until_the_latest_resume_of_its_work_lef
     )
     ran[0] = 2.5 * 3600
     paused = trigger.poll_once(now())
-    assert paused is not None and "0.67 h left" in paused["pause"]
+    assert paused is not None and "0.58 h left" in paused["pause"] and "for 0.67 h after" in paused["pause"]
+
+
+def test_a_job_minutes_from_its_end_is_valued_over_what_running_on_leaves(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # 3 h in: 5 minutes left running on (the restart of its start aside), 10 after a pause (a checkpoint
+    # interval lost) and a 5-minute restart. At 500 gCO2e/kWh now against 200 later, running on emits
+    # 500 x 5 min, a pause 200 x 15 min: it runs on. Valued over the 10 minutes a pause leaves (500 x 10 min),
+    # it paused, and the restart emitted more than the 5 minutes left.
+    trigger, ran = running_job_watch(
+        tmp_path, monkeypatch, lambda k: 500 if k == 0 else 200, deadline_hours=12, priority="best_effort"
+    )
+    ran[0] = 3 * 3600.0
+    assert trigger.poll_once(now()) is None
+    # Its first half hour, 2.5 h left either way give or take 5 minutes: paused for the cleaner hours.
+    ran[0] = 1800.0
+    paused = trigger.poll_once(now())
+    assert paused is not None and "2.58 h left" in paused["pause"]

@@ -9,6 +9,7 @@ that finishes the 1.9 h by the deadline.
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 from decimal import Decimal
 from pathlib import Path
@@ -135,3 +136,40 @@ def test_a_local_job_s_run_time_is_exact_and_lets_a_late_job_resume_later(
     watch = pause_watch_now(attempts("local", deadline_hours=3).to_json(), status.to_dict())
     assert watch["remaining_hours"] == "0.75"
     assert datetime.fromisoformat(watch["latest_resume"]) > NOW + timedelta(hours=2)
+
+
+def test_a_job_minutes_from_its_end_is_not_paused_for_the_checkpoint_interval_only_a_pause_loses() -> None:
+    # cost, hourly checkpoints, a 3-hour job 3 h 3 min in: 2 minutes left if it runs on at 1.00/h (0.033
+    # USD), 62 minutes after a pause (a checkpoint interval lost) and a 5-minute restart at 0.30 from 14:00
+    # (0.33 USD). Valued over the 62 minutes after a pause, running on looked dear (1.03 USD) and paused.
+    from costaware.core.spot_forecast import run_mean_usd
+    from costaware.training.pauses import price_watch
+    from costaware.triggers.remote_price_watch import price_event
+
+    state = attempts("local", deadline_hours=12)
+    state = AttemptState(plan=replace(state.plan, checkpoint_every_seconds=3600.0), current=state.current)
+    hourly = [Decimal("1.00")] * 30
+    hourly[2:6] = [Decimal("0.30")] * 4
+
+    def look(ran_seconds: float) -> dict[str, Any] | None:
+        running = {"billable_seconds": ran_seconds, "metrics": {TRAINED_RUNS_SECONDS: [ran_seconds]}}
+        watch = {**price_watch(state, "pause", poll_interval=60), **pause_watch_now(state.to_json(), running)}
+        runtime = Decimal(watch["remaining_hours"])
+        starts = [
+            [(NOW + timedelta(hours=i)).isoformat(), str(run_mean_usd(hourly, i, runtime))]
+            for i in range(1, 12)
+        ]
+        return price_event(
+            watch,
+            {"k": "v"},
+            now=NOW,
+            usd_per_hour=Decimal("1.00"),
+            available=True,
+            source="test",
+            forecast_starts=starts,
+        )
+
+    assert look(3 * 3600 + 180) is None
+    # An hour in, 2 h 5 min left running on at 1.00 against 0.30 for the 3 h a pause leaves: it pauses.
+    paused = look(3600.0)
+    assert paused is not None and "2.08 h left" in paused["pause"]

@@ -211,10 +211,11 @@ def pause_decision(
     objective: Objective | None = None,
     power_kw: float = 0.0,
     g_co2e_per_kwh: float | None = None,
+    run_on_hours: Decimal | None = None,
 ) -> str | None:
     """Why to pause a checkpointed job running on spot now, or ``None`` to keep it running (pure).
 
-    Running on costs about ``usd_per_hour x remaining_hours`` (the price in force persists); pausing costs the
+    Running on costs about ``usd_per_hour x run_on_hours`` (the price in force persists); pausing costs the
     cheapest forecast start of the rest of the window, ``forecast_min x (remaining_hours + one restart)``. The
     job pauses when running on is dearer by more than :data:`PAUSE_MARGIN` of its class. A ``critical`` job
     never pauses, and no job pauses once ``latest_resume`` (the latest restart that still meets the deadline
@@ -225,7 +226,8 @@ def pause_decision(
         usd_per_hour: The job's spot price in force now.
         forecast_starts: ``[[iso start, forecast mean USD/h], ...]`` of runs of the remaining work.
         latest_resume: Latest restart that still meets the deadline with the remaining work.
-        remaining_hours: Work left (upper estimate: work since the last checkpoint counts as left).
+        remaining_hours: Work left after a pause (upper estimate: work since the last checkpoint counts as
+            left).
         restart_overhead_minutes: What a restart costs before training goes on.
         priority: The job's class.
         objective: What to minimise (default ``cost``). With ``carbon`` or ``cost+carbon`` the rule compares
@@ -233,14 +235,17 @@ def pause_decision(
             (:func:`~costaware.core.spot_forecast.objective_starts`), and the value now is that of
             ``usd_per_hour`` at ``power_kw`` and ``g_co2e_per_kwh``.
         power_kw: The instance's power at full load (carbon objectives).
-        g_co2e_per_kwh: The mean grid intensity over ``remaining_hours`` from now, valued as the later
+        g_co2e_per_kwh: The mean grid intensity over ``run_on_hours`` from now, valued as the later
             starts are (:func:`~costaware.core.spot_forecast.intensity_from`; carbon objectives).
+        run_on_hours: Work left if the job runs on (no checkpoint interval lost; default
+            ``remaining_hours``). Valued over the work after a pause, a job minutes from its end paused.
 
     Raises:
         ConfigurationError: a carbon objective without the intensity now.
     """
     priority = check_priority(priority)
-    if PAUSE_MARGIN[priority] is None or now >= latest_resume or remaining_hours <= 0:
+    run_on = remaining_hours if run_on_hours is None else run_on_hours
+    if PAUSE_MARGIN[priority] is None or now >= latest_resume or remaining_hours <= 0 or run_on <= 0:
         return None
     later = forecast_min(forecast_starts, after=now, until=latest_resume)
     if later is None:
@@ -248,26 +253,27 @@ def pause_decision(
     restart_hours = Decimal(str(restart_overhead_minutes)) / 60
     if objective is not None and objective.needs_carbon:
         now_value = Decimal(repr(objective.hourly_value(float(usd_per_hour), power_kw, g_co2e_per_kwh)))
-        keep, paused = now_value * remaining_hours, later * (remaining_hours + restart_hours)
+        keep, paused = now_value * run_on, later * (remaining_hours + restart_hours)
         if not pause_rule(keep, paused, priority):
             return None
         unit = objective.unit
         return (
             f"{objective.name} value {now_value.quantize(Decimal('0.0001'))} {unit}/hour now (spot "
             f"{usd_per_hour} USD/hour at {g_co2e_per_kwh} gCO2e/kWh) is well above the forecast minimum "
-            f"{later} of the rest of the window: {remaining_hours.quantize(Decimal('0.01'))} h left come to "
+            f"{later} of the rest of the window: {run_on.quantize(Decimal('0.01'))} h left come to "
             f"about {keep.quantize(Decimal('0.0001'))} {unit} now against "
-            f"{paused.quantize(Decimal('0.0001'))} after a pause and one restart"
+            f"{paused.quantize(Decimal('0.0001'))} for {remaining_hours.quantize(Decimal('0.01'))} h after a "
+            "pause and one restart"
         )
-    keep_usd = usd_per_hour * remaining_hours
+    keep_usd = usd_per_hour * run_on
     pause_usd = later * (remaining_hours + restart_hours)
     if not pause_rule(keep_usd, pause_usd, priority):
         return None
     return (
         f"spot price {usd_per_hour} USD/hour is well above the forecast minimum {later} of the rest of the "
-        f"window: {remaining_hours.quantize(Decimal('0.01'))} h left cost about "
+        f"window: {run_on.quantize(Decimal('0.01'))} h left cost about "
         f"{keep_usd.quantize(Decimal('0.0001'))} USD now against {pause_usd.quantize(Decimal('0.0001'))} "
-        f"after a pause and one restart"
+        f"for {remaining_hours.quantize(Decimal('0.01'))} h after a pause and one restart"
     )
 
 

@@ -372,6 +372,7 @@ def remaining_hours(
     restart_overhead_minutes: float,
     checkpoint_every_seconds: float | None,
     ended: Mapping[str, Any] | None = None,
+    running_on: bool = False,
 ) -> Decimal:
     """Work left, estimated from above, counting the job status ``ended`` too (not yet recorded).
 
@@ -379,15 +380,20 @@ def remaining_hours(
     preemption loses); without timed checkpoints a stop may lose everything. How long it ran is its billed
     seconds over its instances (SageMaker's ``instance_count`` bills each), or, where the status holds
     them, its runs (``TRAINED_RUNS_SECONDS``: each restarted inside the job loses as an attempt does).
+    ``running_on``: the work left if the job of ``ended`` runs on instead: its last run loses only its
+    restart, no checkpoint interval (what a pause alone loses), with or without checkpoints.
     """
-    kept = 0.0
-    if checkpoint_every_seconds:
-        lost = restart_overhead_minutes * 60 + float(checkpoint_every_seconds)
-        seconds = [state.run_seconds(a.billable_seconds) for a in state.attempts]
-        if ended is not None:
-            runs = (ended.get("metrics") or {}).get(TRAINED_RUNS_SECONDS)
-            seconds += [float(s) for s in runs] if runs else [state.run_seconds(ended["billable_seconds"])]
-        kept = sum(max(0.0, s - lost) for s in seconds)
+    restart = restart_overhead_minutes * 60
+    lost = restart + float(checkpoint_every_seconds or 0)
+    seconds = [state.run_seconds(a.billable_seconds) for a in state.attempts]
+    if ended is not None:
+        runs = (ended.get("metrics") or {}).get(TRAINED_RUNS_SECONDS)
+        seconds += [float(s) for s in runs] if runs else [state.run_seconds(ended["billable_seconds"])]
+    last = seconds.pop() if running_on and ended is not None else None
+    # Without timed checkpoints a stop may lose everything.
+    kept = sum(max(0.0, s - lost) for s in seconds) if checkpoint_every_seconds else 0.0
+    if last is not None:
+        kept += max(0.0, last - restart)
     return max(runtime_hours - Decimal(str(round(kept / 3600, 6))), Decimal(0))
 
 

@@ -23,8 +23,13 @@ def _watch(state: AttemptState) -> PriceWatch:
     return state.plan.watch
 
 
-def work_left(state: AttemptState, ended: Mapping[str, Any] | None = None) -> Decimal:
-    """Hours of training left (from above), counting the job status ``ended`` that is not yet recorded."""
+def work_left(
+    state: AttemptState, ended: Mapping[str, Any] | None = None, *, running_on: bool = False
+) -> Decimal:
+    """Hours of training left (from above), counting the job status ``ended`` that is not yet recorded.
+
+    ``running_on``: left if the job of ``ended`` runs on, not after its stop (no checkpoint interval lost).
+    """
     watch = _watch(state)
     return remaining_hours(
         state,
@@ -32,6 +37,7 @@ def work_left(state: AttemptState, ended: Mapping[str, Any] | None = None) -> De
         restart_overhead_minutes=watch.restart_overhead_minutes,
         checkpoint_every_seconds=state.plan.checkpoint_every_seconds,
         ended=ended,
+        running_on=running_on,
     )
 
 

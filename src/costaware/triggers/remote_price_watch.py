@@ -45,6 +45,7 @@ def price_event(
             forecast_starts=forecast_starts,
             latest_resume=latest_resume,
             remaining_hours=Decimal(watch["remaining_hours"]),
+            run_on_hours=Decimal(watch.get("run_on_hours", watch["remaining_hours"])),
             restart_overhead_minutes=float(watch["restart_overhead_minutes"]),
             priority=str(watch["priority"]),
             objective=objective,
@@ -108,6 +109,8 @@ def watch_event(
         watch, instance_type=observe["instance_type"], region=observe["region"]
     )
     remaining = max(Decimal(watch["remaining_hours"]), Decimal("0.01"))
+    # Running on is valued over what it leaves to run (a resume over what a pause leaves).
+    run_on = max(Decimal(watch.get("run_on_hours", watch["remaining_hours"])), Decimal("0.01"))
     seen = observe_market(now=now, on_demand_usd_per_hour=Decimal(watch["on_demand_usd_per_hour"]), **observe)
     starts = forecast_window(
         prices=observe["prices"],
@@ -135,17 +138,18 @@ def watch_event(
         forecast_starts=starts,
         objective=objective,
         power_kw=power_kw,
-        # Over the work left, as each later start of the forecast is valued: to pause, and to resume.
-        g_co2e_per_kwh=intensity_of_run(intensity, now, remaining),
+        # Over the run from now: running on's (to pause), a resume's (to resume), as a later start is.
+        g_co2e_per_kwh=intensity_of_run(intensity, now, run_on if watch["mode"] == "pause" else remaining),
     )
 
 
 def pause_watch_now(state: Mapping[str, Any], running: Mapping[str, Any]) -> dict[str, str]:
-    """The pause watch's ``remaining_hours`` and ``latest_resume`` while the job of ``running`` runs.
+    """The pause watch's ``remaining_hours``, ``run_on_hours`` and ``latest_resume`` while ``running`` runs.
 
     The work left is the training's less what that job has run (its status now): what a pause now would
     leave, from above (a stop loses up to one checkpoint interval); the latest resume is the latest restart
     that still finishes it by the deadline. ``RemoteTrainingOperator`` works out both alike after a pause.
+    ``run_on_hours`` is what running on leaves: the same less the checkpoint interval a stop alone loses.
     The watch's own are those of the job's submit, when it had run 0 s: valued over them, running on late in
     a job was scored over hours past its real end (a clean last half hour before dirty ones was paused), and
     a job past its submit's latest resume never paused, though a resume could still meet the deadline.
@@ -165,4 +169,7 @@ def pause_watch_now(state: Mapping[str, Any], running: Mapping[str, Any]) -> dic
         # a work left taken from them may be too little, so the latest resume never comes later than
         # the submit's, which counted nothing of this job.
         latest = min(latest, latest_resume(attempts, work_left(attempts)))
-    return {"remaining_hours": str(left), "latest_resume": latest.isoformat()}
+    # Running on loses no checkpoint interval: valued over the work after a stop, it was over-charged and
+    # a job minutes from its end paused.
+    run_on = work_left(attempts, ended=running, running_on=True)
+    return {"remaining_hours": str(left), "run_on_hours": str(run_on), "latest_resume": latest.isoformat()}
