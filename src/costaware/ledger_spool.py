@@ -9,7 +9,8 @@ machine does not see: its entries wait. Drains run at once (task processes endin
 beside them): each takes a file by renaming it (atomic) to ``<name>.<unix time>.<pid>.claimed``
 before reading it, so each entry is written by one of them, and a file gone was taken by another. A claim
 older than :data:`STALE_CLAIM_SECONDS` belonged to a drain that was killed: it goes back to the spool. An
-entry the ledger refuses (not the ledger being down) moves to ``spool/refused``, kept and out of the way.
+entry the ledger refuses (not the ledger being down) moves to ``spool/refused``, kept and out of the way; a
+remote attempt's bill that a try billed meanwhile under another key moves to ``spool/billed``, not written.
 
 The listener and the CLI share this module, which imports no Airflow at import time.
 """
@@ -22,6 +23,7 @@ import os
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +37,8 @@ log = logging.getLogger(__name__)
 STALE_CLAIM_SECONDS = 15 * 60
 
 REFUSED = "refused"
+#: Where a drain moves the remote attempts' bills it found billed meanwhile (not written, kept).
+BILLED = "billed"
 
 
 def spool_dir() -> Path:
@@ -355,8 +359,9 @@ def drain(
                 unavailable[conn_id] = str(e)
                 result.waiting += 1
                 continue
-            if _billed_meanwhile(ledger, data, path.name):
-                claimed.unlink(missing_ok=True)
+            stored = _billed_meanwhile(ledger, data)
+            if stored is not None:
+                _keep_billed(claimed, path.name, data, stored)
                 result.billed_already += 1
                 continue
             record(ledger, entry, retrying=bool(data.get("retrying", False)))
@@ -384,29 +389,44 @@ def drain(
     return result
 
 
-def _billed_meanwhile(ledger: Any, data: dict[str, Any], name: str) -> bool:
-    """Whether the spooled remote attempt's bill in ``data`` was billed meanwhile, under another key.
+def _billed_meanwhile(ledger: Any, data: dict[str, Any]) -> Decimal | None:
+    """What the ledger holds of the spooled remote attempt's bill in ``data`` (None: to be written).
 
-    Asked as the direct bill asks (the same quantity, a stop's entry of the same run, the entry of its end a
-    cleared task's new try wrote): keyed by the job's name alone, a kill's bill that waited here for the
-    ledger was written beside the new try's and the job counted twice. Raises what the ledger's reads raise.
+    Billed meanwhile under another key, asked as the direct bill asks (the same quantity, a stop's entry of
+    the same run, the entry of its end a cleared task's new try wrote): keyed by the job's name alone, a
+    kill's bill that waited here for the ledger was written beside the new try's and the job counted twice.
+    Raises what the ledger's reads raise.
     """
     check = data.get("duplicate_check")
     if not isinstance(check, dict):
-        return False
+        return None
     from costaware.training.attempt_duplicates import DuplicateCheck, billed_already
 
-    stored = billed_already(ledger, DuplicateCheck.from_json(check))
-    if stored is None:
-        return False
+    return billed_already(ledger, DuplicateCheck.from_json(check))
+
+
+def _keep_billed(claimed: Path, name: str, data: dict[str, Any], stored: Decimal) -> None:
+    """Move a spooled bill billed meanwhile to ``spool/billed``: not written, and still there to be read.
+
+    Deleted, a bill the check took wrongly for another try's was gone; kept, ``costaware spool show`` lists
+    it and moving it back into the spool has it drained (the same check asked again).
+    """
+    billed = claimed.parent / BILLED
+    job_id = (data.get("duplicate_check") or {}).get("job_id")
+    try:
+        billed.mkdir(exist_ok=True)
+        claimed.replace(billed / name)
+    except OSError as e:  # kept under its claimed name: a later drain asks again once it is stale
+        log.error("costaware: could not move spooled %s (billed meanwhile) to %s: %s", name, billed, e)
+        return
     log.warning(
         "costaware: spooled %s (job %s) was billed meanwhile, $%s (a new try of the task saw the job "
-        "end): not written again",
+        "end): not written again; moved to %s",
         name,
-        check.get("job_id"),
+        job_id,
         stored,
+        billed,
     )
-    return True
 
 
 @dataclass(frozen=True, slots=True)
@@ -414,15 +434,21 @@ class SpooledFile:
     """One file of the spool as ``costaware spool show`` lists it."""
 
     path: Path
-    #: ``waiting`` (for the next drain), ``claimed`` (a drain is writing it, or died doing so) or ``refused``.
+    #: ``waiting`` (for the next drain), ``claimed`` (a drain is writing it, or died doing so), ``refused``
+    #: or ``billed`` (a try billed it meanwhile: not written).
     state: str
     #: The parsed file; None when it cannot be read as JSON.
     data: dict[str, Any] | None
 
 
 def spooled_files(folder: Path) -> Iterator[SpooledFile]:
-    """The spool's entries, waiting and claimed first, then the refused ones; reads no ledger."""
-    for pattern, state in (("*.json", "waiting"), ("*.claimed", "claimed"), (f"{REFUSED}/*.json", REFUSED)):
+    """The spool's entries, waiting and claimed first, then the refused and billed ones; reads no ledger."""
+    for pattern, state in (
+        ("*.json", "waiting"),
+        ("*.claimed", "claimed"),
+        (f"{REFUSED}/*.json", REFUSED),
+        (f"{BILLED}/*.json", BILLED),
+    ):
         for path in sorted(folder.glob(pattern)):
             try:
                 data = json.loads(path.read_text())

@@ -272,9 +272,12 @@ def test_drain_says_how_many_bills_it_dropped_as_billed_meanwhile(
     monkeypatch.setenv("COSTAWARE_LEDGER_URL", ledger_url)
     spool_entry(spool, spooled, "costaware_ledger", retrying=True, duplicate_check=check.to_json())
     assert main(["spool", "drain"]) == 0
-    said = "0 written, 0 still waiting, 0 refused, 1 already billed meanwhile: dropped"
+    said = f"0 written, 0 still waiting, 0 refused, 1 already billed meanwhile: moved to {spool / 'billed'}"
     assert said in capsys.readouterr().out
     assert len(ledger.entries(dag_id="retrain")) == 1
     spool_entry(spool, spooled, "costaware_ledger", retrying=True, duplicate_check=check.to_json())
     assert main(["spool", "drain", "--format", "json"]) == 0
     assert json.loads(capsys.readouterr().out)["billed_already"] == 1
+    # Kept, not deleted: `spool show` lists it as billed, and no pending count includes it.
+    assert main(["spool", "show", "--format", "json"]) == 0
+    assert [row["state"] for row in json.loads(capsys.readouterr().out)] == ["billed"]

@@ -1847,6 +1847,59 @@ def test_a_spooled_kill_bill_is_dropped_at_the_drain_where_a_new_try_billed_the_
     assert entry["entry_uid"] == new_try.entry_uid and result.billed_already == 1 and result.written == 0
     assert list(spool.glob("*.json")) == []
     assert f"spooled {kept.name} (job {trigger.job_id}) was billed meanwhile" in caplog.text
+    # Not written, and not deleted either: kept for a person to read (a wrong match would be lost).
+    assert json.loads((spool / "billed" / kept.name).read_text()) == data
+    assert f"moved to {spool / 'billed'}" in caplog.text
+
+
+def test_a_spooled_kill_bill_is_written_where_a_later_run_under_the_same_job_name_was_billed(
+    tmp_path: Path, ledger: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A cleared task's new try resubmits the job under the same name ({base}-a1, every try) after the
+    # killed run ended; that later run's bill, written before the drain, was taken for the killed run's
+    # (the row written after the killed run began) and the kill's spooled bill was dropped: under-billed.
+    import json
+    from dataclasses import replace
+    from datetime import timedelta
+
+    import costaware.ledger_spool as ledger_spool
+    from costaware.core.ledger import entry_from_json
+    from costaware.training.remote import attempt_key, attempt_uid
+
+    spool = tmp_path / "spool"
+    monkeypatch.setattr(ledger_spool, "spool_dir", lambda: spool)
+    trigger = deferred_trigger(operator(tmp_path, "wait-for-notice"))
+    wait_for(tmp_path / "seen.jsonl.ready")
+    assert trigger.job_id is not None
+
+    def down(self: Any, entry: Any) -> Any:
+        raise OSError("disk I/O error")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(type(ledger), "record", down)
+        with pytest.raises(Exception, match="disk I/O error"):
+            trigger.stop_and_bill(wait_seconds=0, poll_seconds=0.1, ask_state=False, bill_refused=True)
+    (kept,) = spool.glob("*.json")
+    data = json.loads(kept.read_text())
+    killed = entry_from_json(data["entry"])
+    task = {"dag_id": killed.dag_id, "run_id": killed.run_id, "task_id": killed.task_id}
+    # The later run: submitted 2 hours after the kill, it ran 1 hour and was billed at its end.
+    later_end = float(data["duplicate_check"]["ended_at"]) + 3 * 3600
+    later_run = replace(
+        killed,
+        entry_uid=attempt_uid(attempt_key(task, trigger.job_id, later_end)),
+        quantity=Decimal("1"),
+        usd=Decimal("1.00"),
+        cause="success",
+        try_number=killed.try_number + 1,
+        incurred_at=killed.incurred_at + timedelta(hours=3),
+    )
+    assert ledger.record(later_run)
+
+    result = ledger_spool.drain(spool, lambda conn_id: ledger)
+    assert result.written == 1 and result.billed_already == 0
+    billed = {row["entry_uid"]: row["usd"] for row in train_entries(ledger)}
+    assert billed == {later_run.entry_uid: Decimal("1.00"), killed.entry_uid: killed.usd}
 
 
 def test_a_new_try_whose_cap_stop_finds_the_kills_stop_records_the_job_as_killed(

@@ -61,14 +61,14 @@ def what_waits(ledger: Any, dag_id: str | None, run_id: str | None) -> str:
 def spooled_here(dag_id: str | None = None, run_id: str | None = None) -> tuple[Path, int]:
     """This machine's spool and how many of its entries (of ``dag_id`` and ``run_id``) a drain will write.
 
-    Not those set aside as refused, which count nowhere until fixed.
+    Not those set aside as refused, which count nowhere until fixed, nor those billed meanwhile.
     """
-    from costaware.ledger_spool import REFUSED, spool_dir, spooled_files
+    from costaware.ledger_spool import BILLED, REFUSED, spool_dir, spooled_files
 
     folder = spool_dir()
     spooled = 0
     for spooled_file in spooled_files(folder):
-        if spooled_file.state == REFUSED or spooled_file.data is None:
+        if spooled_file.state in (REFUSED, BILLED) or spooled_file.data is None:
             continue
         entry = spooled_file.data.get("entry", spooled_file.data)
         if (

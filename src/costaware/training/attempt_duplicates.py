@@ -90,8 +90,8 @@ def billed_already(ledger: Any, check: DuplicateCheck) -> Decimal | None:
             if row["entry_uid"] == check.entry_uid
             or row["quantity"] == quantity
             # Billed by a stop before it ended (its task killed, or failing for good): this run.
-            or (row["cause"] in STOP_CAUSES and _started_before(check, row["incurred_at"]))
-            or (row["entry_uid"] == unended and _started_before(check, row["incurred_at"]))
+            or (row["cause"] in STOP_CAUSES and _same_run(check, row))
+            or (row["entry_uid"] == unended and _same_run(check, row))
         ),
         None,
     )
@@ -116,13 +116,37 @@ def _this_run_recorded(ledger: Any, check: DuplicateCheck) -> Decimal | None:
             and str(row["price_source"] or "").startswith("remote:")
             and not row["estimated"]
         )
-        if (
-            ours
-            and job_of_attempt_note(str(row["note"] or "")) == check.job_id
-            and _started_before(check, row["incurred_at"])
-        ):
+        if ours and job_of_attempt_note(str(row["note"] or "")) == check.job_id and _same_run(check, row):
             return Decimal(row["usd"])
     return None
+
+
+def _same_run(check: DuplicateCheck, row: Mapping[str, Any]) -> bool:
+    """Whether the ledger ``row`` of the job's name bills the run ``check`` describes, not another run.
+
+    The row's run is this run where this run began before the row was written (not one started after it)
+    and the row's run began before this run's stop. The second matters at a spool's drain hours later: a
+    cleared task's new try resubmits the job under the same name, and that later run's bill is not this
+    run's (dropped for it, the killed run went unbilled).
+    """
+    return _started_before(check, row["incurred_at"]) and _row_run_started_before_stop(check, row)
+
+
+def _row_run_started_before_stop(check: DuplicateCheck, row: Mapping[str, Any]) -> bool:
+    """Whether the run ``row`` bills began before this run's stop (``check.ended_at``).
+
+    Its start is taken as the row's writing less its billed hours (per instance, as this job's plan runs
+    them): no earlier than the true start, since a run is billed at or after its end. SageMaker never
+    reuses a name (and bills a managed spot job less than it ran): its rows are this run.
+    """
+    if check.backend == "sagemaker":
+        return True
+    if check.ended_at is None or row.get("unit") != "hour":
+        return False
+    moment = row["incurred_at"]
+    written = moment if moment.tzinfo else moment.replace(tzinfo=timezone.utc)
+    started = written - timedelta(hours=float(row["quantity"]) / check.instances)
+    return bool(started <= datetime.fromtimestamp(check.ended_at, tz=timezone.utc))
 
 
 def _started_before(check: DuplicateCheck, moment: datetime) -> bool:

@@ -161,7 +161,7 @@ def drain(args: argparse.Namespace) -> int:
             Airflow's metadata database, where a waiting entry's connection may be kept, cannot be read.
     """
     from costaware.core.errors import CostawareError
-    from costaware.ledger_spool import REFUSED, workers_ledger
+    from costaware.ledger_spool import BILLED, REFUSED, workers_ledger
     from costaware.ledger_spool import drain as drain_spool
 
     if getattr(args, "ledger_url", None):
@@ -201,7 +201,7 @@ def drain(args: argparse.Namespace) -> int:
     sentence = f"spool {folder}: {result.written} written, {waiting} still waiting, {result.refused} refused"
     if result.billed_already:
         # Not written, not waiting, not refused: said, or a bill gone from the spool is unaccounted for.
-        sentence += f", {result.billed_already} already billed meanwhile: dropped"
+        sentence += f", {result.billed_already} already billed meanwhile: moved to {folder / BILLED}"
     emit_summary(summary, args.format, sentence)
     for conn_id, why in sorted(unavailable.items()):
         print(
