@@ -336,8 +336,18 @@ class AttemptBilling:
                 retrying=True,
                 duplicate_check=check.to_json(),
             )
-        except Exception as e:  # the spool's disk too: the caller says the bill is lost
-            self.log.error("could not keep the bill (entry %s) in the spool either (%s)", entry.entry_uid, e)
+        except Exception as e:
+            # The last resort, as the cost listener's: the log keeps the whole bill, which drains as it is.
+            self.log.error(
+                "could not keep the bill (entry %s) in the spool either (%s): save the JSON that ends this "
+                "line as %s.json in $AIRFLOW_HOME/costaware/spool and run `costaware spool drain`: %s",
+                entry.entry_uid,
+                e,
+                entry.entry_uid,
+                ledger_spool.spool_record(
+                    entry, self.ledger_conn_id, retrying=True, duplicate_check=check.to_json()
+                ),
+            )
             return None
         return str(path)
 

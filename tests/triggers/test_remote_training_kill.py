@@ -1752,6 +1752,43 @@ def test_a_kill_whose_bill_fails_says_what_follows_on_its_own_path(
     assert ("nothing bills the job: record what it ran by hand" in said) is in_worker
 
 
+def test_a_worker_kills_bill_neither_the_ledger_nor_the_spool_takes_is_logged_whole(
+    tmp_path: Path, ledger: Any, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The last resort logged the bill's uid alone ("record what it ran by hand"): what it ran was lost
+    # with the worker. The log keeps the whole spool file now, and saved in the spool it drains.
+    import json
+
+    import costaware.ledger_spool as ledger_spool
+
+    def no_spool() -> Path:
+        raise OSError("read-only file system")
+
+    monkeypatch.setattr(ledger_spool, "spool_dir", no_spool)
+    trigger = deferred_trigger(operator(tmp_path, "wait-for-notice"))
+    wait_for(tmp_path / "seen.jsonl.ready")
+
+    def down(self: Any, entry: Any) -> Any:
+        raise OSError("disk I/O error")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(type(ledger), "record", down)
+        with pytest.raises(Exception, match="disk I/O error"):
+            trigger.stop_and_bill(wait_seconds=0, poll_seconds=0.1, ask_state=False, bill_refused=True)
+    said = capsys.readouterr().out
+    (line,) = [line for line in said.splitlines() if "could not keep the bill" in line]
+    kept, _ = json.JSONDecoder().raw_decode(line[line.index('{"ledger_conn_id"') :])
+    assert kept["duplicate_check"]["job_id"] == trigger.job_id and kept["retrying"] is True
+    assert said.count("stays held") == 1  # said once, not "stays held, and the hold stays held"
+
+    spool = tmp_path / "saved"
+    spool.mkdir()
+    (spool / f"{kept['entry']['entry_uid']}.json").write_text(json.dumps(kept))
+    assert ledger_spool.drain(spool, lambda conn_id: ledger).written == 1
+    (entry,) = train_entries(ledger)
+    assert entry["entry_uid"] == kept["entry"]["entry_uid"]
+
+
 @pytest.mark.parametrize("in_worker", [True, False], ids=["worker", "trigger"])
 def test_a_worker_kill_whose_ledger_write_fails_keeps_the_bill_in_the_spool(
     tmp_path: Path,

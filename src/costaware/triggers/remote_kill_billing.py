@@ -186,14 +186,14 @@ class KilledJobBilling(GoneJobBilling):
             verdict = "failed"
             # A wait in the worker keeps no wait state for the reconcile to find the job by.
             follows = (
-                "the hold stays held until its run ends or its TTL passes, and nothing bills the job: record "
-                "what it ran by hand"
+                "until its run ends or its TTL passes, and nothing bills the job: record what it ran by hand "
+                "(a bill the spool could not take either is logged whole above: save it in the spool)"
                 if bill_refused
-                else "`costaware jobs reconcile` bills the job once it has ended"
+                else "and `costaware jobs reconcile` bills the job once it has ended"
             )
             self.log.error(
                 "job %s not billed (%s: %s): check job %s on %s and stop it by hand if it still runs; "
-                "the task's budget hold stays held, and %s",
+                "the task's budget hold stays held %s",
                 self.job_id,
                 type(e).__name__,
                 e,
