@@ -113,6 +113,21 @@ def test_drain_writes_each_entry_to_its_own_ledger_and_sets_aside_what_the_ledge
     team.dispose()
 
 
+def test_spool_commands_name_the_folder_given_by_its_absolute_path(
+    spool: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # './~/airflow/costaware/spool' (a folder named '~' here) was printed as 'spool ~/airflow/...': pathlib
+    # drops the './', and the line named the home's spool, not the one drained.
+    here = tmp_path / "cwd"
+    given = here / "~" / "airflow" / "costaware" / "spool"
+    given.mkdir(parents=True)
+    monkeypatch.chdir(here)
+    assert main(["spool", "drain", "--spool-dir", "./~/airflow/costaware/spool"]) == 0
+    assert capsys.readouterr().out.startswith(f"spool {given}: 0 written")
+    assert main(["spool", "show", "--spool-dir", "./~/airflow/costaware/spool"]) == 0
+    assert capsys.readouterr().out.startswith(f"spool {given}: empty")
+
+
 def test_spool_commands_refuse_a_folder_that_is_not_one_and_a_ledger_url(
     spool: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

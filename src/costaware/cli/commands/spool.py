@@ -30,7 +30,8 @@ def _folder(args: argparse.Namespace) -> Path:
         return spool_dir()  # none yet: nothing was ever spooled here
     # Path.expanduser raised a bare RuntimeError for a home nobody has (~nosuchuser, HOME unset).
     given = str(args.spool_dir)
-    folder = Path(expand_user(given, what="--spool-dir", uri=given, example=str(spool_dir())))
+    # Absolute: pathlib drops a leading './', and './~/airflow/...' (a folder named '~') read as the home's.
+    folder = Path(expand_user(given, what="--spool-dir", uri=given, example=str(spool_dir()))).absolute()
     if not folder.is_dir():
         raise CostawareError(
             f"--spool-dir {args.spool_dir!r} is not a folder: give the spool folder the workers write "
