@@ -56,7 +56,15 @@ def earlier_spool_dir() -> Path | None:
 
     homes = airflow_home_as_written()
     folder = None if homes is None else homes[1].joinpath("costaware", "spool")
-    return folder if folder is not None and folder.is_dir() else None
+    if folder is None:
+        return None
+    try:
+        return folder if folder.is_dir() else None
+    except OSError as e:
+        # Python 3.11 raises PermissionError on EACCES (a '~' folder another user made under the working
+        # one): raised, the caller skipped the real spool's drain with it.
+        log.warning("costaware: could not look in %s for an earlier release's spool (%s): skipped", folder, e)
+        return None
 
 
 def spool_record(

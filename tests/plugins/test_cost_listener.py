@@ -404,6 +404,32 @@ def test_two_processes_draining_one_spool_write_each_entry_once(
     assert list(folder.rglob("*")) == []
 
 
+def test_an_earlier_spool_that_cannot_be_looked_in_does_not_keep_the_spool_from_its_drain(
+    ledger_env: Ledger,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path,  # type: ignore[no-untyped-def]
+) -> None:
+    # Path.is_dir raises PermissionError on EACCES in Python 3.11: an earlier release's './~/airflow'
+    # folder this user may not enter raised out of the spool look-up, and the real spool was not drained.
+    import costaware.settings as settings
+
+    folder = tmp_path / "spool"
+    _spool(folder, "a")
+    monkeypatch.setattr(listener_module, "spool_dir", lambda: folder)
+    locked = tmp_path / "cwd" / "~" / "airflow"
+    monkeypatch.setattr(settings, "airflow_home_as_written", lambda: ("~/airflow", locked, tmp_path))
+    is_dir = pathlib.Path.is_dir
+
+    def refused(self: pathlib.Path) -> bool:
+        if self.is_relative_to(locked):
+            raise PermissionError(13, "Permission denied", str(self))
+        return is_dir(self)
+
+    monkeypatch.setattr(pathlib.Path, "is_dir", refused)
+    listener_module._drain_spool(ledger_env, "costaware_ledger")
+    assert [r["task_id"] for r in ledger_env.entries(dag_id="retrain")] == ["a"]
+
+
 def test_a_drain_stopped_by_the_ledger_puts_its_claim_back_and_a_dead_drains_claim_is_reclaimed(
     ledger_env: Ledger,
     monkeypatch: pytest.MonkeyPatch,
