@@ -1960,3 +1960,26 @@ def test_a_new_try_whose_cap_stop_finds_the_kills_stop_records_the_job_as_killed
     assert "attempt 1 was stopped by the kill of an earlier try" in said
     assert "already, as the backend says, by an earlier try (killed, as its ledger entry says)" in said
     assert train_entries(ledger) == [killed]  # billed once, by the kill
+
+
+def test_a_cap_stop_whose_kept_followed_time_is_no_time_is_still_taken_as_sent(
+    tmp_path: Path, ledger: Any, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The job was asked to stop already (its backend says so); the look-up of an earlier try's stop parsed
+    # the kept 'seen_at' outside any guard, and a value that is no time made the stop at the cap raise.
+    from costaware.core.ledger import utcnow
+
+    trigger = deferred_trigger(operator(tmp_path, "wait-for-notice"))
+    wait_for(tmp_path / "seen.jsonl.ready")
+    assert trigger.job_id is not None
+    current = dict(trigger.state["current"])
+    current["followed"] = {**(current.get("followed") or {}), "seen_at": "yesterday"}
+    trigger.state = {**trigger.state, "current": current}
+    monkeypatch.setattr(trigger, "_stop_asked_at", lambda job_id: utcnow())
+    monkeypatch.setattr(trigger, "_keep_cap_stop", lambda: None)
+    assert trigger._send_cap_stop(trigger.job_id) is True
+    said = capsys.readouterr().out
+    assert f"cannot tell whether an earlier try stopped job {trigger.job_id}" in said
+    assert "followed.seen_at 'yesterday' is not ISO-8601" in said
+    assert f"job {trigger.job_id} on local was asked to stop at" in said
+    trigger.stop_and_bill(wait_seconds=0.3, poll_seconds=0.1, ask_state=False)  # nothing left running

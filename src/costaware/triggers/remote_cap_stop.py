@@ -14,6 +14,7 @@ from datetime import datetime
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
+from costaware.core.errors import ConfigurationError
 from costaware.core.ledger import utcnow
 from costaware.core.series import parse_instant
 from costaware.triggers.remote_wait_state import CAP_STOP_KEY, WAIT_STATE_AWS_CONN_KEY, WAIT_STATE_XCOM_KEY
@@ -146,7 +147,17 @@ class CapStopping(_TriggerBase):
 
         followed = (self.state.get("current") or {}).get("followed") or {}
         found_at = followed.get("seen_at")
-        if not found_at or asked_at >= parse_instant(str(found_at), name="followed.seen_at"):
+        if not found_at:
+            return None
+        try:
+            found = parse_instant(str(found_at), name="followed.seen_at")
+        except ConfigurationError as e:
+            # A kept value that is no time (edited, cut short): raised, the stop at the cap failed with it.
+            self.log.warning(
+                "cannot tell whether an earlier try stopped job %s (%s): taken as not", job_id, e
+            )
+            return None
+        if asked_at >= found:
             return None
         identity = AttemptState.from_json(self.state).plan.identity
         billing = KilledTrainingBilling(
