@@ -845,7 +845,7 @@ def test_a_wait_in_the_worker_wakes_when_the_dearer_types_stop_falls_due(
     # The worker's wait slept poll_interval between polls whatever was due: the stop came up to a poll late.
     from attempt_states import CAPTURED  # tests/support/
 
-    import costaware.operators.remote_training as remote_operator
+    import costaware.operators.remote_training_wait as remote_operator
     from costaware.adapters.compute.base import JobState, JobStatus
     from costaware.training.attempts import AttemptState
     from costaware.training.plan import RemotePlan
