@@ -296,3 +296,19 @@ def test_an_airflow_home_with_no_home_folder_to_expand_into_says_so_once(
     )
     with pytest.raises(ConfigurationError, match=said):
         airflow_home()
+
+
+@pytest.mark.timeout(20)
+def test_an_airflow_home_that_doubles_each_round_is_refused_not_expanded_forever(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A='$A$A' doubles each round: 100 rounds are 2**100 characters, so the round cap was never reached
+    # and airflow_home() hung (with its memory growing).
+    from costaware.core.errors import ConfigurationError
+    from costaware.settings import airflow_home
+
+    monkeypatch.setenv("A", "$A$A")
+    monkeypatch.setenv("AIRFLOW_HOME", "$A")
+    with pytest.raises(ConfigurationError, match=r"^\$AIRFLOW_HOME '\$A' never stops expanding"):
+        airflow_home()
+

@@ -119,6 +119,9 @@ FEATURE_CACHE_ENV = "COSTAWARE_FEATURE_CACHE"
 WORKER_REGION_ENV = "COSTAWARE_WORKER_REGION"
 #: Rounds of expanding $AIRFLOW_HOME before it counts as never settling (A='$A/x' grows each round).
 _MAX_EXPANSIONS = 100
+#: Characters an expanding $AIRFLOW_HOME may reach before it counts as never settling: A='$A$A' doubles each
+#: round, so 100 rounds were never reached (memory and time ran out first).
+_MAX_EXPANDED_LENGTH = 4096
 
 #: The ``COSTAWARE_*`` variables the provider reads, and what each sets (docs/deployment.md lists them too).
 ENVIRONMENT: dict[str, str] = {
@@ -345,20 +348,22 @@ def airflow_home() -> Path:
 
     Raises:
         ConfigurationError: a ``~`` is left that names a home nobody has (``~nosuchuser``, HOME unset with
-            no passwd entry), where Airflow would use a folder named ``~`` under each working folder; or
-            variables that never stop expanding (Airflow hangs there).
+            no passwd entry), where Airflow would use a folder named ``~`` under each working folder;
+            or variables that never stop expanding (Airflow hangs there), or grow past 4096 characters.
     """
     from costaware.core.errors import ConfigurationError
 
     given = os.environ.get("AIRFLOW_HOME")
     what = f"$AIRFLOW_HOME {given!r}" if given else "AIRFLOW_HOME (unset: Airflow's default '~/airflow')"
     expanded = given or "~/airflow"
+    settled = False
     for _ in range(_MAX_EXPANSIONS):
         step = os.path.expanduser(os.path.expandvars(expanded))  # noqa: PTH111
-        if step == expanded:
+        settled = step == expanded
+        if settled or len(step) > _MAX_EXPANDED_LENGTH:
             break
         expanded = step
-    else:
+    if not settled:
         raise ConfigurationError(
             f"{what} never stops expanding (a variable names itself, now {expanded[:80]!r}...): "
             "set AIRFLOW_HOME to an absolute path such as '/opt/airflow'"
