@@ -312,3 +312,24 @@ def test_an_airflow_home_that_doubles_each_round_is_refused_not_expanded_forever
     with pytest.raises(ConfigurationError, match=r"^\$AIRFLOW_HOME '\$A' never stops expanding"):
         airflow_home()
 
+
+def test_an_empty_airflow_home_is_refused_saying_what_to_set(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Airflow keeps AIRFLOW_HOME='' (its airflow.cfg read from each working folder), but costaware used
+    # ~/airflow: its ledger, spool and stores were not where docs/deployment.md said (Airflow's folder).
+    from costaware.core.errors import ConfigurationError
+    from costaware.ledger_spool import spool_dir
+    from costaware.settings import airflow_home, ledger_url
+
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("AIRFLOW_HOME", "")
+    monkeypatch.delenv("COSTAWARE_LEDGER_URL", raising=False)
+    said = (
+        r"^AIRFLOW_HOME is set but empty .*; unset it \(Airflow's default '~/airflow'\) or set it to an "
+        r"absolute path such as '/opt/airflow'"
+    )
+    for read in (airflow_home, spool_dir, ledger_url):
+        with pytest.raises(ConfigurationError, match=said):
+            read()
+    assert list(tmp_path.iterdir()) == []  # nothing made in ~/airflow

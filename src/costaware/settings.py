@@ -349,11 +349,21 @@ def airflow_home() -> Path:
     Raises:
         ConfigurationError: a ``~`` is left that names a home nobody has (``~nosuchuser``, HOME unset with
             no passwd entry), where Airflow would use a folder named ``~`` under each working folder;
-            or variables that never stop expanding (Airflow hangs there), or grow past 4096 characters.
+            variables that never stop expanding (Airflow hangs there), or grow past 4096 characters; or
+            an empty ``AIRFLOW_HOME``.
     """
     from costaware.core.errors import ConfigurationError
 
     given = os.environ.get("AIRFLOW_HOME")
+    if given == "":
+        # Airflow keeps '' as its home: airflow.cfg is read from each process's working folder and its
+        # '{AIRFLOW_HOME}/...' defaults land at the root ('/dags', '/airflow.db'); no one folder to follow.
+        raise ConfigurationError(
+            "AIRFLOW_HOME is set but empty (often an unset variable a compose or .env file passed on): "
+            "Airflow then reads airflow.cfg from each working folder, and costaware has no folder for its "
+            "ledger, spool and stores; unset it (Airflow's default '~/airflow') or set it to an absolute "
+            "path such as '/opt/airflow', the same for every Airflow process"
+        )
     what = f"$AIRFLOW_HOME {given!r}" if given else "AIRFLOW_HOME (unset: Airflow's default '~/airflow')"
     expanded = given or "~/airflow"
     settled = False

@@ -236,26 +236,31 @@ def test_unreachable_ledger_spools_and_the_next_entry_drains_it(
     assert list((tmp_path / "spool").glob("*.json")) == []
 
 
+@pytest.mark.parametrize(
+    ("airflow_home", "why"), [("~nosuchuser/airflow", "'~nosuchuser/airflow'"), ("", "set but empty")]
+)
 def test_an_entry_neither_the_ledger_nor_the_spool_takes_is_logged_whole_to_be_recorded_by_hand(
+    airflow_home: str,
+    why: str,
     ledger_env: Ledger,
     monkeypatch: pytest.MonkeyPatch,
     caplog: pytest.LogCaptureFixture,
     tmp_path,  # type: ignore[no-untyped-def]
 ) -> None:
-    # The ledger down and no spool folder either (an AIRFLOW_HOME under a home nobody has): spool_dir()
-    # raised out of write_entry's fallback, and the try's cost was in no ledger, no spool and no log.
+    # The ledger down and no spool folder either (an AIRFLOW_HOME under a home nobody has, or empty):
+    # spool_dir() raised out of write_entry's fallback, and the try's cost was in no ledger, spool or log.
     import costaware.ledger_spool as ledger_spool
 
     good_url = str(ledger_env.engine.url)
     monkeypatch.setenv("COSTAWARE_LEDGER_URL", "postgresql://nobody@127.0.0.1:1/ledger")
-    monkeypatch.setenv("AIRFLOW_HOME", "~nosuchuser/airflow")
+    monkeypatch.setenv("AIRFLOW_HOME", airflow_home)
     monkeypatch.setattr(listener_module, "spool_dir", ledger_spool.spool_dir)
     ti = fake_ti(task_id="prep")
     CostListener().on_task_instance_running(None, ti)
     with caplog.at_level("ERROR", logger=listener_module.log.name):
         CostListener().on_task_instance_success(None, ti)
     (said,) = [r.getMessage() for r in caplog.records if "could not keep it in the spool" in r.getMessage()]
-    assert "'~nosuchuser/airflow'" in said  # why the spool failed
+    assert why in said  # why the spool failed
     # The whole entry, as a spool file holds it: saved as one, a drain writes it.
     record = said[said.index("{") :]
     (tmp_path / "by-hand").mkdir()
