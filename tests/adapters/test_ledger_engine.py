@@ -99,12 +99,23 @@ def test_the_default_ledger_left_under_an_airflow_home_read_as_written_is_named(
     before.dispose()
     new = home / "airflow" / "costaware" / "ledger.db"
     assert ledger_url() == f"sqlite:///{new}"
+    # Said of the default ledger, which no URL names: each path once, and the variable that keeps it.
     said = (
-        rf"is opened at '{new}', which does not exist, but the ledger an earlier costaware made for it is at "
-        rf"'{re.escape(str(old))}' \(\$AIRFLOW_HOME '{re.escape(given)}' taken as a folder under the working "
+        rf"^the default ledger under \$AIRFLOW_HOME '{re.escape(given)}' is now '{new}', which does not "
+        rf"exist, but the one an earlier costaware made \(\$AIRFLOW_HOME '{re.escape(given)}' taken as a "
+        rf"folder under the working one\) is at '{re.escape(str(old))}': move it there, with any -wal and "
+        rf"-shm files beside it, or keep it where it is with "
+        rf"COSTAWARE_LEDGER_URL=sqlite:///{re.escape(str(old))}; to start an empty ledger instead, rename "
+        r"or remove it$"
     )
-    with pytest.raises(ConfigurationError, match=said):
+    with pytest.raises(ConfigurationError, match=said) as refused:
         Ledger.from_url(ledger_url())
+    assert "--ledger-url" not in str(refused.value)
+    assert str(refused.value).count(str(new)) == 1
+    # The variable it offers opens the old ledger as it is.
+    monkeypatch.setenv("COSTAWARE_LEDGER_URL", f"sqlite:///{old}")
+    Ledger.from_url(ledger_url()).dispose()
+    monkeypatch.delenv("COSTAWARE_LEDGER_URL")
     assert not new.parent.exists()
     new.parent.mkdir(parents=True)
     old.rename(new)

@@ -47,48 +47,28 @@ def sqlite_file(database: str) -> Path:
     Raises:
         ConfigurationError: ``~`` names a home nobody has (``~nosuchuser``, HOME unset with no passwd entry):
             ``Path.expanduser`` raised a bare RuntimeError from every command that opens the ledger. Or the
-            file does not exist but the one an earlier release opened for it does (see
-            :func:`_ledger_before_expansion`).
+            file does not exist but the one an earlier release opened for it, under this working folder,
+            does (see :mod:`costaware.adapters.ledger.before_expansion`).
     """
-    from costaware.adapters.object_store.location import expand_user
+    from costaware.adapters.ledger.before_expansion import earlier_ledger, refusal
 
-    what = (
-        f"the ledger's SQLite file (from --ledger-url, ${LEDGER_URL_ENV} or the ledger's Airflow connection)"
-    )
-    expanded = Path(expand_user(database, what=what, uri=database, example="/srv/ml/ledger.db"))
-    earlier = _ledger_before_expansion(database, expanded)
-    if earlier is not None:
-        written, taken = earlier
-        raise ConfigurationError(
-            f"{what} {database!r} is opened at {str(expanded)!r}, which does not exist, but the ledger an "
-            f"earlier costaware made for it is at {str(written)!r} ({taken}): move it, with any -wal and "
-            f"-shm files beside it, to {str(expanded)!r}, or give its absolute path in the URL; to start an "
-            "empty ledger instead, rename or remove it"
-        )
+    expanded = _expanded(database)
+    if not expanded.exists():
+        earlier = earlier_ledger(database, expanded)
+        if earlier is not None and earlier.written.exists():
+            raise ConfigurationError(refusal(_SQLITE_FILE, database, earlier))
     return expanded
 
 
-def _ledger_before_expansion(database: str, expanded: Path) -> tuple[Path, str] | None:
-    """The file an earlier release opened for ``database``, and why, where it exists and ``expanded`` not.
+_SQLITE_FILE = (
+    f"the ledger's SQLite file (from --ledger-url, ${LEDGER_URL_ENV} or the ledger's Airflow connection)"
+)
 
-    Earlier releases took ``sqlite:///~/x.db`` as written, ``./~/x.db`` under the working folder, and so
-    the default ledger of ``AIRFLOW_HOME='~/airflow'`` or ``'$DATA_ROOT/airflow'`` (``./~/airflow/...``).
-    Left there, it would be replaced by a new, empty ledger: spend to date $0, budgets spent again.
-    """
-    from costaware.settings import airflow_home_as_written
 
-    if expanded.exists():
-        return None
-    if database.startswith("~"):
-        written, taken = Path(database).absolute(), "the '~' taken as a folder under the working one"
-    else:
-        homes = airflow_home_as_written()
-        if homes is None or not expanded.absolute().is_relative_to(homes[2]):
-            return None
-        given, given_as_folder, home = homes
-        written = given_as_folder.joinpath(expanded.absolute().relative_to(home))
-        taken = f"$AIRFLOW_HOME {given!r} taken as a folder under the working one"
-    return (written, taken) if written.exists() and written != expanded.absolute() else None
+def _expanded(database: str) -> Path:
+    from costaware.adapters.object_store.location import expand_user
+
+    return Path(expand_user(database, what=_SQLITE_FILE, uri=database, example="/srv/ml/ledger.db"))
 
 
 def safe_url(url: str) -> str:
