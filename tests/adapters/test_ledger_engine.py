@@ -122,3 +122,125 @@ def test_the_default_ledger_left_under_an_airflow_home_read_as_written_is_named(
     Ledger.from_url(ledger_url()).create_schema()
     # Once there, the old folder's ledger (a second copy) is not looked at.
     assert missing_sqlite_file(ledger_url()) is None
+
+
+@pytest.mark.parametrize("given", ["~/airflow", "$DATA_ROOT/airflow"])
+def test_a_new_default_ledger_under_an_airflow_home_with_a_tilde_says_where_the_old_one_may_be(
+    given: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The old ledger is under whichever folder the earlier release ran in: one `budget set` from another
+    # folder made the new, empty ledger without a word, and after that the old one was never named again.
+    from costaware.settings import ledger_url
+
+    home, working, elsewhere = tmp_path / "home", tmp_path / "working", tmp_path / "elsewhere"
+    working.mkdir()
+    elsewhere.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("DATA_ROOT", str(home))
+    monkeypatch.setenv("AIRFLOW_HOME", given)
+    monkeypatch.delenv("COSTAWARE_LEDGER_URL", raising=False)
+    old = working / given / "costaware" / "ledger.db"
+    old.parent.mkdir(parents=True)
+    Ledger.from_url(f"sqlite:///{old}").dispose()
+    new = home / "airflow" / "costaware" / "ledger.db"
+    monkeypatch.chdir(elsewhere)  # the old ledger is not under this folder: a new one is made, and said so
+    with caplog.at_level("WARNING", logger="costaware.adapters.ledger.before_expansion"):
+        Ledger.from_url(ledger_url()).dispose()
+    assert new.is_file()
+    (made,) = _said(caplog)
+    assert made.startswith(
+        f"costaware: the default ledger under $AIRFLOW_HOME {given!r}: creating a new, empty ledger at {new}."
+    )
+    assert f"'<working folder>/{given}/costaware/ledger.db' under whichever folder they ran in" in made
+    assert f"(not under this one: {elsewhere / given / 'costaware' / 'ledger.db'} does not exist)" in made
+    # Opened again from the folder holding the old one: both are named, on every open.
+    caplog.clear()
+    monkeypatch.chdir(working)
+    with caplog.at_level("WARNING", logger="costaware.adapters.ledger.before_expansion"):
+        Ledger.from_url(ledger_url()).dispose()
+        Ledger.from_url(ledger_url()).dispose()
+    both = _said(caplog)
+    assert len(both) == 2
+    assert f"opens {new}, but the ledger an earlier costaware kept for it" in both[0]
+    assert f"is still at {old}: its spend and budgets are not read" in both[0]
+    # Once the old one is gone, nothing is said.
+    old.unlink()
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="costaware.adapters.ledger.before_expansion"):
+        Ledger.from_url(ledger_url()).dispose()
+    assert _said(caplog) == []
+
+
+def test_a_brand_new_install_gets_its_ledger_and_a_plain_home_says_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    from costaware.settings import ledger_url
+
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("COSTAWARE_LEDGER_URL", raising=False)
+    monkeypatch.setenv("AIRFLOW_HOME", "~/airflow")
+    Ledger.from_url(ledger_url()).dispose()
+    assert (tmp_path / "home" / "airflow" / "costaware" / "ledger.db").is_file()
+    monkeypatch.setenv("AIRFLOW_HOME", str(tmp_path / "plain"))  # no '~' or '$': nothing to say
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="costaware.adapters.ledger.before_expansion"):
+        Ledger.from_url(ledger_url()).dispose()
+    assert (tmp_path / "plain" / "costaware" / "ledger.db").is_file()
+    assert _said(caplog) == []
+
+
+def test_a_new_ledger_at_a_tilde_url_says_where_the_old_one_may_be(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    home, working = tmp_path / "home", tmp_path / "working"
+    working.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.chdir(working)
+    with caplog.at_level("WARNING", logger="costaware.adapters.ledger.before_expansion"):
+        Ledger.from_url("sqlite:///~/costaware/ledger.db").dispose()
+    (made,) = _said(caplog)
+    assert "'~/costaware/ledger.db': creating a new, empty ledger at " in made
+    assert "'<working folder>/~/costaware/ledger.db' under whichever folder they ran in" in made
+
+
+def _said(caplog: pytest.LogCaptureFixture) -> list[str]:
+    """What was said of an earlier release's ledger (the migrations log too)."""
+    return [r.getMessage() for r in caplog.records if r.name.endswith("before_expansion")]
+
+
+def test_a_new_default_ledger_under_an_absolute_airflow_home_with_a_variable_is_made(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    # AIRFLOW_HOME='/srv/$STAGE/airflow' read as written is one literal folder, not under the working one:
+    # saying where it was kept raised ValueError (relative_to) and no ledger could be made.
+    from costaware.settings import ledger_url
+
+    (tmp_path / "work").mkdir()
+    monkeypatch.chdir(tmp_path / "work")
+    monkeypatch.setenv("STAGE", "prod")
+    monkeypatch.setenv("AIRFLOW_HOME", str(tmp_path / "srv" / "$STAGE" / "airflow"))
+    monkeypatch.delenv("COSTAWARE_LEDGER_URL", raising=False)
+    with caplog.at_level("WARNING", logger="costaware.adapters.ledger.before_expansion"):
+        Ledger.from_url(ledger_url()).dispose()
+    assert (tmp_path / "srv" / "prod" / "airflow" / "costaware" / "ledger.db").is_file()
+    (made,) = _said(caplog)
+    assert f"kept it at {tmp_path}/srv/$STAGE/airflow/costaware/ledger.db (which does not exist)" in made
+
+
+def test_a_ledger_under_an_airflow_home_with_a_tilde_opens_from_a_removed_working_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Looking for an earlier release's ledger under the working folder on every open raised
+    # FileNotFoundError (os.getcwd) where that folder had been removed: no ledger could be opened there.
+    from costaware.settings import ledger_url
+
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("AIRFLOW_HOME", "~/airflow")
+    monkeypatch.delenv("COSTAWARE_LEDGER_URL", raising=False)
+    (tmp_path / "gone").mkdir()
+    monkeypatch.chdir(tmp_path / "gone")
+    (tmp_path / "gone").rmdir()
+    Ledger.from_url(ledger_url()).dispose()  # made
+    Ledger.from_url(ledger_url()).dispose()  # opened again
+    assert (tmp_path / "home" / "airflow" / "costaware" / "ledger.db").is_file()

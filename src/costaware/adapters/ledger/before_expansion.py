@@ -3,15 +3,23 @@
 Earlier releases took ``sqlite:///~/x.db`` as written, ``./~/x.db`` under the working folder, and so the
 default ledger of ``AIRFLOW_HOME='~/airflow'`` or ``'$DATA_ROOT/airflow'`` (``./~/airflow/...``). Left
 there, it is replaced by a new, empty ledger in the expanded place: spend to date $0, budgets spent again.
-Opening it is refused while the expanded file is missing and the old one is there (:func:`refusal`).
+Only the working folder of the process at hand can be looked in, so each open says what it sees there:
+
+* the expanded file missing, the old one here: refused (:func:`refusal`), as the ledger would be made empty;
+* the expanded file missing, no old one here: a warning as the new ledger is made (it may be a first
+  install, which must work, or the old ledger is under another folder the earlier processes ran in);
+* both there: a warning on every open, naming both, as the old one's spend is not counted.
 """
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from pathlib import Path
 
 from costaware.settings import LEDGER_URL_ENV
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,10 +36,15 @@ class EarlierLedger:
     airflow_home: bool
     default: bool
 
-    @property
-    def relative(self) -> str:
-        """The old file relative to the working folder it was made in: ``~/airflow/costaware/ledger.db``."""
-        return str(self.written.relative_to(Path.cwd().absolute()))
+    def where_kept(self) -> str:
+        """Where earlier releases kept it: under whichever working folder, unless written absolute."""
+        cwd = Path.cwd().absolute()
+        if not self.written.is_relative_to(cwd):  # '/srv/$ENV/airflow': one folder, named literally
+            return f"at {self.written} (which does not exist)"
+        return (
+            f"at '<working folder>/{self.written.relative_to(cwd)}' under whichever folder they ran in "
+            f"(not under this one: {self.written} does not exist)"
+        )
 
     def subject(self, what: str, database: str) -> str:
         """How the ledger is named in a message: the default one by its home, else by its URL's path."""
@@ -48,10 +61,14 @@ class EarlierLedger:
 def earlier_ledger(database: str, opened: Path) -> EarlierLedger | None:
     """The file an earlier release opened for ``database`` (opened now at ``opened``), there or not.
 
-    None where ``~`` or ``$VARS`` played no part, or the two are the same file.
+    None where ``~`` or ``$VARS`` played no part, the two are the same file, or the working folder is gone.
     """
     from costaware.settings import airflow_home_as_written, costaware_home
 
+    try:
+        Path.cwd()
+    except FileNotFoundError:  # a working folder since removed: none to look in, and the ledger must open
+        return None
     opened = opened.absolute()
     if database.startswith("~"):
         written, as_written, from_home, default = Path(database).absolute(), database, False, False
@@ -83,3 +100,31 @@ def refusal(what: str, database: str, earlier: EarlierLedger) -> str:
         f"any -wal and -shm files beside it, to {str(earlier.opened)!r}, or give its absolute path in the "
         "URL; to start an empty ledger instead, rename or remove it"
     )
+
+
+def warn_on_open(what: str, database: str, earlier: EarlierLedger) -> None:
+    """Log what an open cannot check for itself: a ledger made anew, or an old one left beside it."""
+    subject = earlier.subject(what, database)
+    if not earlier.opened.exists():
+        # The old ledger may be under whichever folder the earlier processes ran in: only this one is seen.
+        log.warning(
+            "costaware: %s: creating a new, empty ledger at %s. Releases before '~' and $VARS were "
+            "expanded kept it %s. If costaware ran there before, stop here and move that ledger.db, "
+            "with its -wal and -shm files, to %s before any task runs, or its spend to date is not counted",
+            subject,
+            earlier.opened,
+            earlier.where_kept(),
+            earlier.opened,
+        )
+        return
+    if earlier.written.exists():
+        log.warning(
+            "costaware: %s opens %s, but the ledger an earlier costaware kept for it (%s) is still at %s: "
+            "its spend and budgets are not read, so what it recorded is not counted against any cap. If it "
+            "was copied here, remove it (with its -wal and -shm files); if it holds spend the one opened "
+            "lacks (made anew after the upgrade), stop the workers and keep one of the two",
+            subject,
+            earlier.opened,
+            earlier.taken(),
+            earlier.written,
+        )

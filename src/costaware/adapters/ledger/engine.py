@@ -220,7 +220,12 @@ def sqlite_engine(database: str | None) -> Engine:
     if database and database != ":memory:":
         # SQLite opens '~/ledger.db' as written, under the working folder: it was looked for, and its
         # folder made, in the home folder, and then failed with "unable to open database file".
-        database = str(sqlite_file(database))
+        from costaware.adapters.ledger.before_expansion import earlier_ledger, warn_on_open
+
+        given, database = database, str(sqlite_file(database))
+        earlier = earlier_ledger(given, Path(database))
+        if earlier is not None:
+            warn_on_open(_SQLITE_FILE, given, earlier)
         Path(database).parent.mkdir(parents=True, exist_ok=True)
     engine = create_engine(f"sqlite:///{database or ':memory:'}", connect_args={"timeout": 60})
 
