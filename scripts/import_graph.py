@@ -23,8 +23,17 @@ from pathlib import Path
 SRC = Path(__file__).resolve().parents[1] / "src" / "costaware"
 #: Rank of each top-level package or module; the rest of costaware (glue.py, cli*.py, ...) ranks as the glue.
 #: ``extras`` and ``importing`` (optional-import helpers, no Airflow) rank with ``core``, ``settings`` with
-#: ``adapters`` (it reads the environment, so pure ``core`` must not import it).
-LAYERS = {"extras": 0, "importing": 0, "core": 0, "settings": 1, "adapters": 1, "training": 2, "plugins": 4}
+#: ``adapters`` (it reads the environment, so pure ``core`` must not import it), and so ``settings_home``.
+LAYERS = {
+    "extras": 0,
+    "importing": 0,
+    "core": 0,
+    "settings": 1,
+    "settings_home": 1,  # $AIRFLOW_HOME's expansion, split from settings
+    "adapters": 1,
+    "training": 2,
+    "plugins": 4,
+}
 GLUE = 3
 
 

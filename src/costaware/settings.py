@@ -21,6 +21,10 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+# Re-exported: callers (and tests) read the home from here, where every setting is read.
+from costaware.settings_home import airflow_home as airflow_home
+from costaware.settings_home import airflow_home_as_written as airflow_home_as_written
+
 SECTION = "costaware"
 ENV_PREFIX = f"AIRFLOW__{SECTION.upper()}__"
 
@@ -117,11 +121,6 @@ OPTIONS: dict[str, Option] = {
 LEDGER_URL_ENV = "COSTAWARE_LEDGER_URL"
 FEATURE_CACHE_ENV = "COSTAWARE_FEATURE_CACHE"
 WORKER_REGION_ENV = "COSTAWARE_WORKER_REGION"
-#: Rounds of expanding $AIRFLOW_HOME before it counts as never settling (A='$A/x' grows each round).
-_MAX_EXPANSIONS = 100
-#: Characters an expanding $AIRFLOW_HOME may reach before it counts as never settling: A='$A$A' doubles each
-#: round, so 100 rounds were never reached (memory and time ran out first).
-_MAX_EXPANDED_LENGTH = 4096
 
 #: The ``COSTAWARE_*`` variables the provider reads, and what each sets (docs/deployment.md lists them too).
 ENVIRONMENT: dict[str, str] = {
@@ -335,81 +334,6 @@ def airflow_cfg_problem(error: configparser.Error) -> str:
             f"[{error.section}] a second time: keep one of the two lines"
         )
     return f"airflow.cfg cannot be read: {' '.join(str(error).split())}: fix the file"
-
-
-def airflow_home() -> Path:
-    """``$AIRFLOW_HOME``, else ``~/airflow`` (Airflow's default), expanded as Airflow expands it.
-
-    The same folder Airflow uses, or the spool, the ledger file and the stores part from it: a task spooled
-    its ledger entries where no `costaware spool drain` run elsewhere looked. Airflow's ``expand_env_var``
-    (mirrored: importing ``airflow.configuration`` loads, even writes, airflow.cfg) expands ``$VARS`` then
-    ``~`` until the value stops changing, so ``A='$B/airflow'`` is followed, and an empty HOME makes ``~``
-    the root (``/airflow``), as Airflow has it.
-
-    Raises:
-        ConfigurationError: a ``~`` is left that names a home nobody has (``~nosuchuser``, HOME unset with
-            no passwd entry), where Airflow would use a folder named ``~`` under each working folder;
-            variables that never stop expanding (Airflow hangs there), or grow past 4096 characters; or
-            an empty ``AIRFLOW_HOME``.
-    """
-    from costaware.core.errors import ConfigurationError
-
-    given = os.environ.get("AIRFLOW_HOME")
-    if given == "":
-        # Airflow keeps '' as its home: airflow.cfg is read from each process's working folder and its
-        # '{AIRFLOW_HOME}/...' defaults land at the root ('/dags', '/airflow.db'); no one folder to follow.
-        raise ConfigurationError(
-            "AIRFLOW_HOME is set but empty (often an unset variable a compose or .env file passed on): "
-            "Airflow then reads airflow.cfg from each working folder, and costaware has no folder for its "
-            "ledger, spool and stores; unset it (Airflow's default '~/airflow') or set it to an absolute "
-            "path such as '/opt/airflow', the same for every Airflow process"
-        )
-    what = f"$AIRFLOW_HOME {given!r}" if given else "AIRFLOW_HOME (unset: Airflow's default '~/airflow')"
-    expanded = given or "~/airflow"
-    settled = False
-    for _ in range(_MAX_EXPANSIONS):
-        step = os.path.expanduser(os.path.expandvars(expanded))  # noqa: PTH111
-        settled = step == expanded
-        if settled or len(step) > _MAX_EXPANDED_LENGTH:
-            break
-        expanded = step
-    if not settled:
-        raise ConfigurationError(
-            f"{what} never stops expanding (a variable names itself, now {expanded[:80]!r}...): "
-            "set AIRFLOW_HOME to an absolute path such as '/opt/airflow'"
-        )
-    if expanded.startswith("~"):
-        user = expanded[1:].split("/")[0]
-        whose = (
-            f"the home folder of user {user!r}, whom this machine does not know"
-            if user
-            else "'~', but this process has no home folder (HOME is unset and its user has none)"
-        )
-        given_as = "" if not given or expanded == given else f" (expanded to {expanded!r})"
-        raise ConfigurationError(
-            f"{what}{given_as} starts with {whose}: Airflow reads it as a folder of that name under "
-            "each working folder; set AIRFLOW_HOME to an absolute path such as '/opt/airflow'"
-        )
-    return Path(expanded)
-
-
-def airflow_home_as_written() -> tuple[str, Path, Path] | None:
-    """``$AIRFLOW_HOME``, the folder releases before its expansion took it for, and the expanded home.
-
-    Read as written (a ``~`` or ``$VAR`` kept), it was a folder under the working one; both paths absolute.
-    None where they are the same folder, or the home is refused.
-    """
-    from costaware.core.errors import ConfigurationError
-
-    given = os.environ.get("AIRFLOW_HOME")
-    if not given or not ("~" in given or "$" in given):
-        return None
-    try:
-        home = airflow_home().absolute()
-    except ConfigurationError:
-        return None
-    written = Path(given).absolute()
-    return None if written == home else (given, written, home)
 
 
 def costaware_home(*parts: str) -> Path:
