@@ -244,3 +244,25 @@ def test_a_ledger_under_an_airflow_home_with_a_tilde_opens_from_a_removed_workin
     Ledger.from_url(ledger_url()).dispose()  # made
     Ledger.from_url(ledger_url()).dispose()  # opened again
     assert (tmp_path / "home" / "airflow" / "costaware" / "ledger.db").is_file()
+
+
+def test_an_absolute_airflow_home_read_as_written_is_not_said_to_be_under_the_working_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # AIRFLOW_HOME='/srv/$STAGE/airflow' read as written was the literal folder '/srv/$STAGE/airflow', the
+    # same from every working folder: the refusal said it was 'taken as a folder under the working one'.
+    from costaware.settings import ledger_url
+
+    (tmp_path / "work").mkdir()
+    monkeypatch.chdir(tmp_path / "work")
+    monkeypatch.setenv("STAGE", "prod")
+    given = str(tmp_path / "srv" / "$STAGE" / "airflow")
+    monkeypatch.setenv("AIRFLOW_HOME", given)
+    monkeypatch.delenv("COSTAWARE_LEDGER_URL", raising=False)
+    old = Path(given) / "costaware" / "ledger.db"
+    old.parent.mkdir(parents=True)
+    Ledger.from_url(f"sqlite:///{old}").dispose()
+    with pytest.raises(ConfigurationError) as refused:
+        Ledger.from_url(ledger_url())
+    assert f"($AIRFLOW_HOME {given!r} taken as written, '$' and all) is at '{old}'" in str(refused.value)
+    assert "under the working one" not in str(refused.value)

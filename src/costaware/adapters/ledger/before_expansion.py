@@ -53,6 +53,9 @@ class EarlierLedger:
         return f"{what} {database!r}"
 
     def taken(self) -> str:
+        """How an earlier release read it: a folder under the working one, or one absolute path as written."""
+        if self.airflow_home and Path(self.as_written).is_absolute():  # '/srv/$STAGE/airflow'
+            return f"$AIRFLOW_HOME {self.as_written!r} taken as written, '$' and all"
         if self.airflow_home:
             return f"$AIRFLOW_HOME {self.as_written!r} taken as a folder under the working one"
         return "the '~' taken as a folder under the working one"
