@@ -327,10 +327,21 @@ def test_a_plan_round_trips_through_json() -> None:
     assert RemotePlan.from_json(plan.to_json()) == plan
 
 
-def paused_state(ran_seconds: list[float]) -> AttemptState:
+def paused_state(ran_seconds: list[float], *, exact: bool = True) -> AttemptState:
+    """``exact``: the backend knew each attempt's run exactly (a local job, SageMaker's transitions)."""
     plan = plan_of(PlanArguments(pause_on_price=True, prices="live", checkpoint_every_seconds=300.0)).plan
     attempts = tuple(
-        Attempt(n + 1, f"j-a{n + 1}", "spot", "m5.2xlarge", s, "0.01", "paused", "")
+        Attempt(
+            n + 1,
+            f"j-a{n + 1}",
+            "spot",
+            "m5.2xlarge",
+            s,
+            "0.01",
+            "paused",
+            "",
+            trained_runs_seconds=(s,) if exact else None,
+        )
         for n, s in enumerate(ran_seconds)
     )
     return AttemptState(plan=plan, spot_usd_per_hour="0.31", attempts=attempts)
@@ -349,6 +360,11 @@ def test_the_work_left_sets_the_latest_resume_and_the_price_watch() -> None:
     assert watch["on_demand_usd_per_hour"] == "0.96"
     # An attempt that is ending counts too, before it is recorded.
     assert work_left(state, ended={"billable_seconds": 3600.0}) == Decimal("0.333333")  # 2 h - 2 x 3000 s
+    # Billed only (Batch: its bill may count a submit's copies): it weighs the pause, not the deadline.
+    billed = paused_state([3600.0], exact=False)
+    watch = price_watch(billed, "resume", poll_interval=30)
+    assert watch["remaining_hours"] == str(left)
+    assert watch["latest_resume"] == latest_resume(billed, Decimal(2)).isoformat()
 
 
 def test_a_plan_without_a_watch_has_no_price_watch() -> None:

@@ -248,13 +248,15 @@ class RemoteAttemptSteps(RemoteAttemptHolds):
         """Decide the next step (pure) and perform it: the new state to wait on, or the result (XCom)."""
         from costaware.adapters.compute.job_contract import EXIT_PREEMPTED_BEFORE_CHECKPOINT
         from costaware.training.attempts import Fail, Finish, JobEnded, Pause, Resume, Submit, next_step
+        from costaware.training.pauses import deadline_work_left, price_watch
         from costaware.training.pauses import latest_resume as resume_by
-        from costaware.training.pauses import price_watch, work_left
 
         now = utcnow()
         latest_resume = None
         if isinstance(event, JobEnded) and state.current and state.current.pausing:
-            latest_resume = resume_by(state, work_left(state, ended=event.job))
+            # Work done only where its runs are known exactly: a bill counting a Batch submit's copies moved
+            # the latest resume past the deadline.
+            latest_resume = resume_by(state, deadline_work_left(state, ended=event.job))
         step = next_step(state, event, now, max_attempts=self.max_attempts, latest_resume=latest_resume)
         current = state.current
         if step.stop_first and isinstance(event, JobEnded):

@@ -15,7 +15,7 @@ from decimal import Decimal
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from costaware.core.ledger import reservation_holder
-from costaware.training.attempts import Attempt, AttemptState
+from costaware.training.attempts import Attempt, AttemptState, trained_runs
 from costaware.training.plan import RemotePlan, job_seconds_left
 
 if TYPE_CHECKING:
@@ -299,6 +299,7 @@ def billed_attempt(
         restored_step=current.restored_step,
         committed_step=committed_step,
         market_reason=current.market_reason,
+        trained_runs_seconds=trained_runs(job),
     )
     return entry, attempt
 

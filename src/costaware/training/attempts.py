@@ -66,6 +66,11 @@ class Attempt:
     #: restart-thrash guard, the latest safe start, a pause with no slack left); "" for spot, and for an
     #: on-demand market given as an argument or taken by default.
     market_reason: str = ""
+    #: How long each of its runs trained, where its backend knew it exactly (``TRAINED_RUNS_SECONDS``:
+    #: SageMaker's ``Training`` transitions, a local job's process); None where it did not (Batch's bill
+    #: counts a submit's copies and its queue before a retry, a pod's bill its waits). Its work done, not
+    #: its bill: ``billable_seconds`` stays what was billed.
+    trained_runs_seconds: tuple[float, ...] | None = None
 
     def kept_work(self) -> bool | None:
         """Whether this attempt committed a newer checkpoint than the one it restored.
@@ -111,10 +116,16 @@ class Attempt:
             "restored_step": self.restored_step,
             "committed_step": self.committed_step,
             "market_reason": self.market_reason,
+            **(
+                {"trained_runs_seconds": list(self.trained_runs_seconds)}
+                if self.trained_runs_seconds is not None
+                else {}
+            ),
         }
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Attempt:
+        runs = data.get("trained_runs_seconds")
         return cls(
             attempt=int(data["attempt"]),
             job_id=str(data["job_id"]),
@@ -130,7 +141,15 @@ class Attempt:
             restored_step=_step_or_none(data.get("restored_step")),
             committed_step=_step_or_none(data.get("committed_step")),
             market_reason=str(data.get("market_reason") or ""),
+            # A state written before runs were kept has none: unknown, as a backend without them.
+            trained_runs_seconds=tuple(float(r) for r in runs) if runs is not None else None,
         )
+
+
+def trained_runs(job: Mapping[str, Any]) -> tuple[float, ...] | None:
+    """The runs of job status ``job`` where its backend knew them exactly (``TRAINED_RUNS_SECONDS``)."""
+    runs = (job.get("metrics") or {}).get(TRAINED_RUNS_SECONDS)
+    return tuple(float(r) for r in runs) if runs else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -373,23 +392,37 @@ def remaining_hours(
     checkpoint_every_seconds: float | None,
     ended: Mapping[str, Any] | None = None,
     running_on: bool = False,
+    exact_only: bool = False,
 ) -> Decimal:
     """Work left, estimated from above, counting the job status ``ended`` too (not yet recorded).
 
     An attempt keeps what it ran past its restart, less one checkpoint interval (the most a stop or a
-    preemption loses); without timed checkpoints a stop may lose everything. How long it ran is its billed
-    seconds over its instances (SageMaker's ``instance_count`` bills each), or, where the status holds
-    them, its runs (``TRAINED_RUNS_SECONDS``: each restarted inside the job loses as an attempt does).
+    preemption loses); without timed checkpoints a stop may lose everything. How long it ran is its runs
+    where its backend knew them exactly (``TRAINED_RUNS_SECONDS``, kept as
+    :attr:`Attempt.trained_runs_seconds`: each restarted inside the job loses as an attempt does), else its
+    billed seconds over its instances (SageMaker's ``instance_count`` bills each).
     ``running_on``: the work left if the job of ``ended`` runs on instead: its last run loses only its
     restart, no checkpoint interval (what a pause alone loses), with or without checkpoints.
+    ``exact_only``: count only exactly known runs, for a deadline: billed seconds may count time a job did
+    not train (a Batch submit's copies, its queue before a retry), and a work left taken from them too
+    small moves the latest resume past the deadline.
     """
     restart = restart_overhead_minutes * 60
     lost = restart + float(checkpoint_every_seconds or 0)
-    seconds = [state.run_seconds(a.billable_seconds) for a in state.attempts]
+    seconds: list[float] = []
+    for attempt in state.attempts:
+        if attempt.trained_runs_seconds is not None:
+            seconds += attempt.trained_runs_seconds
+        elif not exact_only:
+            seconds.append(state.run_seconds(attempt.billable_seconds))
+    last = None
     if ended is not None:
-        runs = (ended.get("metrics") or {}).get(TRAINED_RUNS_SECONDS)
-        seconds += [float(s) for s in runs] if runs else [state.run_seconds(ended["billable_seconds"])]
-    last = seconds.pop() if running_on and ended is not None else None
+        runs = trained_runs(ended)
+        ended_runs = list(runs) if runs else []
+        if not runs and not exact_only:
+            ended_runs = [state.run_seconds(ended["billable_seconds"])]
+        last = ended_runs.pop() if running_on and ended_runs else None
+        seconds += ended_runs
     # Without timed checkpoints a stop may lose everything.
     kept = sum(max(0.0, s - lost) for s in seconds) if checkpoint_every_seconds else 0.0
     if last is not None:

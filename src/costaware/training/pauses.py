@@ -1,8 +1,9 @@
 """Pausing a remote training on its spot price: pure functions of its plan and its attempts so far.
 
-The work left after the attempts (:func:`work_left`), the latest restart that still meets the deadline with
-it (:func:`latest_resume`), and the ``price_watch`` that ``RemoteTrainingJobTrigger`` polls with
-(:func:`price_watch`). ``RemoteTrainingOperator`` calls them between trigger events. No Airflow and no IO.
+The work left after the attempts (:func:`work_left`; :func:`deadline_work_left` for a deadline), the latest
+restart that still meets the deadline with it (:func:`latest_resume`), and the ``price_watch`` that
+``RemoteTrainingJobTrigger`` polls with (:func:`price_watch`). ``RemoteTrainingOperator`` calls them between
+trigger events. No Airflow and no IO.
 """
 
 from __future__ import annotations
@@ -38,6 +39,25 @@ def work_left(
         checkpoint_every_seconds=state.plan.checkpoint_every_seconds,
         ended=ended,
         running_on=running_on,
+    )
+
+
+def deadline_work_left(state: AttemptState, ended: Mapping[str, Any] | None = None) -> Decimal:
+    """Hours left for the deadline: as :func:`work_left`, counting only runs their backend knew exactly.
+
+    Never less than the work truly left: a job without exact runs (Batch, Kubernetes, a SageMaker job
+    without ``Training`` transitions) is billed for time it did not train (a submit's copies, the queue
+    before a retry), so its work counts nothing here and the latest resume after it is never later than
+    the one before it (its submit's).
+    """
+    watch = _watch(state)
+    return remaining_hours(
+        state,
+        runtime_hours=Decimal(watch.runtime_hours),
+        restart_overhead_minutes=watch.restart_overhead_minutes,
+        checkpoint_every_seconds=state.plan.checkpoint_every_seconds,
+        ended=ended,
+        exact_only=True,
     )
 
 
@@ -82,7 +102,7 @@ def price_watch(state: AttemptState, mode: str, *, poll_interval: float) -> dict
         "observe": observe,
         "on_demand_usd_per_hour": plan.on_demand_usd_per_hour,
         "history_days": watch.history_days,
-        "latest_resume": latest_resume(state, remaining).isoformat(),
+        "latest_resume": latest_resume(state, deadline_work_left(state)).isoformat(),
         "remaining_hours": str(remaining),
         "restart_overhead_minutes": watch.restart_overhead_minutes,
         "priority": watch.priority,

@@ -157,18 +157,14 @@ def pause_watch_now(state: Mapping[str, Any], running: Mapping[str, Any]) -> dic
     managed-spot job's time since its first start also counts its waits for capacity, and a resume taken
     from it missed the deadline.
     """
-    from costaware.adapters.compute.base import TRAINED_RUNS_SECONDS
     from costaware.training.attempts import AttemptState
-    from costaware.training.pauses import latest_resume, work_left
+    from costaware.training.pauses import deadline_work_left, latest_resume, work_left
 
     attempts = AttemptState.from_json(state)
     left = work_left(attempts, ended=running)
-    latest = latest_resume(attempts, left)
-    if not (running.get("metrics") or {}).get(TRAINED_RUNS_SECONDS):
-        # Its billed seconds may count time it did not train (a Batch retry's or copy's, a pod's wait):
-        # a work left taken from them may be too little, so the latest resume never comes later than
-        # the submit's, which counted nothing of this job.
-        latest = min(latest, latest_resume(attempts, work_left(attempts)))
+    # Its billed seconds may count time it did not train (a Batch retry's or copy's, a pod's wait): the
+    # deadline counts only exact runs, so the latest resume never comes later than the submit's.
+    latest = latest_resume(attempts, deadline_work_left(attempts, ended=running))
     # Running on loses no checkpoint interval: valued over the work after a stop, it was over-charged and
     # a job minutes from its end paused.
     run_on = work_left(attempts, ended=running, running_on=True)
