@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -1289,9 +1289,10 @@ def test_a_job_gone_while_its_kept_state_stays_unread_is_billed_at_the_dearer_bi
 ) -> None:
     # Held back until a read of the kept state succeeded: an XCom that never reads back kept the job gone
     # unbilled until the deferral's timeout. Past the bound it is billed as gone, never below the first
-    # stop's bill (600 s and its grace period), and the log says so. Nor above it: its state says the stop
-    # at the cap by a poll fell due at 600 s, which a wait sends whatever its kept state, yet it was billed
-    # from its submit up to the bound and a grace period (1,950 s).
+    # stop's bill (600 s and its grace period), and the log says so. The re-created wait never saw the job
+    # nor whether the first wait lived to send the stop at the cap: billed from its submit up to the bound
+    # and a grace period (1,950 s), not at the first stop's bill (710 s), which a wait that died first
+    # would under-bill (see the next test).
     from datetime import timedelta
 
     from costaware.core.errors import JobNotFoundError
@@ -1310,11 +1311,130 @@ def test_a_job_gone_while_its_kept_state_stays_unread_is_billed_at_the_dearer_bi
     assert listing.stops == ["j"]
     event = rebuilt.poll_tolerant(first_gone + timedelta(seconds=UNREAD_KEPT_STATE_SECONDS))
     assert api_down[0] and event is not None
-    assert event["job"]["billable_seconds"] == 600.0 + stop_seconds(state)
-    assert "within the stop at the cap due after 600 s of running" in event["job"]["reason"]
+    billed_to = first_gone + timedelta(seconds=UNREAD_KEPT_STATE_SECONDS) - stopped_at
+    assert event["job"]["billable_seconds"] == 620.0 + billed_to.total_seconds() + stop_seconds(state)
+    assert "before its stop at the cap fell due" not in event["job"]["reason"]
     assert (
         "the wait's kept state is still unread after 7 failed read(s) over 600 s" in capsys.readouterr().out
     )
+
+
+STOP_BY_POLL_SUBMIT = datetime(2026, 11, 26, 9, tzinfo=UTC)
+
+
+def _stop_by_poll_wait(
+    monkeypatch: pytest.MonkeyPatch, answers: list[Any], *, cap_seconds: int
+) -> tuple[Any, Any, Any, datetime]:
+    """A wait of job "j", stopped at ``cap_seconds`` by its polls, whose kept state never reads back;
+    submitted at ``STOP_BY_POLL_SUBMIT``."""
+    from types import SimpleNamespace
+
+    from attempt_states import CAPTURED  # tests/support/
+
+    import costaware.adapters.compute.base as compute
+    from costaware.training.attempts import AttemptState
+    from costaware.training.plan import RemotePlan
+
+    keeping_wait_state(monkeypatch)
+    submitted = STOP_BY_POLL_SUBMIT
+    plan = RemotePlan.from_json({**CAPTURED, "backend": "batch", "backend_options": {}})
+    state = AttemptState(plan=plan).submitted(
+        job_id="j",
+        market="spot",
+        submitted_at=submitted.isoformat(),
+        stop_after_seconds=cap_seconds,
+        stop_by_poll=True,
+    )
+    listing = _Listing(answers)
+    monkeypatch.setattr(compute, "open_backend", lambda name, options: listing)
+    deferred = {"backend": "batch", "backend_options": {}, "job_id": "j", "state": state.to_json()}
+    wait = RemoteTrainingJobTrigger(**deferred, poll_interval=300)  # type: ignore[arg-type]
+    wait.task_instance = SimpleNamespace(  # type: ignore[assignment]
+        dag_id="remote_dag", task_id="train", run_id="r", map_index=-1
+    )
+    return wait, listing, state, submitted
+
+
+def _held_back_to_the_bound(wait: Any, first_gone: datetime) -> Any:
+    """Poll ``wait`` through its hold-back of a job gone with its kept state unread; the event at its end."""
+    from datetime import timedelta
+
+    from costaware.triggers.remote_gone_job import UNREAD_KEPT_STATE_SECONDS
+
+    for held in (0, 5, 15, 35, 75):
+        assert wait.poll_tolerant(first_gone + timedelta(seconds=held)) is None
+    return wait.poll_tolerant(first_gone + timedelta(seconds=UNREAD_KEPT_STATE_SECONDS))
+
+
+def test_a_job_gone_with_its_kept_state_unread_is_billed_to_now_where_no_wait_lived_to_send_its_due_stop(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Seen at 100 s of a 600 s cap, the first wait died before the stop fell due; the re-created one never
+    # saw the job listed, so it sent nothing when due: the only stop went out at the bound, 1,330 s after
+    # the submit, yet the job was billed only to the grace period after the stop due at 600 s (710 s).
+    from datetime import timedelta
+
+    from airflow.sdk.execution_time.xcom import XCom
+
+    from costaware.adapters.compute.base import JobState, JobStatus
+    from costaware.core.errors import JobNotFoundError
+    from costaware.training.attempt_effects import stop_seconds
+    from costaware.triggers.remote_gone_job import UNREAD_KEPT_STATE_SECONDS
+    from costaware.triggers.remote_training import NOT_LISTED_GRACE_SECONDS
+
+    gone = JobNotFoundError("DescribeJobs does not list it")
+    seen = JobStatus(job_id="j", state=JobState.RUNNING, market="spot", billable_seconds=100.0)
+    first, listing, state, submitted = _stop_by_poll_wait(monkeypatch, [seen, *[gone] * 20], cap_seconds=600)
+    assert first.poll_tolerant(submitted + timedelta(seconds=110)) is None  # 100 s of 600: not due yet
+    # The triggerer restarts: the re-created wait cannot read its kept state, and the job is not listed.
+    monkeypatch.setattr(XCom, "get_one", lambda **where: (_ for _ in ()).throw(ConnectionError("down")))
+    rebuilt = RemoteTrainingJobTrigger(
+        backend="batch", backend_options={}, job_id="j", state=state.to_json(), poll_interval=300
+    )
+    rebuilt.task_instance = first.task_instance
+    first_poll = submitted + timedelta(seconds=130)
+    assert rebuilt.poll_tolerant(first_poll) is None
+    first_gone = first_poll + timedelta(seconds=NOT_LISTED_GRACE_SECONDS)
+    event = _held_back_to_the_bound(rebuilt, first_gone)
+    assert event is not None and listing.stops == ["j"]  # the bound's stop, the only one sent
+    stopped_after = (first_gone + timedelta(seconds=UNREAD_KEPT_STATE_SECONDS) - submitted).total_seconds()
+    assert stopped_after == 1330.0
+    assert event["job"]["billable_seconds"] == stopped_after + stop_seconds(state)  # 1,440 s, not 710 s
+
+
+@pytest.mark.parametrize("stop_asked", [True, False], ids=["stop asked before due", "no stop asked"])
+def test_a_job_gone_with_its_kept_state_unread_is_billed_within_a_stop_its_backend_said_was_asked_before_due(
+    monkeypatch: pytest.MonkeyPatch, stop_asked: bool
+) -> None:
+    # The backend said (STOP_REQUESTED_AT) the job was asked to stop when last seen, long before its stop
+    # at the cap (1,200 s) fell due: it ran at most to that and its grace period, not to the bound.
+    from datetime import timedelta
+
+    from airflow.sdk.execution_time.xcom import XCom
+
+    from costaware.adapters.compute.base import STOP_REQUESTED_AT, JobState, JobStatus
+    from costaware.core.errors import JobNotFoundError
+    from costaware.training.attempt_effects import stop_seconds
+    from costaware.triggers.remote_training import NOT_LISTED_GRACE_SECONDS
+
+    gone = JobNotFoundError("DescribeJobs does not list it")
+    seen_at = STOP_BY_POLL_SUBMIT + timedelta(seconds=100)
+    asked = {STOP_REQUESTED_AT: seen_at.timestamp()} if stop_asked else {}
+    seen = JobStatus(job_id="j", state=JobState.RUNNING, market="spot", billable_seconds=100.0, metrics=asked)
+    wait, _, state, _ = _stop_by_poll_wait(monkeypatch, [seen, *[gone] * 20], cap_seconds=1200)
+    monkeypatch.setattr(XCom, "get_one", lambda **where: (_ for _ in ()).throw(ConnectionError("down")))
+    assert wait.poll_tolerant(seen_at) is None
+    assert wait.poll_tolerant(seen_at + timedelta(seconds=300)) is None  # not listed yet
+    first_gone = seen_at + timedelta(seconds=NOT_LISTED_GRACE_SECONDS)
+    event = _held_back_to_the_bound(wait, first_gone)
+    assert event is not None
+    grace = stop_seconds(state)
+    up_to_now = 100.0 + 2 * NOT_LISTED_GRACE_SECONDS + grace
+    if stop_asked:
+        assert event["job"]["billable_seconds"] == 1200.0 + grace < up_to_now
+        assert "before its stop at the cap fell due after 1200 s of running" in event["job"]["reason"]
+    else:
+        assert event["job"]["billable_seconds"] == up_to_now
 
 
 def test_a_job_listed_again_after_it_was_found_gone_is_held_back_its_full_bound_when_gone_again(

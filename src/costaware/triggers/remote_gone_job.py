@@ -121,7 +121,8 @@ class GoneJobBilling(CapStopping):
         the end of its grace period (or the backend's own kill); where the stop failed, to its time limit,
         with nothing to watch it. Where nothing was stopped (:data:`GONE_IS_FINAL_BACKENDS`), as it is.
         ``kept_state_unread``: billed at the bound of a kept state never read, within the stop at the cap
-        that the state says fell due (:meth:`_within_due_poll_stop`) unless this stop failed.
+        where the job's last seen status says a stop went out by then (:meth:`_within_due_poll_stop`)
+        unless this stop failed.
         """
         from dataclasses import replace
 
@@ -165,14 +166,17 @@ class GoneJobBilling(CapStopping):
         )
 
     def _within_due_poll_stop(self, status: Any) -> Any:
-        """``status`` billed at most to the grace period's end after the due stop at the cap its state says.
+        """``status`` billed at most to the grace period's end after the due stop at the cap, if it went.
 
-        A job whose state has its stop at the cap made by the waits' polls (``stop_by_poll``) was stopped
-        once its billed seconds reached ``stop_after_seconds`` per instance: every wait sends a due stop
-        whatever its kept state. Gone while that state stays unread, it was billed up to now (from its
-        submit where never seen): 1,950 s where the stop billed 710 s, past ``max_usd``. Never less than it
-        was seen to run (seen past the stop point, a stop came after that at the earliest). Copies' seconds
-        are in the billed seconds the stop was weighed on, so they are in this bound too.
+        A job whose state has its stop at the cap made by the waits' polls (``stop_by_poll``) is stopped
+        once its billed seconds reach ``stop_after_seconds`` per instance, but only by a wait alive and
+        polling it then: the first wait may die before that, and a re-created one that never sees the job
+        listed sends nothing (seen 100 s of 600, the only stop went out at this bound, 1,330 s after its
+        submit: billed 710 s, it may have run 1,440 s). Gone while the kept state stays unread, the wait
+        knows the stop went out on time only where the job's last seen status (:meth:`_stop_asked_seen`)
+        says a stop was asked no later than the cap fell due; else it stays billed up to now. Never less
+        than it was seen to run. Copies' seconds are in the billed seconds the stop was weighed on, so they
+        are in this bound too.
         """
         from dataclasses import replace
 
@@ -187,17 +191,49 @@ class GoneJobBilling(CapStopping):
         if current is None or current.stop_after_seconds is None or not current.stop_by_poll:
             return status
         count = billed_instances(self.backend_options)
-        grace = stop_seconds(state)
         due = count * float(current.stop_after_seconds)
+        asked = self._stop_asked_seen(due, count)
+        if asked is None:
+            return status
+        grace = stop_seconds(state)
         seen = float(status.metrics.get(SEEN_BILLABLE_SECONDS) or 0.0)
         most = max(due, seen) + count * grace
         if status.billable_seconds <= most:
             return status
         said = (
-            f"; within the stop at the cap due after {current.stop_after_seconds} s of running and its "
-            f"grace period ({grace:.0f} s): billed {most:.0f} s"
+            f"; asked to stop at {asked.isoformat()}, as {self.backend} said, before its stop at the cap "
+            f"fell due after {current.stop_after_seconds} s of running: billed at most to that and its grace "
+            f"period ({grace:.0f} s), {most:.0f} s"
         )
         return replace(status, billable_seconds=most, reason=status.reason + said)
+
+    def _stop_asked_seen(self, due: float, count: int) -> datetime | None:
+        """When the job was asked to stop, where its last seen status says it was by ``due``; else None.
+
+        ``due``: the billed seconds (on ``count`` instances) at which its stop at the cap falls due. Seen
+        at ``seen`` billed seconds, it reached ``due`` no sooner than ``(due - seen) / count`` seconds later;
+        a stop asked by then (the backend's ``STOP_REQUESTED_AT``) held it within the cap and its grace
+        period. The status last seen is this wait's, else the one the operator found a followed job at.
+        """
+        from datetime import timezone
+
+        from costaware.adapters.compute.base import STOP_REQUESTED_AT, JobStatus
+
+        last_seen = self._last_seen
+        followed = (self.state.get("current") or {}).get("followed")
+        if last_seen is None and followed:
+            found_at = parse_instant(followed["seen_at"], name="seen_at")
+            last_seen = (JobStatus.from_dict(followed["job"]), found_at)
+        if last_seen is None:
+            return None
+        seen, seen_at = last_seen
+        asked = seen.metrics.get(STOP_REQUESTED_AT)
+        if asked is None:
+            return None
+        asked_at = datetime.fromtimestamp(float(asked), timezone.utc)
+        # An estimate (a followed job never read) is the most it may have billed: due no sooner than that.
+        due_at = seen_at + timedelta(seconds=max(0.0, due - float(seen.billable_seconds)) / count)
+        return asked_at if asked_at <= due_at else None
 
     def _time_limit_held(self, state: Any, count: int) -> float:
         """The time limit ``state``'s running job was given at its submit, as near as can be told (s).
