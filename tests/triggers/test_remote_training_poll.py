@@ -1404,10 +1404,11 @@ def test_a_job_gone_with_its_kept_state_unread_is_billed_to_now_where_no_wait_li
 
 @pytest.mark.parametrize("stop_asked", [True, False], ids=["stop asked before due", "no stop asked"])
 def test_a_job_gone_with_its_kept_state_unread_is_billed_within_a_stop_its_backend_said_was_asked_before_due(
-    monkeypatch: pytest.MonkeyPatch, stop_asked: bool
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], stop_asked: bool
 ) -> None:
     # The backend said (STOP_REQUESTED_AT) the job was asked to stop when last seen, long before its stop
-    # at the cap (1,200 s) fell due: it ran at most to that and its grace period, not to the bound.
+    # at the cap (1,200 s) fell due: it ran at most to that and its grace period, not to the bound. The
+    # warning said "but not past the grace period after a stop at the cap" of every job, bounded or not.
     from datetime import timedelta
 
     from airflow.sdk.execution_time.xcom import XCom
@@ -1430,11 +1431,14 @@ def test_a_job_gone_with_its_kept_state_unread_is_billed_within_a_stop_its_backe
     assert event is not None
     grace = stop_seconds(state)
     up_to_now = 100.0 + 2 * NOT_LISTED_GRACE_SECONDS + grace
+    bounded = "but not past the grace period after its stop at the cap, since batch says it was asked to stop"
     if stop_asked:
         assert event["job"]["billable_seconds"] == 1200.0 + grace < up_to_now
         assert "before its stop at the cap fell due after 1200 s of running" in event["job"]["reason"]
+        assert f"{bounded} at {seen_at.isoformat()}, before that fell due" in capsys.readouterr().out
     else:
         assert event["job"]["billable_seconds"] == up_to_now
+        assert "but not past the grace period" not in capsys.readouterr().out
 
 
 def test_a_job_listed_again_after_it_was_found_gone_is_held_back_its_full_bound_when_gone_again(

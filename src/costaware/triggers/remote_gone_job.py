@@ -173,10 +173,10 @@ class GoneJobBilling(CapStopping):
         polling it then: the first wait may die before that, and a re-created one that never sees the job
         listed sends nothing (seen 100 s of 600, the only stop went out at this bound, 1,330 s after its
         submit: billed 710 s, it may have run 1,440 s). Gone while the kept state stays unread, the wait
-        knows the stop went out on time only where the job's last seen status (:meth:`_stop_asked_seen`)
-        says a stop was asked no later than the cap fell due; else it stays billed up to now. Never less
-        than it was seen to run. Copies' seconds are in the billed seconds the stop was weighed on, so they
-        are in this bound too.
+        knows the stop went out on time only where the job's last seen status says a stop was asked no
+        later than the cap fell due (:meth:`_stop_asked_before_due`); else it stays billed up to now.
+        Never less than it was seen to run. Copies' seconds are in the billed seconds the stop was weighed
+        on, so they are in this bound too.
         """
         from dataclasses import replace
 
@@ -190,11 +190,11 @@ class GoneJobBilling(CapStopping):
         current = state.current
         if current is None or current.stop_after_seconds is None or not current.stop_by_poll:
             return status
-        count = billed_instances(self.backend_options)
-        due = count * float(current.stop_after_seconds)
-        asked = self._stop_asked_seen(due, count)
+        asked = self._stop_asked_before_due()
         if asked is None:
             return status
+        count = billed_instances(self.backend_options)
+        due = count * float(current.stop_after_seconds)
         grace = stop_seconds(state)
         seen = float(status.metrics.get(SEEN_BILLABLE_SECONDS) or 0.0)
         most = max(due, seen) + count * grace
@@ -207,20 +207,26 @@ class GoneJobBilling(CapStopping):
         )
         return replace(status, billable_seconds=most, reason=status.reason + said)
 
-    def _stop_asked_seen(self, due: float, count: int) -> datetime | None:
-        """When the job was asked to stop, where its last seen status says it was by ``due``; else None.
+    def _stop_asked_before_due(self) -> datetime | None:
+        """When a ``stop_by_poll`` job was asked to stop, where its last seen status says: by its cap's due.
 
-        ``due``: the billed seconds (on ``count`` instances) at which its stop at the cap falls due. Seen
-        at ``seen`` billed seconds, it reached ``due`` no sooner than ``(due - seen) / count`` seconds later;
-        a stop asked by then (the backend's ``STOP_REQUESTED_AT``) held it within the cap and its grace
-        period. The status last seen is this wait's, else the one the operator found a followed job at.
+        None: not such a job, or not said (or said asked later). The cap falls due at
+        ``stop_after_seconds`` billed seconds per instance: seen at ``seen`` billed seconds, it reached
+        them no sooner than ``(due - seen) / count`` seconds later; a stop asked by then (the backend's
+        ``STOP_REQUESTED_AT``) held it within the cap and its grace period. The status last seen is this
+        wait's, else the one the operator found a followed job at.
         """
         from datetime import timezone
 
-        from costaware.adapters.compute.base import STOP_REQUESTED_AT, JobStatus
+        from costaware.adapters.compute.base import STOP_REQUESTED_AT, JobStatus, billed_instances
 
+        current = self.state.get("current") or {}
+        if not current.get("stop_by_poll") or current.get("stop_after_seconds") is None:
+            return None
+        count = billed_instances(self.backend_options)
+        due = count * float(current["stop_after_seconds"])
         last_seen = self._last_seen
-        followed = (self.state.get("current") or {}).get("followed")
+        followed = current.get("followed")
         if last_seen is None and followed:
             found_at = parse_instant(followed["seen_at"], name="seen_at")
             last_seen = (JobStatus.from_dict(followed["job"]), found_at)

@@ -251,18 +251,24 @@ class RemoteTrainingJobTrigger(KilledJobBilling, BaseTrigger):
                     )
                     return None
                 if unread:
+                    stop_sent = self._stop_unlisted(now, status)
+                    # Bounded only where the backend said it was asked to stop before its cap fell due (and
+                    # this stop did not fail: then billed to its time limit).
+                    asked = self._stop_asked_before_due() if stop_sent is not False else None
                     self.log.warning(
                         "job %s on %s: %s; the wait's kept state is still unread after %d failed read(s) "
                         "over %.0f s: billed as gone now from what was last seen, as if no stop at the cap "
-                        "had been sent (the dearer bill of the two, never less than it ran), but not past "
-                        "the grace period after a stop at the cap its state says the waits sent when due",
+                        "had been sent (the dearer bill of the two, never less than it ran)%s",
                         self.job_id,
                         self.backend,
                         status.reason,
                         self._kept_state_read_failures,
                         (now - (self._gone_unread_since or now)).total_seconds(),
+                        f", but not past the grace period after its stop at the cap, since {self.backend} "
+                        f"says it was asked to stop at {asked.isoformat()}, before that fell due"
+                        if asked
+                        else "",
                     )
-                    stop_sent = self._stop_unlisted(now, status)
                     status = self._billed_as_gone(status, stop_sent=stop_sent, kept_state_unread=True)
                 elif self._stopped_for_cap == self.job_id and self._cap_stopped_at is not None:
                     status = self._gone_after_cap_stop(status, now=now, instances=count)
