@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from decimal import Decimal
 from typing import Any
 
@@ -160,3 +160,20 @@ def test_a_local_attempt_on_a_mistyped_worker_grid_zone_names_the_setting(
         "'us-cal-ciso', set by [costaware] worker_grid_zone (AIRFLOW__COSTAWARE__WORKER_GRID_ZONE)" in warning
     )
     assert "did you mean 'US-CAL-CISO'?" in warning
+
+
+def test_the_note_gives_the_jobs_end_which_the_spools_drain_reads_back() -> None:
+    # The entry's writing is not its job's end (a new try may bill an ended job hours later): the note says
+    # when the job ended, and a note without it (older rows, a job billed before its end) gives None.
+    from costaware.training.remote import end_of_attempt_note, job_of_attempt_note
+
+    entry = entry_for("us-east-1", ended_at=ENDED.timestamp() + 0.25, reason="exited 0")
+    assert (
+        entry.note
+        == "attempt 1, job j1 on local, 7200.0 s billed, ended 2023-03-01T14:00:00.250+00:00: exited 0"
+    )
+    assert end_of_attempt_note(entry.note) == ENDED + timedelta(milliseconds=250)
+    assert job_of_attempt_note(entry.note) == "j1"
+    assert end_of_attempt_note(entry_for("us-east-1").note) is None  # not ended: no end given
+    assert end_of_attempt_note("attempt 2, job j1 on local, 60.0 s billed: exited 0") is None
+    assert end_of_attempt_note("attempt 2, job j1 on local, 60.0 s billed, ended yesterday: x") is None

@@ -1889,15 +1889,16 @@ def test_a_spooled_kill_bill_is_dropped_at_the_drain_where_a_new_try_billed_the_
     assert f"moved to {spool / 'billed'}" in caplog.text
 
 
+@pytest.mark.parametrize("note_gives_end", [True, False], ids=["note-gives-end", "older-note"])
 def test_a_spooled_kill_bill_is_written_where_a_later_run_under_the_same_job_name_was_billed(
-    tmp_path: Path, ledger: Any, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, ledger: Any, monkeypatch: pytest.MonkeyPatch, note_gives_end: bool
 ) -> None:
     # A cleared task's new try resubmits the job under the same name ({base}-a1, every try) after the
     # killed run ended; that later run's bill, written before the drain, was taken for the killed run's
     # (the row written after the killed run began) and the kill's spooled bill was dropped: under-billed.
     import json
     from dataclasses import replace
-    from datetime import timedelta
+    from datetime import datetime, timedelta, timezone
 
     import costaware.ledger_spool as ledger_spool
     from costaware.core.ledger import entry_from_json
@@ -1922,9 +1923,13 @@ def test_a_spooled_kill_bill_is_written_where_a_later_run_under_the_same_job_nam
     task = {"dag_id": killed.dag_id, "run_id": killed.run_id, "task_id": killed.task_id}
     # The later run: submitted 2 hours after the kill, it ran 1 hour and was billed at its end.
     later_end = float(data["duplicate_check"]["ended_at"]) + 3 * 3600
+    # Its note gives its end as a bill writes it now; a row written before notes gave it, none (its
+    # writing is taken instead).
+    ended = f", ended {datetime.fromtimestamp(later_end, timezone.utc).isoformat(timespec='milliseconds')}"
     later_run = replace(
         killed,
         entry_uid=attempt_uid(attempt_key(task, trigger.job_id, later_end)),
+        note=f"attempt 1, job {trigger.job_id} on local, 3600.0 s billed{ended * note_gives_end}: ok",
         quantity=Decimal("1"),
         usd=Decimal("1.00"),
         cause="success",
@@ -1937,6 +1942,67 @@ def test_a_spooled_kill_bill_is_written_where_a_later_run_under_the_same_job_nam
     assert result.written == 1 and result.billed_already == 0
     billed = {row["entry_uid"]: row["usd"] for row in train_entries(ledger)}
     assert billed == {later_run.entry_uid: Decimal("1.00"), killed.entry_uid: killed.usd}
+
+
+def test_a_spooled_kill_bill_is_dropped_where_a_new_try_billed_the_same_run_hours_after_it_ended(
+    tmp_path: Path, ledger: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A cleared task's new try, hours after the kill, finds the killed job long ended and bills it under its
+    # end's key. Its row's run start was taken as its writing less its billed hours: 3 h after a run of
+    # minutes, that start fell after the kill's stop, the row read as a later run, and the drain wrote the
+    # kill's bill too: the run billed twice.
+    import json
+    from dataclasses import replace
+    from datetime import timedelta
+
+    import costaware.ledger_spool as ledger_spool
+    from costaware.core.ledger import entry_from_json
+    from costaware.training.remote import attempt_entry
+
+    spool = tmp_path / "spool"
+    monkeypatch.setattr(ledger_spool, "spool_dir", lambda: spool)
+    trigger = deferred_trigger(operator(tmp_path, "wait-for-notice"))
+    wait_for(tmp_path / "seen.jsonl.ready")
+    assert trigger.job_id is not None
+
+    def down(self: Any, entry: Any) -> Any:
+        raise OSError("disk I/O error")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(type(ledger), "record", down)
+        with pytest.raises(Exception, match="disk I/O error"):
+            trigger.stop_and_bill(wait_seconds=0, poll_seconds=0.1, ask_state=False, bill_refused=True)
+    (kept,) = spool.glob("*.json")
+    data = json.loads(kept.read_text())
+    killed = entry_from_json(data["entry"])
+    check = data["duplicate_check"]
+    # The new try's bill of the killed run, as the bill writes it: the job ended at the kill's stop, and
+    # the row is written 3 hours later.
+    new_try = attempt_entry(
+        identity={**check["identity"], "try_number": killed.try_number + 1},
+        attempt=1,
+        job={
+            "job_id": trigger.job_id,
+            "ended_at": check["ended_at"],
+            "billable_seconds": check["billable_seconds"],
+            "instance_type": killed.instance_type or "",
+            "market": killed.market.value,
+            "state": "interrupted",
+            "reason": "stopped",
+        },
+        usd_per_hour=killed.unit_price_usd,
+        on_demand_usd_per_hour=None,
+        region=killed.region or "",
+        backend=check["backend"],
+        tags=killed.tags,
+    )
+    new_try = replace(new_try, incurred_at=killed.incurred_at + timedelta(hours=3))
+    assert new_try.entry_uid != killed.entry_uid and ledger.record(new_try)
+
+    result = ledger_spool.drain(spool, lambda conn_id: ledger)
+    assert result.written == 0 and result.billed_already == 1
+    (entry,) = train_entries(ledger)
+    assert entry["entry_uid"] == new_try.entry_uid
 
 
 def test_a_new_try_whose_cap_stop_finds_the_kills_stop_records_the_job_as_killed(

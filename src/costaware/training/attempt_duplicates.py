@@ -135,17 +135,22 @@ def _same_run(check: DuplicateCheck, row: Mapping[str, Any]) -> bool:
 def _row_run_started_before_stop(check: DuplicateCheck, row: Mapping[str, Any]) -> bool:
     """Whether the run ``row`` bills began before this run's stop (``check.ended_at``).
 
-    Its start is taken as the row's writing less its billed hours (per instance, as this job's plan runs
-    them): no earlier than the true start, since a run is billed at or after its end. SageMaker never
-    reuses a name (and bills a managed spot job less than it ran): its rows are this run.
+    Its start is taken as its job's end less its billed hours (per instance, as this job's plan runs them).
+    The end is the one the row's note gives; a row whose note gives none (written before notes gave it, or
+    by a stop before the end) takes its writing instead: no earlier than the true start, since a run is
+    billed at or after its end, but a new try that bills this run more than its length after it ended (the
+    task cleared hours later) would read as a later run and the run be billed twice. SageMaker never reuses
+    a name (and bills a managed spot job less than it ran): its rows are this run.
     """
+    from costaware.training.remote import end_of_attempt_note
+
     if check.backend == "sagemaker":
         return True
     if check.ended_at is None or row.get("unit") != "hour":
         return False
-    moment = row["incurred_at"]
-    written = moment if moment.tzinfo else moment.replace(tzinfo=timezone.utc)
-    started = written - timedelta(hours=float(row["quantity"]) / check.instances)
+    moment = end_of_attempt_note(str(row.get("note") or "")) or row["incurred_at"]
+    ended = moment if moment.tzinfo else moment.replace(tzinfo=timezone.utc)
+    started = ended - timedelta(hours=float(row["quantity"]) / check.instances)
     return bool(started <= datetime.fromtimestamp(check.ended_at, tz=timezone.utc))
 
 

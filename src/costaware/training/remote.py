@@ -100,6 +100,26 @@ def job_of_attempt_note(note: str) -> str | None:
     return found.group(2) if found else None
 
 
+#: The job's end an attempt entry's note gives (``..., 60.0 s billed, ended 2026-12-01T10:00:00.000+00:00:``).
+_NOTE_ENDED = re.compile(r"^attempt \d+, job \S+ on \S+, [\d.]+ s billed, ended (\S+?):? ")
+
+
+def end_of_attempt_note(note: str) -> datetime | None:
+    """When the job an attempt entry bills ended, as its note gives it; None where it gives none.
+
+    Entries written before the note gave it (and a job billed before its end) give none; neither does a
+    note that cannot be read, so the caller keeps its estimate.
+    """
+    found = _NOTE_ENDED.match(note)
+    if found is None:
+        return None
+    try:
+        ended = datetime.fromisoformat(found.group(1))
+    except ValueError:
+        return None
+    return ended if ended.tzinfo else ended.replace(tzinfo=timezone.utc)
+
+
 def attempt_entry(
     *,
     identity: Mapping[str, Any],
@@ -138,6 +158,10 @@ def attempt_entry(
     end = datetime.fromtimestamp(float(ended), timezone.utc) if ended is not None else utcnow()
     key = attempt_key(identity, str(job["job_id"]), ended)
     reason = str(job.get("reason") or job["state"])  # a job may end without a word (a capacity wait)
+    # The job's end, which the entry's writing (``incurred_at``) is not: a cleared task's new try may bill an
+    # ended run hours later, and the spool's drain tells this run from a later one under its name by it.
+    billed = f"{seconds} s billed"
+    ended_note = "" if ended is None else f", ended {end.isoformat(timespec='milliseconds')}"
     if market_reason:
         reason = f"{reason}; on-demand: {market_reason}"
     entry = LedgerEntry(
@@ -163,7 +187,7 @@ def attempt_entry(
         price_source=f"remote:{backend}",
         # The job's reason may quote its command line or environment: a secret there is masked.
         note=clipped_note(
-            redacted(f"attempt {attempt}, job {job['job_id']} on {backend}, {seconds} s billed: {reason}")
+            redacted(f"attempt {attempt}, job {job['job_id']} on {backend}, {billed}{ended_note}: {reason}")
         ),
         entry_uid=attempt_uid(key),
     )
