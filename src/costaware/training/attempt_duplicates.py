@@ -88,7 +88,7 @@ def billed_already(ledger: Any, check: DuplicateCheck) -> Decimal | None:
             row["usd"]
             for row in rows
             if row["entry_uid"] == check.entry_uid
-            or row["quantity"] == quantity
+            or (row["quantity"] == quantity and _same_time_run(check, row))
             # Billed by a stop before it ended (its task killed, or failing for good): this run.
             or (row["cause"] in STOP_CAUSES and _same_run(check, row))
             or (row["entry_uid"] == unended and _same_run(check, row))
@@ -130,6 +130,24 @@ def _same_run(check: DuplicateCheck, row: Mapping[str, Any]) -> bool:
     run's (dropped for it, the killed run went unbilled).
     """
     return _started_before(check, row["incurred_at"]) and _row_run_started_before_stop(check, row)
+
+
+def _same_time_run(check: DuplicateCheck, row: Mapping[str, Any]) -> bool:
+    """Whether ``row``, which billed the same time as this run under the job's name, bills this run.
+
+    Where known to be another: a row written before this run began (a kill of an earlier run under the
+    same name can bill the same time), or one whose note gives an end that puts its run after this run's
+    stop. A row without that end is this run (the rule's rows are mostly those keyed by the name alone,
+    from a version whose notes gave none: their writing, hours after the end, would read as a later run),
+    and so is any row where this run's end is unknown.
+    """
+    from costaware.training.remote import end_of_attempt_note
+
+    if check.ended_at is None:
+        return True
+    if not _started_before(check, row["incurred_at"]):
+        return False
+    return end_of_attempt_note(str(row.get("note") or "")) is None or _row_run_started_before_stop(check, row)
 
 
 def _row_run_started_before_stop(check: DuplicateCheck, row: Mapping[str, Any]) -> bool:
