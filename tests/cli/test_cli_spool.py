@@ -296,3 +296,7 @@ def test_drain_says_how_many_bills_it_dropped_as_billed_meanwhile(
     # Kept, not deleted: `spool show` lists it as billed, and no pending count includes it.
     assert main(["spool", "show", "--format", "json"]) == 0
     assert [row["state"] for row in json.loads(capsys.readouterr().out)] == ["billed"]
+    # Its help says where those bills went.
+    with pytest.raises(SystemExit):
+        main(["spool", "drain", "--help"])
+    assert "moved to billed/ in the spool" in " ".join(capsys.readouterr().out.split())

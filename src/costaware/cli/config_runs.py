@@ -159,7 +159,9 @@ SPOOL_COMMANDS = (
             "task's hold, as the listener's own drain does and safely beside it: each file is claimed by "
             "renaming it first. Prints how many "
             "were written, still wait (their ledger still cannot be written, or another drain holds them) "
-            "and were refused (moved to refused/ in the spool); exits 1 when any was not written."
+            "and were refused (moved to refused/ in the spool), and how many remote attempts' bills "
+            "were not written as billed meanwhile by a new try (moved to billed/ in the spool, listed by "
+            "'costaware spool show'); exits 1 when any was not written."
         ),
     ),
 )
