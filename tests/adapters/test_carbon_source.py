@@ -336,3 +336,18 @@ def test_a_carbon_file_in_an_unknown_users_home_is_named_not_a_runtime_error() -
     )
     with pytest.raises(ConfigurationError, match=unknown):
         carbon_source("~nosuchuser/carbon.csv")
+
+
+def test_a_half_hourly_file_ends_half_an_hour_after_its_last_record(tmp_path: Path) -> None:
+    # A file was taken as covering up to its last record plus an hour: one ending 01:30 supplied its 01:30
+    # value for 02:00-02:30, which nobody recorded, instead of the bundled year's.
+    rows = [f"2023-06-14T{h:02d}:{m:02d}:00Z,{100 + h * 10 + m // 30}" for h in range(2) for m in (0, 30)]
+    (tmp_path / "GB_half.csv").write_text("timestamp_utc,g_co2eq_per_kwh_lca\n" + "\n".join(rows) + "\n")
+    start = datetime(2023, 6, 14, tzinfo=UTC)
+    joined = RecordedCarbon([tmp_path]).intensity("GB", start, start + timedelta(hours=4))
+    bundled = RecordedCarbon([], bundled=True).intensity("GB", start, start + timedelta(hours=4))
+    two = start + timedelta(hours=2)
+    assert joined.price_at(start + timedelta(hours=1, minutes=45)) == Decimal(111)
+    assert joined.price_at(two + timedelta(minutes=15)) == bundled.price_at(two + timedelta(minutes=15))
+    assert RecordedCarbon([tmp_path], bundled=False).files_cover("GB", start, two)
+    assert not RecordedCarbon([tmp_path], bundled=False).files_cover("GB", start, two + timedelta(minutes=30))

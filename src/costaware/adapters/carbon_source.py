@@ -16,6 +16,7 @@ Intensity API (https://api.carbonintensity.org.uk, no key) and caches each respo
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import logging
 import os
@@ -111,6 +112,16 @@ def _window(series: PriceSeries, start: datetime, end: datetime, *, name: str) -
     return PriceSeries.from_points(kept, name=name)
 
 
+def recorded_end(series: PriceSeries) -> datetime:
+    """Where a recorded series ends: its last record plus its own step.
+
+    The step is the shortest time between its records (an hour for a single record): a half-hourly file
+    ending 01:30 was taken as covering up to 02:30, supplying half an hour nobody recorded.
+    """
+    steps = [after - before for (before, _), (after, _) in itertools.pairwise(series.points)]
+    return series.last + min(steps, default=_HOUR)
+
+
 # -- recorded files -----------------------------------------------------------------------------------------
 
 
@@ -193,7 +204,7 @@ class RecordedCarbon:
         """Whether one of the files given (not the bundled fallback) covers ``zone`` over ``[start, end)``."""
         start, end = _utc(start, "start"), _utc(end, "end")
         return any(
-            s.start <= start and end <= s.last + _HOUR for s in map(self._load, self.files.get(zone, []))
+            s.start <= start and end <= recorded_end(s) for s in map(self._load, self.files.get(zone, []))
         )
 
     def covered_hours(self, zone: str, start: datetime, hours: int) -> dict[datetime, Decimal]:
@@ -201,9 +212,10 @@ class RecordedCarbon:
         start = _utc(start, "start")
         series = [self._load(f) for f in self.files.get(zone, [])]
         covered: dict[datetime, Decimal] = {}
+        ends = [recorded_end(one) for one in series]
         for hour in (start + i * _HOUR for i in range(hours)):
-            for one in series:
-                if one.start <= hour and hour < one.last + _HOUR:
+            for one, one_end in zip(series, ends, strict=True):
+                if one.start <= hour and hour < one_end:
                     covered[hour] = one.mean_usd_per_hour(hour, hour + _HOUR)
                     break
         return covered
@@ -229,17 +241,18 @@ class RecordedCarbon:
             raise ConfigurationError(f"end {end.isoformat()} is not after start {start.isoformat()}")
         candidates = self._series(zone)
         for index, series in enumerate(candidates):
-            if series.start <= start and end <= series.last + _HOUR:
+            if series.start <= start and end <= recorded_end(series):
                 # Only where no file before it holds an hour of the window: a file given for 2023-06-14
                 # 00:00-02:00 was passed over for the bundled 2023 year, which covers any 2023 window whole.
-                if not any(s.start < end and start < s.last + _HOUR for s in candidates[:index]):
+                if not any(s.start < end and start < recorded_end(s) for s in candidates[:index]):
                     return _window(series, start, end, name=f"{series.name}, recorded")
                 break
         joined = _joined(candidates, start, end)
         if joined is not None:
             return joined
         spans = "; ".join(
-            f"{s.name} covers {s.start:%Y-%m-%d %H:%M} to {s.last + _HOUR:%Y-%m-%d %H:%M}" for s in candidates
+            f"{s.name} covers {s.start:%Y-%m-%d %H:%M} to {recorded_end(s):%Y-%m-%d %H:%M}"
+            for s in candidates
         )
         raise PriceNotFoundError(
             f"no recorded carbon intensity for {zone} from {start:%Y-%m-%d %H:%M} to "
@@ -283,20 +296,21 @@ def _one_letter_apart(known: str, given: str) -> bool:
 def _joined(candidates: Sequence[PriceSeries], start: datetime, end: datetime) -> PriceSeries | None:
     """``[start, end)`` from several series end to end (an imported 2024 file after the bundled 2023 year).
 
-    Each hour comes from the first series, in ``candidates``' order, that covers it; None when an hour of
-    the window is in none of them.
+    Each hour comes from the first series, in ``candidates``' order, that covers it (up to its last record
+    plus its own step, :func:`recorded_end`); None when an hour of the window is in none of them.
     """
     points: list[tuple[datetime, Decimal]] = []
     used: list[str] = []
+    ends = [recorded_end(s) for s in candidates]
     at = start
     while at < end:
-        covering = [i for i, s in enumerate(candidates) if s.start <= at < s.last + _HOUR]
+        covering = [i for i, s in enumerate(candidates) if s.start <= at < ends[i]]
         if not covering:
             return None
         first = covering[0]
         series = candidates[first]
         # Up to where it ends, or where a series before it in the order begins.
-        until = min([end, series.last + _HOUR] + [s.start for s in candidates[:first] if at < s.start])
+        until = min([end, ends[first]] + [s.start for s in candidates[:first] if at < s.start])
         part = _window(series, at, until, name=series.name).points
         points += [(max(t, at), value) for t, value in part]
         if series.name not in used:
@@ -332,7 +346,7 @@ def imported_carbon(zone: str, at: datetime) -> PriceSeries | None:
         return None
     at = _utc(at, "at")
     bundled = zone in bundled_zones()
-    covering = [s for s in series if s.start <= at < s.last + _HOUR]
+    covering = [s for s in series if s.start <= at < recorded_end(s)]
     if not covering:
         return None if bundled else max(series, key=lambda s: s.last)
     newest = max(covering, key=lambda s: s.last)
@@ -351,7 +365,7 @@ def _then_typical_year(imported: PriceSeries, zone: str, *, until: datetime) -> 
     """
     from costaware.core.spot_forecast import same_hour_in
 
-    end = imported.last + _HOUR
+    end = recorded_end(imported)
     if end >= until:
         return imported
     bundled = bundled_carbon(zone)
