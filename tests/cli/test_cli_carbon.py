@@ -416,3 +416,31 @@ def test_a_region_or_a_grids_everyday_name_is_steered_to_the_zone_id(
     assert capsys.readouterr().err.startswith(  # prefixed as every other warning of the command
         "costaware: warning: GB_2026-11.csv is named for zone 'GB'; it is imported as 'DE-LU'"
     )
+
+
+def test_a_merge_replaces_the_earlier_records_from_the_new_files_first_instant_not_its_first_hour(
+    home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Merged hour by hour, a half-hourly file starting 23:30 dropped the earlier import's 23:00 record
+    # ("1 replaced", the hour's mean now the new value alone), and after an hourly import it was refused for
+    # the gap from 22:00 to 23:30 the merge itself made.
+    header = "timestamp_utc,g_co2eq_per_kwh_lca\n"
+    half = tmp_path / "GB_half.csv"
+    half.write_text(
+        header + "".join(f"2026-11-01T{h:02d}:{m:02d}:00Z,{100 + h}\n" for h in (22, 23) for m in (0, 30))
+    )
+    newer = tmp_path / "GB_newer.csv"
+    newer.write_text(header + "2026-11-01T23:30:00Z,500\n2026-11-02T00:00:00Z,501\n")
+    assert main(["carbon", "import", str(half), "--zone", "GB"]) == 0
+    assert main(["carbon", "import", str(newer), "--zone", "GB"]) == 0
+    assert "1 hour(s) added, 1 replaced, 1 kept from the earlier import" in capsys.readouterr().out
+    eleven = datetime(2026, 11, 1, 23, tzinfo=timezone.utc)
+    assert RecordedCarbon(home, bundled=False).covered_hours("GB", eleven, 1) == {eleven: Decimal("311.5")}
+    (home / "GB_imported.csv").unlink()
+    hourly = tmp_path / "GB_hourly.csv"
+    hourly.write_text(header + "".join(f"2026-11-01T{h:02d}:00:00Z,{100 + h}\n" for h in range(24)))
+    assert main(["carbon", "import", str(hourly), "--zone", "GB"]) == 0
+    assert main(["carbon", "import", str(newer), "--zone", "GB"]) == 0, capsys.readouterr().err
+    assert "1 hour(s) added, 1 replaced, 23 kept from the earlier import" in capsys.readouterr().out
+    merged = (home / "GB_imported.csv").read_text().splitlines()
+    assert merged[-3:] == ["2026-11-01T23:00:00Z,123", "2026-11-01T23:30:00Z,500", "2026-11-02T00:00:00Z,501"]

@@ -148,8 +148,9 @@ CARBON_COMMANDS = (
             "Checks the file (hourly, no gaps, gCO2e/kWh numbers in g_co2eq_per_kwh_lca and, where the file "
             "has it, g_co2eq_per_kwh_direct) and copies it to $AIRFLOW_HOME/costaware/carbon/"
             "<ZONE>_imported.csv, where --source recorded finds it; a bad file writes nothing. A second "
-            "import of a zone merges with the first: the new file's values win on the hours both hold, and "
-            "the others are kept (delete the file to start over)."
+            "import of a zone merges with the first: the new file replaces the earlier records from its "
+            "first record to its last plus its own step, and the others are kept (delete the file to start "
+            "over)."
         ),
     ),
 )

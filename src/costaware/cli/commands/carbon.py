@@ -269,7 +269,7 @@ def import_file(args: argparse.Namespace) -> int:
         print(imported)
         return 0
     # A second import of the zone replaced the first: imported month by month, the earlier months were lost.
-    merged, added, replaced, kept = _merged_import(target, text, path.name)
+    merged, added, replaced, kept = _merged_import(target, text, path.name, series)
     write_atomically(target, merged.encode("utf-8"))
     print(f"{imported}: {added} hour(s) added, {replaced} replaced, {kept} kept from the earlier import")
     return 0
@@ -301,14 +301,19 @@ def _hour_of(timestamp: str) -> datetime:
     return _instant(timestamp).replace(minute=0, second=0, microsecond=0)
 
 
-def _merged_import(target: Path, text: str, name: str) -> tuple[str, int, int, int]:
-    """The earlier import at ``target`` merged with the checked ``text``, whose values win on hours both hold.
+def _merged_import(target: Path, text: str, name: str, series: PriceSeries) -> tuple[str, int, int, int]:
+    """The earlier import at ``target`` merged with the checked ``text`` (read as ``series``).
 
-    Returns the merged CSV and the hours added, replaced and kept from the earlier import. Raises, writing
+    The new file replaces the earlier records from its first record up to its end (its last record plus its
+    own step), record by record: merged hour by hour, a half-hourly file starting at :30 dropped the earlier
+    :00 record of that hour, and an hourly import followed by a file starting 23:30 lost 23:00 to a gap.
+    Returns the merged CSV and the hours added, replaced (given a new value) and kept whole from the earlier
+    import. Raises, writing
     nothing, where the earlier import cannot be read or the merged file would not be a valid import (a gap
     between the two, or hours without a value of an intensity column only one of them has).
     """
     from costaware.adapters.carbon_data import INTENSITY_COLUMNS
+    from costaware.adapters.carbon_source import recorded_end
     from costaware.core.errors import InvalidPriceDataError
 
     start_over = f"or delete {target} to start over, then import again"
@@ -326,7 +331,8 @@ def _merged_import(target: Path, text: str, name: str) -> tuple[str, int, int, i
     earlier_columns, newer_columns = list(earlier.fieldnames or []), list(newer.fieldnames or [])
     new_hours = {_hour_of(row["timestamp_utc"]) for row in newer_rows}
     old_hours = {_hour_of(row["timestamp_utc"]) for row in earlier_rows}
-    kept_rows = [row for row in earlier_rows if _hour_of(row["timestamp_utc"]) not in new_hours]
+    new_end = recorded_end(series)
+    kept_rows = [row for row in earlier_rows if not series.start <= _instant(row["timestamp_utc"]) < new_end]
     intensity = set(INTENSITY_COLUMNS.values())
     differ = sorted((set(earlier_columns) ^ set(newer_columns)) & intensity)
     if kept_rows and differ:
