@@ -246,8 +246,8 @@ def test_a_bad_file_writes_nothing(home: Path, tmp_path: Path, capsys: pytest.Ca
     err = capsys.readouterr().err
     # The file's own line, as an editor shows it (the header is line 1): it said "record 1".
     assert (
-        "GB_bad.csv (gCO2e/kWh, lca) line 3: intensity 'not-a-number' is not a number: write digits with a "
-        "decimal point, without a unit or currency sign; nothing was imported" in err
+        "GB_bad.csv (gCO2e/kWh, lca) line 3: intensity 'not-a-number' is not a number: write the gCO2e per "
+        "kWh as digits with a decimal point, without a unit or currency sign; nothing was imported" in err
     )
     gap = tmp_path / "GB_gap.csv"
     gap.write_text("timestamp_utc,g_co2eq_per_kwh_lca\n2026-11-20T00:00:00Z,120\n2026-11-20T03:00:00Z,99\n")

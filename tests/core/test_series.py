@@ -68,6 +68,10 @@ def test_bad_series_are_rejected_with_the_value(points: list, kwargs: dict, mess
         ("3,06", " ('3.06'?)"),  # a decimal comma
         ("1,200", ""),  # thousands grouped, or a decimal comma: no guess
         ("abc", ""),
+        # Another currency or unit: its bare number is not the USD-per-hour price ("306¢" is 100x).
+        ("€3.06", ""),
+        ("306¢", ""),
+        ("3.06 EUR/h", ""),
     ],
 )
 def test_a_price_that_is_no_number_says_how_to_write_it(written: str, hint: str) -> None:
@@ -75,8 +79,29 @@ def test_a_price_that_is_no_number_says_how_to_write_it(written: str, hint: str)
     with pytest.raises(InvalidPriceDataError) as raised:
         PriceSeries.from_points([(T0, written)], name="s")
     assert str(raised.value).endswith(
-        f"price {written!r} is not a number: write digits with a decimal point, without a unit or currency "
-        f"sign{hint}"
+        f"price {written!r} is not a number: write the USD per hour as digits with a decimal point, without "
+        f"a unit or currency sign{hint}"
+    )
+
+
+@pytest.mark.parametrize(
+    ("written", "hint"),
+    [
+        ("120 g", " ('120'?)"),
+        ("120 gCO2e/kWh", " ('120'?)"),
+        ("0.35 kg", ""),  # kilograms: the bare number is a thousandth of the grams per kWh
+        ("$120", ""),
+    ],
+)
+def test_an_intensity_that_is_no_number_names_its_unit_and_guesses_only_from_it(
+    written: str, hint: str
+) -> None:
+    # "intensity '0.35 kg'" was offered '0.35' as the gCO2e per kWh, and no message named the unit.
+    with pytest.raises(InvalidPriceDataError) as raised:
+        PriceSeries.from_points([(T0, written)], name="s", value_name="intensity")
+    assert str(raised.value).endswith(
+        f"intensity {written!r} is not a number: write the gCO2e per kWh as digits with a decimal point, "
+        f"without a unit or currency sign{hint}"
     )
 
 

@@ -32,15 +32,28 @@ from costaware.core.money import MICRO_USD
 log = logging.getLogger(__name__)
 
 
+#: The unit a series' values are written in, by what they are (named in the error for a value no number).
+_UNITS = {"price": "USD per hour", "intensity": "gCO2e per kWh"}
+
+#: What may be stripped around a number, spaces and case aside, for the bare number to be offered as what
+#: was meant: only the expected unit's own signs. "€3.06" or "306¢" (cents, 100x) or "0.35 kg" (1000x) is
+#: no USD-per-hour price or gCO2e-per-kWh intensity written with its unit, so no number is offered.
+_STRIPPABLE = {
+    "price": re.compile(r"\$?(usd)?(/h|/hr|/hour|perhour)?"),
+    "intensity": re.compile(r"(g|gco2|gco2e|gco2eq)?(/kwh|perkwh)?"),
+}
+
+
 def _price(
     value: object, *, what: str, where: str, allow_negative: bool, value_name: str = "price"
 ) -> Decimal:
     try:
         price = value if isinstance(value, Decimal) else Decimal(str(value).strip())
     except (InvalidOperation, ValueError) as e:
+        unit = _UNITS.get(value_name, "the file's unit")
         raise InvalidPriceDataError(
-            f"{what} {where}: {value_name} {value!r} is not a number: write digits with a decimal point, "
-            f"without a unit or currency sign{_plain_number_hint(value)}"
+            f"{what} {where}: {value_name} {value!r} is not a number: write the {unit} as digits with a "
+            f"decimal point, without a unit or currency sign{_plain_number_hint(value, value_name)}"
         ) from e
     if not price.is_finite() or (price < 0 and not allow_negative):
         raise InvalidPriceDataError(
@@ -50,8 +63,12 @@ def _price(
     return price
 
 
-def _plain_number_hint(value: object) -> str:
-    """`` ('3.06'?)`` for a number written with a sign, unit or decimal comma ("$3.06", "3.06/h", "3,06")."""
+def _plain_number_hint(value: object, value_name: str = "price") -> str:
+    """`` ('3.06'?)`` for a number written with its unit or a decimal comma ("$3.06", "3.06/h", "3,06").
+
+    Only where what is stripped is the expected unit's own signs (:data:`_STRIPPABLE`): "€3.06" offered
+    3.06 USD and "306¢" offered 306, a hundred times the price.
+    """
     text = str(value).strip()
     whole, comma, fraction = text.partition(",")
     digits_after = re.match(r"\d*", fraction)
@@ -59,9 +76,12 @@ def _plain_number_hint(value: object) -> str:
         text = f"{whole}.{fraction}"  # a decimal comma; "1,200" may group thousands: no guess
     if "," in text:
         return ""
-    # The number at the start once a currency sign is gone: "3.06/h" is 3.06, "$3.06 USD" too.
-    match = re.match(r"[-+]?(\d+(\.\d*)?|\.\d+)", text.lstrip("$€£ "))
-    return f" ({match.group(0)!r}?)" if match else ""
+    match = re.search(r"[-+]?(\d+(\.\d*)?|\.\d+)", text)
+    strippable = _STRIPPABLE.get(value_name)
+    if not match or strippable is None:
+        return ""
+    stripped = "".join((text[: match.start()] + text[match.end() :]).split()).lower()
+    return f" ({match.group(0)!r}?)" if strippable.fullmatch(stripped) else ""
 
 
 def parse_instant(
