@@ -7,6 +7,7 @@ errors fail the task without retry, transient ones are retried.
 from __future__ import annotations
 
 import difflib
+import errno
 import inspect
 from collections.abc import Callable, Iterable
 from os import PathLike
@@ -147,8 +148,19 @@ def unreadable_file(what: str, path: str | PathLike[str], error: OSError) -> str
     text = str(path)
     relative = not Path(text).is_absolute()
     where = f" (a relative path, read as {Path(text).absolute()})" if relative else ""
-    advice = "check the name, or give the file's full path" if relative else "check the path"
+    advice = _unreadable_advice(error, relative)
     return f"cannot read {what} {text!r}{where}: {error.strerror or error}; {advice}"
+
+
+def _unreadable_advice(error: OSError, relative: bool) -> str:
+    """What to do about ``error``: "check the name" was the advice for a folder or a file not allowed too."""
+    if error.errno == errno.EISDIR:
+        return "that is a folder: give the path of a file in it"
+    if error.errno in (errno.EACCES, errno.EPERM):
+        return "you may not read it: allow your user to read it (chmod/chown), or copy it where you can"
+    if error.errno == errno.ENOTDIR:
+        return "a part of the path before the file's name is a file, not a folder: check the path"
+    return "check the name, or give the file's full path" if relative else "check the path"
 
 
 def did_you_mean(name: object, known: Iterable[str]) -> str:
