@@ -177,3 +177,17 @@ def test_the_note_gives_the_jobs_end_which_the_spools_drain_reads_back() -> None
     assert end_of_attempt_note(entry_for("us-east-1").note) is None  # not ended: no end given
     assert end_of_attempt_note("attempt 2, job j1 on local, 60.0 s billed: exited 0") is None
     assert end_of_attempt_note("attempt 2, job j1 on local, 60.0 s billed, ended yesterday: x") is None
+
+
+def test_a_local_attempts_warning_names_the_setting_as_settings_spells_it(
+    monkeypatch: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The setting's name was written out again here, so that a rename in settings left this warning stale.
+    from costaware import settings
+
+    monkeypatch.setattr(settings, "WORKER_GRID_ZONE_SETTING", "[costaware] renamed_zone")
+    monkeypatch.setenv("AIRFLOW__COSTAWARE__WORKER_GRID_ZONE", "us-cal-ciso")
+    with caplog.at_level(logging.WARNING, logger="costaware.adapters.emissions"):
+        entry_for("us-east-1", ended_at=ENDED.timestamp())
+    (warning,) = [r.getMessage() for r in caplog.records if "emissions unknown" in r.getMessage()]
+    assert "'us-cal-ciso', set by [costaware] renamed_zone" in warning

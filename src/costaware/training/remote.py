@@ -191,6 +191,8 @@ def attempt_entry(
         ),
         entry_uid=attempt_uid(key),
     )
+    from costaware import settings
+
     return with_emissions(
         entry,
         instance_type=entry.instance_type,
@@ -199,7 +201,7 @@ def attempt_entry(
         end=end,
         cpu_seconds=None,
         grid_zone=_local_grid_zone() if backend == "local" else None,
-        grid_zone_from="[costaware] worker_grid_zone (AIRFLOW__COSTAWARE__WORKER_GRID_ZONE)",
+        grid_zone_from=settings.WORKER_GRID_ZONE_SETTING,  # one spelling, that the Cost page shows too
     )
 
 
