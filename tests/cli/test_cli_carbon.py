@@ -444,3 +444,22 @@ def test_a_merge_replaces_the_earlier_records_from_the_new_files_first_instant_n
     assert "1 hour(s) added, 1 replaced, 23 kept from the earlier import" in capsys.readouterr().out
     merged = (home / "GB_imported.csv").read_text().splitlines()
     assert merged[-3:] == ["2026-11-01T23:00:00Z,123", "2026-11-01T23:30:00Z,500", "2026-11-02T00:00:00Z,501"]
+
+
+def test_an_import_merged_from_half_hourly_then_hourly_records_ends_an_hour_after_its_last(
+    home: Path, tmp_path: Path
+) -> None:
+    # Ended at its shortest step, the merged file lost the last hour of its hourly tail (03:30, not 04:00).
+    header = "timestamp_utc,g_co2eq_per_kwh_lca\n"
+    half = tmp_path / "GB_half.csv"
+    half.write_text(
+        header + "".join(f"2026-11-01T{h:02d}:{m:02d}:00Z,{100 + h}\n" for h in range(3) for m in (0, 30))
+    )
+    hourly = tmp_path / "GB_hourly.csv"
+    hourly.write_text(header + "2026-11-01T02:00:00Z,900\n2026-11-01T03:00:00Z,901\n")
+    assert main(["carbon", "import", str(half), "--zone", "GB"]) == 0
+    assert main(["carbon", "import", str(hourly), "--zone", "GB"]) == 0
+    start = datetime(2026, 11, 1, tzinfo=timezone.utc)
+    source = RecordedCarbon(home, bundled=False)
+    assert source.files_cover("GB", start, start + timedelta(hours=4))
+    assert not source.files_cover("GB", start, start + timedelta(hours=4, minutes=30))

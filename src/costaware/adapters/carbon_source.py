@@ -16,7 +16,6 @@ Intensity API (https://api.carbonintensity.org.uk, no key) and caches each respo
 from __future__ import annotations
 
 import hashlib
-import itertools
 import json
 import logging
 import os
@@ -113,13 +112,14 @@ def _window(series: PriceSeries, start: datetime, end: datetime, *, name: str) -
 
 
 def recorded_end(series: PriceSeries) -> datetime:
-    """Where a recorded series ends: its last record plus its own step.
+    """Where a recorded series ends: its last record plus its own step there.
 
-    The step is the shortest time between its records (an hour for a single record): a half-hourly file
-    ending 01:30 was taken as covering up to 02:30, supplying half an hour nobody recorded.
+    The step is the time from the record before the last (an hour for a single record): a half-hourly file
+    ending 01:30 was taken as covering up to 02:30, supplying half an hour nobody recorded. The last step,
+    not the shortest: an import merged from a half-hourly month and an hourly one ends hourly.
     """
-    steps = [after - before for (before, _), (after, _) in itertools.pairwise(series.points)]
-    return series.last + min(steps, default=_HOUR)
+    times = series.points[-2:]
+    return series.last + (times[1][0] - times[0][0] if len(times) == 2 else _HOUR)
 
 
 # -- recorded files -----------------------------------------------------------------------------------------
