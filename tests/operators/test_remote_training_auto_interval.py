@@ -312,3 +312,23 @@ def test_the_newest_pushed_step_is_read_when_something_judges_what_a_run_kept(
     # A fixed interval, one zone, no guard: nothing judges a run, nothing is read.
     fixed = operator(tmp_path / "fixed", checkpoint_every_seconds=60)
     assert fixed._committed_step(fixed._start(context_for())) is None
+
+
+def test_the_auto_interval_takes_the_exact_runs_not_a_bill_that_holds_a_copy(
+    tmp_path: Path, data: Path, ledger: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Two attempts that trained 7200 s each before their preemption, billed 12,600 s (a SageMaker job stopped
+    # without BillableTimeInSeconds, billed from its first start, its 1.5 h wait for capacity too): read
+    # from the bill they ran 12,600 s, sqrt(2 x 30 s x 12300 s) = 859 s, not 643 s.
+    op = operator(tmp_path)
+    state = preempted(op._start(context_for()), 12600.0, 12600.0)
+    exact = tuple(replace(a, trained_runs_seconds=(7200.0,)) for a in state.attempts)
+    state = replace(state, attempts=exact)
+    capsys.readouterr()
+    submitted = op._submit(state, "spot")
+    try:
+        assert written_spec(tmp_path)["checkpoint_every_seconds"] == pytest.approx(643.4, abs=0.5)
+        (line,) = auto_lines(capsys)
+        assert "ran 7200, 7200 s" in line
+    finally:
+        op._backend(submitted.plan).stop(submitted.current.job_id)

@@ -219,7 +219,7 @@ class RemoteAttemptPlacement(AttemptBilling):
             return None
         opts = self._storage_options()
         observed = observed_interval(
-            [state.run_seconds(a.billable_seconds) for a in preempted],
+            [state.ran_seconds(a) for a in preempted],
             planned_seconds=float(plan.checkpoint_every_seconds),
             save_seconds=self._measured_saves(plan.checkpoint_uri),
             # Exit 75 with a newer step than the attempt restored: it saved on its notice and lost nothing.

@@ -329,6 +329,16 @@ class AttemptState:
         """
         return float(billable_seconds) / billed_instances(self.plan.backend_options)
 
+    def ran_seconds(self, attempt: Attempt) -> float:
+        """How long ``attempt`` ran: its exact runs added up where its backend knew them, else its bill's.
+
+        A bill may hold time it did not run (a Batch submit's copies, its queue before a retry): taken as
+        run time, a preemption seemed to come later than it did.
+        """
+        if attempt.trained_runs_seconds is not None:
+            return float(sum(attempt.trained_runs_seconds))
+        return self.run_seconds(attempt.billable_seconds)
+
     def submitted(
         self,
         *,

@@ -125,7 +125,7 @@ def observed_interval(
     one, so the work-left estimate, which counts one interval lost per stop, stays an estimate from above.
 
     Args:
-        preempted_run_seconds: Billable seconds of the preempted attempts, oldest first (none: None).
+        preempted_run_seconds: How long the preempted attempts ran, oldest first (none: None).
         planned_seconds: The interval the plan started with.
         save_seconds: Wall seconds of the saves the attempts measured so far, oldest first (the launcher's
             ``LATEST.json`` keeps the latest few).
