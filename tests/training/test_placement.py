@@ -102,3 +102,14 @@ def test_runs_that_saved_a_checkpoint_of_their_own_never_fire_the_guard() -> Non
     assert preempted_runs(cut) == {"a": lost, "b": lost}
     choice = next_zone(cut, prices={}, capacity={}, move_usd={})
     assert choice.zone is None and "ended before committing a checkpoint of their own" in choice.reason
+
+
+def test_the_guard_weighs_the_exact_runs_not_a_bill_that_holds_a_queue() -> None:
+    # Two SageMaker attempts each preempted after runs of 40 s and 60 s (100 s: short of the 120 s restart
+    # + 60 s interval), billed 1000 s since their first start with the wait for capacity between: read from
+    # the bill they kept work and the guard never fired. A multi-run attempt ran the sum of its runs.
+    runs = [("spot", "", 1000.0, "preemption")] * 2
+    s = state(*runs, zones=(), guard=True)
+    s = replace(s, attempts=tuple(replace(a, trained_runs_seconds=(40.0, 60.0)) for a in s.attempts))
+    assert preempted_runs(s) == {"": (PreemptedRun(100.0), PreemptedRun(100.0))}
+    assert next_zone(s, prices={}, capacity={}, move_usd={}).zone is None

@@ -34,8 +34,8 @@ def last_zone(state: AttemptState) -> str | None:
 def preempted_runs(state: AttemptState) -> dict[str, tuple[PreemptedRun, ...]]:
     """``zone -> its preempted spot attempts``, oldest first.
 
-    Each with how long it ran (its billed seconds over its instances), whether it kept work
-    (``Attempt.kept_work``) and whether it saved on its notice (unknown: it did not).
+    Each with how long it ran (:meth:`AttemptState.ran_seconds`: its exact runs where known, else its bill),
+    whether it kept work (``Attempt.kept_work``) and whether it saved on its notice (unknown: it did not).
     """
     runs: dict[str, list[PreemptedRun]] = {}
     for attempt in state.attempts:
@@ -46,7 +46,7 @@ def preempted_runs(state: AttemptState) -> dict[str, tuple[PreemptedRun, ...]]:
 
 def _preempted_run(state: AttemptState, attempt: Attempt) -> PreemptedRun:
     return PreemptedRun(
-        seconds=state.run_seconds(attempt.billable_seconds),  # how long it ran, not its instance-seconds
+        seconds=state.ran_seconds(attempt),  # how long it ran, not its instance-seconds or its bill
         kept_work=attempt.kept_work(),
         saved_on_notice=attempt.saved_on_notice() is True,
     )
