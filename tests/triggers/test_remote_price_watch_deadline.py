@@ -173,3 +173,40 @@ def test_a_job_minutes_from_its_end_is_not_paused_for_the_checkpoint_interval_on
     # An hour in, 2 h 5 min left running on at 1.00 against 0.30 for the 3 h a pause leaves: it pauses.
     paused = look(3600.0)
     assert paused is not None and "2.08 h left" in paused["pause"]
+
+
+@pytest.mark.parametrize(
+    ("last", "training_now"),
+    [("Interrupted", False), ("Starting", False), ("Stopping", False), ("Training", True)],
+)
+def test_an_interrupted_job_running_on_restarts_from_its_checkpoint(last: str, training_now: bool) -> None:
+    from costaware.adapters.compute.base import TRAINING_NOW
+    from costaware.adapters.compute.sagemaker import status_from_description
+
+    ts = NOW.timestamp()
+    start = ts - 2 * 3600
+    transitions = [{"Status": "Training", "StartTime": start}, {"Status": last, "StartTime": start + 3600}]
+    if last == "Training":  # the second run began 59 min 59 s ago: 1 s in the first one's stead
+        transitions = [{"Status": "Training", "StartTime": start, "EndTime": start + 3599}, transitions[1]]
+    status = status_from_description(
+        {
+            "TrainingJobName": "train-a1",
+            "TrainingJobStatus": "InProgress",
+            "SecondaryStatus": last,
+            "EnableManagedSpotTraining": True,
+            "ResourceConfig": {"InstanceType": "ml.p3.2xlarge", "InstanceCount": 1},
+            "TrainingStartTime": start,
+            "SecondaryStatusTransitions": transitions,
+        },
+        now=ts,
+    )
+    assert status.metrics[TRAINING_NOW] is training_now
+    watch = pause_watch_now(attempts("sagemaker", deadline_hours=6).to_json(), status.to_dict())
+    if not training_now:
+        # One run of 3600 s, interrupted an hour ago: running on restarts from its last checkpoint, losing
+        # a restart and the 600 s interval as a stop does (3 - 0.75 h), not only a restart (2.083 h).
+        assert status.metrics[TRAINED_RUNS_SECONDS] == pytest.approx([3600.0])
+        assert Decimal(watch["run_on_hours"]) == Decimal(watch["remaining_hours"]) == Decimal("2.25")
+    else:
+        # Training now: its current run loses only its restart if it runs on.
+        assert Decimal(watch["run_on_hours"]) < Decimal(watch["remaining_hours"])

@@ -19,6 +19,7 @@ from costaware.adapters.compute.base import (
     ESTIMATED_SECONDS,
     SEEN_BILLABLE_SECONDS,
     TRAINED_RUNS_SECONDS,
+    TRAINING_NOW,
     billed_instances,
 )
 from costaware.adapters.compute.job_contract import (
@@ -412,7 +413,9 @@ def remaining_hours(
     :attr:`Attempt.trained_runs_seconds`: each restarted inside the job loses as an attempt does), else its
     billed seconds over its instances (SageMaker's ``instance_count`` bills each).
     ``running_on``: the work left if the job of ``ended`` runs on instead: its last run loses only its
-    restart, no checkpoint interval (what a pause alone loses), with or without checkpoints.
+    restart, no checkpoint interval (what a pause alone loses), with or without checkpoints; where its
+    status says it is not training (``TRAINING_NOW`` False: interrupted, waiting for capacity) it restarts
+    from its checkpoint as after a stop, and the work left is the same.
     ``exact_only``: count only exactly known runs, for a deadline: billed seconds may count time a job did
     not train (a Batch submit's copies, its queue before a retry), and a work left taken from them too
     small moves the latest resume past the deadline.
@@ -431,7 +434,10 @@ def remaining_hours(
         ended_runs = list(runs) if runs else []
         if not runs and not exact_only:
             ended_runs = [state.run_seconds(ended["billable_seconds"])]
-        last = ended_runs.pop() if running_on and ended_runs else None
+        # A job interrupted (waiting for capacity, restarting) restarts from its checkpoint if it runs on:
+        # it loses the interval since it, as a stop does, not only a restart.
+        training_now = (ended.get("metrics") or {}).get(TRAINING_NOW, True) is not False
+        last = ended_runs.pop() if running_on and ended_runs and training_now else None
         seconds += ended_runs
     # Without timed checkpoints a stop may lose everything.
     kept = sum(max(0.0, s - lost) for s in seconds) if checkpoint_every_seconds else 0.0

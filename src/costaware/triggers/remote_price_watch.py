@@ -149,7 +149,8 @@ def pause_watch_now(state: Mapping[str, Any], running: Mapping[str, Any]) -> dic
     The work left is the training's less what that job has run (its status now): what a pause now would
     leave, from above (a stop loses up to one checkpoint interval); the latest resume is the latest restart
     that still finishes it by the deadline. ``RemoteTrainingOperator`` works out both alike after a pause.
-    ``run_on_hours`` is what running on leaves: the same less the checkpoint interval a stop alone loses.
+    ``run_on_hours`` is what running on leaves: the same less the checkpoint interval a stop alone loses
+    (not while it is not training, ``TRAINING_NOW`` False: it restarts from its checkpoint as after a stop).
     The watch's own are those of the job's submit, when it had run 0 s: valued over them, running on late in
     a job was scored over hours past its real end (a clean last half hour before dirty ones was paused), and
     a job past its submit's latest resume never paused, though a resume could still meet the deadline.

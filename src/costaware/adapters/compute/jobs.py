@@ -67,6 +67,11 @@ STOP_REQUESTED_AT = "stop_requested_at"
 #: then hold time it did not train (a wait for capacity between restarts, a Batch retry's or copy's), too
 #: much to take from the work left.
 TRAINED_RUNS_SECONDS = "trained_runs_seconds"
+#: A ``JobStatus.metrics`` key beside ``TRAINED_RUNS_SECONDS`` of a job not yet ended: whether its last run
+#: trains at this status (False: SageMaker's last transition is not ``Training``, as an interrupted job's
+#: waiting for capacity). Running on, a job that is not training restarts from its checkpoint and loses the
+#: interval since it, as a stop does. Absent: taken as training (a local job's one process).
+TRAINING_NOW = "training_now"
 
 
 @dataclass(frozen=True, slots=True)

@@ -26,6 +26,7 @@ from costaware.adapters.compute.base import (
     BILLED_AT_ON_DEMAND,
     STOP_REQUESTED_AT,
     TRAINED_RUNS_SECONDS,
+    TRAINING_NOW,
     FoundJob,
     JobRequest,
     JobState,
@@ -211,11 +212,12 @@ def status_from_description(job: Mapping[str, Any], *, now: float | None = None)
     )
 
 
-def _trained_runs(job: Mapping[str, Any], *, now: float | None) -> dict[str, list[float]]:
+def _trained_runs(job: Mapping[str, Any], *, now: float | None) -> dict[str, Any]:
     """``TRAINED_RUNS_SECONDS`` of the job's ``Training`` transitions, or nothing where one has no end.
 
     A managed-spot job's time since its ``TrainingStartTime`` also counts its waits for capacity after each
-    interruption and the restarts: taken as run time, it said far less work was left than was.
+    interruption and the restarts: taken as run time, it said far less work was left than was. A job not
+    ended (``now`` given) also gets ``TRAINING_NOW``: whether its last transition is ``Training``.
     """
     transitions = list(job.get("SecondaryStatusTransitions") or [])
     runs: list[float] = []
@@ -230,7 +232,11 @@ def _trained_runs(job: Mapping[str, Any], *, now: float | None) -> dict[str, lis
         if began is None or ended is None:
             return {}  # not known exactly: the billable seconds stand
         runs.append(max(0.0, ended - began))
-    return {TRAINED_RUNS_SECONDS: runs} if runs else {}
+    if not runs:
+        return {}
+    if now is None:
+        return {TRAINED_RUNS_SECONDS: runs}
+    return {TRAINED_RUNS_SECONDS: runs, TRAINING_NOW: transitions[-1].get("Status") == "Training"}
 
 
 def _epoch_seconds(value: Any) -> float | None:
