@@ -1057,6 +1057,7 @@ def _ask_together(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_two_slots_in_airflow_do_not_wait_for_each_others_holds(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    import costaware.training.tuning.trial as trial_module
     from costaware.training.tuning.reservations import hold_slot_time
 
     # The operator's form: each try holds its time before the study is loaded (here in the study's own
@@ -1066,34 +1067,55 @@ def test_two_slots_in_airflow_do_not_wait_for_each_others_holds(tmp_path, monkey
     spec = study_spec("mutual-af", max_usd="4.00", max_trials=5, fallback_trial_seconds=2.0)
     create_study(url, ledger, spec)
     tags = spec.budget_scope.as_dict()
-    _ask_together(monkeypatch)
+    holders = {number: f"mutual-af/r1/trial/{number}" for number in (0, 1)}
+    # Slot 1 holds its time first and opens the study; slot 0 holds its own and asks for its trial's money
+    # while slot 1 is about to ask (the moment recorded before: slot 1 had loaded the study, not yet
+    # asked); slot 1 asks once slot 0 is done. Slot 0 is refused for slot 1's hold alone.
+    slot_1_about_to_ask, slot_0_done = threading.Event(), threading.Event()
+    reserve_trial_cost = trial_module.reserve_trial_cost
+
+    def slot_1_asks_after_slot_0(*args: Any, **kwargs: Any) -> Any:
+        if args[3] == holders[1]:  # reserve_trial_cost(ledger, spec, seconds_needed, holder, ...)
+            slot_1_about_to_ask.set()
+            assert slot_0_done.wait(timeout=30)
+        return reserve_trial_cost(*args, **kwargs)
+
+    monkeypatch.setattr(trial_module, "reserve_trial_cost", slot_1_asks_after_slot_0)
     results: dict[int, Any] = {}
 
     def slot(number: int) -> None:
-        holder = f"mutual-af/r1/trial/{number}"
+        if number == 0:
+            assert slot_1_about_to_ask.wait(timeout=30)
         held = hold_slot_time(
-            ledger, tags, spec.usd_per_hour / 3600, holder=holder, run_id="r1", dag_id="mutual-af",
+            ledger, tags, spec.usd_per_hour / 3600, holder=holders[number], run_id="r1", dag_id="mutual-af",
             seconds=1.0, purpose=f"slot {number}",
         )  # fmt: skip
         assert held is not None
-        results[number] = run_trial(
-            storage_url=url, ledger=ledger, study_name=spec.study_name, trainer=InstantTrainer, holder=holder,
-            slot=number, run_id="r1", wait_poll_seconds=0.2, seconds_already_used=1.0, slot_hold=held.id,
-            slot_usd_per_hour=spec.usd_per_hour, bill_tags=tags,
-        )  # fmt: skip
+        try:
+            results[number] = run_trial(
+                storage_url=url, ledger=ledger, study_name=spec.study_name, trainer=InstantTrainer,
+                holder=holders[number], slot=number, run_id="r1", wait_poll_seconds=0.2,
+                seconds_already_used=1.0, slot_hold=held.id, slot_usd_per_hour=spec.usd_per_hour,
+                bill_tags=tags,
+            )  # fmt: skip
+        finally:
+            if number == 0:
+                slot_0_done.set()
 
-    threads = [threading.Thread(target=slot, args=(number,)) for number in (0, 1)]
+    threads = [threading.Thread(target=slot, args=(number,)) for number in (1, 0)]
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join()
-    # Before, each waited on the other's hold as on a trial's until its own could not grow ("stops
-    # waiting"), the study stopped by each. Now the slot whose hold came second gives way at once, the
-    # study going on (the first, waiting at the worker's price, may run its trial once the other's is
-    # settled).
+    # Before, slot 1's hold was recorded only as it asked: slot 0 read no record of it, took it for a
+    # trial's, waited on it (growing its own hold at the worker's $3600/h until the study's $4 could not
+    # hold it) and stopped the study ("slot 0 stops waiting"). Recorded as slot 1 opened the study, it is
+    # told from a trial's: slot 0, whose hold came second, gives way at once, the study going on.
     assert sorted(results) == [0, 1] and not any(r.ran for r in results.values())
-    (gave_way,) = [r for r in results.values() if r.goes_on]
-    assert "runs no trial and gives way" in gave_way.reason and "stops waiting" not in gave_way.reason
+    gave_way = results[0]
+    assert gave_way.goes_on, gave_way.reason
+    assert "slot 0 runs no trial and gives way" in gave_way.reason and "stops waiting" not in gave_way.reason
+    assert f"the slot that waited first ({holders[1]}) goes on waiting" in gave_way.reason
     assert "the study goes on" in gave_way.reason
 
 

@@ -83,7 +83,8 @@ def reserve_trial_cost(
     ``outside_airflow``: there is no try and no bill (a skipped entry records the slot's time), and the
     refusal says so.
     ``mark_waiting``: called with the id of the slot's hold before and after each ask and before each wait,
-    so that other slots tell it from a trial's; ``waiting_holds``: the ids other
+    so that other slots tell it from a trial's (the caller records it first, before the study's trials
+    load: a slot refused while this one loaded took it for a trial's); ``waiting_holds``: the ids other
     slots so marked. A slot's hold is spent by its slot, not given back as a trial's is: refused only for
     such holds, the slot whose hold was made first waits and the others give way (:class:`SlotYields`).
     Counted as trials' money, two slots started together waited for each other, their holds grew until the
@@ -121,9 +122,9 @@ def reserve_trial_cost(
         lease = timedelta(seconds=max(2 * seconds, 60.0) + keep_for_retry_seconds)
         asked_at = utcnow()
         if mark_waiting is not None and replacing is not None:
-            # Before each ask (the first: a slot refused at the same moment tells this hold from a trial's at
-            # once) and after it: renewed only before each wait, the record of a slot whose ask waited for
-            # the ledger's lock (SQLite's 60 s) lapsed, and the others took its hold for a trial's.
+            # Renewed before each ask and after it (the caller recorded it as the study opened, before the
+            # load): renewed only before each wait, the record of a slot whose ask waited for the ledger's
+            # lock (SQLite's 60 s) lapsed, and the others took its hold for a trial's.
             mark_waiting(replacing)
         try:
             held = ledger.reserve(

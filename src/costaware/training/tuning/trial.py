@@ -344,7 +344,18 @@ def _until_reserved(
         slot_hold = None if held is None else held.id
         slot_usd_per_hour = ahead.usd_per_hour if held is not None else None
         slot_time.held = held is not None
-    spec, opened = _open_slot(storage_url, study_name, holder, slot, meter, started, loaded, attrs)
+
+    def record_slot_hold(study: optuna.study.Study) -> None:
+        # As soon as the study is open, before its trials load: recorded only as the slot first asked (after
+        # the load, the estimate), a slot refused while this one still loaded took its hold for a trial's,
+        # waited on it, and both stopped the study with its money unspent.
+        slot_time.waits = WaitingSlots(study, holder, wait_poll_seconds)
+        if slot_hold is not None:
+            slot_time.waits.mark(slot_hold)
+
+    spec, opened = _open_slot(
+        storage_url, study_name, holder, slot, meter, started, loaded, attrs, on_open=record_slot_hold
+    )
     if settle_as is not None:
         slot_time.spec, slot_time.held = spec, slot_hold is not None
     if isinstance(opened, SlotResult):
@@ -382,7 +393,14 @@ def _until_reserved(
         if kept is None:
             slot_hold, slot_usd_per_hour = None, None
             slot_time.held = False
-    slot_time.waits = WaitingSlots(s.study, holder, wait_poll_seconds)
+    waits = slot_time.waits
+    assert waits is not None  # recorded as the study opened
+    if slot_hold is None:
+        if waits.marked is not None:
+            # A trial's hold after all (an earlier try's), or none left: not a slot's hold to tell others of.
+            waits.forget(ledger)
+    else:
+        waits.mark(slot_hold)  # a hold that expired during the load was held again, under a new id
     reserved = _reserve_trial(
         s,
         ledger,
@@ -394,7 +412,7 @@ def _until_reserved(
         slot_hold,
         slot_usd_per_hour,
         bill_tags,
-        slot_time.waits,
+        waits,
         outside_airflow=settle_as is not None,
     )
     if isinstance(reserved, SlotResult):
@@ -638,11 +656,14 @@ def _open_slot(
     started: float,
     loaded: tuple[optuna.study.Study, StudySpec] | None = None,
     attrs: dict[str, Any] | None = None,
+    *,
+    on_open: Callable[[optuna.study.Study], None] | None = None,
 ) -> tuple[StudySpec, _Slot | SlotResult]:
     """Load the study (unless ``loaded``), fail its stale trials, apply the stop rules (unless resumed).
 
     ``attrs``: the study's attributes as :func:`stopped_before_load` gave them (not stopped for ``holder``):
-    loaded with them, not read again.
+    loaded with them, not read again. ``on_open``: called with the study once it is open, before its trials
+    are read (a far store: minutes).
     """
     if loaded is None and attrs is not None:
         loaded = load_study(storage_url, study_name, slot, holder, attrs=attrs)
@@ -653,6 +674,8 @@ def _open_slot(
             return spec, SlotResult(ran=False, reason=stop["message"], stop=StopReason(stop["reason"]))
         loaded = load_study(storage_url, study_name, slot, holder, attrs=early)
     study, spec = loaded
+    if on_open is not None:
+        on_open(study)
     trials = study.get_trials(deepcopy=False)
     if fail_stale_trials(study, trials=trials):
         trials = study.get_trials(deepcopy=False)
@@ -695,9 +718,10 @@ def _reserve_trial(
 
     Outside Airflow a slot whose wait for money cannot be held in the study's budget stops waiting without
     stopping the study (``goes_on``): that money is held by trials in flight, and what they give back pays
-    later slots. The slot's hold is recorded in the study before it asks, so that other slots refused beside
-    it do not take it for a trial's money that may come back (``waits``, which the caller forgets once the
-    slot's trial or entry is recorded; see :class:`~costaware.training.tuning.arbitration.WaitingSlots`).
+    later slots. The slot's hold, recorded in the study as it opened (``waits``), is renewed before and after
+    each ask, so that other slots refused beside it do not take it for a trial's money that may come back
+    (the caller forgets it once the slot's trial or entry is recorded; see
+    :class:`~costaware.training.tuning.arbitration.WaitingSlots`).
     """
     spec = s.spec
     estimate = estimate_trial_seconds(
