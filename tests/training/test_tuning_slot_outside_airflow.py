@@ -107,6 +107,38 @@ def test_a_slot_whose_load_raises_records_its_time_against_its_hold_and_holds_no
     assert "ConnectionError: study store went away mid-load" in entry["note"]
 
 
+@pytest.mark.parametrize("stop", [KeyboardInterrupt, SystemExit], ids=["ctrl-c", "exit"])
+def test_a_slot_interrupted_while_it_waits_for_money_records_its_time_against_its_hold(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch, stop: type[BaseException]
+) -> None:
+    # Only an Exception was recorded: Ctrl-C (or a driver's sys.exit) during the wait left the slot's hold
+    # open until it expired, keeping the study's money from other slots, and its time recorded nowhere.
+    from types import SimpleNamespace
+
+    import costaware.training.tuning.reservations as reservations_module
+
+    spec = study_spec("interrupted", max_usd="30.00", max_trials=5, fallback_trial_seconds=20.0)
+    url, ledger = _study(tmp_path, spec)
+    # Another trial holds $20: the slot's $20.50 does not fit until it settles, so the slot waits.
+    other = ledger.reserve(spec.budget_scope, Decimal("20.00"), holder="other-trial")
+    meter = SteppedMeter()
+
+    def interrupted_sleep(seconds: float) -> None:
+        meter.now += 0.25
+        raise stop("interrupted while waiting for money")
+
+    clock = SimpleNamespace(sleep=interrupted_sleep, monotonic=reservations_module.time.monotonic)
+    monkeypatch.setattr(reservations_module, "time", clock)
+    with pytest.raises(stop):
+        _slot(url, ledger, spec, 1, meter, wait_poll_seconds=0.05)
+
+    assert [r.id for r in ledger.open_reservations()] == [other.id]
+    (entry,) = ledger.entries()
+    assert (entry["trial"], entry["outcome"], entry["usd"]) == ("open", "failed", Decimal("0.25"))
+    assert entry["reservation_id"] in {h["id"] for h in slot_holds(url, "slot-1") if h["status"] == "settled"}
+    assert f"{stop.__name__}: interrupted while waiting for money" in entry["note"]
+
+
 @pytest.mark.parametrize("money_left", [True, False], ids=["money-left", "money-spent"])
 def test_a_slot_that_finds_the_study_stopped_reads_it_once_and_holds_and_loads_nothing(
     tmp_path: Any, monkeypatch: pytest.MonkeyPatch, money_left: bool

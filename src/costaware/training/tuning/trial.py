@@ -224,7 +224,9 @@ def run_trial(
                 loaded=loaded,
                 slot_time=slot_time,
             )
-        except Exception as e:
+        except BaseException as e:
+            # Ctrl-C or a driver's sys.exit during the wait too: left open, the hold kept the study's money
+            # from other slots until it expired, and the slot's time was recorded nowhere.
             if settle_as is not None:  # in Airflow the cost listener bills the failed try with its hold
                 _record_slot_error(ledger, holder, slot_time, meter() - started, settle_as, e)
             raise
@@ -433,7 +435,7 @@ def _until_reserved(
 
 
 def _record_slot_error(
-    ledger: Ledger, holder: str, slot_time: _SlotTime, seconds: float, owner: EntryOwner, error: Exception
+    ledger: Ledger, holder: str, slot_time: _SlotTime, seconds: float, owner: EntryOwner, error: BaseException
 ) -> None:
     """Record the slot's time against its hold where it raised before its trial's reservation (no Airflow).
 
