@@ -209,12 +209,12 @@ def test_a_slot_deletes_its_record_only_once_its_trial_started_on_its_reservatio
     leased_at_forget: list[list[str]] = []
     forget = WaitingSlots.forget
 
-    def forget_after_the_lease(self: WaitingSlots, ledger: Ledger) -> int:
+    def forget_after_the_lease(self: WaitingSlots, ledger: Ledger, **kwargs: Any) -> int:
         trials = self.study.get_trials(deepcopy=False)
         leased_at_forget.append(
             [t.user_attrs[TRIAL_ATTR]["reservation"] for t in trials if TRIAL_ATTR in t.user_attrs]
         )
-        return forget(self, ledger)
+        return forget(self, ledger, **kwargs)
 
     monkeypatch.setattr(WaitingSlots, "forget", forget_after_the_lease)
     result = run_trial(
@@ -224,6 +224,28 @@ def test_a_slot_deletes_its_record_only_once_its_trial_started_on_its_reservatio
 
     assert result.ran and result.trial is not None, result.reason
     assert leased_at_forget == [[result.trial.reservation_id]]
+
+
+def test_a_slot_whose_hold_stays_open_for_the_listener_keeps_its_record_until_the_hold_closes(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # In Airflow a slot that gave way deleted its record at once while its hold stayed open for the listener:
+    # the slot that waited first took that hold for a trial's money that may come back.
+    _clock(monkeypatch)
+    url = f"sqlite:///{tmp_path / 'study.db'}"
+    ledger = Ledger.from_url(url)
+    spec = study_spec("kept", max_usd="10", max_trials=5)
+    create_study(url, ledger, spec)
+    gave_way = WaitingSlots(optuna.load_study(study_name="kept", storage=url), "kept/r1/trial/0")
+    waiting = WaitingSlots(optuna.load_study(study_name="kept", storage=url), "kept/r1/trial/1")
+    hold = ledger.reserve(spec.budget_scope, Decimal("0.10"), holder="kept/r1/trial/0").id
+    gave_way.mark(hold)
+
+    assert gave_way.forget(ledger, keep_own_while_open=True) == 0
+    assert waiting.others() == {hold}
+    ledger.release(hold)  # the listener bills the try
+    assert waiting.forget(ledger) == 1  # a later slot's forget deletes it with the hold closed
+    assert waiting.others() == set()
 
 
 def test_a_slot_renewing_its_record_as_another_slot_deletes_it_writes_it_anew(

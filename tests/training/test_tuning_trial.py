@@ -1057,8 +1057,11 @@ def _ask_together(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_two_slots_in_airflow_do_not_wait_for_each_others_holds(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    import optuna
+
     import costaware.training.tuning.trial as trial_module
     from costaware.training.tuning.reservations import hold_slot_time
+    from costaware.training.tuning.study import STOP_ATTR
 
     # The operator's form: each try holds its time before the study is loaded (here in the study's own
     # budget, a DAG tagged with the study's tags) and passes the hold; the listener bills the try.
@@ -1117,6 +1120,15 @@ def test_two_slots_in_airflow_do_not_wait_for_each_others_holds(tmp_path, monkey
     assert "slot 0 runs no trial and gives way" in gave_way.reason and "stops waiting" not in gave_way.reason
     assert f"the slot that waited first ({holders[1]}) goes on waiting" in gave_way.reason
     assert "the study goes on" in gave_way.reason
+    # Slot 0 gave way, its hold left open for the listener to bill: its record deleted at once, slot 1 took
+    # that hold for a trial's, could not hold its wait for it and stopped the study ("slot 1 stops waiting
+    # ... needs $31.24 held; ... has $3.00 of room"), its money unspent. Kept, it is told from a trial's.
+    waited_first = results[1]
+    assert waited_first.goes_on and "stops waiting" not in waited_first.reason, waited_first.reason
+    assert "only other slots' holds on their own time" in waited_first.reason
+    assert "the study goes on" in waited_first.reason
+    study = optuna.load_study(study_name=spec.study_name, storage=url)
+    assert STOP_ATTR not in study.user_attrs
 
 
 def test_two_slots_outside_airflow_do_not_wait_for_each_others_holds(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]

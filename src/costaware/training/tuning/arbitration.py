@@ -112,9 +112,14 @@ class WaitingSlots:
             holds.add(str(value["hold"]))
         return holds
 
-    def forget(self, ledger: Ledger) -> int:
+    def forget(self, ledger: Ledger, *, keep_own_while_open: bool = False) -> int:
         """Delete this slot's record (it no longer waits) and those whose hold is no longer open; their count.
 
+        ``keep_own_while_open``: this slot's record stays while its hold is open (in Airflow the cost listener
+        closes it as it bills the try, after the slot returned). Deleted at once, a slot that gave way left
+        its hold open with no record: the slot that waited first took it for a trial's money that may come
+        back, grew its own hold to wait for it and stopped the study. Kept, it lapses by itself or goes with
+        a later :meth:`forget` once the hold is closed.
         A record is deleted only as it was read: a slot that recorded a new hold meanwhile keeps its record.
         Best effort, after the slot's trial or entry is recorded: an error here (a read refused, Optuna's
         private table renamed) failed a slot whose trial's money was granted, its reservation left open and
@@ -129,7 +134,7 @@ class WaitingSlots:
             gone = {
                 key: value
                 for key, value in records.items()
-                if key == self._key or str(value.get("hold")) not in open_ids
+                if (key == self._key and not keep_own_while_open) or str(value.get("hold")) not in open_ids
             }
             return sum(_delete_if_unchanged(self.study, key, value) for key, value in gone.items())
         except Exception as e:

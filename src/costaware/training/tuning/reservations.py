@@ -151,7 +151,8 @@ def reserve_trial_cost(
             own = study_usage(ledger, spec, without=replacing)
             if own is None or not _may_come_back(own, usd, gpu_hours):
                 raise
-            if not _may_come_back(trials_only(own, waits), usd, gpu_hours):
+            slots_only = not _may_come_back(trials_only(own, waits), usd, gpu_hours)
+            if slots_only:
                 # Only other slots' holds on their own time stand in the way: a slot's hold is spent by its
                 # slot, not given back. Each counted the other's as a trial's: two slots started together
                 # waited for each other until their holds had the study's money. One waits, for the others
@@ -180,17 +181,24 @@ def reserve_trial_cost(
                 else:
                     try_seconds = slot_seconds_so_far + (time.monotonic() - waiting_since)
                 # A hold that expired is held again under a new id, which the trial's reservation replaces.
-                replacing = _keep_slot_hold(
-                    ledger,
-                    replacing,
-                    slot,
-                    pause,
-                    try_seconds,
-                    slot_usd_per_hour,
-                    slot_wait_margin_seconds,
-                    run_id=run_id,
-                    outside_airflow=outside_airflow,
-                )
+                try:
+                    replacing = _keep_slot_hold(
+                        ledger,
+                        replacing,
+                        slot,
+                        pause,
+                        try_seconds,
+                        slot_usd_per_hour,
+                        slot_wait_margin_seconds,
+                        run_id=run_id,
+                        outside_airflow=outside_airflow,
+                    )
+                except WaitNotHeld as e:
+                    if outside_airflow or not slots_only:
+                        raise
+                    # Only other slots' holds stand in the way, given back as those slots end (in Airflow
+                    # as the listener bills their tries): the study's money is not spent, it goes on.
+                    raise _gives_way_unheld(e, slot) from e
                 if outside_airflow and spec.gpus > 0:
                     # The slot's entry bills GPU-hours at the study's GPUs: held as its dollars are.
                     wait_gpu_hours = gpu_hours_for(try_seconds + pause + slot_wait_margin_seconds, spec.gpus)
@@ -614,6 +622,27 @@ def trials_only(usage: BudgetUsage, waits: list[Reservation]) -> BudgetUsage:
 
 class SlotYields(WaitNotHeld):
     """A slot refused only for other slots' holds on their own time gives way to the first of them to wait."""
+
+
+def _gives_way_unheld(refusal: WaitNotHeld, slot: int) -> SlotYields:
+    """The first slot to wait, in Airflow, whose wait for other slots' holds alone cannot be held: it yields.
+
+    Stopped for good, the study kept its money unspent: those holds are given back as their slots end.
+    """
+    why = str(refusal).removeprefix(f"slot {slot} stops waiting for the study's money: ")
+    for advice in (RAISE_THAT_CAP, RAISE_THOSE_CAPS):
+        why = why.split(f": {advice}")[0]
+    return SlotYields(
+        f"slot {slot} runs no trial and gives way: only other slots' holds on their own time (no trial's, "
+        f"given back as those slots end) stand between its trial and the study's money, and its wait for "
+        f"them cannot be held: {why}; the study goes on: run fewer trials at once (max_active_trials) so "
+        "that slots wait less",
+        scope=refusal.scope,
+        spent_usd=refusal.spent_usd,
+        cap_usd=refusal.cap_usd,
+        needed_usd=refusal.needed_usd,
+        renews=refusal.renews,
+    )
 
 
 def _wait_first_or_yield(

@@ -189,8 +189,9 @@ def run_trial(
     Returns:
         The slot's result; ``ran=False`` with the stop reason when the study is over, or with
         ``goes_on=True`` where the slot ran no trial while the study goes on (a slot run later may find
-        room): it gave way to another slot refused beside it, which waited first, or, outside Airflow, its
-        own time could not be held while the study's holds are open.
+        room): it gave way to another slot refused beside it, which waited first, or its own time could
+        not be held while the study's holds are open (outside Airflow; in Airflow only where those holds
+        are other slots' on their own time, which come back as their tries are billed).
 
     Raises:
         ConfigurationError: the study does not exist, ``trainer`` cannot be called with ``trainer_kwargs``,
@@ -248,9 +249,10 @@ def run_trial(
     finally:
         # No longer waiting: its record goes, with those of holds that ended. Once the slot's entry or its
         # trial's lease on the reservation is recorded, and best effort: an error here failed a slot whose
-        # money was granted, nothing recorded.
+        # money was granted, nothing recorded. In Airflow a hold left open (a slot that gave way) is closed
+        # by the cost listener as it bills the try: its record stays till then, telling it from a trial's.
         if slot_time.waits is not None:
-            slot_time.waits.forget(ledger)
+            slot_time.waits.forget(ledger, keep_own_while_open=settle_as is None)
     try:
         model = trainer(dict(trial.params), **dict(trainer_kwargs or {}))
         _train_rungs(s, trial, model, reservation, estimate, training)
