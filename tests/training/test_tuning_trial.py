@@ -1251,3 +1251,27 @@ def test_a_slot_outside_airflow_holds_its_time_before_the_study_loads_and_grows_
     assert hold is not None and skipped["reservation_id"] == hold.id and hold.usd >= skipped["usd"]
     (study,) = ledger.usage(spec.budget_scope)
     assert study.spent_usd + study.reserved_usd <= study.cap_usd
+
+
+def test_a_slot_whose_hold_went_unrecorded_as_the_study_opened_fails_with_a_clear_error(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # An `assert` checked it, gone under `python -O`: the slot went on to an AttributeError on None.
+    import costaware.training.tuning.trial as trial_module
+
+    url = f"sqlite:///{tmp_path / 'study.db'}"
+    ledger = Ledger.from_url(url)
+    spec = study_spec("unrecorded", max_usd="100", max_trials=5, fallback_trial_seconds=2.0)
+    create_study(url, ledger, spec)
+    open_slot = trial_module._open_slot
+
+    def open_slot_without_on_open(*args: Any, **kwargs: Any) -> Any:
+        kwargs["on_open"] = None
+        return open_slot(*args, **kwargs)
+
+    monkeypatch.setattr(trial_module, "_open_slot", open_slot_without_on_open)
+    with pytest.raises(RuntimeError, match="slot 0 of study 'unrecorded' opened the study without recording"):
+        run_trial(
+            storage_url=url, ledger=ledger, study_name=spec.study_name, trainer=InstantTrainer,
+            holder="unrecorded/r1/trial/0", slot=0, run_id="r1",
+        )  # fmt: skip

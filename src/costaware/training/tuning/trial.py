@@ -398,7 +398,11 @@ def _until_reserved(
             slot_hold, slot_usd_per_hour = None, None
             slot_time.held = False
     waits = slot_time.waits
-    assert waits is not None  # recorded as the study opened
+    if waits is None:  # _open_slot calls on_open as the study opens, before any slot of it is returned
+        raise RuntimeError(
+            f"slot {slot} of study '{study_name}' opened the study without recording its hold among the "
+            "waiting slots (on_open was not called): a bug in costaware, please report it"
+        )
     if slot_hold is None:
         if waits.marked is not None:
             # A trial's hold after all (an earlier try's), or none left: not a slot's hold to tell others of.
