@@ -1454,7 +1454,9 @@ def test_a_job_listed_again_after_it_was_found_gone_is_held_back_its_full_bound_
     from costaware.triggers.remote_training import NOT_LISTED_GRACE_SECONDS
 
     gone = JobNotFoundError("DescribeJobs does not list it")
-    back = JobStatus(job_id="j", state=JobState.RUNNING, market="spot", billable_seconds=300.0)
+    # Listed again waiting to start: no stop at the cap falls due (running, one is sent when due, and the
+    # wait bills the job from its own stop).
+    back = JobStatus(job_id="j", state=JobState.PENDING, market="spot", billable_seconds=300.0)
     answers: list[Any] = [gone, gone, gone, gone, back, gone, gone]
     rebuilt, listing, _state, api_down, stopped_at = _cap_stopped_then_rebuilt(monkeypatch, answers)
     now = stopped_at + timedelta(seconds=20)
@@ -1469,3 +1471,35 @@ def test_a_job_listed_again_after_it_was_found_gone_is_held_back_its_full_bound_
     assert rebuilt.poll_tolerant(gone_again) is None  # found gone again: its bound starts now
     assert rebuilt.poll_tolerant(gone_again + timedelta(seconds=UNREAD_KEPT_STATE_SECONDS - 1)) is None
     assert api_down[0] and not listing.answers
+
+
+def test_a_job_gone_while_its_kept_state_is_unread_is_stopped_once_when_its_stop_at_the_cap_falls_due(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Seen at 100 s of a 1,200 s cap, then never listed again: the polls that held it back for its kept
+    # state only asked to read it again, and the due point was lost; the first stop went out at the bound,
+    # 1,315 s after the submit, billed past what the cap allows. Polled as the triggerer polls (after
+    # next_poll_in), the stop is now sent once, when it falls due.
+    from datetime import timedelta
+
+    from airflow.sdk.execution_time.xcom import XCom
+
+    from costaware.adapters.compute.base import JobState, JobStatus
+    from costaware.core.errors import JobNotFoundError
+    from costaware.triggers.remote_gone_job import UNREAD_KEPT_STATE_SECONDS
+
+    gone = JobNotFoundError("DescribeJobs does not list it")
+    seen = JobStatus(job_id="j", state=JobState.RUNNING, market="spot", billable_seconds=100.0)
+    wait, listing, _state, submitted = _stop_by_poll_wait(monkeypatch, [seen, *[gone] * 60], cap_seconds=1200)
+    monkeypatch.setattr(XCom, "get_one", lambda **where: (_ for _ in ()).throw(ConnectionError("down")))
+    seen_at = submitted + timedelta(seconds=100)
+    due_at = seen_at + timedelta(seconds=1100)  # 1,200 s of running
+    now, stops_at, event = seen_at, [], None
+    while event is None and now < due_at + timedelta(seconds=UNREAD_KEPT_STATE_SECONDS):
+        stopped_before = len(listing.stops)
+        event = wait.poll_tolerant(now)
+        if len(listing.stops) > stopped_before:
+            stops_at.append(now)
+        now += timedelta(seconds=wait.next_poll_in())
+    assert event is not None and len(stops_at) == 1  # sent once, not again at each poll of the hold-back
+    assert due_at <= stops_at[0] <= due_at + timedelta(seconds=5), stops_at[0] - submitted

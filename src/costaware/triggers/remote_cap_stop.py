@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Mapping
-from datetime import datetime
+from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
@@ -55,6 +55,7 @@ class CapStopping(_TriggerBase):
     _cap_stopped_at: datetime | None
     _cap_stop_seen: tuple[Any, datetime] | None
     _cap_stop_due_in: float | None
+    _held_cap_stop_due_at: datetime | None
     _cap_stop_retries: int
     _cap_stop_restored: bool
     _kept_state_read_failures: int
@@ -345,6 +346,36 @@ class CapStopping(_TriggerBase):
         if due_before - self.poll_interval > CAP_STOP_RETRY_SECONDS:
             self._keep_cap_stop_due(due_before)  # not due yet: the wait sleeps up to it
             return
+        self._send_unlisted_cap_stop(job_id)
+
+    def _stop_held_back_at_cap(
+        self, due_before: float | None, polled_before: datetime | None, *, first_held: bool
+    ) -> None:
+        """The stop at the cap of a gone job held back while the kept state is unread: sent once it falls due.
+
+        Each held-back poll asks again soon to read the kept state (:meth:`_retry_cap_stop`), so the next
+        poll's ``due_before`` is that retry, not the cap: only retried, the due point was lost and the job
+        ran on past ``max_usd`` up to the bound (1,315 s of a 1,200 s cap). Kept as a time instead, taken at
+        the ``first_held`` poll only (the last poll's due point, relative to it: later ones are this retry);
+        a stop that fails is asked again at the following polls, as each finds the time past.
+        """
+        job_id = str(self.job_id)
+        if self._stopped_for_cap == job_id:
+            return
+        if first_held and due_before is not None and polled_before is not None:
+            self._held_cap_stop_due_at = polled_before + timedelta(seconds=due_before)
+        self._retry_cap_stop()  # the kept state is read again soon
+        due_at, now = self._held_cap_stop_due_at, self._polled_at
+        if due_at is None or now is None:
+            return  # no stop at the cap known to fall due (never seen listed by this wait)
+        left = (due_at - now).total_seconds()
+        if left > MIN_CAP_STOP_WAIT_SECONDS:
+            self._cap_stop_due_after(left)  # not due yet: polled when it falls due, if not sooner
+            return
+        self._send_unlisted_cap_stop(job_id)
+
+    def _send_unlisted_cap_stop(self, job_id: str) -> None:
+        """Send the stop at the cap, by its id, of ``job_id``, which its backend does not list now."""
         self.log.warning(
             "job %s, not listed on %s now, has run what is left of max_usd: stopping it by its id",
             job_id,

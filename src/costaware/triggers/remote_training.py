@@ -157,6 +157,9 @@ class RemoteTrainingJobTrigger(KilledJobBilling, BaseTrigger):
         #: How many more seconds of running the job has, at the last poll, before a stop at the cap is due
         #: (None: none is due): the next poll comes then, not up to a ``poll_interval`` later.
         self._cap_stop_due_in: float | None = None
+        #: When that stop falls due, kept while a gone job is held back for the kept state (see
+        #: ``_stop_held_back_at_cap``); None: not held back, or no stop known to fall due.
+        self._held_cap_stop_due_at: datetime | None = None
         #: Retries in a row of a stop at the cap that was due and not sent (see ``CAP_STOP_RETRY_SECONDS``).
         self._cap_stop_retries = 0
         #: When the failed polls in a row began (see :meth:`poll_tolerant`), and whether the last poll failed.
@@ -201,7 +204,7 @@ class RemoteTrainingJobTrigger(KilledJobBilling, BaseTrigger):
             assert self.price_watch is not None  # checked in __init__
             return watch_event(self.price_watch, self.state, now=now)
         due_before, self._cap_stop_due_in = self._cap_stop_due_in, None  # worked out again from this poll
-        self._polled_at = now
+        polled_before, self._polled_at = self._polled_at, now
         if self._first_poll_at is None:
             self._first_poll_at = now
         if not self._cap_stop_restored:
@@ -209,7 +212,7 @@ class RemoteTrainingJobTrigger(KilledJobBilling, BaseTrigger):
         try:
             status = open_backend(self.backend, self.backend_options).poll(self.job_id)
             # Listed again: a later disappearance is held back its full bound, counted from then.
-            self._gone_unread_since = None
+            self._gone_unread_since = self._held_cap_stop_due_at = None
         except JobNotFoundError:
             count = billed_instances(self.backend_options)
             stopped = (self.state.get("current") or {}).get("stopped")
@@ -239,8 +242,10 @@ class RemoteTrainingJobTrigger(KilledJobBilling, BaseTrigger):
                 unread = not self._cap_stop_restored and self._stopped_for_cap != self.job_id
                 if unread and not self._unread_kept_state_bound_reached(now):
                     # Whether the wait before this one stopped it at the cap (billed to its grace period's
-                    # end, not stopped again) is unknown until its kept state is read: polled again soon.
-                    self._retry_cap_stop()
+                    # end, not stopped again) is unknown until its kept state is read: polled again soon. A
+                    # stop at the cap that falls due meanwhile is sent, whatever the kept state says.
+                    first_held = self._gone_unread_since == now
+                    self._stop_held_back_at_cap(due_before, polled_before, first_held=first_held)
                     self.log.warning(
                         "job %s on %s: %s; not billed as gone until the wait's kept state is read (asked "
                         "again in %g s)",
