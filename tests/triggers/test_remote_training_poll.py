@@ -1503,3 +1503,37 @@ def test_a_job_gone_while_its_kept_state_is_unread_is_stopped_once_when_its_stop
         now += timedelta(seconds=wait.next_poll_in())
     assert event is not None and len(stops_at) == 1  # sent once, not again at each poll of the hold-back
     assert due_at <= stops_at[0] <= due_at + timedelta(seconds=5), stops_at[0] - submitted
+
+
+def test_a_stop_at_the_cap_refused_while_a_gone_job_is_held_back_is_asked_again_seconds_later(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The held-back polls' backoff for reading the kept state (up to 60 s) was that of the stop's retries
+    # too: a stop refused when it fell due was asked again 60 s later, the job running on past the cap.
+    from datetime import timedelta
+
+    from airflow.sdk.execution_time.xcom import XCom
+
+    from costaware.adapters.compute.base import JobState, JobStatus
+    from costaware.core.errors import JobNotFoundError
+    from costaware.triggers.remote_cap_stop import CAP_STOP_RETRY_SECONDS
+
+    gone = JobNotFoundError("DescribeJobs does not list it")
+    seen = JobStatus(job_id="j", state=JobState.RUNNING, market="spot", billable_seconds=100.0)
+    wait, listing, _state, submitted = _stop_by_poll_wait(monkeypatch, [seen, *[gone] * 60], cap_seconds=1200)
+    asked_at: list[datetime] = []
+
+    def refused_once(job_id: str) -> None:
+        asked_at.append(now)
+        if len(asked_at) == 1:
+            raise ConnectionError("throttled")
+        listing.stops.append(job_id)
+
+    listing.stop = refused_once  # type: ignore[method-assign]
+    monkeypatch.setattr(XCom, "get_one", lambda **where: (_ for _ in ()).throw(ConnectionError("down")))
+    now, event = submitted + timedelta(seconds=100), None
+    while event is None and not listing.stops:
+        event = wait.poll_tolerant(now)
+        now += timedelta(seconds=wait.next_poll_in())
+    assert listing.stops == ["j"] and len(asked_at) == 2
+    assert (asked_at[1] - asked_at[0]).total_seconds() <= CAP_STOP_RETRY_SECONDS

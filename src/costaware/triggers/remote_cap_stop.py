@@ -357,21 +357,27 @@ class CapStopping(_TriggerBase):
         poll's ``due_before`` is that retry, not the cap: only retried, the due point was lost and the job
         ran on past ``max_usd`` up to the bound (1,315 s of a 1,200 s cap). Kept as a time instead, taken at
         the ``first_held`` poll only (the last poll's due point, relative to it: later ones are this retry);
-        a stop that fails is asked again at the following polls, as each finds the time past.
+        a stop that fails is asked again at the following polls, as each finds the time past, from the
+        shortest retry (``CAP_STOP_RETRY_SECONDS``), not the reads' backoff.
         """
         job_id = str(self.job_id)
         if self._stopped_for_cap == job_id:
             return
         if first_held and due_before is not None and polled_before is not None:
             self._held_cap_stop_due_at = polled_before + timedelta(seconds=due_before)
-        self._retry_cap_stop()  # the kept state is read again soon
         due_at, now = self._held_cap_stop_due_at, self._polled_at
         if due_at is None or now is None:
-            return  # no stop at the cap known to fall due (never seen listed by this wait)
+            self._retry_cap_stop()  # the kept state is read again soon; no stop known to fall due
+            return
         left = (due_at - now).total_seconds()
         if left > MIN_CAP_STOP_WAIT_SECONDS:
-            self._cap_stop_due_after(left)  # not due yet: polled when it falls due, if not sooner
+            self._retry_cap_stop()  # the kept state is read again soon
+            self._cap_stop_due_after(left)  # and polled when the stop falls due, if not sooner
             return
+        if polled_before is None or (due_at - polled_before).total_seconds() > MIN_CAP_STOP_WAIT_SECONDS:
+            # First poll past it: the reads' backoff (60 s by then) would ask a refused stop again late.
+            self._cap_stop_retries = 0
+        self._retry_cap_stop()  # the kept state is read again soon
         self._send_unlisted_cap_stop(job_id)
 
     def _send_unlisted_cap_stop(self, job_id: str) -> None:
