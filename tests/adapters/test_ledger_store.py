@@ -265,11 +265,14 @@ def test_a_kept_hold_counts_for_the_ttl_asked_now(any_ledger: Ledger) -> None:
         assert shorter.expires_at == again.expires_at
 
 
-def test_a_hold_committed_while_a_reserve_waited_for_the_budgets_is_the_one(
+def test_a_second_reserve_of_a_holder_waits_for_the_first_and_gets_its_hold(
     postgres_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # Two tries of one task at once: the other's hold commits after this reserve looked for one and before
-    # it took the budgets' locks. PostgreSQL only: SQLite serializes the whole reserve.
+    # Two tries of one task at once: the other try reserves while this reserve is between looking for the
+    # holder's hold and taking the budgets' locks. PostgreSQL only (SQLite serializes the whole reserve): the
+    # holder's advisory lock makes the other wait for this one's commit, then hands it this hold.
+    import threading
+
     from costaware.adapters.ledger import reservations
 
     ledger = Ledger.from_url(fresh_postgres_database(postgres_url))
@@ -277,16 +280,23 @@ def test_a_hold_committed_while_a_reserve_waited_for_the_budgets_is_the_one(
     holder = "d/r1/train/-1"
     real_applicable = reservations.applicable
     other: list[Reservation] = []
+    waiting = threading.Thread(
+        target=lambda: other.append(ledger.reserve("project=churn", "3", holder=holder)), daemon=True
+    )
 
-    def the_other_try_commits_first(*args: object, **kwargs: object) -> object:
+    def the_other_try_reserves_meanwhile(*args: object, **kwargs: object) -> object:
         monkeypatch.setattr(reservations, "applicable", real_applicable)  # the other try's reserve: as it is
-        other.append(ledger.reserve("project=churn", "3", holder=holder))  # on a connection of its own
+        waiting.start()  # on a connection of its own
+        waiting.join(timeout=1.0)
+        assert waiting.is_alive(), "the other try's reserve did not wait for this one's"
         return real_applicable(*args, **kwargs)
 
-    monkeypatch.setattr(reservations, "applicable", the_other_try_commits_first)
+    monkeypatch.setattr(reservations, "applicable", the_other_try_reserves_meanwhile)
     try:
         held = ledger.reserve("project=churn", "3", holder=holder)
-        assert held.id == other[0].id
+        waiting.join(timeout=30)
+        assert not waiting.is_alive()
+        assert other[0].id == held.id
         assert [r.id for r in ledger.open_reservations()] == [held.id]
     finally:
         ledger.dispose()
