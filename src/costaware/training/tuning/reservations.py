@@ -40,6 +40,18 @@ RAISE_THOSE_CAPS = "raise those budgets' caps with `costaware budget set`"
 class WaitNotHeld(BudgetExceededError):
     """A waiting slot's hold could not be grown to pay its next wait: it stops waiting."""
 
+    @classmethod
+    def after(cls, refusal: BudgetExceededError, message: str) -> WaitNotHeld:
+        """The slot's stop, said by ``message``, where the ledger refused what it asked (``refusal``)."""
+        return cls(
+            message,
+            scope=refusal.scope,
+            spent_usd=refusal.spent_usd,
+            cap_usd=refusal.cap_usd,
+            needed_usd=refusal.needed_usd,
+            renews=refusal.renews,
+        )
+
 
 def reserve_trial_cost(
     ledger: Ledger,
@@ -213,14 +225,10 @@ def reserve_trial_cost(
                             headroom=gpu_hours_for(SLOT_HOLD_SECONDS, spec.gpus),
                         )
                     except BudgetExceededError as e:
-                        raise WaitNotHeld(
+                        raise WaitNotHeld.after(
+                            e,
                             f"slot {slot} stops waiting for the study's money: its time to the end of its "
                             f"next wait uses {wait_gpu_hours} GPU-hours, and holding them was refused: {e}",
-                            scope=e.scope,
-                            spent_usd=e.spent_usd,
-                            cap_usd=e.cap_usd,
-                            needed_usd=e.needed_usd,
-                            renews=e.renews,
                         ) from e
                 if mark_waiting is not None:
                     mark_waiting(replacing)
@@ -390,14 +398,10 @@ def _hold_slot_again(
             renews=False,
         ) from e
     except BudgetExceededError as e:
-        raise WaitNotHeld(
+        raise WaitNotHeld.after(
+            e,
             f"slot {slot} stops waiting for the study's money: {cause}, and holding it again was refused: "
             f"{e}",
-            scope=e.scope,
-            spent_usd=e.spent_usd,
-            cap_usd=e.cap_usd,
-            needed_usd=e.needed_usd,
-            renews=e.renews,
         ) from e
     return again.id
 
