@@ -1215,12 +1215,12 @@ def test_a_slot_outside_airflow_holds_its_time_before_the_study_loads_and_grows_
     # other trial's money (0.5 s of slack more).
     ledger.reserve(spec.budget_scope, Decimal("0.918"), holder="other-trial", ttl=timedelta(seconds=60))
     meter = SteppedMeter()
-    read_spec, load_study = trial_module.stopped_before_load, trial_module.load_study
+    stopped_before_load, load_study = trial_module.stopped_before_load, trial_module.load_study
     held_while_loading: list[Decimal] = []
 
     def read(*args: Any, **kwargs: Any) -> Any:
         meter.now += 0.01  # reading the study's settings takes 0.01 s
-        return read_spec(*args, **kwargs)
+        return stopped_before_load(*args, **kwargs)
 
     def slow_load(*args: Any, **kwargs: Any) -> Any:
         held_while_loading.extend(r.usd for r in ledger.open_reservations() if r.holder == "slow-slot")

@@ -185,15 +185,6 @@ def load_study(
     return study, spec
 
 
-def read_spec(storage_url: str, study_name: str) -> StudySpec:
-    """The study's stored settings alone (its price and budget scope), one read before its trials are loaded.
-
-    Raises:
-        ConfigurationError: no study of that name in the storage, or it was not created by costaware.
-    """
-    return spec_of(study_name, _study_attrs(open_storage(storage_url), study_name)[1])
-
-
 def stopped_before_load(
     storage_url: str, study_name: str, holder: str
 ) -> tuple[StudySpec, dict[str, Any]] | dict[str, Any]:
