@@ -185,14 +185,11 @@ class CapStopping(_TriggerBase):
         Only some backends say it (``STOP_REQUESTED_AT``); elsewhere a wait that cannot read its kept state
         sends its stop at the cap again.
         """
-        from datetime import timezone
-
-        from costaware.adapters.compute.base import STOP_REQUESTED_AT
+        from costaware.triggers.remote_job_status import stop_requested_at
 
         if self._last_seen is None or str(self._last_seen[0].job_id or job_id) != job_id:
             return None
-        asked = self._last_seen[0].metrics.get(STOP_REQUESTED_AT)
-        return datetime.fromtimestamp(float(asked), timezone.utc) if asked is not None else None
+        return stop_requested_at(self._last_seen[0])
 
     def _polled_after_cancel(self, what: str) -> bool:
         """Whether this wait was cancelled while its poll ran: then the job is not ``what`` by it."""

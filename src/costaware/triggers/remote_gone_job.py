@@ -17,6 +17,8 @@ from costaware.triggers.remote_job_status import (
     GONE_IS_FINAL_BACKENDS,
     NOT_LISTED_GRACE_SECONDS,
     ended_when_found,
+    seen_or_followed,
+    stop_requested_at,
 )
 
 #: A job gone while the kept state of the wait before this one cannot be read is held back (was it stopped
@@ -216,27 +218,20 @@ class GoneJobBilling(CapStopping):
         ``STOP_REQUESTED_AT``) held it within the cap and its grace period. The status last seen is this
         wait's, else the one the operator found a followed job at.
         """
-        from datetime import timezone
-
-        from costaware.adapters.compute.base import STOP_REQUESTED_AT, JobStatus, billed_instances
+        from costaware.adapters.compute.base import billed_instances
 
         current = self.state.get("current") or {}
         if not current.get("stop_by_poll") or current.get("stop_after_seconds") is None:
             return None
         count = billed_instances(self.backend_options)
         due = count * float(current["stop_after_seconds"])
-        last_seen = self._last_seen
-        followed = current.get("followed")
-        if last_seen is None and followed:
-            found_at = parse_instant(followed["seen_at"], name="seen_at")
-            last_seen = (JobStatus.from_dict(followed["job"]), found_at)
+        last_seen = seen_or_followed(self.state, self._last_seen)
         if last_seen is None:
             return None
         seen, seen_at = last_seen
-        asked = seen.metrics.get(STOP_REQUESTED_AT)
-        if asked is None:
+        asked_at = stop_requested_at(seen)
+        if asked_at is None:
             return None
-        asked_at = datetime.fromtimestamp(float(asked), timezone.utc)
         # An estimate (a followed job never read) is the most it may have billed: due no sooner than that.
         due_at = seen_at + timedelta(seconds=max(0.0, due - float(seen.billable_seconds)) / count)
         return asked_at if asked_at <= due_at else None

@@ -104,13 +104,10 @@ def vanished_job_status(
     if last_seen is None and backend not in GONE_IS_FINAL_BACKENDS and watched_for < listed_grace:
         return None
     current = state.get("current") or {}
-    followed = current.get("followed")
     ended = ended_when_found(state, last_seen)
     if ended is not None:
         return ended  # it had ended before this try found it: billed to its end, as its backend ended it
-    if last_seen is None and followed:
-        found_at = parse_instant(followed["seen_at"], name="seen_at")
-        last_seen = (JobStatus.from_dict(followed["job"]), found_at)
+    last_seen = seen_or_followed(state, last_seen)
     if last_seen is not None:  # waiting when seen: it can have run since then at the most
         seen, seen_at = last_seen
         unlisted_for = max(0.0, (now - seen_at).total_seconds())
@@ -139,6 +136,26 @@ def vanished_job_status(
         "the most it can have run"
     )
     return _seen_run(unseen, _ended_by_now(unseen, submitted_at, now=now, instances=instances, reason=reason))
+
+
+def seen_or_followed(state: Mapping[str, Any], last_seen: tuple[Any, datetime] | None) -> Any:
+    """``last_seen``, else the followed job (an earlier try's) as this try found it, as (status, when)."""
+    from costaware.adapters.compute.base import JobStatus
+
+    followed = (state.get("current") or {}).get("followed")
+    if last_seen is None and followed:
+        return JobStatus.from_dict(followed["job"]), parse_instant(followed["seen_at"], name="seen_at")
+    return last_seen
+
+
+def stop_requested_at(status: Any) -> datetime | None:
+    """When the job of ``status`` was asked to stop, as its backend says (``STOP_REQUESTED_AT``), or None."""
+    from datetime import timezone
+
+    from costaware.adapters.compute.base import STOP_REQUESTED_AT
+
+    asked = status.metrics.get(STOP_REQUESTED_AT)
+    return datetime.fromtimestamp(float(asked), timezone.utc) if asked is not None else None
 
 
 def ended_when_found(state: Mapping[str, Any], last_seen: tuple[Any, datetime] | None) -> Any:
