@@ -25,11 +25,16 @@ def _watch(state: AttemptState) -> PriceWatch:
 
 
 def work_left(
-    state: AttemptState, ended: Mapping[str, Any] | None = None, *, running_on: bool = False
+    state: AttemptState,
+    ended: Mapping[str, Any] | None = None,
+    *,
+    running_on: bool = False,
+    exact_only: bool = False,
 ) -> Decimal:
     """Hours of training left (from above), counting the job status ``ended`` that is not yet recorded.
 
     ``running_on``: left if the job of ``ended`` runs on, not after its stop (no checkpoint interval lost).
+    ``exact_only``: count only runs their backend knew exactly (see :func:`deadline_work_left`).
     """
     watch = _watch(state)
     return remaining_hours(
@@ -39,6 +44,7 @@ def work_left(
         checkpoint_every_seconds=state.plan.checkpoint_every_seconds,
         ended=ended,
         running_on=running_on,
+        exact_only=exact_only,
     )
 
 
@@ -50,15 +56,7 @@ def deadline_work_left(state: AttemptState, ended: Mapping[str, Any] | None = No
     before a retry), so its work counts nothing here and the latest resume after it is never later than
     the one before it (its submit's).
     """
-    watch = _watch(state)
-    return remaining_hours(
-        state,
-        runtime_hours=Decimal(watch.runtime_hours),
-        restart_overhead_minutes=watch.restart_overhead_minutes,
-        checkpoint_every_seconds=state.plan.checkpoint_every_seconds,
-        ended=ended,
-        exact_only=True,
-    )
+    return work_left(state, ended, exact_only=True)
 
 
 def latest_resume(state: AttemptState, remaining: Decimal) -> datetime:

@@ -261,7 +261,7 @@ def _keep_slot_hold(
     held = ledger.extend(hold_id, until)
     if held.status not in ("open", "expired"):  # settled, released or replaced: not the slot's to keep
         return hold_id
-    expired = held.status == "expired" or held.expires_at <= utcnow()
+    expired = held.lapsed(utcnow())
     if usd_per_hour is None and not expired:
         return hold_id
     paid = ledger.paid_from([hold_id]).get(hold_id, Decimal(0))
