@@ -40,19 +40,11 @@ from costaware.cli.ledger_access import (
     why_empty,
 )
 from costaware.cli.ledger_connection import (
-    _CONNECT_ARGS_OPTION,
-    _LOG_FOLDER_OPTION,
     METADATA_CONNECT_ARGS,
     METADATA_CONNECT_TIMEOUT_SECONDS,
     ConnectionLookupError,
     _airflow_cfg,
     _airflow_database_may_exist,
-    _airflow_import_bounded,
-    _connect_timeout_in_url,
-    _connection_from_secrets_backends,
-    _logging_as_before_airflow,
-    _metadata_database_named,
-    _metadata_database_url,
     default_ledger_url,
     ledger_url_in_airflow_database,
 )
@@ -60,8 +52,8 @@ from costaware.cli.output import FORMATS
 from costaware.core.budgets import Period
 from costaware.core.ledger import GROUP_BYS
 
-# Every name this module had before its types, ledger opening and connection look-up moved out, the
-# private ones included (tests import them from here).
+# Every public name this module had before its types, ledger opening and connection look-up moved out, and
+# the private ones tests import from here.
 __all__ = [
     "ARG_CREATE_LEDGER",
     "ARG_DAG_ID",
@@ -83,8 +75,6 @@ __all__ = [
     "METADATA_CONNECT_TIMEOUT_SECONDS",
     "SCOPE_HELP",
     "SCOPE_IF_EMPTY",
-    "_CONNECT_ARGS_OPTION",
-    "_LOG_FOLDER_OPTION",
     "ActionCommand",
     "Arg",
     "ConnectionLookupError",
@@ -94,12 +84,6 @@ __all__ = [
     "StoreOnce",
     "_airflow_cfg",
     "_airflow_database_may_exist",
-    "_airflow_import_bounded",
-    "_connect_timeout_in_url",
-    "_connection_from_secrets_backends",
-    "_logging_as_before_airflow",
-    "_metadata_database_named",
-    "_metadata_database_url",
     "check_range",
     "closest_dag",
     "dag_hint",
