@@ -578,7 +578,7 @@ def release_hold(ledger: LedgerDatabase, reservation_id: str, *, by_budget: bool
         # the release gives that budget back.
         freed = _given_back_by_budget(conn, current, is_sqlite=ledger.is_sqlite) if by_budget else {}
         paid_usd, _ = paid(conn, reservation_id)
-        close(conn, reservation_id, "released", None)  # its holds; the row is released already
+        close_holds(conn, reservation_id)  # the row is released already
         return Released(current, True, paid_usd, freed)
 
 
@@ -747,7 +747,7 @@ def close(conn: Connection, reservation_id: str, status: str, actual: Decimal | 
     another or a replacement: on PostgreSQL a release and a settlement of one reservation at once would
     otherwise both read it open, and the release, written last, would drop the settled amount.
     """
-    r, h = schema.reservations, schema.holds
+    r = schema.reservations
     # Nor a replaced one: its money is in the hold that replaced it, which is the one to settle.
     still = (
         r.c.status == "open"
@@ -763,6 +763,12 @@ def close(conn: Connection, reservation_id: str, status: str, actual: Decimal | 
             settled_usd_micros=None if actual is None else to_micros(actual),
         )
     )
+    close_holds(conn, reservation_id)
+
+
+def close_holds(conn: Connection, reservation_id: str) -> None:
+    """Stop the holds of ``reservation_id`` counting in their budgets."""
+    h = schema.holds
     conn.execute(h.update().where(h.c.reservation_id == reservation_id).values(open=False))
 
 
