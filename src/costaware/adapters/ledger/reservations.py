@@ -393,8 +393,12 @@ def settle(
             # Recorded even when the reservation is settled already (a second live try of the task, a
             # settlement racing this one): the entry is the money, the reservation only its hold.
             insert_entry(conn, entry)
-            if current.status == "released":
-                _say_budgets_passed_after_release(conn, current, entry)
+        # Its status read again with its row locked, after the entry (record_and_regrow's order, entry then
+        # row): read once above, a release that committed in between on PostgreSQL was settled over as if
+        # the hold were open, and a budget it left past its cap went without the error below.
+        current = locked_reservation(conn, reservation_id, is_sqlite=ledger.is_sqlite)
+        if entry is not None and current.status == "released":
+            _say_budgets_passed_after_release(conn, current, entry)
         if current.status == "settled":
             return current
         # A replaced hold too: settled with no entry, its cost was counted nowhere, and nothing said so.
@@ -770,6 +774,18 @@ def close_holds(conn: Connection, reservation_id: str) -> None:
     """Stop the holds of ``reservation_id`` counting in their budgets."""
     h = schema.holds
     conn.execute(h.update().where(h.c.reservation_id == reservation_id).values(open=False))
+
+
+def locked_reservation(conn: Connection, reservation_id: str, *, is_sqlite: bool) -> Reservation:
+    """One reservation as it stands, its row locked to the commit (SQLite's write lock holds it already).
+
+    Raises:
+        ReservationNotFoundError: the ledger holds no reservation of that id.
+    """
+    if not is_sqlite:
+        r = schema.reservations
+        conn.execute(select(r.c.id).where(r.c.id == reservation_id).with_for_update()).all()
+    return reservation(conn, reservation_id)
 
 
 def reservation(conn: Connection, reservation_id: str) -> Reservation:
