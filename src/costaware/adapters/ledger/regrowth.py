@@ -56,6 +56,8 @@ class Regrowth(NamedTuple):
 def record_and_regrow(ledger: LedgerDatabase, entry: LedgerEntry) -> Regrowth:
     """Record ``entry`` paid from its open hold and grow the hold back by what it paid, in one transaction.
 
+    Grown back in dollars and GPU-hours alike, each as far as its cap has room.
+
     A retried task's hold (``entry.reservation_id``): written apart, another run could reserve the room the
     entry freed before the hold took it back. Under the budgets' locks, as :func:`grow`, never past a cap.
 
@@ -74,15 +76,21 @@ def record_and_regrow(ledger: LedgerDatabase, entry: LedgerEntry) -> Regrowth:
         _lock_budgets_of(conn, ledger, entry.reservation_id)
         new = insert_entry(conn, entry)
         held = _locked(conn, ledger, entry.reservation_id)
-        paid_now = paid(conn, held.id)[0]
-        paid_before = paid(conn, held.id, but_entry=entry.entry_uid)[0] if new else paid_now
+        paid_now, paid_gpu_hours_now = paid(conn, held.id)
+        paid_before, paid_gpu_hours_before = (
+            paid(conn, held.id, but_entry=entry.entry_uid) if new else (paid_now, paid_gpu_hours_now)
+        )
         unpaid_before = max(held.usd - paid_before, Decimal(0))
         # Back to what it had unpaid before the entry: all it paid, even past the hold, plus that.
         target = paid_now + unpaid_before if new else held.usd
+        # In GPU-hours too: grown back in dollars only, a try that paid its hold's GPU-hours left the retry
+        # none held, another run took them, and the retry's GPU-hours passed the budget's GPU-hour cap.
+        unpaid_gpu_hours_before = max(held.gpu_hours - paid_gpu_hours_before, Decimal(0))
+        gpu_hours_target = paid_gpu_hours_now + unpaid_gpu_hours_before if new else held.gpu_hours
         # One instant for the growth and the verdict: read apart, a hold grown just before its ttl read as
         # expired (not grown) a moment later, and the warning said the retry had nothing held.
         now = utcnow()
-        grown, why_not_grown = _grow_in(conn, ledger, held.id, target, now)
+        grown, why_not_grown = _grow_in(conn, ledger, held.id, target, now, gpu_hours_target)
         expired = grown.status == "open" and grown.expires_at <= now
         return Regrowth(new, target, grown, why_not_grown, unpaid_before, expired)
 
@@ -104,9 +112,17 @@ def _locked(conn: Connection, ledger: LedgerDatabase, reservation_id: str) -> Re
 
 
 def _grow_in(
-    conn: Connection, ledger: LedgerDatabase, reservation_id: str, target: Decimal, now: datetime
+    conn: Connection,
+    ledger: LedgerDatabase,
+    reservation_id: str,
+    target: Decimal,
+    now: datetime,
+    gpu_hours_target: Decimal | None = None,
 ) -> tuple[Reservation, str | None]:
     """:func:`grow` in the caller's transaction at ``now`` (locking again what the caller locked is a no-op).
+
+    ``gpu_hours_target``: the GPU-hours to grow toward as well, as far as each budget's GPU-hour cap has
+    room (None: they stay as they are).
 
     The budgets are locked before the reservation's row (reserve's order); a caller that writes an entry
     of it in the same transaction writes it between the two (settle's order: entry, then row).
@@ -125,7 +141,12 @@ def _grow_in(
     rows = conn.execute(budgets_query).mappings().all()
     conn.execute(mine).all()  # the reservation row, locked after the budgets (reserve's order)
     current = reservation(conn, reservation_id)  # as it stands under the locks
-    if current.status != "open" or current.expires_at <= now or current.usd >= target:
+    gpu_hours_target = current.gpu_hours if gpu_hours_target is None else gpu_hours_target
+    if (
+        current.status != "open"
+        or current.expires_at <= now
+        or (current.usd >= target and current.gpu_hours >= gpu_hours_target)
+    ):
         return current, None
     unheld = _budgets_set_since(conn, ledger, current, held)
     if unheld:
@@ -137,7 +158,8 @@ def _grow_in(
         )
         log.warning("reservation %s not raised: %s", reservation_id, why)
         return current, why
-    increase = target - current.usd
+    increase = max(target - current.usd, Decimal(0))
+    gpu_hours_increase = max(gpu_hours_target - current.gpu_hours, Decimal(0))
     for row in rows:
         budget, key = budget_from_row(row), held[row["id"]]
         dag_id, run_id = run_of_key(key) if is_run_key(key) else (None, None)
@@ -150,26 +172,31 @@ def _grow_in(
             )
             log.warning("reservation %s not raised: %s", reservation_id, why)
             return current, why
-        usage = budget_usage(conn, row["id"], budget, window, now)
-        increase = min(increase, max(usage.left_usd, Decimal(0)))
+        usages = [budget_usage(conn, row["id"], budget, window, now)]
         today = period_window(budget.period, now, budget.timezone, run_id, dag_id)
         if today.key != window.key:
             # A hold of an earlier day or month counts in today's too (its cost lands when settled):
             # today's room bounds the growth as well, or it passed today's cap.
-            usage_now = budget_usage(conn, row["id"], budget, today, now)
-            increase = min(increase, max(usage_now.left_usd, Decimal(0)))
-    if increase <= 0:
+            usages.append(budget_usage(conn, row["id"], budget, today, now))
+        for usage in usages:
+            increase = min(increase, max(usage.left_usd, Decimal(0)))
+            if usage.cap_gpu_hours is not None:
+                gpu_hours_left = usage.cap_gpu_hours - usage.spent_gpu_hours - usage.reserved_gpu_hours
+                gpu_hours_increase = min(gpu_hours_increase, max(gpu_hours_left, Decimal(0)))
+    if increase <= 0 and gpu_hours_increase <= 0:
         return current, None
-    grown = to_micros(current.usd + increase)
-    conn.execute(r.update().where(r.c.id == reservation_id, r.c.status == "open").values(usd_micros=grown))
-    conn.execute(
-        h.update().where(h.c.reservation_id == reservation_id, h.c.open.is_(True)).values(usd_micros=grown)
-    )
+    grown = {
+        "usd_micros": to_micros(current.usd + increase),
+        "gpu_hours_micros": to_micros(current.gpu_hours + gpu_hours_increase),
+    }
+    conn.execute(r.update().where(r.c.id == reservation_id, r.c.status == "open").values(**grown))
+    conn.execute(h.update().where(h.c.reservation_id == reservation_id, h.c.open.is_(True)).values(**grown))
     log.info(
-        "raised reservation %s from %s to %s",
+        "raised reservation %s from %s to %s%s",
         reservation_id,
         format_usd_exact(current.usd),
         format_usd_exact(current.usd + increase),
+        f" and {current.gpu_hours + gpu_hours_increase} GPU-hours" if gpu_hours_increase > 0 else "",
     )
     return reservation(conn, reservation_id), None
 
