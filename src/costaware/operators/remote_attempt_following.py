@@ -103,28 +103,18 @@ class RemoteAttemptFollowing(RemoteAttemptPlacement):
         is looked up; a ledger that cannot be read says nothing (None: its end's own cause).
         """
         from costaware.adapters.compute.base import STOP_REQUESTED_AT
-        from costaware.training.attempt_duplicates import STOP_CAUSES
-        from costaware.training.remote import attempt_key, attempt_uid
+        from costaware.triggers.remote_job_status import earlier_stop_cause
 
         if followed.metrics.get(STOP_REQUESTED_AT) is None:
             return None
-        job_id = str(followed.job_id)
-        # Keyed by the job's name where the kill billed it still stopping, else by the end it saw.
-        keys = [attempt_uid(attempt_key(plan.identity, job_id, legacy=True))]
-        if followed.ended_at is not None:
-            keys.append(attempt_uid(attempt_key(plan.identity, job_id, followed.ended_at)))
-        try:
-            rows = self.ledger_hook.get_conn().entries_by_uid(keys)
-        except Exception as e:
-            self.log.warning(
-                "cannot read whether an earlier try stopped job %s (%s: %s): its end is recorded by its own "
-                "cause",
-                followed.job_id,
-                type(e).__name__,
-                e,
-            )
-            return None
-        return next((str(row["cause"]) for row in rows if row["cause"] in STOP_CAUSES), None)
+        return earlier_stop_cause(
+            self.ledger_hook,
+            plan.identity,
+            str(followed.job_id),
+            ended_at=followed.ended_at,
+            log=self.log,
+            otherwise="by its own cause",
+        )
 
     def _earlier_job(
         self, backend: ComputeBackend, name: str, *, instances: int = 1

@@ -141,10 +141,9 @@ class CapStopping(_TriggerBase):
         came before this try found the job and the ledger holds a stop's entry of it (the kill's, keyed by
         the job's name), that entry's cause. A ledger that cannot be read says nothing (None).
         """
-        from costaware.remote_billing import KilledTrainingBilling
-        from costaware.training.attempt_duplicates import STOP_CAUSES
+        from costaware.hooks.ledger import CostLedgerHook
         from costaware.training.attempts import AttemptState
-        from costaware.training.remote import attempt_key, attempt_uid
+        from costaware.triggers.remote_job_status import earlier_stop_cause
 
         followed = (self.state.get("current") or {}).get("followed") or {}
         found_at = followed.get("seen_at")
@@ -160,24 +159,15 @@ class CapStopping(_TriggerBase):
             return None
         if asked_at >= found:
             return None
-        identity = AttemptState.from_json(self.state).plan.identity
-        billing = KilledTrainingBilling(
-            ledger_conn_id=self.ledger_conn_id, aws_conn_id=self.aws_conn_id, log=self.log
+        # A job its stop at the cap is sent to has not ended: only the key of a job still stopping.
+        return earlier_stop_cause(
+            CostLedgerHook(ledger_conn_id=self.ledger_conn_id),
+            AttemptState.from_json(self.state).plan.identity,
+            job_id,
+            ended_at=None,
+            log=self.log,
+            otherwise="as stopped at max_usd",
         )
-        try:
-            rows = billing.ledger_hook.get_conn().entries_by_uid(
-                [attempt_uid(attempt_key(identity, job_id, legacy=True))]
-            )
-        except Exception as e:
-            self.log.warning(
-                "cannot read whether an earlier try stopped job %s (%s: %s): its end is recorded as stopped "
-                "at max_usd",
-                job_id,
-                type(e).__name__,
-                e,
-            )
-            return None
-        return next((str(row["cause"]) for row in rows if row["cause"] in STOP_CAUSES), None)
 
     def _stop_asked_at(self, job_id: str) -> datetime | None:
         """When ``job_id`` was asked to stop, as its last seen status says (None: not, or not said).

@@ -2,7 +2,8 @@
 
 Pure functions of :class:`~costaware.triggers.remote_training.RemoteTrainingJobTrigger`'s polls (and of its
 kill's stop): a job that ended or must fall back, a job stopped for a pause that its backend no longer has,
-and a job gone though nobody here stopped it (billed the most it may have run).
+and a job gone though nobody here stopped it (billed the most it may have run); and an earlier try's stop
+of a job, as its ledger entry says (:func:`earlier_stop_cause`, which reads the ledger).
 """
 
 from __future__ import annotations
@@ -156,6 +157,41 @@ def stop_requested_at(status: Any) -> datetime | None:
 
     asked = status.metrics.get(STOP_REQUESTED_AT)
     return datetime.fromtimestamp(float(asked), timezone.utc) if asked is not None else None
+
+
+def earlier_stop_cause(
+    ledger_hook: Any,
+    identity: Mapping[str, Any],
+    job_id: str,
+    *,
+    ended_at: float | None,
+    log: Any,
+    otherwise: str,
+) -> str | None:
+    """The cause (``killed``, ``unwatched``) of an earlier try's stop entry of ``job_id``, else None (IO).
+
+    A kill bills the job it stops under the job's name while it is still stopping, else under the end it
+    saw (``ended_at``: looked up too where given). A ledger that cannot be read says nothing: a warning
+    says what the job's end is recorded as then (``otherwise``).
+    """
+    from costaware.training.attempt_duplicates import STOP_CAUSES
+    from costaware.training.remote import attempt_key, attempt_uid
+
+    keys = [attempt_uid(attempt_key(identity, job_id, legacy=True))]
+    if ended_at is not None:
+        keys.append(attempt_uid(attempt_key(identity, job_id, ended_at)))
+    try:
+        rows = ledger_hook.get_conn().entries_by_uid(keys)
+    except Exception as e:
+        log.warning(
+            "cannot read whether an earlier try stopped job %s (%s: %s): its end is recorded %s",
+            job_id,
+            type(e).__name__,
+            e,
+            otherwise,
+        )
+        return None
+    return next((str(row["cause"]) for row in rows if row["cause"] in STOP_CAUSES), None)
 
 
 def ended_when_found(state: Mapping[str, Any], last_seen: tuple[Any, datetime] | None) -> Any:

@@ -1,0 +1,79 @@
+"""An earlier try's stop of a job, as its ledger entry says: one look-up for the wait and the operator.
+
+The trigger's stop at the cap and the operator's following of a job each read it; the two copies differed in
+what they opened the ledger with (the trigger built a whole kill's billing for it).
+"""
+
+from __future__ import annotations
+
+import logging
+from decimal import Decimal
+from typing import Any
+
+import pytest
+
+from costaware import Ledger
+from costaware.core.ledger import Kind, LedgerEntry
+from costaware.hooks.ledger import CostLedgerHook
+from costaware.training.remote import attempt_key, attempt_uid
+from costaware.triggers.remote_job_status import earlier_stop_cause
+
+IDENTITY = {"dag_id": "remote_dag", "run_id": "r", "task_id": "train"}
+LOG = logging.getLogger(__name__)
+
+
+def _stop_entry(uid_key: str, cause: str) -> LedgerEntry:
+    return LedgerEntry(
+        dag_id="remote_dag", run_id="r", task_id="train", kind=Kind.COMPUTE, usd=Decimal("1"),
+        entry_uid=attempt_uid(uid_key), cause=cause,
+    )  # fmt: skip
+
+
+@pytest.fixture
+def hook(monkeypatch: pytest.MonkeyPatch, ledger_url: str) -> CostLedgerHook:
+    monkeypatch.setenv("COSTAWARE_LEDGER_URL", ledger_url)
+    return CostLedgerHook()
+
+
+@pytest.mark.parametrize(
+    ("key_ended_at", "cause", "asked_ended_at", "found"),
+    [
+        (None, "killed", None, "killed"),  # billed still stopping: keyed by the job's name
+        (None, "unwatched", 1_700_000_000.0, "unwatched"),
+        (1_700_000_000.0, "killed", 1_700_000_000.0, "killed"),  # billed at the end the kill saw
+        (1_700_000_000.0, "killed", None, None),  # the end's key is looked up only where the end is known
+        (None, "success", None, None),  # an entry of the job, but no stop's
+    ],
+)
+def test_the_earlier_stops_cause_is_read_by_the_jobs_name_or_its_end(
+    hook: CostLedgerHook,
+    ledger: Ledger,
+    key_ended_at: float | None,
+    cause: str,
+    asked_ended_at: float | None,
+    found: str | None,
+) -> None:
+    legacy = key_ended_at is None
+    assert ledger.record(_stop_entry(attempt_key(IDENTITY, "job-1", key_ended_at, legacy=legacy), cause))
+    said = earlier_stop_cause(hook, IDENTITY, "job-1", ended_at=asked_ended_at, log=LOG, otherwise="by x")
+    assert said == found
+    other_job = earlier_stop_cause(hook, IDENTITY, "job-2", ended_at=asked_ended_at, log=LOG, otherwise="x")
+    assert other_job is None
+
+
+def test_a_ledger_that_cannot_be_read_says_nothing_and_what_the_end_is_recorded_as(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    class Unreachable:
+        def get_conn(self) -> Any:
+            raise ConnectionError("ledger down")
+
+    with caplog.at_level(logging.WARNING):
+        said = earlier_stop_cause(
+            Unreachable(), IDENTITY, "job-1", ended_at=None, log=LOG, otherwise="as stopped at max_usd"
+        )
+    assert said is None
+    assert (
+        "cannot read whether an earlier try stopped job job-1 (ConnectionError: ledger down): its end is "
+        "recorded as stopped at max_usd"
+    ) in caplog.text
