@@ -1441,6 +1441,39 @@ def test_a_job_gone_with_its_kept_state_unread_is_billed_within_a_stop_its_backe
         assert "but not past the grace period" not in capsys.readouterr().out
 
 
+def test_a_job_gone_with_its_kept_state_unread_whose_bill_stays_within_its_stop_says_no_bound_was_applied(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The backend said the job was asked to stop long before its stop at the cap (5,000 s) fell due, but its
+    # bill up to now (1,300 s and the grace period) is below that bound: the bill applied no cap, yet the
+    # warning, which asked _stop_asked_before_due() on its own, said it was held within the stop at the cap.
+    from datetime import timedelta
+
+    from airflow.sdk.execution_time.xcom import XCom
+
+    from costaware.adapters.compute.base import STOP_REQUESTED_AT, JobState, JobStatus
+    from costaware.core.errors import JobNotFoundError
+    from costaware.training.attempt_effects import stop_seconds
+    from costaware.triggers.remote_training import NOT_LISTED_GRACE_SECONDS
+
+    gone = JobNotFoundError("DescribeJobs does not list it")
+    seen_at = STOP_BY_POLL_SUBMIT + timedelta(seconds=100)
+    asked = {STOP_REQUESTED_AT: seen_at.timestamp()}
+    seen = JobStatus(job_id="j", state=JobState.RUNNING, market="spot", billable_seconds=100.0, metrics=asked)
+    wait, _, state, _ = _stop_by_poll_wait(monkeypatch, [seen, *[gone] * 20], cap_seconds=5000)
+    monkeypatch.setattr(XCom, "get_one", lambda **where: (_ for _ in ()).throw(ConnectionError("down")))
+    assert wait.poll_tolerant(seen_at) is None
+    assert wait.poll_tolerant(seen_at + timedelta(seconds=300)) is None  # not listed yet
+    event = _held_back_to_the_bound(wait, seen_at + timedelta(seconds=NOT_LISTED_GRACE_SECONDS))
+    assert event is not None
+    up_to_now = 100.0 + 2 * NOT_LISTED_GRACE_SECONDS + stop_seconds(state)
+    assert event["job"]["billable_seconds"] == up_to_now  # below the bound: not capped
+    assert "before its stop at the cap fell due" not in event["job"]["reason"]
+    said = capsys.readouterr().out
+    assert "billed as gone now from what was last seen" in said
+    assert "but not past the grace period" not in said
+
+
 def test_a_job_listed_again_after_it_was_found_gone_is_held_back_its_full_bound_when_gone_again(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

@@ -116,7 +116,16 @@ class GoneJobBilling(CapStopping):
             return False
         return True
 
-    def _billed_as_gone(self, status: Any, *, stop_sent: bool | None, kept_state_unread: bool = False) -> Any:
+    def _billed_as_gone(self, status: Any, *, stop_sent: bool | None) -> Any:
+        """``status`` (billed up to now) of a job billed as gone that may run on, billed to its latest end.
+
+        See :meth:`_gone_bill`, which this is with a kept state that was read.
+        """
+        return self._gone_bill(status, stop_sent=stop_sent)[0]
+
+    def _gone_bill(
+        self, status: Any, *, stop_sent: bool | None, kept_state_unread: bool = False
+    ) -> tuple[Any, datetime | None]:
         """``status`` (billed up to now) of a job billed as gone that may run on, billed to its latest end.
 
         A job its backend does not list may exist after all (:meth:`_stop_unlisted`): stopped, it runs to
@@ -124,7 +133,8 @@ class GoneJobBilling(CapStopping):
         with nothing to watch it. Where nothing was stopped (:data:`GONE_IS_FINAL_BACKENDS`), as it is.
         ``kept_state_unread``: billed at the bound of a kept state never read, within the stop at the cap
         where the job's last seen status says a stop went out by then (:meth:`_within_due_poll_stop`)
-        unless this stop failed.
+        unless this stop failed. Returns the bill, and when that stop was asked where it lowered the bill
+        (else None): what the bill did, for the caller to say.
         """
         from dataclasses import replace
 
@@ -133,15 +143,15 @@ class GoneJobBilling(CapStopping):
         from costaware.training.attempts import AttemptState
 
         if ended_when_found(self.state, self._last_seen) is not None:
-            return status  # it had ended when this try found it: nothing ran on after its end
+            return status, None  # it had ended when this try found it: nothing ran on after its end
         if stop_sent is None or self.backend in GONE_IS_FINAL_BACKENDS:
-            return self._within_due_poll_stop(status) if kept_state_unread else status
+            return self._within_due_poll_stop(status) if kept_state_unread else (status, None)
         # Nothing polls it again: its copies are billed what they may still run (a failed stop's time limit).
         if not self.state.get("backend"):  # a state without its plan (not the operator's): nothing to size by
-            return with_copies_run_out(status)
+            return with_copies_run_out(status), None
         state = AttemptState.from_json(self.state)
         if state.current is None:
-            return with_copies_run_out(status)
+            return with_copies_run_out(status), None
         count = billed_instances(self.backend_options)
         grace = stop_seconds(state)
         # The time limit binds the job itself: its copies' seconds (billed with it) come on top.
@@ -159,15 +169,17 @@ class GoneJobBilling(CapStopping):
                     own = held
                     more += f", within its time limit ({held_limit} s)"
             stopped = replace(status, billable_seconds=own + copy_seconds, reason=status.reason + more)
-            return with_copies_run_out(self._within_due_poll_stop(stopped) if kept_state_unread else stopped)
+            bounded_at = None
+            if kept_state_unread:
+                stopped, bounded_at = self._within_due_poll_stop(stopped)
+            return with_copies_run_out(stopped), bounded_at
         limit = self._time_limit_held(state, count)
         own = max(status.billable_seconds - copy_seconds, count * (limit + grace))
         more = f"; its stop failed: billed to its time limit ({limit:.0f} s) and grace period ({grace:.0f} s)"
-        return with_copies_run_out(
-            replace(status, billable_seconds=own + copy_seconds, reason=status.reason + more)
-        )
+        billed = replace(status, billable_seconds=own + copy_seconds, reason=status.reason + more)
+        return with_copies_run_out(billed), None
 
-    def _within_due_poll_stop(self, status: Any) -> Any:
+    def _within_due_poll_stop(self, status: Any) -> tuple[Any, datetime | None]:
         """``status`` billed at most to the grace period's end after the due stop at the cap, if it went.
 
         A job whose state has its stop at the cap made by the waits' polls (``stop_by_poll``) is stopped
@@ -178,7 +190,8 @@ class GoneJobBilling(CapStopping):
         knows the stop went out on time only where the job's last seen status says a stop was asked no
         later than the cap fell due (:meth:`_stop_asked_before_due`); else it stays billed up to now.
         Never less than it was seen to run. Copies' seconds are in the billed seconds the stop was weighed
-        on, so they are in this bound too.
+        on, so they are in this bound too. With when that stop was asked where the bound lowered the bill
+        (else None: the bill was within it, or none is known).
         """
         from dataclasses import replace
 
@@ -187,27 +200,27 @@ class GoneJobBilling(CapStopping):
         from costaware.training.attempts import AttemptState
 
         if not self.state.get("backend"):  # a state without its plan: nothing to size the grace period by
-            return status
+            return status, None
         state = AttemptState.from_json(self.state)
         current = state.current
         if current is None or current.stop_after_seconds is None or not current.stop_by_poll:
-            return status
+            return status, None
         asked = self._stop_asked_before_due()
         if asked is None:
-            return status
+            return status, None
         count = billed_instances(self.backend_options)
         due = count * float(current.stop_after_seconds)
         grace = stop_seconds(state)
         seen = float(status.metrics.get(SEEN_BILLABLE_SECONDS) or 0.0)
         most = max(due, seen) + count * grace
         if status.billable_seconds <= most:
-            return status
+            return status, None
         said = (
             f"; asked to stop at {asked.isoformat()}, as {self.backend} said, before its stop at the cap "
             f"fell due after {current.stop_after_seconds} s of running: billed at most to that and its grace "
             f"period ({grace:.0f} s), {most:.0f} s"
         )
-        return replace(status, billable_seconds=most, reason=status.reason + said)
+        return replace(status, billable_seconds=most, reason=status.reason + said), asked
 
     def _stop_asked_before_due(self) -> datetime | None:
         """When a ``stop_by_poll`` job was asked to stop, where its last seen status says: by its cap's due.

@@ -257,9 +257,9 @@ class RemoteTrainingJobTrigger(KilledJobBilling, BaseTrigger):
                     return None
                 if unread:
                     stop_sent = self._stop_unlisted(now, status)
-                    # Bounded only where the backend said it was asked to stop before its cap fell due (and
-                    # this stop did not fail: then billed to its time limit).
-                    asked = self._stop_asked_before_due() if stop_sent is not False else None
+                    # Said as the bill did it: bounded only where the backend said the job was asked to stop
+                    # before its cap fell due, this stop did not fail, and the bound lowered the bill.
+                    billed, asked = self._gone_bill(status, stop_sent=stop_sent, kept_state_unread=True)
                     self.log.warning(
                         "job %s on %s: %s; the wait's kept state is still unread after %d failed read(s) "
                         "over %.0f s: billed as gone now from what was last seen, as if no stop at the cap "
@@ -274,7 +274,7 @@ class RemoteTrainingJobTrigger(KilledJobBilling, BaseTrigger):
                         if asked
                         else "",
                     )
-                    status = self._billed_as_gone(status, stop_sent=stop_sent, kept_state_unread=True)
+                    status = billed
                 elif self._stopped_for_cap == self.job_id and self._cap_stopped_at is not None:
                     status = self._gone_after_cap_stop(status, now=now, instances=count)
                 elif ended_when_found(self.state, self._last_seen) is not None:
