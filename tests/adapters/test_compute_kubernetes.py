@@ -747,3 +747,26 @@ def test_a_pod_asked_to_stop_says_when_from_its_deletion_time() -> None:
     assert said == (deleted_at - timedelta(seconds=120)).timestamp()
     running = {**pod, "metadata": {k: v for k, v in pod["metadata"].items() if k != "deletionTimestamp"}}
     assert STOP_REQUESTED_AT not in status_from_pod(running, now=deleted_at).metrics
+
+
+@pytest.mark.parametrize(
+    "reason", ["EvictionByEvictionAPI", "PreemptionByScheduler", "DeletionByTaintManager"]
+)
+def test_a_pod_evicted_or_preempted_is_not_said_asked_to_stop(reason: str) -> None:
+    # A drain's eviction (or the scheduler's preemption) sets the deletion time as our stop does: read as a
+    # stop asked, a wait that could not read its kept state took it as its own stop at the cap (not sent
+    # again, the job's end recorded as max_usd, its bill bounded by that stop). Kubernetes marks such a pod
+    # DisruptionTarget; a plain delete (KubernetesBackend.stop) does not.
+    from datetime import timedelta
+
+    from costaware.adapters.compute.base import STOP_REQUESTED_AT
+
+    deleted_at = datetime(2026, 1, 1, 1, 0, tzinfo=timezone.utc)
+    pod = _terminating_pod(deleted_at, grace=120)
+    disruption = {"type": "DisruptionTarget", "status": "True", "reason": reason}
+    pod["status"] = {**pod["status"], "conditions": [disruption]}
+    evicted = status_from_pod(pod, now=deleted_at - timedelta(seconds=30))
+    assert evicted.state == JobState.RUNNING and STOP_REQUESTED_AT not in evicted.metrics
+    assert f"{reason}, not a stop asked here" in evicted.reason
+    cleared = {**pod, "status": {**pod["status"], "conditions": [{**disruption, "status": "False"}]}}
+    assert STOP_REQUESTED_AT in status_from_pod(cleared, now=deleted_at - timedelta(seconds=30)).metrics

@@ -320,7 +320,8 @@ def stop_asked_at(pod: Mapping[str, Any]) -> datetime | None:
     """When the pod was asked to stop (deleted), where it says: None where it was not.
 
     A delete (``KubernetesBackend.stop``, or a drain's eviction) sets ``deletionTimestamp`` to the delete's
-    time plus its grace period (``deletionGracePeriodSeconds``, set with it).
+    time plus its grace period (``deletionGracePeriodSeconds``, set with it). Whose delete it was is not
+    told here: :func:`status_from_pod` says a stop asked only of a pod not marked ``DisruptionTarget``.
     """
     meta, spec = pod.get("metadata") or {}, pod.get("spec") or {}
     deleted = _instant(meta.get("deletionTimestamp"))
@@ -438,8 +439,16 @@ def status_from_pod(
     labels = meta.get("labels") or {}
     metrics: dict[str, Any] = {"node": pod.get("spec", {}).get("nodeName")}
     if not job_state.done and (asked := stop_asked_at(pod)) is not None:
-        # A re-created wait that cannot read its kept state sends its stop at the cap no second time.
-        metrics[STOP_REQUESTED_AT] = asked.timestamp()
+        if disrupted:
+            # A drain's eviction, the scheduler's preemption, the taint manager's deletion set the deletion
+            # time as a stop does: said asked to stop, a wait that could not read its kept state took it for
+            # its own stop at the cap (not sent, the end recorded as max_usd). A plain delete (``stop``)
+            # marks no DisruptionTarget: the pod ends as the preemption it is.
+            by = conditions["DisruptionTarget"].get("reason") or "a disruption"
+            reason = f"{reason}; deleted by {by}, not a stop asked here"
+        else:
+            # A re-created wait that cannot read its kept state sends its stop at the cap no second time.
+            metrics[STOP_REQUESTED_AT] = asked.timestamp()
     return JobStatus(
         job_id=str(meta.get("name", "")),
         state=job_state,
