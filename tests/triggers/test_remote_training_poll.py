@@ -1323,10 +1323,14 @@ STOP_BY_POLL_SUBMIT = datetime(2026, 11, 26, 9, tzinfo=UTC)
 
 
 def _stop_by_poll_wait(
-    monkeypatch: pytest.MonkeyPatch, answers: list[Any], *, cap_seconds: int
+    monkeypatch: pytest.MonkeyPatch,
+    answers: list[Any],
+    *,
+    cap_seconds: int,
+    followed: dict[str, Any] | None = None,
 ) -> tuple[Any, Any, Any, datetime]:
     """A wait of job "j", stopped at ``cap_seconds`` by its polls, whose kept state never reads back;
-    submitted at ``STOP_BY_POLL_SUBMIT``."""
+    submitted at ``STOP_BY_POLL_SUBMIT`` (``followed``: an earlier try's, as this try found it)."""
     from types import SimpleNamespace
 
     from attempt_states import CAPTURED  # tests/support/
@@ -1344,6 +1348,7 @@ def _stop_by_poll_wait(
         submitted_at=submitted.isoformat(),
         stop_after_seconds=cap_seconds,
         stop_by_poll=True,
+        followed=followed,
     )
     listing = _Listing(answers)
     monkeypatch.setattr(compute, "open_backend", lambda name, options: listing)
@@ -1536,6 +1541,53 @@ def test_a_job_gone_while_its_kept_state_is_unread_is_stopped_once_when_its_stop
         now += timedelta(seconds=wait.next_poll_in())
     assert event is not None and len(stops_at) == 1  # sent once, not again at each poll of the hold-back
     assert due_at <= stops_at[0] <= due_at + timedelta(seconds=5), stops_at[0] - submitted
+
+
+@pytest.mark.parametrize(
+    ("found_state", "derived"),
+    [("running", True), ("pending", False)],
+    ids=["found running", "found waiting"],
+)
+def test_a_wait_that_never_saw_a_followed_job_listed_stops_it_when_its_cap_falls_due_as_found(
+    monkeypatch: pytest.MonkeyPatch, found_state: str, derived: bool
+) -> None:
+    # An earlier try's job, found running with 300 s of a 1,200 s cap run: the wait (a triggerer restart's,
+    # its kept state unread) never saw it listed, so it had no due point, and the only stop went out at the
+    # hold-back's bound, 1,200 s after it was found: 300 s past the cap. Found waiting to start, when it
+    # starts is unknown: a stop sent at the earliest it may fall due could cut the job short, so none is.
+    from datetime import timedelta
+
+    from airflow.sdk.execution_time.xcom import XCom
+
+    from costaware.core.errors import JobNotFoundError
+    from costaware.triggers.remote_gone_job import UNREAD_KEPT_STATE_SECONDS
+    from costaware.triggers.remote_training import NOT_LISTED_GRACE_SECONDS
+
+    gone = JobNotFoundError("DescribeJobs does not list it")
+    found_at = STOP_BY_POLL_SUBMIT + timedelta(seconds=400)
+    job = {"job_id": "j", "state": found_state, "market": "spot", "billable_seconds": 300.0}
+    followed = {"job": job, "seen_at": found_at.isoformat()}
+    wait, listing, _state, _ = _stop_by_poll_wait(
+        monkeypatch, [gone] * 80, cap_seconds=1200, followed=followed
+    )
+    monkeypatch.setattr(XCom, "get_one", lambda **where: (_ for _ in ()).throw(ConnectionError("down")))
+    due_at = found_at + timedelta(seconds=900)
+    bound = found_at + timedelta(seconds=NOT_LISTED_GRACE_SECONDS + UNREAD_KEPT_STATE_SECONDS)
+    assert due_at < bound
+    now, stops_at, event = found_at + timedelta(seconds=30), [], None
+    while event is None and now < bound + timedelta(seconds=600):
+        stopped_before = len(listing.stops)
+        event = wait.poll_tolerant(now)
+        if len(listing.stops) > stopped_before:
+            stops_at.append(now)
+        now += timedelta(seconds=wait.next_poll_in())
+    assert event is not None
+    if derived:
+        assert len(stops_at) == 1 and due_at <= stops_at[0] <= due_at + timedelta(seconds=5), stops_at
+        # Gone at the poll after its stop: billed from its find to then, the cap and that poll's wait.
+        assert 1200.0 <= event["job"]["billable_seconds"] <= 1205.0
+    else:
+        assert stops_at and stops_at[0] >= bound  # no due point: the bound's stop, as before
 
 
 def test_a_stop_at_the_cap_refused_while_a_gone_job_is_held_back_is_asked_again_seconds_later(

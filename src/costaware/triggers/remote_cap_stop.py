@@ -345,13 +345,17 @@ class CapStopping(_TriggerBase):
         ran on past ``max_usd`` up to the bound (1,315 s of a 1,200 s cap). Kept as a time instead, taken at
         the ``first_held`` poll only (the last poll's due point, relative to it: later ones are this retry);
         a stop that fails is asked again at the following polls, as each finds the time past, from the
-        shortest retry (``CAP_STOP_RETRY_SECONDS``), not the reads' backoff.
+        shortest retry (``CAP_STOP_RETRY_SECONDS``), not the reads' backoff. A wait that never saw the job
+        has no last poll's due point: a followed job's is taken as it was found
+        (:meth:`_followed_cap_stop_due_at`).
         """
         job_id = str(self.job_id)
         if self._stopped_for_cap == job_id:
             return
         if first_held and due_before is not None and polled_before is not None:
             self._held_cap_stop_due_at = polled_before + timedelta(seconds=due_before)
+        elif first_held and self._held_cap_stop_due_at is None:
+            self._held_cap_stop_due_at = self._followed_cap_stop_due_at()
         due_at, now = self._held_cap_stop_due_at, self._polled_at
         if due_at is None or now is None:
             self._retry_cap_stop()  # the kept state is read again soon; no stop known to fall due
@@ -366,6 +370,31 @@ class CapStopping(_TriggerBase):
             self._cap_stop_retries = 0
         self._retry_cap_stop()  # the kept state is read again soon
         self._send_unlisted_cap_stop(job_id)
+
+    def _followed_cap_stop_due_at(self) -> datetime | None:
+        """When the stop at the cap of a followed job this wait never saw falls due, as it was found.
+
+        Unseen, the wait had no due point, and its only stop went out at the hold-back's bound (300 s past
+        a 1,200 s cap). Found running with its billed seconds read (not an estimate), it reaches its
+        ``stop_after_seconds`` that much later, as a poll of this wait at the find would have weighed it.
+        None where it was found otherwise: a job waiting to start starts when capacity comes, and a stop at
+        the earliest it may fall due would cut short a run ``max_usd`` paid for.
+        """
+        from costaware.adapters.compute.base import ESTIMATED_SECONDS, JobState, JobStatus, billed_instances
+
+        current = self.state.get("current") or {}
+        limit, followed = current.get("stop_after_seconds"), current.get("followed")
+        if self._last_seen is not None or not current.get("stop_by_poll") or limit is None or not followed:
+            return None
+        found = JobStatus.from_dict(followed["job"])
+        if found.state != JobState.RUNNING or found.metrics.get(ESTIMATED_SECONDS):
+            return None
+        try:
+            found_at = parse_instant(str(followed.get("seen_at")), name="followed.seen_at")
+        except ConfigurationError:
+            return None  # a kept value that is no time: no due point, the bound's stop as before
+        ran = float(found.billable_seconds) / billed_instances(self.backend_options)
+        return found_at + timedelta(seconds=max(0.0, float(limit) - ran))
 
     def _send_unlisted_cap_stop(self, job_id: str) -> None:
         """Send the stop at the cap, by its id, of ``job_id``, which its backend does not list now."""
