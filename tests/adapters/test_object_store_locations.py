@@ -146,6 +146,36 @@ def test_every_spelling_of_the_machine_root_is_named_so(tmp_path) -> None:  # ty
         assert machine_root_reach(elsewhere) is None, elsewhere
 
 
+def test_the_one_machine_root_refusal_names_the_value_and_what_to_give(tmp_path: Path) -> None:
+    # Six callers built this text apart, and drifted; each still names its value, its example, the link.
+    from costaware.adapters.object_store.location import refuse_machine_root
+    from costaware.core.errors import ConfigurationError
+
+    with pytest.raises(ConfigurationError) as folder:
+        refuse_machine_root("model_store", "file:///", "/")
+    assert str(folder.value) == (
+        "model_store 'file:///' is the root, /, of the whole machine: its files would be written in folders "
+        "made directly under /; give a folder of its own such as '/srv/ml/models' or an s3:// URI"
+    )
+    with pytest.raises(ConfigurationError) as spec:
+        refuse_machine_root("spec_uri", "/spec.json", "/", a_file=True, writes="it would be written in /")
+    assert str(spec.value) == (
+        "spec_uri '/spec.json' is a file in the root, /, of the whole machine: it would be written in /; "
+        "give a file in a folder of its own such as '/srv/ml/jobs/spec.json' or an s3:// URI"
+    )
+    link = tmp_path / "to-root"
+    link.symlink_to("/")
+    with pytest.raises(ConfigurationError) as linked:
+        refuse_machine_root("data_root", str(link), str(link), example="/data/flights", instead="")
+    assert str(linked.value).endswith(
+        f"({str(link)!r} is a symbolic link that leads there): its files would be written in folders made "
+        "directly under /; give a folder of its own such as '/data/flights'"
+    )
+    # Not the root, or a link not followed (another machine's disk): nothing is refused.
+    refuse_machine_root("model_store", str(tmp_path), str(tmp_path))
+    refuse_machine_root("model_store", str(link), str(link), follow_links=False)
+
+
 @pytest.mark.parametrize("opens", ["parse_uri", "BlobDir", "FeatureStore"])
 def test_a_file_uri_naming_a_host_is_refused_not_read_as_a_folder_under_the_root(opens: str) -> None:
     # 'file://data/features' (two slashes) was read as the local folder /features: the cache, or a model

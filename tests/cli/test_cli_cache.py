@@ -180,8 +180,9 @@ def test_a_store_at_the_machines_root_is_refused_before_it_is_opened(
     assert cache(*command.split(), *store, ledger_url=ledger_url) == 2
     origin = "the feature cache in $COSTAWARE_FEATURE_CACHE '~'" if configured else "--store 'file:///'"
     assert (
-        f"{origin} is the root, /, of the whole machine, where no feature cache may be"
-        in capsys.readouterr().err
+        f"{origin} is the root, /, of the whole machine: `bill` would write its billing.json directly "
+        "under /, where no feature cache may be; give a folder of its own such as '/srv/ml/features' or an "
+        "s3:// URI" in capsys.readouterr().err
     )
 
 
@@ -207,7 +208,8 @@ def test_a_store_that_is_a_symbolic_link_to_the_root_is_refused_before_it_is_ope
     origin = "the feature cache in $COSTAWARE_FEATURE_CACHE" if configured else "--store"
     assert (
         f"{origin} {str(link)!r} is the root, /, of the whole machine ({str(link)!r} is a symbolic link that "
-        "leads there), where no feature cache may be" in capsys.readouterr().err
+        "leads there): `bill` would write its billing.json directly under /, where no feature cache may be"
+        in capsys.readouterr().err
     )
 
 

@@ -15,9 +15,9 @@ from urllib.parse import urlparse
 
 from costaware.adapters.object_store.location import (
     expand_user,
-    machine_root_reach,
     refuse_cut_uri,
     refuse_file_host,
+    refuse_machine_root,
 )
 from costaware.core.errors import ConfigurationError
 from costaware.core.given import names_nothing, not_given
@@ -97,19 +97,15 @@ class BlobDir:
                     f"{Path.cwd() / given} or an s3:// URI"
                 )
             path = given.resolve()
-            reach = machine_root_reach(str(given)) if create else None
-            if reach is not None:
+            if create:
                 # model_store='/' (what "$UNSET/" gives) wrote /versions/... and /champion.json: a store
                 # makes its folders in its root, here the machine's.
-                link = (
-                    f" ({str(given)!r} is a symbolic link that leads there)"
-                    if reach == "through a link"
-                    else ""
-                )
-                raise ConfigurationError(
-                    f"{what} {text!r} is the root, /, of the whole machine{link}: a store there would make "
-                    f"its folders directly under /; give a folder of its own such as {example!r} or an "
-                    "s3:// URI"
+                refuse_machine_root(
+                    what,
+                    text,
+                    str(given),
+                    example=example,
+                    writes="a store there would make its folders directly under /",
                 )
             if create:
                 path.mkdir(parents=True, exist_ok=True)

@@ -37,7 +37,7 @@ from costaware.adapters.feature_billing import bill_spans, read_state, storage_c
 from costaware.adapters.feature_lease import DEFAULT_LEASE, hold_lease
 from costaware.adapters.feature_manifest import Computed, Entry, Manifest, Outcome
 from costaware.adapters.object_store import S3Options, hash_bytes, open_store
-from costaware.adapters.object_store.location import machine_root_reach
+from costaware.adapters.object_store.location import refuse_machine_root
 from costaware.core.cache_policy import (
     S3_STANDARD_USD_PER_GB_MONTH,
     EntryStats,
@@ -78,17 +78,13 @@ class FeatureStore:
         self.store = open_store(root_uri, s3)
         # The operator and the CLI refuse it too; a library user calling this directly had each entry's
         # folder, its staging and its leases made directly under /, a symbolic link to it as well.
-        reach = machine_root_reach(self.store.root.path) if self.store.scheme == "local" else None
-        if reach is not None:
-            link = (
-                f" ({self.store.root.path!r} is a symbolic link that leads there)"
-                if reach == "through a link"
-                else ""
-            )
-            raise ConfigurationError(
-                f"feature cache {root_uri!r} is the root, /, of the whole machine{link}: each entry's folder "
-                "would be made directly under /; give a folder of its own such as '/srv/ml/features' or an "
-                "s3:// URI"
+        if self.store.scheme == "local":
+            refuse_machine_root(
+                "feature cache",
+                root_uri,
+                self.store.root.path,
+                example="/srv/ml/features",
+                writes="each entry's folder would be made directly under /",
             )
         self.root_uri = self.store.uri()
         self.lease = lease

@@ -100,7 +100,7 @@ def data_root_param(value: object, default: Path | str, *, allow_uri: bool = Tru
                 "folder, e.g. /data/flights"
             )
         return text.rstrip("/")
-    from costaware.adapters.object_store.location import expand_user, machine_root_reach
+    from costaware.adapters.object_store.location import expand_user, refuse_machine_root
     from costaware.core.errors import ConfigurationError
 
     try:
@@ -113,14 +113,17 @@ def data_root_param(value: object, default: Path | str, *, allow_uri: bool = Tru
             f"absolute folder, e.g. {Path.cwd() / path}" + (", or an s3:// prefix" if allow_uri else "")
         )
     # '/' (what "{{ params.base }}/" gives with base unset) made landing/, arrays/, models/ under the root.
-    reach = machine_root_reach(str(path))
-    if reach is not None:
-        link = f" ({str(path)!r} is a symbolic link that leads there)" if reach == "through a link" else ""
-        raise AirflowFailException(
-            f"data_root {text!r} is the root, /, of the whole machine{link}: its folders would be made "
-            "directly under /; give a folder of its own such as '/data/flights'"
-            + (" or an s3:// prefix" if allow_uri else "")
+    try:
+        refuse_machine_root(
+            "data_root",
+            text,
+            str(path),
+            example="/data/flights",
+            writes="its folders would be made directly under /",
+            instead="or an s3:// prefix" if allow_uri else "",
         )
+    except ConfigurationError as e:
+        raise AirflowFailException(str(e)) from e
     if path.exists() and not path.is_dir():
         raise AirflowFailException(f"data_root {text!r} is a file: give a folder (it is made if missing)")
     return str(path)

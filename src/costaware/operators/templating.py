@@ -265,7 +265,7 @@ def refuse_root_store(
     import posixpath
     from urllib.parse import urlparse
 
-    from costaware.adapters.object_store.location import machine_root_reach, root_example
+    from costaware.adapters.object_store.location import refuse_machine_root, root_example
 
     if not isinstance(value, str) or not is_literal(value):
         return
@@ -285,14 +285,11 @@ def refuse_root_store(
         home = f" (the home folder {tilde} is {posixpath.expanduser(tilde)!r} here)"
         path = expanded
     # A symbolic link to / wrote its folders there too; only this machine's disk says where one leads.
-    reach = machine_root_reach(path, follow_links=on_this_machine)
-    if reach is None:
-        return
-    link = f" ({path!r} is a symbolic link that leads there)" if reach == "through a link" else ""
-    from costaware.core.errors import ConfigurationError
-
-    raise ConfigurationError(
-        f"{owner}: {name} {value!r} is the root, /, of the whole machine{home}{link}: its files would be "
-        "written in folders made directly under /; give a folder of its own such as "
-        f"{example or root_example(name)!r} or an s3:// URI"
+    refuse_machine_root(
+        f"{owner}: {name}",
+        value,
+        path,
+        follow_links=on_this_machine,
+        example=example or root_example(name),
+        home=home,
     )

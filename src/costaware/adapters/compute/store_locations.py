@@ -119,10 +119,11 @@ def require_usable_locations(
     from costaware_runtime.stores import check_writes
 
     from costaware.adapters.object_store.location import (
+        ROOT_WRITES,
         expand_user,
-        machine_root_reach,
         refuse_cut_uri,
         refuse_file_host,
+        refuse_machine_root,
         root_example,
     )
 
@@ -168,24 +169,19 @@ def require_usable_locations(
         # the job's result.json beside it, directly in /.
         folder = path.parent if what in FILE_LOCATIONS else path
         # A symbolic link to / writes there too; only this machine's disk says where one leads.
-        reach = machine_root_reach(str(folder), follow_links=on_this_machine)
-        if reach is not None:
-            # model_store='/' was found only inside the bought job, which made its versions' folders
-            # directly under /; a checkpoint store there, its jobs' folders.
-            example = root_example(what)
-            link = (
-                f" ({str(folder)!r} is a symbolic link that leads there)" if reach == "through a link" else ""
-            )
-            if what in FILE_LOCATIONS:
-                raise ConfigurationError(
-                    f"{what} {text!r} is a file in the root, /, of the whole machine{link}: it, and the "
-                    f"files written beside it, would be written directly in /; give a file in a folder of "
-                    f"its own such as {example!r} or an s3:// URI"
-                )
-            raise ConfigurationError(
-                f"{what} {text!r} is the root, /, of the whole machine{link}: its files would be written in "
-                f"folders made directly under /; give a folder of its own such as {example!r} or an s3:// URI"
-            )
+        # model_store='/' was found only inside the bought job, which made its versions' folders directly
+        # under /; a checkpoint store there, its jobs' folders.
+        a_file = what in FILE_LOCATIONS
+        refuse_machine_root(
+            what,
+            text,
+            str(folder),
+            follow_links=on_this_machine,
+            a_file=a_file,
+            writes="it, and the files written beside it, would be written directly in /"
+            if a_file
+            else ROOT_WRITES,
+        )
         if backend != "local" or not on_this_machine:
             continue  # require_s3 names what a remote job needs
         existing = next(p for p in (folder, *folder.parents) if p.exists())

@@ -156,6 +156,57 @@ def machine_root_reach(
     return None
 
 
+#: What a store at the root would do there, as a refusal says it unless told more of the store at hand.
+ROOT_WRITES = "its files would be written in folders made directly under /"
+
+
+def refuse_machine_root(
+    what: str,
+    given: object,
+    path: str,
+    *,
+    follow_links: bool = True,
+    example: str | None = None,
+    writes: str = ROOT_WRITES,
+    a_file: bool = False,
+    home: str = "",
+    instead: str = "or an s3:// URI",
+) -> None:
+    """Refuse a local store whose folder ``path`` is the machine's root, ``/`` (:func:`machine_root_reach`).
+
+    The one wording of the refusal every store, the cache CLI and the examples give (six texts drifted).
+
+    Args:
+        what: The argument, with whoever owns it (``task 'train': model_store``), as the message names it.
+        given: The value as the user wrote or rendered it.
+        path: The folder to test: the absolute local path, ``~`` expanded (a file's folder, for a file).
+        follow_links: Also follow symbolic links on this machine's disk (see :func:`machine_root_reach`).
+        example: A location of its own to give instead; by default that of ``what`` (:func:`root_example`).
+        writes: What the store would make directly under ``/``.
+        a_file: ``given`` names a file in ``path`` (a spec), not a folder.
+        home: Said after "the whole machine", e.g. how ``~`` expanded here.
+        instead: The other kind of location to offer, after the example (``""``: none).
+
+    Raises:
+        ConfigurationError: ``path`` names the root, as written or through a link; naming ``given`` and
+            what to give instead.
+    """
+    reach = machine_root_reach(path, follow_links=follow_links)
+    if reach is None:
+        return
+    link = f" ({path!r} is a symbolic link that leads there)" if reach == "through a link" else ""
+    in_root, of_its_own = (
+        ("a file in the root", "a file in a folder of its own")
+        if a_file
+        else ("the root", "a folder of its own")
+    )
+    offer = f" {instead}" if instead else ""
+    raise ConfigurationError(
+        f"{what} {given!r} is {in_root}, /, of the whole machine{home}{link}: {writes}; give {of_its_own} "
+        f"such as {example or root_example(what)!r}{offer}"
+    )
+
+
 def parse_uri(uri: str, *, what: str = "URI") -> Location:
     """Parse ``/abs/path`` (``~`` is the home folder), ``file:///abs/path`` or ``s3://bucket/prefix``.
 

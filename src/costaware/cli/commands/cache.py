@@ -45,25 +45,20 @@ def _store(args: argparse.Namespace) -> Any:
     """
     from costaware.adapters.feature_store import FeatureStore
     from costaware.adapters.object_store import S3Options
-    from costaware.adapters.object_store.location import machine_root_reach, parse_uri
+    from costaware.adapters.object_store.location import parse_uri, refuse_machine_root
 
     root, origin = _store_root(args)
     location = parse_uri(root, what=origin)  # a relative path or another scheme: named as the parser does
     if location.scheme == "local":
-        reach = machine_root_reach(location.path)
-        if reach is not None:
-            # `bill` wrote /billing.json (the operator refuses a cache there before it writes anything); a
-            # symbolic link to / as well.
-            link = (
-                f" ({location.path!r} is a symbolic link that leads there)"
-                if reach == "through a link"
-                else ""
-            )
-            raise ConfigurationError(
-                f"{origin} {root!r} is the root, /, of the whole machine{link}, where no feature cache may "
-                "be: `bill` would write its billing.json directly under /; give the folder "
-                "CachedFeaturesOperator writes to, such as '/srv/ml/features', or an s3:// URI"
-            )
+        # `bill` wrote /billing.json (the operator refuses a cache there before it writes anything); a
+        # symbolic link to / as well.
+        refuse_machine_root(
+            origin,
+            root,
+            location.path,
+            example="/srv/ml/features",
+            writes="`bill` would write its billing.json directly under /, where no feature cache may be",
+        )
         folder = Path(location.path)
         if folder.exists() and not folder.is_dir():
             raise ConfigurationError(f"{origin} {root} is a file, not a feature cache folder: give a folder")
