@@ -266,3 +266,29 @@ def test_an_absolute_airflow_home_read_as_written_is_not_said_to_be_under_the_wo
         Ledger.from_url(ledger_url())
     assert f"($AIRFLOW_HOME {given!r} taken as written, '$' and all) is at '{old}'" in str(refused.value)
     assert "under the working one" not in str(refused.value)
+
+
+def test_opening_a_sqlite_ledger_looks_for_an_earlier_releases_file_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # sqlite_engine asked earlier_ledger (each time expanding AIRFLOW_HOME again) twice for a file not yet
+    # made: once to refuse, once to warn.
+    from costaware.adapters.ledger import before_expansion
+    from costaware.adapters.ledger.engine import sqlite_engine
+
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("AIRFLOW_HOME", "~/airflow")
+    monkeypatch.chdir(tmp_path)
+    looked: list[str] = []
+    earlier_ledger = before_expansion.earlier_ledger
+
+    def counted(database: str, opened: Path) -> before_expansion.EarlierLedger | None:
+        looked.append(database)
+        return earlier_ledger(database, opened)
+
+    monkeypatch.setattr(before_expansion, "earlier_ledger", counted)
+    for _ in ("made", "opened again"):
+        looked.clear()
+        sqlite_engine(str(tmp_path / "home" / "airflow" / "costaware" / "ledger.db")).dispose()
+        assert len(looked) == 1
+        Ledger.from_url(f"sqlite:///{tmp_path}/home/airflow/costaware/ledger.db").dispose()  # the file made

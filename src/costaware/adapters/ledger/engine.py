@@ -14,7 +14,7 @@ import json
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Connection, Engine, create_engine, event
 from sqlalchemy.engine import URL, make_url
@@ -27,6 +27,9 @@ from costaware.core.errors import (
     LedgerUnavailableError,
 )
 from costaware.settings import LEDGER_URL_ENV
+
+if TYPE_CHECKING:
+    from costaware.adapters.ledger.before_expansion import EarlierLedger
 
 
 def missing_sqlite_file(url: str) -> str | None:
@@ -50,14 +53,23 @@ def sqlite_file(database: str) -> Path:
             file does not exist but the one an earlier release opened for it, under this working folder,
             does (see :mod:`costaware.adapters.ledger.before_expansion`).
     """
-    from costaware.adapters.ledger.before_expansion import earlier_ledger, refusal
+    return _sqlite_file_and_earlier(database, always=False)[0]
+
+
+def _sqlite_file_and_earlier(database: str, *, always: bool) -> tuple[Path, EarlierLedger | None]:
+    """:func:`sqlite_file` and the file an earlier release opened for it, looked for once.
+
+    ``always``: look where the file exists too (an open warns of both); else only where it is missing
+    (the one case refused). Looking expands AIRFLOW_HOME again: an open asked twice.
+    """
+    from costaware.adapters.ledger import before_expansion
 
     expanded = _expanded(database)
-    if not expanded.exists():
-        earlier = earlier_ledger(database, expanded)
-        if earlier is not None and earlier.written.exists():
-            raise ConfigurationError(refusal(_SQLITE_FILE, database, earlier))
-    return expanded
+    missing = not expanded.exists()
+    earlier = before_expansion.earlier_ledger(database, expanded) if always or missing else None
+    if missing and earlier is not None and earlier.written.exists():
+        raise ConfigurationError(before_expansion.refusal(_SQLITE_FILE, database, earlier))
+    return expanded, earlier
 
 
 _SQLITE_FILE = (
@@ -220,13 +232,14 @@ def sqlite_engine(database: str | None) -> Engine:
     if database and database != ":memory:":
         # SQLite opens '~/ledger.db' as written, under the working folder: it was looked for, and its
         # folder made, in the home folder, and then failed with "unable to open database file".
-        from costaware.adapters.ledger.before_expansion import earlier_ledger, warn_on_open
+        from costaware.adapters.ledger.before_expansion import warn_on_open
 
-        given, database = database, str(sqlite_file(database))
-        earlier = earlier_ledger(given, Path(database))
+        given = database
+        opened, earlier = _sqlite_file_and_earlier(given, always=True)
         if earlier is not None:
             warn_on_open(_SQLITE_FILE, given, earlier)
-        Path(database).parent.mkdir(parents=True, exist_ok=True)
+        database = str(opened)
+        opened.parent.mkdir(parents=True, exist_ok=True)
     engine = create_engine(f"sqlite:///{database or ':memory:'}", connect_args={"timeout": 60})
 
     @event.listens_for(engine, "connect")
