@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import shlex
 from pathlib import Path
 
 import pytest
@@ -153,16 +154,19 @@ def test_a_new_default_ledger_under_an_airflow_home_with_a_tilde_says_where_the_
     )
     assert f"'<working folder>/{given}/costaware/ledger.db' under whichever folder they ran in" in made
     assert f"(not under this one: {elsewhere / given / 'costaware' / 'ledger.db'} does not exist)" in made
-    # Opened again from the folder holding the old one: both are named, on every open.
+    # Opened again from the folder holding the old one: both are named, once per process (each open of
+    # each task said it again), with the commands that end it.
     caplog.clear()
     monkeypatch.chdir(working)
     with caplog.at_level("WARNING", logger="costaware.adapters.ledger.before_expansion"):
         Ledger.from_url(ledger_url()).dispose()
         Ledger.from_url(ledger_url()).dispose()
-    both = _said(caplog)
-    assert len(both) == 2
-    assert f"opens {new}, but the ledger an earlier costaware kept for it" in both[0]
-    assert f"is still at {old}: its spend and budgets are not read" in both[0]
+    (both,) = _said(caplog)
+    assert f"opens {new}, but the ledger an earlier costaware kept for it" in both
+    assert f"is still at {old}: its spend and budgets are not read" in both
+    quoted_old, quoted_new = shlex.quote(str(old)), shlex.quote(str(new))  # '~' and '$' are the shell's
+    assert f"`rm -f {quoted_old} {quoted_old}-wal {quoted_old}-shm`" in both
+    assert f"`mv {quoted_new} {quoted_new}.made-after-upgrade && mv {quoted_old} {quoted_new}`" in both
     # Once the old one is gone, nothing is said.
     old.unlink()
     caplog.clear()

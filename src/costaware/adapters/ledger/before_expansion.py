@@ -8,18 +8,24 @@ Only the working folder of the process at hand can be looked in, so each open sa
 * the expanded file missing, the old one here: refused (:func:`refusal`), as the ledger would be made empty;
 * the expanded file missing, no old one here: a warning as the new ledger is made (it may be a first
   install, which must work, or the old ledger is under another folder the earlier processes ran in);
-* both there: a warning on every open, naming both, as the old one's spend is not counted.
+* both there: a warning once per process (each open of each task said it), naming both and the commands
+  that end it, as the old one's spend is not counted. Not refused: which of the two holds the spend to date
+  only a person can say, and a brand-new install must open.
 """
 
 from __future__ import annotations
 
 import logging
+import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
 from costaware.settings import LEDGER_URL_ENV
 
 log = logging.getLogger(__name__)
+
+#: The (opened, earlier) ledger pairs this process has warned of: once is enough to act on.
+_warned_both: set[tuple[Path, Path]] = set()
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,14 +126,27 @@ def warn_on_open(what: str, database: str, earlier: EarlierLedger) -> None:
             earlier.opened,
         )
         return
-    if earlier.written.exists():
+    if earlier.written.exists() and (earlier.opened, earlier.written) not in _warned_both:
+        _warned_both.add((earlier.opened, earlier.written))
+        old, new = shlex.quote(str(earlier.written)), shlex.quote(str(earlier.opened))
         log.warning(
             "costaware: %s opens %s, but the ledger an earlier costaware kept for it (%s) is still at %s: "
-            "its spend and budgets are not read, so what it recorded is not counted against any cap. If it "
-            "was copied here, remove it (with its -wal and -shm files); if it holds spend the one opened "
-            "lacks (made anew after the upgrade), stop the workers and keep one of the two",
+            "its spend and budgets are not read, so what it recorded is not counted against any cap (tasks "
+            "may see $0 spent). Said once per process. Stop the workers, then keep one of the two: if it "
+            "was copied here already, remove it: `rm -f %s %s-wal %s-shm`; if it holds the spend to date "
+            "(the one opened was made anew after the upgrade), put it in its place: `mv %s %s.made-after-"
+            "upgrade && mv %s %s` (with its -wal and -shm files, if any, as %s-wal and %s-shm)",
             subject,
             earlier.opened,
             earlier.taken(),
             earlier.written,
+            old,
+            old,
+            old,
+            new,
+            new,
+            old,
+            new,
+            new,
+            new,
         )
