@@ -333,3 +333,44 @@ def test_an_empty_airflow_home_is_refused_saying_what_to_set(
         with pytest.raises(ConfigurationError, match=said):
             read()
     assert list(tmp_path.iterdir()) == []  # nothing made in ~/airflow
+
+
+def test_stores_an_earlier_release_kept_under_the_working_folder_are_named_once_not_moved(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Releases before '~' and $VARS were expanded kept the feature cache, model and checkpoint stores in
+    # ./~/airflow/costaware/; after the upgrade they were silently not found: a cold cache, no champion.
+    import shlex
+
+    home, working = tmp_path / "home", tmp_path / "working"
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("AIRFLOW_HOME", "~/airflow")
+    monkeypatch.delenv("COSTAWARE_FEATURE_CACHE", raising=False)
+    old, new = working / "~" / "airflow" / "costaware", home / "airflow" / "costaware"
+    (old / "features" / "entries").mkdir(parents=True)
+    (old / "models").mkdir()
+    (old / "ledger.db").write_bytes(b"")  # the ledger's own warning names it, with its own commands
+    (new / "models").mkdir(parents=True)  # already there: merged by hand, not moved over
+    monkeypatch.chdir(working)
+    with caplog.at_level("WARNING", logger="costaware.settings_home"):
+        assert settings.feature_cache() == str(new / "features")
+        settings.default_store("models")
+        settings.default_store("checkpoints")
+    (said,) = [r.getMessage() for r in caplog.records if r.name == "costaware.settings_home"]
+    assert (
+        f"an earlier costaware kept its stores in {old} ($AIRFLOW_HOME '~/airflow' taken as a folder" in said
+    )
+    assert f"this release reads {new}" in said
+    q = shlex.quote
+    assert f"`mkdir -p {q(str(new))} && mv {q(str(old / 'features'))} {q(str(new / 'features'))}`" in said
+    assert "merge by hand what is in both: models" in said
+    assert "ledger.db" not in said
+    # Nothing moved or made for it.
+    assert (old / "features" / "entries").is_dir() and not (new / "features").exists()
+    # A working folder without one: nothing said.
+    caplog.clear()
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    with caplog.at_level("WARNING", logger="costaware.settings_home"):
+        settings.default_store("models")
+    assert [r for r in caplog.records if r.name == "costaware.settings_home"] == []

@@ -24,6 +24,7 @@ from pathlib import Path
 # Re-exported: callers (and tests) read the home from here, where every setting is read.
 from costaware.settings_home import airflow_home as airflow_home
 from costaware.settings_home import airflow_home_as_written as airflow_home_as_written
+from costaware.settings_home import warn_of_earlier_costaware_folder
 
 SECTION = "costaware"
 ENV_PREFIX = f"AIRFLOW__{SECTION.upper()}__"
@@ -338,7 +339,10 @@ def airflow_cfg_problem(error: configparser.Error) -> str:
 
 def costaware_home(*parts: str) -> Path:
     """``$AIRFLOW_HOME/costaware/<parts>``: where the embedded ledger, caches and stores live."""
-    return airflow_home().joinpath("costaware", *parts)
+    home = airflow_home()
+    # An earlier release's stores under ./~/airflow/costaware/ were silently not found after the upgrade.
+    warn_of_earlier_costaware_folder(home)
+    return home.joinpath("costaware", *parts)
 
 
 def default_store(name: str) -> str:

@@ -5,14 +5,20 @@ Split from :mod:`costaware.settings`, which re-exports both functions: read them
 
 from __future__ import annotations
 
+import logging
 import os
+import shlex
 from pathlib import Path
+
+log = logging.getLogger(__name__)
 
 #: Rounds of expanding $AIRFLOW_HOME before it counts as never settling (A='$A/x' grows each round).
 _MAX_EXPANSIONS = 100
 #: Characters an expanding $AIRFLOW_HOME may reach before it counts as never settling: A='$A$A' doubles each
 #: round, so 100 rounds were never reached (memory and time ran out first).
 _MAX_EXPANDED_LENGTH = 4096
+#: The earlier releases' costaware folders this process looked for: it says so once.
+_looked_for: set[Path] = set()
 
 
 def airflow_home() -> Path:
@@ -88,3 +94,55 @@ def airflow_home_as_written() -> tuple[str, Path, Path] | None:
         return None
     written = Path(given).absolute()
     return None if written == home else (given, written, home)
+
+
+def warn_of_earlier_costaware_folder(home: Path) -> None:
+    """Warn, once per process, of the costaware folder a release before the expansion kept in another place.
+
+    Earlier releases took ``$AIRFLOW_HOME`` ``'~/airflow'`` as written: the feature cache, the model and
+    checkpoint stores (and the spool) were kept in ``./~/airflow/costaware/`` under the working folder, and
+    after the upgrade they were not found (a cold cache, no champion model), without a word. Nothing is
+    moved: which of two copies holds what only a person can say. The ledger has its own warning.
+
+    Args:
+        home: ``$AIRFLOW_HOME`` as expanded now (:func:`airflow_home`).
+    """
+    given = os.environ.get("AIRFLOW_HOME")
+    if not given or not ("~" in given or "$" in given):
+        return
+    try:
+        earlier = Path(given).absolute() / "costaware"
+    except FileNotFoundError:  # a working folder since removed: none to look in
+        return
+    if earlier in _looked_for:
+        return
+    _looked_for.add(earlier)
+    current = home.absolute() / "costaware"
+    if earlier == current or not earlier.is_dir():
+        return
+    kept = sorted(entry.name for entry in earlier.iterdir() if not entry.name.startswith("ledger.db"))
+    if not kept:
+        return
+    moves = [
+        f"mv {shlex.quote(str(earlier / name))} {shlex.quote(str(current / name))}"
+        for name in kept
+        if not (current / name).exists()
+    ]
+    in_both = [name for name in kept if (current / name).exists()]
+    steps = [f"`mkdir -p {shlex.quote(str(current))} && {' && '.join(moves)}`"] if moves else []
+    if in_both:
+        steps.append(f"merge by hand what is in both: {', '.join(in_both)}")
+    taken = "as written" if Path(given).is_absolute() else "as a folder under the working one"
+    log.warning(
+        "costaware: an earlier costaware kept its stores in %s ($AIRFLOW_HOME %r taken %s), and this "
+        "release reads %s: its feature caches, models and checkpoints there (%s) are not found, so features "
+        "are computed again and no champion model is seen. Nothing is moved for you: stop the workers, then "
+        "%s; or point the stores at the old folder (COSTAWARE_FEATURE_CACHE, model_store=, "
+        "checkpoint_store=). Said once per process",
+        earlier,
+        given,
+        taken,
+        current,
+        ", ".join(kept),
+        "; ".join(steps),
+    )
