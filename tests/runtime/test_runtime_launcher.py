@@ -1663,3 +1663,78 @@ except EOFError:
     # It ended (its exit code is the outputs' business: it wrote none) and read the end of its input.
     assert (job.root / "answer").read_text() == "end of input", stderr
     assert "the job reads no terminal input" in stderr
+
+
+def test_stopping_the_checkpoint_watcher_waits_a_bounded_time_for_a_push_that_hangs(
+    caplog: pytest.LogCaptureFixture, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # stop() joined the thread with no time limit: a store that hung on a push held the job's exit for good.
+    import threading
+
+    from costaware_runtime import _watcher, save_bytes
+    from costaware_runtime.launcher import CheckpointSync, _Watcher
+
+    monkeypatch.setattr(_watcher, "STOP_SECONDS", 0.2, raising=False)
+
+    save_bytes(b"state after 4", step=4, directory=tmp_path / "local")
+    sync = CheckpointSync(str(tmp_path / "remote"), tmp_path / "local")
+    pushing, release = threading.Event(), threading.Event()
+
+    def hang(key: str, source: object) -> None:
+        pushing.set()
+        release.wait(30)
+
+    sync.store.put = hang  # type: ignore[method-assign]
+    watcher = _Watcher(sync, poll_seconds=0.01)
+    watcher.start()
+    try:
+        assert pushing.wait(5)
+        stopper = threading.Thread(target=lambda: said.append(watcher.stop()))
+        said: list[str | None] = []
+        stopper.start()
+        stopper.join(5)
+        assert not stopper.is_alive(), "stop() still waits for the push that hangs"
+    finally:
+        release.set()
+    assert said[0] is not None and said == [caplog.records[-1].getMessage()]
+    assert f"a checkpoint push to {sync.store.uri} has not ended 0.2 s after the job exited, begun" in said[0]
+    assert "checkpoint step 4 may not be in the store, which holds none known to this attempt" in said[0]
+
+
+#: Runs costaware-run with a checkpoint store whose uploads into step folders never end (a hung mount), and
+#: a watcher that waits STOP_SECONDS=1 for them once the job has exited.
+HANGING_STORE_LAUNCHER = """
+import sys, threading
+from pathlib import Path
+from costaware_runtime import _command_line, _watcher, stores
+_watcher.STOP_SECONDS = 1.0
+put = stores.LocalStore.put
+def hang(self, key, source):
+    if not key.startswith("step-"):
+        return put(self, key, source)
+    Path(sys.argv[1]).touch()
+    threading.Event().wait()
+stores.LocalStore.put = hang
+sys.exit(_command_line.main(["--poll-seconds", "0.05", "--", sys.executable, sys.argv[2]]))
+"""
+
+
+def test_a_store_that_hangs_on_a_push_neither_holds_the_exit_nor_loses_the_checkpoint_in_silence(
+    make_job: MakeJob,
+) -> None:
+    # The launcher joined its watcher without a time limit once the job exited: a push that hung kept the
+    # launcher (and the machine, billed) waiting for good. The job exits once the watcher is pushing step 1.
+    job = make_job(
+        "cr.save_bytes(b'state after 1', step=1)\n"
+        "while not (READY.parent / 'pushing').exists():\n"
+        "    time.sleep(0.02)\n"
+        "cr.exit_preempted()\n"
+    )
+    launcher = [sys.executable, "-c", HANGING_STORE_LAUNCHER, str(job.root / "pushing"), str(job.script)]
+    started = time.monotonic()
+    done = subprocess.run(launcher, env=job.env(), capture_output=True, text=True, timeout=45)
+    assert done.returncode == 77, done.stderr  # preempted before any checkpoint the store holds
+    assert time.monotonic() - started < 30
+    assert "has not ended 1 s after the job exited, begun" in done.stderr
+    assert "checkpoint step 1 may not be in the store, which holds none known to this attempt" in done.stderr
+    assert "checkpoint step 1 could not be pushed and the store holds none" in done.stderr

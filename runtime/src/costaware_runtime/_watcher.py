@@ -4,11 +4,18 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 
-from costaware_runtime.errors import CheckpointChangedError, CostawareRuntimeError
+from costaware_runtime.checkpoints import read_marker
+from costaware_runtime.errors import CheckpointChangedError, ContractError, CostawareRuntimeError
 from costaware_runtime.sync import CheckpointSync
 
 log = logging.getLogger("costaware_runtime.launcher")  # the launcher's messages keep its logger
+
+#: How long the launcher waits, once the job has exited, for a push still in flight to end. Long enough for
+#: a checkpoint of several GB at tens of MB/s; a store silent for longer (a hung mount, a stalled connection)
+#: held the job's exit, and its outputs, for good.
+STOP_SECONDS = 300.0
 
 
 class _Watcher(threading.Thread):
@@ -20,9 +27,12 @@ class _Watcher(threading.Thread):
         self.poll_seconds = poll_seconds
         self.stopping = threading.Event()
         self._last_error = ""
+        #: When the push now in flight began (monotonic seconds), None between pushes.
+        self._push_started: float | None = None
 
     def run(self) -> None:
         while not self.stopping.wait(self.poll_seconds):
+            self._push_started = time.monotonic()
             try:
                 self.sync.push_changed()
                 self._last_error = ""  # pushed again: the same outage coming back is news, warned anew
@@ -33,7 +43,40 @@ class _Watcher(threading.Thread):
                 if said != self._last_error:  # a store that is down fails every second
                     log.warning("checkpoint push failed, retrying: %s", said)
                 self._last_error = said
+            finally:
+                self._push_started = None
 
-    def stop(self) -> None:
+    def stop(self, timeout: float | None = None) -> str | None:
+        """Stop looking for commits, and wait at most ``timeout`` (default :data:`STOP_SECONDS`) for a push.
+
+        Returns:
+            None once the thread has ended, else why it has not (a push still in flight): the launcher must
+            then not push the last checkpoint itself, which waits for that push to end.
+        """
         self.stopping.set()
-        self.join()
+        waited = STOP_SECONDS if timeout is None else timeout
+        self.join(waited)
+        if not self.is_alive():
+            return None
+        started = self._push_started
+        running = "" if started is None else f", begun {time.monotonic() - started:.0f} s ago"
+        said = (
+            f"a checkpoint push to {self.sync.store.uri} has not ended {waited:g} s after the job exited"
+            f"{running}: going on without it; {self._unpushed()}"
+        )
+        log.error("%s", said)
+        return said
+
+    def _unpushed(self) -> str:
+        """What the store may lack: the job's last commit, against what the store was last seen to hold."""
+        synced = self.sync.synced
+        held = "none known to this attempt" if synced is None else f"step {synced[0]}"
+        try:
+            local = read_marker(self.sync.directory)
+        except ContractError as e:
+            return f"the last commit cannot be read ({e}); the store holds {held}"
+        if local is None:
+            return f"the job left no commit in {self.sync.directory}; the store holds {held}"
+        if synced == local.identity:
+            return f"the job's last commit, step {local.step}, is in the store already"
+        return f"checkpoint step {local.step} may not be in the store, which holds {held}"

@@ -123,6 +123,8 @@ class Launcher:
         self.started_at: float | None = None  # when the job started
         self.started_from: Marker | None = None  # the commit the job starts from (see _starting_marker)
         self.notices = notices or Notices()
+        #: Why the last checkpoint is not pushed after the job: a push of the watcher's never ended.
+        self.push_hung: str | None = None
         self.notices.grace_seconds, self.notices.signal_group = self.grace_seconds, options.signal_group
 
     def _scratch_dir(self, kind: str, variable: str) -> Path:
@@ -222,7 +224,8 @@ class Launcher:
             # (a torchrun rank in a session of its own either) outlives the attempt.
             end_job(self.process.pid, self.grace_seconds, spared)
         if watcher:
-            watcher.stop()
+            # Bounded: a store that hangs on a push held the exit for good, the outputs never uploaded.
+            self.push_hung = watcher.stop()
         return self.finish(returncode)
 
     def _remove_earlier_metrics(self) -> None:
@@ -389,6 +392,9 @@ class Launcher:
     def final_push(self) -> bool:
         if self.sync is None:
             return True
+        if self.push_hung is not None:  # its push holds the sync's lock: a push here waited on it for good
+            log.error("could not push the last checkpoint: a push before it never ended (said above)")
+            return False
         try:
             self.sync.push_changed()
         except CostawareRuntimeError as e:
