@@ -1555,6 +1555,7 @@ def test_the_checkpoint_watcher_keeps_going_after_an_unexpected_error(
     # Anything but the runtime's own errors (a PermissionError opening a file) ended the watcher's thread in
     # silence: the job trained on, and no later checkpoint was pushed.
     import threading
+    from types import SimpleNamespace
 
     from costaware_runtime.launcher import _Watcher
 
@@ -1562,6 +1563,8 @@ def test_the_checkpoint_watcher_keeps_going_after_an_unexpected_error(
     calls: list[int] = []
 
     class Sync:
+        store = SimpleNamespace(uri="s3://bucket/ckpt")
+
         def push_changed(self) -> None:
             calls.append(1)
             if len(calls) == 1:
@@ -1582,6 +1585,7 @@ def test_the_checkpoint_watcher_warns_again_when_the_store_fails_after_a_recover
     # the log read as if the store had been down all along (or never again). A repeat with no push in
     # between is still warned once: a store that is down fails every poll.
     import threading
+    from types import SimpleNamespace
 
     from costaware_runtime.errors import StoreError
     from costaware_runtime.launcher import _Watcher
@@ -1591,6 +1595,8 @@ def test_the_checkpoint_watcher_warns_again_when_the_store_fails_after_a_recover
     finished = threading.Event()
 
     class Sync:
+        store = SimpleNamespace(uri="s3://bucket/ckpt")  # named when the pushes work again
+
         def push_changed(self) -> int | None:
             if not outcomes:
                 finished.set()
@@ -1607,6 +1613,49 @@ def test_the_checkpoint_watcher_warns_again_when_the_store_fails_after_a_recover
         watcher.stop()
     warned = [r.getMessage() for r in caplog.records if r.getMessage().startswith("checkpoint push failed")]
     assert warned == [f"checkpoint push failed, retrying: {outage}"] * 2
+
+
+def test_the_checkpoint_watcher_says_once_when_pushes_work_again_after_an_outage(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # The outage was warned, its end never: the log read as if the store had stayed down, and how long it was
+    # down (how many pushes failed) was nowhere.
+    import threading
+    from types import SimpleNamespace
+
+    from costaware_runtime.errors import StoreError
+    from costaware_runtime.launcher import _Watcher
+
+    outage = StoreError("could not write s3://bucket/ckpt/step-3: EndpointConnectionError")
+    outcomes: list[Exception | None] = [outage, outage, outage, None, None, outage, None]
+    finished = threading.Event()
+
+    class Sync:
+        store = SimpleNamespace(uri="s3://bucket/ckpt")
+
+        def push_changed(self) -> int | None:
+            if not outcomes:
+                finished.set()
+                return 3
+            outcome = outcomes.pop(0)
+            if outcome is not None:
+                time.sleep(0.6)  # the outage lasts a second or more
+                raise outcome
+            return 3
+
+    watcher = _Watcher(Sync(), poll_seconds=0.001)  # type: ignore[arg-type]
+    with caplog.at_level(logging.WARNING, logger="costaware_runtime.launcher"):
+        watcher.start()
+        assert finished.wait(10)
+        watcher.stop()
+    said = [r.getMessage() for r in caplog.records if "work again" in r.getMessage()]
+    assert len(said) == 2, said
+    assert re.fullmatch(
+        r"checkpoint pushes to s3://bucket/ckpt work again after 3 failed over [1-9]\d* s", said[0]
+    )
+    assert re.fullmatch(
+        r"checkpoint pushes to s3://bucket/ckpt work again after 1 failed over \d+ s", said[1]
+    )
 
 
 def test_a_misspelt_contract_variable_is_named_with_the_one_meant(make_job: MakeJob) -> None:

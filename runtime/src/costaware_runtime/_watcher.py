@@ -29,13 +29,16 @@ class _Watcher(threading.Thread):
         self._last_error = ""
         #: When the push now in flight began (monotonic seconds), None between pushes.
         self._push_started: float | None = None
+        #: When the pushes began to fail (monotonic seconds) and how many failed since, for the recovery.
+        self._failing_since: float | None = None
+        self._failed = 0
 
     def run(self) -> None:
         while not self.stopping.wait(self.poll_seconds):
             self._push_started = time.monotonic()
             try:
                 self.sync.push_changed()
-                self._last_error = ""  # pushed again: the same outage coming back is news, warned anew
+                self._recovered()
             except CheckpointChangedError as e:
                 log.debug("skipped a superseded checkpoint: %s", e)  # the newer commit is pushed next
             except Exception as e:  # any error: a dead watcher left the job training on with no pushes
@@ -43,8 +46,25 @@ class _Watcher(threading.Thread):
                 if said != self._last_error:  # a store that is down fails every second
                     log.warning("checkpoint push failed, retrying: %s", said)
                 self._last_error = said
+                if self._failing_since is None:
+                    self._failing_since = self._push_started
+                self._failed += 1
             finally:
                 self._push_started = None
+
+    def _recovered(self) -> None:
+        """Say once that the pushes work again after failing: the outage was warned, its end was not."""
+        self._last_error = ""  # pushed again: the same outage coming back is news, warned anew
+        if self._failing_since is None:
+            return
+        # A warning, as the outage was: under --quiet the log read as if the store had been down all along.
+        log.warning(
+            "checkpoint pushes to %s work again after %s failed over %.0f s",
+            self.sync.store.uri,
+            self._failed,
+            time.monotonic() - self._failing_since,
+        )
+        self._failing_since, self._failed = None, 0
 
     def stop(self, timeout: float | None = None) -> str | None:
         """Stop looking for commits, and wait at most ``timeout`` (default :data:`STOP_SECONDS`) for a push.
