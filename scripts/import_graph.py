@@ -9,6 +9,10 @@ notifications and the top-level modules) <- ``plugins``; an import of a higher l
 The ``cli`` package sits with the glue; ``extras`` and ``importing`` (optional-import helpers) with ``core``;
 ``settings`` (the configuration every layer above core reads) with ``adapters``. Exits 0: the figures are
 for reading; ``tests/test_layers.py`` fails on any cycle or upward import.
+
+It reads ``runtime/src/costaware_runtime`` too, the slim runtime installed into training images without the
+provider: there the figures also list each import of a package the runtime must never import (``costaware``,
+``airflow``), lazy ones included, which ``tests/runtime/test_runtime_isolation.py`` fails on.
 """
 
 from __future__ import annotations
@@ -21,6 +25,10 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "costaware"
+RUNTIME_SRC = Path(__file__).resolve().parents[1] / "runtime" / "src" / "costaware_runtime"
+#: Packages a package must never import, at any depth: the runtime is a distribution of its own, installed in
+#: a training image without the provider or Airflow (an import of either failed there, in a lazy one at run).
+FOREIGN = {"costaware_runtime": ("costaware", "airflow")}
 #: Rank of each top-level package or module; the rest of costaware (glue.py, cli*.py, ...) ranks as the glue.
 #: ``extras`` and ``importing`` (optional-import helpers, no Airflow) rank with ``core``, ``settings`` with
 #: ``adapters`` (it reads the environment, so pure ``core`` must not import it), and so ``settings_home``.
@@ -63,6 +71,22 @@ def imports_of(path: Path, package: str, known: set[str]) -> set[str]:
                 found.add(name)
                 break  # ``from a import b``: b if it is a module, else a
     return found
+
+
+def foreign_imports(root: Path, forbidden: Iterable[str]) -> list[tuple[str, str]]:
+    """``(module, imported)`` for each import under ``root`` of a package in ``forbidden`` (or under one)."""
+    tops = set(forbidden)
+    found: set[tuple[str, str]] = set()
+    for path in sorted(root.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                names = [node.module]
+            else:
+                continue
+            found |= {(module_name(path, root), name) for name in names if name.split(".")[0] in tops}
+    return sorted(found)
 
 
 def graph(root: Path) -> dict[str, set[str]]:
@@ -128,20 +152,29 @@ def upward(edges: Mapping[str, Iterable[str]]) -> list[tuple[str, str]]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Print the cycles, the upward imports and the modules over 400 lines."""
+    """Print the cycles, the upward and forbidden imports and the modules over 400 lines."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of text")
-    parser.add_argument("--root", type=Path, default=SRC, help="the package folder (default src/costaware)")
-    args = parser.parse_args(argv)
-    edges = graph(args.root)
-    found, up = cycles(edges), upward(edges)
-    sizes = sorted(
-        ((module_name(p, args.root), len(p.read_text().splitlines())) for p in args.root.rglob("*.py")),
-        key=lambda item: -item[1],
+    parser.add_argument(
+        "--root",
+        type=Path,
+        action="append",
+        help="a package folder, may be given again (default src/costaware and runtime/src/costaware_runtime)",
     )
-    large = [(name, lines) for name, lines in sizes if lines > 400]
+    args = parser.parse_args(argv)
+    roots: list[Path] = args.root or [SRC, RUNTIME_SRC]
+    edges: dict[str, set[str]] = {}
+    foreign: list[tuple[str, str]] = []
+    sizes: list[tuple[str, int]] = []
+    for root in roots:
+        edges |= graph(root)
+        foreign += foreign_imports(root, FOREIGN.get(root.name, ()))
+        sizes += [(module_name(p, root), len(p.read_text().splitlines())) for p in root.rglob("*.py")]
+    found, up = cycles(edges), upward(edges)
+    large = sorted(((name, lines) for name, lines in sizes if lines > 400), key=lambda item: -item[1])
     if args.json:
-        print(json.dumps({"cycles": found, "upward": up, "modules_over_400_lines": large}))
+        report = {"cycles": found, "upward": up, "foreign": foreign, "modules_over_400_lines": large}
+        print(json.dumps(report))
         return 0
     print(f"{len(edges)} modules, {sum(len(t) for t in edges.values())} imports between them")
     print(f"{len(found)} import cycle(s):")
@@ -149,6 +182,10 @@ def main(argv: list[str] | None = None) -> int:
         print("  " + " <-> ".join(group))
     print(f"{len(up)} upward import(s) (layers: core < adapters < training < glue < plugins):")
     for source, target in up:
+        print(f"  {source} -> {target}")
+    forbidden = "; ".join(f"{package} never imports {', '.join(names)}" for package, names in FOREIGN.items())
+    print(f"{len(foreign)} forbidden import(s) ({forbidden}):")
+    for source, target in foreign:
         print(f"  {source} -> {target}")
     print(f"{len(large)} module(s) over 400 lines:")
     for name, lines in large:

@@ -60,3 +60,41 @@ def test_it_runs_on_the_package() -> None:
     edges = graph.graph(SCRIPT.parents[1] / "src" / "costaware")  # type: ignore[attr-defined]
     # A lazy import (in RemoteTrainingOperator's wait) is an edge.
     assert "costaware.training.attempts" in edges["costaware.operators.remote_training_wait"]
+
+
+RUNTIME_FILES = {
+    "__init__.py": "import boto3\n",  # an optional dependency: allowed
+    "sync.py": "from costaware_runtime import stores\n",
+    "stores.py": "def f():\n    import airflow.sdk\n",  # lazy, still forbidden
+    "launcher.py": "def g():\n    from costaware.core.money import usd\n    import costaware_runtime.sync\n",
+}
+
+
+def write_runtime(root: Path) -> Path:
+    for name, text in RUNTIME_FILES.items():
+        path = root / "costaware_runtime" / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    return root / "costaware_runtime"
+
+
+def test_the_runtime_is_scanned_by_default_and_its_imports_of_the_provider_or_airflow_are_found(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The script read src/costaware alone: runtime/src was never scanned, and nothing found a (lazy) import
+    # of costaware or airflow there, which fails in a training image that has the runtime alone.
+    graph = load()
+    runtime = write_runtime(tmp_path)
+    monkeypatch.setattr(graph, "RUNTIME_SRC", runtime, raising=False)
+    monkeypatch.setattr(graph, "SRC", write(tmp_path, {"__init__.py": "", "core/__init__.py": ""}))
+    assert graph.main(["--json"]) == 0  # type: ignore[attr-defined]
+    report = json.loads(capsys.readouterr().out)
+    assert report["foreign"] == [
+        ["costaware_runtime.launcher", "costaware.core.money"],
+        ["costaware_runtime.stores", "airflow.sdk"],
+    ]
+    assert report["cycles"] == [] and report["upward"] == []
+    assert graph.main([]) == 0  # type: ignore[attr-defined]
+    said = capsys.readouterr().out
+    assert "2 forbidden import(s) (costaware_runtime never imports costaware, airflow):" in said
+    assert "  costaware_runtime.stores -> airflow.sdk\n" in said

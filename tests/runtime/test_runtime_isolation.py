@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -29,6 +30,19 @@ def test_importing_every_module_loads_no_framework() -> None:
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert json.loads(done.stdout) == []
+
+
+def test_no_module_imports_the_provider_or_airflow_even_lazily() -> None:
+    # The check above imports the modules: an import inside a function (of costaware, for a helper) passed it
+    # and failed only when that function ran, in a training image without the provider.
+    spec = importlib.util.spec_from_file_location(
+        "import_graph", RUNTIME.parent / "scripts" / "import_graph.py"
+    )
+    assert spec is not None and spec.loader is not None
+    graph = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(graph)
+    source = RUNTIME / "src" / "costaware_runtime"
+    assert graph.foreign_imports(source, ("costaware", "airflow")) == []
 
 
 def folder_mb(folder: Path) -> float:
