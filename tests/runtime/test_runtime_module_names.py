@@ -1,4 +1,4 @@
-"""Names users' containers import from ``launcher`` and ``stores`` outlive the split of those modules."""
+"""Names users' containers import from ``launcher``, ``stores`` and ``sync`` outlive their splits."""
 
 from __future__ import annotations
 
@@ -13,11 +13,13 @@ import pytest
 
 #: The commit before launcher.py and stores.py were split into private modules.
 BEFORE_THE_SPLIT = "7fa6441c"
+#: The commit before each module was split (sync.py's clear() and step folders went to _step_folders later).
+SPLIT_AFTER = {"launcher": BEFORE_THE_SPLIT, "stores": BEFORE_THE_SPLIT, "sync": "0ae04d41"}
 REPO = Path(__file__).resolve().parents[2]
 PACKAGE = "costaware_runtime"
 
-#: The names a job may import from each module at BEFORE_THE_SPLIT, as ``importable_names`` collects them:
-#: what the module defined or took from costaware_runtime, private helpers and the standard library's
+#: The names a job may import from each module at its SPLIT_AFTER commit, as ``importable_names`` collects
+#: them: what the module defined or took from costaware_runtime, private helpers and the standard library's
 #: modules left out (those were never the runtime's to offer).
 NAMES_BEFORE_THE_SPLIT = {
     "launcher": """
@@ -30,6 +32,11 @@ NAMES_BEFORE_THE_SPLIT = {
     "stores": """
         CREDENTIAL_RETRY_SECONDS ContractError LocalStore S3Store S3_ENDPOINT_URL S3_INSTALL_HINT Store
         StoreError WriteRefusal check_key check_writes is_uri log names_no_file_path open_object open_store
+    """,
+    "sync": """
+        CHECKPOINT_MARKER CheckpointChangedError CheckpointSync CommittedFile ContractError LATEST_NAME
+        LocalStore Marker ORIGIN_NAME POINTER_TRIES STALE_FOLDER_SECONDS STALE_UPLOAD_SECONDS StoreError
+        check_key clear log names_no_file_path open_store parse_marker read_marker write_marker
     """,
 }
 
@@ -62,11 +69,12 @@ def test_every_name_a_module_had_before_the_split_is_still_there(module_name: st
 def test_the_list_holds_every_name_the_module_had_before_the_split(module_name: str) -> None:
     # The list above is the one checked; where this checkout has the history, it is the module's own.
     path = f"runtime/src/costaware_runtime/{module_name}.py"
+    commit = SPLIT_AFTER[module_name]
     shown = subprocess.run(
-        ["git", "-C", str(REPO), "show", f"{BEFORE_THE_SPLIT}:{path}"], capture_output=True, text=True
+        ["git", "-C", str(REPO), "show", f"{commit}:{path}"], capture_output=True, text=True
     )
     if shown.returncode != 0:
-        pytest.skip(f"no commit {BEFORE_THE_SPLIT} here (a shallow clone, an sdist): {shown.stderr.strip()}")
+        pytest.skip(f"no commit {commit} here (a shallow clone, an sdist): {shown.stderr.strip()}")
     assert sorted(importable_names(shown.stdout)) == NAMES_BEFORE_THE_SPLIT[module_name].split()
 
 

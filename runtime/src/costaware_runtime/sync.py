@@ -38,6 +38,8 @@ with no part sent for that long (not a live upload at 8 MiB a part) loses that p
 commit (``LATEST.json`` never names a folder before its upload is complete). Credentials that may not list an
 upload's parts have it aborted only once it began :data:`STALE_FOLDER_SECONDS` ago; ones that may not list
 the uploads have a folder dated by its finished files alone.
+
+:func:`clear` (re-exported here) and the search for the newest whole step folder are in ``_step_folders``.
 """
 
 from __future__ import annotations
@@ -45,9 +47,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-import math
 import os
-import re
 import threading
 import time
 import uuid
@@ -56,14 +56,20 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from costaware_runtime import _files
+from costaware_runtime._step_folders import _STEP_FOLDER, newest_unpointed
+from costaware_runtime._step_folders import clear as clear
 from costaware_runtime.checkpoints import CommittedFile, Marker, parse_marker, read_marker, write_marker
 from costaware_runtime.contract import CHECKPOINT_MARKER, LATEST_NAME, ORIGIN_NAME
 from costaware_runtime.errors import CheckpointChangedError, ContractError, StoreError
-from costaware_runtime.stores import LocalStore, check_key, names_no_file_path, open_store
+from costaware_runtime.stores import LocalStore as LocalStore
+from costaware_runtime.stores import check_key, open_store
+from costaware_runtime.stores import names_no_file_path as names_no_file_path
+
+# Names imported 'as' themselves were used here before clear() and the step folders' reading moved to
+# _step_folders: a job's code may still import them from here.
 
 log = logging.getLogger(__name__)
 
-_STEP_FOLDER = re.compile(r"step-(\d+)(-[0-9a-f]+)?")
 #: How long another writer's step folder must have been left unchanged before a sync deletes it: longer than
 #: any one file's upload takes, so a live writer's folder is never taken from under it.
 STALE_FOLDER_SECONDS = 6 * 3600.0
@@ -134,7 +140,7 @@ class CheckpointSync:
             self._claim()
             self._abort_stale_uploads()  # what the attempt before left, killed mid-push
             self.synced = None if latest is None else latest[0].identity
-            unpointed = self._newest_unpointed(None if latest is None else latest[0].step)
+            unpointed = newest_unpointed(self.store, None if latest is None else latest[0].step)
             if unpointed is not None:
                 latest = self._repoint(*unpointed, latest)
             if latest is None:
@@ -274,50 +280,6 @@ class CheckpointSync:
         self.store.put_bytes(f"{prefix}/{CHECKPOINT_MARKER}", _dumps(marker.to_json()))
         return self._point_latest(marker.step, _pointer(marker, prefix))
 
-    def _newest_unpointed(self, above: int | None) -> tuple[Marker, str] | None:
-        """The newest complete step folder of a later step than ``above`` (None: any), and its marker.
-
-        A writer killed between its folder's marker and ``LATEST.json`` left a whole checkpoint that the
-        pointer does not name: resuming from the pointer repeated (and paid for) the steps between. Complete
-        means what a push writes last, the folder's marker, is there and every file it lists is there at its
-        size; a folder without it is an unfinished push (or a live writer's, still uploading), never used.
-        """
-        candidates = sorted(
-            (
-                (int(found.group(1)), folder)
-                for folder in self.store.folders("step-")
-                if (found := _STEP_FOLDER.fullmatch(folder))
-                and (above is None or int(found.group(1)) > above)
-            ),
-            reverse=True,
-        )
-        for step, folder in candidates:
-            where = self.store.url(f"{folder}/{CHECKPOINT_MARKER}")
-            raw = self.store.read(f"{folder}/{CHECKPOINT_MARKER}")
-            if raw is None:
-                log.info(
-                    "not resuming from %s: it has no marker (an unfinished push)", self.store.url(folder)
-                )
-                continue
-            try:
-                marker = parse_marker(raw, where)
-            except ContractError as e:
-                log.warning("not resuming from %s: %s", self.store.url(folder), e)
-                continue
-            held = self.store.sizes(f"{folder}/")
-            short = [f.path for f in marker.files if held.get(f"{folder}/{f.path}") != f.bytes]
-            if marker.step != step or short:
-                log.warning(
-                    "not resuming from %s: its marker says step %s, and %s of the files it lists are missing "
-                    "or of another size (deleted in part?)",
-                    self.store.url(folder),
-                    marker.step,
-                    len(short),
-                )
-                continue
-            return marker, folder
-        return None
-
     def _repoint(self, marker: Marker, prefix: str, latest: tuple[Marker, str] | None) -> tuple[Marker, str]:
         """Say why the complete folder ``prefix``, which ``LATEST.json`` does not name, is resumed from.
 
@@ -437,70 +399,6 @@ class CheckpointSync:
             if not path.is_file() or path.stat().st_size != file.bytes:
                 return False
         return True
-
-
-def clear(uri: str) -> list[str]:
-    """Delete every checkpoint at ``uri``, so that the next attempt starts over from step 0.
-
-    ``LATEST.json`` goes first, then every ``step-*`` folder, then the unfinished uploads under them are
-    aborted (best effort: credentials that may not list or abort them get a warning). A clear cut short
-    leaves at worst whole steps, which a restore would resume from (and say so): run it again. Stop every
-    writer first, else its next push puts a checkpoint back. Returns the step folders deleted.
-
-    An S3 prefix that holds no checkpoint returns ``[]``: it cannot be told from one never written.
-
-    Raises:
-        ContractError: ``uri`` is empty, None or a ``file:`` URI with no path, not a location a store can use
-            (see :func:`open_store`), or a local folder (a relative one read against the current folder, as
-            ``costaware-run`` reads it) that does not exist or is a file.
-        StoreError: The store could not be listed or written.
-    """
-    if not isinstance(uri, str) or not uri.strip() or names_no_file_path(uri):
-        # Read as the current folder, whose step folders it deleted; costaware-run takes an empty
-        # COSTAWARE_CHECKPOINT_URI for no location at all. 'file://' is what f"file://{unset}" gives.
-        raise ContractError(
-            f"{uri!r} names no location: give the job's COSTAWARE_CHECKPOINT_URI as it was set"
-        )
-    store = open_store(uri)
-    if isinstance(store, LocalStore) and not store.root.is_dir():
-        # A misspelt folder deleted nothing and returned [] in silence.
-        raise ContractError(_not_a_checkpoint_folder(uri, store.root))
-    store.check()
-    store.delete([LATEST_NAME])
-    folders = [folder for folder in store.folders("step-") if _STEP_FOLDER.fullmatch(folder)]
-    for folder in folders:
-        store.delete_folder(folder)
-    try:
-        store.abort_uploads(
-            "step-", math.inf, started_before=math.inf
-        )  # all of them: nothing writes here now
-    except StoreError as e:
-        log.warning("deleted the checkpoints at %s, but their unfinished uploads may stay open: %s", uri, e)
-    log.info("deleted %s and %s step folders at %s", LATEST_NAME, len(folders), store.uri)
-    return folders
-
-
-#: A relative path that reads as an S3 bucket and a prefix: ``s3://`` left out, most likely.
-_BUCKET_AND_PREFIX = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]/[^/].*")
-
-
-def _not_a_checkpoint_folder(uri: str, root: Path) -> str:
-    """Why the local location ``uri`` (the folder ``root``) has no checkpoints to clear, and what to give."""
-    what = "a file" if root.exists() else "does not exist"
-    if not root.is_absolute():
-        # Read against the current folder, as costaware-run reads a relative COSTAWARE_CHECKPOINT_URI.
-        what += (
-            f"; a relative path, read against the current folder as costaware-run reads it: {root.absolute()}"
-        )
-    hint = ""
-    if not root.exists() and _BUCKET_AND_PREFIX.fullmatch(uri):
-        hint = f" (did you mean 's3://{uri}'?)"
-    elif uri.startswith("~"):
-        hint = " ('~' is not expanded: give the folder's full path)"
-    return (
-        f"{uri!r} is not a folder ({what}): no checkpoints to clear there; check the location against the "
-        f"job's COSTAWARE_CHECKPOINT_URI{hint}"
-    )
 
 
 def _pointer(marker: Marker, prefix: str) -> bytes:
