@@ -351,3 +351,28 @@ def test_a_half_hourly_file_ends_half_an_hour_after_its_last_record(tmp_path: Pa
     assert joined.price_at(two + timedelta(minutes=15)) == bundled.price_at(two + timedelta(minutes=15))
     assert RecordedCarbon([tmp_path], bundled=False).files_cover("GB", start, two)
     assert not RecordedCarbon([tmp_path], bundled=False).files_cover("GB", start, two + timedelta(minutes=30))
+
+
+def test_write_atomically_syncs_the_file_before_the_rename_and_the_folder_after(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Without fsync a crash after the rename could leave the target empty: the rename reached the disk first.
+    import os
+    import stat
+
+    from costaware.adapters.carbon_source import write_atomically
+
+    target = tmp_path / "GB_imported.csv"
+    target.write_bytes(b"old")
+    synced: list[tuple[str, bytes]] = []
+    fsync = os.fsync
+
+    def spy(fd: int) -> None:
+        kind = "folder" if stat.S_ISDIR(os.fstat(fd).st_mode) else "file"
+        synced.append((kind, target.read_bytes()))
+        fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", spy)
+    write_atomically(target, b"new")
+    # The file while the target still holds the old bytes (before the rename), the folder once it holds new.
+    assert synced == [("file", b"old"), ("folder", b"new")]
