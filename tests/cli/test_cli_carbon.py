@@ -232,7 +232,7 @@ def test_import_then_show_finds_it(home: Path, capsys: pytest.CaptureFixture[str
     out = capsys.readouterr().out
     assert "imported 48 hour(s) of GB carbon intensity from GB_2026-11.csv" in out
     assert "replacing" not in out
-    assert [p.name for p in home.iterdir()] == ["GB_imported.csv"]
+    assert sorted(p.name for p in home.iterdir()) == [".GB_imported.csv.lock", "GB_imported.csv"]
     assert (
         main(["carbon", "show", "--zone", "GB", "--start", "2026-11-20", "--hours", "1", "--format", "json"])
         == 0
@@ -334,7 +334,10 @@ def test_a_second_import_merges_with_the_first(
     )
     assert main(["carbon", "import", str(newer), "--zone", "GB"]) == 0
     assert "1 hour(s) added, 1 replaced, 51 kept from the earlier import" in capsys.readouterr().out
-    assert [p.name for p in home.iterdir()] == ["GB_imported.csv"]  # no temporary file left behind
+    assert sorted(p.name for p in home.iterdir()) == [
+        ".GB_imported.csv.lock",
+        "GB_imported.csv",
+    ]  # no temporary file left behind
     source = RecordedCarbon(home, bundled=False)
     start = datetime(2026, 11, 19, 20, tzinfo=timezone.utc)
     hours = source.covered_hours("GB", start, 53)
@@ -368,7 +371,7 @@ def test_an_import_that_cannot_merge_keeps_the_earlier_one_whole(
     assert main(["carbon", "import", str(lca_only), "--zone", "GB"]) == 2
     assert "only one of them has g_co2eq_per_kwh_direct" in capsys.readouterr().err
     assert (home / "GB_imported.csv").read_text() == before
-    assert [p.name for p in home.iterdir()] == ["GB_imported.csv"]
+    assert sorted(p.name for p in home.iterdir()) == [".GB_imported.csv.lock", "GB_imported.csv"]
     # A file covering every earlier hour is taken whole, the earlier columns with it gone.
     whole = tmp_path / "gb-whole.csv"
     whole.write_text(
@@ -463,3 +466,42 @@ def test_an_import_merged_from_half_hourly_then_hourly_records_ends_an_hour_afte
     source = RecordedCarbon(home, bundled=False)
     assert source.files_cover("GB", start, start + timedelta(hours=4))
     assert not source.files_cover("GB", start, start + timedelta(hours=4, minutes=30))
+
+
+def test_two_imports_of_one_zone_at_once_keep_both(
+    home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Without a lock both imports found no earlier file (or the same one), and the later write lost the other.
+    import threading
+    import time
+
+    from costaware.adapters import carbon_source
+
+    header = "timestamp_utc,g_co2eq_per_kwh_lca\n"
+    files = []
+    for day in (19, 20):
+        file = tmp_path / f"gb-{day}.csv"
+        file.write_text(header + "".join(f"2026-11-{day}T{h:02d}:00:00Z,{100 + h}\n" for h in range(24)))
+        files.append(file)
+    write = carbon_source.write_atomically
+
+    def slow_write(path: Path, data: bytes) -> None:
+        time.sleep(0.5)  # both imports have read the folder before either writes
+        write(path, data)
+
+    monkeypatch.setattr(carbon_source, "write_atomically", slow_write)
+    codes: list[int] = []
+    threads = [
+        threading.Thread(
+            target=lambda f=file: codes.append(main(["carbon", "import", str(f), "--zone", "GB"]))
+        )
+        for file in files
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert codes == [0, 0]
+    assert "24 hour(s) added, 0 replaced, 24 kept from the earlier import" in capsys.readouterr().out
+    start = datetime(2026, 11, 19, tzinfo=timezone.utc)
+    assert len(RecordedCarbon(home, bundled=False).covered_hours("GB", start, 48)) == 48

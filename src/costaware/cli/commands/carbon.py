@@ -9,6 +9,7 @@ folder, where the recorded source finds it.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import csv
 import io
 import re
@@ -22,6 +23,8 @@ from costaware.cli.output import emit, render_table
 from costaware.core.errors import ConfigurationError, PriceNotFoundError
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator
+
     from costaware.core.series import PriceSeries
 
 _HOUR = timedelta(hours=1)
@@ -264,15 +267,31 @@ def import_file(args: argparse.Namespace) -> int:
         f"imported {hours} hour(s){records} of {zone} carbon intensity from {path.name} "
         f"({series.start:%Y-%m-%d %H:%M} to {series.last:%Y-%m-%d %H:%M} UTC) into {target}"
     )
-    if not target.exists():
-        write_atomically(target, data)
-        print(imported)
-        return 0
-    # A second import of the zone replaced the first: imported month by month, the earlier months were lost.
-    merged, added, replaced, kept = _merged_import(target, text, path.name, series)
-    write_atomically(target, merged.encode("utf-8"))
+    with _locked(target):
+        if not target.exists():
+            write_atomically(target, data)
+            print(imported)
+            return 0
+        # A second import of the zone replaced the first: imported month by month, earlier months were lost.
+        merged, added, replaced, kept = _merged_import(target, text, path.name, series)
+        write_atomically(target, merged.encode("utf-8"))
     print(f"{imported}: {added} hour(s) added, {replaced} replaced, {kept} kept from the earlier import")
     return 0
+
+
+@contextlib.contextmanager
+def _locked(target: Path) -> Iterator[None]:
+    """Hold an exclusive lock on ``target`` (its lock file beside it) from the read to the write.
+
+    Two imports of one zone at once both read the earlier import (or found none), and the later write lost
+    the other's records. The lock file stays: removing it would let a third import lock a new file while a
+    waiter still locks the old one.
+    """
+    import fcntl
+
+    with target.with_name(f".{target.name}.lock").open("a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        yield
 
 
 def _check_columns(text: str, source: str) -> PriceSeries:
