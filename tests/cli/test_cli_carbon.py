@@ -505,3 +505,13 @@ def test_two_imports_of_one_zone_at_once_keep_both(
     assert "24 hour(s) added, 0 replaced, 24 kept from the earlier import" in capsys.readouterr().out
     start = datetime(2026, 11, 19, tzinfo=timezone.utc)
     assert len(RecordedCarbon(home, bundled=False).covered_hours("GB", start, 48)) == 48
+
+
+def test_a_file_given_under_a_quoted_home_is_imported(
+    home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # '~/GB_2026-11.csv' (quoted, so no shell expanded it) was looked for in a folder named '~'.
+    monkeypatch.setenv("HOME", str(tmp_path))
+    (tmp_path / "GB_2026-11.csv").write_bytes(RECORDED.read_bytes())
+    assert main(["carbon", "import", "~/GB_2026-11.csv", "--zone", "GB"]) == 0
+    assert "imported 48 hour(s) of GB carbon intensity from GB_2026-11.csv" in capsys.readouterr().out

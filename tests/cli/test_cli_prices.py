@@ -379,8 +379,12 @@ def test_refresh_through_a_connection_that_does_not_exist_says_so(
         (["prices", "show", "--region", "us-east-9"], "unknown region 'us-east-9'"),
         (
             ["prices", "import", "missing.json"],
-            "cannot read offer file 'missing.json': No such file or directory: check the path, or download "
-            "the region's file first (https://pricing.us-east-1.amazonaws.com/offers/v1.0/aws/AmazonEC2/",
+            "cannot read offer file 'missing.json' (a relative path, read as ",
+        ),
+        (
+            ["prices", "import", "missing.json"],
+            "missing.json): No such file or directory; check the name, or give the file's full path, or "
+            "download the region's file first (https://pricing.us-east-1.amazonaws.com/offers/v1.0/aws/",
         ),
         (["prices", "list", "--arch", "sparc"], "unknown architecture 'sparc'"),
         # Each paged through every product of the service for a name it never has, then "no prices found".
@@ -567,3 +571,24 @@ def test_a_types_list_split_by_the_shell_says_to_quote_it(
         "unrecognized arguments: g6.* (--types takes one value: write its names without blanks, quoted" in err
     )
     assert PriceCache(Ledger.from_url(ledger_url)).rows() == []
+
+
+def test_an_offer_file_that_is_a_folder_is_worded_as_every_unreadable_file(
+    ledger_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # It read "cannot read offer file '...': Is a directory", without saying what to do.
+    assert run(ledger_url, "prices", "import", str(tmp_path)) == 2
+    assert (
+        f"cannot read offer file {str(tmp_path)!r}: Is a directory; that is a folder: give the path of a "
+        "file in it" in capsys.readouterr().err
+    )
+
+
+def test_an_offer_file_given_under_a_quoted_home_is_read_there(
+    ledger_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # --file '~/index.json' (quoted, so no shell expanded it) was looked for in a folder named '~'.
+    monkeypatch.setenv("HOME", str(tmp_path))
+    (tmp_path / "index.json").write_bytes((FIXTURES / "ec2_offer_us-east-1.json").read_bytes())
+    assert run(ledger_url, "prices", "import", "~/index.json") == 0
+    assert "imported 2 ec2 price(s) for us-east-1 from index.json" in capsys.readouterr().out

@@ -117,8 +117,9 @@ CARBON_COMMANDS = (
                 "--start",
                 type=when,
                 default=None,
-                help="first hour (ISO, with a zone); default now: the source's forecast from now (for hours "
-                "a recorded source lacks, the bundled year's at the same dates: a typical-year estimate)",
+                help="first hour: an ISO date (its midnight UTC) or an ISO datetime with a zone; default "
+                "now: the source's forecast from now (for hours a recorded source lacks, the bundled year's "
+                "at the same dates: a typical-year estimate)",
             ),
             Arg("--hours", type=int, default=24, help="how many hours (default: 24)"),
             ARG_FORMAT,

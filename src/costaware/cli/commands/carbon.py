@@ -219,6 +219,7 @@ def import_file(args: argparse.Namespace) -> int:
         zone_hint,
     )
     from costaware.adapters.carbon_source import carbon_folder, write_atomically, zone_of
+    from costaware.adapters.object_store.location import expand_user
     from costaware.core.errors import InvalidPriceDataError
 
     zone = args.zone.strip()
@@ -239,7 +240,8 @@ def import_file(args: argparse.Namespace) -> int:
     if hint:
         # Imported as "CAISO" or "us-west-1", it is a zone of its own that no task of the region reads.
         raise ConfigurationError(f"zone {zone!r}: {hint.strip()} Import it under the zone's id")
-    path = Path(args.file)
+    # A quoted '~/GB.csv' reaches us unexpanded: it was looked for in a folder named '~'.
+    path = Path(expand_user(args.file, what="carbon intensity file", uri=args.file, example="/data/GB.csv"))
     named = zone_of(path)
     if named != zone and named in known.values():
         print(

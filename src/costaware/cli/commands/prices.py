@@ -470,7 +470,9 @@ def _check_types_of_service(service: str, types: str | None) -> None:
 
 def import_prices(args: argparse.Namespace) -> int:
     """Load an AWS Price List offer file (JSON or CSV) into the price cache."""
+    from costaware.adapters.object_store.location import expand_user
     from costaware.adapters.price_source import PriceCache
+    from costaware.core.errors import unreadable_file
     from costaware.core.ledger import utcnow
     from costaware.core.price_figures import OFFER_FILE
     from costaware.core.price_list import (
@@ -480,7 +482,8 @@ def import_prices(args: argparse.Namespace) -> int:
         type_patterns,
     )
 
-    path = Path(args.file)
+    # A quoted '~/index.json' reaches us unexpanded: it was looked for in a folder named '~'.
+    path = Path(expand_user(args.file, what="offer file", uri=args.file, example="/data/index.json"))
     if args.region:
         _check_region(args.region, any_aws_region=True)
     try:
@@ -498,12 +501,12 @@ def import_prices(args: argparse.Namespace) -> int:
     except FileNotFoundError as e:
         # The doc's `costaware prices import index.csv`, typed before the file was downloaded.
         raise ConfigurationError(
-            f"cannot read offer file {str(path)!r}: {e.strerror}: check the path, or download the region's "
-            "file first (https://pricing.us-east-1.amazonaws.com/offers/v1.0/aws/AmazonEC2/current/"
-            "<region>/index.csv, AmazonSageMaker for SageMaker)"
+            f"{unreadable_file('offer file', path, e)}, or download the region's file first "
+            "(https://pricing.us-east-1.amazonaws.com/offers/v1.0/aws/AmazonEC2/current/<region>/index.csv, "
+            "AmazonSageMaker for SageMaker)"
         ) from e
-    except OSError as e:
-        raise ConfigurationError(f"cannot read offer file {str(path)!r}: {e.strerror}") from e
+    except OSError as e:  # a folder, a file not allowed: said as for every file, with what to do
+        raise ConfigurationError(unreadable_file("offer file", path, e)) from e
     except UnicodeDecodeError as e:
         raise InvalidPriceDataError(f"{path}: not a UTF-8 text offer file ({e.reason})") from e
     except InvalidPriceDataError as e:
