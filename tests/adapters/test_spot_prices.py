@@ -310,9 +310,13 @@ def test_unknown_names_are_reported_with_what_is_known() -> None:
         # The file's line (the header is line 1), not the record's index from 0.
         (
             "timestamp_utc,usd_per_mwh\n2023-01-01T00:00:00Z,10\n2023-01-01T01:00:00Z,abc\n",
-            "line 3: price 'abc'",
+            "line 3: price 'abc' is not a number: write the USD per MWh",  # it said "USD per hour"
         ),
         ("timestamp_utc,usd_per_mwh\n2023-01-01T00:00:00Z,1\n2023-01-01T00:00:00Z,2\n", "two prices at"),
+        (
+            "timestamp_utc,usd_per_mwh\n2023-01-01T00:00:00Z,1\n2023-01-01T01:00:00Z,nan\n",
+            r"line 3: price 'nan' must be a finite number \(USD per MWh\)",
+        ),
     ],
 )
 def test_bad_electricity_files(text: str, message: str) -> None:

@@ -45,8 +45,19 @@ def test_exact_duplicates_are_dropped_and_conflicts_rejected() -> None:
         ([(datetime(2021, 3, 1), "1")], {}, "2021-03-01T00:00:00 has no time zone"),
         ([("yesterday", "1")], {}, "time 'yesterday' is not ISO-8601"),
         ([(T0, "abc")], {}, "price 'abc' is not a number"),
-        ([(T0, "-1")], {}, "price '-1' must be a finite number >= 0"),
-        ([(T0, "NaN")], {}, "price 'NaN' must be a finite number"),
+        ([(T0, "-1")], {}, r"price '-1' must be a finite number >= 0 \(USD per hour\)"),
+        ([(T0, "NaN")], {}, r"price 'NaN' must be a finite number >= 0 \(USD per hour\)"),
+        # The unit the file's values are in: the message named none.
+        (
+            [(T0, "-5")],
+            {"value_name": "intensity"},
+            r"intensity '-5' must be a finite number >= 0 \(gCO2e per kWh\)",
+        ),
+        (
+            [(T0, "inf")],
+            {"allow_negative": True, "unit": "USD per MWh"},
+            r"price 'inf' must be a finite number \(USD per MWh\)",
+        ),
         (
             [(at(0), "1"), (at(3), "1")],
             {"max_gap": timedelta(hours=1)},

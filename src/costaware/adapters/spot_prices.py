@@ -367,6 +367,7 @@ def electricity_from_text(text: str, *, source: str) -> PriceSeries:
         max_gap=timedelta(hours=1),
         allow_negative=True,
         lines=lines,
+        unit="USD per MWh",
     )
 
 

@@ -45,20 +45,28 @@ _STRIPPABLE = {
 
 
 def _price(
-    value: object, *, what: str, where: str, allow_negative: bool, value_name: str = "price"
+    value: object,
+    *,
+    what: str,
+    where: str,
+    allow_negative: bool,
+    value_name: str = "price",
+    unit: str | None = None,
 ) -> Decimal:
+    unit = unit or _UNITS.get(value_name, "the file's unit")
     try:
         price = value if isinstance(value, Decimal) else Decimal(str(value).strip())
     except (InvalidOperation, ValueError) as e:
-        unit = _UNITS.get(value_name, "the file's unit")
         raise InvalidPriceDataError(
             f"{what} {where}: {value_name} {value!r} is not a number: write the {unit} as digits with a "
             f"decimal point, without a unit or currency sign{_plain_number_hint(value, value_name)}"
         ) from e
     if not price.is_finite() or (price < 0 and not allow_negative):
         raise InvalidPriceDataError(
+            # With its unit: "-5 must be >= 0" did not say a gCO2e/kWh column was read (nor USD per MWh).
             f"{what} {where}: {value_name} {value!r} must be a finite number"
             + ("" if allow_negative else " >= 0")
+            + f" ({unit})"
         )
     return price
 
@@ -149,6 +157,7 @@ class PriceSeries:
         allow_negative: bool = False,
         value_name: str = "price",
         lines: Sequence[int] | None = None,
+        unit: str | None = None,
     ) -> PriceSeries:
         """Check, sort and de-duplicate ``(time, usd_per_hour)`` records.
 
@@ -160,6 +169,8 @@ class PriceSeries:
             allow_negative: Accept prices below zero (wholesale electricity can go negative).
             value_name: What a record's value is, for messages (a carbon file's is an ``intensity``).
             lines: The file line of each point, for messages (``line 4``); default: its index (``record 2``).
+            unit: The values' unit, for messages; default that of ``value_name`` (a price's USD per hour,
+                an intensity's gCO2e per kWh).
 
         Raises:
             InvalidPriceDataError: no records, a naive or malformed time, a bad price, one time with two
@@ -172,7 +183,14 @@ class PriceSeries:
         records = [
             (
                 _instant(t, what=name, where=at),
-                _price(p, what=name, where=at, allow_negative=allow_negative, value_name=value_name),
+                _price(
+                    p,
+                    what=name,
+                    where=at,
+                    allow_negative=allow_negative,
+                    value_name=value_name,
+                    unit=unit,
+                ),
             )
             for at, (t, p) in zip(where, points, strict=True)
         ]
