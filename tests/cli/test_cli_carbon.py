@@ -360,14 +360,19 @@ def test_an_import_that_cannot_merge_keeps_the_earlier_one_whole(
     assert "nothing was imported" in capsys.readouterr().err
     # Months apart: one file cannot hold the gap between them.
     later = tmp_path / "gb-later.csv"
-    later.write_text("timestamp_utc,g_co2eq_per_kwh_direct,g_co2eq_per_kwh_lca\n2027-01-01T00:00:00Z,1,90\n")
+    later.write_text(
+        "timestamp_utc,g_co2eq_per_kwh_direct,g_co2eq_per_kwh_lca\n2027-01-01T00:00:00Z,1,90\n"
+        "2027-01-01T01:00:00Z,1,91\n"
+    )
     assert main(["carbon", "import", str(later), "--zone", "GB"]) == 2
     err = capsys.readouterr().err
     assert "no intensity from 2026-11-21T23:00:00+00:00 to 2027-01-01T00:00:00+00:00" in err, err
     assert "import the hours between first" in err and f"delete {home / 'GB_imported.csv'}" in err
     # An intensity column only one of them has would be blank for the other's hours.
     lca_only = tmp_path / "gb-lca.csv"
-    lca_only.write_text("timestamp_utc,g_co2eq_per_kwh_lca\n2026-11-22T00:00:00Z,90\n")
+    lca_only.write_text(
+        "timestamp_utc,g_co2eq_per_kwh_lca\n2026-11-22T00:00:00Z,90\n2026-11-22T01:00:00Z,91\n"
+    )
     assert main(["carbon", "import", str(lca_only), "--zone", "GB"]) == 2
     assert "only one of them has g_co2eq_per_kwh_direct" in capsys.readouterr().err
     assert (home / "GB_imported.csv").read_text() == before
@@ -515,3 +520,26 @@ def test_a_file_given_under_a_quoted_home_is_imported(
     (tmp_path / "GB_2026-11.csv").write_bytes(RECORDED.read_bytes())
     assert main(["carbon", "import", "~/GB_2026-11.csv", "--zone", "GB"]) == 0
     assert "imported 48 hour(s) of GB carbon intensity from GB_2026-11.csv" in capsys.readouterr().out
+
+
+def test_a_single_record_file_is_refused_for_its_unknown_step(
+    home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # One record was taken to hold an hour: merged into a half-hourly import at 23:30, it replaced 00:00 too.
+    header = "timestamp_utc,g_co2eq_per_kwh_lca\n"
+    earlier = tmp_path / "gb-halves.csv"
+    earlier.write_text(
+        header + "2026-11-19T23:00:00Z,100\n2026-11-19T23:30:00Z,110\n2026-11-20T00:00:00Z,120\n"
+        "2026-11-20T00:30:00Z,130\n"
+    )
+    assert main(["carbon", "import", str(earlier), "--zone", "GB"]) == 0
+    before = (home / "GB_imported.csv").read_bytes()
+    single = tmp_path / "gb-one.csv"
+    single.write_text(header + "2026-11-19T23:30:00Z,999\n")
+    assert main(["carbon", "import", str(single), "--zone", "GB"]) == 2
+    assert (
+        "gb-one.csv holds one record (2026-11-19 23:30 UTC): the format declares no step, and one record "
+        "cannot tell an hour from half an hour, so where it ends is unknown; nothing was imported: add the "
+        "record after it (the next hour or half hour)" in capsys.readouterr().err
+    )
+    assert (home / "GB_imported.csv").read_bytes() == before

@@ -260,6 +260,13 @@ def import_file(args: argparse.Namespace) -> int:
         series = _check_columns(text, path.name)
     except InvalidPriceDataError as e:
         raise InvalidPriceDataError(f"{e}; nothing was imported") from e
+    if len(series) == 1:
+        # Its end was guessed an hour on: merged into a half-hourly import at 23:30, it replaced 00:00 too.
+        raise InvalidPriceDataError(
+            f"{path.name} holds one record ({series.start:%Y-%m-%d %H:%M} UTC): the format declares no step, "
+            "and one record cannot tell an hour from half an hour, so where it ends is unknown; nothing was "
+            "imported: add the record after it (the next hour or half hour)"
+        )
     folder = carbon_folder()
     folder.mkdir(parents=True, exist_ok=True)
     target = folder / f"{zone}_imported.csv"
