@@ -376,3 +376,21 @@ def test_write_atomically_syncs_the_file_before_the_rename_and_the_folder_after(
     write_atomically(target, b"new")
     # The file while the target still holds the old bytes (before the rename), the folder once it holds new.
     assert synced == [("file", b"old"), ("folder", b"new")]
+
+
+def test_an_hour_a_file_ends_inside_is_not_counted_as_covered(tmp_path: Path) -> None:
+    # A half-hourly file ending 10:30 counted 10:00-11:00 as recorded, its last value held for the whole hour.
+    header = "timestamp_utc,g_co2eq_per_kwh_lca\n"
+    (tmp_path / "PL_halves.csv").write_text(
+        header + "2026-11-20T09:00:00Z,100\n2026-11-20T09:30:00Z,200\n2026-11-20T10:00:00Z,300\n"
+    )
+    source = RecordedCarbon(tmp_path, bundled=False)
+    start = datetime(2026, 11, 20, 9, tzinfo=UTC)
+    assert source.covered_hours("PL", start, 2) == {start: Decimal(150)}
+    # Covered whole by two files end to end, the hour counts, each half at its own file's value.
+    (tmp_path / "PL_later.csv").write_text(header + "2026-11-20T10:30:00Z,500\n2026-11-20T11:30:00Z,500\n")
+    source = RecordedCarbon(tmp_path, bundled=False)
+    assert source.covered_hours("PL", start, 2) == {
+        start: Decimal(150),
+        start + timedelta(hours=1): Decimal(400),
+    }

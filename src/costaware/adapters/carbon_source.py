@@ -208,16 +208,26 @@ class RecordedCarbon:
         )
 
     def covered_hours(self, zone: str, start: datetime, hours: int) -> dict[datetime, Decimal]:
-        """The hours from ``start`` that a file given (not the bundled year) covers, with their values."""
+        """The hours from ``start`` that files given (not the bundled year) cover whole, with their values.
+
+        An hour a file ends inside counted as covered, its last value held past the file's end: it is covered
+        only where files (one, or several end to end, as :meth:`intensity` joins them) hold all of it.
+        """
         start = _utc(start, "start")
         series = [self._load(f) for f in self.files.get(zone, [])]
         covered: dict[datetime, Decimal] = {}
         ends = [recorded_end(one) for one in series]
         for hour in (start + i * _HOUR for i in range(hours)):
-            for one, one_end in zip(series, ends, strict=True):
-                if one.start <= hour and hour < one_end:
-                    covered[hour] = one.mean_usd_per_hour(hour, hour + _HOUR)
-                    break
+            first = next((i for i, one in enumerate(series) if one.start <= hour < ends[i]), None)
+            if first is None:
+                continue
+            if hour + _HOUR <= ends[first]:
+                covered[hour] = series[first].mean_usd_per_hour(hour, hour + _HOUR)
+                continue
+            # It ends inside the hour: joining the files is slow (a scan per hour), so only here.
+            joined = _joined(series, hour, hour + _HOUR)
+            if joined is not None:
+                covered[hour] = joined.mean_usd_per_hour(hour, hour + _HOUR)
         return covered
 
     def _load(self, file: Path) -> PriceSeries:
