@@ -250,19 +250,20 @@ class RecordedCarbon:
         if end <= start:
             raise ConfigurationError(f"end {end.isoformat()} is not after start {start.isoformat()}")
         candidates = self._series(zone)
+        ends = [recorded_end(s) for s in candidates]
         for index, series in enumerate(candidates):
-            if series.start <= start and end <= recorded_end(series):
+            if series.start <= start and end <= ends[index]:
                 # Only where no file before it holds an hour of the window: a file given for 2023-06-14
                 # 00:00-02:00 was passed over for the bundled 2023 year, which covers any 2023 window whole.
-                if not any(s.start < end and start < recorded_end(s) for s in candidates[:index]):
+                if not any(s.start < end and start < ends[i] for i, s in enumerate(candidates[:index])):
                     return _window(series, start, end, name=f"{series.name}, recorded")
                 break
         joined = _joined(candidates, start, end)
         if joined is not None:
             return joined
         spans = "; ".join(
-            f"{s.name} covers {s.start:%Y-%m-%d %H:%M} to {recorded_end(s):%Y-%m-%d %H:%M}"
-            for s in candidates
+            f"{s.name} covers {s.start:%Y-%m-%d %H:%M} to {s_end:%Y-%m-%d %H:%M}"
+            for s, s_end in zip(candidates, ends, strict=True)
         )
         raise PriceNotFoundError(
             f"no recorded carbon intensity for {zone} from {start:%Y-%m-%d %H:%M} to "
@@ -379,7 +380,7 @@ def _then_typical_year(imported: PriceSeries, zone: str, *, until: datetime) -> 
     if end >= until:
         return imported
     bundled = bundled_carbon(zone)
-    year_end = bundled.last + _HOUR
+    year_end = recorded_end(bundled)
     times = [at for at, _ in imported.points]
     values = [value for _, value in imported.points]
     hour = end

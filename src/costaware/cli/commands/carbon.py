@@ -138,7 +138,7 @@ def _typical_year(source: object, zone: str, start: datetime, hours: int) -> Pri
     bundled.
     """
     from costaware.adapters.carbon_data import bundled_carbon, bundled_zones
-    from costaware.adapters.carbon_source import RecordedCarbon
+    from costaware.adapters.carbon_source import RecordedCarbon, recorded_end
     from costaware.core.series import PriceSeries
     from costaware.core.spot_forecast import hourly_series
 
@@ -153,7 +153,8 @@ def _typical_year(source: object, zone: str, start: datetime, hours: int) -> Pri
     files = [f.name for f in source.files.get(zone, [])] if recorded else []
     # So do the bundled year's own hours: a window from 2023-12-31 20:00 said "nothing recorded from
     # 2023-12-31 20:00", its four recorded 2023 hours counted as estimates.
-    in_bundled = [t for t in times if t not in recorded and bundled.start <= t < bundled.last + _HOUR]
+    year_end = recorded_end(bundled)
+    in_bundled = [t for t in times if t not in recorded and bundled.start <= t < year_end]
     recorded |= {t: bundled.mean_usd_per_hour(t, t + _HOUR) for t in in_bundled}
     files += [bundled.name] if in_bundled else []
     typical = f"{bundled.name} at the same dates and hours"
@@ -325,8 +326,8 @@ def _instant(timestamp: str) -> datetime:
     return parse_instant(timestamp, name="timestamp_utc")
 
 
-def _hour_of(timestamp: str) -> datetime:
-    return _instant(timestamp).replace(minute=0, second=0, microsecond=0)
+def _hour(instant: datetime) -> datetime:
+    return instant.replace(minute=0, second=0, microsecond=0)
 
 
 def _merged_import(target: Path, text: str, name: str, series: PriceSeries) -> tuple[str, int, int, int]:
@@ -355,12 +356,14 @@ def _merged_import(target: Path, text: str, name: str, series: PriceSeries) -> t
         ) from e
     earlier = csv.DictReader(io.StringIO(earlier_text.lstrip("\ufeff")))
     newer = csv.DictReader(io.StringIO(text.lstrip("\ufeff")))
-    earlier_rows, newer_rows = list(earlier), list(newer)
+    # Each row's time parsed once: the hours, the span replaced and the order were parsed apart, three times.
+    earlier_rows = [(_instant(row["timestamp_utc"]), row) for row in earlier]
+    newer_rows = [(_instant(row["timestamp_utc"]), row) for row in newer]
     earlier_columns, newer_columns = list(earlier.fieldnames or []), list(newer.fieldnames or [])
-    new_hours = {_hour_of(row["timestamp_utc"]) for row in newer_rows}
-    old_hours = {_hour_of(row["timestamp_utc"]) for row in earlier_rows}
+    new_hours = {_hour(at) for at, _ in newer_rows}
+    old_hours = {_hour(at) for at, _ in earlier_rows}
     new_end = recorded_end(series)
-    kept_rows = [row for row in earlier_rows if not series.start <= _instant(row["timestamp_utc"]) < new_end]
+    kept_rows = [(at, row) for at, row in earlier_rows if not series.start <= at < new_end]
     intensity = set(INTENSITY_COLUMNS.values())
     differ = sorted((set(earlier_columns) ^ set(newer_columns)) & intensity)
     if kept_rows and differ:
@@ -373,7 +376,7 @@ def _merged_import(target: Path, text: str, name: str, series: PriceSeries) -> t
         )
     # Every earlier hour replaced: the new file alone, without columns of the earlier one left blank.
     columns = newer_columns + [c for c in earlier_columns if c not in newer_columns and kept_rows]
-    rows = sorted(kept_rows + newer_rows, key=lambda row: _instant(row["timestamp_utc"]))
+    rows = [row for _, row in sorted(kept_rows + newer_rows, key=lambda timed: timed[0])]
     out = io.StringIO()
     writer = csv.DictWriter(out, fieldnames=columns, restval="", extrasaction="ignore", lineterminator="\n")
     writer.writeheader()
