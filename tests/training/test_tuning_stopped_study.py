@@ -80,3 +80,35 @@ def _counted(function: Any, calls: list[int]) -> Any:
         return function(*args, **kwargs)
 
     return counted
+
+
+@pytest.mark.parametrize("own_trial_running", [False, True], ids=["stopped", "resumed"])
+def test_a_slot_given_the_loaded_study_reads_its_stop_before_it_holds_anything(
+    tmp_path: Any, own_trial_running: bool
+) -> None:
+    # Given the study as loaded (loaded=...), the slot held its time first and found the stop only after: a
+    # hold written, settled and recorded for a study that was over. Its stop is looked for first, as the
+    # slot that loads the study itself does; a trial its holder left running is still resumed.
+    from test_tuning_slot_hold import slot_holds
+
+    from costaware.training.tuning import load_study
+
+    url, ledger, spec = _stopped_study(tmp_path, "loaded-stop")
+    holder = "loaded-stop/r1/trial/0"
+    if own_trial_running:
+        study = optuna.load_study(study_name="loaded-stop", storage=url)
+        left = study.ask({"x": optuna.distributions.FloatDistribution(0.0, 1.0)})
+        left.set_user_attr(TRIAL_ATTR, {"holder": holder, "state": "running"})
+    result = run_trial(
+        storage_url=url, ledger=ledger, study_name="loaded-stop", trainer=InstantTrainer,
+        holder=holder, slot=0, meter=SteppedMeter(), loaded=load_study(url, "loaded-stop", 0, holder),
+        settle_as=EntryOwner(dag_id="loaded-stop", run_id="r1", map_index=0),
+    )  # fmt: skip
+    if own_trial_running:
+        assert result.ran, result.reason
+        return
+    assert not result.ran and not result.goes_on and result.reason == STOP["message"]
+    assert slot_holds(url, holder) == []
+    (skipped,) = [row for row in ledger.entries(dag_id="loaded-stop") if row["outcome"] == "skipped"]
+    assert skipped["note"] == STOP["message"] and skipped["reservation_id"] is None
+    assert ledger.spent(spec.budget_scope) == Decimal(0)

@@ -205,9 +205,27 @@ def stopped_before_load(
     if not stopped:
         return attrs
     running = storage.get_all_trials(study_id, deepcopy=False, states=(optuna.trial.TrialState.RUNNING,))
-    if any(dict(t.user_attrs.get(TRIAL_ATTR) or {}).get("holder") == holder for t in running):
+    if _runs_a_trial_of(running, holder):
         return attrs
     return spec_of(study_name, attrs), dict(stopped)
+
+
+def stop_of_loaded(study: optuna.study.Study, holder: str) -> dict[str, Any] | None:
+    """The recorded stop of a loaded study; None: not stopped, or stopped but resumed by ``holder``.
+
+    As :func:`stopped_before_load` for a study the caller loaded: a slot given it looks for the stop before
+    it holds its time (held first, a hold was written and settled for a study that was over).
+    """
+    stopped = study.user_attrs.get(STOP_ATTR)
+    if not stopped:
+        return None
+    running = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,))
+    return None if _runs_a_trial_of(running, holder) else dict(stopped)
+
+
+def _runs_a_trial_of(running: list[optuna.trial.FrozenTrial], holder: str) -> bool:
+    """Whether a trial among ``running`` is ``holder``'s (an earlier try's, which its retry resumes)."""
+    return any(dict(t.user_attrs.get(TRIAL_ATTR) or {}).get("holder") == holder for t in running)
 
 
 def _study_attrs(storage: optuna.storages.BaseStorage, study_name: str) -> tuple[int, dict[str, Any]]:

@@ -65,6 +65,7 @@ from costaware.training.tuning.study import (
     load_study,
     spec_of,
     started_trials,
+    stop_of_loaded,
     stopped_before_load,
     trial_info,
     trial_timings,
@@ -309,15 +310,15 @@ def _until_reserved(
         if loaded is None:
             early = stopped_before_load(storage_url, study_name, holder)
             if isinstance(early, tuple):
-                spec, stop = early
-                message = stop["message"]
-                record_skipped_slot(ledger, spec, meter() - started, settle_as, message)
-                slot_time.recorded = True
-                return SlotResult(ran=False, reason=message, stop=StopReason(stop["reason"]))
+                return _skipped_at_stop(ledger, *early, meter() - started, settle_as, slot_time)
             attrs = early
             ahead = spec_of(study_name, attrs)
         else:
             ahead = loaded[1]
+            # Given the study loaded, its stop too is looked for before anything is held.
+            stop = stop_of_loaded(loaded[0], holder)
+            if stop is not None:
+                return _skipped_at_stop(ledger, ahead, stop, meter() - started, settle_as, slot_time)
         slot_time.spec = ahead
         seconds = meter() - started
         # Loading the trials is a few reads of the store that just answered one: estimated from that read
@@ -438,6 +439,21 @@ def _until_reserved(
             slot_time.recorded = True
         return reserved
     return s, *reserved
+
+
+def _skipped_at_stop(
+    ledger: Ledger,
+    spec: StudySpec,
+    stop: Mapping[str, Any],
+    seconds: float,
+    owner: EntryOwner,
+    slot_time: _SlotTime,
+) -> SlotResult:
+    """The slot found the study's recorded ``stop`` before holding anything: its ``seconds`` are recorded."""
+    message = stop["message"]
+    record_skipped_slot(ledger, spec, seconds, owner, message)
+    slot_time.recorded = True
+    return SlotResult(ran=False, reason=message, stop=StopReason(stop["reason"]))
 
 
 def _record_slot_error(
