@@ -209,7 +209,10 @@ def test_a_waiting_slot_on_gpus_is_held_again_rarely_not_at_each_poll(
     result = _slot(url, ledger, spec, 1, clock.monotonic, wait_poll_seconds=1.0)
 
     assert not result.ran and result.goes_on and clock.seconds == 35  # the same wait as before
-    assert [h["status"] for h in slot_holds(url, "slot-1")] == ["replaced", "settled"]
+    # Held again as its headroom ran out, each time with half the room past its need (all of it starved
+    # another slot's own hold): a few times in 35 polls, at most once per halving of the 36 s of room.
+    statuses = [h["status"] for h in slot_holds(url, "slot-1")]
+    assert statuses[-1] == "settled" and set(statuses[:-1]) == {"replaced"} and len(statuses) <= 8
     (study,) = ledger.usage(spec.budget_scope)
     assert study.cap_gpu_hours is not None
     assert study.spent_gpu_hours + study.reserved_gpu_hours <= study.cap_gpu_hours
@@ -245,3 +248,50 @@ def test_a_slot_refused_its_hold_before_the_load_says_what_it_held_with_units(
     ) in result.reason
     assert "needs 0.000007 GPU-hours: raise the study's max_gpu_hours (0.5" in result.reason
     assert "loading the study)" not in result.reason
+
+
+def test_a_waiting_slots_gpu_hour_headroom_leaves_room_for_another_slots_own_hold(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Slot 0 waits beside a trial holding 0.45 of 0.5 GPU-hours; held again for its wait, its hold took 600 s
+    # of GPU-hours of headroom as far as the budget had room: all of the 0.05 left. Slot 1, started then, was
+    # refused the hold of its own time so far (1 s: 0.000278 GPU-hours) and went on at once, neither waiting
+    # nor arbitrating, the study's GPU-hours not spent. The headroom takes at most half the room past its
+    # need now: slot 1 holds its time, and the room left pays its trial, within the cap.
+    import optuna
+
+    from costaware.training.tuning.arbitration import WaitingSlots
+    from costaware.training.tuning.reservations import (
+        SLOT_HOLD_SECONDS,
+        cover_gpu_hours,
+        gpu_hours_for,
+        hold_slot_time,
+    )
+
+    clock = FakeClock(monkeypatch)
+    spec = _gpu_study("owned", max_gpu_hours="0.5")
+    url, ledger = _study(tmp_path, spec)
+    ledger.reserve(
+        spec.budget_scope, Decimal(0), gpu_hours=Decimal("0.45"), holder="other", ttl=timedelta(seconds=600)
+    )
+    waiting = hold_slot_time(
+        ledger, spec.budget_scope.as_dict(), Decimal(0), holder="slot-0", run_id="r1", dag_id="owned",
+        seconds=1.0, purpose="slot 0", gpu_hours=gpu_hours_for(1.0, spec.gpus),
+    )  # fmt: skip
+    assert waiting is not None
+    WaitingSlots(optuna.load_study(study_name="owned", storage=url), "slot-0").mark(waiting.id)
+    need = gpu_hours_for(31.0, spec.gpus)
+    kept = cover_gpu_hours(
+        ledger, waiting.id, need, 0, "r1", headroom=gpu_hours_for(SLOT_HOLD_SECONDS, spec.gpus)
+    )
+    (held,) = [h for h in slot_holds(url, "slot-0") if h["id"] == kept]
+    assert need < held["gpu_hours"] < Decimal("0.05")  # some headroom, not all the room
+
+    result = _slot(url, ledger, spec, 1, clock.monotonic, wait_poll_seconds=1.0, seconds_already_used=1.0)
+
+    assert result.ran, result.reason
+    assert result.trial is not None and result.trial.reservation_id is not None
+    assert slot_holds(url, "slot-1")  # its own time was held, replaced by its trial's reservation
+    (study,) = ledger.usage(spec.budget_scope)
+    assert study.cap_gpu_hours is not None
+    assert study.spent_gpu_hours + study.reserved_gpu_hours <= study.cap_gpu_hours

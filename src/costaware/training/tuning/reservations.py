@@ -546,7 +546,9 @@ def cover_gpu_hours(
     and its wait and entry were spent past a ``max_gpu_hours`` cap. Where it holds fewer, it is held again
     with them (same dollars, same holder), the old one closed as replaced. ``headroom``: GPU-hours held past
     ``gpu_hours`` as far as its budgets have room, so that a wait that asks a little more at each poll holds
-    it again rarely (held exactly, a 1 s poll replaced it each second: thousands of rows an hour).
+    it again rarely (held exactly, a 1 s poll replaced it each second: thousands of rows an hour). It takes
+    at most half the room past ``gpu_hours``: taking it all near a ``max_gpu_hours`` cap, it left another
+    slot no room for a hold of its own time, and that slot went on at once, neither waiting nor arbitrating.
 
     Raises:
         BudgetExceededError: a budget over the hold's scope has no room for them (named by the ledger).
@@ -560,7 +562,8 @@ def cover_gpu_hours(
     asked = gpu_hours
     if headroom > 0:
         room = _gpu_hour_room(ledger, held, run_id)
-        asked = gpu_hours + headroom if room is None else max(gpu_hours, min(gpu_hours + headroom, room))
+        spare = headroom if room is None else min(headroom, _half_micros(room - gpu_hours))
+        asked = gpu_hours + max(spare, Decimal(0))
     paid_usd = ledger.paid_from([hold_id]).get(hold_id, Decimal(0))
     who = "the slot" if slot is None else f"slot {slot}"
     again = ledger.reserve(
@@ -575,6 +578,11 @@ def cover_gpu_hours(
         replacing=hold_id,  # closed as "replaced": the entry settles the new hold
     )
     return again.id
+
+
+def _half_micros(gpu_hours: Decimal) -> Decimal:
+    """Half of ``gpu_hours``, rounded down to the micro-GPU-hour the ledger counts (never past the room)."""
+    return (gpu_hours / 2).quantize(Decimal("0.000001"), rounding="ROUND_FLOOR")
 
 
 def _gpu_hour_room(ledger: Ledger, held: Reservation, run_id: str | None) -> Decimal | None:
