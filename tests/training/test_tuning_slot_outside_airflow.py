@@ -295,3 +295,39 @@ def test_a_waiting_slots_gpu_hour_headroom_leaves_room_for_another_slots_own_hol
     (study,) = ledger.usage(spec.budget_scope)
     assert study.cap_gpu_hours is not None
     assert study.spent_gpu_hours + study.reserved_gpu_hours <= study.cap_gpu_hours
+
+
+def test_a_slot_whose_expired_hold_cannot_be_held_again_after_the_load_says_it_expired(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The study took 700 s to load, past the hold's 600 s, and another holder took $9.99 of the $10 meanwhile:
+    # the hold could not be held again, and the skipped entry was settled against it with a warning that
+    # "the budgets it is in had no room for the rest", though it had expired and held nothing.
+    import costaware.training.tuning.trial as trial_module
+
+    clock = FakeClock(monkeypatch)
+    spec = replace(
+        study_spec("slowstore", max_usd="10.00", max_trials=5, fallback_trial_seconds=2.0),
+        usd_per_hour=Decimal("0.36"),
+    )
+    url, ledger = _study(tmp_path, spec)
+    load_study = trial_module.load_study
+
+    def slow_load(*args: Any, **kwargs: Any) -> Any:
+        clock.seconds += 700.0  # a far study store, while another holder reserves nearly all the money
+        ledger.reserve(spec.budget_scope, Decimal("9.99"), holder="other", ttl=timedelta(seconds=3600))
+        return load_study(*args, **kwargs)
+
+    monkeypatch.setattr(trial_module, "load_study", slow_load)
+    with caplog.at_level("WARNING"):
+        result = _slot(url, ledger, spec, 1, clock.monotonic, wait_poll_seconds=0.05)
+
+    assert not result.ran and result.goes_on, result.reason
+    said = " ".join(r.getMessage() for r in caplog.records)
+    assert "had no room for the rest" not in said
+    (hold,) = slot_holds(url, "slot-1")
+    assert (
+        f"slot's skipped entry of $0.07 (700.0 s at the study's $0.36/h) is settled against its hold "
+        f"{hold['id']}, which expired at 2026-12-01T00:10:00+00:00 and could not be held again: it held none "
+        "of it; the time was spent and is recorded"
+    ) in said

@@ -876,7 +876,19 @@ def record_skipped_slot(
             log.warning("slot's skipped entry of %s GPU-hours is past its hold: %s", entry.gpu_hours, e)
     paid = ledger.paid_from([hold]).get(hold, Decimal(0))
     held = ledger.grow(hold, paid + entry.usd)
-    if held.status == "open" and held.usd < paid + entry.usd:
+    if held.lapsed(utcnow()):
+        # Expired (a load past its ttl) and not held again: it holds nothing, whatever room its budgets have.
+        log.warning(
+            "slot's skipped entry of %s (%.1f s at the study's $%s/h) is settled against its hold %s, which "
+            "expired at %s and could not be held again: it held none of it; the time was spent and is "
+            "recorded",
+            format_usd_exact(entry.usd),
+            seconds,
+            spec.usd_per_hour,
+            hold,
+            held.expires_at.isoformat(timespec="seconds"),
+        )
+    elif held.status == "open" and held.usd < paid + entry.usd:
         log.warning(
             "slot's skipped entry of %s (%.1f s at the study's $%s/h) is %s more than its hold %s has left: "
             "the budgets it is in had no room for the rest; the time was spent and is recorded",
