@@ -307,9 +307,7 @@ def _keep_slot_hold(
     # Read without the hold, whose unpaid money would be this try's: only a budget with less room than the
     # try's time is short. The hold's size was given as the room of every budget it is in, and the first
     # of them named, though a budget of $5 over a team tag had plenty.
-    dag_id = holder_dag_id(held.holder) if held.holder else None
-    standing = ledger.usage(held.scope, run_id=run_id, dag_id=dag_id, without=hold_id)
-    short = [u for u in standing if u.label in held.budgets and u.left_usd < usd]
+    short = [u for u in budgets_without(ledger, held, run_id) if u.left_usd < usd]
     if not short:
         # Room made since the grow: another hold settled (a slot giving way to this one), not a budget
         # changed: grown now, it is not held again under a warning about a budget set since it was made.
@@ -556,19 +554,18 @@ def cover_gpu_hours(
     held = next((r for r in ledger.open_reservations() if r.id == hold_id), None)
     if held is None:  # settled, released or expired: not the slot's to hold again here
         return hold_id
-    paid = ledger.paid_from([hold_id], gpu_hours=True).get(hold_id, Decimal(0))
-    if held.gpu_hours - paid >= gpu_hours:
+    unpaid_usd, unpaid_gpu_hours = ledger.unpaid(hold_id)
+    if unpaid_gpu_hours >= gpu_hours:
         return hold_id
     asked = gpu_hours
     if headroom > 0:
         room = _gpu_hour_room(ledger, held, run_id)
         spare = headroom if room is None else min(headroom, _half_micros(room - gpu_hours))
         asked = gpu_hours + max(spare, Decimal(0))
-    paid_usd = ledger.paid_from([hold_id]).get(hold_id, Decimal(0))
     who = "the slot" if slot is None else f"slot {slot}"
     again = ledger.reserve(
         held.scope,
-        max(held.usd - paid_usd, Decimal(0)),
+        unpaid_usd,
         gpu_hours=asked,
         holder=held.holder,
         run_id=run_id,
@@ -587,13 +584,22 @@ def _half_micros(gpu_hours: Decimal) -> Decimal:
 
 def _gpu_hour_room(ledger: Ledger, held: Reservation, run_id: str | None) -> Decimal | None:
     """The fewest GPU-hours left in a budget ``held`` is in, with it given back; None: none caps them."""
-    dag_id = holder_dag_id(held.holder) if held.holder else None
     rooms = [
         u.cap_gpu_hours - u.spent_gpu_hours - u.reserved_gpu_hours
-        for u in ledger.usage(held.scope, run_id=run_id, dag_id=dag_id, without=held.id)
-        if u.label in held.budgets and u.cap_gpu_hours is not None
+        for u in budgets_without(ledger, held, run_id)
+        if u.cap_gpu_hours is not None
     ]
     return min(rooms, default=None)
+
+
+def budgets_without(ledger: Ledger, held: Reservation, run_id: str | None) -> list[BudgetUsage]:
+    """Where each budget ``held`` is in stands without it: what it has unpaid counts as room.
+
+    Read for the holder's run and DAG, as the hold's own budgets were found when it was made.
+    """
+    dag_id = holder_dag_id(held.holder) if held.holder else None
+    standing = ledger.usage(held.scope, run_id=run_id, dag_id=dag_id, without=held.id)
+    return [u for u in standing if u.label in held.budgets]
 
 
 def _pause_until_first_hold_ends(first_end: datetime, poll_seconds: float) -> float:

@@ -45,6 +45,7 @@ from costaware.training.tuning.reservations import (
     SLOT_WAIT_MARGIN_SECONDS,
     SlotYields,
     WaitNotHeld,
+    budgets_without,
     cover_gpu_hours,
     gpu_hours_for,
     hold_slot_time,
@@ -574,7 +575,6 @@ def _grow_slot_hold(
         BudgetExceededError: a budget the hold is in has no room for it (named, as a refused reserve does).
     """
     from costaware.core.budgets import check_cap
-    from costaware.core.ledger import holder_dag_id
 
     usd = usd_for_seconds(seconds, spec.usd_per_hour)
     paid = ledger.paid_from([hold_id]).get(hold_id, Decimal(0))
@@ -585,10 +585,8 @@ def _grow_slot_hold(
     kept = keep_slot_hold_after_load(ledger, hold_id, spec, slot, run_id, seconds)
     if kept != hold_id:
         return kept
-    dag_id = holder_dag_id(held.holder) if held.holder else None
-    for usage in ledger.usage(held.scope, run_id=run_id, dag_id=dag_id, without=hold_id):
-        if usage.label in held.budgets:
-            check_cap(usage, usd, Decimal(0), f"slot {slot}'s time so far")
+    for usage in budgets_without(ledger, held, run_id):
+        check_cap(usage, usd, Decimal(0), f"slot {slot}'s time so far")
     # Every budget has room, yet it was not grown (a budget set since it was made): no hold covers the rest.
     raise BudgetExceededError(
         f"slot {slot}'s hold on its time (reservation {hold_id}) could not be grown to {format_usd(usd)}: a "
