@@ -331,3 +331,16 @@ def test_a_slot_whose_expired_hold_cannot_be_held_again_after_the_load_says_it_e
         f"{hold['id']}, which expired at 2026-12-01T00:10:00+00:00 and could not be held again: it held none "
         "of it; the time was spent and is recorded"
     ) in said
+
+
+def test_a_trials_reservation_holds_its_gpu_hours_rounded_up_as_a_slots_hold_does(tmp_path: Any) -> None:
+    # The trial's reservation rounded its GPU-hours to the nearest micro-GPU-hour (4 s on 1 GPU: 0.001111,
+    # short of 0.0011111...), where the slot's hold beside it rounds up (gpu_hours_for): both round up now.
+    from costaware.training.tuning.reservations import gpu_hours_for, reserve_trial_cost
+
+    spec = _gpu_study("owned", max_gpu_hours="0.5")
+    _, ledger = _study(tmp_path, spec)
+
+    held = reserve_trial_cost(ledger, spec, lambda: 4.0, "slot-1", "r1", 1, poll_seconds=1.0)
+
+    assert held.gpu_hours == gpu_hours_for(4.0, spec.gpus) == Decimal("0.001112")

@@ -753,10 +753,11 @@ def test_on_free_compute_a_trial_is_cut_at_the_gpu_hours_it_reserved(tmp_path) -
     result = one_trial(url, ledger, spec, SecondARung, meter)
     trial = result.trial
     assert trial is not None and trial.state == "cut" and trial.fidelity == 1
-    # 2 s estimated + 0.5 s slack, one GPU: 0.000694 GPU-hours, 2.5 s; rung 2 needs 1.5 s beside the 1 s used.
-    assert trial.decision.startswith("cut before 2: its reservation of 0.000694 GPU-hours buys 2.5 s, 1.0 s")
+    # 2 s estimated + 0.5 s slack, one GPU: 0.000695 GPU-hours rounded up (never short of the 2.5 s), 2.5 s;
+    # rung 2 needs 1.5 s beside the 1 s used.
+    assert trial.decision.startswith("cut before 2: its reservation of 0.000695 GPU-hours buys 2.5 s, 1.0 s")
     (usage,) = [u for u in ledger.usage(spec.budget_scope) if u.label.endswith("/total")]
-    assert usage.spent_gpu_hours <= Decimal("0.000694") and usage.spent_usd == 0
+    assert usage.spent_gpu_hours <= Decimal("0.000695") and usage.spent_usd == 0
 
 
 def test_a_retry_on_free_compute_gets_the_gpu_hours_its_failed_try_left(tmp_path) -> None:  # type: ignore[no-untyped-def]

@@ -130,7 +130,7 @@ def reserve_trial_cost(
     own_wait = max(2 * seconds, 60.0)
     while True:
         usd = usd_for_seconds(seconds, spec.usd_per_hour)
-        gpu_hours = (Decimal(str(seconds)) / 3600 * spec.gpus).quantize(Decimal("0.000001"))
+        gpu_hours = gpu_hours_for(seconds, spec.gpus)
         lease = timedelta(seconds=max(2 * seconds, 60.0) + keep_for_retry_seconds)
         asked_at = utcnow()
         if mark_waiting is not None and replacing is not None:
