@@ -1491,3 +1491,54 @@ def test_a_price_poll_that_fails_is_polled_again_before_the_task_is_retried(
     else:
         assert event["status"] == "error" and event["retry"] is True and len(calls) == MAX_POLL_ERRORS
         assert "spot price poll failed: RequestLimitExceeded" in event["message"]
+
+
+class CountingTaskStateStore(TaskStateStore):
+    """A task state store that counts its reads: each one is a call to the API server."""
+
+    reads = 0
+
+    def get(self, key: str, default: Any = None) -> Any:
+        self.reads += 1
+        return super().get(key, default)
+
+
+def test_a_rescheduled_poke_reads_its_wait_record_once(
+    tmp_path: Path, ledger_env: Ledger, capsys: pytest.CaptureFixture[str], clock: Any
+) -> None:
+    from types import SimpleNamespace
+
+    # The not-given deadline's warning and the wait's end each read the try's record of an earlier
+    # rescheduled wait: one key read twice a poke (three times with the warning of a deadline before the
+    # window), each read a call to the API server.
+    prices = tmp_path / "prices.csv"
+    write_history(prices, current="2.00")  # above the forecast: waits
+    window_end = now() + timedelta(hours=6)  # the deadline: 1 hour of work, 10 minutes' restart overhead
+    store, first_poke = CountingTaskStateStore(), now()
+
+    def poke(rescheduled: int) -> Any:
+        sensor = make_sensor(
+            prices=str(prices),
+            deadline="{{ params.deadline }}",
+            deferrable=False,
+            restart_overhead_minutes=10,
+        )
+        sensor.mode, sensor.deadline = "reschedule", " "  # as rendered with the param unset
+        ti = SimpleNamespace(try_number=1, get_first_reschedule_date=lambda _: first_poke)
+        store.reads = 0
+        return sensor.poke(
+            context(
+                ti=ti,
+                task_reschedule_count=rescheduled,
+                task_state_store=store,
+                data_interval_start=first_poke - timedelta(hours=1),
+                data_interval_end=window_end,
+            )
+        )
+
+    assert poke(0) is False
+    clock.shift(timedelta(hours=4, minutes=51))  # the first poke past the latest start
+    assert poke(1).xcom_value["market"] == "on_demand"
+    assert store.reads == 1
+    out = capsys.readouterr().out
+    assert "as planned" in out and out.count("which is not given") == 1

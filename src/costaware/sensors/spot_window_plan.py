@@ -56,6 +56,8 @@ class SpotWindowPlanning(SpotWindowMarket):
     _warned: set[tuple[tuple[str, int, int], str]]
     _first_looks: dict[tuple[str, int, int], datetime]
     _market_looks: set[tuple[str, int, int]]
+    # This poke's read of the task state store's record of an earlier rescheduled wait (None: not read yet).
+    _waited_read: bool | None = None
 
     # -- planning -------------------------------------------------------------------------------------
 
@@ -68,6 +70,7 @@ class SpotWindowPlanning(SpotWindowMarket):
         said when the wait began (now past the latest start, it would warn of an on-demand start as if due
         to a deadline too near).
         """
+        self._waited_read = None  # read at most once a poke: each read is a call to the API server
         if self._zone() is not None:
             check_aws_zone(str(self.availability_zone))  # rendered: checked before any decision uses it
         # Checked now: a run that decides at once never reads the file. A rendered "None" or " " is not
@@ -285,8 +288,17 @@ class SpotWindowPlanning(SpotWindowMarket):
         if try_key(context) in self._market_looks:
             return True
         if self.reschedule and not self.deferrable:
-            return waited_at_a_rescheduled_poke(context, self.log)
+            return self._waited_at_a_rescheduled_poke(context)
         return False
+
+    def _waited_at_a_rescheduled_poke(self, context: Context) -> bool:
+        """:func:`waited_at_a_rescheduled_poke`, read once a poke (``_plan`` forgets it at each poke).
+
+        A poke asked it for each warning due and for the wait's end: up to three reads of one key.
+        """
+        if self._waited_read is None:
+            self._waited_read = waited_at_a_rescheduled_poke(context, self.log)
+        return self._waited_read
 
     def _warn_once(self, warning: str, context: Context) -> bool:
         """Whether ``warning``, about the run's arguments, is due: once a try, not at every poke.
@@ -298,7 +310,7 @@ class SpotWindowPlanning(SpotWindowMarket):
         """
         pokes_rescheduled = self.reschedule and not self.deferrable
         said = (try_key(context), warning)
-        if said in self._warned or (pokes_rescheduled and waited_at_a_rescheduled_poke(context, self.log)):
+        if said in self._warned or (pokes_rescheduled and self._waited_at_a_rescheduled_poke(context)):
             return False
         self._warned.add(said)
         return True
