@@ -598,7 +598,7 @@ def test_a_mapped_store_uri_element_that_is_none_is_refused_not_taken_as_left_ou
     # Airflow builds each copy of .expand(store_uri=<XCom list>) through __init__ with its element: a None
     # (a lookup left unset for one element) read as store_uri left out, the worker's default cache.
     import pendulum
-    from airflow.sdk import DAG
+    from airflow.sdk import DAG, BaseOperator
 
     monkeypatch.setenv("COSTAWARE_FEATURE_CACHE", str(tmp_path / "default-cache"))
     args = {"ledger_conn_id": "test_ledger", "usd_per_hour": "3.60", "pass_paths": True}
@@ -606,7 +606,7 @@ def test_a_mapped_store_uri_element_that_is_none_is_refused_not_taken_as_left_ou
         inputs = {"flights": str(flights_dir)}
         mapped = CachedFeaturesOperator.partial(
             task_id="features", transform=_paths_transform, inputs=inputs, **args
-        ).expand(store_uri=[str(tmp_path / "store"), None])
+        ).expand(store_uri=BaseOperator(task_id="stores").output)  # known as the copies run
         left_out = CachedFeaturesOperator.partial(  # store_uri in neither: the default cache
             task_id="features_default", transform=_paths_transform, inputs=inputs, **args
         ).expand(version=["v1"])
@@ -650,6 +650,34 @@ def test_store_uri_none_written_out_in_partial_is_refused_when_the_dag_is_parsed
     assert plain.execute(context())["uri"].startswith(str(tmp_path / "default-cache"))
 
 
+def test_a_none_in_a_store_uri_list_written_out_is_refused_when_the_dag_is_parsed(
+    flights_dir: Path, tmp_path: Path
+) -> None:
+    # Airflow built each copy at parse and the None's copy was refused only as it ran, after the others.
+    import pendulum
+    from airflow.sdk import DAG
+
+    from costaware.core.errors import ConfigurationError
+
+    args = {"ledger_conn_id": "test_ledger", "usd_per_hour": "3.60", "pass_paths": True}
+    with DAG("listed_stores", schedule=None, start_date=pendulum.datetime(2026, 1, 1)) as dag:
+        partial = CachedFeaturesOperator.partial(
+            task_id="features", transform=_paths_transform, inputs={"flights": str(flights_dir)}, **args
+        )
+        message = (
+            "task 'features': store_uri[1] is None in CachedFeaturesOperator.partial(...).expand(store_uri="
+            "[...]), which names no store for that copy: give each element a location, or leave store_uri "
+            "out of .expand() for the default cache"
+        )
+        with pytest.raises(ConfigurationError, match=re.escape(message)):
+            partial.expand(store_uri=[str(tmp_path / "a"), None])
+        assert "features" not in dag.task_dict  # nothing was added to the DAG
+        listed = CachedFeaturesOperator.partial(
+            task_id="listed", transform=_paths_transform, inputs={"flights": str(flights_dir)}, **args
+        ).expand(store_uri=[str(tmp_path / "a"), str(tmp_path / "b")])
+    assert listed.unmap({"store_uri": str(tmp_path / "b")}).store_uri == str(tmp_path / "b")
+
+
 def test_partial_on_a_task_is_refused_as_airflow_refuses_it(flights_dir: Path) -> None:
     # The classmethod that refuses store_uri=None in .partial() replaced Airflow's guard: task.partial(...)
     # mapped the task's class instead of saying that partial is the class's.
@@ -678,7 +706,7 @@ def test_store_uri_none_in_default_args_reads_as_left_out_in_mapped_copies_as_in
     # Airflow builds each mapped copy with the default_args too: a task of its own read their None as left
     # out (the default cache) while each mapped copy beside it was refused as it ran.
     import pendulum
-    from airflow.sdk import DAG, TaskGroup
+    from airflow.sdk import DAG, BaseOperator, TaskGroup
 
     monkeypatch.setenv("COSTAWARE_FEATURE_CACHE", str(tmp_path / "default-cache"))
     args = {"ledger_conn_id": "test_ledger", "usd_per_hour": "3.60", "pass_paths": True}
@@ -697,7 +725,7 @@ def test_store_uri_none_in_default_args_reads_as_left_out_in_mapped_copies_as_in
         ).expand_kwargs([{"version": "v2"}])
         stores = CachedFeaturesOperator.partial(
             task_id="stores", transform=_paths_transform, inputs=inputs, **args
-        ).expand(store_uri=[None])
+        ).expand(store_uri=BaseOperator(task_id="lookup").output)
     default_cache = str(tmp_path / "default-cache")
     assert plain.execute(context())["uri"].startswith(default_cache)
     assert versions.unmap({"version": "v1"}).execute(context())["uri"].startswith(default_cache)

@@ -10,6 +10,7 @@ from decimal import Decimal
 from typing import TYPE_CHECKING, Any, Literal
 
 from airflow.sdk import BaseOperator
+from airflow.sdk.definitions.mappedoperator import OperatorPartial
 
 from costaware.core.given import blank, names_nothing, not_given
 from costaware.glue import (
@@ -25,7 +26,7 @@ from costaware.settings import feature_cache
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
-    from airflow.sdk.definitions.mappedoperator import OperatorPartial
+    from airflow.sdk.definitions.mappedoperator import MappedOperator
 
     from costaware.adapters.feature_manifest import Computed, Outcome
     from costaware.adapters.object_store import S3Options
@@ -156,6 +157,32 @@ class _OnTheClassOnly:
         return partial_of_the_class
 
 
+class _FeaturesPartial(OperatorPartial):
+    """Airflow's ``partial(...)`` of ``CachedFeaturesOperator``, refusing a ``None`` store when it expands.
+
+    A literal ``.expand(store_uri=[..., None])`` built its copies at parse and refused that one only as it
+    ran; an XComArg's elements are known only then, so they are still checked as each copy runs.
+    """
+
+    __slots__ = ()  # the layout of OperatorPartial, so that partial() can hand Airflow's own as this class
+
+    def expand(self, **mapped_kwargs: Any) -> MappedOperator:
+        stores = mapped_kwargs.get("store_uri")
+        if isinstance(stores, Sequence) and not isinstance(stores, str):
+            for index, store in enumerate(stores):
+                if store is None:
+                    from costaware.core.errors import ConfigurationError
+
+                    raise ConfigurationError(
+                        f"task {self.kwargs.get('task_id')!r}: store_uri[{index}] is None in "
+                        f"{self.operator_class.__name__}.partial(...).expand(store_uri=[...]), which names "
+                        "no store for that copy: give each element a location, or leave store_uri out of "
+                        ".expand() for the default cache ($COSTAWARE_FEATURE_CACHE or "
+                        "$AIRFLOW_HOME/costaware/features)"
+                    )
+        return super().expand(**mapped_kwargs)
+
+
 class CachedFeaturesOperator(BaseOperator):
     """Build features with a transform, or reuse the stored result when nothing it depends on changed.
 
@@ -180,10 +207,10 @@ class CachedFeaturesOperator(BaseOperator):
         transform_params: Keyword arguments of the transform; part of the key (templated).
         store_uri: Where entries live: an absolute folder or ``s3://bucket/prefix`` (templated; one
             written out or rendered empty, ``None`` or ``null`` names no store and is refused, as
-            ``model_store`` is, as is a ``None`` element of ``.expand(store_uri=...)`` as the task runs,
-            and ``None`` in ``.partial(...)`` when the DAG is parsed); left out (or ``None`` written out in
-            a task of its own, or given by ``default_args``, mapped copies too),
-            ``$COSTAWARE_FEATURE_CACHE`` or ``$AIRFLOW_HOME/costaware/features``.
+            ``model_store`` is; so is a ``None`` element of ``.expand(store_uri=...)``: of a list written out
+            when the DAG is parsed, as ``None`` in ``.partial(...)`` is, of an XComArg as the task runs);
+            left out (or ``None`` written out in a task of its own, or given by ``default_args``, mapped
+            copies too), ``$COSTAWARE_FEATURE_CACHE`` or ``$AIRFLOW_HOME/costaware/features``.
         version: Key the code by this string instead of by its source (templated; one rendered empty,
             ``None`` or ``null`` is not given).
         pass_paths: Hand the transform URIs instead of DataFrames (for transforms that read lazily).
@@ -293,7 +320,8 @@ class CachedFeaturesOperator(BaseOperator):
         """Airflow's ``partial``, refusing ``store_uri=None`` written out when the DAG is parsed.
 
         Each mapped copy is built with the ``partial`` arguments, so the None reached ``__init__`` as an
-        element's does, and each copy was refused only as it ran.
+        element's does, and each copy was refused only as it ran. Its ``expand`` refuses a ``None`` in a
+        literal ``store_uri`` list (see :class:`_FeaturesPartial`).
 
         Raises:
             ConfigurationError: ``store_uri=None``, with what to write instead.
@@ -306,7 +334,11 @@ class CachedFeaturesOperator(BaseOperator):
                 "store: leave store_uri out of .partial() for the default cache ($COSTAWARE_FEATURE_CACHE or "
                 "$AIRFLOW_HOME/costaware/features), or give a location"
             )
-        return super().partial(**kwargs)
+        partial = super().partial(**kwargs)
+        # Recast, not rebuilt: a second OperatorPartial would validate the arguments again, and the one
+        # left unexpanded warn "was never mapped" when collected.
+        partial.__class__ = _FeaturesPartial
+        return partial
 
     partial = _OnTheClassOnly("_partial_refusing_no_store")
 
