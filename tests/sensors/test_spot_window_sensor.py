@@ -1542,3 +1542,40 @@ def test_a_rescheduled_poke_reads_its_wait_record_once(
     assert store.reads == 1
     out = capsys.readouterr().out
     assert "as planned" in out and out.count("which is not given") == 1
+
+
+def test_an_instance_type_the_bundled_list_lacks_is_refused_when_the_dag_is_parsed(tmp_path: Path) -> None:
+    # A typo passed the parse and failed each run, as "unknown instance type".
+    prices = tmp_path / "prices.csv"
+    write_history(prices, current="1.00")
+    message = (
+        "instance_type 'p3.2xlarg' is not in the bundled EC2 price list the sensor prices it from (unknown "
+        "instance type 'p3.2xlarg'; did you mean p3.2xlarge"
+    )
+    with pytest.raises(ConfigurationError, match=re.escape(message)):
+        make_sensor(prices=str(prices), instance_type="p3.2xlarg")
+    # A template is checked once rendered, as the run reads it.
+    templated = make_sensor(prices=str(prices), instance_type="{{ params.instance_type }}")
+    assert templated.instance_type == "{{ params.instance_type }}"
+
+
+def test_a_prices_file_the_dag_processor_lacks_is_warned_of_when_parsed_not_refused(
+    tmp_path: Path, ledger_env: Ledger, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The file may be on the workers alone: refused at parse, such a DAG would never load.
+    on_workers = tmp_path / "workers-only" / "prices.csv"
+    deadline = (now() + timedelta(hours=8)).isoformat()
+    sensor = make_sensor(prices=str(on_workers), deadline=deadline, deferrable=False)
+    said = capsys.readouterr().out
+    assert f"prices {str(on_workers)!r} is neither 'live' nor a file on this machine" in said
+    assert "[warning" in said
+    make_sensor(prices="lvie")
+    assert "nor a file on this machine (did you mean 'live'?)" in capsys.readouterr().out
+    for fine in ("live", " ", "{{ params.prices }}"):  # live, not given, a template: nothing to say
+        make_sensor(prices=fine)
+    assert "on this machine" not in capsys.readouterr().out
+    # There once the task runs on the worker: read, not refused (a wait for spot, or a start).
+    on_workers.parent.mkdir()
+    write_history(on_workers, current="1.00")
+    poked = sensor.poke(context())
+    assert poked is False or poked.xcom_value["market"] == "spot"

@@ -26,7 +26,12 @@ from costaware.core.spot_window import SpotDecision, given_priority
 from costaware.glue import DEFAULT_AWS_CONN_ID, DEFAULT_LEDGER_CONN_ID, airflow_errors, check_tags
 from costaware.operators.remote_training_args import parse_zones
 from costaware.operators.templating import is_literal
-from costaware.sensors.spot_window_arguments import check_written, parse_overhead_and_history
+from costaware.sensors.spot_window_arguments import (
+    check_instance_type_written,
+    check_written,
+    parse_overhead_and_history,
+    prices_file_missing_here,
+)
 
 # The sensor's bases: the market looks and the decision's record (spot_window_market), the plan and its
 # warnings (spot_window_plan). _objective, moved there, stays importable from here.
@@ -50,13 +55,15 @@ class SpotWindowSensor(SpotWindowPlanning):
     stops waiting and chooses on-demand. With ``deferrable=True`` it waits in the triggerer.
 
     Args:
-        instance_type: EC2 instance type (templated).
+        instance_type: EC2 instance type of the bundled price list (templated; written out, one the list
+            lacks is refused when the DAG is parsed).
         region: AWS region (templated).
         expected_runtime_hours: Expected training time (templated).
         availability_zone: Zone whose price to use; default the region's cheapest zone (templated).
         prices: ``"live"`` for EC2 ``DescribeSpotPriceHistory`` through ``aws_conn_id``, or the path of a
             recorded price file (JSON or CSV) (templated; one rendered empty, ``None`` or ``null`` is
-            ``"live"``).
+            ``"live"``; a file written out that the DAG processor does not have is warned of when the DAG is
+            parsed, and refused when the task runs if the worker does not have it either).
         deadline: When training must be done, ISO text or datetime; default the run's ``data_interval_end``
             (with ``OffPeakTimetable``, the end of the window) (templated).
         earliest_start: Nothing starts before this; default the run's ``data_interval_start`` (templated).
@@ -155,12 +162,16 @@ class SpotWindowSensor(SpotWindowPlanning):
             objective=objective,
             carbon_usd_per_tonne=carbon_usd_per_tonne,
         )
+        check_instance_type_written(instance_type)
         self.instance_type = instance_type
         self.region = region
         self.expected_runtime_hours = expected_runtime_hours
         if is_literal(availability_zone) and blank(availability_zone) is not None:
             check_aws_zone(str(availability_zone))  # a typo would otherwise match no zone's prices
         self.availability_zone = availability_zone
+        missing_here = prices_file_missing_here(prices)
+        if missing_here:
+            self.log.warning("%s", missing_here)
         self.prices = prices
         self.deadline = deadline
         # As written: a template of it that renders not given ("{{ params.deadline }}" unset) is warned.

@@ -60,6 +60,49 @@ def written(value: Any) -> bool:
     return blank(value) is not None and (is_literal(value) or isinstance(value, datetime))
 
 
+def check_instance_type_written(instance_type: Any) -> None:
+    """Refuse an instance type written out that the bundled EC2 price list lacks (templates: at run time).
+
+    The run prices and forecasts it from that list: a typo passed the parse and failed each run.
+
+    Raises:
+        ConfigurationError: the type, with the closest listed names.
+    """
+    if not written(instance_type):
+        return
+    from costaware.adapters.price_files import bundled_catalog
+    from costaware.core.errors import PriceNotFoundError
+
+    try:
+        bundled_catalog().check_instance_type(str(instance_type).strip())
+    except PriceNotFoundError as e:
+        raise ConfigurationError(
+            f"instance_type {instance_type!r} is not in the bundled EC2 price list the sensor prices it "
+            f"from ({e}): write a listed type"
+        ) from e
+
+
+def prices_file_missing_here(prices: Any) -> str | None:
+    """Why ``prices`` written out is no file on this machine (the DAG processor's), or None.
+
+    Only a warning when the DAG is parsed: the file may be on the workers alone, where the run refuses it
+    if it is not there either.
+    """
+    from pathlib import Path
+
+    from costaware.adapters.spot_market import LIVE
+    from costaware.core.errors import did_you_mean
+
+    text = str(prices).strip() if written(prices) else LIVE
+    if text == LIVE or Path(text).is_file():
+        return None
+    hint = did_you_mean(text.lower(), [LIVE]) if "/" not in text else ""
+    return (
+        f"prices {text!r} is neither {LIVE!r} nor a file on this machine{hint}: the task refuses it as it "
+        "runs unless the workers have that file; give 'live' or the path of a recorded spot price file"
+    )
+
+
 def check_written(
     *,
     expected_runtime_hours: Any,
