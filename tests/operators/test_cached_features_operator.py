@@ -887,3 +887,32 @@ def test_an_input_that_is_not_parquet_fails_without_retry_or_cache_entry(
     assert "fix the file it names or move it out of the input" in str(failed.value)
     assert ledger_conn.entries() == []
     assert not list((tmp_path / "cache").rglob("*.parquet"))
+
+
+def test_an_argument_given_only_in_the_default_args_of_partial_is_warned_of_as_airflow_drops_it(
+    flights_dir: Path,
+) -> None:
+    # Airflow's partial keeps BaseOperator's arguments alone of a task's default_args: version was dropped
+    # in silence, and every copy keyed by the transform's source.
+    import warnings
+
+    import pendulum
+    from airflow.sdk import DAG
+
+    given = {"transform": _paths_transform, "inputs": {"flights": str(flights_dir)}, "pass_paths": True}
+    with DAG("partial_defaults", schedule=None, start_date=pendulum.datetime(2026, 1, 1)):
+        message = (
+            "task 'features': CachedFeaturesOperator.partial(default_args=...) gives version, which Airflow "
+            "drops from a mapped task's own default_args (it keeps BaseOperator's arguments alone): pass "
+            "version to .partial() itself, or in the DAG's default_args"
+        )
+        with pytest.warns(UserWarning, match=re.escape(message)):
+            mapped = CachedFeaturesOperator.partial(
+                task_id="features", default_args={"version": "v9", "retries": 3}, **given
+            ).expand(store_uri=["/srv/features"])
+        assert mapped.unmap({"store_uri": "/srv/features"}).version is None  # what the warning is about
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # Airflow's own arguments, and ours given to partial: nothing
+            CachedFeaturesOperator.partial(
+                task_id="kept", default_args={"retries": 3, "version": "v8"}, version="v9", **given
+            ).expand(store_uri=["/srv/features"])

@@ -157,6 +157,30 @@ class _OnTheClassOnly:
         return partial_of_the_class
 
 
+def _warn_of_dropped_default_args(operator_class: type[BaseOperator], kwargs: Mapping[str, Any]) -> None:
+    """Warn of the operator's own arguments given only in ``.partial(default_args=...)``: Airflow drops them.
+
+    Its ``partial`` keeps only BaseOperator's arguments of a task's own ``default_args``, and the mapped
+    copies are built with the DAG's: ``version`` given there keyed every copy by its source, in silence.
+    """
+    import inspect
+    import warnings
+
+    defaults = kwargs.get("default_args") or {}
+    common = set(inspect.signature(BaseOperator.__init__).parameters)
+    own = set(inspect.signature(operator_class.__init__).parameters) - common - {"self", "kwargs"}
+    dropped = sorted(name for name in defaults if name in own and name not in kwargs)
+    if dropped:
+        names = ", ".join(dropped)
+        warnings.warn(
+            f"task {kwargs.get('task_id')!r}: {operator_class.__name__}.partial(default_args=...) gives "
+            f"{names}, which Airflow drops from a mapped task's own default_args (it keeps BaseOperator's "
+            f"arguments alone): pass {names} to .partial() itself, or in the DAG's default_args",
+            UserWarning,
+            stacklevel=4,
+        )
+
+
 class _FeaturesPartial(OperatorPartial):
     """Airflow's ``partial(...)`` of ``CachedFeaturesOperator``, refusing a ``None`` store when it expands.
 
@@ -334,6 +358,7 @@ class CachedFeaturesOperator(BaseOperator):
                 "store: leave store_uri out of .partial() for the default cache ($COSTAWARE_FEATURE_CACHE or "
                 "$AIRFLOW_HOME/costaware/features), or give a location"
             )
+        _warn_of_dropped_default_args(cls, kwargs)
         partial = super().partial(**kwargs)
         # Recast, not rebuilt: a second OperatorPartial would validate the arguments again, and the one
         # left unexpanded warn "was never mapped" when collected.
