@@ -1242,6 +1242,31 @@ def test_a_run_whose_only_cost_is_a_hold_of_a_holder_outside_airflow_is_reported
     assert "the ledger has no entries for DAG 'trails'" in capsys.readouterr().err
 
 
+@pytest.mark.usefixtures("clock")
+def test_a_run_whose_only_cost_is_a_runless_hold_outside_airflow_is_told_why_it_cannot_be_reported(
+    ledger_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Under budgets per month and day the hold keeps its holder and budgets alone, not the run it was
+    # reserved for: `report --run-id` said only "no entries for run", as for a mistyped id.
+    ledger = Ledger.from_url(ledger_url)
+    ledger.set_budget("project=x", "month", "10")
+    ledger.set_budget("project=x", "day", "5")
+    ledger.reserve("project=x", "2.5", holder="my-trainer-7", run_id="r1", dag_id="trials")
+    why = (
+        "1 open hold of 'my-trainer-7' (outside Airflow) reserves $2.50 but names no run: a hold keeps a "
+        "run id only in a per-run budget (`costaware budget set --period run`), so one of this run cannot be "
+        "told from it (`costaware budget holds` lists it)"
+    )
+    assert main(["--ledger-url", ledger_url, "report", "--run-id", "r1"]) == 2
+    err = capsys.readouterr().err
+    assert "the ledger has no entries for run 'r1'" in err and why in err
+    assert main(["--ledger-url", ledger_url, "report", "--dag-id", "trials", "--run-id", "r1"]) == 2
+    assert why in capsys.readouterr().err
+    # A DAG asked for alone is no run: nothing said of the holds.
+    assert main(["--ledger-url", ledger_url, "report", "--dag-id", "trials"]) == 2
+    assert "outside Airflow" not in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("json_logs", [False, True])
 def test_logs_go_to_stderr_even_when_airflow_is_imported_during_the_command(
     tmp_path: Path, json_logs: bool

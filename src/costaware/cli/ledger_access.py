@@ -155,7 +155,7 @@ def refuse_unknown_names(ledger: Any, dag_id: str | None, run_id: str | None) ->
     Raises:
         CostawareError: naming the id, with the DAGs the ledger has (and the closest one).
     """
-    from costaware.cli.pending import what_waits
+    from costaware.cli.pending import runless_holds_note, what_waits
     from costaware.core.errors import CostawareError
 
     if dag_id and ledger.last_run_id(dag_id) is None:
@@ -163,7 +163,7 @@ def refuse_unknown_names(ledger: Any, dag_id: str | None, run_id: str | None) ->
         if not waiting:
             raise CostawareError(
                 f"the ledger has no entries for DAG {dag_id!r}: check the name (a DAG that has not run yet "
-                f"has none){dag_hint(ledger, dag_id)}"
+                f"has none){dag_hint(ledger, dag_id)}{runless_holds_note(ledger) if run_id else ''}"
             )
         if not run_id:  # its costs are on their way (spooled, or held): a known name, answered as empty
             print(
@@ -178,7 +178,7 @@ def refuse_unknown_names(ledger: Any, dag_id: str | None, run_id: str | None) ->
             raise CostawareError(
                 # `costaware runs list` lists retrain outcomes only: a spend gate's DAG had no run in it.
                 f"the ledger has no entries for run {run_id!r}{of_dag}: check the run id "
-                f"({runs_listed(dag_id)})"
+                f"({runs_listed(dag_id)}){runless_holds_note(ledger)}"
             )
         print(
             f"costaware: note: the ledger has no entries for run {run_id!r}{of_dag} yet; {waiting}",

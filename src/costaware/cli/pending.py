@@ -58,6 +58,38 @@ def what_waits(ledger: Any, dag_id: str | None, run_id: str | None) -> str:
     return "; ".join(said)
 
 
+def runless_holds_note(ledger: Any) -> str:
+    """``; <why>`` where open holds of holders outside Airflow name no run, so no run can claim them ("").
+
+    Such a hold (holder ``my-trainer-7``) under budgets per month or day keeps no run id: the reservation
+    stores its holder and budgets alone, and only a per-run budget's key names the run. ``report --run-id``
+    of its run said only "no entries for run", as for a mistyped id.
+    """
+    from costaware.adapters.airflow_tasks import search_of
+    from costaware.core.budgets import is_run_key
+    from costaware.core.ledger import read_holder
+    from costaware.core.money import format_usd_exact
+
+    runless = [
+        hold
+        for hold in ledger.open_reservations()
+        if search_of(hold.holder) is None
+        and read_holder(hold.holder) is None
+        and not any(is_run_key(key) for key in ledger.hold_periods(hold.id).values())
+    ]
+    if not runless:
+        return ""
+    held = format_usd_exact(sum((hold.usd for hold in runless), Decimal(0)))
+    holders = ", ".join(sorted({repr(hold.holder) for hold in runless})[:5])
+    one = len(runless) == 1
+    return (
+        f"; {len(runless)} open hold{'' if one else 's'} of {holders} (outside Airflow) "
+        f"reserve{'s' if one else ''} {held} but name{'s' if one else ''} no run: a hold keeps a run id only "
+        f"in a per-run budget (`costaware budget set --period run`), so one of this run cannot be told from "
+        f"{'it' if one else 'them'} (`costaware budget holds` lists {'it' if one else 'them'})"
+    )
+
+
 def spooled_here(dag_id: str | None = None, run_id: str | None = None) -> tuple[Path, int]:
     """This machine's spool and how many of its entries (of ``dag_id`` and ``run_id``) a drain will write.
 
