@@ -67,3 +67,33 @@ def test_a_kill_of_an_earlier_run_that_billed_the_same_time_is_not_a_later_run_s
         check, entry_uid=billed("train-a1", KILLED_AT, 1800).entry_uid, ended_at=KILLED_AT.timestamp()
     )
     assert billed_already(ledger, same) == kill.usd
+
+
+def test_the_job_end_survives_a_note_cut_to_its_limit() -> None:
+    # The note was cut whole at 500 characters: a long job name and a reason of one long token (a stack
+    # trace without spaces, a base64 blob) cut it at the last space, just after the end, and the end read
+    # from the note (how a drain tells this run from a later one under the same name) was gone.
+    from costaware.core.ledger import MAX_NOTE_CHARS
+    from costaware.training.remote import end_of_attempt_note, job_of_attempt_note
+
+    job_id = "train-" + "x" * 194
+    entry = attempt_entry(
+        identity=TASK,
+        attempt=1,
+        job={
+            "job_id": job_id,
+            "ended_at": KILLED_AT.timestamp(),
+            "billable_seconds": 60,
+            "instance_type": "m5.large",
+            "market": "spot",
+            "state": "failed",
+            "reason": "E" * 600,
+        },
+        usd_per_hour=Decimal("1.00"),
+        on_demand_usd_per_hour=None,
+        region="us-east-1",
+        backend="local",
+        tags={},
+    )
+    assert len(entry.note) == MAX_NOTE_CHARS and entry.note.endswith("…")
+    assert end_of_attempt_note(entry.note) == KILLED_AT and job_of_attempt_note(entry.note) == job_id

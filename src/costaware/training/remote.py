@@ -15,7 +15,7 @@ from typing import Any
 
 from costaware.adapters.emissions import with_emissions
 from costaware.adapters.redaction import redacted
-from costaware.core.ledger import Kind, LedgerEntry, clipped_note, compute_cost, utcnow
+from costaware.core.ledger import MAX_NOTE_CHARS, Kind, LedgerEntry, clipped_note, compute_cost, utcnow
 
 _SLUG = re.compile(r"[^a-z0-9]+")
 #: Ledger ``cause`` of an attempt, by how its job ended.
@@ -186,8 +186,8 @@ def attempt_entry(
         cause=cause or CAUSES.get(str(job["state"]), "code_error"),
         price_source=f"remote:{backend}",
         # The job's reason may quote its command line or environment: a secret there is masked.
-        note=clipped_note(
-            redacted(f"attempt {attempt}, job {job['job_id']} on {backend}, {billed}{ended_note}: {reason}")
+        note=_attempt_note(
+            f"attempt {attempt}, job {job['job_id']} on {backend}, {billed}{ended_note}: ", reason
         ),
         entry_uid=attempt_uid(key),
     )
@@ -203,6 +203,24 @@ def attempt_entry(
         grid_zone=_local_grid_zone() if backend == "local" else None,
         grid_zone_from=settings.WORKER_GRID_ZONE_SETTING,  # one spelling, that the Cost page shows too
     )
+
+
+def _attempt_note(head: str, reason: str) -> str:
+    """An attempt entry's note: ``head`` (its job and the job's end) whole, then ``reason`` cut to fit.
+
+    Cut as a whole, a long job name and a reason of one long token lost the end (cut at the last space, just
+    after it), which the drain reads to tell this run from a later one under the same name. A head that
+    leaves no room (a name near the limit) is cut with the rest: nothing else fits.
+    """
+    head = redacted(head)
+    room = MAX_NOTE_CHARS - len(head)
+    if room < _MIN_REASON_CHARS:
+        return clipped_note(head + redacted(reason))
+    return head + clipped_note(redacted(reason), room)
+
+
+#: The least of a reason an attempt's note keeps after its head: a word or two.
+_MIN_REASON_CHARS = 20
 
 
 def _local_grid_zone() -> str | None:
