@@ -332,6 +332,8 @@ class DrainResult:
     waiting: int = 0
     #: Remote attempts' bills dropped: a try billed the same attempt meanwhile, under another key.
     billed_already: int = 0
+    #: Remote attempts' bills kept for a person: a row of the job's name may bill the same run or a later one.
+    unsure: int = 0
     #: Ledger connection id -> why it could not be opened or written (its entries wait).
     unavailable: dict[str, str] | None = None
 
@@ -392,6 +394,11 @@ def drain(
                 _keep_billed(claimed, path.name, data, stored)
                 result.billed_already += 1
                 continue
+            unknown = None if data.get("another_run") else _row_of_unknown_run(ledger, data)
+            if unknown is not None:
+                _keep_unsure(claimed, path.name, data, unknown)
+                result.unsure += 1
+                continue
             if isinstance(data.get("duplicate_check"), dict):
                 # A remote attempt's bill (a worker's kill): never a retry's, whatever an older file says.
                 record_paid_from_hold(ledger, entry)
@@ -437,19 +444,69 @@ def _billed_meanwhile(ledger: Any, data: dict[str, Any]) -> Decimal | None:
     return billed_already(ledger, DuplicateCheck.from_json(check))
 
 
+def _row_of_unknown_run(ledger: Any, data: dict[str, Any]) -> dict[str, Any] | None:
+    """A row that may bill the spooled remote attempt's run or a later one (None: none, or no such bill).
+
+    Raises what the ledger's reads raise.
+    """
+    check = data.get("duplicate_check")
+    if not isinstance(check, dict):
+        return None
+    from costaware.training.attempt_duplicates import DuplicateCheck, row_of_unknown_run
+
+    row = row_of_unknown_run(ledger, DuplicateCheck.from_json(check))
+    return None if row is None else dict(row)
+
+
+def _moved_to_billed(claimed: Path, name: str, why: str) -> Path | None:
+    """Move a claimed spool file to ``spool/billed``; the folder, or None where it could not be moved."""
+    billed = claimed.parent / BILLED
+    try:
+        billed.mkdir(exist_ok=True)
+        claimed.replace(billed / name)
+    except OSError as e:  # kept under its claimed name: a later drain asks again once it is stale
+        log.error("costaware: could not move spooled %s (%s) to %s: %s", name, why, billed, e)
+        return None
+    return billed
+
+
+def _keep_unsure(claimed: Path, name: str, data: dict[str, Any], row: dict[str, Any]) -> None:
+    """Keep a spooled bill in ``spool/billed`` for a person: the ledger cannot tell whether it is billed.
+
+    Written, a run that a new try billed under an older note (no end) counted twice; dropped, a later run's
+    bill stood for it. Not written, then, and logged whole: what the person looks at and does.
+    """
+    billed = _moved_to_billed(claimed, name, "its run unsure")
+    if billed is None:
+        return
+    check = data.get("duplicate_check") or {}
+    entry = data.get("entry") or {}
+    log.error(
+        "costaware: spooled %s (job %s, $%s) was not written: the ledger has entry %s of the same job "
+        "($%s, written %s, try %s), whose note gives no job end (written before notes gave it, or cut), so "
+        "whether it bills this run or a later one under the same name cannot be told. Kept in %s: if that "
+        'entry bills another run, add "another_run": true to the file, move it back into the spool and run '
+        "`costaware spool drain`; if it bills this run, delete the file",
+        name,
+        check.get("job_id"),
+        entry.get("usd"),
+        row.get("entry_uid"),
+        row.get("usd"),
+        row.get("incurred_at"),
+        row.get("try_number"),
+        billed,
+    )
+
+
 def _keep_billed(claimed: Path, name: str, data: dict[str, Any], stored: Decimal) -> None:
     """Move a spooled bill billed meanwhile to ``spool/billed``: not written, and still there to be read.
 
     Deleted, a bill the check took wrongly for another try's was gone; kept, ``costaware spool show`` lists
     it and moving it back into the spool has it drained (the same check asked again).
     """
-    billed = claimed.parent / BILLED
+    billed = _moved_to_billed(claimed, name, "billed meanwhile")
     job_id = (data.get("duplicate_check") or {}).get("job_id")
-    try:
-        billed.mkdir(exist_ok=True)
-        claimed.replace(billed / name)
-    except OSError as e:  # kept under its claimed name: a later drain asks again once it is stale
-        log.error("costaware: could not move spooled %s (billed meanwhile) to %s: %s", name, billed, e)
+    if billed is None:
         return
     log.warning(
         "costaware: spooled %s (job %s) was billed meanwhile, $%s (a new try of the task saw the job "

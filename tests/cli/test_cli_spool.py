@@ -300,3 +300,38 @@ def test_drain_says_how_many_bills_it_dropped_as_billed_meanwhile(
     with pytest.raises(SystemExit):
         main(["spool", "drain", "--help"])
     assert "moved to billed/ in the spool" in " ".join(capsys.readouterr().out.split())
+
+
+def test_drain_keeps_a_bill_for_a_person_where_a_row_of_the_job_gives_no_end(
+    spool: Path,
+    ledger: Ledger,
+    ledger_url: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # A row of the job's name written by a version whose notes gave no end: the drain took its writing for
+    # its run's end, read a new try's bill of the same run hours later as a later run, and wrote the bill
+    # too. Kept for a person now, and the command says so (exit 1: something waits on someone).
+    from costaware.training.attempt_duplicates import DuplicateCheck
+    from costaware.training.remote import attempt_key, attempt_uid
+
+    identity = {"dag_id": "retrain", "run_id": "run1", "task_id": "train", "map_index": -1}
+    older = LedgerEntry(
+        dag_id="retrain", run_id="run1", task_id="train", kind=Kind.COMPUTE, usd=Decimal("1"),
+        quantity=Decimal("1"), unit="hour", price_source="remote:local", cause="success",
+        note="attempt 1, job j on local, 3600.0 s billed: ok", tags={"project": "churn"},
+        entry_uid=attempt_uid(attempt_key(identity, "j", 5000.0)),
+    )  # fmt: skip
+    ledger.record(older)
+    spooled = replace(older, entry_uid=attempt_uid(attempt_key(identity, "j", legacy=True)), cause="killed")
+    check = DuplicateCheck(
+        entry_uid=spooled.entry_uid, quantity="0.5", job_id="j", ended_at=1000.0,
+        billable_seconds=1800.0, instances=1, backend="local", identity=identity, keyed_by_name=True,
+    )  # fmt: skip
+    monkeypatch.setenv("COSTAWARE_LEDGER_URL", ledger_url)
+    spool_entry(spool, spooled, "costaware_ledger", retrying=False, duplicate_check=check.to_json())
+    assert main(["spool", "drain"]) == 1
+    said = "0 written, 0 still waiting, 0 refused, 1 kept for a person (a row of the job's name may bill"
+    assert said in capsys.readouterr().out
+    assert [e["entry_uid"] for e in ledger.entries(dag_id="retrain")] == [older.entry_uid]
+    assert (spool / "billed" / f"{spooled.entry_uid}.json").is_file()

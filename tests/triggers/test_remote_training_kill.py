@@ -1982,25 +1982,41 @@ def test_a_spooled_kill_bill_is_written_where_a_later_run_under_the_same_job_nam
     assert ledger.record(later_run)
 
     result = ledger_spool.drain(spool, lambda conn_id: ledger)
+    if not note_gives_end:
+        # A row that gives no end reads as a later run only by its writing, as a new try's bill of this run
+        # written hours later does: kept for a person, not written (see the test below).
+        assert (result.written, result.billed_already, result.unsure) == (0, 0, 1)
+        held_back = spool / "billed" / kept.name
+        assert json.loads(held_back.read_text()) == data
+        # The person finds the row bills a later run: marked so and moved back, the bill is written.
+        held_back.replace(kept)
+        kept.write_text(json.dumps({**data, "another_run": True}))
+        result = ledger_spool.drain(spool, lambda conn_id: ledger)
     assert result.written == 1 and result.billed_already == 0
     billed = {row["entry_uid"]: row["usd"] for row in train_entries(ledger)}
     assert billed == {later_run.entry_uid: Decimal("1.00"), killed.entry_uid: killed.usd}
 
 
+@pytest.mark.parametrize("note_gives_end", [True, False], ids=["note-gives-end", "older-note"])
 def test_a_spooled_kill_bill_is_dropped_where_a_new_try_billed_the_same_run_hours_after_it_ended(
-    tmp_path: Path, ledger: Any, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path,
+    ledger: Any,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    note_gives_end: bool,
 ) -> None:
     # A cleared task's new try, hours after the kill, finds the killed job long ended and bills it under its
     # end's key. Its row's run start was taken as its writing less its billed hours: 3 h after a run of
     # minutes, that start fell after the kill's stop, the row read as a later run, and the drain wrote the
     # kill's bill too: the run billed twice.
     import json
+    import re
     from dataclasses import replace
     from datetime import timedelta
 
     import costaware.ledger_spool as ledger_spool
     from costaware.core.ledger import entry_from_json
-    from costaware.training.remote import attempt_entry
+    from costaware.training.remote import attempt_entry, end_of_attempt_note
 
     spool = tmp_path / "spool"
     monkeypatch.setattr(ledger_spool, "spool_dir", lambda: spool)
@@ -2040,12 +2056,26 @@ def test_a_spooled_kill_bill_is_dropped_where_a_new_try_billed_the_same_run_hour
         tags=killed.tags,
     )
     new_try = replace(new_try, incurred_at=killed.incurred_at + timedelta(hours=3))
+    if not note_gives_end:
+        # Written by a version whose notes gave no end (an upgrade while the bill waited): its run's start
+        # was taken from its writing, and the kill's bill was written beside it.
+        new_try = replace(new_try, note=re.sub(r", ended \S+?:", ":", new_try.note))
+        assert end_of_attempt_note(new_try.note) is None
     assert new_try.entry_uid != killed.entry_uid and ledger.record(new_try)
 
     result = ledger_spool.drain(spool, lambda conn_id: ledger)
-    assert result.written == 0 and result.billed_already == 1
     (entry,) = train_entries(ledger)
     assert entry["entry_uid"] == new_try.entry_uid
+    if note_gives_end:
+        assert result.written == 0 and result.billed_already == 1
+        return
+    # Which run the row bills cannot be told: kept whole in spool/billed for a person, and said so.
+    assert (result.written, result.billed_already, result.unsure) == (0, 0, 1)
+    assert json.loads((spool / "billed" / kept.name).read_text()) == data
+    assert list(spool.glob("*.json")) == []
+    said = caplog.text
+    assert f"spooled {kept.name} (job {trigger.job_id}" in said and new_try.entry_uid in said
+    assert '"another_run": true' in said
 
 
 def test_a_new_try_whose_cap_stop_finds_the_kills_stop_records_the_job_as_killed(

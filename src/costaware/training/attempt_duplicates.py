@@ -121,6 +121,41 @@ def _this_run_recorded(ledger: Any, check: DuplicateCheck) -> Decimal | None:
     return None
 
 
+def row_of_unknown_run(ledger: Any, check: DuplicateCheck) -> Mapping[str, Any] | None:
+    """A row of this task that bills the job's name and may be this run or a later one: None where none.
+
+    One whose note gives no end (written before notes gave it, or cut) and that was written after this run
+    began reads as a later run only by its writing (see :func:`_row_run_started_before_stop`); a new try
+    that billed this run hours after it ended reads the same. The drain keeps the bill for a person then:
+    written, the run may be billed twice; dropped, a later run's bill would stand for this one.
+    Raises what the ledger's reads raise.
+    """
+    from costaware.training.remote import end_of_attempt_note, job_of_attempt_note
+
+    if check.backend == "sagemaker" or check.ended_at is None:
+        return None  # names never reused; a run with no end is never matched to a row (billed on its own)
+    ident = check.identity
+    for row in ledger.entries(dag_id=ident["dag_id"], run_id=ident["run_id"]):
+        note = str(row["note"] or "")
+        unknown = (
+            row["task_id"] == ident["task_id"]
+            and int(row["map_index"]) == int(ident["map_index"])
+            and str(row["price_source"] or "").startswith("remote:")
+            and not row["estimated"]
+            and row["entry_uid"] != check.entry_uid
+            and job_of_attempt_note(note) == check.job_id
+            and end_of_attempt_note(note) is None
+            and row.get("unit") == "hour"
+        )
+        if (
+            unknown
+            and _started_before(check, row["incurred_at"])
+            and not _row_run_started_before_stop(check, row)
+        ):
+            return dict(row)
+    return None
+
+
 def _same_run(check: DuplicateCheck, row: Mapping[str, Any]) -> bool:
     """Whether the ledger ``row`` of the job's name bills the run ``check`` describes, not another run.
 

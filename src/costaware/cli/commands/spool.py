@@ -197,12 +197,19 @@ def drain(args: argparse.Namespace) -> int:
         "still_waiting": waiting,
         "refused": result.refused,
         "billed_already": result.billed_already,
+        "unsure": result.unsure,
         "unavailable_ledgers": unavailable,
     }
     sentence = f"spool {folder}: {result.written} written, {waiting} still waiting, {result.refused} refused"
     if result.billed_already:
         # Not written, not waiting, not refused: said, or a bill gone from the spool is unaccounted for.
         sentence += f", {result.billed_already} already billed meanwhile: moved to {folder / BILLED}"
+    if result.unsure:
+        # Not written: a person tells which run a row of the job's name bills (the log says how).
+        sentence += (
+            f", {result.unsure} kept for a person (a row of the job's name may bill the same run): moved to "
+            f"{folder / BILLED}"
+        )
     emit_summary(summary, args.format, sentence)
     for conn_id, why in sorted(unavailable.items()):
         print(
@@ -224,4 +231,4 @@ def drain(args: argparse.Namespace) -> int:
             "file, move it back to the spool and drain again",
             file=sys.stderr,
         )
-    return 1 if waiting or result.refused else 0
+    return 1 if waiting or result.refused or result.unsure else 0
