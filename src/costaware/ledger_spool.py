@@ -67,6 +67,17 @@ def earlier_spool_dir() -> Path | None:
         return None
 
 
+def spool_dirs_to_drain(spool: Path | None = None) -> list[Path]:
+    """The spool folders a drain of this machine writes: ``spool`` (else :func:`spool_dir`), then more.
+
+    The one an earlier release kept (:func:`earlier_spool_dir`) follows where it is there. One list for
+    every drain (the listener's, ``costaware spool drain``) and the CLI's count of what waits: the earlier
+    folder was the listener's alone, and the command neither drained nor counted it.
+    """
+    earlier = earlier_spool_dir()
+    return [spool_dir() if spool is None else spool, *([earlier] if earlier is not None else [])]
+
+
 def spool_record(
     entry: Any, ledger_conn_id: str, *, retrying: bool, duplicate_check: dict[str, Any] | None = None
 ) -> str:

@@ -335,3 +335,33 @@ def test_drain_keeps_a_bill_for_a_person_where_a_row_of_the_job_gives_no_end(
     assert said in capsys.readouterr().out
     assert [e["entry_uid"] for e in ledger.entries(dag_id="retrain")] == [older.entry_uid]
     assert (spool / "billed" / f"{spooled.entry_uid}.json").is_file()
+
+
+def test_drain_and_the_pending_count_see_an_earlier_releases_spool(
+    spool: Path,
+    tmp_path: Path,
+    ledger: Ledger,
+    ledger_url: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # An earlier release spooled under './~/airflow' (AIRFLOW_HOME='~/airflow' not expanded). The listener
+    # drained that folder too, but `spool drain` and the CLI's count of what waits looked at the real
+    # spool alone: its entries were never written by the command, nor counted.
+    from costaware.cli.pending import spooled_here
+
+    earlier = tmp_path / "cwd" / "~" / "airflow" / "costaware" / "spool"
+    monkeypatch.setenv("AIRFLOW_HOME", "~/airflow")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    spool_entry(earlier, _entry("old"), "costaware_ledger", retrying=False)
+    monkeypatch.chdir(tmp_path / "cwd")
+    spool = tmp_path / "home" / "airflow" / "costaware" / "spool"
+    spool_entry(spool, _entry("new"), "costaware_ledger", retrying=False)
+    assert spooled_here(dag_id="retrain")[1] == 2
+    monkeypatch.setenv("COSTAWARE_LEDGER_URL", ledger_url)
+    assert main(["spool", "drain", "--format", "json"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert (summary["written"], summary["still_waiting"]) == (2, 0)
+    assert summary["also_drained"] == [str(earlier)]
+    assert sorted(r["task_id"] for r in ledger.entries(dag_id="retrain")) == ["new", "old"]
+    assert spooled_here(dag_id="retrain")[1] == 0

@@ -91,15 +91,16 @@ def runless_holds_note(ledger: Any) -> str:
 
 
 def spooled_here(dag_id: str | None = None, run_id: str | None = None) -> tuple[Path, int]:
-    """This machine's spool and how many of its entries (of ``dag_id`` and ``run_id``) a drain will write.
+    """This machine's spool and how many entries (of ``dag_id`` and ``run_id``) a drain of it will write.
 
-    Not those set aside as refused, which count nowhere until fixed, nor those billed meanwhile.
+    Counted in every folder a drain writes (an earlier release's too). Not those set aside as refused,
+    which count nowhere until fixed, nor those billed meanwhile.
     """
-    from costaware.ledger_spool import BILLED, REFUSED, spool_dir, spooled_files
+    from costaware.ledger_spool import BILLED, REFUSED, spool_dirs_to_drain, spooled_files
 
-    folder = spool_dir()
+    folders = spool_dirs_to_drain()
     spooled = 0
-    for spooled_file in spooled_files(folder):
+    for spooled_file in (found for folder in folders for found in spooled_files(folder)):
         if spooled_file.state in (REFUSED, BILLED) or spooled_file.data is None:
             continue
         entry = spooled_file.data.get("entry", spooled_file.data)
@@ -109,4 +110,4 @@ def spooled_here(dag_id: str | None = None, run_id: str | None = None) -> tuple[
             and (run_id is None or entry.get("run_id") == run_id)
         ):
             spooled += 1
-    return folder, spooled
+    return folders[0], spooled

@@ -29,7 +29,6 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 from airflow.listeners import hookimpl
@@ -47,8 +46,8 @@ from costaware.glue import try_key as _key
 from costaware.ledger_spool import (
     STALE_CLAIM_SECONDS,
     drain,
-    earlier_spool_dir,
     spool_dir,
+    spool_dirs_to_drain,
     spool_entry,
     spool_record,
     workers_ledger,
@@ -163,7 +162,7 @@ def _drain_spool(ledger: Any, ledger_conn_id: str) -> None:
     Never raises: the entry just written stays written, and each spooled one is kept somewhere.
     """
     try:
-        folders = _spool_dirs()
+        folders = spool_dirs_to_drain(spool_dir())
     except Exception as e:  # an AIRFLOW_HOME refused: the task's alerts and audit still follow its entry
         log.error("costaware: could not look in the spool for entries waiting to be written: %s", e)
         return
@@ -174,12 +173,6 @@ def _drain_spool(ledger: Any, ledger_conn_id: str) -> None:
             only_ledger_conn_id=ledger_conn_id,
             record=_record_and_settle,  # read here, so that a test can stand in for the ledger's write
         )
-
-
-def _spool_dirs() -> list[Path]:
-    """The spool, and the one an earlier release kept under the working folder where it is there."""
-    earlier = earlier_spool_dir()
-    return [spool_dir(), *([earlier] if earlier is not None else [])]
 
 
 def _write_priced(ledger_conn_id: str, price: Any, retrying: bool) -> None:
@@ -217,7 +210,7 @@ def _drain_every_ledger() -> None:
     hook's fallback SQLite file, which no budget reads: its entries wait, and the log says why.
     """
     try:
-        results = [drain(folder, workers_ledger) for folder in _spool_dirs()]
+        results = [drain(folder, workers_ledger) for folder in spool_dirs_to_drain(spool_dir())]
     except Exception as e:  # a spool folder that cannot be read or named: said, the component starts as ever
         log.error("costaware: could not drain the spool: %s", e)
         return
@@ -235,7 +228,7 @@ def drain_spool_at_start(wait_seconds: float = 5.0) -> None:
     ``costaware spool drain``. The caller waits at most ``wait_seconds``; a slower ledger finishes after.
     """
     try:
-        if not any(next(folder.glob("*.json"), None) for folder in _spool_dirs()):
+        if not any(next(folder.glob("*.json"), None) for folder in spool_dirs_to_drain(spool_dir())):
             return  # nothing waits: no ledger is opened
         in_own_thread(_drain_every_ledger, name="costaware-spool-drain", wait_seconds=wait_seconds)
     except Exception as e:  # a spool folder that cannot be read: said, and the component starts as ever

@@ -162,7 +162,7 @@ def drain(args: argparse.Namespace) -> int:
             Airflow's metadata database, where a waiting entry's connection may be kept, cannot be read.
     """
     from costaware.core.errors import CostawareError
-    from costaware.ledger_spool import BILLED, REFUSED, workers_ledger
+    from costaware.ledger_spool import BILLED, REFUSED, DrainResult, spool_dirs_to_drain, workers_ledger
     from costaware.ledger_spool import drain as drain_spool
 
     if getattr(args, "ledger_url", None):
@@ -173,8 +173,12 @@ def drain(args: argparse.Namespace) -> int:
             "machine the workers' ledger connection (AIRFLOW_CONN_<ID> or COSTAWARE_LEDGER_URL)"
         )
     folder = _folder(args)
+    # A folder given is that folder alone; this machine's spool comes with an earlier release's, as the
+    # listener drains them.
+    folders = [folder] if args.spool_dir is not None else spool_dirs_to_drain(folder)
     # Asked before anything is claimed: a metadata database that cannot be read refuses the whole drain.
-    kept = {conn_id: _kept_in_airflow_database(conn_id) for conn_id in sorted(_waiting_conn_ids(folder))}
+    waiting_conn_ids = set().union(*(_waiting_conn_ids(f) for f in folders))
+    kept = {conn_id: _kept_in_airflow_database(conn_id) for conn_id in sorted(waiting_conn_ids)}
     ledgers: dict[str, Any] = {}
 
     def ledger_for(conn_id: str) -> Any:
@@ -186,13 +190,22 @@ def drain(args: argparse.Namespace) -> int:
             )
         return ledgers[conn_id]
 
-    result = drain_spool(folder, ledger_for)
+    result = DrainResult(unavailable={})
+    for each in folders:
+        drained = drain_spool(each, ledger_for)
+        result.written += drained.written
+        result.refused += drained.refused
+        result.billed_already += drained.billed_already
+        result.unsure += drained.unsure
+        result.unavailable = {**(result.unavailable or {}), **(drained.unavailable or {})}
     # Counted after the drain: what another process claimed (writing it now, or killed doing so) waits too.
-    waiting = len(list(folder.glob("*.json"))) + len(list(folder.glob("*.claimed")))
-    refused = len(list((folder / REFUSED).glob("*.json")))  # this drain's, and older ones still there
+    waiting = sum(len(list(f.glob("*.json"))) + len(list(f.glob("*.claimed"))) for f in folders)
+    # This drain's, and older ones still there.
+    refused = sum(len(list((f / REFUSED).glob("*.json"))) for f in folders)
     unavailable = result.unavailable or {}
     summary = {
         "spool": str(folder),
+        "also_drained": [str(f) for f in folders[1:]],
         "written": result.written,
         "still_waiting": waiting,
         "refused": result.refused,
@@ -200,7 +213,10 @@ def drain(args: argparse.Namespace) -> int:
         "unsure": result.unsure,
         "unavailable_ledgers": unavailable,
     }
-    sentence = f"spool {folder}: {result.written} written, {waiting} still waiting, {result.refused} refused"
+    also = "".join(f" (and {f}, an earlier release's)" for f in folders[1:])
+    sentence = (
+        f"spool {folder}{also}: {result.written} written, {waiting} still waiting, {result.refused} refused"
+    )
     if result.billed_already:
         # Not written, not waiting, not refused: said, or a bill gone from the spool is unaccounted for.
         sentence += f", {result.billed_already} already billed meanwhile: moved to {folder / BILLED}"
