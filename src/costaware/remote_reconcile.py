@@ -19,13 +19,14 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
 from costaware.core.errors import StopRefused
 from costaware.core.ledger import utcnow
 from costaware.glue import DEFAULT_AWS_CONN_ID, DEFAULT_LEDGER_CONN_ID
+from costaware.training.remote import aware_utc as aware_utc  # re-exported: the CLI reads it here
 
 #: What the entry of a job stopped here says stopped it.
 RECONCILE_WHY = "its task ended with no resume or retry left to follow it"
@@ -487,11 +488,6 @@ def _submitted_at(wait: EndedWait) -> datetime | None:
 
     submitted = (wait.current or {}).get("submitted_at")
     return parse_instant(submitted, name="submitted_at") if submitted else None
-
-
-def aware_utc(moment: datetime) -> datetime:
-    """``moment`` with UTC where it has no zone (SQLite gives datetimes without one)."""
-    return moment if moment.tzinfo else moment.replace(tzinfo=timezone.utc)
 
 
 def unfollowed(waits: list[EndedWait]) -> list[EndedWait]:

@@ -195,15 +195,14 @@ def _row_run_started_before_stop(check: DuplicateCheck, row: Mapping[str, Any]) 
     task cleared hours later) would read as a later run and the run be billed twice. SageMaker never reuses
     a name (and bills a managed spot job less than it ran): its rows are this run.
     """
-    from costaware.training.remote import end_of_attempt_note
+    from costaware.training.remote import aware_utc, end_of_attempt_note
 
     if check.backend == "sagemaker":
         return True
     if check.ended_at is None or row.get("unit") != "hour":
         return False
     moment = end_of_attempt_note(str(row.get("note") or "")) or row["incurred_at"]
-    ended = moment if moment.tzinfo else moment.replace(tzinfo=timezone.utc)
-    started = ended - timedelta(hours=float(row["quantity"]) / check.instances)
+    started = aware_utc(moment) - timedelta(hours=float(row["quantity"]) / check.instances)
     return bool(started <= datetime.fromtimestamp(check.ended_at, tz=timezone.utc))
 
 
@@ -215,6 +214,8 @@ def _started_before(check: DuplicateCheck, moment: datetime) -> bool:
     (its start worked back from a managed spot job's billed time, which is less than it ran, could fall
     after the kill); elsewhere a job that gives no end is taken as another.
     """
+    from costaware.training.remote import aware_utc
+
     if check.backend == "sagemaker":
         return True
     if check.ended_at is None:
@@ -223,4 +224,4 @@ def _started_before(check: DuplicateCheck, moment: datetime) -> bool:
     started = datetime.fromtimestamp(check.ended_at, tz=timezone.utc) - timedelta(
         seconds=check.billable_seconds / check.instances
     )
-    return started < (moment if moment.tzinfo else moment.replace(tzinfo=timezone.utc))
+    return started < aware_utc(moment)

@@ -117,7 +117,12 @@ def end_of_attempt_note(note: str) -> datetime | None:
         ended = datetime.fromisoformat(found.group(1))
     except ValueError:
         return None
-    return ended if ended.tzinfo else ended.replace(tzinfo=timezone.utc)
+    return aware_utc(ended)
+
+
+def aware_utc(moment: datetime) -> datetime:
+    """``moment`` with UTC where it has no zone (SQLite gives datetimes without one)."""
+    return moment if moment.tzinfo else moment.replace(tzinfo=timezone.utc)
 
 
 def attempt_entry(
