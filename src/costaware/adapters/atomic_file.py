@@ -1,0 +1,32 @@
+"""Writing a file whole or not at all: the live carbon cache and ``costaware carbon import`` use it."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+
+def write_atomically(path: Path, data: bytes) -> None:
+    """Write ``path`` through a temporary file in its folder and a rename: readers see old or new.
+
+    The file is synced to disk before the rename and the folder after it, so a crash leaves the old bytes or
+    the new ones, never an empty or partial file under the name.
+    """
+    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(handle, "wb") as out:
+            out.write(data)
+            out.flush()
+            # Synced before the rename: a crash after it could otherwise leave the new name on empty bytes.
+            os.fsync(out.fileno())
+        Path(temporary).replace(path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
+    # The folder after it: the rename itself is an entry of the folder, lost in a crash until synced.
+    folder = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(folder)
+    finally:
+        os.close(folder)

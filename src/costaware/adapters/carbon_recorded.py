@@ -1,0 +1,313 @@
+"""Recorded carbon intensity: CSV files in the shared format, then the bundled 2023 files.
+
+:class:`RecordedCarbon` reads the files of a zone (one file per zone named ``<ZONE>_<anything>.csv``) from
+folders and files and joins them end to end; :func:`imported_carbon` is the view of ``costaware carbon
+import``'s files that decisions weigh, followed by the bundled typical year.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime, timedelta
+from decimal import Decimal
+from pathlib import Path
+
+from costaware.adapters.carbon_data import bundled_carbon, bundled_zones, load_carbon, zone_hint
+from costaware.adapters.carbon_live import LIVE_ZONES
+from costaware.adapters.carbon_window import _HOUR, _hours, _utc, _window
+from costaware.core.errors import ConfigurationError, PriceNotFoundError
+from costaware.core.series import PriceSeries
+from costaware.settings import costaware_home
+
+
+def carbon_folder() -> Path:
+    """``$AIRFLOW_HOME/costaware/carbon``: where ``costaware carbon import`` puts recorded files."""
+    return costaware_home("carbon")
+
+
+def zone_of(path: Path) -> str:
+    """``GB_2023.csv`` -> ``GB``; ``DE-LU.csv`` -> ``DE-LU``."""
+    return path.stem.partition("_")[0]
+
+
+def recorded_end(series: PriceSeries) -> datetime:
+    """Where a recorded series ends: its last record plus its own step there.
+
+    The step is the time from the record before the last (an hour for a single record): a half-hourly file
+    ending 01:30 was taken as covering up to 02:30, supplying half an hour nobody recorded. The last step,
+    not the shortest: an import merged from a half-hourly month and an hourly one ends hourly.
+    """
+    times = series.points[-2:]
+    return series.last + (times[1][0] - times[0][0] if len(times) == 2 else _HOUR)
+
+
+# -- recorded files -----------------------------------------------------------------------------------------
+
+
+class RecordedCarbon:
+    """Recorded hourly intensity from CSV files in the shared format, then the bundled 2023 files.
+
+    Args:
+        paths: Folders (every ``<ZONE>_<anything>.csv`` in them) and files (named the same way); default the
+            costaware home's carbon folder (:func:`carbon_folder`, where ``costaware carbon import`` writes;
+            it may not exist yet).
+        bundled: Fall back to the bundled 2023 files for windows no path covers (zones with none included).
+        basis: ``lca`` (life-cycle, default) or ``direct``.
+
+    Raises:
+        ConfigurationError: a path given explicitly does not exist.
+    """
+
+    def __init__(
+        self,
+        paths: str | Path | Sequence[str | Path] | None = None,
+        *,
+        bundled: bool = True,
+        basis: str = "lca",
+    ) -> None:
+        if paths is None:
+            folders: list[Path] = [carbon_folder()]
+        else:
+            given = [paths] if isinstance(paths, str | Path) else list(paths)
+            folders = [Path(p) for p in given]
+            for path in folders:
+                if not path.exists():
+                    raise ConfigurationError(
+                        f"carbon intensity path {str(path)!r} does not exist: give a folder of "
+                        "<ZONE>_<anything>.csv files or one such file"
+                    )
+        self.files: dict[str, list[Path]] = {}
+        #: Files named one by one: one whose name names no zone asked for is said, not silently passed by.
+        self.named_files = [path for path in folders if path.is_file()]
+        for path in folders:
+            found = sorted(path.glob("*.csv")) if path.is_dir() else [path] if path.is_file() else []
+            for file in found:
+                self.files.setdefault(zone_of(file), []).append(file)
+        self.bundled = bundled
+        self.basis = basis
+        self._loaded: dict[Path, PriceSeries] = {}
+
+    @property
+    def zones(self) -> list[str]:
+        """Zones with a recorded file, bundled ones included when the fallback is on."""
+        return sorted(set(self.files) | (set(bundled_zones()) if self.bundled else set()))
+
+    def _series(self, zone: str) -> list[PriceSeries]:
+        """The zone's files in order, then its bundled year: a window no file covers falls back to it."""
+        files = self.files.get(zone, [])
+        bundled = [bundled_carbon(zone, self.basis)] if self.bundled and zone in bundled_zones() else []
+        if not files and not bundled:
+            same = [z for z in self.zones if z.lower() == zone.lower()]
+            if same:  # "gb": the zone is there, named in capitals; importing a file as "gb" would not help
+                raise PriceNotFoundError(
+                    f"no recorded carbon intensity for grid zone {zone!r}: did you mean {same[0]!r}? Zone "
+                    "names are case-sensitive"
+                )
+            hint = zone_hint(zone)
+            if hint:  # a region or a grid's everyday name: importing data under it makes a second zone
+                raise PriceNotFoundError(
+                    f"no recorded carbon intensity for grid zone {zone!r}: {hint.strip()}"
+                )
+            # zone_hint's look-up needs three letters: a two-letter typo (PK for PL, GN for GB) got no advice.
+            near = [z for z in self.zones if len(z) == len(zone) == 2 and _one_letter_apart(z, zone)]
+            meant = f"did you mean {' or '.join(map(repr, near))}? If not, " if near else ""
+            raise PriceNotFoundError(
+                f"no recorded carbon intensity for grid zone {zone!r}: {meant}recorded zones are "
+                f"{', '.join(self.zones) or 'none'}; import a file with "
+                f"`costaware carbon import FILE --zone {zone}`{_or_live(zone)}{self._not_read(zone)}"
+            )
+        # An imported file of a few hours used to hide the zone's bundled 2023 data for every other hour.
+        return [self._load(f) for f in files] + bundled
+
+    def files_cover(self, zone: str, start: datetime, end: datetime) -> bool:
+        """Whether one of the files given (not the bundled fallback) covers ``zone`` over ``[start, end)``."""
+        start, end = _utc(start, "start"), _utc(end, "end")
+        return any(
+            s.start <= start and end <= recorded_end(s) for s in map(self._load, self.files.get(zone, []))
+        )
+
+    def covered_hours(self, zone: str, start: datetime, hours: int) -> dict[datetime, Decimal]:
+        """The hours from ``start`` that files given (not the bundled year) cover whole, with their values.
+
+        An hour a file ends inside counted as covered, its last value held past the file's end: it is covered
+        only where files (one, or several end to end, as :meth:`intensity` joins them) hold all of it.
+        """
+        start = _utc(start, "start")
+        series = [self._load(f) for f in self.files.get(zone, [])]
+        covered: dict[datetime, Decimal] = {}
+        ends = [recorded_end(one) for one in series]
+        for hour in (start + i * _HOUR for i in range(hours)):
+            first = next((i for i, one in enumerate(series) if one.start <= hour < ends[i]), None)
+            if first is None:
+                continue
+            if hour + _HOUR <= ends[first]:
+                covered[hour] = series[first].mean_usd_per_hour(hour, hour + _HOUR)
+                continue
+            # It ends inside the hour: joining the files is slow (a scan per hour), so only here.
+            joined = _joined(series, hour, hour + _HOUR)
+            if joined is not None:
+                covered[hour] = joined.mean_usd_per_hour(hour, hour + _HOUR)
+        return covered
+
+    def _load(self, file: Path) -> PriceSeries:
+        """A file's series, read once."""
+        if file not in self._loaded:
+            self._loaded[file] = load_carbon(file, basis=self.basis)
+        return self._loaded[file]
+
+    def intensity(self, zone: str, start: datetime, end: datetime) -> PriceSeries:
+        """The recorded intensity of ``zone`` over ``[start, end)``, from the first file that covers it.
+
+        A window no one file covers is joined from several (a 2024 file after the bundled 2023 year).
+
+        Raises:
+            ConfigurationError: ``end`` is not after ``start``, or a naive time.
+            PriceNotFoundError: no file of the zone, or none covering the window (each file's span named).
+            InvalidPriceDataError: a file of the zone is malformed.
+        """
+        start, end = _utc(start, "start"), _utc(end, "end")
+        if end <= start:
+            raise ConfigurationError(f"end {end.isoformat()} is not after start {start.isoformat()}")
+        candidates = self._series(zone)
+        ends = [recorded_end(s) for s in candidates]
+        for index, series in enumerate(candidates):
+            if series.start <= start and end <= ends[index]:
+                # Only where no file before it holds an hour of the window: a file given for 2023-06-14
+                # 00:00-02:00 was passed over for the bundled 2023 year, which covers any 2023 window whole.
+                if not any(s.start < end and start < ends[i] for i, s in enumerate(candidates[:index])):
+                    return _window(series, start, end, name=f"{series.name}, recorded")
+                break
+        joined = _joined(candidates, start, end)
+        if joined is not None:
+            return joined
+        spans = "; ".join(
+            f"{s.name} covers {s.start:%Y-%m-%d %H:%M} to {s_end:%Y-%m-%d %H:%M}"
+            for s, s_end in zip(candidates, ends, strict=True)
+        )
+        raise PriceNotFoundError(
+            f"no recorded carbon intensity for {zone} from {start:%Y-%m-%d %H:%M} to "
+            f"{end:%Y-%m-%d %H:%M} UTC: {spans}; import a file that covers it{_or_live(zone)}"
+            f"{self._not_read(zone)}"
+        )
+
+    def _not_read(self, zone: str) -> str:
+        """Why a file named one by one was not read for ``zone`` (its name names another), or ""."""
+        others = [f for f in self.named_files if zone_of(f) != zone]
+        if not others:
+            return ""
+        names = ", ".join(f"{f.name} (zone {zone_of(f)!r})" for f in others)
+        return (
+            f". Not read for {zone}: {names}; a file's zone is the start of its name, <ZONE>_<anything>.csv: "
+            f"name it {zone}_<anything>.csv"
+        )
+
+    def forecast(self, zone: str, now: datetime, hours: int) -> PriceSeries:
+        """The recorded values of the ``hours`` from ``now``: a perfect forecast (the name says so).
+
+        Raises:
+            PriceNotFoundError: nothing recorded for that time (as :meth:`intensity`).
+        """
+        now = _utc(now, "now")
+        recorded = self.intensity(zone, now, now + _hours(hours) * _HOUR)
+        name = f"{recorded.name.removesuffix(', recorded')}, recorded values as a perfect forecast"
+        return PriceSeries(
+            [at for at, _ in recorded.points],
+            [v for _, v in recorded.points],
+            name=name,
+            notes=recorded.notes,
+        )
+
+
+def _one_letter_apart(known: str, given: str) -> bool:
+    """Whether ``given`` is ``known`` with one letter changed, in any case (``PK``, ``pk`` for ``PL``)."""
+    return sum(a != b for a, b in zip(known.upper(), given.upper(), strict=True)) == 1
+
+
+def _joined(candidates: Sequence[PriceSeries], start: datetime, end: datetime) -> PriceSeries | None:
+    """``[start, end)`` from several series end to end (an imported 2024 file after the bundled 2023 year).
+
+    Each hour comes from the first series, in ``candidates``' order, that covers it (up to its last record
+    plus its own step, :func:`recorded_end`); None when an hour of the window is in none of them.
+    """
+    points: list[tuple[datetime, Decimal]] = []
+    used: list[str] = []
+    ends = [recorded_end(s) for s in candidates]
+    at = start
+    while at < end:
+        covering = [i for i, s in enumerate(candidates) if s.start <= at < ends[i]]
+        if not covering:
+            return None
+        first = covering[0]
+        series = candidates[first]
+        # Up to where it ends, or where a series before it in the order begins.
+        until = min([end, ends[first]] + [s.start for s in candidates[:first] if at < s.start])
+        part = _window(series, at, until, name=series.name).points
+        points += [(max(t, at), value) for t, value in part]
+        if series.name not in used:
+            used.append(series.name)
+        at = until
+    return PriceSeries.from_points(points, name=f"{' + '.join(used)}, recorded")
+
+
+def _or_live(zone: str) -> str:
+    """The live source, as a way out, only for the zones it serves (it was offered for every zone)."""
+    return (
+        f" or use the live source (--source live; it serves {', '.join(LIVE_ZONES)})"
+        if zone in LIVE_ZONES
+        else ""
+    )
+
+
+def imported_zones() -> list[str]:
+    """The grid zones with a file imported by ``costaware carbon import`` (in :func:`carbon_folder`)."""
+    return sorted(RecordedCarbon(bundled=False).files)
+
+
+def imported_carbon(zone: str, at: datetime) -> PriceSeries | None:
+    """The imported series of ``zone`` a decision at ``at`` weighs, or None: the bundled typical year's.
+
+    The newest imported file that covers ``at`` (a current record, or a forecast written as one); for a
+    zone with no bundled year, its newest imported file whatever it covers. Decisions read the bundled year
+    alone before, whatever was imported, while the ledger's emissions read the import.
+    """
+    recorded = RecordedCarbon(bundled=False)
+    series = [recorded._load(file) for file in recorded.files.get(zone, [])]
+    if not series:
+        return None
+    at = _utc(at, "at")
+    bundled = zone in bundled_zones()
+    covering = [s for s in series if s.start <= at < recorded_end(s)]
+    if not covering:
+        return None if bundled else max(series, key=lambda s: s.last)
+    newest = max(covering, key=lambda s: s.last)
+    return _then_typical_year(newest, zone, until=at + FILLED_AHEAD) if bundled else newest
+
+
+#: How far past a decision's hour an import shorter than that is followed by the bundled typical year.
+FILLED_AHEAD = timedelta(days=14)
+
+
+def _then_typical_year(imported: PriceSeries, zone: str, *, until: datetime) -> PriceSeries:
+    """``imported``, then the bundled year's values at the same dates and hours up to ``until``.
+
+    A few imported hours alone gave every later hour their flat profile, so that no decision told a clean
+    hour from a dirty one; the ledger's emissions fall back to the typical year the same way.
+    """
+    from costaware.core.spot_forecast import same_hour_in
+
+    end = recorded_end(imported)
+    if end >= until:
+        return imported
+    bundled = bundled_carbon(zone)
+    year_end = recorded_end(bundled)
+    times = [at for at, _ in imported.points]
+    values = [value for _, value in imported.points]
+    hour = end
+    while hour < until:
+        shifted = same_hour_in(hour, bundled.start.year)
+        if not bundled.start <= shifted < year_end:
+            break
+        times.append(hour)
+        values.append(bundled.mean_usd_per_hour(shifted, shifted + _HOUR))
+        hour += _HOUR
+    return PriceSeries(times, values, name=f"{imported.name}, then the typical year", notes=imported.notes)
