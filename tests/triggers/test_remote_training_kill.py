@@ -1866,8 +1866,6 @@ def test_a_spooled_worker_kill_bill_pays_from_the_tasks_hold_without_growing_it_
     else:  # the listener's record, as it drains after its next entry
         from costaware.plugins import listener
 
-        # Its own name for the spool, bound when it was first imported (maybe before this test's patch).
-        monkeypatch.setattr(listener, "spool_dir", lambda: spool)
         listener._drain_spool(ledger, "costaware_ledger")
     (entry,) = train_entries(ledger)
     assert entry["reservation_id"] == gate.id
