@@ -84,8 +84,7 @@ def spool_record(
     """A spool file's JSON for ``entry``: saved as ``<entry_uid>.json`` in a spool, it is drained.
 
     ``duplicate_check``: a remote attempt's bill (a ``DuplicateCheck``'s JSON): the drain drops it where a
-    try billed the attempt meanwhile under another key, which the ledger's own key check cannot see, and
-    otherwise pays it from its task's hold with :func:`record_paid_from_hold` (``retrying`` is not read).
+    try billed the attempt meanwhile under another key, which the ledger's own key check cannot see.
     """
     from costaware.core.ledger import entry_to_json
 
@@ -144,24 +143,6 @@ def record_and_settle(ledger: Any, entry: Any, *, retrying: bool = False) -> Non
         hold_again_for_retry(ledger, reservation, entry)
     else:
         ledger.settle(reservation.id, entry.usd, entry=replace(entry, reservation_id=reservation.id))
-
-
-def record_paid_from_hold(ledger: Any, entry: Any) -> None:
-    """Record a remote attempt's spooled bill paid from its task's hold, which it neither grows nor closes.
-
-    Spooled by a kill in the worker (the ledger down), it was drained as a retry's entry, and the hold
-    grew back by what it paid: the killed task (ended, or cleared with a new try that sizes its own hold
-    from ``max_usd``) kept all of it reserved until the run ended or its ttl passed. Paid from the hold,
-    as the direct bill pays (``AttemptBilling._write_attempt_entry``), it counts once in the budgets
-    (spent, and the hold holds that much less); not closed, as a new try of the task may hold it by now:
-    the run's end or the ttl gives back the rest. A hold released meanwhile is named still: it counts
-    nothing, the entry counts as spent.
-    """
-    from costaware.core.ledger import reservation_holder
-
-    holder = reservation_holder(entry.dag_id, entry.run_id, entry.task_id, entry.map_index)
-    hold = ledger.reservation_to_settle(holder, entry.tags)
-    ledger.record(entry if hold is None else replace(entry, reservation_id=hold.id))
 
 
 def hold_again_for_retry(ledger: Any, reservation: Any, entry: Any) -> None:
@@ -363,8 +344,7 @@ def drain(
         ledger_for: the ledger of a connection id (raising: that ledger cannot be opened, its entries wait).
         only_ledger_conn_id: write only this ledger's entries (the others stay for a drain of their own),
             and stop at the first sign that it is down; None: every ledger's.
-        record: writes one entry (:func:`record_and_settle`); a remote attempt's bill is written with
-            :func:`record_paid_from_hold` instead.
+        record: writes one entry (:func:`record_and_settle`).
     """
     from sqlalchemy.exc import DataError
 
@@ -410,11 +390,7 @@ def drain(
                 _keep_unsure(claimed, path.name, data, unknown)
                 result.unsure += 1
                 continue
-            if isinstance(data.get("duplicate_check"), dict):
-                # A remote attempt's bill (a worker's kill): never a retry's, whatever an older file says.
-                record_paid_from_hold(ledger, entry)
-            else:
-                record(ledger, entry, retrying=bool(data.get("retrying", False)))
+            record(ledger, entry, retrying=bool(data.get("retrying", False)))
         except LEDGER_UNREADABLE as e:
             # Down again, or its database not made (the deployment's to fix, not the entry's fault): the
             # rest of its entries wait with it.

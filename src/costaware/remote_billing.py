@@ -327,13 +327,13 @@ class AttemptBilling:
         import costaware.ledger_spool as ledger_spool
 
         try:
-            # The drain pays it from the task's hold without growing or closing it (a new try of the task
-            # may hold it by then): see ledger_spool.record_paid_from_hold.
+            # Paid from the task's hold as a retry's entry is: written later, it never closes a hold that a
+            # new try of the task may hold by then (the hold lasts to the run's end or its TTL).
             path = ledger_spool.spool_entry(
                 ledger_spool.spool_dir(),
                 entry,
                 self.ledger_conn_id,
-                retrying=False,
+                retrying=True,
                 duplicate_check=check.to_json(),
             )
         except Exception as e:
@@ -345,7 +345,7 @@ class AttemptBilling:
                 e,
                 entry.entry_uid,
                 ledger_spool.spool_record(
-                    entry, self.ledger_conn_id, retrying=False, duplicate_check=check.to_json()
+                    entry, self.ledger_conn_id, retrying=True, duplicate_check=check.to_json()
                 ),
             )
             return None
