@@ -152,17 +152,15 @@ def hold_again_for_retry(ledger: Any, reservation: Any, entry: Any) -> None:
     listener can stop) spent past it, and another run meanwhile reserved the room it had freed: try 1 paid
     $5 of a $6 hold, another run took $4 of the $10 cap, try 2 billed $6: $15 committed. The entry and the
     growth are one ledger transaction under the budgets' locks (``Ledger.record_and_regrow``), so no run
-    reserves that room in between; the growth takes only the room every covering budget has, and where it
-    falls short a WARNING names the budgets and why: the retry may pass them by up to the shortfall (a hold
-    past its ttl as the entry is written is not grown, and its WARNING says it expired). The
-    same entry written again (a drain) pays nothing more, so grows nothing more. Only a failed growth is
-    logged, not raised: the task's try is over (a listener cannot fail it).
+    reserves that room in between; the growth takes only the room every covering budget has (in dollars and
+    GPU-hours), and where it falls short in either a WARNING names the budgets and why: the retry may pass
+    them by up to the shortfall (a hold past its ttl as the entry is written is not grown, and its WARNING
+    says it expired). The same entry written again (a drain) pays nothing more, so grows nothing more. Only
+    a failed growth is logged, not raised: the task's try is over (a listener cannot fail it).
     """
-    from costaware.core.money import format_usd_exact
-
     paid_entry = replace(entry, reservation_id=reservation.id)  # paid from the hold, which stays
     try:
-        new, target, grown, why_not_grown, unpaid_before, expired = ledger.record_and_regrow(paid_entry)
+        regrowth = ledger.record_and_regrow(paid_entry)
     except Exception as e:
         # Not written with its growth: write it alone (an error here is the ledger's, for the spool).
         ledger.record(paid_entry)
@@ -175,28 +173,34 @@ def hold_again_for_retry(ledger: Any, reservation: Any, entry: Any) -> None:
             e,
         )
         return
-    if new and expired:
+    grown = regrowth.held
+    if regrowth.new and regrowth.expired:
         # Not "too little room": the budgets may have plenty, the hold just stopped counting.
         _say_expired(grown, entry)
         return
     try:
-        shortfall = target - grown.usd
-        if not new or shortfall <= 0 or grown.status != "open":
+        # GPU-hours too: grown back short of them under a GPU-hour cap, the retry may pass that cap.
+        shortfall = Shortfall(
+            max(regrowth.target - grown.usd, Decimal(0)),
+            max(regrowth.gpu_hours_target - grown.gpu_hours, Decimal(0)),
+        )
+        if not regrowth.new or not shortfall or grown.status != "open":
             return
-        why, what_to_do = _why_short(ledger, grown, entry, why_not_grown)
+        why, what_to_do = _why_short(ledger, grown, entry, regrowth.why_not_grown, shortfall)
+        held_before = Shortfall(regrowth.unpaid_before, regrowth.unpaid_gpu_hours_before)
         log.warning(
             "costaware: the hold %s of %s.%s is held again for its retry %s short of the %s it held for try "
-            "%s (which paid %s of it): %s. The retry may pass %s by up to %s: %s",
+            "%s (which paid %s): %s. The retry may pass %s by up to %s: %s",
             reservation.id,
             entry.dag_id,
             entry.task_id,
-            format_usd_exact(shortfall),
-            format_usd_exact(unpaid_before),
+            shortfall.text(),
+            held_before.text(usd=shortfall.usd > 0, gpu_hours=shortfall.gpu_hours > 0),
             entry.try_number,
-            format_usd_exact(entry.usd),
+            _paid_text(entry, shortfall),
             why,
-            "that cap" if why_not_grown is None else "its budgets' caps",
-            format_usd_exact(shortfall),
+            shortfall.caps() if regrowth.why_not_grown is None else "its budgets' caps",
+            shortfall.text(),
             what_to_do,
         )
     except Exception as e:  # the entry is recorded and the hold grown: only the warning is missing
@@ -209,6 +213,50 @@ def hold_again_for_retry(ledger: Any, reservation: Any, entry: Any) -> None:
             entry.try_number,
             e,
         )
+
+
+@dataclass(frozen=True, slots=True)
+class Shortfall:
+    """Dollars and GPU-hours a retried try's hold was grown back short by (or held, for ``text``)."""
+
+    usd: Decimal
+    gpu_hours: Decimal
+
+    def __bool__(self) -> bool:
+        return self.usd > 0 or self.gpu_hours > 0
+
+    def text(self, *, usd: bool | None = None, gpu_hours: bool | None = None) -> str:
+        """'$5.00', '6 GPU-hours' or both: each part shown where asked (by default, where short)."""
+        from costaware.core.money import format_usd_exact
+
+        show_usd = self.usd > 0 if usd is None else usd
+        show_gpu_hours = self.gpu_hours > 0 if gpu_hours is None else gpu_hours
+        parts = [format_usd_exact(self.usd)] if show_usd else []
+        if show_gpu_hours:
+            parts.append(f"{_plain(self.gpu_hours)} GPU-hours")
+        return " and ".join(parts)
+
+    def caps(self) -> str:
+        """The cap(s) the retry may pass."""
+        if self.usd > 0 and self.gpu_hours > 0:
+            return "those caps"
+        return "that cap" if self.usd > 0 else "that GPU-hour cap"
+
+
+def _plain(value: Decimal) -> str:
+    """``value`` without trailing zeros: 6, not 6.000000."""
+    return format(value.normalize(), "f")
+
+
+def _paid_text(entry: Any, shortfall: Shortfall) -> str:
+    """What the try paid of its hold, in the units the hold was grown short in."""
+    from costaware.core.money import format_usd_exact
+
+    if shortfall.usd > 0 and shortfall.gpu_hours > 0:
+        return f"{format_usd_exact(entry.usd)} and {_plain(entry.gpu_hours)} GPU-hours of it"
+    if shortfall.usd > 0:
+        return f"{format_usd_exact(entry.usd)} of it"
+    return f"{_plain(entry.gpu_hours)} of them"
 
 
 def _say_if_hold_lapsed(ledger: Any, holder: str, entry: Any) -> None:
@@ -252,11 +300,13 @@ def _say_expired(hold: Any, entry: Any) -> None:
     )
 
 
-def _why_short(ledger: Any, held: Any, entry: Any, why_not_grown: str | None) -> tuple[str, str]:
-    """Why ``held`` was grown short, and what to do about it.
+def _why_short(
+    ledger: Any, held: Any, entry: Any, why_not_grown: str | None, shortfall: Shortfall
+) -> tuple[str, str]:
+    """Why ``held`` was grown short (by ``shortfall``), and what to do about it.
 
-    Its budgets with no room left (what each has spent and holds of its cap), or, where the ledger did not
-    grow it for another reason (``why_not_grown``), that reason.
+    Its budgets with no room left, in dollars or GPU-hours as it fell short (what each has spent and holds
+    of its cap), or, where the ledger did not grow it for another reason (``why_not_grown``), that reason.
     """
     from costaware.core.money import format_usd_exact
 
@@ -264,16 +314,30 @@ def _why_short(ledger: Any, held: Any, entry: Any, why_not_grown: str | None) ->
     if why_not_grown is not None:
         # The budgets have room: a raised cap would not help, so name what the ledger logged instead.
         return f"it could not be grown in its budgets {', '.join(held.budgets)}: {why_not_grown}", stop
-    raise_cap = f"raise the cap (`costaware budget set`) before it runs, or {stop}"
+    raises = []
+    if shortfall.usd > 0:
+        raises.append("the cap (`costaware budget set`)")
+    if shortfall.gpu_hours > 0:
+        raises.append("the GPU-hour cap (`costaware budget set --cap-gpu-hours`)")
+    raise_cap = f"raise {' and '.join(raises)} before it runs, or {stop}"
     try:
         standing = ledger.usage(held.scope, run_id=entry.run_id, dag_id=entry.dag_id)
     except Exception as e:
         return f"its budgets could not be read ({e})", raise_cap
+    mine = [u for u in standing if u.label in held.budgets]
     full = [
         f"budget '{u.name}' has {format_usd_exact(u.spent_usd)} spent and {format_usd_exact(u.reserved_usd)} "
         f"reserved of its {format_usd_exact(u.cap_usd)} cap"
-        for u in standing
-        if u.left_usd <= 0 and u.label in held.budgets
+        for u in mine
+        if shortfall.usd > 0 and u.left_usd <= 0
+    ]
+    full += [
+        f"budget '{u.name}' has {_plain(u.spent_gpu_hours)} GPU-hours spent and "
+        f"{_plain(u.reserved_gpu_hours)} reserved of its {_plain(u.cap_gpu_hours)} GPU-hour cap"
+        for u in mine
+        if shortfall.gpu_hours > 0
+        and u.cap_gpu_hours is not None
+        and u.spent_gpu_hours + u.reserved_gpu_hours >= u.cap_gpu_hours
     ]
     return "; ".join(full) or f"its budgets {', '.join(held.budgets)} have too little room", raise_cap
 

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
+from dataclasses import replace
 from decimal import Decimal
 from typing import Any
 
@@ -12,6 +14,7 @@ from services import database_url
 from costaware import Ledger
 from costaware.core.errors import BudgetExceededError
 from costaware.core.ledger import LedgerEntry
+from costaware.ledger_spool import record_and_settle
 
 HOLDER = "retrain/r1/train/-1"
 
@@ -68,3 +71,55 @@ def test_a_budget_without_a_gpu_hour_cap_does_not_bound_the_gpu_hours_grown_back
     held = any_ledger.reserve("project=churn", "10", gpu_hours="8", holder=HOLDER)
     grown = any_ledger.record_and_regrow(try_bill(held.id, "3", "5")).held
     assert (grown.usd, grown.gpu_hours) == (13, 13)
+
+
+def test_the_regrowth_reports_the_gpu_hour_target_it_grew_toward(any_ledger: Ledger) -> None:
+    any_ledger.set_budget("project=churn", "month", "100", cap_gpu_hours="10")
+    held = any_ledger.reserve("project=churn", "10", gpu_hours="8", holder=HOLDER)
+    regrown = any_ledger.record_and_regrow(try_bill(held.id, "10", "8"))
+    # 8 paid + the 8 it had unpaid before: the cap's room gave 10 of the 16.
+    assert (regrown.target, regrown.gpu_hours_target, regrown.held.gpu_hours) == (20, 16, 10)
+    assert regrown.unpaid_gpu_hours_before == 8
+
+
+def test_a_retry_held_short_of_its_gpu_hours_is_warned_with_the_gpu_hour_cap(
+    any_ledger: Ledger, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The review's numbers: $100 / 10 GPU-hour cap, a $10 / 8 GPU-hour hold, try 1 billed $10 and 8
+    # GPU-hours: the dollars grew back in full, the retry got 2 of its 8 GPU-hours and no word was said.
+    any_ledger.set_budget("project=churn", "month", "100", cap_gpu_hours="10")
+    held = any_ledger.reserve(
+        "project=churn", "10", gpu_hours="8", holder=HOLDER, run_id="r1", dag_id="retrain"
+    )
+    bill = replace(try_bill(held.id, "10", "8"), reservation_id=None)
+
+    with caplog.at_level(logging.WARNING):
+        record_and_settle(any_ledger, bill, retrying=True)
+
+    (warning,) = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert f"the hold {held.id} of retrain.train is held again for its retry 6 GPU-hours short" in warning
+    assert "of the 8 GPU-hours it held for try 1 (which paid 8 of them)" in warning
+    assert "8 GPU-hours spent and 2 reserved of its 10 GPU-hour cap" in warning
+    assert "may pass that GPU-hour cap by up to 6 GPU-hours" in warning
+    assert "raise the GPU-hour cap (`costaware budget set --cap-gpu-hours`)" in warning
+    assert "$" not in warning.split("held again for its retry")[1].split(":")[0]  # the dollars grew in full
+
+
+def test_a_retry_short_in_dollars_and_gpu_hours_is_warned_of_both(
+    any_ledger: Ledger, caplog: pytest.LogCaptureFixture
+) -> None:
+    any_ledger.set_budget("project=churn", "month", "15", cap_gpu_hours="10")
+    held = any_ledger.reserve(
+        "project=churn", "10", gpu_hours="8", holder=HOLDER, run_id="r1", dag_id="retrain"
+    )
+    bill = replace(try_bill(held.id, "10", "8"), reservation_id=None)
+
+    with caplog.at_level(logging.WARNING):
+        record_and_settle(any_ledger, bill, retrying=True)
+
+    (warning,) = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert "held again for its retry $5.00 and 6 GPU-hours short of the $10.00 and 8 GPU-hours" in warning
+    assert "$10.00 spent and $5.00 reserved of its $15.00 cap" in warning
+    assert "8 GPU-hours spent and 2 reserved of its 10 GPU-hour cap" in warning
+    assert "may pass those caps by up to $5.00 and 6 GPU-hours" in warning
+    assert "raise the cap (`costaware budget set`) and the GPU-hour cap" in warning

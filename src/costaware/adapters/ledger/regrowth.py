@@ -51,6 +51,8 @@ class Regrowth(NamedTuple):
     why_not_grown: str | None  # why it was not grown at all, other than the budgets' room
     unpaid_before: Decimal  # what the hold had left unpaid before the entry, read under the locks
     expired: bool  # past its ttl as the entry was written: not grown, it counts nothing in its budgets
+    gpu_hours_target: Decimal  # the GPU-hours it was to grow to (compare the hold's ``gpu_hours``)
+    unpaid_gpu_hours_before: Decimal  # the GPU-hours it had left unpaid before the entry
 
 
 def record_and_regrow(ledger: LedgerDatabase, entry: LedgerEntry) -> Regrowth:
@@ -92,7 +94,16 @@ def record_and_regrow(ledger: LedgerDatabase, entry: LedgerEntry) -> Regrowth:
         now = utcnow()
         grown, why_not_grown = _grow_in(conn, ledger, held.id, target, now, gpu_hours_target)
         expired = grown.status == "open" and grown.expires_at <= now
-        return Regrowth(new, target, grown, why_not_grown, unpaid_before, expired)
+        return Regrowth(
+            new,
+            target,
+            grown,
+            why_not_grown,
+            unpaid_before,
+            expired,
+            gpu_hours_target,
+            unpaid_gpu_hours_before,
+        )
 
 
 def _lock_budgets_of(conn: Connection, ledger: LedgerDatabase, reservation_id: str) -> None:
