@@ -374,3 +374,52 @@ def test_stores_an_earlier_release_kept_under_the_working_folder_are_named_once_
     with caplog.at_level("WARNING", logger="costaware.settings_home"):
         settings.default_store("models")
     assert [r for r in caplog.records if r.name == "costaware.settings_home"] == []
+
+
+def _stores_under_old_and_new_homes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, Path]:
+    """AIRFLOW_HOME '~/airflow': the working folder's './~/airflow' and the home's (neither made yet)."""
+    home, working = tmp_path / "home", tmp_path / "working"
+    working.mkdir()
+    monkeypatch.chdir(working)
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("AIRFLOW_HOME", "~/airflow")
+    monkeypatch.delenv("COSTAWARE_FEATURE_CACHE", raising=False)
+    return working / "~" / "airflow", home / "airflow"
+
+
+def test_stores_under_an_old_airflow_home_linked_to_the_new_one_are_not_said_to_be_left_behind(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    # './~/airflow' a link to '$HOME/airflow': one folder, yet compared as text it was named as left
+    # behind, with "merge by hand what is in both" of every store.
+    old_home, new_home = _stores_under_old_and_new_homes(tmp_path, monkeypatch)
+    (new_home / "costaware" / "models").mkdir(parents=True)
+    old_home.parent.mkdir()
+    old_home.symlink_to(new_home, target_is_directory=True)
+    with caplog.at_level("WARNING", logger="costaware.settings_home"):
+        settings.default_store("models")
+    assert [r.getMessage() for r in caplog.records if r.name == "costaware.settings_home"] == []
+
+
+@pytest.mark.parametrize("method", ["is_dir", "iterdir", "exists"])
+def test_an_earlier_stores_folder_that_cannot_be_looked_in_does_not_stop_the_stores_opening(
+    method: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    # A './~' folder of another user: the PermissionError of looking in it escaped from costaware_home()
+    # and failed every store and ledger open. The check is given up (at debug), the store is named.
+    old_home, new_home = _stores_under_old_and_new_homes(tmp_path, monkeypatch)
+    (old_home / "costaware" / "models").mkdir(parents=True)
+    (new_home / "costaware").mkdir(parents=True)
+    looked = getattr(Path, method)
+
+    def forbidden(path: Path) -> object:
+        if path.is_relative_to(old_home) or method == "exists":
+            raise PermissionError(13, "Permission denied", str(path))
+        return looked(path)
+
+    monkeypatch.setattr(Path, method, forbidden)
+    with caplog.at_level("DEBUG", logger="costaware.settings_home"):
+        assert settings.default_store("models") == str(new_home / "costaware" / "models")
+    (said,) = [r.getMessage() for r in caplog.records if r.name == "costaware.settings_home"]
+    assert said.startswith(f"costaware: could not look in {old_home / 'costaware'} for an earlier release")
+    assert "Permission denied" in said

@@ -96,6 +96,20 @@ def airflow_home_as_written() -> tuple[str, Path, Path] | None:
     return None if written == home else (given, written, home)
 
 
+def same_place(earlier: Path, current: Path) -> bool:
+    """Whether ``earlier`` and ``current`` name one file or folder, through links (there or not yet).
+
+    Compared as text, a './~/airflow' linked to '$HOME/airflow' read as two, and the warnings offered to
+    remove or move the live one. A path that cannot be resolved (a link loop) counts as another place.
+    """
+    if earlier == current:
+        return True
+    try:
+        return earlier.resolve() == current.resolve()
+    except (OSError, RuntimeError):  # RuntimeError: a link loop (Python 3.11)
+        return False
+
+
 def warn_of_earlier_costaware_folder(home: Path) -> None:
     """Warn, once per process, of the costaware folder a release before the expansion kept in another place.
 
@@ -118,17 +132,22 @@ def warn_of_earlier_costaware_folder(home: Path) -> None:
         return
     _looked_for.add(earlier)
     current = home.absolute() / "costaware"
-    if earlier == current or not earlier.is_dir():
+    try:
+        # './~/airflow' a link to '$HOME/airflow': one folder, nothing left behind.
+        if same_place(earlier, current) or not earlier.is_dir():
+            return
+        kept = sorted(entry.name for entry in earlier.iterdir() if not entry.name.startswith("ledger.db"))
+        in_both = [name for name in kept if (current / name).exists()]
+    except OSError as e:  # a folder of another user: a warning must not stop the stores and ledger opening
+        log.debug("costaware: could not look in %s for an earlier release's stores: %s", earlier, e)
         return
-    kept = sorted(entry.name for entry in earlier.iterdir() if not entry.name.startswith("ledger.db"))
     if not kept:
         return
     moves = [
         f"mv {shlex.quote(str(earlier / name))} {shlex.quote(str(current / name))}"
         for name in kept
-        if not (current / name).exists()
+        if name not in in_both
     ]
-    in_both = [name for name in kept if (current / name).exists()]
     steps = [f"`mkdir -p {shlex.quote(str(current))} && {' && '.join(moves)}`"] if moves else []
     if in_both:
         steps.append(f"merge by hand what is in both: {', '.join(in_both)}")

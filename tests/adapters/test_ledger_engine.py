@@ -166,7 +166,9 @@ def test_a_new_default_ledger_under_an_airflow_home_with_a_tilde_says_where_the_
     assert f"is still at {old}: its spend and budgets are not read" in both
     quoted_old, quoted_new = shlex.quote(str(old)), shlex.quote(str(new))  # '~' and '$' are the shell's
     assert f"`rm -f {quoted_old} {quoted_old}-wal {quoted_old}-shm`" in both
-    assert f"`mv {quoted_new} {quoted_new}.made-after-upgrade && mv {quoted_old} {quoted_new}`" in both
+    aside = shlex.quote(f"{new}.made-after-upgrade")
+    assert f'[ ! -e {quoted_new}"$s" ] || mv {quoted_new}"$s" {aside}"$s"; done && ' in both
+    assert f'[ ! -e {quoted_old}"$s" ] || mv {quoted_old}"$s" {quoted_new}"$s"; done`' in both
     # Once the old one is gone, nothing is said.
     old.unlink()
     caplog.clear()
@@ -296,3 +298,94 @@ def test_opening_a_sqlite_ledger_looks_for_an_earlier_releases_file_once(
         sqlite_engine(str(tmp_path / "home" / "airflow" / "costaware" / "ledger.db")).dispose()
         assert len(looked) == 1
         Ledger.from_url(f"sqlite:///{tmp_path}/home/airflow/costaware/ledger.db").dispose()  # the file made
+
+
+def _old_and_new_ledger_files(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, Path]:
+    """AIRFLOW_HOME '~/airflow', the working folder's './~/airflow' and the home's, neither made yet."""
+    home, working = tmp_path / "home", tmp_path / "working"
+    working.mkdir()
+    monkeypatch.chdir(working)
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("AIRFLOW_HOME", "~/airflow")
+    monkeypatch.delenv("COSTAWARE_LEDGER_URL", raising=False)
+    return working / "~" / "airflow", home / "airflow"
+
+
+def test_an_old_airflow_home_linked_to_the_new_one_is_one_ledger_not_two(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    # './~/airflow' a link to '$HOME/airflow': one file, yet compared as text both warnings fired, and the
+    # one of both files offered `rm -f` of the live ledger.
+    from costaware.settings import ledger_url
+
+    old_home, new_home = _old_and_new_ledger_files(tmp_path, monkeypatch)
+    (new_home / "costaware").mkdir(parents=True)
+    old_home.parent.mkdir()
+    old_home.symlink_to(new_home, target_is_directory=True)
+    with caplog.at_level("WARNING", logger="costaware.adapters.ledger.before_expansion"):
+        Ledger.from_url(ledger_url()).create_schema()  # made: not "a new, empty ledger"
+        Ledger.from_url(ledger_url()).dispose()  # both there: not "still at"
+    assert (new_home / "costaware" / "ledger.db").is_file()
+    assert _said(caplog) == []
+
+
+def test_the_commands_to_put_the_old_ledger_in_place_move_each_file_with_its_wal_and_shm(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    # `mv NEW NEW.made-after-upgrade && mv OLD NEW` left NEW-wal and NEW-shm behind: SQLite replayed the
+    # new ledger's WAL onto the old one moved in its place, and the spend it held was lost.
+    import subprocess
+
+    from costaware.adapters.ledger.before_expansion import EarlierLedger, warn_on_open
+
+    old_home, new_home = _old_and_new_ledger_files(tmp_path, monkeypatch)
+    old, new = old_home / "ledger.db", new_home / "ledger.db"
+    old.parent.mkdir(parents=True)
+    new.parent.mkdir(parents=True)
+    files = {old: "old", Path(f"{old}-wal"): "old wal", new: "new", Path(f"{new}-wal"): "new wal"}
+    files[Path(f"{new}-shm")] = "new shm"  # the old one has no -shm: nothing is moved over the new one's
+    for path, text in files.items():
+        path.write_text(text)
+    with caplog.at_level("WARNING", logger="costaware.adapters.ledger.before_expansion"):
+        warn_on_open("the ledger", "~/airflow/ledger.db", EarlierLedger(new, old, "~/airflow", True, False))
+    (both,) = _said(caplog)
+    command = both.split("put it in its place with its -wal and -shm files: `")[1].split("`")[0]
+    subprocess.run(["sh", "-c", command], check=True)
+    aside = f"{new}.made-after-upgrade"
+    placed = {p.name: p.read_text() for p in new.parent.iterdir()}
+    assert placed == {
+        "ledger.db": "old",
+        "ledger.db-wal": "old wal",
+        f"{Path(aside).name}": "new",
+        f"{Path(aside).name}-wal": "new wal",
+        f"{Path(aside).name}-shm": "new shm",
+    }
+    assert list(old.parent.iterdir()) == []
+
+
+def test_an_earlier_ledger_that_cannot_be_looked_at_does_not_stop_the_ledger_opening(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    # A './~' folder of another user: looking for the old ledger there raised PermissionError out of every
+    # open. A warning's check is given up (logged at debug), the ledger opens.
+    from costaware.settings import ledger_url
+
+    old_home, new_home = _old_and_new_ledger_files(tmp_path, monkeypatch)
+    (new_home / "costaware").mkdir(parents=True)
+    Ledger.from_url(ledger_url()).create_schema()
+    exists = Path.exists
+
+    def forbidden_under_old(path: Path) -> bool:
+        if path.is_relative_to(old_home):
+            raise PermissionError(13, "Permission denied", str(path))
+        return exists(path)
+
+    monkeypatch.setattr(Path, "exists", forbidden_under_old)
+    caplog.clear()  # the first open's "new, empty ledger"
+    with caplog.at_level("DEBUG", logger="costaware.adapters.ledger.before_expansion"):
+        Ledger.from_url(ledger_url()).dispose()
+    (said,) = _said(caplog)
+    assert said.startswith(
+        f"costaware: could not look for an earlier ledger at {old_home / 'costaware' / 'ledger.db'}"
+    )
+    assert "Permission denied" in said

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from costaware.settings import LEDGER_URL_ENV
+from costaware.settings_home import same_place
 
 log = logging.getLogger(__name__)
 
@@ -70,7 +71,8 @@ class EarlierLedger:
 def earlier_ledger(database: str, opened: Path) -> EarlierLedger | None:
     """The file an earlier release opened for ``database`` (opened now at ``opened``), there or not.
 
-    None where ``~`` or ``$VARS`` played no part, the two are the same file, or the working folder is gone.
+    None where ``~`` or ``$VARS`` played no part, the two are the same file (``./~/airflow`` a link to
+    ``$HOME/airflow``: the live ledger, not a copy to remove), or the working folder is gone.
     """
     from costaware.settings import airflow_home_as_written, costaware_home
 
@@ -88,7 +90,7 @@ def earlier_ledger(database: str, opened: Path) -> EarlierLedger | None:
         given, given_as_folder, home = homes
         written = given_as_folder.joinpath(opened.relative_to(home))
         as_written, from_home, default = given, True, opened == costaware_home("ledger.db").absolute()
-    if written == opened:
+    if same_place(written, opened):
         return None
     return EarlierLedger(opened, written, as_written, from_home, default)
 
@@ -114,7 +116,12 @@ def refusal(what: str, database: str, earlier: EarlierLedger) -> str:
 def warn_on_open(what: str, database: str, earlier: EarlierLedger) -> None:
     """Log what an open cannot check for itself: a ledger made anew, or an old one left beside it."""
     subject = earlier.subject(what, database)
-    if not earlier.opened.exists():
+    try:
+        made_anew = not earlier.opened.exists()
+    except OSError as e:  # a folder of another user: a warning must not stop the ledger opening
+        log.debug("costaware: could not look for the ledger at %s: %s", earlier.opened, e)
+        return
+    if made_anew:
         # The old ledger may be under whichever folder the earlier processes ran in: only this one is seen.
         log.warning(
             "costaware: %s: creating a new, empty ledger at %s. Releases before '~' and $VARS were "
@@ -126,16 +133,26 @@ def warn_on_open(what: str, database: str, earlier: EarlierLedger) -> None:
             earlier.opened,
         )
         return
-    if earlier.written.exists() and (earlier.opened, earlier.written) not in _warned_both:
+    try:
+        both_there = earlier.written.exists()
+    except OSError as e:  # a folder of another user: a warning must not stop the ledger opening
+        log.debug("costaware: could not look for an earlier ledger at %s: %s", earlier.written, e)
+        return
+    if both_there and (earlier.opened, earlier.written) not in _warned_both:
         _warned_both.add((earlier.opened, earlier.written))
         old, new = shlex.quote(str(earlier.written)), shlex.quote(str(earlier.opened))
+        aside = shlex.quote(f"{earlier.opened}.made-after-upgrade")
+        # Each file with its -wal and -shm: the new one's WAL left behind is replayed onto the moved old
+        # one by SQLite, and the spend it holds is lost.
+        each = "for s in '' -wal -shm; do "
         log.warning(
             "costaware: %s opens %s, but the ledger an earlier costaware kept for it (%s) is still at %s: "
             "its spend and budgets are not read, so what it recorded is not counted against any cap (tasks "
             "may see $0 spent). Said once per process. Stop the workers, then keep one of the two: if it "
             "was copied here already, remove it: `rm -f %s %s-wal %s-shm`; if it holds the spend to date "
-            "(the one opened was made anew after the upgrade), put it in its place: `mv %s %s.made-after-"
-            "upgrade && mv %s %s` (with its -wal and -shm files, if any, as %s-wal and %s-shm)",
+            "(the one opened was made anew after the upgrade), put it in its place with its -wal and -shm "
+            'files: `%s[ ! -e %s"$s" ] || mv %s"$s" %s"$s"; done && %s[ ! -e %s"$s" ] || mv %s"$s" %s"$s"; '
+            "done`",
             subject,
             earlier.opened,
             earlier.taken(),
@@ -143,10 +160,12 @@ def warn_on_open(what: str, database: str, earlier: EarlierLedger) -> None:
             old,
             old,
             old,
+            each,
             new,
             new,
+            aside,
+            each,
             old,
-            new,
-            new,
+            old,
             new,
         )
