@@ -389,3 +389,26 @@ def test_an_earlier_ledger_that_cannot_be_looked_at_does_not_stop_the_ledger_ope
         f"costaware: could not look for an earlier ledger at {old_home / 'costaware' / 'ledger.db'}"
     )
     assert "Permission denied" in said
+
+
+def test_a_first_open_beside_an_earlier_ledger_that_cannot_be_looked_at_opens(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The ledger file not made yet: the refusal's own look at the old './~' ledger (a folder of another user)
+    # raised PermissionError out of the very first open. It counts as not there; the new ledger is made.
+    from costaware.settings import ledger_url
+
+    old_home, new_home = _old_and_new_ledger_files(tmp_path, monkeypatch)
+    (new_home / "costaware").mkdir(parents=True)
+    exists = Path.exists
+
+    def forbidden_under_old(path: Path) -> bool:
+        if path.is_relative_to(old_home):
+            raise PermissionError(13, "Permission denied", str(path))
+        return exists(path)
+
+    monkeypatch.setattr(Path, "exists", forbidden_under_old)
+    ledger = Ledger.from_url(ledger_url())
+    ledger.create_schema()
+    ledger.dispose()
+    assert (new_home / "costaware" / "ledger.db").is_file()

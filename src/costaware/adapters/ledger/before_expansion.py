@@ -133,12 +133,7 @@ def warn_on_open(what: str, database: str, earlier: EarlierLedger) -> None:
             earlier.opened,
         )
         return
-    try:
-        both_there = earlier.written.exists()
-    except OSError as e:  # a folder of another user: a warning must not stop the ledger opening
-        log.debug("costaware: could not look for an earlier ledger at %s: %s", earlier.written, e)
-        return
-    if both_there and (earlier.opened, earlier.written) not in _warned_both:
+    if written_there(earlier) and (earlier.opened, earlier.written) not in _warned_both:
         _warned_both.add((earlier.opened, earlier.written))
         old, new = shlex.quote(str(earlier.written)), shlex.quote(str(earlier.opened))
         aside = shlex.quote(f"{earlier.opened}.made-after-upgrade")
@@ -169,3 +164,16 @@ def warn_on_open(what: str, database: str, earlier: EarlierLedger) -> None:
             old,
             new,
         )
+
+
+def written_there(earlier: EarlierLedger) -> bool:
+    """Whether the earlier release's file is there.
+
+    One that cannot be looked at (a './~' folder of another user) counts as not there: the refusal and the
+    warning are safeguards and must never stop a ledger opening.
+    """
+    try:
+        return earlier.written.exists()
+    except OSError as e:
+        log.debug("costaware: could not look for an earlier ledger at %s: %s", earlier.written, e)
+        return False

@@ -67,7 +67,7 @@ def _sqlite_file_and_earlier(database: str, *, always: bool) -> tuple[Path, Earl
     expanded = _expanded(database)
     missing = not expanded.exists()
     earlier = before_expansion.earlier_ledger(database, expanded) if always or missing else None
-    if missing and earlier is not None and earlier.written.exists():
+    if missing and earlier is not None and before_expansion.written_there(earlier):
         raise ConfigurationError(before_expansion.refusal(_SQLITE_FILE, database, earlier))
     return expanded, earlier
 
