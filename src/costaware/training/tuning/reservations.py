@@ -128,6 +128,7 @@ def reserve_trial_cost(
     # counts in real time.
     waiting_since = time.monotonic()
     own_wait = max(2 * seconds, 60.0)
+    asked_again = False
     while True:
         usd = usd_for_seconds(seconds, spec.usd_per_hour)
         gpu_hours = gpu_hours_for(seconds, spec.gpus)
@@ -162,7 +163,14 @@ def reserve_trial_cost(
             waits = other_slot_waits(ledger, waiting_holds() if waiting_holds else (), without=replacing)
             own = study_usage(ledger, spec, without=replacing)
             if own is None or not _may_come_back(own, usd, gpu_hours):
+                if own is not None and not asked_again and _has_room_now(own, usd, gpu_hours):
+                    # The last hold in flight settled between the refused ask and this read: read as money
+                    # spent, the slot stopped the study with that money free. Asked again at once (once:
+                    # refused again, another budget is short and the refusal stands).
+                    asked_again = True
+                    continue
                 raise
+            asked_again = False
             slots_only = not _may_come_back(trials_only(own, waits), usd, gpu_hours)
             if slots_only:
                 # Only other slots' holds on their own time stand in the way: a slot's hold is spent by its
@@ -731,6 +739,15 @@ def _may_come_back(own: BudgetUsage, usd: Decimal, gpu_hours: Decimal) -> bool:
     in_flight = own.reserved_usd > 0 or own.reserved_gpu_hours > 0
     gpu_room = own.cap_gpu_hours is None or own.spent_gpu_hours + gpu_hours <= own.cap_gpu_hours
     return in_flight and own.spent_usd + usd <= own.cap_usd and gpu_room
+
+
+def _has_room_now(own: BudgetUsage, usd: Decimal, gpu_hours: Decimal) -> bool:
+    """Whether a budget (the study's) has room for ``usd`` and ``gpu_hours`` beside its spend and holds."""
+    gpu_room = (
+        own.cap_gpu_hours is None
+        or own.spent_gpu_hours + own.reserved_gpu_hours + gpu_hours <= own.cap_gpu_hours
+    )
+    return own.spent_usd + own.reserved_usd + usd <= own.cap_usd and gpu_room
 
 
 def _other_budgets_may_come_back(
