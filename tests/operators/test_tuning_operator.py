@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import re
+import time
 from datetime import datetime, timedelta, timezone
 from decimal import Decimal
 from types import SimpleNamespace
@@ -971,11 +972,17 @@ def test_a_refused_slots_study_load_is_paid_from_the_hold_taken_before_it(
 
 
 def _wait_on_a_fake_clock(monkeypatch: pytest.MonkeyPatch, ti: Any) -> list[float]:
-    """A slot's wait for money moves the ledger's clock and the listener's measure of the try (no sleep)."""
+    """A slot's wait for money moves the ledger's clock and the listener's measure of the try (no sleep).
+
+    The slot's clock in its wait runs in real time too, as the listener's measure of the try does: frozen at
+    the fake waits, it left out the real seconds of the wait's polls, which the bill counts (on a loaded
+    machine they passed the 30 s margin and the try was billed past its hold).
+    """
     from costaware.adapters.ledger import budgets, regrowth, reservations
     from costaware.training.tuning import reservations as trial_reservations
 
     waited = [0.0]
+    real_monotonic = time.monotonic
     base = datetime.now(timezone.utc)
 
     def utcnow() -> datetime:
@@ -987,7 +994,7 @@ def _wait_on_a_fake_clock(monkeypatch: pytest.MonkeyPatch, ti: Any) -> list[floa
 
     for module in (reservations, regrowth, budgets, trial_reservations):
         monkeypatch.setattr(module, "utcnow", utcnow)
-    clock = SimpleNamespace(monotonic=lambda: waited[0], sleep=sleep)
+    clock = SimpleNamespace(monotonic=lambda: real_monotonic() + waited[0], sleep=sleep)
     monkeypatch.setattr(trial_reservations, "time", clock)
     return waited
 
