@@ -1560,6 +1560,7 @@ def test_a_wait_that_never_saw_a_followed_job_listed_stops_it_when_its_cap_falls
     from airflow.sdk.execution_time.xcom import XCom
 
     from costaware.core.errors import JobNotFoundError
+    from costaware.training.attempts import JobEnded, next_step
     from costaware.triggers.remote_gone_job import UNREAD_KEPT_STATE_SECONDS
     from costaware.triggers.remote_training import NOT_LISTED_GRACE_SECONDS
 
@@ -1567,7 +1568,7 @@ def test_a_wait_that_never_saw_a_followed_job_listed_stops_it_when_its_cap_falls
     found_at = STOP_BY_POLL_SUBMIT + timedelta(seconds=400)
     job = {"job_id": "j", "state": found_state, "market": "spot", "billable_seconds": 300.0}
     followed = {"job": job, "seen_at": found_at.isoformat()}
-    wait, listing, _state, _ = _stop_by_poll_wait(
+    wait, listing, state, _ = _stop_by_poll_wait(
         monkeypatch, [gone] * 80, cap_seconds=1200, followed=followed
     )
     monkeypatch.setattr(XCom, "get_one", lambda **where: (_ for _ in ()).throw(ConnectionError("down")))
@@ -1586,6 +1587,11 @@ def test_a_wait_that_never_saw_a_followed_job_listed_stops_it_when_its_cap_falls
         assert len(stops_at) == 1 and due_at <= stops_at[0] <= due_at + timedelta(seconds=5), stops_at
         # Gone at the poll after its stop: billed from its find to then, the cap and that poll's wait.
         assert 1200.0 <= event["job"]["billable_seconds"] <= 1205.0
+        # Ended by that stop: recorded as stopped at max_usd, not as a preemption that plans a new attempt
+        # (billed as gone from the followed record, the wait that never saw it took it as interrupted).
+        assert "stopped at what was left of max_usd" in event["job"]["reason"], event["job"]["reason"]
+        step = next_step(state, JobEnded(job=event["job"]), now, max_attempts=10, latest_resume=None)
+        assert step.record_cause == "max_usd"  # type: ignore[union-attr]
     else:
         assert stops_at and stops_at[0] >= bound  # no due point: the bound's stop, as before
 

@@ -290,7 +290,8 @@ class GoneJobBilling(CapStopping):
         from costaware.training.attempts import AttemptState
 
         stopped_at = self._cap_stopped_at
-        last_seen = self._last_seen or self._cap_stop_seen  # a re-created wait: as seen at the stop
+        # A re-created wait: as seen at the stop; a followed job it never saw: as this try found it.
+        last_seen = seen_or_followed(self.state, self._last_seen or self._cap_stop_seen)
         if last_seen is None or stopped_at is None:
             return with_copies_run_out(status)
         seen, seen_at = last_seen
