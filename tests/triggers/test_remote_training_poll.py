@@ -1596,6 +1596,44 @@ def test_a_wait_that_never_saw_a_followed_job_listed_stops_it_when_its_cap_falls
         assert stops_at and stops_at[0] >= bound  # no due point: the bound's stop, as before
 
 
+@pytest.mark.parametrize(
+    ("found_run", "wait_from"),
+    [(300.0, 800.0), (1100.0, 30.0), (1300.0, 30.0)],
+    ids=["due 100 s into the wait", "found near its cap", "found past its cap"],
+)
+def test_a_wait_that_never_saw_a_followed_job_stops_it_when_its_cap_falls_due_while_not_listed_yet(
+    monkeypatch: pytest.MonkeyPatch, found_run: float, wait_from: float
+) -> None:
+    # A rebuilt Batch wait takes a job it never saw as not listed yet for 600 s after its first poll, and
+    # then asked for the followed due point only at its first held-back poll: a due point in those 600 s
+    # was missed by up to 600 s (found at 300 s of a 1,200 s cap, the wait 800 s after the find: stopped
+    # 1,400 s after the find; found past its cap: stopped 630 s after it).
+    from datetime import timedelta
+
+    from airflow.sdk.execution_time.xcom import XCom
+
+    from costaware.core.errors import JobNotFoundError
+
+    gone = JobNotFoundError("DescribeJobs does not list it")
+    found_at = STOP_BY_POLL_SUBMIT + timedelta(seconds=400)
+    job = {"job_id": "j", "state": "running", "market": "spot", "billable_seconds": found_run}
+    followed = {"job": job, "seen_at": found_at.isoformat()}
+    wait, listing, _state, _ = _stop_by_poll_wait(
+        monkeypatch, [gone] * 80, cap_seconds=1200, followed=followed
+    )
+    monkeypatch.setattr(XCom, "get_one", lambda **where: (_ for _ in ()).throw(ConnectionError("down")))
+    first_poll = found_at + timedelta(seconds=wait_from)
+    due_at = max(first_poll, found_at + timedelta(seconds=max(0.0, 1200 - found_run)))
+    now, stops_at, event = first_poll, [], None
+    while event is None and not stops_at and now < first_poll + timedelta(seconds=1200):
+        event = wait.poll_tolerant(now)
+        if listing.stops:
+            stops_at.append(now)
+        now += timedelta(seconds=wait.next_poll_in())
+    assert stops_at, event
+    assert due_at <= stops_at[0] <= due_at + timedelta(seconds=5), stops_at[0] - found_at
+
+
 def test_a_stop_at_the_cap_refused_while_a_gone_job_is_held_back_is_asked_again_seconds_later(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

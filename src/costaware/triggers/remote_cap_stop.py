@@ -325,10 +325,24 @@ class CapStopping(_TriggerBase):
         """Send the stop at the cap that falls due while the job is not listed (a listing that lags).
 
         Kept due and never sent, the job ran on for up to ``NOT_LISTED_GRACE_SECONDS`` past ``max_usd``:
-        a stop goes by the job's id (Batch's TerminateJob), whether or not DescribeJobs lists it now.
+        a stop goes by the job's id (Batch's TerminateJob), whether or not DescribeJobs lists it now. A wait
+        that never saw the job has no last poll's due point: a followed job's is taken as it was found
+        (asked only at the first held-back poll, 600 s on, a due point in between was missed by as much).
         """
         job_id = str(self.job_id)
-        if due_before is None or self._stopped_for_cap == job_id:
+        if self._stopped_for_cap == job_id:
+            return
+        if due_before is None and self._last_seen is None:
+            due_at, now = self._followed_cap_stop_due_at(), self._polled_at
+            if due_at is None or now is None:
+                return
+            left = (due_at - now).total_seconds()
+            if left > MIN_CAP_STOP_WAIT_SECONDS:
+                self._cap_stop_due_after(left)  # polled again when it falls due
+            else:
+                self._send_unlisted_cap_stop(job_id)
+            return
+        if due_before is None:
             return
         if due_before - self.poll_interval > CAP_STOP_RETRY_SECONDS:
             self._keep_cap_stop_due(due_before)  # not due yet: the wait sleeps up to it
