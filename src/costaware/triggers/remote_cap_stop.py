@@ -76,15 +76,17 @@ class CapStopping(_TriggerBase):
         due = self._cap_stop_due_in
         self._cap_stop_due_in = seconds if due is None else min(due, seconds)
 
-    def _send_cap_stop(self, job_id: str, *, stop_after_seconds: int | None = None) -> bool:
+    def _send_cap_stop(
+        self, job_id: str, *, stop_after_seconds: int | None = None, unlisted: bool = False
+    ) -> bool:
         """Send the stop at the cap (SIGTERM: it checkpoints); False, asked again soon, where it failed.
 
         Once sent, the job's end is recorded as stopped by ``max_usd`` after ``stop_after_seconds`` of
         running (None: as the state says), and the stop is kept where a re-created wait reads it
-        (:meth:`_keep_cap_stop`). Sent whether or not a re-created wait has read the kept state yet: held
-        back, a first wait's stop let the job run on past the cap while the API server did not answer. Not
-        sent where the job's last seen status says a stop was asked already (:meth:`_stop_asked_at`): the
-        stop is taken as sent then.
+        (:meth:`_keep_cap_stop`), ``unlisted`` with it: sent while its backend did not list the job. Sent
+        whether or not a re-created wait has read the kept state yet: held back, a first wait's stop let the
+        job run on past the cap while the API server did not answer. Not sent where the job's last seen
+        status says a stop was asked already (:meth:`_stop_asked_at`): the stop is taken as sent then.
         """
         if self._polled_after_cancel("stopped at the cap"):
             return False
@@ -125,7 +127,7 @@ class CapStopping(_TriggerBase):
 
             current["followed"] = {**current["followed"], EARLIER_STOP_KEY: earlier_stop}
         sent_at = self._cap_stopped_at or utcnow()
-        current[CAP_STOP_KEY] = {"job_id": job_id, "sent_at": sent_at.isoformat()}
+        current[CAP_STOP_KEY] = {"job_id": job_id, "sent_at": sent_at.isoformat(), "unlisted": unlisted}
         if self._last_seen is not None:
             seen, seen_at = self._last_seen
             current[CAP_STOP_KEY].update(job=seen.to_dict(), seen_at=seen_at.isoformat())
@@ -424,7 +426,7 @@ class CapStopping(_TriggerBase):
             current = self.state.get("current") or {}
             held = current.get("stop_after_seconds") if current.get("stop_by_poll") else None
             stop_after = other[1] if held is None else min(int(held), other[1])
-        self._send_cap_stop(job_id, stop_after_seconds=stop_after)
+        self._send_cap_stop(job_id, stop_after_seconds=stop_after, unlisted=True)
 
     def _stop_followed_job_at_cap(self, status: Any) -> None:
         """Stop a job an earlier try submitted once it has run what is left of ``max_usd`` now.

@@ -20,6 +20,7 @@ from costaware.triggers.remote_job_status import (
     seen_or_followed,
     stop_requested_at,
 )
+from costaware.triggers.remote_wait_state import CAP_STOP_KEY
 
 #: A job gone while the kept state of the wait before this one cannot be read is held back (was it stopped
 #: at the cap?) for at least this many failed reads and this long after it was first found gone; then it is
@@ -281,7 +282,9 @@ class GoneJobBilling(CapStopping):
 
         The stop went through: it ran to its grace period's end after the stop at the latest, and ended
         stopped by ``max_usd`` as the cap's other stops do (billed up to now, it was an interruption billed
-        up to ``NOT_LISTED_GRACE_SECONDS`` past the stop).
+        up to ``NOT_LISTED_GRACE_SECONDS`` past the stop). A stop sent while the job was not listed is
+        billed to that end even where ``now`` is sooner: a poll that does not list the job says nothing of
+        when it ended (billed to it, 5 s after the stop, its grace period went unbilled).
         """
         from dataclasses import replace
 
@@ -297,7 +300,9 @@ class GoneJobBilling(CapStopping):
         seen, seen_at = last_seen
         end = now
         if self.state.get("backend") and self.state.get("current"):  # a plan to size the grace period by
-            end = min(now, stopped_at + timedelta(seconds=stop_seconds(AttemptState.from_json(self.state))))
+            grace_end = stopped_at + timedelta(seconds=stop_seconds(AttemptState.from_json(self.state)))
+            sent = self.state["current"].get(CAP_STOP_KEY) or {}
+            end = grace_end if sent.get("unlisted") else min(now, grace_end)
         billed = seen.billable_seconds + instances * max(0.0, (end - seen_at).total_seconds())
         reason = (
             f"stopped at what was left of max_usd at {stopped_at.isoformat()}; {self.backend} has not listed "
