@@ -12,9 +12,10 @@ from costaware_runtime.sync import CheckpointSync
 
 log = logging.getLogger("costaware_runtime.launcher")  # the launcher's messages keep its logger
 
-#: How long the launcher waits, once the job has exited, for a push still in flight to end. Long enough for
-#: a checkpoint of several GB at tens of MB/s; a store silent for longer (a hung mount, a stalled connection)
-#: held the job's exit, and its outputs, for good.
+#: How long the launcher waits, once the job has exited, for a push still in flight to finish its next file.
+#: A push that keeps finishing files is waited for however long it takes (a big checkpoint at a slow link,
+#: lost if cut off); a store silent for longer (a hung mount, a stalled connection) held the job's exit, and
+#: its outputs, for good. Long enough for one file of several GB at tens of MB/s.
 STOP_SECONDS = 300.0
 
 
@@ -67,22 +68,33 @@ class _Watcher(threading.Thread):
         self._failing_since, self._failed = None, 0
 
     def stop(self, timeout: float | None = None) -> str | None:
-        """Stop looking for commits, and wait at most ``timeout`` (default :data:`STOP_SECONDS`) for a push.
+        """Stop looking for commits, and wait for a push in flight while it makes progress.
+
+        A push is given up once it has finished no file for ``timeout`` (default :data:`STOP_SECONDS`)
+        seconds, counted from the job's exit or from its last finished file, whichever came later.
 
         Returns:
-            None once the thread has ended, else why it has not (a push still in flight): the launcher must
-            then not push the last checkpoint itself, which waits for that push to end.
+            None once the thread has ended, else why it has not (a push that made no progress): the launcher
+            must then not push the last checkpoint itself, which waits for that push to end.
         """
         self.stopping.set()
-        waited = STOP_SECONDS if timeout is None else timeout
-        self.join(waited)
+        bound = STOP_SECONDS if timeout is None else timeout
+        exited = time.monotonic()
+        while True:
+            quiet_since = max(exited, self.sync.progressed_at)
+            left = quiet_since + bound - time.monotonic()
+            if left <= 0:
+                break
+            self.join(left)
+            if not self.is_alive():
+                return None
         if not self.is_alive():
             return None
         started = self._push_started
         running = "" if started is None else f", begun {time.monotonic() - started:.0f} s ago"
         said = (
-            f"a checkpoint push to {self.sync.store.uri} has not ended {waited:g} s after the job exited"
-            f"{running}: going on without it; {self._unpushed()}"
+            f"a checkpoint push to {self.sync.store.uri} has finished no file for {bound:g} s after the job "
+            f"exited{running}: going on without it; {self._unpushed()}"
         )
         log.error("%s", said)
         return said

@@ -103,6 +103,9 @@ class CheckpointSync:
         #: The identity of the last checkpoint pushed without pointing ``LATEST.json`` at it (it was behind).
         self._pushed_behind: tuple[int, str] | None = None
         self._lock = threading.Lock()
+        #: When the last upload of a push returned (monotonic seconds): a push still finishing files is slow,
+        #: not hung, and is waited for (see ``_Watcher.stop``).
+        self.progressed_at = time.monotonic()
 
     def remote_latest(self) -> tuple[Marker, str] | None:
         """The remote's latest complete checkpoint and its prefix, or None when it has none.
@@ -270,6 +273,7 @@ class CheckpointSync:
                     kept = os.dup(source.fileno())
                     try:
                         self.store.put(f"{prefix}/{file.path}", source)
+                        self.progressed_at = time.monotonic()
                         self._check_unchanged(kept, file, path)
                     finally:
                         os.close(kept)
