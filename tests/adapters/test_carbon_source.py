@@ -153,7 +153,10 @@ def test_a_source_typed_wrong_or_a_missing_file_says_what_was_meant(
 
 
 class _Api(http.server.BaseHTTPRequestHandler):
-    """Serves ``fixtures/carbon/<path>.json``; ``/status500/...`` fails, ``/badjson/...`` is truncated."""
+    """Serves ``fixtures/carbon/<path>.json``; ``/status500/...`` fails, ``/badjson/...`` is truncated.
+
+    ``/negative/...`` answers an intensity below zero.
+    """
 
     requests: list[str]
 
@@ -164,6 +167,12 @@ class _Api(http.server.BaseHTTPRequestHandler):
             return
         if self.path.startswith("/badjson/"):
             self._answer(200, (FIXTURES / "bad_json.txt").read_bytes())
+            return
+        if self.path.startswith("/negative/"):  # one half hour's intensity below zero, actual and forecast
+            record = {"from": "2026-11-20T06:00Z", "to": "2026-11-20T06:30Z", "intensity": {"forecast": -5}}
+            self._answer(
+                200, json.dumps({"data": [record | {"intensity": {"forecast": -5, "actual": -5}}]}).encode()
+            )
             return
         name = self.path.strip("/").replace("/", "_").replace(":", "") + ".json"
         file = FIXTURES / name
@@ -257,6 +266,21 @@ def test_live_errors_name_the_url(api: http.server.ThreadingHTTPServer, tmp_path
     assert list(tmp_path.iterdir()) == []  # nothing bad was cached
     with pytest.raises(CarbonSourceUnavailableError, match=r"HTTP 404 .*/intensity/2026-11-21T00:00Z/fw48h"):
         LiveCarbon(cache_dir=tmp_path).forecast("GB", T0 + timedelta(days=1), 2)
+
+
+def test_live_bad_intensity_is_told_in_gco2e_per_kwh(
+    api: http.server.ThreadingHTTPServer, tmp_path: Path
+) -> None:
+    # The live answers were read as prices: a bad intensity was told in "(USD per hour)".
+    live = LiveCarbon(base_url=f"{_base(api)}/negative", cache_dir=tmp_path)
+    at = T0 + timedelta(hours=6)
+    for read in (
+        lambda: live.forecast("GB", at, 1),
+        lambda: live.intensity("GB", at, at + timedelta(hours=1)),
+    ):
+        with pytest.raises(InvalidPriceDataError, match=r"intensity .*-5.*\(gCO2e per kWh\)$") as caught:
+            read()
+        assert "USD" not in str(caught.value)
 
 
 def test_live_refuses_other_zones_and_horizons(tmp_path: Path) -> None:

@@ -148,7 +148,9 @@ class LiveCarbon:
             cursor = upto
         points = _points(records, "actual", fallback="forecast", url=self.base_url)
         series = PriceSeries.from_points(
-            points, name=f"carbon {zone} live {self.base_url} (gCO2e/kWh, actual, else forecast)"
+            points,
+            name=f"carbon {zone} live {self.base_url} (gCO2e/kWh, actual, else forecast)",
+            value_name="intensity",
         )
         if series.start > start:
             raise PriceNotFoundError(
@@ -173,7 +175,9 @@ class LiveCarbon:
         url = f"{self.base_url}/intensity/{_api_time(start)}/fw48h"
         points = _points(self._data(url), "forecast", url=url)
         series = PriceSeries.from_points(
-            points, name=f"carbon {zone} forecast {self.base_url} (gCO2e/kWh, forecast)"
+            points,
+            name=f"carbon {zone} forecast {self.base_url} (gCO2e/kWh, forecast)",
+            value_name="intensity",
         )
         return _window(series, max(start, series.start), start + hours * _HOUR, name=series.name)
 
