@@ -522,6 +522,16 @@ def test_a_file_given_under_a_quoted_home_is_imported(
     assert "imported 48 hour(s) of GB carbon intensity from GB_2026-11.csv" in capsys.readouterr().out
 
 
+def test_a_file_here_whose_name_starts_with_a_tilde_is_imported(
+    home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # '~GB_2026.csv' in the working folder was read as the home of a user 'GB_2026.csv', and refused.
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "~GB_2026.csv").write_bytes(RECORDED.read_bytes())
+    assert main(["carbon", "import", "~GB_2026.csv", "--zone", "GB"]) == 0
+    assert "imported 48 hour(s) of GB carbon intensity from ~GB_2026.csv" in capsys.readouterr().out
+
+
 def test_a_single_record_file_is_refused_for_its_unknown_step(
     home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -584,6 +584,16 @@ def test_an_offer_file_that_is_a_folder_is_worded_as_every_unreadable_file(
     )
 
 
+def test_an_offer_file_here_whose_name_starts_with_a_tilde_is_read(
+    ledger_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # '~index.json' in the working folder was read as the home of a user 'index.json', and refused.
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "~index.json").write_bytes((FIXTURES / "ec2_offer_us-east-1.json").read_bytes())
+    assert run(ledger_url, "prices", "import", "~index.json") == 0
+    assert "imported 2 ec2 price(s) for us-east-1 from ~index.json" in capsys.readouterr().out
+
+
 def test_an_offer_file_given_under_a_quoted_home_is_read_there(
     ledger_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:

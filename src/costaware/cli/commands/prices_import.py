@@ -26,7 +26,10 @@ def import_prices(args: argparse.Namespace) -> int:
     )
 
     # A quoted '~/index.json' reaches us unexpanded: it was looked for in a folder named '~'.
-    path = Path(expand_user(args.file, what="offer file", uri=args.file, example="/data/index.json"))
+    # A file that is there as named ('~index.json' here) is that file, not user 'index.json''s home.
+    path = Path(args.file)
+    if not path.exists():
+        path = Path(expand_user(args.file, what="offer file", uri=args.file, example="/data/index.json"))
     if args.region:
         _check_region(args.region, any_aws_region=True)
     try:
