@@ -532,6 +532,40 @@ def test_a_file_here_whose_name_starts_with_a_tilde_is_imported(
     assert "imported 48 hour(s) of GB carbon intensity from ~GB_2026.csv" in capsys.readouterr().out
 
 
+def test_a_single_record_that_follows_the_earlier_import_takes_its_step(
+    home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A feed appending the latest hour, one record at a time, was refused once one-record files were.
+    header = "timestamp_utc,g_co2eq_per_kwh_lca\n"
+    earlier = tmp_path / "gb-hours.csv"
+    earlier.write_text(header + "2026-11-20T00:00:00Z,100\n2026-11-20T01:00:00Z,110\n")
+    assert main(["carbon", "import", str(earlier), "--zone", "GB"]) == 0
+    latest = tmp_path / "gb-latest.csv"
+    latest.write_text(header + "2026-11-20T02:00:00Z,120\n")
+    assert main(["carbon", "import", str(latest), "--zone", "GB"]) == 0, capsys.readouterr().err
+    assert "1 hour(s) added, 0 replaced, 2 kept from the earlier import" in capsys.readouterr().out
+    assert (home / "GB_imported.csv").read_text().splitlines()[1:] == [
+        "2026-11-20T00:00:00Z,100",
+        "2026-11-20T01:00:00Z,110",
+        "2026-11-20T02:00:00Z,120",
+    ]
+    # Half-hourly: the record after 00:30 ends at 01:30, the earlier import's step, not an hour on.
+    (home / "GB_imported.csv").unlink()
+    earlier.write_text(header + "2026-11-20T00:00:00Z,100\n2026-11-20T00:30:00Z,110\n")
+    assert main(["carbon", "import", str(earlier), "--zone", "GB"]) == 0
+    latest.write_text(header + "2026-11-20T01:00:00Z,120\n")
+    assert main(["carbon", "import", str(latest), "--zone", "GB"]) == 0
+    start = datetime(2026, 11, 20, tzinfo=timezone.utc)
+    # 01:00-01:30 alone is recorded: the 01:00 hour is not covered whole.
+    assert list(RecordedCarbon(home, bundled=False).covered_hours("GB", start, 2)) == [start]
+    # One that does not start where the earlier import ends still has no step to take: refused.
+    before = (home / "GB_imported.csv").read_bytes()
+    latest.write_text(header + "2026-11-20T03:00:00Z,130\n")
+    assert main(["carbon", "import", str(latest), "--zone", "GB"]) == 2
+    assert "gb-latest.csv holds one record (2026-11-20 03:00 UTC)" in capsys.readouterr().err
+    assert (home / "GB_imported.csv").read_bytes() == before
+
+
 def test_a_single_record_file_is_refused_for_its_unknown_step(
     home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -266,16 +266,16 @@ def import_file(args: argparse.Namespace) -> int:
         series = _check_columns(text, path.name)
     except InvalidPriceDataError as e:
         raise InvalidPriceDataError(f"{e}; nothing was imported") from e
-    if len(series) == 1:
+    folder = carbon_folder()
+    target = folder / f"{zone}_imported.csv"
+    if len(series) == 1 and not _follows_earlier_import(target, series):
         # Its end was guessed an hour on: merged into a half-hourly import at 23:30, it replaced 00:00 too.
         raise InvalidPriceDataError(
             f"{path.name} holds one record ({series.start:%Y-%m-%d %H:%M} UTC): the format declares no step, "
             "and one record cannot tell an hour from half an hour, so where it ends is unknown; nothing was "
             "imported: add the record after it (the next hour or half hour)"
         )
-    folder = carbon_folder()
     folder.mkdir(parents=True, exist_ok=True)
-    target = folder / f"{zone}_imported.csv"
     hours = len({at.replace(minute=0, second=0) for at, _ in series.points})  # half-hourly rows are not hours
     records = "" if hours == len(series) else f" in {len(series)} records"
     imported = (
@@ -292,6 +292,24 @@ def import_file(args: argparse.Namespace) -> int:
         write_atomically(target, merged.encode("utf-8"))
     print(f"{imported}: {added} hour(s) added, {replaced} replaced, {kept} kept from the earlier import")
     return 0
+
+
+def _follows_earlier_import(target: Path, series: PriceSeries) -> bool:
+    """Whether the one record of ``series`` starts where the earlier import at ``target`` ends.
+
+    Then the merged file takes the earlier import's step for it (a feed appending the latest hour); an
+    earlier import that cannot be read is left for the merge to refuse, naming what is wrong with it.
+    """
+    from costaware.adapters.carbon_source import recorded_end
+    from costaware.core.errors import InvalidPriceDataError
+
+    if not target.exists():
+        return False
+    try:
+        earlier = _check_columns(target.read_text(encoding="utf-8"), target.name)
+    except (OSError, UnicodeDecodeError, InvalidPriceDataError):
+        return True
+    return recorded_end(earlier) == series.start
 
 
 @contextlib.contextmanager
