@@ -402,6 +402,37 @@ def test_write_atomically_syncs_the_file_before_the_rename_and_the_folder_after(
     assert synced == [("file", b"old"), ("folder", b"new")]
 
 
+@pytest.mark.parametrize("refused", ["folder", "file"])
+def test_write_atomically_survives_a_mount_that_cannot_sync_a_folder_but_not_a_file(
+    refused: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Some FUSE/CIFS mounts answer a folder's fsync with EINVAL: the import failed after the rename was done.
+    import errno
+    import os
+    import stat
+
+    from costaware.adapters.carbon_source import write_atomically
+
+    target = tmp_path / "GB_imported.csv"
+    target.write_bytes(b"old")
+    fsync = os.fsync
+
+    def einval(fd: int) -> None:
+        if ("folder" if stat.S_ISDIR(os.fstat(fd).st_mode) else "file") == refused:
+            raise OSError(errno.EINVAL, "Invalid argument")
+        fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", einval)
+    if refused == "folder":
+        write_atomically(target, b"new")
+        assert target.read_bytes() == b"new"
+    else:  # the file's own sync still fails the write: the old bytes stay, no temporary is left
+        with pytest.raises(OSError, match="Invalid argument"):
+            write_atomically(target, b"new")
+        assert target.read_bytes() == b"old"
+    assert [p.name for p in tmp_path.iterdir()] == ["GB_imported.csv"]
+
+
 def test_an_hour_a_file_ends_inside_is_not_counted_as_covered(tmp_path: Path) -> None:
     # A half-hourly file ending 10:30 counted 10:00-11:00 as recorded, its last value held for the whole hour.
     header = "timestamp_utc,g_co2eq_per_kwh_lca\n"
