@@ -27,8 +27,8 @@ from costaware.glue import DEFAULT_AWS_CONN_ID, DEFAULT_LEDGER_CONN_ID, airflow_
 from costaware.operators.remote_training_args import parse_zones
 from costaware.operators.templating import is_literal
 from costaware.sensors.spot_window_arguments import (
-    check_instance_type_written,
     check_written,
+    instance_type_not_bundled,
     parse_overhead_and_history,
     prices_file_missing_here,
 )
@@ -55,8 +55,9 @@ class SpotWindowSensor(SpotWindowPlanning):
     stops waiting and chooses on-demand. With ``deferrable=True`` it waits in the triggerer.
 
     Args:
-        instance_type: EC2 instance type of the bundled price list (templated; written out, one the list
-            lacks is refused when the DAG is parsed).
+        instance_type: EC2 instance type (templated; written out, one the bundled price list lacks is
+            warned of when the DAG is parsed, as a likely typo: the run prices it from the price cache,
+            live prices, then that list, unless ``on_demand_usd_per_hour`` is given).
         region: AWS region (templated).
         expected_runtime_hours: Expected training time (templated).
         availability_zone: Zone whose price to use; default the region's cheapest zone (templated).
@@ -162,7 +163,9 @@ class SpotWindowSensor(SpotWindowPlanning):
             objective=objective,
             carbon_usd_per_tonne=carbon_usd_per_tonne,
         )
-        check_instance_type_written(instance_type)
+        unlisted = instance_type_not_bundled(instance_type)
+        if unlisted:
+            self.log.warning("%s", unlisted)
         self.instance_type = instance_type
         self.region = region
         self.expected_runtime_hours = expected_runtime_hours

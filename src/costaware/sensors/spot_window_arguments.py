@@ -60,26 +60,29 @@ def written(value: Any) -> bool:
     return blank(value) is not None and (is_literal(value) or isinstance(value, datetime))
 
 
-def check_instance_type_written(instance_type: Any) -> None:
-    """Refuse an instance type written out that the bundled EC2 price list lacks (templates: at run time).
+def instance_type_not_bundled(instance_type: Any) -> str | None:
+    """Why an instance type written out may be a typo (the bundled EC2 price list lacks it), or None.
 
-    The run prices and forecasts it from that list: a typo passed the parse and failed each run.
-
-    Raises:
-        ConfigurationError: the type, with the closest listed names.
+    Only a warning when the DAG is parsed, with the closest names: the run needs no list price when
+    ``on_demand_usd_per_hour`` is given, and otherwise reads the price cache and live prices before the
+    bundled list, which may hold types the list lacks (newer AWS types, a user's imported prices). A
+    template is read at run time.
     """
     if not written(instance_type):
-        return
+        return None
     from costaware.adapters.price_files import bundled_catalog
     from costaware.core.errors import PriceNotFoundError
 
     try:
         bundled_catalog().check_instance_type(str(instance_type).strip())
     except PriceNotFoundError as e:
-        raise ConfigurationError(
-            f"instance_type {instance_type!r} is not in the bundled EC2 price list the sensor prices it "
-            f"from ({e}): write a listed type"
-        ) from e
+        return (
+            f"instance_type {instance_type!r} is not in the bundled EC2 price list ({e}): if it is a typo, "
+            "correct it; unless on_demand_usd_per_hour is given, the run prices it from the price cache "
+            "(`costaware prices refresh` or `import`), live prices, then that list, and refuses it there if "
+            "none has it"
+        )
+    return None
 
 
 def prices_file_missing_here(prices: Any) -> str | None:
