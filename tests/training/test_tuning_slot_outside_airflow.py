@@ -333,6 +333,42 @@ def test_a_slot_whose_expired_hold_cannot_be_held_again_after_the_load_says_it_e
     ) in said
 
 
+def test_a_slot_that_finds_its_study_stopped_after_a_long_load_says_its_hold_expired_not_refused(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The study took 700 s to load, past the hold's 600 s, and was stopped meanwhile: the slot skipped without
+    # trying to hold its time again, yet the warning said the hold "could not be held again".
+    import costaware.training.tuning.trial as trial_module
+
+    clock = FakeClock(monkeypatch)
+    spec = replace(
+        study_spec("slowstop", max_usd="10.00", max_trials=5, fallback_trial_seconds=2.0),
+        usd_per_hour=Decimal("0.36"),
+    )
+    url, ledger = _study(tmp_path, spec)
+    load_study = trial_module.load_study
+
+    def slow_load(*args: Any, **kwargs: Any) -> Any:
+        clock.seconds += 700.0  # a far study store, while the study is stopped
+        stop = {"reason": "budget", "message": "study stopped: its budget is spent"}
+        optuna.load_study(study_name=spec.study_name, storage=url).set_user_attr(STOP_ATTR, stop)
+        return load_study(*args, **kwargs)
+
+    monkeypatch.setattr(trial_module, "load_study", slow_load)
+    with caplog.at_level("WARNING"):
+        result = _slot(url, ledger, spec, 1, clock.monotonic, wait_poll_seconds=0.05)
+
+    assert not result.ran, result.reason
+    said = " ".join(r.getMessage() for r in caplog.records)
+    (hold,) = slot_holds(url, "slot-1")
+    assert (
+        f"slot's skipped entry of $0.07 (700.0 s at the study's $0.36/h) is settled against its hold "
+        f"{hold['id']}, which expired at 2026-12-01T00:10:00+00:00 before the entry was recorded: it held "
+        "none of it; the time was spent and is recorded"
+    ) in said
+    assert "could not be held again" not in said
+
+
 def test_a_trials_reservation_holds_its_gpu_hours_rounded_up_as_a_slots_hold_does(tmp_path: Any) -> None:
     # The trial's reservation rounded its GPU-hours to the nearest micro-GPU-hour (4 s on 1 GPU: 0.001111,
     # short of 0.0011111...), where the slot's hold beside it rounds up (gpu_hours_for): both round up now.

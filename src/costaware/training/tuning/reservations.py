@@ -875,13 +875,15 @@ def record_skipped_slot(
     *,
     label: str = "skipped",
     outcome: str = "skipped",
+    tried_to_hold_again: bool = False,
 ) -> Decimal:
     """Record the time a slot that ran no trial took to decide (outside Airflow); returns its cost.
 
     In Airflow the listener bills a skipped try; here loading the study and waiting for money ran on the
     machine the study pays for too, and nothing else records it. ``hold``: the slot's hold on that time
     (:func:`hold_slot_time`), settled with the entry. ``label`` and ``outcome``: the entry's (a slot that
-    raised before its trial's reservation: ``open``, ``failed``).
+    raised before its trial's reservation: ``open``, ``failed``). ``tried_to_hold_again``: the caller tried
+    to hold the slot's time again and the budgets refused (said only then, of a hold found expired).
     """
     tags = spec.budget_scope.as_dict()
     entry = _slot_entry(
@@ -901,15 +903,20 @@ def record_skipped_slot(
     held = ledger.grow(hold, paid + entry.usd)
     if held.lapsed(utcnow()):
         # Expired (a load past its ttl) and not held again: it holds nothing, whatever room its budgets have.
+        # "Could not be held again" only where the caller tried: a slot that found its study stopped after
+        # a long load never did.
+        why_expired = (
+            "and could not be held again" if tried_to_hold_again else "before the entry was recorded"
+        )
         log.warning(
             "slot's skipped entry of %s (%.1f s at the study's $%s/h) is settled against its hold %s, which "
-            "expired at %s and could not be held again: it held none of it; the time was spent and is "
-            "recorded",
+            "expired at %s %s: it held none of it; the time was spent and is recorded",
             format_usd_exact(entry.usd),
             seconds,
             spec.usd_per_hour,
             hold,
             held.expires_at.isoformat(timespec="seconds"),
+            why_expired,
         )
     elif held.status == "open" and held.usd < paid + entry.usd:
         log.warning(

@@ -393,7 +393,15 @@ def _until_reserved(
             outcome = _slot_not_held(
                 lambda: s.study, s.study.user_attrs.get(STOP_ATTR), spec, ledger, slot, seconds, what, e
             )
-            record_skipped_slot(ledger, spec, meter() - started, settle_as, outcome.reason, slot_hold)
+            record_skipped_slot(
+                ledger,
+                spec,
+                meter() - started,
+                settle_as,
+                outcome.reason,
+                slot_hold,
+                tried_to_hold_again=True,
+            )
             slot_time.recorded = True
             return outcome
         if kept is None:
