@@ -10,7 +10,8 @@ beside them): each takes a file by renaming it (atomic) to ``<name>.<unix time>.
 before reading it, so each entry is written by one of them, and a file gone was taken by another. A claim
 older than :data:`STALE_CLAIM_SECONDS` belonged to a drain that was killed: it goes back to the spool. An
 entry the ledger refuses (not the ledger being down) moves to ``spool/refused``, kept and out of the way; a
-remote attempt's bill that a try billed meanwhile under another key moves to ``spool/billed``, not written.
+remote attempt's bill that a try billed meanwhile under another key moves to ``spool/billed``, not written;
+one the ledger cannot tell billed or not moves to ``spool/unsure``, for a person.
 
 The listener and the CLI share this module, which imports no Airflow at import time.
 """
@@ -39,6 +40,9 @@ STALE_CLAIM_SECONDS = 15 * 60
 REFUSED = "refused"
 #: Where a drain moves the remote attempts' bills it found billed meanwhile (not written, kept).
 BILLED = "billed"
+#: Where a drain keeps the remote attempts' bills it cannot tell billed or not, for a person (not written).
+#: Not ``billed``: there `spool show` called them billed and no count of what waits saw them.
+UNSURE = "unsure"
 
 
 def spool_dir() -> Path:
@@ -509,26 +513,26 @@ def _row_of_unknown_run(ledger: Any, data: dict[str, Any]) -> dict[str, Any] | N
     return None if row is None else dict(row)
 
 
-def _moved_to_billed(claimed: Path, name: str, why: str) -> Path | None:
-    """Move a claimed spool file to ``spool/billed``; the folder, or None where it could not be moved."""
-    billed = claimed.parent / BILLED
+def _moved_to(claimed: Path, name: str, why: str, kept_in: str) -> Path | None:
+    """Move a claimed spool file to ``spool/<kept_in>``; the folder, or None where it could not be moved."""
+    folder = claimed.parent / kept_in
     try:
-        billed.mkdir(exist_ok=True)
-        claimed.replace(billed / name)
+        folder.mkdir(exist_ok=True)
+        claimed.replace(folder / name)
     except OSError as e:  # kept under its claimed name: a later drain asks again once it is stale
-        log.error("costaware: could not move spooled %s (%s) to %s: %s", name, why, billed, e)
+        log.error("costaware: could not move spooled %s (%s) to %s: %s", name, why, folder, e)
         return None
-    return billed
+    return folder
 
 
 def _keep_unsure(claimed: Path, name: str, data: dict[str, Any], row: dict[str, Any]) -> None:
-    """Keep a spooled bill in ``spool/billed`` for a person: the ledger cannot tell whether it is billed.
+    """Keep a spooled bill in ``spool/unsure`` for a person: the ledger cannot tell whether it is billed.
 
     Written, a run that a new try billed under an older note (no end) counted twice; dropped, a later run's
     bill stood for it. Not written, then, and logged whole: what the person looks at and does.
     """
-    billed = _moved_to_billed(claimed, name, "its run unsure")
-    if billed is None:
+    unsure = _moved_to(claimed, name, "its run unsure", UNSURE)
+    if unsure is None:
         return
     check = data.get("duplicate_check") or {}
     entry = data.get("entry") or {}
@@ -536,7 +540,7 @@ def _keep_unsure(claimed: Path, name: str, data: dict[str, Any], row: dict[str, 
         "costaware: spooled %s (job %s, $%s) was not written: the ledger has entry %s of the same job "
         "($%s, written %s, try %s), whose note gives no job end (written before notes gave it, or cut), so "
         "whether it bills this run or a later one under the same name cannot be told. Kept in %s: if that "
-        'entry bills another run, add "another_run": true to the file, move it back into the spool and run '
+        'entry bills another run, add "another_run": true to the file, move it back into %s and run '
         "`costaware spool drain`; if it bills this run, delete the file",
         name,
         check.get("job_id"),
@@ -545,7 +549,8 @@ def _keep_unsure(claimed: Path, name: str, data: dict[str, Any], row: dict[str, 
         row.get("usd"),
         row.get("incurred_at"),
         row.get("try_number"),
-        billed,
+        unsure,
+        claimed.parent,
     )
 
 
@@ -555,7 +560,7 @@ def _keep_billed(claimed: Path, name: str, data: dict[str, Any], stored: Decimal
     Deleted, a bill the check took wrongly for another try's was gone; kept, ``costaware spool show`` lists
     it and moving it back into the spool has it drained (the same check asked again).
     """
-    billed = _moved_to_billed(claimed, name, "billed meanwhile")
+    billed = _moved_to(claimed, name, "billed meanwhile", BILLED)
     job_id = (data.get("duplicate_check") or {}).get("job_id")
     if billed is None:
         return
@@ -574,20 +579,21 @@ class SpooledFile:
     """One file of the spool as ``costaware spool show`` lists it."""
 
     path: Path
-    #: ``waiting`` (for the next drain), ``claimed`` (a drain is writing it, or died doing so), ``refused``
-    #: or ``billed`` (a try billed it meanwhile: not written).
+    #: ``waiting`` (for the next drain), ``claimed`` (a drain is writing it, or died doing so), ``refused``,
+    #: ``billed`` (a try billed it meanwhile: not written) or ``unsure`` (kept for a person: not written).
     state: str
     #: The parsed file; None when it cannot be read as JSON.
     data: dict[str, Any] | None
 
 
 def spooled_files(folder: Path) -> Iterator[SpooledFile]:
-    """The spool's entries, waiting and claimed first, then the refused and billed ones; reads no ledger."""
+    """The spool's entries, waiting and claimed first, then refused, billed and unsure; reads no ledger."""
     for pattern, state in (
         ("*.json", "waiting"),
         ("*.claimed", "claimed"),
         (f"{REFUSED}/*.json", REFUSED),
         (f"{BILLED}/*.json", BILLED),
+        (f"{UNSURE}/*.json", UNSURE),
     ):
         for path in sorted(folder.glob(pattern)):
             try:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 import time
 from dataclasses import replace
@@ -308,10 +309,12 @@ def test_drain_keeps_a_bill_for_a_person_where_a_row_of_the_job_gives_no_end(
     ledger_url: str,
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     # A row of the job's name written by a version whose notes gave no end: the drain took its writing for
     # its run's end, read a new try's bill of the same run hours later as a later run, and wrote the bill
     # too. Kept for a person now, and the command says so (exit 1: something waits on someone).
+    from costaware.cli.pending import spooled_here, what_waits
     from costaware.training.attempt_duplicates import DuplicateCheck
     from costaware.training.remote import attempt_key, attempt_uid
 
@@ -330,11 +333,30 @@ def test_drain_keeps_a_bill_for_a_person_where_a_row_of_the_job_gives_no_end(
     )  # fmt: skip
     monkeypatch.setenv("COSTAWARE_LEDGER_URL", ledger_url)
     spool_entry(spool, spooled, "costaware_ledger", retrying=False, duplicate_check=check.to_json())
-    assert main(["spool", "drain"]) == 1
+    with caplog.at_level(logging.ERROR, logger="costaware.ledger_spool"):
+        assert main(["spool", "drain"]) == 1
     said = "0 written, 0 still waiting, 0 refused, 1 kept for a person (a row of the job's name may bill"
-    assert said in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert said in out and f"moved to {spool / 'unsure'}" in out
     assert [e["entry_uid"] for e in ledger.entries(dag_id="retrain")] == [older.entry_uid]
-    assert (spool / "billed" / f"{spooled.entry_uid}.json").is_file()
+    kept = spool / "unsure" / f"{spooled.entry_uid}.json"
+    # Not in billed/ beside bills that were billed: there `spool show` called it billed and no count saw it.
+    assert kept.is_file() and not (spool / "billed").exists()
+    assert f"Kept in {spool / 'unsure'}:" in caplog.text and f"move it back into {spool} and" in caplog.text
+    assert main(["spool", "show", "--format", "json"]) == 0
+    assert [row["state"] for row in json.loads(capsys.readouterr().out)] == ["unsure"]
+    (counted,) = spooled_here(dag_id="retrain", run_id="run1")
+    assert (counted.folder, counted.waiting, counted.unsure) == (spool, 0, 1)
+    # What waits of the run names where its bill is kept.
+    assert f"1 remote bill of it is kept for a person in {spool / 'unsure'}" in what_waits(
+        ledger, "retrain", "run1"
+    )
+    # Marked and moved back as the log says, the next drain writes it.
+    kept.write_text(json.dumps({**json.loads(kept.read_text()), "another_run": True}))
+    kept.replace(spool / kept.name)
+    assert main(["spool", "drain"]) == 0
+    assert len(ledger.entries(dag_id="retrain")) == 2
+    assert spooled_here(dag_id="retrain") == []
 
 
 def test_drain_and_the_pending_count_see_an_earlier_releases_spool(
@@ -348,7 +370,7 @@ def test_drain_and_the_pending_count_see_an_earlier_releases_spool(
     # An earlier release spooled under './~/airflow' (AIRFLOW_HOME='~/airflow' not expanded). The listener
     # drained that folder too, but `spool drain` and the CLI's count of what waits looked at the real
     # spool alone: its entries were never written by the command, nor counted.
-    from costaware.cli.pending import spooled_here
+    from costaware.cli.pending import spooled_here, what_waits
 
     earlier = tmp_path / "cwd" / "~" / "airflow" / "costaware" / "spool"
     monkeypatch.setenv("AIRFLOW_HOME", "~/airflow")
@@ -357,11 +379,52 @@ def test_drain_and_the_pending_count_see_an_earlier_releases_spool(
     monkeypatch.chdir(tmp_path / "cwd")
     spool = tmp_path / "home" / "airflow" / "costaware" / "spool"
     spool_entry(spool, _entry("new"), "costaware_ledger", retrying=False)
-    assert spooled_here(dag_id="retrain")[1] == 2
+    # Counted per folder, each named: summed under the current folder's name, an entry was said to wait
+    # in it while `spool show` of it found it empty.
+    counts = spooled_here(dag_id="retrain")
+    assert [(c.folder, c.waiting, c.earlier) for c in counts] == [(spool, 1, False), (earlier, 1, True)]
+    said = what_waits(ledger, "retrain", None)
+    assert (
+        f"2 cost entries of it wait in the spools {spool} (1) and an earlier release's {earlier} (1) ("
+        in said
+    )
+    # `spool show` lists the earlier folder's entry too, by its whole path.
+    assert main(["spool", "show", "--format", "json"]) == 0
+    listed = json.loads(capsys.readouterr().out)
+    assert [(row["file"], row["task_id"]) for row in listed] == [
+        (next(spool.glob("*.json")).name, "new"),
+        (str(next(earlier.glob("*.json"))), "old"),
+    ]
+    # A bill billed meanwhile found in the earlier folder goes to that folder's billed/, and is said so.
+    _spool_billed_meanwhile(earlier, ledger)
     monkeypatch.setenv("COSTAWARE_LEDGER_URL", ledger_url)
-    assert main(["spool", "drain", "--format", "json"]) == 0
-    summary = json.loads(capsys.readouterr().out)
-    assert (summary["written"], summary["still_waiting"]) == (2, 0)
-    assert summary["also_drained"] == [str(earlier)]
-    assert sorted(r["task_id"] for r in ledger.entries(dag_id="retrain")) == ["new", "old"]
-    assert spooled_here(dag_id="retrain")[1] == 0
+    assert main(["spool", "drain"]) == 0
+    assert f"1 already billed meanwhile: moved to {earlier / 'billed'}" in capsys.readouterr().out
+    assert sorted(r["task_id"] for r in ledger.entries(dag_id="retrain") if r["task_id"] != "train") == [
+        "new",
+        "old",
+    ]
+    assert spooled_here(dag_id="retrain") == []
+    assert main(["spool", "show", "--format", "json"]) == 0
+    (row,) = json.loads(capsys.readouterr().out)
+    assert (row["state"], Path(row["file"]).parent) == ("billed", earlier / "billed")
+
+
+def _spool_billed_meanwhile(folder: Path, ledger: Ledger) -> None:
+    """Spool in ``folder`` a remote bill that ``ledger`` already has under its job's name (a kill's key)."""
+    from costaware.training.attempt_duplicates import DuplicateCheck
+    from costaware.training.remote import attempt_key, attempt_uid
+
+    identity = {"dag_id": "retrain", "run_id": "run1", "task_id": "train", "map_index": -1}
+    billed = LedgerEntry(
+        dag_id="retrain", run_id="run1", task_id="train", kind=Kind.COMPUTE, usd=Decimal("2"),
+        quantity=Decimal("0.5"), tags={"project": "churn"},
+        entry_uid=attempt_uid(attempt_key(identity, "j", legacy=True)),
+    )  # fmt: skip
+    ledger.record(billed)
+    spooled = replace(billed, entry_uid=attempt_uid(attempt_key(identity, "j", 1000.0)))
+    check = DuplicateCheck(
+        entry_uid=spooled.entry_uid, quantity=str(spooled.quantity), job_id="j", ended_at=1000.0,
+        billable_seconds=1800.0, instances=1, backend="batch", identity=identity, keyed_by_name=False,
+    )  # fmt: skip
+    spool_entry(folder, spooled, "costaware_ledger", retrying=True, duplicate_check=check.to_json())

@@ -1885,7 +1885,7 @@ def test_a_spooled_kill_bill_is_dropped_at_the_drain_where_a_new_try_billed_the_
     assert list(spool.glob("*.json")) == []
     assert f"spooled {kept.name} (job {trigger.job_id}) was billed meanwhile" in caplog.text
     # Not written, and not deleted either: kept for a person to read (a wrong match would be lost).
-    assert json.loads((spool / "billed" / kept.name).read_text()) == data
+    assert json.loads((spool / "unsure" / kept.name).read_text()) == data
     assert f"moved to {spool / 'billed'}" in caplog.text
 
 
@@ -1943,7 +1943,7 @@ def test_a_spooled_kill_bill_is_written_where_a_later_run_under_the_same_job_nam
         # A row that gives no end reads as a later run only by its writing, as a new try's bill of this run
         # written hours later does: kept for a person, not written (see the test below).
         assert (result.written, result.billed_already, result.unsure) == (0, 0, 1)
-        held_back = spool / "billed" / kept.name
+        held_back = spool / "unsure" / kept.name
         assert json.loads(held_back.read_text()) == data
         # The person finds the row bills a later run: marked so and moved back, the bill is written.
         held_back.replace(kept)
@@ -2026,9 +2026,9 @@ def test_a_spooled_kill_bill_is_dropped_where_a_new_try_billed_the_same_run_hour
     if note_gives_end:
         assert result.written == 0 and result.billed_already == 1
         return
-    # Which run the row bills cannot be told: kept whole in spool/billed for a person, and said so.
+    # Which run the row bills cannot be told: kept whole in spool/unsure for a person, and said so.
     assert (result.written, result.billed_already, result.unsure) == (0, 0, 1)
-    assert json.loads((spool / "billed" / kept.name).read_text()) == data
+    assert json.loads((spool / "unsure" / kept.name).read_text()) == data
     assert list(spool.glob("*.json")) == []
     said = caplog.text
     assert f"spooled {kept.name} (job {trigger.job_id}" in said and new_try.entry_uid in said

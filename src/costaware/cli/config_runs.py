@@ -142,7 +142,7 @@ ARG_SPOOL_DIR = Arg(
 SPOOL_COMMANDS = (
     ActionCommand(
         "show",
-        "the cost entries waiting for the ledger: waiting, claimed by a drain, or refused",
+        "the cost entries waiting for the ledger: waiting, claimed by a drain, refused, billed or unsure",
         lazy_load_command(f"{_COMMANDS}.spool.show"),
         (ARG_SPOOL_DIR, ARG_FORMAT),
     ),
@@ -160,8 +160,10 @@ SPOOL_COMMANDS = (
             "renaming it first. Prints how many "
             "were written, still wait (their ledger still cannot be written, or another drain holds them) "
             "and were refused (moved to refused/ in the spool), and how many remote attempts' bills "
-            "were not written as billed meanwhile by a new try (moved to billed/ in the spool, listed by "
-            "'costaware spool show'); exits 1 when any was not written."
+            "were not written as billed meanwhile by a new try (moved to billed/ in the spool) or kept "
+            "for a person as the ledger cannot tell whether they are billed (moved to unsure/ in the "
+            "spool; the log says what to do), both listed by 'costaware spool show'; exits 1 when any "
+            "was not written."
         ),
     ),
 )

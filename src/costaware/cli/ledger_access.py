@@ -89,17 +89,15 @@ def open_ledger(
         # is seen before anything is written to a ledger no worker reads.
         print(f"costaware: no ledger at {missing} yet: creating one there", file=sys.stderr)
     if missing is not None and refuse:
-        from costaware.cli.pending import spooled_here
+        from costaware.cli.pending import spooled_here, spooled_said
 
-        folder, spooled = spooled_here()
-        one = spooled == 1
-        waiting = (
-            f" ({spooled} cost entr{'y' if one else 'ies'} of this machine wait{'s' if one else ''} in the "
-            f"spool {folder} for the ledger the tasks used: `costaware spool show` lists "
-            f"{'it' if one else 'them'}, `costaware spool drain` writes {'it' if one else 'them'} there)"
-            if spooled
-            else ""
+        spooled = spooled_said(
+            spooled_here(),
+            "of this machine",
+            why=" for the ledger the tasks used",
+            then="`costaware spool show` lists {them}, `costaware spool drain` writes {them} there",
         )
+        waiting = f" ({spooled})" if spooled else ""
         raise CostawareError(
             f"no ledger at {missing}{waiting}: check --ledger-url, AIRFLOW_CONN_COSTAWARE_LEDGER or "
             "COSTAWARE_LEDGER_URL (or run with the AIRFLOW_HOME of the deployment whose metadata database "

@@ -6,6 +6,7 @@ running only a hold: neither is a mistyped name (:func:`costaware.cli.arguments.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -14,9 +15,10 @@ from typing import Any
 def what_waits(ledger: Any, dag_id: str | None, run_id: str | None) -> str:
     """What of ``dag_id`` (and ``run_id``) waits outside the ledger's entries, in words; "" when nothing.
 
-    Counted: the spooled entries of this machine that a drain will write (not those set aside as refused,
-    which count nowhere until fixed), and the open holds of the DAG (and run): those whose holder names it,
-    and those of another holder's form (a trial run outside Airflow) that a per-run budget holds in its run.
+    Counted: the spooled entries of this machine that a drain will write or that wait on a person (not those
+    set aside as refused, which count nowhere until fixed), and the open holds of the DAG (and run): those
+    whose holder names it, and those of another holder's form (a trial run outside Airflow) that a per-run
+    budget holds in its run.
     """
     from costaware.adapters.airflow_tasks import search_of
     from costaware.core.budgets import is_run_key, run_of_key
@@ -38,16 +40,9 @@ def what_waits(ledger: Any, dag_id: str | None, run_id: str | None) -> str:
         runs = [run_of_key(k) for k in ledger.hold_periods(hold.id).values() if is_run_key(k)]
         return any(named(dag, run) for dag, run in runs)
 
-    folder, spooled = spooled_here(dag_id, run_id)
+    spooled = spooled_said(spooled_here(dag_id, run_id), "of it")
     holds = [r for r in ledger.open_reservations() if of_it(r)]
-    said = []
-    if spooled:
-        one = spooled == 1
-        said.append(
-            f"{spooled} cost entr{'y' if one else 'ies'} of it wait{'s' if one else ''} in the spool "
-            f"{folder} (the ledger could not be written then): `costaware spool drain` writes "
-            f"{'it' if one else 'them'}"
-        )
+    said = [spooled] if spooled else []
     if holds:
         held = format_usd_exact(sum((r.usd for r in holds), Decimal(0)))
         one = len(holds) == 1
@@ -90,24 +85,84 @@ def runless_holds_note(ledger: Any) -> str:
     )
 
 
-def spooled_here(dag_id: str | None = None, run_id: str | None = None) -> tuple[Path, int]:
-    """This machine's spool and how many entries (of ``dag_id`` and ``run_id``) a drain of it will write.
+@dataclass(frozen=True, slots=True)
+class SpooledCount:
+    """What one spool folder of this machine holds of a DAG (and run) outside the ledger."""
 
-    Counted in every folder a drain writes (an earlier release's too). Not those set aside as refused,
-    which count nowhere until fixed, nor those billed meanwhile.
+    folder: Path
+    #: Entries a drain of it will write (waiting, or claimed by a drain).
+    waiting: int
+    #: Remote bills a drain kept in its ``unsure/`` for a person: written only once marked and moved back.
+    unsure: int
+    #: An earlier release's spool (:func:`costaware.ledger_spool.earlier_spool_dir`).
+    earlier: bool
+
+
+def spooled_here(dag_id: str | None = None, run_id: str | None = None) -> list[SpooledCount]:
+    """Each spool folder of this machine that holds entries (of ``dag_id`` and ``run_id``) outside the ledger.
+
+    Counted per folder a drain writes (an earlier release's too), each named: summed under the current
+    one's name, the earlier folder's entries were said to wait where `spool show` found none. Not those set
+    aside as refused, which count nowhere until fixed, nor those billed meanwhile.
     """
-    from costaware.ledger_spool import BILLED, REFUSED, spool_dirs_to_drain, spooled_files
+    from costaware.ledger_spool import UNSURE, spool_dirs_to_drain, spooled_files
 
-    folders = spool_dirs_to_drain()
-    spooled = 0
-    for spooled_file in (found for folder in folders for found in spooled_files(folder)):
-        if spooled_file.state in (REFUSED, BILLED) or spooled_file.data is None:
-            continue
-        entry = spooled_file.data.get("entry", spooled_file.data)
-        if (
-            isinstance(entry, dict)
-            and (dag_id is None or entry.get("dag_id") == dag_id)
-            and (run_id is None or entry.get("run_id") == run_id)
-        ):
-            spooled += 1
-    return folders[0], spooled
+    counts = []
+    for index, folder in enumerate(spool_dirs_to_drain()):
+        waiting = unsure = 0
+        for spooled_file in spooled_files(folder):
+            if spooled_file.state not in ("waiting", "claimed", UNSURE) or spooled_file.data is None:
+                continue
+            entry = spooled_file.data.get("entry", spooled_file.data)
+            if (
+                isinstance(entry, dict)
+                and (dag_id is None or entry.get("dag_id") == dag_id)
+                and (run_id is None or entry.get("run_id") == run_id)
+            ):
+                if spooled_file.state == UNSURE:
+                    unsure += 1
+                else:
+                    waiting += 1
+        if waiting or unsure:
+            counts.append(SpooledCount(folder, waiting, unsure, earlier=index > 0))
+    return counts
+
+
+def spooled_said(
+    counts: list[SpooledCount],
+    whose: str,
+    why: str = " (the ledger could not be written then)",
+    then: str = "`costaware spool drain` writes {them}",
+) -> str:
+    """What ``counts`` hold, in words, each folder named ("" when nothing).
+
+    ``whose`` says whose entries ("of it"), ``why`` why they wait (after the folder), ``then`` what writes
+    them (``{them}``: "it" or "them").
+    """
+    from costaware.ledger_spool import UNSURE
+
+    said = []
+    waiting = [count for count in counts if count.waiting]
+    if waiting:
+        total = sum(count.waiting for count in waiting)
+        one = total == 1
+        if len(waiting) == 1 and not waiting[0].earlier:
+            where = f"the spool {waiting[0].folder}"
+        else:
+            earlier = "an earlier release's "
+            where = "the spools " + " and ".join(
+                f"{earlier if count.earlier else ''}{count.folder} ({count.waiting})" for count in waiting
+            )
+        said.append(
+            f"{total} cost entr{'y' if one else 'ies'} {whose} wait{'s' if one else ''} in {where}{why}: "
+            + then.format(them="it" if one else "them")
+        )
+    for count in counts:
+        if count.unsure:
+            one = count.unsure == 1
+            said.append(
+                f"{count.unsure} remote bill{'' if one else 's'} {whose} {'is' if one else 'are'} kept for a "
+                f"person in {count.folder / UNSURE} (the ledger cannot tell whether a row of the job's name "
+                f"bills {'it' if one else 'them'}: the drain's log says what to do)"
+            )
+    return "; ".join(said)

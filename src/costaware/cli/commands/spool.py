@@ -49,13 +49,19 @@ def _command(args: argparse.Namespace, verb: str) -> str:
 
 
 def show(args: argparse.Namespace) -> int:
-    """List the spooled entries: waiting, claimed by a drain, or refused by the ledger."""
+    """List the spooled entries: waiting, claimed by a drain, refused, billed meanwhile, or kept (unsure)."""
+    from costaware.ledger_spool import spool_dirs_to_drain
+
     folder = _folder(args)
-    files = list(_spooled_files(folder))
+    # This machine's spool comes with an earlier release's, as a drain and the count of what waits see them.
+    folders = [folder] if args.spool_dir is not None else spool_dirs_to_drain(folder)
+    files = [(each, spooled) for each in folders for spooled in _spooled_files(each)]
     if not files and args.format == "table":
-        print(f"spool {folder}: empty, no cost entry waits for the ledger")
+        also = "".join(f" (and {f}, an earlier release's)" for f in folders[1:])
+        print(f"spool {folder}{also}: empty, no cost entry waits for the ledger")
         return 0
-    rows = [_row(f) for f in files]
+    # An earlier release's entries by their whole path: a name alone reads as one of this spool.
+    rows = [_row(spooled, named_by_path=each != folder) for each, spooled in files]
     headers = ["file", "state", "ledger_conn_id", "dag_id", "run_id", "task_id", "try", "usd"]
     emit(rows, args.format, headers=headers)
     return 0
@@ -67,16 +73,17 @@ def _spooled_files(folder: Path) -> Any:
     return spooled_files(folder)
 
 
-def _row(spooled: Any) -> list[Any]:
+def _row(spooled: Any, *, named_by_path: bool = False) -> list[Any]:
     from costaware.glue import DEFAULT_LEDGER_CONN_ID
 
+    name = str(spooled.path) if named_by_path else spooled.path.name
     data = spooled.data
     if data is None:
-        return [spooled.path.name, f"{spooled.state} (unreadable)", "", "", "", "", "", ""]
+        return [name, f"{spooled.state} (unreadable)", "", "", "", "", "", ""]
     entry = data.get("entry", data)
     entry = entry if isinstance(entry, dict) else {}
     return [
-        spooled.path.name,
+        name,
         spooled.state,
         data.get("ledger_conn_id", DEFAULT_LEDGER_CONN_ID),
         *(entry.get(name, "") for name in ("dag_id", "run_id", "task_id", "try_number", "usd")),
@@ -162,7 +169,14 @@ def drain(args: argparse.Namespace) -> int:
             Airflow's metadata database, where a waiting entry's connection may be kept, cannot be read.
     """
     from costaware.core.errors import CostawareError
-    from costaware.ledger_spool import BILLED, REFUSED, DrainResult, spool_dirs_to_drain, workers_ledger
+    from costaware.ledger_spool import (
+        BILLED,
+        REFUSED,
+        UNSURE,
+        DrainResult,
+        spool_dirs_to_drain,
+        workers_ledger,
+    )
     from costaware.ledger_spool import drain as drain_spool
 
     if getattr(args, "ledger_url", None):
@@ -191,8 +205,13 @@ def drain(args: argparse.Namespace) -> int:
         return ledgers[conn_id]
 
     result = DrainResult(unavailable={})
+    # Where each drained folder moved bills: the earlier release's moves them to its own billed/ and unsure/.
+    billed_in: list[Path] = []
+    unsure_in: list[Path] = []
     for each in folders:
         drained = drain_spool(each, ledger_for)
+        billed_in += [each / BILLED] * bool(drained.billed_already)
+        unsure_in += [each / UNSURE] * bool(drained.unsure)
         result.written += drained.written
         result.refused += drained.refused
         result.billed_already += drained.billed_already
@@ -219,12 +238,13 @@ def drain(args: argparse.Namespace) -> int:
     )
     if result.billed_already:
         # Not written, not waiting, not refused: said, or a bill gone from the spool is unaccounted for.
-        sentence += f", {result.billed_already} already billed meanwhile: moved to {folder / BILLED}"
+        moved_to = " and ".join(str(f) for f in billed_in)
+        sentence += f", {result.billed_already} already billed meanwhile: moved to {moved_to}"
     if result.unsure:
         # Not written: a person tells which run a row of the job's name bills (the log says how).
         sentence += (
-            f", {result.unsure} kept for a person (a row of the job's name may bill the same run): moved to "
-            f"{folder / BILLED}"
+            f", {result.unsure} kept for a person (a row of the job's name may bill the same run; the log "
+            f"says what to do): moved to {' and '.join(str(f) for f in unsure_in)}"
         )
     emit_summary(summary, args.format, sentence)
     for conn_id, why in sorted(unavailable.items()):
