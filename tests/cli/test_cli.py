@@ -1267,6 +1267,26 @@ def test_a_run_whose_only_cost_is_a_runless_hold_outside_airflow_is_told_why_it_
     assert "outside Airflow" not in capsys.readouterr().err
 
 
+def test_the_runless_hold_note_is_said_only_where_it_can_apply_and_sums_what_is_unpaid(
+    ledger_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The note was added to every "no entries for run" refusal while any such hold was open, so a run id
+    # mistyped under a DAG the ledger knows got a misleading hint; and it summed the holds' whole amounts.
+    ledger = Ledger.from_url(ledger_url)
+    ledger.set_budget("project=x", "month", "10")
+    hold = ledger.reserve("project=x", "2.5", holder="my-trainer-7", run_id="r1", dag_id="trials")
+    paid = LedgerEntry(
+        dag_id="nightly", run_id="r0", task_id="t", kind=Kind.COMPUTE, usd=Decimal("1"),
+        tags={"project": "x"}, reservation_id=hold.id,
+    )  # fmt: skip
+    ledger.record(paid)
+    assert main(["--ledger-url", ledger_url, "report", "--dag-id", "nightly", "--run-id", "r0-typo"]) == 2
+    err = capsys.readouterr().err
+    assert "no entries for run 'r0-typo'" in err and "outside Airflow" not in err
+    assert main(["--ledger-url", ledger_url, "report", "--run-id", "r1"]) == 2
+    assert "(outside Airflow) reserves $1.50 but names no run" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("json_logs", [False, True])
 def test_logs_go_to_stderr_even_when_airflow_is_imported_during_the_command(
     tmp_path: Path, json_logs: bool

@@ -74,7 +74,8 @@ def runless_holds_note(ledger: Any) -> str:
     ]
     if not runless:
         return ""
-    held = format_usd_exact(sum((hold.usd for hold in runless), Decimal(0)))
+    # What they still hold: a hold part paid by its task's entries reserves only the rest.
+    held = format_usd_exact(sum((ledger.unpaid(hold.id)[0] for hold in runless), Decimal(0)))
     holders = ", ".join(sorted({repr(hold.holder) for hold in runless})[:5])
     one = len(runless) == 1
     return (
