@@ -6,6 +6,7 @@ import json
 from datetime import datetime, timedelta, timezone
 from decimal import Decimal
 from pathlib import Path
+from typing import Any
 
 import pytest
 import time_machine
@@ -587,3 +588,27 @@ def test_a_single_record_file_is_refused_for_its_unknown_step(
         "record after it (the next hour or half hour)" in capsys.readouterr().err
     )
     assert (home / "GB_imported.csv").read_bytes() == before
+
+
+def test_a_file_that_cannot_be_looked_at_is_told_not_a_traceback(
+    home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Whether a file was there as named was asked of every path with a bare exists(), which raises
+    # PermissionError (Python 3.11) for one in a folder this user may not enter: a traceback, not the
+    # command's "cannot read ... Permission denied". Only a name starting with '~' is looked at now, and a
+    # look that fails counts as not there.
+    import os
+
+    denied = tmp_path / "deny" / "GB.csv"
+    stat = os.stat
+
+    def eacces(path: Any, *args: Any, **kwargs: Any) -> Any:
+        if str(path).startswith(str(tmp_path / "deny")) or str(path).startswith("~"):
+            raise PermissionError(13, "Permission denied", str(path))
+        return stat(path, *args, **kwargs)
+
+    monkeypatch.setattr(os, "stat", eacces)
+    assert main(["carbon", "import", str(denied), "--zone", "GB"]) == 2
+    assert "cannot read carbon intensity file" in capsys.readouterr().err
+    assert main(["carbon", "import", "~/GB.csv", "--zone", "GB"]) == 2
+    assert "costaware: error:" in capsys.readouterr().err

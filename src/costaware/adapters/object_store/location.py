@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Literal
 from urllib.parse import ParseResult, urlparse
 
@@ -81,6 +82,24 @@ def s3_spelling(uri: str) -> str | None:
     if sep and scheme != "s3" and scheme.lower() in ("s3", "s3a", "s3n"):
         return f"s3://{rest}"
     return None
+
+
+def named_or_expanded(text: str, *, what: str, example: str) -> Path:
+    """A command's file argument as a path: a file there as named is that file, else its ``~`` expanded.
+
+    A quoted ``'~/GB.csv'`` reaches a command unexpanded (a folder named ``~`` was looked in), while
+    ``~GB_2026.csv`` in the working folder is a file, not user ``GB_2026.csv``'s home. Only a name starting
+    with ``~`` is looked at, and a look that fails (a folder this user may not enter) counts as not there:
+    reading the path then says what is wrong, where a bare ``exists()`` raised a traceback.
+    """
+    path = Path(text)
+    if not text.startswith("~"):
+        return path
+    try:
+        there = path.exists()
+    except OSError:
+        there = False
+    return path if there else Path(expand_user(text, what=what, uri=text, example=example))
 
 
 def expand_user(path: str, *, what: str, uri: str, example: str = "/data/flights") -> str:

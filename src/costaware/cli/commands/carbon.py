@@ -220,7 +220,7 @@ def import_file(args: argparse.Namespace) -> int:
         zone_hint,
     )
     from costaware.adapters.carbon_source import carbon_folder, write_atomically, zone_of
-    from costaware.adapters.object_store.location import expand_user
+    from costaware.adapters.object_store.location import named_or_expanded
     from costaware.core.errors import InvalidPriceDataError
 
     zone = args.zone.strip()
@@ -241,13 +241,7 @@ def import_file(args: argparse.Namespace) -> int:
     if hint:
         # Imported as "CAISO" or "us-west-1", it is a zone of its own that no task of the region reads.
         raise ConfigurationError(f"zone {zone!r}: {hint.strip()} Import it under the zone's id")
-    # A quoted '~/GB.csv' reaches us unexpanded: it was looked for in a folder named '~'. A file that is
-    # there as named ('~GB_2026.csv' here) is that file, not user 'GB_2026.csv''s home.
-    path = Path(args.file)
-    if not path.exists():
-        path = Path(
-            expand_user(args.file, what="carbon intensity file", uri=args.file, example="/data/GB.csv")
-        )
+    path = named_or_expanded(args.file, what="carbon intensity file", example="/data/GB.csv")
     named = zone_of(path)
     if named != zone and named in known.values():
         print(

@@ -13,7 +13,7 @@ from costaware.core.errors import ConfigurationError, InvalidPriceDataError
 
 def import_prices(args: argparse.Namespace) -> int:
     """Load an AWS Price List offer file (JSON or CSV) into the price cache."""
-    from costaware.adapters.object_store.location import expand_user
+    from costaware.adapters.object_store.location import named_or_expanded
     from costaware.adapters.price_source import PriceCache
     from costaware.core.errors import unreadable_file
     from costaware.core.ledger import utcnow
@@ -25,11 +25,7 @@ def import_prices(args: argparse.Namespace) -> int:
         type_patterns,
     )
 
-    # A quoted '~/index.json' reaches us unexpanded: it was looked for in a folder named '~'.
-    # A file that is there as named ('~index.json' here) is that file, not user 'index.json''s home.
-    path = Path(args.file)
-    if not path.exists():
-        path = Path(expand_user(args.file, what="offer file", uri=args.file, example="/data/index.json"))
+    path = named_or_expanded(args.file, what="offer file", example="/data/index.json")
     if args.region:
         _check_region(args.region, any_aws_region=True)
     try:
