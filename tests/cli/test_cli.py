@@ -1253,7 +1253,8 @@ def test_a_run_whose_only_cost_is_a_runless_hold_outside_airflow_is_told_why_it_
     ledger.set_budget("project=x", "day", "5")
     ledger.reserve("project=x", "2.5", holder="my-trainer-7", run_id="r1", dag_id="trials")
     why = (
-        "1 open hold of 'my-trainer-7' (outside Airflow) reserves $2.50 but names no run: a hold keeps a "
+        "if its cost is held outside Airflow: 1 open hold of 'my-trainer-7' reserves $2.50 but names no run: "
+        "a hold keeps a "
         "run id only in a per-run budget (`costaware budget set --period run`), so one of this run cannot be "
         "told from it (`costaware budget holds` lists it)"
     )
@@ -1270,8 +1271,9 @@ def test_a_run_whose_only_cost_is_a_runless_hold_outside_airflow_is_told_why_it_
 def test_the_runless_hold_note_is_said_only_where_it_can_apply_and_sums_what_is_unpaid(
     ledger_url: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    # The note was added to every "no entries for run" refusal while any such hold was open, so a run id
-    # mistyped under a DAG the ledger knows got a misleading hint; and it summed the holds' whole amounts.
+    # The note summed the holds' whole amounts, and read as this run's explanation. A trainer outside Airflow
+    # may bill under a DAG the ledger knows (its entries paid from its holds): the note stays, as a
+    # possibility, where a run id is missing, mistyped or not.
     ledger = Ledger.from_url(ledger_url)
     ledger.set_budget("project=x", "month", "10")
     hold = ledger.reserve("project=x", "2.5", holder="my-trainer-7", run_id="r1", dag_id="trials")
@@ -1282,9 +1284,10 @@ def test_the_runless_hold_note_is_said_only_where_it_can_apply_and_sums_what_is_
     ledger.record(paid)
     assert main(["--ledger-url", ledger_url, "report", "--dag-id", "nightly", "--run-id", "r0-typo"]) == 2
     err = capsys.readouterr().err
-    assert "no entries for run 'r0-typo'" in err and "outside Airflow" not in err
+    assert "no entries for run 'r0-typo'" in err
+    assert "if its cost is held outside Airflow: 1 open hold of 'my-trainer-7' reserves $1.50" in err
     assert main(["--ledger-url", ledger_url, "report", "--run-id", "r1"]) == 2
-    assert "(outside Airflow) reserves $1.50 but names no run" in capsys.readouterr().err
+    assert "'my-trainer-7' reserves $1.50 but names no run" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("json_logs", [False, True])

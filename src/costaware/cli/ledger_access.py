@@ -173,10 +173,9 @@ def refuse_unknown_names(ledger: Any, dag_id: str | None, run_id: str | None) ->
         of_dag = f" of DAG {dag_id!r}" if dag_id else ""
         waiting = what_waits(ledger, dag_id, run_id)
         if not waiting:
-            # A DAG the ledger knows has its runs' entries under its name: a hold naming no run cannot
-            # explain a run id of it missing (mistyped, most likely), and said there it misled.
-            dag_known = bool(dag_id) and ledger.last_run_id(dag_id) is not None
-            runless = "" if dag_known else runless_holds_note(ledger)
+            # Said as a possibility: a trainer outside Airflow may bill under a DAG id the ledger knows, and
+            # a hold naming no run cannot be told from a mistyped run id.
+            runless = runless_holds_note(ledger)
             raise CostawareError(
                 # `costaware runs list` lists retrain outcomes only: a spend gate's DAG had no run in it.
                 f"the ledger has no entries for run {run_id!r}{of_dag}: check the run id "

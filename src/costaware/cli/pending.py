@@ -79,7 +79,7 @@ def runless_holds_note(ledger: Any) -> str:
     holders = ", ".join(sorted({repr(hold.holder) for hold in runless})[:5])
     one = len(runless) == 1
     return (
-        f"; {len(runless)} open hold{'' if one else 's'} of {holders} (outside Airflow) "
+        f"; if its cost is held outside Airflow: {len(runless)} open hold{'' if one else 's'} of {holders} "
         f"reserve{'s' if one else ''} {held} but name{'s' if one else ''} no run: a hold keeps a run id only "
         f"in a per-run budget (`costaware budget set --period run`), so one of this run cannot be told from "
         f"{'it' if one else 'them'} (`costaware budget holds` lists {'it' if one else 'them'})"
