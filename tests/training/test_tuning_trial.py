@@ -1127,6 +1127,10 @@ def test_two_slots_in_airflow_do_not_wait_for_each_others_holds(tmp_path, monkey
         return reserve_trial_cost(*args, **kwargs)
 
     monkeypatch.setattr(trial_module, "reserve_trial_cost", slot_1_asks_after_slot_0)
+    # Each slot's time on its own clock, moved by no one: on the wall clock at $3600/h a loaded machine's
+    # seconds (slot 1 waits for slot 0) priced slot 1's trial past the study's $4 (an estimate of $4.04 to
+    # $5.55), and it stopped the study rightly. Here it needs exactly $3.50: its 1 s, 2 s and the slack.
+    meters = {number: SteppedMeter() for number in (0, 1)}
     results: dict[int, Any] = {}
 
     def slot(number: int) -> None:
@@ -1142,7 +1146,7 @@ def test_two_slots_in_airflow_do_not_wait_for_each_others_holds(tmp_path, monkey
                 storage_url=url, ledger=ledger, study_name=spec.study_name, trainer=InstantTrainer,
                 holder=holders[number], slot=number, run_id="r1", wait_poll_seconds=0.2,
                 seconds_already_used=1.0, slot_hold=held.id, slot_usd_per_hour=spec.usd_per_hour,
-                bill_tags=tags,
+                bill_tags=tags, meter=meters[number],
             )  # fmt: skip
         finally:
             if number == 0:
@@ -1161,6 +1165,7 @@ def test_two_slots_in_airflow_do_not_wait_for_each_others_holds(tmp_path, monkey
     gave_way = results[0]
     assert gave_way.goes_on, gave_way.reason
     assert "slot 0 runs no trial and gives way" in gave_way.reason and "stops waiting" not in gave_way.reason
+    assert "for the $3.50 its trial needs" in gave_way.reason  # $3 of room beside slot 1's $1 hold
     assert f"the slot that waited first ({holders[1]}) goes on waiting" in gave_way.reason
     assert "the study goes on" in gave_way.reason
     # Slot 0 gave way, its hold left open for the listener to bill: its record deleted at once, slot 1 took
@@ -1187,6 +1192,9 @@ def test_two_slots_outside_airflow_do_not_wait_for_each_others_holds(tmp_path, m
     create_study(url, ledger, spec)
     # Both slots hold their loads ($3 each) before either asks for its trial.
     _ask_together(monkeypatch)
+    # Each slot's time on its own clock, moved by no one: on the wall clock at $3600/h a loaded machine's
+    # seconds priced a trial past the whole $15 (about $16.80), and both slots stopped the study rightly.
+    meters = {number: SteppedMeter() for number in (0, 1)}
     results: dict[int, Any] = {}
 
     def slot(number: int) -> None:
@@ -1200,6 +1208,7 @@ def test_two_slots_outside_airflow_do_not_wait_for_each_others_holds(tmp_path, m
             wait_poll_seconds=0.2,
             seconds_already_used=3.0,
             settle_as=EntryOwner(dag_id="mutual", run_id="r1", map_index=number),
+            meter=meters[number],
         )
 
     threads = [threading.Thread(target=slot, args=(number,)) for number in (0, 1)]
@@ -1217,10 +1226,13 @@ def test_two_slots_outside_airflow_do_not_wait_for_each_others_holds(tmp_path, m
     assert sum(r.goes_on for r in results.values()) == 1, reasons  # before: both waited, none gave way
     (gave_way,) = [r for r in results.values() if r.goes_on]
     assert "runs no trial and gives way" in gave_way.reason
+    assert "for the $13.50 its trial needs" in gave_way.reason  # $12 of room beside the other's $3 load
     (stopped,) = [r for r in results.values() if not r.goes_on]
     study_stop = optuna.load_study(study_name=spec.study_name, storage=url).user_attrs[STOP_ATTR]
+    assert "has $12.00 left" in stopped.reason and "needs an estimated $13.50" in stopped.reason
     assert study_stop["reason"] == "budget" and study_stop["message"] == stopped.reason
     assert ledger.open_reservations() == []
+    assert ledger.spent(spec.budget_scope) == Decimal("6.000000")  # the two slots' loads, $3 each, no more
 
 
 def test_two_runs_waiting_slots_of_one_number_both_stay_known_to_each_other(tmp_path: Any) -> None:
