@@ -1579,7 +1579,7 @@ def test_a_wait_that_never_saw_a_followed_job_listed_stops_it_when_its_cap_falls
     now, stops_at, event = found_at + timedelta(seconds=30), [], None
     while event is None and now < bound + timedelta(seconds=600):
         stopped_before = len(listing.stops)
-        event = wait.poll_tolerant(now)
+        event, event_at = wait.poll_tolerant(now), now
         if len(listing.stops) > stopped_before:
             stops_at.append(now)
         now += timedelta(seconds=wait.next_poll_in())
@@ -1592,6 +1592,9 @@ def test_a_wait_that_never_saw_a_followed_job_listed_stops_it_when_its_cap_falls
         grace = stop_seconds(state)
         assert grace > 5.0
         assert 1200.0 + grace <= event["job"]["billable_seconds"] <= 1205.0 + grace
+        # Taken as gone only once that grace period has passed: an end after the poll that told it (a key,
+        # note and emissions window in the future) was billed while the job might still be checkpointing.
+        assert event["job"]["ended_at"] <= event_at.timestamp(), (event["job"]["ended_at"], event_at)
         # Ended by that stop: recorded as stopped at max_usd, not as a preemption that plans a new attempt
         # (billed as gone from the followed record, the wait that never saw it took it as interrupted).
         assert "stopped at what was left of max_usd" in event["job"]["reason"], event["job"]["reason"]

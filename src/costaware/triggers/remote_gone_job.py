@@ -277,20 +277,42 @@ class GoneJobBilling(CapStopping):
             limit = min(limit, float(state.current.stop_after_seconds))
         return limit
 
+    def _cap_stop_grace_end(self) -> datetime | None:
+        """When the grace period after this wait's stop at the cap ends; None without a plan to size it by."""
+        from costaware.training.attempt_effects import stop_seconds
+        from costaware.training.attempts import AttemptState
+
+        stopped_at = self._cap_stopped_at
+        if stopped_at is None or not self.state.get("backend") or not self.state.get("current"):
+            return None
+        return stopped_at + timedelta(seconds=stop_seconds(AttemptState.from_json(self.state)))
+
+    def _unlisted_cap_stop_grace_left(self, now: datetime) -> float:
+        """Seconds left at ``now`` of the grace period after a stop at the cap sent to an unlisted job.
+
+        A poll that does not list the job says nothing of when it ended: it may still be checkpointing up
+        to that grace period's end, and is billed to it. Taken as gone sooner, its bill ended after the
+        poll that told it (an ``ended_at`` in the future, in the entry's key, note and emissions window).
+        0 where the stop was sent while the job was listed, or the grace period has passed.
+        """
+        grace_end = self._cap_stop_grace_end()
+        sent = (self.state.get("current") or {}).get(CAP_STOP_KEY) or {}
+        if grace_end is None or not sent.get("unlisted"):
+            return 0.0
+        return max(0.0, (grace_end - now).total_seconds())
+
     def _gone_after_cap_stop(self, status: Any, *, now: datetime, instances: int) -> Any:
         """``status`` (billed as gone up to ``now``) of a job this wait stopped at the cap before it went.
 
         The stop went through: it ran to its grace period's end after the stop at the latest, and ended
         stopped by ``max_usd`` as the cap's other stops do (billed up to now, it was an interruption billed
         up to ``NOT_LISTED_GRACE_SECONDS`` past the stop). A stop sent while the job was not listed is
-        billed to that end even where ``now`` is sooner: a poll that does not list the job says nothing of
-        when it ended (billed to it, 5 s after the stop, its grace period went unbilled).
+        taken as gone only once that grace period has passed (:meth:`_unlisted_cap_stop_grace_left`), and
+        so billed to its end: billed to the poll 5 s after the stop, its grace period went unbilled.
         """
         from dataclasses import replace
 
         from costaware.adapters.compute.base import with_copies_run_out
-        from costaware.training.attempt_effects import stop_seconds
-        from costaware.training.attempts import AttemptState
 
         stopped_at = self._cap_stopped_at
         # A re-created wait: as seen at the stop; a followed job it never saw: as this try found it.
@@ -298,11 +320,8 @@ class GoneJobBilling(CapStopping):
         if last_seen is None or stopped_at is None:
             return with_copies_run_out(status)
         seen, seen_at = last_seen
-        end = now
-        if self.state.get("backend") and self.state.get("current"):  # a plan to size the grace period by
-            grace_end = stopped_at + timedelta(seconds=stop_seconds(AttemptState.from_json(self.state)))
-            sent = self.state["current"].get(CAP_STOP_KEY) or {}
-            end = grace_end if sent.get("unlisted") else min(now, grace_end)
+        grace_end = self._cap_stop_grace_end()
+        end = now if grace_end is None else min(now, grace_end)
         billed = seen.billable_seconds + instances * max(0.0, (end - seen_at).total_seconds())
         reason = (
             f"stopped at what was left of max_usd at {stopped_at.isoformat()}; {self.backend} has not listed "

@@ -276,6 +276,17 @@ class RemoteTrainingJobTrigger(KilledJobBilling, BaseTrigger):
                     )
                     status = billed
                 elif self._stopped_for_cap == self.job_id and self._cap_stopped_at is not None:
+                    grace_left = self._unlisted_cap_stop_grace_left(now)
+                    if grace_left > 0:  # stopped while unlisted: it may checkpoint until then
+                        self.log.info(
+                            "job %s, stopped at the cap while not listed on %s, is taken as gone at the end "
+                            "of its grace period: polled again in %.0f s",
+                            self.job_id,
+                            self.backend,
+                            grace_left,
+                        )
+                        self._cap_stop_due_after(grace_left)
+                        return None
                     status = self._gone_after_cap_stop(status, now=now, instances=count)
                 elif ended_when_found(self.state, self._last_seen) is not None:
                     self.log.warning("job %s on %s: %s; gone since", self.job_id, self.backend, status.reason)
