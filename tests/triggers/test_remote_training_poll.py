@@ -1642,6 +1642,55 @@ def test_a_wait_that_never_saw_a_followed_job_stops_it_when_its_cap_falls_due_wh
     assert due_at <= stops_at[0] <= due_at + timedelta(seconds=5), stops_at[0] - found_at
 
 
+@pytest.mark.parametrize("listed", [True, False], ids=["listed", "never listed"])
+def test_a_followed_job_found_on_a_dearer_type_is_stopped_at_what_max_usd_buys_there(
+    monkeypatch: pytest.MonkeyPatch, listed: bool
+) -> None:
+    # Batch, planned m5.large, max_usd $0.80; an earlier try's job found on a type 4 times dearer ($4/hour)
+    # with 300 s run. Listed, the wait stops it at what $0.80 buys there; never listed, its due point came
+    # from stop_after_seconds, sized at the planned price: stopped 900 s after the find (1,200 s run, about
+    # $1.46 against $0.80), not 310 s after it.
+    from datetime import timedelta
+    from decimal import Decimal
+
+    from airflow.sdk.execution_time.xcom import XCom
+
+    from costaware.adapters.compute.base import JobState, JobStatus
+    from costaware.core.errors import JobNotFoundError
+    from costaware.remote_billing import KilledTrainingBilling
+    from costaware.training.attempt_effects import stop_seconds
+
+    found_at = STOP_BY_POLL_SUBMIT + timedelta(seconds=400)
+    job = {"job_id": "j", "state": "running", "market": "spot", "billable_seconds": 300.0}
+    followed = {"job": {**job, "instance_type": "p4d.24xlarge"}, "seen_at": found_at.isoformat()}
+    wait, listing, state, _ = _stop_by_poll_wait(monkeypatch, [], cap_seconds=1200, followed=followed)
+    wait.state = {**wait.state, "max_usd": "0.8"}
+    monkeypatch.setattr(KilledTrainingBilling, "_ran_on_scale", lambda *a, **k: Decimal(4))
+    monkeypatch.setattr(KilledTrainingBilling, "_on_demand_in", lambda *a, **k: Decimal(1))
+    monkeypatch.setattr(XCom, "get_one", lambda **where: (_ for _ in ()).throw(ConnectionError("down")))
+    assert wait.state["instance_type"] == "m5.large"
+
+    def poll(job_id: str) -> JobStatus:
+        if not listed:
+            raise JobNotFoundError("DescribeJobs does not list it")
+        ran = 300.0 + (now - found_at).total_seconds()
+        return JobStatus(job_id="j", state=JobState.RUNNING, market="spot", billable_seconds=ran,
+                         instance_type="p4d.24xlarge")  # fmt: skip
+
+    listing.poll = poll  # type: ignore[method-assign]
+    limit = int(Decimal("0.8") * 3600 / 4 - Decimal(str(stop_seconds(state))))  # what $0.80 buys, less grace
+    due_at = found_at + timedelta(seconds=limit - 300)
+    now = found_at + timedelta(seconds=30)
+    while not listing.stops and now < found_at + timedelta(seconds=2000):
+        wait.poll_tolerant(now)
+        stopped_at = now
+        now += timedelta(seconds=wait.next_poll_in())
+    assert listing.stops == ["j"]
+    assert due_at <= stopped_at <= due_at + timedelta(seconds=5), stopped_at - found_at
+    # Its end is recorded as stopped by max_usd after what it could run there, as a listed job's.
+    assert wait.state["current"]["stop_after_seconds"] == limit
+
+
 def test_a_stop_at_the_cap_refused_while_a_gone_job_is_held_back_is_asked_again_seconds_later(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

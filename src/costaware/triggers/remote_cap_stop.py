@@ -410,7 +410,51 @@ class CapStopping(_TriggerBase):
         except ConfigurationError:
             return None  # a kept value that is no time: no due point, the bound's stop as before
         ran = float(found.billable_seconds) / billed_instances(self.backend_options)
+        other = self._followed_other_type_limit(found)
+        if other is not None:
+            limit = min(float(limit), other)
         return found_at + timedelta(seconds=max(0.0, float(limit) - ran))
+
+    def _followed_other_type_limit(self, found: Any) -> int | None:
+        """What a followed job ``found`` on a dearer type than planned may run there (s); None: not dearer.
+
+        Its ``stop_after_seconds`` was sized at the planned type's price: found on one 4 times dearer and
+        never listed to this wait, it was stopped at that limit, billed past ``max_usd``. Kept as the dearer
+        type's limit (:attr:`_other_type_limit`), so that its stop records it, as a listed job's does. Where
+        the price is unknown for now, the planned limit stands (said): no due point would leave only the
+        hold-back bound's stop, later still.
+        """
+        from costaware.core.errors import LEDGER_UNREADABLE
+        from costaware.core.money import format_usd_exact
+
+        job_id = str(self.job_id)
+        try:
+            weighed = self._limit_on_other_type(found)
+        except LEDGER_UNREADABLE as e:
+            self.log.warning(
+                "price of job %s's type %s unknown for now (%s): its stop at the cap falls due as at the "
+                "planned type's price",
+                job_id,
+                found.instance_type,
+                e,
+            )
+            return None
+        if weighed is None or weighed[0] is None:
+            return None
+        limit = weighed[0]
+        said = self._other_type_limit
+        if said is None or said[0] != job_id or said[1] != limit:
+            self.log.warning(
+                "job %s was found on %s, not the planned %s: at %s/hour there, it is stopped after %d s of "
+                "running",
+                job_id,
+                found.instance_type,
+                self.state.get("instance_type"),
+                format_usd_exact(weighed[1]),
+                limit,
+            )
+        self._other_type_limit = (job_id, limit)
+        return limit
 
     def _send_unlisted_cap_stop(self, job_id: str) -> None:
         """Send the stop at the cap, by its id, of ``job_id``, which its backend does not list now."""
@@ -486,29 +530,17 @@ class CapStopping(_TriggerBase):
         """
         from costaware.core.errors import LEDGER_UNREADABLE
         from costaware.core.money import format_usd_exact
-        from costaware.remote_billing import KilledTrainingBilling
-        from costaware.training.attempt_effects import cap_rate, capped_seconds, instances, money_left
+        from costaware.training.attempt_effects import instances, money_left
         from costaware.training.attempts import AttemptState
 
         job_id = str(status.job_id or self.job_id)
-        planned = str(self.state.get("instance_type") or "").removeprefix("ml.")
-        if self._stopped_for_cap == job_id or self.state.get("max_usd") is None or not planned:
-            return  # stopped already, no cap, or no plan in the state (nothing to weigh it against)
-        if status.instance_type.removeprefix("ml.") == planned:
-            return
-        state = AttemptState.from_json(self.state)
-        plan, current = state.plan, state.current
-        if current is None:
+        if self._stopped_for_cap == job_id:
             return
         # Worked out at each poll: a Batch job's billed seconds hold its copies', each priced at its type, so
         # the ratio moves as the job runs on (kept from the first poll, a copy on the planned type let the
         # job run 1.6 times what max_usd buys).
-        billing = KilledTrainingBilling(
-            ledger_conn_id=self.ledger_conn_id, aws_conn_id=self.aws_conn_id, log=self.log
-        )
         try:
-            scale = billing._ran_on_scale(plan, status.to_dict(), raise_unavailable=True, say=False)
-            on_demand = billing._on_demand_in(plan, current.zone, raise_unavailable=True, say=False)
+            weighed = self._limit_on_other_type(status)
         except LEDGER_UNREADABLE as e:
             # Read as the plan's price, the job would never be stopped, and its bill (the ledger back by
             # then) would come at the dearer price, past max_usd: asked again at the next poll.
@@ -517,8 +549,11 @@ class CapStopping(_TriggerBase):
                 "price of %s unknown for now (%s): asked again in %g s", job_id, e, self.next_poll_in()
             )
             return
-        rate = cap_rate(state, current.market, on_demand) * scale
-        limit = capped_seconds(state, rate) if scale > 1 else None  # a cheaper type stays within it
+        if weighed is None:
+            return
+        limit, rate = weighed
+        state = AttemptState.from_json(self.state)
+        plan = state.plan
         said = self._other_type_limit
         self._other_type_limit = (job_id, limit)
         moved = said is None or said[0] != job_id or abs((said[1] or 0) - (limit or 0)) >= 60
@@ -548,3 +583,31 @@ class CapStopping(_TriggerBase):
         )
         # Its end is then recorded as stopped by max_usd (the stop it ran into), not as a preemption.
         self._send_cap_stop(job_id, stop_after_seconds=limit)
+
+    def _limit_on_other_type(self, status: Any) -> tuple[int | None, Decimal] | None:
+        """What ``status``'s job may run (s) on the type it runs on, at that type's price, and that price.
+
+        None where there is nothing to weigh it against (no cap, no plan in the state) or it runs on the
+        planned type; the limit is None where its type is not dearer (it stays within the cap). Raises the
+        ledger's unreadable errors (``LEDGER_UNREADABLE``) where a price is unknown for now.
+        """
+        from costaware.remote_billing import KilledTrainingBilling
+        from costaware.training.attempt_effects import cap_rate, capped_seconds
+        from costaware.training.attempts import AttemptState
+
+        planned = str(self.state.get("instance_type") or "").removeprefix("ml.")
+        if self.state.get("max_usd") is None or not planned or not status.instance_type:
+            return None
+        if status.instance_type.removeprefix("ml.") == planned:
+            return None
+        state = AttemptState.from_json(self.state)
+        plan, current = state.plan, state.current
+        if current is None:
+            return None
+        billing = KilledTrainingBilling(
+            ledger_conn_id=self.ledger_conn_id, aws_conn_id=self.aws_conn_id, log=self.log
+        )
+        scale = billing._ran_on_scale(plan, status.to_dict(), raise_unavailable=True, say=False)
+        on_demand = billing._on_demand_in(plan, current.zone, raise_unavailable=True, say=False)
+        rate = cap_rate(state, current.market, on_demand) * scale
+        return (capped_seconds(state, rate) if scale > 1 else None), rate  # a cheaper type stays within it
