@@ -1885,7 +1885,7 @@ def test_a_spooled_kill_bill_is_dropped_at_the_drain_where_a_new_try_billed_the_
     assert list(spool.glob("*.json")) == []
     assert f"spooled {kept.name} (job {trigger.job_id}) was billed meanwhile" in caplog.text
     # Not written, and not deleted either: kept for a person to read (a wrong match would be lost).
-    assert json.loads((spool / "unsure" / kept.name).read_text()) == data
+    assert json.loads((spool / "billed" / kept.name).read_text()) == data
     assert f"moved to {spool / 'billed'}" in caplog.text
 
 
