@@ -17,7 +17,7 @@ from costaware.adapters.ledger import schema
 from costaware.adapters.ledger.budgets import applicable, budget_from_row, budget_usage
 from costaware.adapters.ledger.engine import LedgerDatabase
 from costaware.adapters.ledger.entries import insert_entry
-from costaware.adapters.ledger.reservations import paid, reservation
+from costaware.adapters.ledger.reservations import locked_reservation, paid, reservation
 from costaware.core.budgets import is_run_key, period_window, run_of_key
 from costaware.core.errors import BudgetNotFoundError, ConfigurationError
 from costaware.core.ledger import LedgerEntry, Reservation, holder_run_id, utcnow
@@ -77,7 +77,7 @@ def record_and_regrow(ledger: LedgerDatabase, entry: LedgerEntry) -> Regrowth:
         # entry's key and waited for the row while this waited for the key: PostgreSQL aborted one.
         _lock_budgets_of(conn, ledger, entry.reservation_id)
         new = insert_entry(conn, entry)
-        held = _locked(conn, ledger, entry.reservation_id)
+        held = locked_reservation(conn, entry.reservation_id, is_sqlite=ledger.is_sqlite)
         paid_now, paid_gpu_hours_now = paid(conn, held.id)
         paid_before, paid_gpu_hours_before = (
             paid(conn, held.id, but_entry=entry.entry_uid) if new else (paid_now, paid_gpu_hours_now)
@@ -114,14 +114,6 @@ def _lock_budgets_of(conn: Connection, ledger: LedgerDatabase, reservation_id: s
         conn.execute(select(b.c.id).where(b.c.id.in_(budget_ids)).order_by(b.c.id).with_for_update()).all()
 
 
-def _locked(conn: Connection, ledger: LedgerDatabase, reservation_id: str) -> Reservation:
-    """``reservation_id`` as it stands, its row locked (after the budgets: reserve's order)."""
-    mine = select(schema.reservations.c.id).where(schema.reservations.c.id == reservation_id)
-    if not ledger.is_sqlite:
-        conn.execute(mine.with_for_update()).all()
-    return reservation(conn, reservation_id)
-
-
 def _grow_in(
     conn: Connection,
     ledger: LedgerDatabase,
@@ -146,12 +138,11 @@ def _grow_in(
         conn.execute(select(h.c.budget_id, h.c.period_key).where(h.c.reservation_id == reservation_id)).all()
     )
     budgets_query = select(b).where(b.c.id.in_(sorted(held))).order_by(b.c.id)  # id order, as reserve
-    mine = select(r.c.id).where(r.c.id == reservation_id)
     if not ledger.is_sqlite:  # SQLite's write lock already holds everything
-        budgets_query, mine = budgets_query.with_for_update(), mine.with_for_update()
+        budgets_query = budgets_query.with_for_update()
     rows = conn.execute(budgets_query).mappings().all()
-    conn.execute(mine).all()  # the reservation row, locked after the budgets (reserve's order)
-    current = reservation(conn, reservation_id)  # as it stands under the locks
+    # The reservation row, locked after the budgets (reserve's order), as it stands under the locks.
+    current = locked_reservation(conn, reservation_id, is_sqlite=ledger.is_sqlite)
     gpu_hours_target = current.gpu_hours if gpu_hours_target is None else gpu_hours_target
     if (
         current.status != "open"
