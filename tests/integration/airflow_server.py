@@ -104,6 +104,23 @@ class AirflowServer:
             assert time.monotonic() < deadline, f"the exit of the process deferring {task_id} never came"
             time.sleep(0.5)
 
+    def failure_report(self, dag_id: str, run_id: str, lines: int = 40) -> str:
+        """Each task's state and the log tail of every try of a task that did not succeed.
+
+        A run that fails only on a loaded machine is hard to reproduce: the assertion message keeps the cause.
+        """
+        states = self.task_states(dag_id, run_id)
+        report = [f"task states: {states}"]
+        for task_id, state in sorted(states.items()):
+            if state in ("success", "skipped"):
+                continue
+            # Airflow 3 writes logs/dag_id=<dag>/run_id=<run>/task_id=<task>/attempt=<n>.log
+            folder = self.home / "logs" / f"dag_id={dag_id}" / f"run_id={run_id}" / f"task_id={task_id}"
+            for log in sorted(folder.glob("**/*.log")):
+                tail = log.read_text(errors="replace").splitlines()[-lines:]
+                report.append(f"--- {task_id} ({state}) {log.relative_to(self.home)}:\n" + "\n".join(tail))
+        return "\n".join(report)
+
     def wait_for_run(self, dag_id: str, run_id: str, timeout: float = 300) -> str:
         deadline = time.monotonic() + timeout
         state = ""
@@ -114,7 +131,7 @@ class AirflowServer:
                 return state
             time.sleep(2)
         raise TimeoutError(
-            f"run {run_id} still {state} after {timeout} s: {self.task_states(dag_id, run_id)}"
+            f"run {run_id} still {state} after {timeout} s; {self.failure_report(dag_id, run_id)}"
         )
 
 

@@ -183,7 +183,9 @@ def test_tasks_spread_over_both_workers_and_every_task_is_in_the_shared_ledger(
     airflow, ledger = topology
     airflow.wait_for_dag("fan_out", timeout=180)
     run_id = airflow.trigger("fan_out")
-    assert airflow.wait_for_run("fan_out", run_id, timeout=300) == "success"
+    assert airflow.wait_for_run("fan_out", run_id, timeout=300) == "success", airflow.failure_report(
+        "fan_out", run_id
+    )
     hosts = _hostnames(airflow, "fan_out", run_id)
     assert set(hosts.values()) == {"worker-1", "worker-2"}, hosts
     # A worker's listener records a task's cost just after it reports the task's state, so the run can be
@@ -209,9 +211,13 @@ def test_retrain_dag_and_a_deferred_gate_through_the_triggerer(
     waiting = airflow.trigger("budget_wait")
     retrain = airflow.trigger("cost_aware_retrain", {"replay_date": "2013-05-01"})
     airflow.wait_for_task_state("budget_wait", waiting, "spend_gate", "deferred", timeout=180)
-    assert airflow.wait_for_run("cost_aware_retrain", retrain, timeout=400) == "success"
+    assert airflow.wait_for_run("cost_aware_retrain", retrain, timeout=400) == "success", (
+        airflow.failure_report("cost_aware_retrain", retrain)
+    )
     ledger.set_budget("project=wait-test", "month", "5")
-    assert airflow.wait_for_run("budget_wait", waiting, timeout=180) == "success"
+    assert airflow.wait_for_run("budget_wait", waiting, timeout=180) == "success", airflow.failure_report(
+        "budget_wait", waiting
+    )
     # The triggerer writes each trigger's log beside the task's: it waited there, then fired.
     trigger_logs = list(airflow.home.glob("logs/dag_id=budget_wait/**/task_id=spend_gate/*.trigger.*.log"))
     text = "".join(p.read_text() for p in trigger_logs)

@@ -61,7 +61,9 @@ def test_person_logs_in_and_reads_the_cost_page(server: tuple[AirflowServer, Led
     ledger.set_budget("project=flight-delays", "month", "25")
     airflow.wait_for_dag("cost_aware_retrain")
     run_id = airflow.trigger("cost_aware_retrain", {"replay_date": "2013-04-01"})
-    assert airflow.wait_for_run("cost_aware_retrain", run_id) == "success"
+    assert airflow.wait_for_run("cost_aware_retrain", run_id) == "success", airflow.failure_report(
+        "cost_aware_retrain", run_id
+    )
     run_usd = sum(r["usd"] for r in ledger.entries(dag_id="cost_aware_retrain", run_id=run_id))
     assert run_usd > 0
 

@@ -148,7 +148,7 @@ def check_the_approval_alerts_and_access(
     answer = f"/api/v2/dags/churn_retrain/dagRuns/{run_id}/taskInstances/spend_gate/-1/hitlDetails"
     assert status(vera, "PATCH", answer, {"chosen_options": ["Approve"]}) == 403
     assert status(ann, "PATCH", answer, {"chosen_options": ["Approve"]}) == 200
-    assert airflow.wait_for_run("churn_retrain", run_id) == "success", airflow.task_states(
+    assert airflow.wait_for_run("churn_retrain", run_id) == "success", airflow.failure_report(
         "churn_retrain", run_id
     )
 

@@ -63,7 +63,7 @@ def test_defers_in_the_real_triggerer(server: tuple[AirflowServer, Ledger], tmp_
     airflow.wait_for_task_state("spot_wait", run_id, "spot_window", "deferred")
     airflow.wait_for_defer_exit("spot_wait", run_id, "spot_window")
     append(prices, "0.40")
-    assert airflow.wait_for_run("spot_wait", run_id) == "success"
+    assert airflow.wait_for_run("spot_wait", run_id) == "success", airflow.failure_report("spot_wait", run_id)
     logs = list(airflow.home.glob("logs/dag_id=spot_wait/**/task_id=spot_window/*.trigger.*.log"))
     assert logs and any("Trigger fired event" in p.read_text() for p in logs)
     (decision,) = [r for r in ledger.entries(dag_id="spot_wait", run_id=run_id) if r["estimated"]]

@@ -19,7 +19,7 @@ def test_retrain_dag_triggered_through_the_api(server: tuple[AirflowServer, Ledg
     ledger.set_budget("project=flight-delays", "month", "25")
     airflow.wait_for_dag("cost_aware_retrain")
     run_id = airflow.trigger("cost_aware_retrain", {"replay_date": "2013-03-01"})
-    assert airflow.wait_for_run("cost_aware_retrain", run_id) == "success", airflow.task_states(
+    assert airflow.wait_for_run("cost_aware_retrain", run_id) == "success", airflow.failure_report(
         "cost_aware_retrain", run_id
     )
     tasks = ledger_task_ids(ledger, "cost_aware_retrain", run_id, expected=RETRAIN_TASKS)
@@ -38,7 +38,9 @@ def test_spend_gate_waits_in_the_triggerer_until_the_cap_is_raised(
     assert waiting == []  # nothing reserved while the budget is short
     airflow.wait_for_defer_exit("budget_wait", run_id, "spend_gate")
     ledger.set_budget("project=wait-test", "month", "5")
-    assert airflow.wait_for_run("budget_wait", run_id) == "success"
+    assert airflow.wait_for_run("budget_wait", run_id) == "success", airflow.failure_report(
+        "budget_wait", run_id
+    )
     # The run reads "success" a moment before the listener writes its last task's entry: read until there.
     assert "train" in ledger_task_ids(ledger, "budget_wait", run_id, expected=frozenset({"train"}))
     trigger_logs = list(airflow.home.glob("logs/dag_id=budget_wait/**/task_id=spend_gate/*trigger*"))
