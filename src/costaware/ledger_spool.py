@@ -22,7 +22,7 @@ import json
 import logging
 import os
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, replace
 from decimal import Decimal
 from pathlib import Path
@@ -396,6 +396,25 @@ class DrainResult:
     unsure: int = 0
     #: Ledger connection id -> why it could not be opened or written (its entries wait).
     unavailable: dict[str, str] | None = None
+
+    def __add__(self, other: DrainResult) -> DrainResult:
+        """Both drains' counts, field by field; a ledger both found unavailable keeps ``other``'s why."""
+        return DrainResult(
+            written=self.written + other.written,
+            refused=self.refused + other.refused,
+            waiting=self.waiting + other.waiting,
+            billed_already=self.billed_already + other.billed_already,
+            unsure=self.unsure + other.unsure,
+            unavailable={**(self.unavailable or {}), **(other.unavailable or {})},
+        )
+
+
+def combined(results: Iterable[DrainResult]) -> DrainResult:
+    """What several drains (one a spool folder) did together; nothing drained: all zero, none unavailable."""
+    total = DrainResult(unavailable={})
+    for result in results:
+        total += result
+    return total
 
 
 def drain(

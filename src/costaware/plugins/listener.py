@@ -45,6 +45,7 @@ from costaware.glue import (
 from costaware.glue import try_key as _key
 from costaware.ledger_spool import (
     STALE_CLAIM_SECONDS,
+    combined,
     drain,
     spool_dir,
     spool_dirs_to_drain,
@@ -214,8 +215,7 @@ def _drain_every_ledger() -> None:
     except Exception as e:  # a spool folder that cannot be read or named: said, the component starts as ever
         log.error("costaware: could not drain the spool: %s", e)
         return
-    unavailable = {k: v for result in results for k, v in (result.unavailable or {}).items()}
-    for conn_id, why in sorted(unavailable.items()):
+    for conn_id, why in sorted((combined(results).unavailable or {}).items()):
         log.warning("costaware: spooled entries of ledger %r still wait (%s)", conn_id, why)
 
 

@@ -173,7 +173,7 @@ def drain(args: argparse.Namespace) -> int:
         BILLED,
         REFUSED,
         UNSURE,
-        DrainResult,
+        combined,
         spool_dirs_to_drain,
         workers_ledger,
     )
@@ -204,19 +204,16 @@ def drain(args: argparse.Namespace) -> int:
             )
         return ledgers[conn_id]
 
-    result = DrainResult(unavailable={})
     # Where each drained folder moved bills: the earlier release's moves them to its own billed/ and unsure/.
     billed_in: list[Path] = []
     unsure_in: list[Path] = []
+    drains = []
     for each in folders:
         drained = drain_spool(each, ledger_for)
         billed_in += [each / BILLED] * bool(drained.billed_already)
         unsure_in += [each / UNSURE] * bool(drained.unsure)
-        result.written += drained.written
-        result.refused += drained.refused
-        result.billed_already += drained.billed_already
-        result.unsure += drained.unsure
-        result.unavailable = {**(result.unavailable or {}), **(drained.unavailable or {})}
+        drains.append(drained)
+    result = combined(drains)
     # Counted after the drain: what another process claimed (writing it now, or killed doing so) waits too.
     waiting = sum(len(list(f.glob("*.json"))) + len(list(f.glob("*.claimed"))) for f in folders)
     # This drain's, and older ones still there.
