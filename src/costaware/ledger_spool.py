@@ -553,15 +553,52 @@ def _keep_unsure(claimed: Path, name: str, data: dict[str, Any], row: dict[str, 
     unsure = _moved_to(claimed, name, "its run unsure", UNSURE)
     if unsure is None:
         return
+    _say_kept_unsure(f"spooled {name}", data, row, unsure, claimed.parent)
+
+
+def keep_unsure(
+    entry: Any, ledger_conn_id: str, duplicate_check: dict[str, Any], row: dict[str, Any]
+) -> Path | None:
+    """Keep a remote attempt's bill, not written, in ``spool/unsure`` for a person (the direct bill's path).
+
+    As the drain keeps one (:func:`_keep_unsure`): the ledger has a row of the job's name whose note gives
+    no end, so whether that row bills this run cannot be told. Said at ERROR, with what to do; the file, or
+    None where it could not be kept either (then the whole bill is in the log, to save by hand).
+    """
+    spool = spool_dir()
+    record = spool_record(entry, ledger_conn_id, retrying=True, duplicate_check=duplicate_check)
+    try:
+        path = spool_entry(
+            spool / UNSURE, entry, ledger_conn_id, retrying=True, duplicate_check=duplicate_check
+        )
+    except Exception as e:
+        log.error(
+            "costaware: the bill of job %s (entry %s) was not written (a ledger row of the job gives no end, "
+            "so it may bill this run) and could not be kept in %s either (%s): save the JSON that ends this "
+            "line as %s.json there and read `costaware spool show`'s help on unsure bills: %s",
+            duplicate_check.get("job_id"),
+            entry.entry_uid,
+            spool / UNSURE,
+            e,
+            entry.entry_uid,
+            record,
+        )
+        return None
+    _say_kept_unsure(f"the bill {path.name}", json.loads(record), row, spool / UNSURE, spool)
+    return path
+
+
+def _say_kept_unsure(what: str, data: dict[str, Any], row: dict[str, Any], unsure: Path, spool: Path) -> None:
+    """Say at ERROR that the bill ``what`` (``data``: its spool file's JSON) is kept in ``unsure``."""
     check = data.get("duplicate_check") or {}
     entry = data.get("entry") or {}
     log.error(
-        "costaware: spooled %s (job %s, $%s) was not written: the ledger has entry %s of the same job "
+        "costaware: %s (job %s, $%s) was not written: the ledger has entry %s of the same job "
         "($%s, written %s, try %s), whose note gives no job end (written before notes gave it, or cut), so "
         "whether it bills this run or a later one under the same name cannot be told. Kept in %s: if that "
         'entry bills another run, add "another_run": true to the file, move it back into %s and run '
         "`costaware spool drain`; if it bills this run, delete the file",
-        name,
+        what,
         check.get("job_id"),
         entry.get("usd"),
         row.get("entry_uid"),
@@ -569,7 +606,7 @@ def _keep_unsure(claimed: Path, name: str, data: dict[str, Any], row: dict[str, 
         row.get("incurred_at"),
         row.get("try_number"),
         unsure,
-        claimed.parent,
+        spool,
     )
 
 

@@ -351,21 +351,35 @@ class AttemptBilling:
             return None
         return str(path)
 
+    def _keep_unsure(self, entry: Any, check: DuplicateCheck, row: Mapping[str, Any]) -> None:
+        """Keep ``entry`` in the spool's ``unsure/`` for a person: ``row`` may bill the same run."""
+        import costaware.ledger_spool as ledger_spool
+
+        ledger_spool.keep_unsure(entry, self.ledger_conn_id, check.to_json(), dict(row))
+
     def _write_attempt_entry(
         self, state: AttemptState, job: Mapping[str, Any], entry: Any, attempt: Any, *, keyed_by_name: bool
     ) -> Any:
         """Write ``entry`` unless an earlier try billed the same attempt; the attempt with what counts."""
-        from costaware.training.attempt_duplicates import billed_already
+        from costaware.training.attempt_duplicates import billed_already, row_of_unknown_run
         from costaware.training.attempt_effects import gate_reservation
 
         ledger = self.ledger_hook.get_conn()
         hold = gate_reservation(ledger, state.plan)  # the spend gate's, or the task's own (budget_scope)
+        spooled_entry = entry  # a bill kept for a person is paid from no hold, as the spool keeps it
         if hold is not None:
             # Paid from the task's hold, which stays open until the task ends: the budgets count the rest of
             # the hold only, not the attempt twice (spent and held).
             entry = replace(entry, reservation_id=hold.id)
-        stored = billed_already(ledger, self._duplicate_check(state, job, entry, keyed_by_name=keyed_by_name))
-        if stored is None:
+        check = self._duplicate_check(state, job, entry, keyed_by_name=keyed_by_name)
+        stored = billed_already(ledger, check)
+        unknown = row_of_unknown_run(ledger, check) if stored is None else None
+        if unknown is not None:
+            # The drain's rule (ledger_spool): written beside a row of the job's name that gives no end, a
+            # run a new try billed under an older note counted twice. Kept for a person, not written; the
+            # attempt still counts what it cost against max_usd.
+            self._keep_unsure(spooled_entry, check, unknown)
+        elif stored is None:
             ledger.record(entry)
         else:
             # An earlier try recorded this attempt: the ledger's figure is what it cost, and what counts

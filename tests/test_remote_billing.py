@@ -1,0 +1,92 @@
+"""The direct bill of a remote attempt (``AttemptBilling``) beside a ledger row that may bill the same run."""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Iterator
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from costaware import Ledger
+from costaware.core.ledger import Kind, LedgerEntry
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def any_ledger_url(request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
+    if request.param == "sqlite":
+        url = f"sqlite:///{tmp_path / 'ledger.db'}"
+    else:
+        from services import fresh_postgres_database  # tests/support/
+
+        url = fresh_postgres_database(request.getfixturevalue("postgres_url"))
+    monkeypatch.setenv("COSTAWARE_LEDGER_URL", url)
+    return url
+
+
+@pytest.fixture
+def billed_ledger(any_ledger_url: str) -> Iterator[Ledger]:
+    opened = Ledger.from_url(any_ledger_url)
+    yield opened
+    opened.dispose()
+
+
+def test_a_direct_bill_beside_a_row_of_the_job_that_gives_no_end_is_kept_for_a_person_not_written(
+    billed_ledger: Ledger, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    # A row of the job's name written by a version whose notes gave no end, an hour billed and written now,
+    # 3 hours after this run of the job ended: it may be a new try's bill of this run (written late) or a
+    # later run's. The drain keeps such a bill in spool/unsure for a person; the direct bill wrote it beside
+    # the row, and the run could be billed twice.
+    from attempt_states import CAPTURED  # tests/support/
+
+    from costaware.remote_billing import KilledTrainingBilling
+    from costaware.training.attempts import AttemptState
+    from costaware.training.plan import RemotePlan
+
+    monkeypatch.setenv("AIRFLOW_HOME", str(tmp_path / "airflow"))
+    spool = tmp_path / "airflow" / "costaware" / "spool"
+    plan = RemotePlan.from_json(CAPTURED)
+    ident = plan.identity
+    older = LedgerEntry(
+        dag_id=ident["dag_id"], run_id=ident["run_id"], task_id=ident["task_id"], kind=Kind.COMPUTE,
+        usd=Decimal("2"), quantity=Decimal("1"), unit="hour", unit_price_usd=Decimal("2"),
+        price_source="remote:local", cause="success",
+        note="attempt 1, job train-a1 on local, 3600.0 s billed: ok", entry_uid="attempt:older-no-end",
+    )  # fmt: skip
+    assert billed_ledger.record(older)
+    state = AttemptState(plan=plan).submitted(job_id="train-a1", market="on_demand")
+    billing = KilledTrainingBilling(
+        ledger_conn_id="costaware_ledger", aws_conn_id=None, log=logging.getLogger(__name__)
+    )
+    job = {
+        "job_id": "train-a1",
+        "state": "succeeded",
+        "market": "on_demand",
+        "instance_type": "m5.large",
+        "billable_seconds": 1800.0,
+        "ended_at": time.time() - 3 * 3600,
+    }
+    with caplog.at_level(logging.ERROR, logger="costaware.ledger_spool"):
+        billed = billing._bill_attempt(state, job, None)
+    assert [row["entry_uid"] for row in billed_ledger.entries(dag_id=ident["dag_id"])] == [older.entry_uid]
+    (kept,) = (spool / "unsure").glob("*.json")
+    data: dict[str, Any] = json.loads(kept.read_text())
+    assert data["duplicate_check"]["job_id"] == "train-a1" and data["retrying"] is True
+    assert data["entry"]["usd"] == "1.000000" and data["entry"]["reservation_id"] is None
+    said = caplog.text
+    assert f"the bill {kept.name} (job train-a1, $1.000000) was not written" in said
+    assert older.entry_uid in said and f"Kept in {spool / 'unsure'}" in said and '"another_run": true' in said
+    # The attempt still counts what it ran against max_usd.
+    assert Decimal(billed.attempts[-1].usd) == Decimal("1")
+    # Marked as another run's and moved back, as the log says, the drain writes it.
+    from costaware.ledger_spool import drain
+
+    kept.write_text(json.dumps({**data, "another_run": True}))
+    kept.replace(spool / kept.name)
+    assert drain(spool, lambda conn_id: billed_ledger).written == 1
+    assert len(billed_ledger.entries(dag_id=ident["dag_id"])) == 2
