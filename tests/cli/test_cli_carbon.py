@@ -491,9 +491,9 @@ def test_two_imports_of_one_zone_at_once_keep_both(
         files.append(file)
     write = carbon_source.write_atomically
 
-    def slow_write(path: Path, data: bytes) -> None:
+    def slow_write(path: Path, data: bytes, **kwargs: Any) -> None:
         time.sleep(0.5)  # both imports have read the folder before either writes
-        write(path, data)
+        write(path, data, **kwargs)
 
     monkeypatch.setattr(carbon_source, "write_atomically", slow_write)
     codes: list[int] = []
@@ -612,3 +612,29 @@ def test_a_file_that_cannot_be_looked_at_is_told_not_a_traceback(
     assert "cannot read carbon intensity file" in capsys.readouterr().err
     assert main(["carbon", "import", "~/GB.csv", "--zone", "GB"]) == 2
     assert "costaware: error:" in capsys.readouterr().err
+
+
+def test_an_import_keeps_the_earlier_files_mode_and_a_new_one_gets_the_umask_default(
+    home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The import was written through a temporary file made 0600: a scheduler or worker running as another
+    # user of the group could no longer read the zone's recorded intensity once it was imported or merged.
+    import os
+    import stat
+
+    header = "timestamp_utc,g_co2eq_per_kwh_lca\n"
+    first = tmp_path / "gb-first.csv"
+    first.write_text(header + "2026-11-20T00:00:00Z,100\n2026-11-20T01:00:00Z,110\n")
+    mask = os.umask(0o022)
+    try:
+        assert main(["carbon", "import", str(first), "--zone", "GB"]) == 0
+        target = home / "GB_imported.csv"
+        assert stat.S_IMODE(target.stat().st_mode) == 0o644  # 0666 less the umask, as any new file
+        target.chmod(0o640)
+        latest = tmp_path / "gb-latest.csv"
+        latest.write_text(header + "2026-11-20T02:00:00Z,120\n2026-11-20T03:00:00Z,130\n")
+        assert main(["carbon", "import", str(latest), "--zone", "GB"]) == 0, capsys.readouterr().err
+    finally:
+        os.umask(mask)
+    assert "2 hour(s) added" in capsys.readouterr().out
+    assert stat.S_IMODE(target.stat().st_mode) == 0o640  # the mode its owner gave it, kept by the merge

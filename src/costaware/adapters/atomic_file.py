@@ -11,15 +11,23 @@ from pathlib import Path
 log = logging.getLogger("costaware.adapters.carbon_source")
 
 
-def write_atomically(path: Path, data: bytes) -> None:
+def write_atomically(path: Path, data: bytes, *, mode: int | None = None) -> None:
     """Write ``path`` through a temporary file in its folder and a rename: readers see old or new.
 
     The file is synced to disk before the rename and the folder after it, so a crash leaves the old bytes or
     the new ones, never an empty or partial file under the name.
+
+    Args:
+        path: The file to write.
+        data: Its whole new content.
+        mode: Its permission bits (set before the rename, so no reader sees others); default the temporary
+            file's 0600.
     """
     handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(handle, "wb") as out:
+            if mode is not None:
+                os.fchmod(out.fileno(), mode)
             out.write(data)
             out.flush()
             # Synced before the rename: a crash after it could otherwise leave the new name on empty bytes.

@@ -13,6 +13,7 @@ import contextlib
 import csv
 import io
 import re
+import stat
 import sys
 from datetime import datetime, timedelta, timezone
 from decimal import Decimal
@@ -278,12 +279,13 @@ def import_file(args: argparse.Namespace) -> int:
     )
     with _locked(target):
         if not target.exists():
-            write_atomically(target, data)
+            write_atomically(target, data, mode=_new_file_mode())
             print(imported)
             return 0
         # A second import of the zone replaced the first: imported month by month, earlier months were lost.
         merged, added, replaced, kept = _merged_import(target, text, path.name, series)
-        write_atomically(target, merged.encode("utf-8"))
+        # The mode its owner gave it: the temporary file's 0600 kept other users of the group out.
+        write_atomically(target, merged.encode("utf-8"), mode=stat.S_IMODE(target.stat().st_mode))
     print(f"{imported}: {added} hour(s) added, {replaced} replaced, {kept} kept from the earlier import")
     return 0
 
@@ -304,6 +306,23 @@ def _follows_earlier_import(target: Path, series: PriceSeries) -> bool:
     except (OSError, UnicodeDecodeError, InvalidPriceDataError):
         return True
     return recorded_end(earlier) == series.start
+
+
+def _new_file_mode() -> int:
+    """0666 less the process's umask: the mode ``open`` gives a new file (a temporary file gets 0600).
+
+    The umask is read from ``/proc/self/status`` where Linux shows it: ``os.umask`` reads it only by setting
+    it, for every thread at once.
+    """
+    import os
+
+    with contextlib.suppress(OSError):
+        found = re.search(r"^Umask:\s*([0-7]+)$", Path("/proc/self/status").read_text(), re.MULTILINE)
+        if found:
+            return 0o666 & ~int(found.group(1), 8)
+    mask = os.umask(0o077)  # set for a moment: 077 can only make a file another thread creates stricter
+    os.umask(mask)
+    return 0o666 & ~mask
 
 
 @contextlib.contextmanager
