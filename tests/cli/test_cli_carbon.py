@@ -2,17 +2,21 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 from datetime import datetime, timedelta, timezone
 from decimal import Decimal
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 import time_machine
 
 from costaware.adapters.carbon_source import RecordedCarbon
 from costaware.cli import main
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "carbon"
 RECORDED = FIXTURES / "GB_2026-11.csv"
@@ -638,3 +642,40 @@ def test_an_import_keeps_the_earlier_files_mode_and_a_new_one_gets_the_umask_def
         os.umask(mask)
     assert "2 hour(s) added" in capsys.readouterr().out
     assert stat.S_IMODE(target.stat().st_mode) == 0o640  # the mode its owner gave it, kept by the merge
+
+
+def test_a_single_record_is_checked_against_the_earlier_import_as_the_lock_finds_it(
+    home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The one-record check read the earlier import before taking the lock and the merge read it again in
+    # it: an import of the zone finishing in between (here to 03:00) left the record checked against an
+    # end (02:00) the merge no longer had, and it replaced the 02:00 record with its guessed hour.
+    from costaware.adapters.carbon_data import carbon_from_text
+    from costaware.cli.commands import carbon
+
+    header = "timestamp_utc,g_co2eq_per_kwh_lca\n"
+    earlier = tmp_path / "gb-hours.csv"
+    earlier.write_text(header + "2026-11-20T00:00:00Z,100\n2026-11-20T01:00:00Z,110\n")
+    assert main(["carbon", "import", str(earlier), "--zone", "GB"]) == 0
+    target = home / "GB_imported.csv"
+    locked = carbon._locked
+
+    @contextlib.contextmanager
+    def another_import_first(path: Path) -> Iterator[None]:
+        target.write_text(header + "".join(f"2026-11-20T0{h}:00:00Z,{100 + 10 * h}\n" for h in range(4)))
+        with locked(path):
+            yield
+
+    monkeypatch.setattr(carbon, "_locked", another_import_first)
+    parsed: list[str] = []
+    parse = carbon_from_text
+    monkeypatch.setattr(
+        "costaware.adapters.carbon_data.carbon_from_text",
+        lambda text, *, source, basis="lca": parsed.append(source) or parse(text, source=source, basis=basis),
+    )
+    latest = tmp_path / "gb-latest.csv"
+    latest.write_text(header + "2026-11-20T02:00:00Z,999\n")
+    assert main(["carbon", "import", str(latest), "--zone", "GB"]) == 2
+    assert "gb-latest.csv holds one record (2026-11-20 02:00 UTC)" in capsys.readouterr().err
+    assert "2026-11-20T02:00:00Z,120" in target.read_text()
+    assert parsed.count("GB_imported.csv") == 1  # the earlier import parsed once, under the lock

@@ -220,7 +220,7 @@ def import_file(args: argparse.Namespace) -> int:
         unreadable_carbon_file,
         zone_hint,
     )
-    from costaware.adapters.carbon_source import carbon_folder, write_atomically, zone_of
+    from costaware.adapters.carbon_source import carbon_folder, recorded_end, write_atomically, zone_of
     from costaware.adapters.object_store.location import named_or_expanded
     from costaware.core.errors import InvalidPriceDataError
 
@@ -263,13 +263,8 @@ def import_file(args: argparse.Namespace) -> int:
         raise InvalidPriceDataError(f"{e}; nothing was imported") from e
     folder = carbon_folder()
     target = folder / f"{zone}_imported.csv"
-    if len(series) == 1 and not _follows_earlier_import(target, series):
-        # Its end was guessed an hour on: merged into a half-hourly import at 23:30, it replaced 00:00 too.
-        raise InvalidPriceDataError(
-            f"{path.name} holds one record ({series.start:%Y-%m-%d %H:%M} UTC): the format declares no step, "
-            "and one record cannot tell an hour from half an hour, so where it ends is unknown; nothing was "
-            "imported: add the record after it (the next hour or half hour)"
-        )
+    if len(series) == 1 and not target.exists():
+        raise _one_record_error(path.name, series)
     folder.mkdir(parents=True, exist_ok=True)
     hours = len({at.replace(minute=0, second=0) for at, _ in series.points})  # half-hourly rows are not hours
     records = "" if hours == len(series) else f" in {len(series)} records"
@@ -279,33 +274,52 @@ def import_file(args: argparse.Namespace) -> int:
     )
     with _locked(target):
         if not target.exists():
+            if len(series) == 1:  # the earlier import was there before the lock, and is gone
+                raise _one_record_error(path.name, series)
             write_atomically(target, data, mode=_new_file_mode())
             print(imported)
             return 0
+        # Read and checked under the lock, once: checked before it, the one-record check could pass on an
+        # end that another import of the zone moved before the merge read the file again.
+        earlier_text, earlier = _earlier_import(target, path.name)
+        if len(series) == 1 and recorded_end(earlier) != series.start:
+            # Its end was guessed an hour on: merged into a half-hourly import at 23:30, it replaced 00:00.
+            raise _one_record_error(path.name, series)
         # A second import of the zone replaced the first: imported month by month, earlier months were lost.
-        merged, added, replaced, kept = _merged_import(target, text, path.name, series)
+        merged, added, replaced, kept = _merged_import(target, earlier_text, text, path.name, series)
         # The mode its owner gave it: the temporary file's 0600 kept other users of the group out.
         write_atomically(target, merged.encode("utf-8"), mode=stat.S_IMODE(target.stat().st_mode))
     print(f"{imported}: {added} hour(s) added, {replaced} replaced, {kept} kept from the earlier import")
     return 0
 
 
-def _follows_earlier_import(target: Path, series: PriceSeries) -> bool:
-    """Whether the one record of ``series`` starts where the earlier import at ``target`` ends.
-
-    Then the merged file takes the earlier import's step for it (a feed appending the latest hour); an
-    earlier import that cannot be read is left for the merge to refuse, naming what is wrong with it.
-    """
-    from costaware.adapters.carbon_source import recorded_end
+def _one_record_error(name: str, series: PriceSeries) -> Exception:
+    """The refusal of a one-record file that does not start where the earlier import ends."""
     from costaware.core.errors import InvalidPriceDataError
 
-    if not target.exists():
-        return False
+    return InvalidPriceDataError(
+        f"{name} holds one record ({series.start:%Y-%m-%d %H:%M} UTC): the format declares no step, and "
+        "one record cannot tell an hour from half an hour, so where it ends is unknown; nothing was "
+        "imported: add the record after it (the next hour or half hour)"
+    )
+
+
+def _earlier_import(target: Path, name: str) -> tuple[str, PriceSeries]:
+    """The earlier import at ``target``: its text and its series, every intensity column checked.
+
+    Raises:
+        InvalidPriceDataError: it cannot be read or is malformed (a merge with it would write nothing).
+    """
+    from costaware.core.errors import InvalidPriceDataError
+
     try:
-        earlier = _check_columns(target.read_text(encoding="utf-8"), target.name)
-    except (OSError, UnicodeDecodeError, InvalidPriceDataError):
-        return True
-    return recorded_end(earlier) == series.start
+        text = target.read_text(encoding="utf-8")
+        return text, _check_columns(text, target.name)
+    except (OSError, UnicodeDecodeError, InvalidPriceDataError) as e:
+        raise InvalidPriceDataError(
+            f"cannot merge {name} with the earlier import {target.name}: {e}; nothing was imported: fix it, "
+            f"or delete {target} to start over, then import again"
+        ) from e
 
 
 def _new_file_mode() -> int:
@@ -366,30 +380,23 @@ def _hour(instant: datetime) -> datetime:
     return instant.replace(minute=0, second=0, microsecond=0)
 
 
-def _merged_import(target: Path, text: str, name: str, series: PriceSeries) -> tuple[str, int, int, int]:
-    """The earlier import at ``target`` merged with the checked ``text`` (read as ``series``).
+def _merged_import(
+    target: Path, earlier_text: str, text: str, name: str, series: PriceSeries
+) -> tuple[str, int, int, int]:
+    """The earlier import at ``target`` (``earlier_text``, checked) merged with the checked ``text``.
 
     The new file replaces the earlier records from its first record up to its end (its last record plus its
     own step), record by record: merged hour by hour, a half-hourly file starting at :30 dropped the earlier
     :00 record of that hour, and an hourly import followed by a file starting 23:30 lost 23:00 to a gap.
     Returns the merged CSV and the hours added, replaced (given a new value) and kept whole from the earlier
-    import. Raises, writing
-    nothing, where the earlier import cannot be read or the merged file would not be a valid import (a gap
-    between the two, or hours without a value of an intensity column only one of them has).
+    import. Raises, writing nothing, where the merged file would not be a valid import (a gap between the
+    two, or hours without a value of an intensity column only one of them has).
     """
     from costaware.adapters.carbon_data import INTENSITY_COLUMNS
     from costaware.adapters.carbon_source import recorded_end
     from costaware.core.errors import InvalidPriceDataError
 
     start_over = f"or delete {target} to start over, then import again"
-    try:
-        earlier_text = target.read_text(encoding="utf-8")
-        _check_columns(earlier_text, target.name)
-    except (OSError, UnicodeDecodeError, InvalidPriceDataError) as e:
-        raise InvalidPriceDataError(
-            f"cannot merge {name} with the earlier import {target.name}: {e}; nothing was imported: fix it, "
-            f"{start_over}"
-        ) from e
     earlier = csv.DictReader(io.StringIO(earlier_text.lstrip("\ufeff")))
     newer = csv.DictReader(io.StringIO(text.lstrip("\ufeff")))
     # Each row's time parsed once: the hours, the span replaced and the order were parsed apart, three times.
