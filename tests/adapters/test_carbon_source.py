@@ -449,3 +449,20 @@ def test_an_hour_a_file_ends_inside_is_not_counted_as_covered(tmp_path: Path) ->
         start: Decimal(150),
         start + timedelta(hours=1): Decimal(400),
     }
+
+
+def test_the_split_modules_private_names_still_import_but_are_not_public() -> None:
+    # The split listed its private helpers in __all__ to keep `from carbon_source import _joined` working,
+    # which made them the module's public interface (star imports, API docs).
+    from costaware.adapters import carbon_live, carbon_recorded, carbon_source, carbon_window
+
+    private = {
+        name
+        for module in (carbon_live, carbon_recorded, carbon_window)
+        for name in vars(module)
+        if name.startswith("_") and not name.startswith("__") and name in vars(carbon_source)
+    }
+    assert {"_joined", "_HOUR", "_window", "_points", "_then_typical_year"} <= private
+    assert all(getattr(carbon_source, name) is not None for name in private)  # old imports keep working
+    public = [name for name in carbon_source.__all__ if name.startswith("_")]
+    assert public == [], f"private names in carbon_source.__all__: {public}"
