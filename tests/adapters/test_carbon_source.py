@@ -466,3 +466,35 @@ def test_the_split_modules_private_names_still_import_but_are_not_public() -> No
     assert all(getattr(carbon_source, name) is not None for name in private)  # old imports keep working
     public = [name for name in carbon_source.__all__ if name.startswith("_")]
     assert public == [], f"private names in carbon_source.__all__: {public}"
+
+
+def test_a_one_record_file_takes_the_step_of_the_file_whose_end_it_starts_at(tmp_path: Path) -> None:
+    # A one-record file was read as an hour, whatever came before it: after a half-hourly file ending
+    # 01:00 it covered 01:00-02:00, half an hour nobody recorded (`carbon import` takes the earlier step).
+    header = "timestamp_utc,g_co2eq_per_kwh_lca\n"
+    (tmp_path / "PL_halves.csv").write_text(header + "2026-11-20T00:00:00Z,100\n2026-11-20T00:30:00Z,110\n")
+    (tmp_path / "PL_latest.csv").write_text(header + "2026-11-20T01:00:00Z,120\n")
+    (tmp_path / "PL_then.csv").write_text(header + "2026-11-20T01:30:00Z,130\n")  # follows PL_latest.csv
+    source = RecordedCarbon(tmp_path, bundled=False)
+    assert source.files_cover("PL", T0 + timedelta(hours=1), T0 + timedelta(minutes=90))
+    assert not source.files_cover("PL", T0 + timedelta(hours=1), T0 + timedelta(minutes=91))
+    assert list(source.covered_hours("PL", T0, 3)) == [T0, T0 + timedelta(hours=1)]
+    series = source.intensity("PL", T0 + timedelta(hours=1), T0 + timedelta(hours=2))
+    assert series.mean_usd_per_hour(T0 + timedelta(hours=1), T0 + timedelta(hours=2)) == 125
+
+
+@pytest.mark.parametrize("in_folder", [True, False], ids=["in a folder", "given as --source"])
+def test_a_one_record_file_that_follows_no_file_is_refused_naming_it(tmp_path: Path, in_folder: bool) -> None:
+    # Its end was guessed an hour on: for a half-hourly feed, half an hour nobody recorded.
+    header = "timestamp_utc,g_co2eq_per_kwh_lca\n"
+    (tmp_path / "PL_hours.csv").write_text(header + "2026-11-20T00:00:00Z,100\n2026-11-20T01:00:00Z,110\n")
+    single = tmp_path / "PL_latest.csv"
+    single.write_text(header + "2026-11-20T03:00:00Z,130\n")  # not where PL_hours.csv ends (02:00)
+    source = RecordedCarbon(tmp_path if in_folder else single, bundled=False)
+    with pytest.raises(InvalidPriceDataError) as caught:
+        source.intensity("PL", T0 + timedelta(hours=3), T0 + timedelta(hours=4))
+    assert str(caught.value) == (
+        "PL_latest.csv holds one record (2026-11-20 03:00 UTC) and starts where no other PL file ends: one "
+        "record cannot tell an hour from half an hour, so where it ends is unknown: add the record after it "
+        "(the next hour or half hour) to the file, or put it beside the file it follows"
+    )

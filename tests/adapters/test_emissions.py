@@ -266,7 +266,9 @@ def test_recorded_files_that_do_not_fit_the_source_are_counted_not_cut(tmp_path:
         (Path(__file__).resolve().parents[1] / "fixtures" / "carbon" / "GB_2026-11.csv").read_text().split()
     )
     for hour, row in enumerate(rows[-6:]):
-        (tmp_path / f"US-CAL-CISO_h{hour}.csv").write_text(f"{rows[0]}\n{row}\n")
+        # The first with the record before it: a one-record file takes the step of the file it follows.
+        earlier = f"{rows[-7]}\n" if hour == 0 else ""
+        (tmp_path / f"US-CAL-CISO_h{hour}.csv").write_text(f"{rows[0]}\n{earlier}{row}\n")
     start = datetime(2026, 11, 21, 18, 10, tzinfo=timezone.utc)
     found = estimate(
         instance_type=None,

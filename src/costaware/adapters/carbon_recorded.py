@@ -15,7 +15,7 @@ from pathlib import Path
 from costaware.adapters.carbon_data import bundled_carbon, bundled_zones, load_carbon, zone_hint
 from costaware.adapters.carbon_live import LIVE_ZONES
 from costaware.adapters.carbon_window import _HOUR, _hours, _utc, _window
-from costaware.core.errors import ConfigurationError, PriceNotFoundError
+from costaware.core.errors import ConfigurationError, InvalidPriceDataError, PriceNotFoundError
 from costaware.core.series import PriceSeries
 from costaware.settings import costaware_home
 
@@ -33,12 +33,25 @@ def zone_of(path: Path) -> str:
 def recorded_end(series: PriceSeries) -> datetime:
     """Where a recorded series ends: its last record plus its own step there.
 
-    The step is the time from the record before the last (an hour for a single record): a half-hourly file
-    ending 01:30 was taken as covering up to 02:30, supplying half an hour nobody recorded. The last step,
-    not the shortest: an import merged from a half-hourly month and an hourly one ends hourly.
+    The step is the time from the record before the last (a one-record file's, that of the file it follows,
+    :class:`_OneRecord`; else an hour): a half-hourly file ending 01:30 was taken as covering up to 02:30,
+    supplying half an hour nobody recorded. The last step, not the shortest: an import merged from a
+    half-hourly month and an hourly one ends hourly.
     """
     times = series.points[-2:]
-    return series.last + (times[1][0] - times[0][0] if len(times) == 2 else _HOUR)
+    if len(times) == 2:
+        return series.last + (times[1][0] - times[0][0])
+    return series.last + (series.step if isinstance(series, _OneRecord) else _HOUR)
+
+
+class _OneRecord(PriceSeries):
+    """A one-record file's series, with the step of the file whose end it starts at (its own is unknown)."""
+
+    __slots__ = ("step",)
+
+    def __init__(self, one: PriceSeries, step: timedelta) -> None:
+        super().__init__([one.start], [one.points[0][1]], name=one.name, notes=one.notes)
+        self.step = step
 
 
 # -- recorded files -----------------------------------------------------------------------------------------
@@ -86,6 +99,7 @@ class RecordedCarbon:
         self.bundled = bundled
         self.basis = basis
         self._loaded: dict[Path, PriceSeries] = {}
+        self._of_zone: dict[str, list[PriceSeries]] = {}
 
     @property
     def zones(self) -> list[str]:
@@ -117,14 +131,12 @@ class RecordedCarbon:
                 f"`costaware carbon import FILE --zone {zone}`{_or_live(zone)}{self._not_read(zone)}"
             )
         # An imported file of a few hours used to hide the zone's bundled 2023 data for every other hour.
-        return [self._load(f) for f in files] + bundled
+        return self.zone_files(zone) + bundled
 
     def files_cover(self, zone: str, start: datetime, end: datetime) -> bool:
         """Whether one of the files given (not the bundled fallback) covers ``zone`` over ``[start, end)``."""
         start, end = _utc(start, "start"), _utc(end, "end")
-        return any(
-            s.start <= start and end <= recorded_end(s) for s in map(self._load, self.files.get(zone, []))
-        )
+        return any(s.start <= start and end <= recorded_end(s) for s in self.zone_files(zone))
 
     def covered_hours(self, zone: str, start: datetime, hours: int) -> dict[datetime, Decimal]:
         """The hours from ``start`` that files given (not the bundled year) cover whole, with their values.
@@ -133,7 +145,7 @@ class RecordedCarbon:
         only where files (one, or several end to end, as :meth:`intensity` joins them) hold all of it.
         """
         start = _utc(start, "start")
-        series = [self._load(f) for f in self.files.get(zone, [])]
+        series = self.zone_files(zone)
         covered: dict[datetime, Decimal] = {}
         ends = [recorded_end(one) for one in series]
         for hour in (start + i * _HOUR for i in range(hours)):
@@ -154,6 +166,38 @@ class RecordedCarbon:
         if file not in self._loaded:
             self._loaded[file] = load_carbon(file, basis=self.basis)
         return self._loaded[file]
+
+    def zone_files(self, zone: str) -> list[PriceSeries]:
+        """The series of the zone's files (not the bundled year), in order, each read once.
+
+        A one-record file ends where the step of the file whose end it starts at takes it, as ``costaware
+        carbon import`` merges one: read as an hour, it supplied half an hour nobody recorded after a
+        half-hourly file.
+
+        Raises:
+            InvalidPriceDataError: a file is malformed, or holds one record and starts where no other file
+                of the zone ends (named, with what to do).
+        """
+        if zone in self._of_zone:
+            return self._of_zone[zone]
+        files = self.files.get(zone, [])
+        loaded = {file: self._load(file) for file in files}
+        # The step at each end a file of several records reaches; a one-record file joined on passes it on.
+        step_at = {recorded_end(s): recorded_end(s) - s.last for s in loaded.values() if len(s) > 1}
+        for file in sorted((f for f in files if len(loaded[f]) == 1), key=lambda f: loaded[f].start):
+            one = loaded[file]
+            step = step_at.get(one.start)
+            if step is None:
+                raise InvalidPriceDataError(
+                    f"{file.name} holds one record ({one.start:%Y-%m-%d %H:%M} UTC) and starts where no "
+                    f"other {zone} file ends: one record cannot tell an hour from half an hour, so where it "
+                    "ends is unknown: add the record after it (the next hour or half hour) to the file, or "
+                    "put it beside the file it follows"
+                )
+            loaded[file] = _OneRecord(one, step)
+            step_at.setdefault(one.start + step, step)
+        self._of_zone[zone] = [loaded[file] for file in files]
+        return self._of_zone[zone]
 
     def intensity(self, zone: str, start: datetime, end: datetime) -> PriceSeries:
         """The recorded intensity of ``zone`` over ``[start, end)``, from the first file that covers it.
@@ -270,8 +314,7 @@ def imported_carbon(zone: str, at: datetime) -> PriceSeries | None:
     zone with no bundled year, its newest imported file whatever it covers. Decisions read the bundled year
     alone before, whatever was imported, while the ledger's emissions read the import.
     """
-    recorded = RecordedCarbon(bundled=False)
-    series = [recorded._load(file) for file in recorded.files.get(zone, [])]
+    series = RecordedCarbon(bundled=False).zone_files(zone)
     if not series:
         return None
     at = _utc(at, "at")
