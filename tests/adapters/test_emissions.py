@@ -233,6 +233,38 @@ def test_a_try_running_past_the_end_of_a_recorded_file_keeps_its_recorded_hours(
     assert len(longest["carbon_source"]) <= 128 and longest["carbon_source"].endswith("_2026-11.csv")
 
 
+def test_the_recorded_part_of_an_hour_a_file_ends_inside_counts_as_recorded(tmp_path: Path) -> None:
+    from costaware.adapters.carbon_source import RecordedCarbon
+
+    # A half-hourly file ending 23:30: the 23:00 hour it ends inside was all typical year ("recorded 1 of
+    # 2 h") though its first half hour was recorded.
+    recorded = tmp_path / "GB_halves.csv"
+    recorded.write_text(
+        "timestamp_utc,g_co2eq_per_kwh_lca\n"
+        "2026-11-21T22:00:00Z,160\n2026-11-21T22:30:00Z,170\n2026-11-21T23:00:00Z,180\n"
+    )
+    start = datetime(2026, 11, 21, 22, tzinfo=timezone.utc)
+    found = estimate(
+        instance_type=None,
+        region="on-prem",
+        power_kw=1,
+        grid_zone="GB",
+        start=start,
+        end=start + timedelta(hours=2),
+        intensity_of=RecordedCarbon(recorded).intensity,
+    )
+    assert found["carbon_source"] == (
+        "grid GB: recorded 1.5 of 2 h, typical year 2023 for 0.5 h from 2026-11-21 23:30: GB_halves.csv"
+    )
+    typical = float(
+        bundled_carbon("GB").mean_usd_per_hour(
+            datetime(2023, 11, 21, 23, 30, tzinfo=timezone.utc), datetime(2023, 11, 22, tzinfo=timezone.utc)
+        )
+    )
+    g = (0.5 * 160 + 0.5 * 170 + 0.5 * 180 + 0.5 * typical) / 2
+    assert found["kg_co2e"] == Decimal(repr(round(2 * g / 1000, 6)))
+
+
 def test_an_imported_file_is_named_whole_in_the_source_with_hours_of_two_decimals(tmp_path: Path) -> None:
     from costaware.adapters.carbon_source import RecordedCarbon
 

@@ -234,6 +234,23 @@ class RecordedCarbon:
             f"{self._not_read(zone)}"
         )
 
+    def recorded_part(self, zone: str, start: datetime, end: datetime) -> tuple[PriceSeries, datetime] | None:
+        """What is recorded of ``[start, end)`` from ``start`` on, and where it stops.
+
+        Joined as :meth:`intensity` joins: the hour a half-hourly file ends inside is half recorded. None
+        where nothing is recorded at ``start`` (or nothing of the zone at all).
+
+        Raises:
+            ConfigurationError: a naive time.
+            InvalidPriceDataError: a file of the zone is malformed.
+        """
+        start, end = _utc(start, "start"), _utc(end, "end")
+        try:
+            candidates = self._series(zone)
+        except PriceNotFoundError:
+            return None
+        return _joined_part(candidates, start, end)
+
     def _not_read(self, zone: str) -> str:
         """Why a file named one by one was not read for ``zone`` (its name names another), or ""."""
         others = [f for f in self.named_files if zone_of(f) != zone]
@@ -273,6 +290,17 @@ def _joined(candidates: Sequence[PriceSeries], start: datetime, end: datetime) -
     Each hour comes from the first series, in ``candidates``' order, that covers it (up to its last record
     plus its own step, :func:`recorded_end`); None when an hour of the window is in none of them.
     """
+    part = _joined_part(candidates, start, end)
+    return part[0] if part is not None and part[1] == end else None
+
+
+def _joined_part(
+    candidates: Sequence[PriceSeries], start: datetime, end: datetime
+) -> tuple[PriceSeries, datetime] | None:
+    """The part of ``[start, end)`` from ``start`` that ``candidates`` cover end to end, and where it stops.
+
+    As :func:`_joined` joins them, up to the first instant none covers; None where none covers ``start``.
+    """
     points: list[tuple[datetime, Decimal]] = []
     used: list[str] = []
     ends = [recorded_end(s) for s in candidates]
@@ -280,7 +308,7 @@ def _joined(candidates: Sequence[PriceSeries], start: datetime, end: datetime) -
     while at < end:
         covering = [i for i, s in enumerate(candidates) if s.start <= at < ends[i]]
         if not covering:
-            return None
+            break
         first = covering[0]
         series = candidates[first]
         # Up to where it ends, or where a series before it in the order begins.
@@ -290,7 +318,9 @@ def _joined(candidates: Sequence[PriceSeries], start: datetime, end: datetime) -
         if series.name not in used:
             used.append(series.name)
         at = until
-    return PriceSeries.from_points(points, name=f"{' + '.join(used)}, recorded")
+    if not points:
+        return None
+    return PriceSeries.from_points(points, name=f"{' + '.join(used)}, recorded"), at
 
 
 def _or_live(zone: str) -> str:

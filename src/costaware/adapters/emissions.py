@@ -184,14 +184,21 @@ def _recorded_then_typical_year(
         until = min(end, at.replace(minute=0, second=0, microsecond=0) + _HOUR)
         try:
             part = intensity_of(zone, at, until)
+            reached = until
         except (PriceNotFoundError, ConfigurationError):
-            gaps.append((at, until))
-        else:
-            seconds = (until - at).total_seconds()
-            weighted += float(part.mean_usd_per_hour(max(at, part.start), until)) * seconds
-            recorded_seconds += seconds
-            if part.name not in recorded_names:
-                recorded_names.append(part.name)
+            # The hour a file ends inside: its recorded part counts as recorded, the rest is a gap.
+            found = _recorded_part(intensity_of, zone, at, until)
+            if found is None:
+                gaps.append((at, until))
+                at = until
+                continue
+            part, reached = found
+            gaps.append((reached, until))
+        seconds = (reached - at).total_seconds()
+        weighted += float(part.mean_usd_per_hour(max(at, part.start), reached)) * seconds
+        recorded_seconds += seconds
+        if part.name not in recorded_names:
+            recorded_names.append(part.name)
         at = until
     # The gaps' typical year only once it is known some hour was recorded: a try with none takes it whole.
     for gap_start, gap_end in gaps if recorded_seconds else []:
@@ -224,6 +231,21 @@ def _recorded_then_typical_year(
         f"{first_gap:%Y-%m-%d %H:%M}: "
     )
     return weighted / total_seconds, told + _whole_names(names, _SOURCE_ROOM - len(told))
+
+
+def _recorded_part(
+    intensity_of: IntensityOf, zone: str, start: datetime, end: datetime
+) -> tuple[PriceSeries, datetime] | None:
+    """What ``intensity_of``'s source recorded of ``[start, end)`` from ``start``, and where it stops.
+
+    Only a source that can tell it (``RecordedCarbon.recorded_part``, behind its ``intensity``); for others,
+    None: the window is a gap, as before.
+    """
+    recorded_part = getattr(getattr(intensity_of, "__self__", None), "recorded_part", None)
+    if recorded_part is None:
+        return None
+    found: tuple[PriceSeries, datetime] | None = recorded_part(zone, start, end)
+    return found if found is not None and found[1] > start else None
 
 
 #: The ledger's carbon_source: a longer source is cut there, mid-name ("US-CAL-CISO_imported.cs").
