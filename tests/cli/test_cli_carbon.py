@@ -679,3 +679,39 @@ def test_a_single_record_is_checked_against_the_earlier_import_as_the_lock_finds
     assert "gb-latest.csv holds one record (2026-11-20 02:00 UTC)" in capsys.readouterr().err
     assert "2026-11-20T02:00:00Z,120" in target.read_text()
     assert parsed.count("GB_imported.csv") == 1  # the earlier import parsed once, under the lock
+
+
+def test_show_and_the_waits_read_the_hour_a_half_hourly_import_ends_inside_alike(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The import ends 23:30. `carbon show` gave 23:00 the typical year whole; the waits held the import to
+    # 23:30 and then typical-year hours from 23:30 (23:30-00:30, ...), off the clock by half an hour.
+    from costaware.adapters.spot_market import carbon_intensity
+    from costaware.core.carbon import Objective
+    from costaware.core.spot_forecast import hourly_series
+
+    halves = tmp_path / "gb-halves.csv"
+    halves.write_text(
+        "timestamp_utc,g_co2eq_per_kwh_lca\n"
+        "2026-11-21T22:00:00Z,160\n2026-11-21T22:30:00Z,170\n2026-11-21T23:00:00Z,180\n"
+    )
+    assert main(["carbon", "import", str(halves), "--zone", "GB"]) == 0
+    capsys.readouterr()
+    start = datetime(2026, 11, 21, 22, tzinfo=timezone.utc)
+    with time_machine.travel("2026-11-30T00:00:00Z", tick=False):
+        argv = ["carbon", "show", "--zone", "GB", "--start", start.isoformat(), "--hours", "4"]
+        assert main([*argv, "--format", "json"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    weighed = carbon_intensity("GB", region=None, objective=Objective("carbon"), at=start)
+    assert weighed is not None
+    waits = hourly_series(weighed, start, 4)
+    assert [h["g_co2e_per_kwh"] for h in shown["hours"]] == [_plain(Decimal(repr(v))) for v in waits]
+    typical = RecordedCarbon([], bundled=True).intensity(
+        "GB", datetime(2023, 11, 21, 23, tzinfo=timezone.utc), datetime(2023, 11, 22, tzinfo=timezone.utc)
+    )
+    assert shown["hours"][1]["g_co2e_per_kwh"] == _plain((180 + typical.points[0][1]) / 2)
+    assert shown["series"].startswith("recorded (GB_imported.csv) for 1.5 of 4 hour(s), else typical year")
+
+
+def _plain(value: Decimal) -> str:
+    return format(value.quantize(Decimal("0.01")).normalize(), "f")

@@ -353,34 +353,51 @@ def imported_carbon(zone: str, at: datetime) -> PriceSeries | None:
     if not covering:
         return None if bundled else max(series, key=lambda s: s.last)
     newest = max(covering, key=lambda s: s.last)
-    return _then_typical_year(newest, zone, until=at + FILLED_AHEAD) if bundled else newest
+    return then_typical_year(newest, zone, until=at + FILLED_AHEAD) if bundled else newest
 
 
 #: How far past a decision's hour an import shorter than that is followed by the bundled typical year.
 FILLED_AHEAD = timedelta(days=14)
 
 
-def _then_typical_year(imported: PriceSeries, zone: str, *, until: datetime) -> PriceSeries:
-    """``imported``, then the bundled year's values at the same dates and hours up to ``until``.
+def then_typical_year(
+    recorded: PriceSeries, zone: str, *, until: datetime, end: datetime | None = None
+) -> PriceSeries:
+    """``recorded`` up to ``end``, then the bundled year's values at the same dates and hours up to ``until``.
 
     A few imported hours alone gave every later hour their flat profile, so that no decision told a clean
-    hour from a dirty one; the ledger's emissions fall back to the typical year the same way.
+    hour from a dirty one; the ledger's emissions fall back to the typical year the same way. The hour
+    ``end`` falls inside gets the typical year for its rest, then clock hours follow: from a half-hourly
+    import's 23:30 end they ran 23:30-00:30, ..., off the clock. One reading for the waits
+    (:func:`imported_carbon`) and ``costaware carbon show``, which disagreed on that hour.
+
+    Args:
+        recorded: The recorded series.
+        zone: Its grid zone, which has a bundled year.
+        until: Where the typical year stops.
+        end: Where ``recorded`` stops being a record (default :func:`recorded_end`).
     """
     from costaware.core.spot_forecast import same_hour_in
 
-    end = recorded_end(imported)
+    end = recorded_end(recorded) if end is None else end
     if end >= until:
-        return imported
+        return recorded
     bundled = bundled_carbon(zone)
     year_end = recorded_end(bundled)
-    times = [at for at, _ in imported.points]
-    values = [value for _, value in imported.points]
-    hour = end
-    while hour < until:
+    kept = [(at, value) for at, value in recorded.points if at < end]
+    times = [at for at, _ in kept]
+    values = [value for _, value in kept]
+    at = end
+    while at < until:
+        hour = at.replace(minute=0, second=0, microsecond=0)
         shifted = same_hour_in(hour, bundled.start.year)
         if not bundled.start <= shifted < year_end:
             break
-        times.append(hour)
+        times.append(at)
         values.append(bundled.mean_usd_per_hour(shifted, shifted + _HOUR))
-        hour += _HOUR
-    return PriceSeries(times, values, name=f"{imported.name}, then the typical year", notes=imported.notes)
+        at = hour + _HOUR
+    return PriceSeries(times, values, name=f"{recorded.name}, then the typical year", notes=recorded.notes)
+
+
+#: The name before ``costaware carbon show`` shared it.
+_then_typical_year = then_typical_year

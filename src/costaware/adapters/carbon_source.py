@@ -52,6 +52,7 @@ from costaware.adapters.carbon_recorded import (
     imported_carbon,
     imported_zones,
     recorded_end,
+    then_typical_year,
     zone_of,
 )
 from costaware.adapters.carbon_window import _HOUR, _hours, _utc, _window  # noqa: F401
@@ -79,6 +80,7 @@ __all__ = [
     "imported_zones",
     "log",
     "recorded_end",
+    "then_typical_year",
     "write_atomically",
     "zone_of",
 ]

@@ -139,7 +139,7 @@ def _typical_year(source: object, zone: str, start: datetime, hours: int) -> Pri
     bundled.
     """
     from costaware.adapters.carbon_data import bundled_carbon, bundled_zones
-    from costaware.adapters.carbon_source import RecordedCarbon, recorded_end
+    from costaware.adapters.carbon_source import RecordedCarbon, recorded_end, then_typical_year
     from costaware.core.series import PriceSeries
     from costaware.core.spot_forecast import hourly_series
 
@@ -151,19 +151,28 @@ def _typical_year(source: object, zone: str, start: datetime, hours: int) -> Pri
     # The hours a file does cover keep its values: a window running past an import's end showed the
     # bundled year for every hour, the imported ones too, as "nothing recorded".
     recorded = source.covered_hours(zone, start, hours)
-    files = [f.name for f in source.files.get(zone, [])] if recorded else []
+    recorded_seconds = len(recorded) * _HOUR.total_seconds()
     # So do the bundled year's own hours: a window from 2023-12-31 20:00 said "nothing recorded from
     # 2023-12-31 20:00", its four recorded 2023 hours counted as estimates.
     year_end = recorded_end(bundled)
     in_bundled = [t for t in times if t not in recorded and bundled.start <= t < year_end]
+    # An hour a file ends inside (a half-hourly import ending 23:30): its recorded part, then the typical
+    # year, read as the waits read it (then_typical_year); it was shown as typical year whole.
+    for hour in (t for t in times if t not in recorded and t not in in_bundled):
+        found = source.recorded_part(zone, hour, hour + _HOUR)
+        if found is not None and found[1] > hour:
+            part, reached = found
+            filled = then_typical_year(part, zone, until=hour + _HOUR, end=reached)
+            recorded[hour] = filled.mean_usd_per_hour(hour, hour + _HOUR)
+            recorded_seconds += (reached - hour).total_seconds()
+    files = [f.name for f in source.files.get(zone, [])] if recorded else []
     recorded |= {t: bundled.mean_usd_per_hour(t, t + _HOUR) for t in in_bundled}
+    recorded_seconds += len(in_bundled) * _HOUR.total_seconds()
     files += [bundled.name] if in_bundled else []
     typical = f"{bundled.name} at the same dates and hours"
     if recorded:
-        name = (
-            f"recorded ({', '.join(files)}) for {len(recorded)} of {hours} hour(s), else typical year: "
-            f"{typical}"
-        )
+        count = f"{round(recorded_seconds / 3600, 2):g}"
+        name = f"recorded ({', '.join(files)}) for {count} of {hours} hour(s), else typical year: {typical}"
     else:
         name = f"typical year: {typical} (nothing recorded from {start:%Y-%m-%d %H:%M} UTC)"
     return PriceSeries(
