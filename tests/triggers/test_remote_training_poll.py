@@ -1328,9 +1328,11 @@ def _stop_by_poll_wait(
     *,
     cap_seconds: int,
     followed: dict[str, Any] | None = None,
+    backend: str = "batch",
 ) -> tuple[Any, Any, Any, datetime]:
-    """A wait of job "j", stopped at ``cap_seconds`` by its polls, whose kept state never reads back;
-    submitted at ``STOP_BY_POLL_SUBMIT`` (``followed``: an earlier try's, as this try found it)."""
+    """A wait of job "j" on ``backend``, stopped at ``cap_seconds`` by its polls, whose kept state never
+    reads back; submitted at ``STOP_BY_POLL_SUBMIT`` (``followed``: an earlier try's, as this try found
+    it)."""
     from types import SimpleNamespace
 
     from attempt_states import CAPTURED  # tests/support/
@@ -1341,7 +1343,7 @@ def _stop_by_poll_wait(
 
     keeping_wait_state(monkeypatch)
     submitted = STOP_BY_POLL_SUBMIT
-    plan = RemotePlan.from_json({**CAPTURED, "backend": "batch", "backend_options": {}})
+    plan = RemotePlan.from_json({**CAPTURED, "backend": backend, "backend_options": {}})
     state = AttemptState(plan=plan).submitted(
         job_id="j",
         market="spot",
@@ -1352,7 +1354,7 @@ def _stop_by_poll_wait(
     )
     listing = _Listing(answers)
     monkeypatch.setattr(compute, "open_backend", lambda name, options: listing)
-    deferred = {"backend": "batch", "backend_options": {}, "job_id": "j", "state": state.to_json()}
+    deferred = {"backend": backend, "backend_options": {}, "job_id": "j", "state": state.to_json()}
     wait = RemoteTrainingJobTrigger(**deferred, poll_interval=300)  # type: ignore[arg-type]
     wait.task_instance = SimpleNamespace(  # type: ignore[assignment]
         dag_id="remote_dag", task_id="train", run_id="r", map_index=-1
@@ -1723,3 +1725,38 @@ def test_a_stop_at_the_cap_refused_while_a_gone_job_is_held_back_is_asked_again_
         now += timedelta(seconds=wait.next_poll_in())
     assert listing.stops == ["j"] and len(asked_at) == 2
     assert (asked_at[1] - asked_at[0]).total_seconds() <= CAP_STOP_RETRY_SECONDS
+
+
+@pytest.mark.parametrize("backend", ["batch", "kubernetes"])
+def test_a_job_stopped_at_the_cap_before_it_started_and_then_gone_is_billed_no_queue_time(
+    monkeypatch: pytest.MonkeyPatch, backend: str
+) -> None:
+    # What is left of max_usd buys less than MIN_CAPPED_SECONDS: the job, seen waiting to start, is stopped
+    # at once. Gone after that stop (a pod deleted, a Batch job dropped from DescribeJobs), it was billed
+    # from that poll to the end of its grace period after the stop, as if it had run: a job waiting to start
+    # costs nothing on SageMaker, Batch or Kubernetes, and stopped then it never starts.
+    from datetime import timedelta
+
+    from costaware.adapters.compute.base import JobState, JobStatus
+    from costaware.core.errors import JobNotFoundError
+    from costaware.training.attempts import JobEnded, next_step
+    from costaware.triggers.remote_training import NOT_LISTED_GRACE_SECONDS
+
+    waiting = JobStatus(job_id="j", state=JobState.PENDING, market="spot", billable_seconds=0.0)
+    gone = JobNotFoundError("no such job")
+    wait, listing, state, submitted = _stop_by_poll_wait(
+        monkeypatch, [waiting, *[gone] * 10], cap_seconds=30, backend=backend
+    )
+    seen_at = submitted + timedelta(seconds=60)
+    assert wait.poll_tolerant(seen_at) is None
+    assert listing.stops == ["j"]  # stopped before it starts
+    now, event = seen_at, None
+    while event is None and now < seen_at + timedelta(seconds=2 * NOT_LISTED_GRACE_SECONDS):
+        now += timedelta(seconds=wait.next_poll_in())
+        event = wait.poll_tolerant(now)
+    assert event is not None
+    assert event["job"]["billable_seconds"] == 0.0, event["job"]["reason"]
+    assert event["job"]["ended_at"] <= now.timestamp()
+    assert "stopped at what was left of max_usd" in event["job"]["reason"], event["job"]["reason"]
+    step = next_step(state, JobEnded(job=event["job"]), now, max_attempts=10, latest_resume=None)
+    assert step.record_cause == "max_usd"  # type: ignore[union-attr]

@@ -308,11 +308,14 @@ class GoneJobBilling(CapStopping):
         stopped by ``max_usd`` as the cap's other stops do (billed up to now, it was an interruption billed
         up to ``NOT_LISTED_GRACE_SECONDS`` past the stop). A stop sent while the job was not listed is
         taken as gone only once that grace period has passed (:meth:`_unlisted_cap_stop_grace_left`), and
-        so billed to its end: billed to the poll 5 s after the stop, its grace period went unbilled.
+        so billed to its end: billed to the poll 5 s after the stop, its grace period went unbilled. A job
+        seen waiting to start at the stop or after it never started: billed nothing more (its queue costs
+        nothing on any backend; billed to its grace period's end, a job stopped where nothing was left of
+        ``max_usd`` was billed that grace period past the cap).
         """
         from dataclasses import replace
 
-        from costaware.adapters.compute.base import with_copies_run_out
+        from costaware.adapters.compute.base import JobState, with_copies_run_out
 
         stopped_at = self._cap_stopped_at
         # A re-created wait: as seen at the stop; a followed job it never saw: as this try found it.
@@ -320,6 +323,18 @@ class GoneJobBilling(CapStopping):
         if last_seen is None or stopped_at is None:
             return with_copies_run_out(status)
         seen, seen_at = last_seen
+        if seen.state == JobState.PENDING and seen_at >= stopped_at:
+            # Seen before the stop, it may have started in between: billed to the grace period's end below.
+            reason = (
+                f"stopped at what was left of max_usd at {stopped_at.isoformat()}, before it started (seen "
+                f"waiting at {seen_at.isoformat()}); {self.backend} has not listed it since: billed what it "
+                "ran before, nothing for its wait"
+            )
+            self.log.warning("job %s on %s: %s", self.job_id, self.backend, reason)
+            never_started = replace(
+                status, billable_seconds=seen.billable_seconds, ended_at=seen_at.timestamp(), reason=reason
+            )
+            return with_copies_run_out(never_started)
         grace_end = self._cap_stop_grace_end()
         end = now if grace_end is None else min(now, grace_end)
         billed = seen.billable_seconds + instances * max(0.0, (end - seen_at).total_seconds())
