@@ -1760,3 +1760,57 @@ def test_a_job_stopped_at_the_cap_before_it_started_and_then_gone_is_billed_no_q
     assert "stopped at what was left of max_usd" in event["job"]["reason"], event["job"]["reason"]
     step = next_step(state, JobEnded(job=event["job"]), now, max_attempts=10, latest_resume=None)
     assert step.record_cause == "max_usd"  # type: ignore[union-attr]
+
+
+def test_a_job_stopped_at_the_cap_while_not_listed_and_then_listed_again_is_billed_as_a_listed_stop(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A stop sent while the job was not listed is kept ``unlisted``: the wait takes the job as gone only at
+    # the end of its grace period after the stop, and bills it to there (no poll said when it ended). Listed
+    # again after that stop, the job was seen: gone later, it ended between that sighting and the poll that
+    # found it gone, yet the flag stayed set and it was billed on to the grace period's end (a 1,500 s grace
+    # on Batch: 900 s past the poll that took it as gone).
+    from datetime import timedelta
+
+    from airflow.sdk.execution_time.xcom import XCom
+
+    from costaware.adapters.compute.base import JobState, JobStatus
+    from costaware.core.errors import JobNotFoundError
+    from costaware.training.attempt_effects import stop_seconds
+    from costaware.training.attempts import AttemptState
+    from costaware.triggers.remote_training import CAP_STOP_KEY, WAIT_STATE_XCOM_KEY
+
+    wait, listing, _state, submitted = _stop_by_poll_wait(monkeypatch, [], cap_seconds=1200)
+    wait.state = {**wait.state, "grace_seconds": 1500}
+    grace = stop_seconds(AttemptState.from_json(wait.state))
+    assert grace >= 1500
+    seen_at = submitted + timedelta(seconds=100)
+    due_at = seen_at + timedelta(seconds=1100)
+    relisted_at = due_at + timedelta(seconds=30)
+
+    def poll(job_id: str) -> JobStatus:
+        listed = now <= seen_at + timedelta(seconds=800)  # not listed for the last 300 s before its cap
+        if listed or relisted_at <= now < relisted_at + timedelta(seconds=20):
+            ran = 100.0 + (now - seen_at).total_seconds()
+            return JobStatus(job_id="j", state=JobState.RUNNING, market="spot", billable_seconds=ran)
+        raise JobNotFoundError("DescribeJobs does not list it")
+
+    listing.poll = poll  # type: ignore[method-assign]
+    now = seen_at
+    while not listing.stops and now < due_at + timedelta(seconds=60):
+        assert wait.poll_tolerant(now) is None
+        polled_at, now = now, now + timedelta(seconds=wait.next_poll_in())
+    assert listing.stops == ["j"] and due_at <= polled_at < relisted_at  # by its id, while not listed
+    now, event = relisted_at, None
+    while event is None and now < relisted_at + timedelta(seconds=4000):
+        event, event_at = wait.poll_tolerant(now), now
+        now += timedelta(seconds=wait.next_poll_in())
+    assert event is not None and listing.stops == ["j"]
+    where = {"dag_id": "remote_dag", "task_id": "train", "run_id": "r", "map_index": -1}
+    stop = XCom.get_one(key=WAIT_STATE_XCOM_KEY, **where)["current"][CAP_STOP_KEY]
+    assert stop["unlisted"] is False  # listed again: kept as a listed stop for a re-created wait too
+    ended_at = event["job"]["ended_at"]
+    stopped_at = datetime.fromisoformat(stop["sent_at"])
+    assert ended_at < (stopped_at + timedelta(seconds=grace)).timestamp(), (ended_at, stopped_at)
+    assert ended_at == event_at.timestamp()  # billed up to the poll that took it as gone
+    assert event["job"]["billable_seconds"] == 100.0 + (ended_at - seen_at.timestamp())

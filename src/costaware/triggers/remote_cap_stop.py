@@ -135,6 +135,20 @@ class CapStopping(_TriggerBase):
         self._keep_cap_stop()
         return True
 
+    def _cap_stop_listed_again(self) -> None:
+        """The job stopped at the cap while not listed is listed again: its stop is kept as a listed one.
+
+        Kept ``unlisted``, a job gone later was held to the end of its grace period after the stop and
+        billed to there (``_unlisted_cap_stop_grace_left``), though it was seen after the stop and ended
+        by the poll that found it gone.
+        """
+        current = self.state.get("current") or {}
+        sent = current.get(CAP_STOP_KEY)
+        if not isinstance(sent, Mapping) or not sent.get("unlisted") or sent.get("job_id") != self.job_id:
+            return
+        self.state = {**self.state, "current": {**current, CAP_STOP_KEY: {**sent, "unlisted": False}}}
+        self._keep_cap_stop()
+
     def _earlier_try_stop(self, job_id: str, asked_at: datetime) -> str | None:
         """The cause of an earlier try's stop of the followed ``job_id`` asked at ``asked_at``, else None.
 

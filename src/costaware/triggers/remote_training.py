@@ -213,6 +213,7 @@ class RemoteTrainingJobTrigger(KilledJobBilling, BaseTrigger):
             status = open_backend(self.backend, self.backend_options).poll(self.job_id)
             # Listed again: a later disappearance is held back its full bound, counted from then.
             self._gone_unread_since = self._held_cap_stop_due_at = None
+            self._cap_stop_listed_again()
         except JobNotFoundError:
             count = billed_instances(self.backend_options)
             stopped = (self.state.get("current") or {}).get("stopped")
