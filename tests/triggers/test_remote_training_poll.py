@@ -1814,3 +1814,40 @@ def test_a_job_stopped_at_the_cap_while_not_listed_and_then_listed_again_is_bill
     assert ended_at < (stopped_at + timedelta(seconds=grace)).timestamp(), (ended_at, stopped_at)
     assert ended_at == event_at.timestamp()  # billed up to the poll that took it as gone
     assert event["job"]["billable_seconds"] == 100.0 + (ended_at - seen_at.timestamp())
+
+
+def test_a_pod_gone_before_its_stop_at_the_cap_falls_due_is_not_deleted_again(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A pod an earlier try submitted, found running with 1,000 s of a 1,200 s cap run, that this wait (its
+    # kept state unread) never saw: its API server answers 404, which is final on Kubernetes (the pod was
+    # deleted). When its stop at the cap fell due, the wait deleted it again (a 404 that does nothing) and
+    # said it "has run what is left of max_usd: stopping it by its id". Its end is still billed as stopped
+    # at the cap, to the grace period's end after its due point: within max_usd.
+    from datetime import timedelta
+
+    from airflow.sdk.execution_time.xcom import XCom
+
+    from costaware.core.errors import JobNotFoundError
+
+    gone = JobNotFoundError("pod j not found")
+    found_at = STOP_BY_POLL_SUBMIT + timedelta(seconds=400)
+    job = {"job_id": "j", "state": "running", "market": "spot", "billable_seconds": 1000.0}
+    followed = {"job": job, "seen_at": found_at.isoformat()}
+    wait, listing, _state, _ = _stop_by_poll_wait(
+        monkeypatch, [gone] * 80, cap_seconds=1200, followed=followed, backend="kubernetes"
+    )
+    monkeypatch.setattr(XCom, "get_one", lambda **where: (_ for _ in ()).throw(ConnectionError("down")))
+    due_at = found_at + timedelta(seconds=200)
+    now, event = found_at + timedelta(seconds=30), None
+    while event is None and now < found_at + timedelta(seconds=3000):
+        event = wait.poll_tolerant(now)
+        now += timedelta(seconds=wait.next_poll_in())
+    assert event is not None
+    assert listing.stops == []  # a 404 is final on Kubernetes: nothing to delete
+    said = [line for line in capsys.readouterr().out.splitlines() if "max_usd" in line]
+    assert not any("stopping it by its id" in line for line in said), said
+    assert any("never saw" in line and "nothing to stop" in line for line in said), said
+    assert "stopped at what was left of max_usd" in event["job"]["reason"], event["job"]["reason"]
+    sent_at = datetime.fromisoformat(wait.state["current"]["cap_stop"]["sent_at"])
+    assert due_at <= sent_at <= due_at + timedelta(seconds=5)

@@ -77,7 +77,12 @@ class CapStopping(_TriggerBase):
         self._cap_stop_due_in = seconds if due is None else min(due, seconds)
 
     def _send_cap_stop(
-        self, job_id: str, *, stop_after_seconds: int | None = None, unlisted: bool = False
+        self,
+        job_id: str,
+        *,
+        stop_after_seconds: int | None = None,
+        unlisted: bool = False,
+        already_gone: bool = False,
     ) -> bool:
         """Send the stop at the cap (SIGTERM: it checkpoints); False, asked again soon, where it failed.
 
@@ -86,7 +91,8 @@ class CapStopping(_TriggerBase):
         (:meth:`_keep_cap_stop`), ``unlisted`` with it: sent while its backend did not list the job. Sent
         whether or not a re-created wait has read the kept state yet: held back, a first wait's stop let the
         job run on past the cap while the API server did not answer. Not sent where the job's last seen
-        status says a stop was asked already (:meth:`_stop_asked_at`): the stop is taken as sent then.
+        status says a stop was asked already (:meth:`_stop_asked_at`): the stop is taken as sent then, and
+        where the job is ``already_gone`` (a 404 its backend gives only for a deleted job): nothing is sent.
         """
         if self._polled_after_cancel("stopped at the cap"):
             return False
@@ -106,7 +112,7 @@ class CapStopping(_TriggerBase):
                 asked_at.isoformat(),
                 f", by an earlier try ({earlier_stop}, as its ledger entry says)" if earlier_stop else "",
             )
-        else:
+        elif not already_gone:  # a deleted pod's delete is a 404 that does nothing (its caller says so)
             # A cancel during the stop call cannot stop it: the stop is then kept only where the task's wait
             # state is still this wait's (:meth:`_xcom_holds_this_wait`).
             try:
@@ -471,12 +477,34 @@ class CapStopping(_TriggerBase):
         return limit
 
     def _send_unlisted_cap_stop(self, job_id: str) -> None:
-        """Send the stop at the cap, by its id, of ``job_id``, which its backend does not list now."""
-        self.log.warning(
-            "job %s, not listed on %s now, has run what is left of max_usd: stopping it by its id",
-            job_id,
-            self.backend,
-        )
+        """Send the stop at the cap, by its id, of ``job_id``, which its backend does not list now.
+
+        Where the backend's "no such job" is final (``GONE_IS_FINAL_BACKENDS``: a deleted pod), nothing runs
+        to stop: none is sent (a delete that 404s), and the stop is recorded all the same, so that the job's
+        end is billed as stopped at the cap, not past it.
+        """
+        from costaware.triggers.remote_job_status import GONE_IS_FINAL_BACKENDS
+
+        already_gone = self.backend in GONE_IS_FINAL_BACKENDS
+        if not already_gone:
+            self.log.warning(
+                "job %s, not listed on %s now, has run what is left of max_usd: stopping it by its id",
+                job_id,
+                self.backend,
+            )
+        else:
+            seen = (
+                f"since it was seen at {self._last_seen[1].isoformat()}"
+                if self._last_seen is not None
+                else "and this wait never saw it (an earlier try's job, as this try found it)"
+            )
+            self.log.warning(
+                "job %s is gone from %s %s (its 404 is final: it was deleted), and its stop at what is left "
+                "of max_usd falls due now: nothing to stop; its end is billed as stopped at the cap",
+                job_id,
+                self.backend,
+                seen,
+            )
         # Its end is recorded as stopped by max_usd, as the stop the poll sends (a dearer type's limit).
         stop_after = None
         other = self._other_type_limit
@@ -484,7 +512,7 @@ class CapStopping(_TriggerBase):
             current = self.state.get("current") or {}
             held = current.get("stop_after_seconds") if current.get("stop_by_poll") else None
             stop_after = other[1] if held is None else min(int(held), other[1])
-        self._send_cap_stop(job_id, stop_after_seconds=stop_after, unlisted=True)
+        self._send_cap_stop(job_id, stop_after_seconds=stop_after, unlisted=True, already_gone=already_gone)
 
     def _stop_followed_job_at_cap(self, status: Any) -> None:
         """Stop a job an earlier try submitted once it has run what is left of ``max_usd`` now.
