@@ -1851,3 +1851,42 @@ def test_a_pod_gone_before_its_stop_at_the_cap_falls_due_is_not_deleted_again(
     assert "stopped at what was left of max_usd" in event["job"]["reason"], event["job"]["reason"]
     sent_at = datetime.fromisoformat(wait.state["current"]["cap_stop"]["sent_at"])
     assert due_at <= sent_at <= due_at + timedelta(seconds=5)
+
+
+def test_a_followed_job_found_waiting_is_stopped_at_its_cap_counted_from_the_run_the_wait_sees(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Found waiting to start, a followed job has no due point from its find (when it starts is unknown).
+    # Seen running by the wait (a triggerer restart's, its kept state unread) and not listed after, its stop
+    # at the cap falls due from the run seen, as a job found running: 1,200 s of running, not at the
+    # hold-back's bound.
+    from datetime import timedelta
+
+    from airflow.sdk.execution_time.xcom import XCom
+
+    from costaware.adapters.compute.base import JobState, JobStatus
+    from costaware.core.errors import JobNotFoundError
+
+    found_at = STOP_BY_POLL_SUBMIT + timedelta(seconds=400)
+    job = {"job_id": "j", "state": "pending", "market": "spot", "billable_seconds": 0.0}
+    followed = {"job": job, "seen_at": found_at.isoformat()}
+    wait, listing, _state, _ = _stop_by_poll_wait(monkeypatch, [], cap_seconds=1200, followed=followed)
+    monkeypatch.setattr(XCom, "get_one", lambda **where: (_ for _ in ()).throw(ConnectionError("down")))
+    started_at = found_at + timedelta(seconds=200)
+
+    def poll(job_id: str) -> JobStatus:
+        if now < started_at:
+            return JobStatus(job_id="j", state=JobState.PENDING, market="spot")
+        if now < started_at + timedelta(seconds=400):
+            ran = (now - started_at).total_seconds()
+            return JobStatus(job_id="j", state=JobState.RUNNING, market="spot", billable_seconds=ran)
+        raise JobNotFoundError("DescribeJobs does not list it")
+
+    listing.poll = poll  # type: ignore[method-assign]
+    due_at = started_at + timedelta(seconds=1200)
+    now = found_at + timedelta(seconds=30)
+    while not listing.stops and now < due_at + timedelta(seconds=1200):
+        wait.poll_tolerant(now)
+        stopped_at, now = now, now + timedelta(seconds=wait.next_poll_in())
+    assert listing.stops == ["j"]
+    assert due_at <= stopped_at <= due_at + timedelta(seconds=5), stopped_at - started_at
