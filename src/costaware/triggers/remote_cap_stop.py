@@ -3,28 +3,23 @@
 A job an earlier try submitted (its backend holds the time limit of then) and a job that runs on a dearer
 type than planned are stopped by the wait's polls once they ran what ``max_usd`` buys; the next poll comes
 when the stop falls due, a stop not sent is asked again soon, and one sent is kept in the wait state XCom
-(:mod:`costaware.triggers.remote_wait_state`) so that a re-created wait does not send it again.
+(:mod:`costaware.triggers.remote_cap_stop_state`) so that a re-created wait does not send it again. What a
+job may run on a dearer type is weighed in :mod:`costaware.triggers.remote_cap_price`.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping
 from datetime import datetime, timedelta
 from decimal import Decimal
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from costaware.core.errors import ConfigurationError
 from costaware.core.ledger import utcnow
 from costaware.core.series import parse_instant
-from costaware.triggers.remote_wait_state import CAP_STOP_KEY, WAIT_STATE_AWS_CONN_KEY, WAIT_STATE_XCOM_KEY
-
-if TYPE_CHECKING:
-    from airflow.triggers.base import BaseTrigger as _TriggerBase
-else:
-    # A mixin of RemoteTrainingJobTrigger, not a trigger of its own: Airflow knows a trigger by its
-    # classpath, which stays costaware.triggers.remote_training.RemoteTrainingJobTrigger.
-    _TriggerBase = object
+from costaware.triggers.remote_cap_price import OtherTypePricing
+from costaware.triggers.remote_cap_stop_state import CapStopKeeping
+from costaware.triggers.remote_wait_state import CAP_STOP_KEY
 
 #: The shortest wait before the poll that sends a stop at the cap: a backend's billed time that lags a
 #: little behind the wall clock brings the job a second short of it, not a poll after poll at once.
@@ -37,7 +32,9 @@ CAP_STOP_RETRY_SECONDS = 5.0
 CAP_STOP_RETRY_MAX_SECONDS = 60.0
 
 
-class CapStopping(_TriggerBase):
+# A mixin of RemoteTrainingJobTrigger, not a trigger of its own: Airflow knows a trigger by its classpath,
+# which stays costaware.triggers.remote_training.RemoteTrainingJobTrigger.
+class CapStopping(CapStopKeeping, OtherTypePricing):
     """The stops at the cap of :class:`~costaware.triggers.remote_training.RemoteTrainingJobTrigger`."""
 
     # Set by RemoteTrainingJobTrigger.__init__ (see there).
@@ -141,20 +138,6 @@ class CapStopping(_TriggerBase):
         self._keep_cap_stop()
         return True
 
-    def _cap_stop_listed_again(self) -> None:
-        """The job stopped at the cap while not listed is listed again: its stop is kept as a listed one.
-
-        Kept ``unlisted``, a job gone later was held to the end of its grace period after the stop and
-        billed to there (``_unlisted_cap_stop_grace_left``), though it was seen after the stop and ended
-        by the poll that found it gone.
-        """
-        current = self.state.get("current") or {}
-        sent = current.get(CAP_STOP_KEY)
-        if not isinstance(sent, Mapping) or not sent.get("unlisted") or sent.get("job_id") != self.job_id:
-            return
-        self.state = {**self.state, "current": {**current, CAP_STOP_KEY: {**sent, "unlisted": False}}}
-        self._keep_cap_stop()
-
     def _earlier_try_stop(self, job_id: str, asked_at: datetime) -> str | None:
         """The cause of an earlier try's stop of the followed ``job_id`` asked at ``asked_at``, else None.
 
@@ -212,115 +195,6 @@ class CapStopping(_TriggerBase):
             "the job now does that)",
             self.job_id,
             what,
-        )
-        return True
-
-    def _wait_state_xcom(self) -> dict[str, Any] | None:
-        """Where this wait's task keeps its wait state (the operator's XCom), or None: no task (tests)."""
-        ti = getattr(self, "task_instance", None)
-        if ti is None or not getattr(ti, "task_id", None):
-            return None
-        map_index = ti.map_index if ti.map_index is not None else -1
-        return {
-            "key": WAIT_STATE_XCOM_KEY,
-            "dag_id": ti.dag_id,
-            "task_id": ti.task_id,
-            "run_id": ti.run_id,
-            "map_index": map_index,
-        }
-
-    def _keep_cap_stop(self) -> None:
-        """Keep the state with the stop at the cap sent where a re-created wait reads it (blocking IO).
-
-        A triggerer restart re-creates the wait from its deferral's arguments, which knew nothing of the
-        stop: it sent the stop again (a second SIGTERM to a local job), and billed a job gone after it as
-        gone, up to ``NOT_LISTED_GRACE_SECONDS`` past its grace period. The operator's wait state XCom
-        (which a deferral timeout reads too) carries it; a failure only warns.
-        """
-        where = self._wait_state_xcom()
-        if where is None:
-            return
-        try:
-            from airflow.sdk.execution_time.xcom import XCom
-
-            if self._cancelled.is_set() and not self._xcom_holds_this_wait(XCom.get_one(**where)):
-                return
-            key = where.pop("key")
-            XCom.set(key, {**self.state, WAIT_STATE_AWS_CONN_KEY: self.aws_conn_id}, **where)
-        except Exception as e:
-            self.log.warning(
-                "could not keep the stop at the cap of job %s in XCom (%s: %s): a triggerer restart would "
-                "send it again",
-                self.job_id,
-                type(e).__name__,
-                e,
-            )
-
-    def _xcom_holds_this_wait(self, kept: Any) -> bool:
-        """Whether the kept wait state is still this wait's attempt and job (see :meth:`_send_cap_stop`).
-
-        A wait cancelled while its stop at the cap was under way keeps the stop only there: a triggerer
-        handing it over leaves the XCom as it was, and the new wait must know of the stop; a new try of the
-        task (a clear, a retry) keeps its own state there, which the old try's would overwrite: a timeout
-        of the new try's wait then stopped and billed the old job and left the new one running unbilled.
-        """
-        kept_current = kept.get("current") if isinstance(kept, Mapping) else None
-        current = self.state.get("current") or {}
-        if isinstance(kept_current, Mapping) and all(
-            kept_current.get(name) == current.get(name) for name in ("attempt", "job_id")
-        ):
-            return True
-        self.log.info(
-            "the wait for job %s was cancelled while its stop at the cap was sent: the stop went through, "
-            "but the task's wait state now is another wait's (job %s), which is left as it is",
-            self.job_id,
-            kept_current.get("job_id") if isinstance(kept_current, Mapping) else None,
-        )
-        return False
-
-    def _restore_cap_stop(self) -> bool:
-        """Take over a stop at the cap that the wait this one replaces sent (see :meth:`_keep_cap_stop`).
-
-        Returns whether the kept state was read (or there is none to read): False, the next poll reads again.
-        """
-        where = self._wait_state_xcom()
-        if where is None or self.job_id is None:
-            return True
-        try:
-            from airflow.sdk.execution_time.xcom import XCom
-
-            kept = XCom.get_one(**where)
-        except Exception as e:
-            self._kept_state_read_failures += 1
-            self.log.warning(
-                "cannot read the wait's kept state (%s: %s): none taken over, read again at the next poll",
-                type(e).__name__,
-                e,
-            )
-            return False
-        kept_current = (kept or {}).get("current") if isinstance(kept, Mapping) else None
-        current = self.state.get("current") or {}
-        if not isinstance(kept_current, Mapping) or not isinstance(kept_current.get(CAP_STOP_KEY), Mapping):
-            return True
-        same_attempt = kept_current.get("attempt") == current.get("attempt")
-        sent = kept_current[CAP_STOP_KEY]
-        if not same_attempt or kept_current.get("job_id") != self.job_id or sent.get("job_id") != self.job_id:
-            return True  # an earlier wait's, of another job
-        from costaware.adapters.compute.base import JobStatus
-
-        self.state = {**self.state, "current": dict(kept_current)}
-        self._stopped_for_cap = self.job_id
-        self._cap_stopped_at = parse_instant(sent["sent_at"], name="sent_at")
-        if sent.get("job") and sent.get("seen_at"):
-            self._cap_stop_seen = (
-                JobStatus.from_dict(sent["job"]),
-                parse_instant(sent["seen_at"], name="seen_at"),
-            )
-        self.log.info(
-            "job %s was stopped at what was left of max_usd at %s, before this wait took over: not "
-            "stopped again",
-            self.job_id,
-            sent["sent_at"],
         )
         return True
 
@@ -434,47 +308,6 @@ class CapStopping(_TriggerBase):
         if other is not None:
             limit = min(float(limit), other)
         return found_at + timedelta(seconds=max(0.0, float(limit) - ran))
-
-    def _followed_other_type_limit(self, found: Any) -> int | None:
-        """What a followed job ``found`` on a dearer type than planned may run there (s); None: not dearer.
-
-        Its ``stop_after_seconds`` was sized at the planned type's price: found on one 4 times dearer and
-        never listed to this wait, it was stopped at that limit, billed past ``max_usd``. Kept as the dearer
-        type's limit (:attr:`_other_type_limit`), so that its stop records it, as a listed job's does. Where
-        the price is unknown for now, the planned limit stands (said): no due point would leave only the
-        hold-back bound's stop, later still.
-        """
-        from costaware.core.errors import LEDGER_UNREADABLE
-        from costaware.core.money import format_usd_exact
-
-        job_id = str(self.job_id)
-        try:
-            weighed = self._limit_on_other_type(found)
-        except LEDGER_UNREADABLE as e:
-            self.log.warning(
-                "price of job %s's type %s unknown for now (%s): its stop at the cap falls due as at the "
-                "planned type's price",
-                job_id,
-                found.instance_type,
-                e,
-            )
-            return None
-        if weighed is None or weighed[0] is None:
-            return None
-        limit = weighed[0]
-        said = self._other_type_limit
-        if said is None or said[0] != job_id or said[1] != limit:
-            self.log.warning(
-                "job %s was found on %s, not the planned %s: at %s/hour there, it is stopped after %d s of "
-                "running",
-                job_id,
-                found.instance_type,
-                self.state.get("instance_type"),
-                format_usd_exact(weighed[1]),
-                limit,
-            )
-        self._other_type_limit = (job_id, limit)
-        return limit
 
     def _send_unlisted_cap_stop(self, job_id: str) -> None:
         """Send the stop at the cap, by its id, of ``job_id``, which its backend does not list now.
@@ -625,31 +458,3 @@ class CapStopping(_TriggerBase):
         )
         # Its end is then recorded as stopped by max_usd (the stop it ran into), not as a preemption.
         self._send_cap_stop(job_id, stop_after_seconds=limit)
-
-    def _limit_on_other_type(self, status: Any) -> tuple[int | None, Decimal] | None:
-        """What ``status``'s job may run (s) on the type it runs on, at that type's price, and that price.
-
-        None where there is nothing to weigh it against (no cap, no plan in the state) or it runs on the
-        planned type; the limit is None where its type is not dearer (it stays within the cap). Raises the
-        ledger's unreadable errors (``LEDGER_UNREADABLE``) where a price is unknown for now.
-        """
-        from costaware.remote_billing import KilledTrainingBilling
-        from costaware.training.attempt_effects import cap_rate, capped_seconds
-        from costaware.training.attempts import AttemptState
-
-        planned = str(self.state.get("instance_type") or "").removeprefix("ml.")
-        if self.state.get("max_usd") is None or not planned or not status.instance_type:
-            return None
-        if status.instance_type.removeprefix("ml.") == planned:
-            return None
-        state = AttemptState.from_json(self.state)
-        plan, current = state.plan, state.current
-        if current is None:
-            return None
-        billing = KilledTrainingBilling(
-            ledger_conn_id=self.ledger_conn_id, aws_conn_id=self.aws_conn_id, log=self.log
-        )
-        scale = billing._ran_on_scale(plan, status.to_dict(), raise_unavailable=True, say=False)
-        on_demand = billing._on_demand_in(plan, current.zone, raise_unavailable=True, say=False)
-        rate = cap_rate(state, current.market, on_demand) * scale
-        return (capped_seconds(state, rate) if scale > 1 else None), rate  # a cheaper type stays within it

@@ -1,0 +1,159 @@
+"""The wait state XCom of a remote training's wait: where a stop at the cap it sent is kept and read back.
+
+A triggerer restart re-creates the wait from its deferral's arguments, which know nothing of its polls: the
+stop at the cap the wait sent is kept in the task's wait state XCom
+(:mod:`costaware.triggers.remote_wait_state`) and taken over from there, so it is not sent again.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from costaware.core.series import parse_instant
+from costaware.triggers.remote_wait_state import CAP_STOP_KEY, WAIT_STATE_AWS_CONN_KEY, WAIT_STATE_XCOM_KEY
+
+if TYPE_CHECKING:
+    from airflow.triggers.base import BaseTrigger as _TriggerBase
+else:
+    # A mixin of RemoteTrainingJobTrigger (through CapStopping), not a trigger of its own.
+    _TriggerBase = object
+
+
+class CapStopKeeping(_TriggerBase):
+    """The kept stop at the cap of :class:`~costaware.triggers.remote_cap_stop.CapStopping`."""
+
+    # Set by RemoteTrainingJobTrigger.__init__ (see there).
+    job_id: str | None
+    state: dict[str, Any]
+    aws_conn_id: str | None
+    _stopped_for_cap: str | None
+    _cap_stopped_at: datetime | None
+    _cap_stop_seen: tuple[Any, datetime] | None
+    _kept_state_read_failures: int
+    _cancelled: threading.Event
+
+    def _cap_stop_listed_again(self) -> None:
+        """The job stopped at the cap while not listed is listed again: its stop is kept as a listed one.
+
+        Kept ``unlisted``, a job gone later was held to the end of its grace period after the stop and
+        billed to there (``_unlisted_cap_stop_grace_left``), though it was seen after the stop and ended
+        by the poll that found it gone.
+        """
+        current = self.state.get("current") or {}
+        sent = current.get(CAP_STOP_KEY)
+        if not isinstance(sent, Mapping) or not sent.get("unlisted") or sent.get("job_id") != self.job_id:
+            return
+        self.state = {**self.state, "current": {**current, CAP_STOP_KEY: {**sent, "unlisted": False}}}
+        self._keep_cap_stop()
+
+    def _wait_state_xcom(self) -> dict[str, Any] | None:
+        """Where this wait's task keeps its wait state (the operator's XCom), or None: no task (tests)."""
+        ti = getattr(self, "task_instance", None)
+        if ti is None or not getattr(ti, "task_id", None):
+            return None
+        map_index = ti.map_index if ti.map_index is not None else -1
+        return {
+            "key": WAIT_STATE_XCOM_KEY,
+            "dag_id": ti.dag_id,
+            "task_id": ti.task_id,
+            "run_id": ti.run_id,
+            "map_index": map_index,
+        }
+
+    def _keep_cap_stop(self) -> None:
+        """Keep the state with the stop at the cap sent where a re-created wait reads it (blocking IO).
+
+        A triggerer restart re-creates the wait from its deferral's arguments, which knew nothing of the
+        stop: it sent the stop again (a second SIGTERM to a local job), and billed a job gone after it as
+        gone, up to ``NOT_LISTED_GRACE_SECONDS`` past its grace period. The operator's wait state XCom
+        (which a deferral timeout reads too) carries it; a failure only warns.
+        """
+        where = self._wait_state_xcom()
+        if where is None:
+            return
+        try:
+            from airflow.sdk.execution_time.xcom import XCom
+
+            if self._cancelled.is_set() and not self._xcom_holds_this_wait(XCom.get_one(**where)):
+                return
+            key = where.pop("key")
+            XCom.set(key, {**self.state, WAIT_STATE_AWS_CONN_KEY: self.aws_conn_id}, **where)
+        except Exception as e:
+            self.log.warning(
+                "could not keep the stop at the cap of job %s in XCom (%s: %s): a triggerer restart would "
+                "send it again",
+                self.job_id,
+                type(e).__name__,
+                e,
+            )
+
+    def _xcom_holds_this_wait(self, kept: Any) -> bool:
+        """Whether the kept wait state is still this wait's attempt and job (see :meth:`_send_cap_stop`).
+
+        A wait cancelled while its stop at the cap was under way keeps the stop only there: a triggerer
+        handing it over leaves the XCom as it was, and the new wait must know of the stop; a new try of the
+        task (a clear, a retry) keeps its own state there, which the old try's would overwrite: a timeout
+        of the new try's wait then stopped and billed the old job and left the new one running unbilled.
+        """
+        kept_current = kept.get("current") if isinstance(kept, Mapping) else None
+        current = self.state.get("current") or {}
+        if isinstance(kept_current, Mapping) and all(
+            kept_current.get(name) == current.get(name) for name in ("attempt", "job_id")
+        ):
+            return True
+        self.log.info(
+            "the wait for job %s was cancelled while its stop at the cap was sent: the stop went through, "
+            "but the task's wait state now is another wait's (job %s), which is left as it is",
+            self.job_id,
+            kept_current.get("job_id") if isinstance(kept_current, Mapping) else None,
+        )
+        return False
+
+    def _restore_cap_stop(self) -> bool:
+        """Take over a stop at the cap that the wait this one replaces sent (see :meth:`_keep_cap_stop`).
+
+        Returns whether the kept state was read (or there is none to read): False, the next poll reads again.
+        """
+        where = self._wait_state_xcom()
+        if where is None or self.job_id is None:
+            return True
+        try:
+            from airflow.sdk.execution_time.xcom import XCom
+
+            kept = XCom.get_one(**where)
+        except Exception as e:
+            self._kept_state_read_failures += 1
+            self.log.warning(
+                "cannot read the wait's kept state (%s: %s): none taken over, read again at the next poll",
+                type(e).__name__,
+                e,
+            )
+            return False
+        kept_current = (kept or {}).get("current") if isinstance(kept, Mapping) else None
+        current = self.state.get("current") or {}
+        if not isinstance(kept_current, Mapping) or not isinstance(kept_current.get(CAP_STOP_KEY), Mapping):
+            return True
+        same_attempt = kept_current.get("attempt") == current.get("attempt")
+        sent = kept_current[CAP_STOP_KEY]
+        if not same_attempt or kept_current.get("job_id") != self.job_id or sent.get("job_id") != self.job_id:
+            return True  # an earlier wait's, of another job
+        from costaware.adapters.compute.base import JobStatus
+
+        self.state = {**self.state, "current": dict(kept_current)}
+        self._stopped_for_cap = self.job_id
+        self._cap_stopped_at = parse_instant(sent["sent_at"], name="sent_at")
+        if sent.get("job") and sent.get("seen_at"):
+            self._cap_stop_seen = (
+                JobStatus.from_dict(sent["job"]),
+                parse_instant(sent["seen_at"], name="seen_at"),
+            )
+        self.log.info(
+            "job %s was stopped at what was left of max_usd at %s, before this wait took over: not "
+            "stopped again",
+            self.job_id,
+            sent["sent_at"],
+        )
+        return True
