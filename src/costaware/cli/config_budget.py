@@ -184,7 +184,7 @@ ALERTS_COMMANDS = (
     ActionCommand(
         "set",
         "a budget's own alert thresholds and notifiers (what is not given stays as it is)",
-        lazy_load_command(f"{_COMMANDS}.governance.alerts_set"),
+        lazy_load_command(f"{_COMMANDS}.alerts_set.alerts_set"),
         (
             Arg("--scope", required=True, help="the budget's scope, e.g. project=churn"),
             ARG_PERIOD,
@@ -206,7 +206,7 @@ ALERTS_COMMANDS = (
     ActionCommand(
         "list",
         "every budget's alert settings and the alerts sent",
-        lazy_load_command(f"{_COMMANDS}.governance.alerts_list"),
+        lazy_load_command(f"{_COMMANDS}.alerts_list.alerts_list"),
         (ARG_FORMAT, ARG_LEDGER_URL),
     ),
 )
