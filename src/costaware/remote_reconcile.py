@@ -12,13 +12,16 @@ bills nothing again. The listener runs it at a run's end and at a person's mark 
 (:mod:`costaware.plugins.listener`), for waits whose trigger was taken away only (a wait whose trigger still
 ran is that trigger's kill's); ``costaware jobs reconcile`` runs it for any ended task (``--dry-run`` lists
 them), ``TRIGGER_SETTLE_SECONDS`` after the task's end where its trigger still ran.
+
+The waits are read in :mod:`.remote_reconcile_waits`, holds freed in :mod:`.remote_reconcile_holds`, and the
+ledger a task bills found in :mod:`.remote_reconcile_ledgers`; their public names stay importable from here,
+where the listener, the CLI and tests read (and patch) them.
 """
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
 from typing import Any
@@ -26,297 +29,26 @@ from typing import Any
 from costaware.core.errors import StopRefused
 from costaware.core.ledger import utcnow
 from costaware.glue import DEFAULT_AWS_CONN_ID, DEFAULT_LEDGER_CONN_ID
+from costaware.remote_reconcile_holds import FreedHold as FreedHold
+from costaware.remote_reconcile_holds import free_paid_hold as free_paid_hold
+from costaware.remote_reconcile_ledgers import is_ledger_of as is_ledger_of
+from costaware.remote_reconcile_ledgers import task_ledger_conn_ids as task_ledger_conn_ids
+from costaware.remote_reconcile_waits import TRIGGER_SETTLE_SECONDS as TRIGGER_SETTLE_SECONDS
+from costaware.remote_reconcile_waits import TRIGGER_TAKEN_AWAY as TRIGGER_TAKEN_AWAY
+from costaware.remote_reconcile_waits import EndedWait
+from costaware.remote_reconcile_waits import ended_waits as ended_waits  # looked up here: tests patch it
+from costaware.remote_reconcile_waits import known_dag_ids as known_dag_ids
+from costaware.remote_reconcile_waits import may_keep_a_wait as may_keep_a_wait
+from costaware.remote_reconcile_waits import still_ended_as_read as still_ended_as_read
 from costaware.training.remote import aware_utc as aware_utc  # re-exported: the CLI reads it here
 
 #: What the entry of a job stopped here says stopped it.
 RECONCILE_WHY = "its task ended with no resume or retry left to follow it"
-#: Airflow's ``next_method`` of a task whose wait ended without an event: the scheduler's timeout check (or
-#: a failed trigger) took its trigger away, and no ``on_kill`` comes. ``BaseOperator``'s
-#: ``TRIGGER_FAIL_REPR``, copied: the listener reads it without importing the task SDK.
-TRIGGER_TAKEN_AWAY = "__fail__"
-#: How long after a task ended whose trigger may still run its job is left to that trigger: a person's
-#: mark of a deferred task cancels the trigger, whose ``on_kill`` (or its check of a cancel past the
-#: deadline) stops and bills the job within ``KILL_WAIT_SECONDS`` and the backend's calls. Stopped here too
-#: meanwhile, the job could be billed twice, each stop before the other's entry was there.
-TRIGGER_SETTLE_SECONDS = 300.0
 
 #: The jobs this process is stopping and billing now: a person's mark of a run reports its killed tasks and
 #: the run's end at once, and two threads on one job could each bill it before the other's entry was there.
 _UNDER_WAY: set[tuple[str, str]] = set()
 _UNDER_WAY_LOCK = threading.Lock()
-
-
-@dataclass(frozen=True)
-class EndedWait:
-    """A task that ended with a deferred remote training wait kept in its XCom (its attempt state)."""
-
-    dag_id: str
-    run_id: str
-    task_id: str
-    map_index: int
-    task_state: str
-    state: Mapping[str, Any]
-    #: Whether the wait ended without an event (``TRIGGER_TAKEN_AWAY``): no trigger bills its job.
-    taken_away: bool = False
-    #: When the task ended (its run's end where Airflow gave the task none), or None.
-    ended_at: datetime | None = None
-    #: The task's try that ended (None: not read): a cleared task's new try has another.
-    try_number: int | None = None
-
-    def left_to_its_trigger(self, now: datetime) -> bool:
-        """Whether the task's trigger may still stop and bill the job (see ``TRIGGER_SETTLE_SECONDS``)."""
-        if self.taken_away or self.ended_at is None:
-            return False
-        return (now - aware_utc(self.ended_at)).total_seconds() < TRIGGER_SETTLE_SECONDS
-
-    @property
-    def current(self) -> Mapping[str, Any] | None:
-        """The attempt the wait watched (None: a paused training, with no job running)."""
-        current = self.state.get("current")
-        return current if isinstance(current, Mapping) and current.get("job_id") else None
-
-    @property
-    def job_id(self) -> str:
-        return str(self.current["job_id"]) if self.current else ""
-
-    @property
-    def backend(self) -> str:
-        return str(self.state.get("backend") or "")
-
-    def aws_conn_id(self, fallback: str | None = DEFAULT_AWS_CONN_ID) -> str | None:
-        """The task's AWS connection, as its wait kept it; ``fallback`` for a state kept before it was."""
-        from costaware.triggers.remote_training import WAIT_STATE_AWS_CONN_KEY
-
-        if WAIT_STATE_AWS_CONN_KEY not in self.state:
-            return fallback
-        kept = self.state[WAIT_STATE_AWS_CONN_KEY]
-        return str(kept) if kept is not None else None  # None: the default AWS credentials, as the task ran
-
-    @property
-    def task(self) -> str:
-        """``DAG/RUN/TASK/MAP_INDEX``, as ``costaware budget holds`` names a task."""
-        return f"{self.dag_id}/{self.run_id}/{self.task_id}/{self.map_index}"
-
-
-#: The module of ``RemoteTrainingOperator``, the one operator that keeps a wait (with its subclasses).
-_OPERATOR_MODULE = "costaware.operators.remote_training"
-#: Modules whose operators are known: none of their classes but ``RemoteTrainingOperator`` keeps a wait.
-_KNOWN_MODULES = ("airflow.", "costaware.")
-
-
-def may_keep_a_wait(task: Any) -> bool:
-    """Whether ``task`` (an operator, or its serialized definition) may be a remote training (keeps a wait).
-
-    No metadata database IO: the run-end listener reads the waits of a run only where one of its tasks may.
-    A live operator (a mapped one's too) is told by its class. A serialized one keeps only its class's name
-    and module: a class of the DAG's own code (a subclass under another name, its template fields its own)
-    may be one, which only the run's waits tell; Airflow's and costaware's other operators are not.
-    """
-    operator_class = getattr(task, "operator_class", None)
-    if isinstance(operator_class, type):
-        return any(
-            base.__name__ == "RemoteTrainingOperator" and base.__module__ == _OPERATOR_MODULE
-            for base in operator_class.__mro__
-        )
-    if getattr(task, "task_type", None) == "RemoteTrainingOperator":
-        return True
-    module = str(getattr(task, "_task_module", None) or "")
-    return module == _OPERATOR_MODULE or (bool(module) and not module.startswith(_KNOWN_MODULES))
-
-
-def ended_waits(
-    *,
-    dag_id: str | None = None,
-    run_id: str | None = None,
-    task_id: str | None = None,
-    map_index: int | None = None,
-    session: Any = None,
-) -> list[EndedWait]:
-    """The ended tasks whose XCom keeps a remote training's wait state, oldest run first (metadata DB IO).
-
-    ``session``: Airflow's session to read with (None: one of its own). A task that ran again since its wait
-    (cleared, or a retry) is not ended, or kept a newer state: only the last wait of an ended task is read.
-    """
-    from airflow.models.dagrun import DagRun
-    from airflow.models.taskinstance import TaskInstance
-    from airflow.models.xcom import XComModel
-    from sqlalchemy import and_, func, select
-
-    from costaware.triggers.remote_training import ENDED_STATES, WAIT_STATE_XCOM_KEY
-
-    query = (
-        select(
-            XComModel.dag_id,
-            XComModel.run_id,
-            XComModel.task_id,
-            XComModel.map_index,
-            XComModel.value,
-            TaskInstance.state,
-            TaskInstance.next_method,
-            TaskInstance.try_number,
-            func.coalesce(TaskInstance.end_date, DagRun.end_date).label("ended_at"),
-        )
-        .join(
-            TaskInstance,
-            and_(
-                TaskInstance.dag_id == XComModel.dag_id,
-                TaskInstance.run_id == XComModel.run_id,
-                TaskInstance.task_id == XComModel.task_id,
-                TaskInstance.map_index == XComModel.map_index,
-            ),
-        )
-        .outerjoin(DagRun, and_(DagRun.dag_id == XComModel.dag_id, DagRun.run_id == XComModel.run_id))
-        .where(XComModel.key == WAIT_STATE_XCOM_KEY, TaskInstance.state.in_(sorted(ENDED_STATES)))
-        .order_by(XComModel.timestamp)
-    )
-    if dag_id is not None:
-        query = query.where(XComModel.dag_id == dag_id)
-    if run_id is not None:
-        query = query.where(XComModel.run_id == run_id)
-    if task_id is not None:
-        query = query.where(XComModel.task_id == task_id)
-    if map_index is not None:
-        query = query.where(XComModel.map_index == map_index)
-    if session is None:
-        from airflow.utils.session import create_session
-
-        with create_session() as own:
-            rows = own.execute(query).all()
-    else:
-        rows = session.execute(query).all()
-    waits = []
-    for row in rows:
-        state = XComModel.deserialize_value(row)
-        if isinstance(state, Mapping):
-            value = getattr(row.state, "value", row.state)
-            waits.append(
-                EndedWait(
-                    row.dag_id,
-                    row.run_id,
-                    row.task_id,
-                    int(row.map_index),
-                    str(value),
-                    state,
-                    taken_away=row.next_method == TRIGGER_TAKEN_AWAY,
-                    ended_at=_ended_at(row.ended_at),
-                    try_number=row.try_number,
-                )
-            )
-    return waits
-
-
-def _ended_at(value: datetime | str | None) -> datetime | None:
-    """A task's end as the metadata database gives it: SQLite gives COALESCE's result as text."""
-    return datetime.fromisoformat(value) if isinstance(value, str) else value
-
-
-@dataclass(frozen=True)
-class FreedHold:
-    """What :func:`free_paid_hold` did with a hold, or would do with it (``dry_run``).
-
-    ``closed_here``: it released the hold, freeing ``freed_usd`` (the unpaid part; the ``paid_usd`` its
-    entries paid from it stays spent); False where a settle, release or new hold closed it a moment before
-    (``status`` says which; nothing freed). A dry run's ``freed_usd`` is what releasing it would free.
-    """
-
-    paid_usd: Decimal
-    freed_usd: Decimal
-    reservation: Any  # as the release left it; a dry run's as it was read, still open
-    closed_here: bool
-    dry_run: bool = False
-
-    @property
-    def status(self) -> str:
-        return str(self.reservation.status)
-
-    def said(self, why: str, *, paid_by: str = "its entries") -> str:
-        """What freeing the hold did, in words, then ``why``: a run's end and ``jobs reconcile`` say it alike.
-
-        A dry run says the same in the conditional (``would release ...``), so that the two cannot drift.
-        ``paid_by``: who paid what stays spent (``its job's entries``).
-        """
-        from costaware.core.money import format_usd_exact
-
-        hold = self.reservation
-        if self.dry_run:
-            released, stays = "would release", "would stay"
-        elif not self.closed_here:
-            return f"the hold of {hold.holder} was {self.status} meanwhile: nothing freed ({why})"
-        else:
-            released, stays = "released", "stays"
-        budgets = ", ".join(hold.budgets)
-        freed = format_usd_exact(self.freed_usd)
-        if self.paid_usd > 0:  # part of it spent: only the rest is freed
-            return (
-                f"{released} the hold of {hold.holder} in {budgets}, freeing {freed} (the "
-                f"{format_usd_exact(self.paid_usd)} {paid_by} paid from it {stays} spent): {why}"
-            )
-        return f"{released} {freed} reserved in {budgets} for {hold.holder}: {why}"
-
-
-def free_paid_hold(ledger: Any, hold: Any, *, dry_run: bool = False) -> FreedHold:
-    """Release the open ``hold`` whose consumer ended, saying what it frees: only its unpaid part.
-
-    ``dry_run``: release nothing, and say what releasing it would free.
-
-    Released, not settled at what its entries paid so far: an entry still on its way (the spool, a late
-    listener) then finds the hold, pays from it and is said over its cap where it is; a hold settled at the
-    part paid so far took no later entry, recorded alone and silently past the cap. The entries paid from
-    it count as spent either way. A hold a settle, release or new hold closed meanwhile is left as it is,
-    and said so: the release is a compare-and-set, and what was paid is read in its transaction.
-    """
-    if dry_run:  # what the release would do: read only
-        paid_usd = ledger.paid_from([hold.id]).get(hold.id, Decimal(0))
-        return FreedHold(
-            paid_usd, max(hold.usd - paid_usd, Decimal(0)), hold, closed_here=False, dry_run=True
-        )
-    released = ledger.release_hold(hold.id)
-    if not released.released_here:
-        return FreedHold(Decimal(0), Decimal(0), released.reservation, closed_here=False)
-    # Its amount as released (a grow since it was listed counts), less what was paid: as Ledger.unpaid says.
-    unpaid_usd = max(released.reservation.usd - released.paid_usd, Decimal(0))
-    return FreedHold(released.paid_usd, unpaid_usd, released.reservation, closed_here=True)
-
-
-def still_ended_as_read(wait: EndedWait) -> bool:
-    """Whether ``wait``'s task is still the try that ended as read: not cleared, no new try (metadata DB IO).
-
-    A cleared task's new try reserves again for the same holder and gets back the hold its run's end kept,
-    its ``created_at`` unchanged: only the task instance tells that hold from a kept one. Read just before
-    the hold is freed; True where the task instance is gone (its run deleted: the hold was kept, with a
-    message of a new try that is not there, until its TTL).
-    """
-    from airflow.models.dagrun import DagRun
-    from airflow.models.taskinstance import TaskInstance
-    from airflow.utils.session import create_session
-    from sqlalchemy import and_, func, select
-
-    query = (
-        select(
-            TaskInstance.state,
-            TaskInstance.try_number,
-            func.coalesce(TaskInstance.end_date, DagRun.end_date).label("ended_at"),
-        )
-        .outerjoin(DagRun, and_(DagRun.dag_id == TaskInstance.dag_id, DagRun.run_id == TaskInstance.run_id))
-        .where(
-            TaskInstance.dag_id == wait.dag_id,
-            TaskInstance.run_id == wait.run_id,
-            TaskInstance.task_id == wait.task_id,
-            TaskInstance.map_index == wait.map_index,
-        )
-    )
-    with create_session() as session:
-        row = session.execute(query).first()
-    if row is None:
-        return True  # its run was deleted: no try of it can run again, nor hold the kept hold
-    ended_at = _ended_at(row.ended_at)
-    return (
-        str(getattr(row.state, "value", row.state)) == wait.task_state
-        and row.try_number == wait.try_number
-        and ended_at is not None
-        and wait.ended_at is not None
-        and aware_utc(ended_at) == aware_utc(wait.ended_at)
-    )
 
 
 def left_to_triggers(waits: list[EndedWait]) -> tuple[list[EndedWait], list[EndedWait]]:
@@ -396,66 +128,6 @@ def stop_and_bill(
     return billed_usd(ledger, wait)
 
 
-def task_ledger_conn_ids(waits: list[EndedWait]) -> dict[tuple[str, str], str]:
-    """The ledger connection each wait's task bills, by ``(dag_id, task_id)`` (metadata database IO).
-
-    Read from its DAG's latest serialized definition, as the listener reads a killed try's (``ledger_conn_id``
-    is a template field). A DAG or task not found there (deleted since, or never parsed) is left out: its
-    task is taken to bill the ledger given.
-    """
-    from airflow.models.serialized_dag import SerializedDagModel
-
-    from costaware.glue import ledger_conn_id_of
-
-    conn_ids: dict[tuple[str, str], str] = {}
-    for dag_id in sorted({wait.dag_id for wait in waits}):
-        try:
-            dag = SerializedDagModel.get_dag(dag_id)
-        except Exception:  # no serialized_dag table (a bare test database), or no such DAG any more
-            dag = None
-        if dag is None:
-            continue
-        for wait in (w for w in waits if w.dag_id == dag_id):
-            try:
-                conn_ids[(dag_id, wait.task_id)] = ledger_conn_id_of(dag.get_task(wait.task_id))
-            except Exception:  # a task removed from the DAG since
-                continue
-    return conn_ids
-
-
-def is_ledger_of(ledger: Any, conn_id: str) -> bool:
-    """Whether connection ``conn_id`` names the database ``ledger`` is open on (False: not known here)."""
-    from sqlalchemy.engine import make_url
-
-    from costaware.hooks.ledger import CostLedgerHook
-
-    try:
-        hook = CostLedgerHook(conn_id)
-        hook.get_connection(conn_id)  # missing here, the hook's fallback is some other ledger
-        theirs = make_url(hook.get_url())
-    except Exception:  # a connection missing on this machine
-        return False
-    return _database_of(theirs) == _database_of(ledger.engine.url)
-
-
-#: The port a URL without one connects to.
-_DEFAULT_PORTS = {"postgresql": 5432, "mysql": 3306, "mariadb": 3306, "mssql": 1433}
-
-
-def _database_of(url: Any) -> tuple[Any, ...]:
-    """What names the database a SQLAlchemy URL opens, however written: not its driver, nor its password.
-
-    A SQLite file by its resolved path (``a/../b.db`` is ``b.db``), a server's by host, port and name.
-    """
-    from pathlib import Path
-
-    backend = url.get_backend_name()
-    if backend == "sqlite":
-        return (backend, str(Path(url.database).resolve()) if url.database else ":memory:")
-    port = url.port or _DEFAULT_PORTS.get(backend)
-    return (backend, (url.host or "").lower(), port, url.database, url.username)
-
-
 def billed_in_its_ledger(wait: EndedWait, conn_id: str) -> bool:
     """Whether the job of ``wait`` is billed in the ledger ``conn_id`` names, where this machine sees it."""
     from costaware.ledger_spool import workers_ledger
@@ -464,23 +136,6 @@ def billed_in_its_ledger(wait: EndedWait, conn_id: str) -> bool:
         return billed_usd(workers_ledger(conn_id), wait) is not None
     except Exception:  # not seen here, or not readable: its own reconcile says
         return False
-
-
-def known_dag_ids() -> list[str]:
-    """The DAG ids Airflow's metadata database knows: of its DAGs, and of its runs (metadata database IO)."""
-    from airflow.models.dag import DagModel
-    from airflow.models.dagrun import DagRun
-    from airflow.utils.session import create_session
-    from sqlalchemy import select
-
-    known: set[str] = set()
-    for column in (DagRun.dag_id, DagModel.dag_id):
-        try:
-            with create_session() as session:
-                known.update(str(dag_id) for dag_id in session.scalars(select(column).distinct()))
-        except Exception:  # a table this database does not have
-            continue
-    return sorted(known)
 
 
 def _submitted_at(wait: EndedWait) -> datetime | None:
