@@ -12,213 +12,41 @@ Every alert is also written to the log of the task that saw it.
 
 Which worker sends is decided in the ledger: the first to record (budget, period, threshold) sends; the
 others see the row and stay quiet. A notifier that fails is logged; the task goes on.
+
+The checks are here; the alert itself is in :mod:`.budget_alert`, the settings and notifier specs in
+:mod:`.alert_config`, and what a budget's own notifiers render with in :mod:`.rule_templates`. Every name
+stays importable from here.
 """
 
 from __future__ import annotations
 
 import copy
-import difflib
-import importlib
-import json
 import logging
-import shlex
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
-from costaware.core.budget_forecast import (
-    DEFAULT_THRESHOLDS,
-    FORECAST,
-    crossed_thresholds,
-    every_threshold_refused,
-    parse_thresholds,
-)
+from costaware.core.budget_forecast import DEFAULT_THRESHOLDS, FORECAST, crossed_thresholds, parse_thresholds
 from costaware.core.errors import BudgetNotFoundError, ConfigurationError
-from costaware.core.money import format_usd_exact
 from costaware.glue import DEFAULT_LEDGER_CONN_ID, dag_of
-from costaware.importing import closest_public_name
-from costaware.settings import option
+from costaware.notifications.alert_config import close_class_path as close_class_path
+from costaware.notifications.alert_config import close_module_path as close_module_path
+from costaware.notifications.alert_config import configured_notifiers as configured_notifiers
+from costaware.notifications.alert_config import configured_thresholds as configured_thresholds
+from costaware.notifications.alert_config import notifiers_from_spec as notifiers_from_spec
+from costaware.notifications.alert_config import require_notifier_class as require_notifier_class
+from costaware.notifications.budget_alert import BudgetAlert as BudgetAlert
+from costaware.notifications.rule_templates import RULE_TEMPLATE_NAMES as RULE_TEMPLATE_NAMES
+from costaware.notifications.rule_templates import (
+    refuse_a_rule_that_cannot_render as refuse_a_rule_that_cannot_render,
+)
+from costaware.notifications.rule_templates import rule_context as rule_context
+from costaware.notifications.rule_templates import rule_template_failure as rule_template_failure
+from costaware.notifications.rule_templates import sample_rule_context as sample_rule_context
+from costaware.notifications.rule_templates import unknown_alert_fields as unknown_alert_fields
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True, slots=True)
-class BudgetAlert:
-    """One threshold crossed by one budget in one period."""
-
-    budget: str
-    period_key: str
-    threshold: str
-    spent_usd: Decimal
-    cap_usd: Decimal
-    forecast_usd: Decimal
-
-    @property
-    def message(self) -> str:
-        # Every digit to the micro-dollar, as on the Cost page: a forecast of $12.000009 read "$12.00" next
-        # to "spent $0.000009", figures that no longer added up.
-        if self.threshold == FORECAST:
-            what = f"is forecast to end the period at {format_usd_exact(self.forecast_usd)}, above its cap"
-        else:
-            what = f"passed {self.threshold} of its cap"
-        return (
-            f"costaware budget '{self.budget}' ({self.period_key}) {what}: spent "
-            f"{format_usd_exact(self.spent_usd)} of {format_usd_exact(self.cap_usd)}, "
-            f"forecast {format_usd_exact(self.forecast_usd)}"
-        )
-
-    def as_dict(self) -> dict[str, str]:
-        return {
-            "budget": self.budget,
-            "period": self.period_key,
-            "threshold": self.threshold,
-            "spent_usd": str(self.spent_usd),
-            "cap_usd": str(self.cap_usd),
-            "forecast_usd": str(self.forecast_usd),
-            "message": self.message,
-        }
-
-
-def configured_thresholds() -> tuple[str, ...]:
-    """``[costaware] alert_thresholds``, else the defaults."""
-    raw = option("alert_thresholds")
-    if not raw:
-        return DEFAULT_THRESHOLDS
-    try:
-        return parse_thresholds(raw)
-    except ConfigurationError as e:
-        # Every budget without its own rule reads it: name where the value came from, and every bad item
-        # with the good ones set aside (`5,50`: the defaults stood in for the 50% too, unsaid).
-        raise ConfigurationError(
-            f"[costaware] alert_thresholds ({raw!r}, or AIRFLOW__COSTAWARE__ALERT_THRESHOLDS): "
-            f"{every_threshold_refused(raw, refused_whole='the setting') or e}"
-        ) from e
-
-
-def configured_notifiers() -> list[Any]:
-    """Notifiers built from ``[costaware] alert_notifiers`` (a JSON list of ``{"class", "kwargs"}``).
-
-    Raises:
-        ConfigurationError: the setting is not such a list, or a class cannot be imported.
-    """
-    raw = option("alert_notifiers")
-    return notifiers_from_spec(raw) if raw else []
-
-
-def notifiers_from_spec(raw: str | Sequence[Mapping[str, Any]]) -> list[Any]:
-    """Build notifiers from ``[{"class": "pkg.mod.Notifier", "kwargs": {...}}, ...]`` (JSON or a list)."""
-    try:
-        specs = json.loads(raw) if isinstance(raw, str) else list(raw)
-    except json.JSONDecodeError as e:
-        raise ConfigurationError(f"alert_notifiers {raw!r} is not JSON: {e}") from e
-    out = []
-    for spec in specs:
-        if not isinstance(spec, Mapping) or not isinstance(spec.get("class"), str):
-            raise ConfigurationError(
-                f"alert notifier {spec!r} is not {{'class': '<module.Class>', 'kwargs': {{...}}}}"
-            )
-        module, _, name = spec["class"].rpartition(".")
-        try:
-            imported = importlib.import_module(module)
-        except (ImportError, ValueError) as e:
-            # A module misspelt in a package that is here (smpt for smtp): no provider install would fix it.
-            close = close_module_path(spec["class"], e.name if isinstance(e, ModuleNotFoundError) else None)
-            fix = f"fix the module path (did you mean {close}?)" if close else "install its provider"
-            raise ConfigurationError(
-                f"alert notifier class {spec['class']!r} cannot be imported: {e}; {fix}"
-            ) from e
-        cls = getattr(imported, name, None)
-        if cls is None:
-            # The module is there: a misspelt class name, which no provider install would fix.
-            close = close_class_path(imported, module, name)
-            hint = f" (did you mean {close}?)" if close else ""
-            raise ConfigurationError(
-                f"alert notifier class {spec['class']!r}: module {module!r} has no {name!r}{hint}; "
-                "fix the class name"
-            )
-        require_notifier_class(cls, spec["class"])
-        kwargs = dict(spec.get("kwargs") or {})
-        try:
-            out.append(cls(**kwargs))
-        except Exception as e:  # missing or unknown kwargs ("to" for SmtpNotifier): refused by name
-            raise ConfigurationError(
-                f"alert notifier {spec['class']!r} cannot be made with kwargs {sorted(kwargs)}: {e}"
-            ) from e
-    return out
-
-
-def close_class_path(module: object, module_name: str, name: str) -> str | None:
-    """The path of the public name in ``module`` closest to a misspelt class ``name``, or None.
-
-    ``notifiers_from_spec`` (the workers) and ``costaware alerts set`` suggest it alike.
-    """
-    close = closest_public_name(module, name)
-    return f"{module_name}.{close}" if close else None
-
-
-def close_module_path(class_path: str, missing: str | None) -> str | None:
-    """``class_path`` with its missing module ``missing`` replaced by the closest one of its package, or None.
-
-    Only where that package is a regular one importable here (``airflow.providers.smtp.notifications``, for
-    ``...notifications.smpt``) and the close module imports and has the class: a provider missing under the
-    namespace ``airflow.providers``, or a module only a newer provider has, may be installed elsewhere.
-    """
-    import pkgutil
-
-    package_name, _, last = (missing or "").rpartition(".")
-    if not package_name or not class_path.startswith(f"{missing}."):
-        return None
-    try:
-        package = importlib.import_module(package_name)
-    except Exception:
-        return None
-    if getattr(package, "__file__", None) is None or not hasattr(package, "__path__"):  # a namespace
-        return None
-    close = difflib.get_close_matches(last, [m.name for m in pkgutil.iter_modules(package.__path__)], n=1)
-    if not close:
-        return None
-    # Suggested only where that module has the class: ...notifications.sesv2 (a newer provider, maybe on the
-    # workers) is no typo of ...notifications.ses, which has no SesV2Notifier.
-    fixed_module, _, name = f"{package_name}.{close[0]}{class_path[len(missing or '') :]}".rpartition(".")
-    try:
-        module = importlib.import_module(fixed_module)
-    except Exception:
-        return None
-    # The class exactly: a close one (SesNotifier for SesV2Notifier) is more likely another class than a typo.
-    return f"{fixed_module}.{name}" if hasattr(module, name) else None
-
-
-# What a budget's own notifiers' templates see (rule_context): no secrets reachable from the ledger's rows.
-RULE_TEMPLATE_NAMES = ("costaware_alert", "dag_id", "run_id", "task_id", "ds", "ts")
-
-
-def rule_context(context: Mapping[str, Any]) -> dict[str, Any]:
-    """The alert and the run's names, as plain values: no ``conn``, ``var``, ``ti`` or other live objects."""
-    ti = context.get("ti") or context.get("task_instance")
-    names = {name: getattr(ti, name, None) for name in ("dag_id", "run_id", "task_id")}
-    plain = {key: context.get(key) for key in ("ds", "ts", "costaware_alert")}
-    return {key: value for key, value in {**names, **plain}.items() if value is not None}
-
-
-def require_notifier_class(cls: object, class_path: str) -> None:
-    """Refuse anything but an Airflow notifier class: a ledger row names it, and workers would call it.
-
-    ``os.system`` with ``{"command": ...}`` was called as a "notifier": whoever can write alert rules could
-    run commands on every worker.
-
-    Raises:
-        ConfigurationError: ``cls`` is not a subclass of ``airflow.sdk.BaseNotifier``.
-    """
-    from airflow.sdk import BaseNotifier
-
-    if not (isinstance(cls, type) and issubclass(cls, BaseNotifier)):
-        raise ConfigurationError(
-            f"alert notifier {class_path!r} is not an Airflow notifier class (a subclass of "
-            "airflow.sdk.BaseNotifier, e.g. airflow.providers.slack.notifications.slack.SlackNotifier): not "
-            "called"
-        )
 
 
 def check_budget_alerts(
@@ -468,182 +296,3 @@ def alerts_after_spend(
         )
     except Exception as e:
         log.error("costaware: budget alerts for %s.%s not checked: %s", ti.dag_id, ti.task_id, e)
-
-
-def sample_rule_context(budget: str) -> dict[str, Any]:
-    """What a budget's own notifiers would render with at an alert of ``budget``, for checks before one."""
-    alert = BudgetAlert(budget, "2026-01", "80%", Decimal("8"), Decimal("10"), Decimal("12"))
-    names = {name: f"<{name}>" for name in RULE_TEMPLATE_NAMES if name != "costaware_alert"}
-    return {**names, "costaware_alert": alert.as_dict()}
-
-
-def rule_template_failure(
-    spec: object, context: Mapping[str, Any], notifier: Any = None
-) -> tuple[str, str] | None:
-    """The first template of a budget's own notifier that fails to render with ``context``, and why.
-
-    Rendered as the notifier renders when it sends (its ``template_fields``, its Jinja environment), so that
-    what renders there is never refused: ``{{ conn is defined }}`` renders, ``{{ ti.task_id }}`` fails
-    ("'ti' is undefined") at every alert of the budget. ``notifier`` is the one built from ``spec``; where
-    its class cannot be imported here, every string in the kwargs is rendered as a notifier would.
-    """
-    if notifier is not None:
-        trial = copy.copy(notifier)  # a notifier renders in place
-        fields = [(field, getattr(trial, field, None)) for field in trial.template_fields]
-        # As BaseNotifier.__call__: the template fields join the context; falsy ones are not rendered.
-        merged = {**context, **dict(fields)}
-        env = trial.get_template_env(dag=merged.get("dag"))
-        for _, value in fields:
-            if not value or callable(value):
-                continue
-            try:
-                trial.render_template(value, merged, env, set())
-            except Exception as e:  # whatever fails here fails at every alert of the budget
-                return _first_template(value), f"{type(e).__name__}: {e}"
-        return None
-    from jinja2.sandbox import SandboxedEnvironment
-
-    env = SandboxedEnvironment(cache_size=0)  # a notifier's own, without a DAG
-    kwargs = spec.get("kwargs") if isinstance(spec, Mapping) else None
-    for template in _strings(kwargs):
-        try:
-            env.from_string(template).render(context)
-        except Exception as e:
-            return template, f"{type(e).__name__}: {e}"
-    return None
-
-
-def unknown_alert_fields(spec: object, *, skip_guarded: bool = False) -> list[tuple[str, str, str | None]]:
-    """Each ``costaware_alert.<field>`` a notifier's kwargs read that an alert lacks, with the closest one.
-
-    A budget's own notifiers render without a DAG, where Jinja reads a missing field as empty:
-    ``{{ costaware_alert.mesage }}`` rendered, and the alerts went out with an empty subject or text.
-
-    Args:
-        spec: ``{"class": ..., "kwargs": {...}}``.
-        skip_guarded: Leave out a field read through ``| default(...)`` or tested with ``is defined`` (``is
-            undefined``) in its template: under the DAG's StrictUndefined (``[costaware] alert_notifiers``)
-            such a template renders.
-
-    Returns:
-        ``(template, field, closest field or None)`` for each such field, once per template.
-    """
-    from jinja2 import nodes
-    from jinja2.exceptions import TemplateSyntaxError
-    from jinja2.sandbox import SandboxedEnvironment
-
-    fields = list(BudgetAlert("b", "p", FORECAST, Decimal(0), Decimal(0), Decimal(0)).as_dict())
-    env = SandboxedEnvironment()
-    kwargs = spec.get("kwargs") if isinstance(spec, Mapping) else None
-    out: list[tuple[str, str, str | None]] = []
-    for template in _strings(kwargs):
-        try:
-            tree = env.parse(template)
-        except TemplateSyntaxError:  # refused by rendering it, or not a template field
-            continue
-        read: list[tuple[nodes.Expr, nodes.Expr, Any]] = [
-            (n, n.node, n.attr) for n in tree.find_all(nodes.Getattr)
-        ]
-        read += [
-            (n, n.node, n.arg.value) for n in tree.find_all(nodes.Getitem) if isinstance(n.arg, nodes.Const)
-        ]
-        defaulted = {id(f.node) for f in tree.find_all(nodes.Filter) if f.name in ("default", "d")}
-        tested = {id(t.node) for t in tree.find_all(nodes.Test) if t.name in ("defined", "undefined")}
-        guarded = _reads_inside_their_defined_test(tree, read)
-        said: set[str] = set()
-        for lookup, node, field in read:
-            if not (isinstance(node, nodes.Name) and node.name == "costaware_alert"):
-                continue
-            if not isinstance(field, str) or field in fields or hasattr(dict, field):  # .items() is a dict's
-                continue
-            if field in said or (skip_guarded and id(lookup) in defaulted | tested | guarded):
-                continue
-            said.add(field)
-            close = difflib.get_close_matches(field, fields, n=1)
-            out.append((template, field, close[0] if close else None))
-    return out
-
-
-def _reads_inside_their_defined_test(tree: Any, read: list[tuple[Any, Any, Any]]) -> set[int]:
-    """The ``costaware_alert.<field>`` reads inside ``{% if costaware_alert.<field> is defined %}``'s body.
-
-    Only those render under StrictUndefined: a read of the field elsewhere in the template (after the block,
-    in its ``else``, under ``is undefined``) fails, and a test anywhere hid it from the warning.
-    """
-    from jinja2 import nodes
-
-    def alert_field(lookup: Any) -> Any:
-        for node, base, field in read:
-            if node is lookup and isinstance(base, nodes.Name) and base.name == "costaware_alert":
-                return field
-        return None
-
-    inside: set[int] = set()
-    for block in tree.find_all(nodes.If):
-        test = block.test
-        if not (isinstance(test, nodes.Test) and test.name == "defined"):
-            continue
-        field = alert_field(test.node)
-        if field is None:
-            continue
-        body = {id(n) for part in block.body for n in part.find_all((nodes.Getattr, nodes.Getitem))}
-        inside |= {id(node) for node, _, f in read if f == field and id(node) in body}
-    return inside
-
-
-def _strings(value: object) -> list[str]:
-    """The strings in ``value``, at any depth of mappings and lists."""
-    if isinstance(value, str):
-        return [value]
-    if isinstance(value, Mapping):
-        return [s for item in value.values() for s in _strings(item)]
-    if isinstance(value, list | tuple):
-        return [s for item in value for s in _strings(item)]
-    return []
-
-
-def _first_template(value: object) -> str:
-    """The template to name of a template field's value (a list of templates is named whole)."""
-    return value if isinstance(value, str) else repr(value)
-
-
-def refuse_a_rule_that_cannot_render(
-    budget: str, specs: Sequence[object], context: Mapping[str, Any], notifiers: Sequence[Any] | None = None
-) -> None:
-    """Refuse a budget's stored notifiers when one fails to render its templates, naming what to fix.
-
-    ``alerts set`` refuses them, but a rule stored before it did (or written past it) reached the worker,
-    where every alert of the budget failed with only "'ti' is undefined", given back and failed again.
-
-    Args:
-        budget: The budget's label (``scope/period``).
-        specs: The rule's notifiers as stored (``{"class": ..., "kwargs": ...}``).
-        context: What they render with: ``rule_context`` of the alert, or ``sample_rule_context``.
-        notifiers: The notifiers built from ``specs``, one each; default: built here where importable.
-
-    Raises:
-        ConfigurationError: a notifier's template fails to render with ``context``.
-    """
-    for index, spec in enumerate(specs):
-        notifier = notifiers[index] if notifiers is not None else _built_or_none(spec)
-        failure = rule_template_failure(spec, context, notifier)
-        if failure is None:
-            continue
-        template, why = failure
-        scope, _, period = budget.rpartition("/")
-        class_path = spec.get("class") if isinstance(spec, Mapping) else spec
-        raise ConfigurationError(
-            f"the alert rule of budget {budget!r} has notifier {class_path!r} with template {template!r}, "
-            f"which fails to render ({why}): a budget's own notifiers see only {list(RULE_TEMPLATE_NAMES)}; "
-            f"set its notifiers again with templates that use only those (e.g. "
-            f"{{{{ costaware_alert.message }}}}): costaware alerts set --scope {shlex.quote(scope)} --period "
-            f"{period} --notifiers '[...]', or --notifiers '[]' for the [costaware] notifiers"
-        )
-
-
-def _built_or_none(spec: object) -> Any:
-    """The notifier ``spec`` names, built; None where it cannot be here (its class is checked elsewhere)."""
-    try:
-        return notifiers_from_spec([spec])[0]  # type: ignore[list-item]
-    except ConfigurationError:
-        return None
