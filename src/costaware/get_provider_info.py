@@ -12,6 +12,9 @@ OPERATOR_MODULES = (
     "costaware.operators.remote_training",
     "costaware.operators.right_size",
     "costaware.operators.tuning",
+    "costaware.operators.tuning_study",  # the tuning task group's operators, one module each
+    "costaware.operators.tuning_summary",
+    "costaware.operators.tuning_trial",
     "costaware.operators.warm_start",
 )
 SENSOR_MODULES = (

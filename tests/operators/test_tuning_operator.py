@@ -1114,7 +1114,7 @@ def test_a_slot_whose_hold_expired_during_a_slow_study_load_holds_its_wait_again
         return real_load(*args, **kwargs)
 
     monkeypatch.setattr(tuning, "load_study", load_for_700_seconds)
-    import costaware.operators.tuning as operator_module
+    import costaware.operators.tuning_trial as operator_module  # BudgetedTuningOperator's module
 
     real_so_far = operator_module.seconds_since_try_began  # the try's clock, read after the load too
     monkeypatch.setattr(operator_module, "seconds_since_try_began", lambda ti: real_so_far(ti) + waited[0])
