@@ -380,3 +380,38 @@ def test_a_trials_reservation_holds_its_gpu_hours_rounded_up_as_a_slots_hold_doe
     held = reserve_trial_cost(ledger, spec, lambda: 4.0, "slot-1", "r1", 1, poll_seconds=1.0)
 
     assert held.gpu_hours == gpu_hours_for(4.0, spec.gpus) == Decimal("0.001112")
+
+
+def test_a_slot_whose_hold_expired_in_its_ask_and_cannot_be_held_again_says_it_tried(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The trial's ask outran the slot's hold (700 s, past its 600 s) while another holder took $9.99 of the
+    # $10: the wait found the hold expired and tried to hold its time again, refused. The skipped entry's
+    # warning said the hold expired "before the entry was recorded", as if nothing had been tried.
+    import costaware.training.tuning.trial as trial_module
+
+    clock = FakeClock(monkeypatch)
+    spec = replace(
+        study_spec("slowask", max_usd="10.00", max_trials=5, fallback_trial_seconds=2.0),
+        usd_per_hour=Decimal("0.36"),
+    )
+    url, ledger = _study(tmp_path, spec)
+    reserve_trial_cost = trial_module.reserve_trial_cost
+
+    def slow_ask(*args: Any, **kwargs: Any) -> Any:
+        clock.seconds += 700.0  # the ask waited that long (a locked store), while another holder reserved
+        ledger.reserve(spec.budget_scope, Decimal("9.99"), holder="other", ttl=timedelta(seconds=3600))
+        return reserve_trial_cost(*args, **kwargs)
+
+    monkeypatch.setattr(trial_module, "reserve_trial_cost", slow_ask)
+    with caplog.at_level("WARNING"):
+        result = _slot(url, ledger, spec, 1, clock.monotonic, wait_poll_seconds=0.05)
+
+    assert not result.ran and result.goes_on, result.reason
+    said = " ".join(r.getMessage() for r in caplog.records)
+    (hold,) = slot_holds(url, "slot-1")
+    assert (
+        f"is settled against its hold {hold['id']}, which expired at 2026-12-01T00:10:00+00:00 and could "
+        "not be held again: it held none of it; the time was spent and is recorded"
+    ) in said
+    assert "before the entry was recorded" not in said

@@ -53,6 +53,27 @@ class WaitNotHeld(BudgetExceededError):
         )
 
 
+class HoldNotHeldAgain(WaitNotHeld):
+    """Raised when a waiting slot's hold could not pay for its wait and holding it again was refused."""
+
+    #: That hold (expired, or not grown): the slot's skipped entry is settled against it.
+    hold_id: str = ""
+
+    @classmethod
+    def of(cls, hold_id: str, refusal: WaitNotHeld) -> HoldNotHeldAgain:
+        """``refusal`` of holding the slot's time again in place of ``hold_id``."""
+        again = cls(
+            str(refusal),
+            scope=refusal.scope,
+            spent_usd=refusal.spent_usd,
+            cap_usd=refusal.cap_usd,
+            needed_usd=refusal.needed_usd,
+            renews=refusal.renews,
+        )
+        again.hold_id = hold_id
+        return again
+
+
 def reserve_trial_cost(
     ledger: Ledger,
     spec: StudySpec,
@@ -379,7 +400,8 @@ def _hold_slot_again(
     ``old``: that hold (expired, or not grown for a reason other than room); returns the new hold's id.
 
     Raises:
-        WaitNotHeld: a budget over the hold's scope has no room for it (named by the ledger's refusal).
+        HoldNotHeldAgain: a budget over the hold's scope has no room for it (named by the ledger's refusal),
+            or none covers it now.
     """
     log.warning("%s: held again for its time to the end of its next wait", cause)
     price = "" if usd_per_hour is None else f" at ${usd_per_hour}/h"
@@ -396,19 +418,21 @@ def _hold_slot_again(
         )
     except BudgetNotFoundError as e:
         # The budgets the hold was in were deleted since: the ledger's "set one" read as if none had been set.
-        raise WaitNotHeld(
+        gone = WaitNotHeld(
             f"slot {slot} stops waiting for the study's money: {cause}, and it cannot be held again: "
             f"{_gone(old.budgets)}",
             scope=old.budgets[0] if old.budgets else str(old.scope),
             needed_usd=str(usd),
             renews=False,
-        ) from e
+        )
+        raise HoldNotHeldAgain.of(old.id, gone) from e
     except BudgetExceededError as e:
-        raise WaitNotHeld.after(
+        refused = WaitNotHeld.after(
             e,
             f"slot {slot} stops waiting for the study's money: {cause}, and holding it again was refused: "
             f"{e}",
-        ) from e
+        )
+        raise HoldNotHeldAgain.of(old.id, refused) from e
     return again.id
 
 

@@ -43,6 +43,7 @@ from costaware.training.tuning.optuna_glue import distributions, pruning_note
 from costaware.training.tuning.reservations import (
     RAISE_THAT_CAP,
     SLOT_WAIT_MARGIN_SECONDS,
+    HoldNotHeldAgain,
     SlotYields,
     WaitNotHeld,
     budgets_without,
@@ -276,6 +277,9 @@ class _SlotTime:
     recorded: bool = False
     #: Its record among the study's waiting slots, once the study is open (forgotten when it stops waiting).
     waits: WaitingSlots | None = None
+    #: The hold a wait for money found unable to pay for it and could not hold again (expired, say): the
+    #: skipped entry settles against it, said to have been tried.
+    not_held_again: str | None = None
 
 
 def _until_reserved(
@@ -431,19 +435,26 @@ def _until_reserved(
         slot_usd_per_hour,
         bill_tags,
         waits,
+        slot_time,
         outside_airflow=settle_as is not None,
     )
     if isinstance(reserved, SlotResult):
         if settle_as is not None:  # in Airflow the cost listener bills the skipped try
-            # The slot's hold as it now stands: one that expired during the wait was held again, anew.
-            now_held = ledger.reservation_to_settle(holder) if slot_hold is not None else None
+            # The slot's hold as it now stands: one that expired during the wait was held again, anew, or,
+            # refused that, is the expired one (which reservation_to_settle no longer finds).
+            if slot_time.not_held_again is not None:
+                hold_id: str | None = slot_time.not_held_again
+            else:
+                now_held = ledger.reservation_to_settle(holder) if slot_hold is not None else None
+                hold_id = None if now_held is None else now_held.id
             record_skipped_slot(
                 ledger,
                 spec,
                 meter() - started,
                 settle_as,
                 reserved.reason,
-                None if now_held is None else now_held.id,
+                hold_id,
+                tried_to_hold_again=slot_time.not_held_again is not None,
             )
             slot_time.recorded = True
         return reserved
@@ -741,6 +752,7 @@ def _reserve_trial(
     slot_usd_per_hour: Decimal | None,
     bill_tags: Mapping[str, str] | None,
     waits: WaitingSlots,
+    slot_time: _SlotTime,
     *,
     outside_airflow: bool = False,
 ) -> tuple[Reservation, TrialEstimate] | SlotResult:
@@ -751,7 +763,8 @@ def _reserve_trial(
     later slots. The slot's hold, recorded in the study as it opened (``waits``), is renewed before and after
     each ask, so that other slots refused beside it do not take it for a trial's money that may come back
     (the caller forgets it once the slot's trial or entry is recorded; see
-    :class:`~costaware.training.tuning.arbitration.WaitingSlots`).
+    :class:`~costaware.training.tuning.arbitration.WaitingSlots`). ``slot_time``: told of a hold the wait
+    could not hold again, which the caller's skipped entry settles against.
     """
     spec = s.spec
     estimate = estimate_trial_seconds(
@@ -787,6 +800,8 @@ def _reserve_trial(
             waiting_holds=waits.others,
         )
     except BudgetExceededError as e:
+        if isinstance(e, HoldNotHeldAgain):
+            slot_time.not_held_again = e.hold_id
         if s.resumed is not None:
             finish_failed(s.study, s.resumed, "no budget left to resume it")
         message = str(e)
