@@ -331,6 +331,44 @@ def test_a_skipped_slots_entry_past_its_hold_grows_the_hold_before_it_is_billed(
     assert study.spent_usd + study.reserved_usd <= study.cap_usd
 
 
+def test_a_skipped_slots_hold_grown_just_before_it_runs_out_is_not_said_to_hold_none(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The hold was grown to the entry while open; the clock read after the grow had passed its end (a
+    # millisecond window, made an hour here): the warning said it expired and "held none of it", though the
+    # grow had just held all of it.
+    from costaware.core.ledger import utcnow
+    from costaware.training.tuning import EntryOwner
+    from costaware.training.tuning import reservations as trial_reservations
+    from costaware.training.tuning.reservations import record_skipped_slot
+
+    url = f"sqlite:///{tmp_path / 'study.db'}"
+    ledger = Ledger.from_url(url)
+    spec = study_spec("tail", max_usd="1", max_trials=5)  # $1 a second
+    create_study(url, ledger, spec)
+    hold = ledger.reserve(spec.budget_scope, Decimal("0.30"), holder="slot-1", ttl=timedelta(hours=1))
+    grown: list[Any] = []
+    grow = ledger.grow
+
+    def grow_then_time_passes(hold_id: str, usd: Any) -> Any:
+        grown.append(grow(hold_id, usd))
+        return grown[-1]
+
+    def clock() -> Any:
+        return utcnow() + (timedelta(hours=2) if grown else timedelta(0))
+
+    monkeypatch.setattr(ledger, "grow", grow_then_time_passes)
+    monkeypatch.setattr(trial_reservations, "utcnow", clock)
+    with caplog.at_level("WARNING"):
+        usd = record_skipped_slot(
+            ledger, spec, 0.4, EntryOwner(dag_id="tail", run_id="r1"), "refused", hold.id
+        )
+
+    assert usd == Decimal("0.4") and grown[-1].usd == Decimal("0.4")  # held in full by the grow
+    assert "held none of it" not in caplog.text
+    assert "had no room for the rest" not in caplog.text
+
+
 def test_a_slot_whose_expired_hold_lost_its_budget_stops_waiting_naming_that_budget(
     tmp_path: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:

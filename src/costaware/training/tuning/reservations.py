@@ -924,8 +924,12 @@ def record_skipped_slot(
         except BudgetExceededError as e:
             log.warning("slot's skipped entry of %s GPU-hours is past its hold: %s", entry.gpu_hours, e)
     paid = ledger.paid_from([hold]).get(hold, Decimal(0))
+    asked_at = utcnow()
     held = ledger.grow(hold, paid + entry.usd)
-    if held.lapsed(utcnow()):
+    # Judged by what the grow returned: lapsed before it was asked, or not grown and lapsed now (the grow
+    # refused it for that). Read after the grow alone, a hold grown in full just before its end was said to
+    # hold none of it.
+    if held.lapsed(asked_at) or (held.usd < paid + entry.usd and held.lapsed(utcnow())):
         # Expired (a load past its ttl) and not held again: it holds nothing, whatever room its budgets have.
         # "Could not be held again" only where the caller tried: a slot that found its study stopped after
         # a long load never did.
