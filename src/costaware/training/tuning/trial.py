@@ -638,10 +638,11 @@ def _slot_not_held(
         return SlotResult(ran=False, reason=stopped["message"], stop=StopReason(stopped["reason"]))
     message = str(e)
     if e.scope.startswith(f"{spec.budget_scope}/"):  # the study's own budget: its caps are the study's
-        message = message.replace(
-            cap_advice_in(message), f"raise the study's max_usd ({format_usd(spec.caps.max_usd)})"
+        message = _in_study_caps(
+            message,
+            raise_max_usd=f"raise the study's max_usd ({format_usd(spec.caps.max_usd)})",
+            raise_max_gpu_hours=_raise_max_gpu_hours(spec),
         )
-        message = message.replace(RAISE_THE_GPU_HOUR_CAP, _raise_max_gpu_hours(spec))
     reason = f"study {spec.study_name}: slot {slot} runs no trial: {what}, cannot be held: {message}"
     if not slot_may_wait(ledger, spec, e.scope, usd_for_seconds(seconds, spec.usd_per_hour)):
         # Nothing of the study's trials may come back: its money is spent, and a driver that runs slots
@@ -649,6 +650,19 @@ def _slot_not_held(
         return _stop(the_study(), StopReason.BUDGET, reason, renews=e.renews)
     # Not the study's stop: what is held may come back to a slot run later.
     return SlotResult(ran=False, reason=reason, stop=StopReason.BUDGET, goes_on=True)
+
+
+def _in_study_caps(message: str, *, raise_max_usd: str, raise_max_gpu_hours: str) -> str:
+    """A refusal by the study's own budget (``message``), told to raise the study's caps instead of it.
+
+    The plan sets that budget from max_usd and max_gpu_hours at each run: `costaware budget set` on it
+    would be set back. The ledger's advice (raise the cap, or the GPU-hour cap) and a waiting slot's (raise
+    the budget its wait was held in) are replaced with ``raise_max_usd`` and ``raise_max_gpu_hours``.
+    """
+    message = message.replace(RAISE_THE_GPU_HOUR_CAP, raise_max_gpu_hours)
+    # A slot that stopped waiting for money is told to raise the budget its wait was held in.
+    advice = RAISE_THAT_CAP if RAISE_THAT_CAP in message else cap_advice_in(message)
+    return message.replace(advice, raise_max_usd)
 
 
 def _raise_max_gpu_hours(spec: StudySpec) -> str:
@@ -831,12 +845,8 @@ def _reserve_trial(
                 else f" and run the DAG again {_rerun_advice(spec.study_name, run_id)}"
             )
             raise_max_usd = f"{_raise_max_gpu_hours(spec)}{rerun}"
-            message = message.replace(RAISE_THE_GPU_HOUR_CAP, raise_max_usd)
-        if own and RAISE_THAT_CAP in message:
-            # A slot that stopped waiting for money is told to raise the budget its wait was held in.
-            message = message.replace(RAISE_THAT_CAP, raise_max_usd)
-        elif own:
-            message = message.replace(cap_advice_in(message), raise_max_usd)
+        if own:
+            message = _in_study_caps(message, raise_max_usd=raise_max_usd, raise_max_gpu_hours=raise_max_usd)
         named = f"'{spec.budget_scope}/" in message and raise_max_usd not in message
         if named and (not own or isinstance(e, WaitNotHeld)):
             # Another budget refused first and named the study's too, or a slot's wait found several short
