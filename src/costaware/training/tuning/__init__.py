@@ -18,8 +18,10 @@ A retry of the same task (same reservation holder) trains that trial's parameter
 trial, and the one it left fails.
 
 The package is split by concern: :mod:`.optuna_glue` (storage, sampler, pruners, search space),
-:mod:`.study` (the study's lifecycle), :mod:`.trial` (one trial slot, in steps), :mod:`.reservations`
-(a trial's money), :mod:`.results` (what a slot returns) and :mod:`.fidelity` (what a trial trains).
+:mod:`.study` (the study's lifecycle), :mod:`.trial` (one trial slot, in steps: :mod:`.trial_reservation`
+reserves its trial's cost, :mod:`.trial_steps` trains and tells it, :mod:`.slot_time` holds and records
+the slot's own time outside Airflow), :mod:`.reservations` (a trial's money), :mod:`.arbitration` (which
+waiting slot goes on), :mod:`.results` (what a slot returns) and :mod:`.fidelity` (what a trial trains).
 It needs the ``tuning`` extra (Optuna).
 """
 
