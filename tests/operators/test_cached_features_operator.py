@@ -916,3 +916,42 @@ def test_an_argument_given_only_in_the_default_args_of_partial_is_warned_of_as_a
             CachedFeaturesOperator.partial(
                 task_id="kept", default_args={"retries": 3, "version": "v8"}, version="v9", **given
             ).expand(store_uri=["/srv/features"])
+
+
+def test_a_none_store_uri_in_an_expand_kwargs_list_written_out_is_refused_when_the_dag_is_parsed(
+    flights_dir: Path, tmp_path: Path
+) -> None:
+    # .expand(store_uri=[..., None]) was refused at parse, .expand_kwargs([..., {"store_uri": None}]) only as
+    # that copy ran, after the others.
+    import pendulum
+    from airflow.sdk import DAG, BaseOperator
+
+    args = {"ledger_conn_id": "test_ledger", "usd_per_hour": "3.60", "pass_paths": True}
+    inputs = {"flights": str(flights_dir)}
+    with DAG("listed_kwargs", schedule=None, start_date=pendulum.datetime(2026, 1, 1)) as dag:
+        partial = CachedFeaturesOperator.partial(
+            task_id="features", transform=_paths_transform, inputs=inputs, **args
+        )
+        message = (
+            "task 'features': store_uri is None in element 1 of CachedFeaturesOperator.partial(...)"
+            ".expand_kwargs([...]), which names no store for that copy: give each element a location, or "
+            "leave store_uri out of that element for the default cache"
+        )
+        with pytest.raises(ConfigurationError, match=re.escape(message)):
+            partial.expand_kwargs([{"store_uri": str(tmp_path / "a")}, {"store_uri": None, "version": "v2"}])
+        assert "features" not in dag.task_dict  # nothing was added to the DAG
+        # An XComArg (the list, or one element) is known only as the copies run: left to them.
+        lookup = BaseOperator(task_id="lookup")
+        from_xcom = CachedFeaturesOperator.partial(
+            task_id="from_xcom", transform=_paths_transform, inputs=inputs, **args
+        ).expand_kwargs(lookup.output)
+        CachedFeaturesOperator.partial(
+            task_id="element_from_xcom", transform=_paths_transform, inputs=inputs, **args
+        ).expand_kwargs([{"store_uri": str(tmp_path / "a")}, lookup.output])
+        listed = CachedFeaturesOperator.partial(
+            task_id="listed", transform=_paths_transform, inputs=inputs, **args
+        ).expand_kwargs([{"store_uri": str(tmp_path / "a")}, {"version": "v2"}])
+    assert {"from_xcom", "element_from_xcom", "listed"} <= set(dag.task_dict)
+    assert listed.unmap({"store_uri": str(tmp_path / "a")}).store_uri == str(tmp_path / "a")
+    with pytest.raises(AirflowFailException, match=re.escape("store_uri None names nothing")):
+        from_xcom.unmap({"store_uri": None}).execute(context())

@@ -184,27 +184,44 @@ def _warn_of_dropped_default_args(operator_class: type[BaseOperator], kwargs: Ma
 class _FeaturesPartial(OperatorPartial):
     """Airflow's ``partial(...)`` of ``CachedFeaturesOperator``, refusing a ``None`` store when it expands.
 
-    A literal ``.expand(store_uri=[..., None])`` built its copies at parse and refused that one only as it
-    ran; an XComArg's elements are known only then, so they are still checked as each copy runs.
+    A literal ``.expand(store_uri=[..., None])`` or ``.expand_kwargs([..., {"store_uri": None}])`` built its
+    copies at parse and refused that one only as it ran; an XComArg's elements are known only then, so they
+    are still checked as each copy runs.
     """
 
     __slots__ = ()  # the layout of OperatorPartial, so that partial() can hand Airflow's own as this class
+
+    def _refuse_no_store(self, where: str, what_to_leave_out: str) -> None:
+        from costaware.core.errors import ConfigurationError
+
+        raise ConfigurationError(
+            f"task {self.kwargs.get('task_id')!r}: {where.format(cls=self.operator_class.__name__)}, which "
+            f"names no store for that copy: give each element a location, or leave store_uri out of "
+            f"{what_to_leave_out} for the default cache ($COSTAWARE_FEATURE_CACHE or "
+            "$AIRFLOW_HOME/costaware/features)"
+        )
 
     def expand(self, **mapped_kwargs: Any) -> MappedOperator:
         stores = mapped_kwargs.get("store_uri")
         if isinstance(stores, Sequence) and not isinstance(stores, str):
             for index, store in enumerate(stores):
                 if store is None:
-                    from costaware.core.errors import ConfigurationError
-
-                    raise ConfigurationError(
-                        f"task {self.kwargs.get('task_id')!r}: store_uri[{index}] is None in "
-                        f"{self.operator_class.__name__}.partial(...).expand(store_uri=[...]), which names "
-                        "no store for that copy: give each element a location, or leave store_uri out of "
-                        ".expand() for the default cache ($COSTAWARE_FEATURE_CACHE or "
-                        "$AIRFLOW_HOME/costaware/features)"
+                    self._refuse_no_store(
+                        f"store_uri[{index}] is None in {{cls}}.partial(...).expand(store_uri=[...])",
+                        ".expand()",
                     )
         return super().expand(**mapped_kwargs)
+
+    def expand_kwargs(self, kwargs: Any, *, strict: bool = True) -> MappedOperator:
+        if isinstance(kwargs, Sequence) and not isinstance(kwargs, str):
+            for index, element in enumerate(kwargs):
+                # A Mapping written out; an XComArg element (or list) is known only as its copy runs.
+                if isinstance(element, Mapping) and "store_uri" in element and element["store_uri"] is None:
+                    self._refuse_no_store(
+                        f"store_uri is None in element {index} of {{cls}}.partial(...).expand_kwargs([...])",
+                        "that element",
+                    )
+        return super().expand_kwargs(kwargs, strict=strict)
 
 
 class CachedFeaturesOperator(BaseOperator):
@@ -231,8 +248,9 @@ class CachedFeaturesOperator(BaseOperator):
         transform_params: Keyword arguments of the transform; part of the key (templated).
         store_uri: Where entries live: an absolute folder or ``s3://bucket/prefix`` (templated; one
             written out or rendered empty, ``None`` or ``null`` names no store and is refused, as
-            ``model_store`` is; so is a ``None`` element of ``.expand(store_uri=...)``: of a list written out
-            when the DAG is parsed, as ``None`` in ``.partial(...)`` is, of an XComArg as the task runs);
+            ``model_store`` is; so is a ``None`` element of ``.expand(store_uri=...)``, or ``store_uri=None``
+            in an element of ``.expand_kwargs([...])``: of a list written out when the DAG is parsed, as
+            ``None`` in ``.partial(...)`` is, of an XComArg as the task runs);
             left out (or ``None`` written out in a task of its own, or given by ``default_args``, mapped
             copies too), ``$COSTAWARE_FEATURE_CACHE`` or ``$AIRFLOW_HOME/costaware/features``.
         version: Key the code by this string instead of by its source (templated; one rendered empty,
