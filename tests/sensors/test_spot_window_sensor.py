@@ -1548,7 +1548,7 @@ def test_an_instance_type_the_bundled_list_lacks_is_warned_of_when_the_dag_is_pa
     tmp_path: Path, ledger_env: Ledger, capsys: pytest.CaptureFixture[str]
 ) -> None:
     # A typo: warned of with the closest names (the run refuses it, once no price source has it).
-    make_sensor(instance_type="p3.2xlarg")
+    make_sensor(instance_type="p3.2xlarg", on_demand_usd_per_hour=None)
     said = capsys.readouterr().out
     assert "[warning" in said
     assert (
@@ -1557,7 +1557,8 @@ def test_an_instance_type_the_bundled_list_lacks_is_warned_of_when_the_dag_is_pa
     ) in said
     assert "price cache" in said and "the sensor prices it from" not in said
     # A type newer than the bundled list, priced by the DAG and recorded in the user's prices file: a
-    # refusal at parse stopped such a DAG loading, though its run needs no list price.
+    # refusal at parse stopped such a DAG loading, though its run needs no list price; nor is it warned
+    # of (the warning said the list was needed for a price the DAG gives), written out or templated.
     prices = tmp_path / "prices.csv"
     write_history(prices, current="1.00")
     prices.write_text(prices.read_text().replace("p3.2xlarge", "p7.48xlarge"))
@@ -1565,9 +1566,13 @@ def test_an_instance_type_the_bundled_list_lacks_is_warned_of_when_the_dag_is_pa
     sensor = make_sensor(
         prices=str(prices), instance_type="p7.48xlarge", on_demand_usd_per_hour="60", deadline=deadline
     )
-    assert "'p7.48xlarge' is not in the bundled EC2 price list" in capsys.readouterr().out
+    make_sensor(instance_type="p7.48xlarge", on_demand_usd_per_hour="{{ params.on_demand }}")
+    assert "bundled EC2 price list" not in capsys.readouterr().out
     with pytest.raises(TaskDeferred):
         sensor.execute(context())
+    # Without the price the list may be needed: still warned of.
+    make_sensor(instance_type="p7.48xlarge", on_demand_usd_per_hour=" ")
+    assert "'p7.48xlarge' is not in the bundled EC2 price list" in capsys.readouterr().out
     # Listed, or a template (read once rendered): nothing to say.
     for fine in ("p3.2xlarge", "{{ params.instance_type }}"):
         make_sensor(instance_type=fine)

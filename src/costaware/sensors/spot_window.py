@@ -163,7 +163,7 @@ class SpotWindowSensor(SpotWindowPlanning):
             objective=objective,
             carbon_usd_per_tonne=carbon_usd_per_tonne,
         )
-        unlisted = instance_type_not_bundled(instance_type)
+        unlisted = instance_type_not_bundled(instance_type, on_demand_usd_per_hour)
         if unlisted:
             self.log.warning("%s", unlisted)
         self.instance_type = instance_type

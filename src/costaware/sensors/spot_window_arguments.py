@@ -60,15 +60,15 @@ def written(value: Any) -> bool:
     return blank(value) is not None and (is_literal(value) or isinstance(value, datetime))
 
 
-def instance_type_not_bundled(instance_type: Any) -> str | None:
+def instance_type_not_bundled(instance_type: Any, on_demand_usd_per_hour: Any) -> str | None:
     """Why an instance type written out may be a typo (the bundled EC2 price list lacks it), or None.
 
-    Only a warning when the DAG is parsed, with the closest names: the run needs no list price when
-    ``on_demand_usd_per_hour`` is given, and otherwise reads the price cache and live prices before the
-    bundled list, which may hold types the list lacks (newer AWS types, a user's imported prices). A
-    template is read at run time.
+    Only a warning when the DAG is parsed, with the closest names: the run reads the price cache and live
+    prices before the bundled list, which may hold types the list lacks (newer AWS types, a user's imported
+    prices). None when ``on_demand_usd_per_hour`` is given (written out or a template): the run needs no
+    list price then. A template of the type is read at run time.
     """
-    if not written(instance_type):
+    if not written(instance_type) or blank(on_demand_usd_per_hour) is not None:
         return None
     from costaware.adapters.price_files import bundled_catalog
     from costaware.core.errors import PriceNotFoundError
@@ -78,9 +78,9 @@ def instance_type_not_bundled(instance_type: Any) -> str | None:
     except PriceNotFoundError as e:
         return (
             f"instance_type {instance_type!r} is not in the bundled EC2 price list ({e}): if it is a typo, "
-            "correct it; unless on_demand_usd_per_hour is given, the run prices it from the price cache "
-            "(`costaware prices refresh` or `import`), live prices, then that list, and refuses it there if "
-            "none has it"
+            "correct it; the run prices it from the price cache (`costaware prices refresh` or `import`), "
+            "live prices, then that list, and refuses it there if none has it, unless on_demand_usd_per_hour "
+            "is given"
         )
     return None
 
