@@ -147,8 +147,10 @@ def spooled_said(
     if waiting:
         total = sum(count.waiting for count in waiting)
         one = total == 1
-        if len(waiting) == 1 and not waiting[0].earlier:
-            where = f"the spool {waiting[0].folder}"
+        if len(waiting) == 1:
+            # One folder: "the spools" read as several.
+            which = "an earlier release's" if waiting[0].earlier else "the"
+            where = f"{which} spool {waiting[0].folder}"
         else:
             earlier = "an earlier release's "
             where = "the spools " + " and ".join(
