@@ -167,8 +167,8 @@ def test_a_new_default_ledger_under_an_airflow_home_with_a_tilde_says_where_the_
     quoted_old, quoted_new = shlex.quote(str(old)), shlex.quote(str(new))  # '~' and '$' are the shell's
     assert f"`rm -f {quoted_old} {quoted_old}-wal {quoted_old}-shm`" in both
     aside = shlex.quote(f"{new}.made-after-upgrade")
-    assert f'[ ! -e {quoted_new}"$s" ] || mv {quoted_new}"$s" {aside}"$s"; done && ' in both
-    assert f'[ ! -e {quoted_old}"$s" ] || mv {quoted_old}"$s" {quoted_new}"$s"; done`' in both
+    assert f'[ ! -e {quoted_new}"$s" ] || mv {quoted_new}"$s" {aside}"$s" || exit; done) && ' in both
+    assert f'[ ! -e {quoted_old}"$s" ] || mv {quoted_old}"$s" {quoted_new}"$s" || exit; done)`' in both
     # Once the old one is gone, nothing is said.
     old.unlink()
     caplog.clear()

@@ -138,16 +138,18 @@ def warn_on_open(what: str, database: str, earlier: EarlierLedger) -> None:
         old, new = shlex.quote(str(earlier.written)), shlex.quote(str(earlier.opened))
         aside = shlex.quote(f"{earlier.opened}.made-after-upgrade")
         # Each file with its -wal and -shm: the new one's WAL left behind is replayed onto the moved old
-        # one by SQLite, and the spend it holds is lost.
-        each = "for s in '' -wal -shm; do "
+        # one by SQLite, and the spend it holds is lost. A loop reports its last command's status, so a failed
+        # first move was hidden and the old ledger moved in all the same: each move exits its subshell on
+        # failure (set -e would not: it is ignored left of &&).
+        each = "(for s in '' -wal -shm; do "
         log.warning(
             "costaware: %s opens %s, but the ledger an earlier costaware kept for it (%s) is still at %s: "
             "its spend and budgets are not read, so what it recorded is not counted against any cap (tasks "
             "may see $0 spent). Said once per process. Stop the workers, then keep one of the two: if it "
             "was copied here already, remove it: `rm -f %s %s-wal %s-shm`; if it holds the spend to date "
             "(the one opened was made anew after the upgrade), put it in its place with its -wal and -shm "
-            'files: `%s[ ! -e %s"$s" ] || mv %s"$s" %s"$s"; done && %s[ ! -e %s"$s" ] || mv %s"$s" %s"$s"; '
-            "done`",
+            'files: `%s[ ! -e %s"$s" ] || mv %s"$s" %s"$s" || exit; done) && %s[ ! -e %s"$s" ] || mv %s"$s" '
+            '%s"$s" || exit; done)`',
             subject,
             earlier.opened,
             earlier.taken(),
