@@ -423,3 +423,29 @@ def test_an_earlier_stores_folder_that_cannot_be_looked_in_does_not_stop_the_sto
     (said,) = [r.getMessage() for r in caplog.records if r.name == "costaware.settings_home"]
     assert said.startswith(f"costaware: could not look in {old_home / 'costaware'} for an earlier release")
     assert "Permission denied" in said
+
+
+def test_a_working_folder_since_removed_has_no_earlier_folder_to_look_in_and_stops_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Path('~/airflow').absolute() asks for the working folder: removed under a long-lived worker, the
+    # stores' warning gave up, but airflow_home_as_written raised FileNotFoundError into the spool's drain.
+    from costaware.ledger_spool import earlier_spool_dir
+    from costaware.settings import airflow_home_as_written
+
+    old_home, new_home = _stores_under_old_and_new_homes(tmp_path, monkeypatch)
+    assert airflow_home_as_written() == ("~/airflow", old_home, new_home)
+    assert airflow_home_as_written(Path("/srv/airflow")) == ("~/airflow", old_home, Path("/srv/airflow"))
+    old_home.mkdir(parents=True)  # the earlier spool is looked for under it, while it is there
+    (old_home / "costaware" / "spool").mkdir(parents=True)
+    assert earlier_spool_dir() == old_home / "costaware" / "spool"
+    (old_home / "costaware" / "spool").rmdir()
+    (old_home / "costaware").rmdir()
+    old_home.rmdir()
+    old_home.parent.rmdir()
+    (tmp_path / "working").rmdir()
+    assert airflow_home_as_written() is None
+    assert earlier_spool_dir() is None
+    with caplog.at_level("DEBUG", logger="costaware.settings_home"):
+        assert settings.default_store("models") == str(new_home / "costaware" / "models")
+    assert [r for r in caplog.records if r.name == "costaware.settings_home"] == []

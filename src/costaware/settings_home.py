@@ -77,23 +77,31 @@ def airflow_home() -> Path:
     return Path(expanded)
 
 
-def airflow_home_as_written() -> tuple[str, Path, Path] | None:
+def airflow_home_as_written(home: Path | None = None) -> tuple[str, Path, Path] | None:
     """``$AIRFLOW_HOME``, the folder releases before its expansion took it for, and the expanded home.
 
     Read as written (a ``~`` or ``$VAR`` kept), it was a folder under the working one; both paths absolute.
-    None where they are the same folder, or the home is refused.
+    None where they are the same folder, the home is refused, or the working folder was removed since
+    (none to look in: a long-lived worker's must not fail a drain or a store for it).
+
+    Args:
+        home: ``$AIRFLOW_HOME`` as expanded now (:func:`airflow_home`), where the caller has it already.
     """
     from costaware.core.errors import ConfigurationError
 
     given = os.environ.get("AIRFLOW_HOME")
     if not given or not ("~" in given or "$" in given):
         return None
+    if home is None:
+        try:
+            home = airflow_home()
+        except ConfigurationError:
+            return None
     try:
-        home = airflow_home().absolute()
-    except ConfigurationError:
+        expanded, written = home.absolute(), Path(given).absolute()
+    except FileNotFoundError:  # a working folder since removed
         return None
-    written = Path(given).absolute()
-    return None if written == home else (given, written, home)
+    return None if written == expanded else (given, written, expanded)
 
 
 def same_place(earlier: Path, current: Path) -> bool:
@@ -121,17 +129,15 @@ def warn_of_earlier_costaware_folder(home: Path) -> None:
     Args:
         home: ``$AIRFLOW_HOME`` as expanded now (:func:`airflow_home`).
     """
-    given = os.environ.get("AIRFLOW_HOME")
-    if not given or not ("~" in given or "$" in given):
+    homes = airflow_home_as_written(home)
+    if homes is None:
         return
-    try:
-        earlier = Path(given).absolute() / "costaware"
-    except FileNotFoundError:  # a working folder since removed: none to look in
-        return
+    given, written, expanded = homes
+    earlier = written / "costaware"
     if earlier in _looked_for:
         return
     _looked_for.add(earlier)
-    current = home.absolute() / "costaware"
+    current = expanded / "costaware"
     try:
         # './~/airflow' a link to '$HOME/airflow': one folder, nothing left behind.
         if same_place(earlier, current) or not earlier.is_dir():
