@@ -153,6 +153,28 @@ def test_a_store_at_the_machines_root_is_refused_before_anything_is_written(
     assert sorted(Path("/").iterdir()) == before
 
 
+def test_a_store_at_the_machines_root_is_refused_before_the_store_is_opened(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The store was opened first and checked after: whatever opening does (an S3 client, a folder made
+    # by a store of another kind) happened for a root that is refused.
+    import costaware.adapters.feature_store as feature_store
+    from costaware.adapters.object_store import open_store
+
+    opened: list[object] = []
+
+    def recording_open_store(*args: object, **kwargs: object) -> object:
+        opened.append(args[0])
+        return open_store(*args, **kwargs)  # type: ignore[arg-type]  # the real store, opened
+
+    monkeypatch.setattr(feature_store, "open_store", recording_open_store)
+    with pytest.raises(ConfigurationError, match="is the root, /, of the whole machine"):
+        FeatureStore("/")
+    assert opened == []
+    FeatureStore(str(tmp_path / "cache"))  # a folder of its own: opened
+    assert len(opened) == 1
+
+
 def unwritable_folder(tmp_path: Path) -> Path:
     """A folder this process may not create files in.
 

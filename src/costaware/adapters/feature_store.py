@@ -36,7 +36,7 @@ from pathlib import Path
 from costaware.adapters.feature_billing import bill_spans, read_state, storage_charge
 from costaware.adapters.feature_lease import DEFAULT_LEASE, hold_lease
 from costaware.adapters.feature_manifest import Computed, Entry, Manifest, Outcome
-from costaware.adapters.object_store import S3Options, hash_bytes, open_store
+from costaware.adapters.object_store import S3Options, hash_bytes, open_store, parse_uri
 from costaware.adapters.object_store.location import refuse_machine_root
 from costaware.core.cache_policy import (
     S3_STANDARD_USD_PER_GB_MONTH,
@@ -75,17 +75,19 @@ class FeatureStore:
         lease: timedelta = DEFAULT_LEASE,
         poll_seconds: float = 0.5,
     ) -> None:
-        self.store = open_store(root_uri, s3)
+        location = parse_uri(root_uri, what="store")
         # The operator and the CLI refuse it too; a library user calling this directly had each entry's
-        # folder, its staging and its leases made directly under /, a symbolic link to it as well.
-        if self.store.scheme == "local":
+        # folder, its staging and its leases made directly under /, a symbolic link to it as well. Checked
+        # before the store is opened: nothing is done for a root that is refused.
+        if location.scheme == "local":
             refuse_machine_root(
                 "feature cache",
                 root_uri,
-                self.store.root.path,
+                location.path,
                 example="/srv/ml/features",
                 writes="each entry's folder would be made directly under /",
             )
+        self.store = open_store(location, s3)
         self.root_uri = self.store.uri()
         self.lease = lease
         self.poll_seconds = poll_seconds

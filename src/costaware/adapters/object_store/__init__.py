@@ -35,13 +35,15 @@ __all__ = [
 ]
 
 
-def open_store(uri: str, options: S3Options | None = None) -> ObjectStore:
+def open_store(uri: str | Location, options: S3Options | None = None) -> ObjectStore:
     """An :class:`ObjectStore` for an absolute local folder or ``s3://bucket/prefix``.
+
+    ``uri`` may be one parsed already (:func:`parse_uri`), by a caller that checks it before opening.
 
     Raises:
         ConfigurationError: the URI is relative, has ``..`` segments, or another scheme.
     """
-    location = parse_uri(uri, what="store")
+    location = uri if isinstance(uri, Location) else parse_uri(uri, what="store")
     if location.scheme == "s3":
         return S3ObjectStore(location, options)
     return LocalObjectStore(location)
