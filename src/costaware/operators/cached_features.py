@@ -21,6 +21,7 @@ from costaware.glue import (
     run_identity,
     run_tags,
 )
+from costaware.operators.base_partial import OnTheClassOnly, WarnsOfDroppedDefaultArgs
 from costaware.operators.templating import is_literal, refuse_root_store
 from costaware.settings import feature_cache
 
@@ -137,50 +138,6 @@ def fingerprint_inputs(
     return out
 
 
-class _OnTheClassOnly:
-    """``partial`` of an operator class, refused on a task as Airflow's own ``partial`` is.
-
-    A plain classmethod replacing Airflow's descriptor let ``task.partial(...)`` map the task's class.
-    """
-
-    def __init__(self, classmethod_name: str) -> None:
-        self._classmethod_name = classmethod_name
-
-    def __get__(self, task: object, cls: type | None = None) -> Callable[..., OperatorPartial]:
-        if task is not None:
-
-            def partial(**kwargs: Any) -> OperatorPartial:  # named so for Airflow's stack traces
-                raise TypeError("partial can only be called on Operator classes, not Tasks themselves")
-
-            return partial
-        partial_of_the_class: Callable[..., OperatorPartial] = getattr(cls, self._classmethod_name)
-        return partial_of_the_class
-
-
-def _warn_of_dropped_default_args(operator_class: type[BaseOperator], kwargs: Mapping[str, Any]) -> None:
-    """Warn of the operator's own arguments given only in ``.partial(default_args=...)``: Airflow drops them.
-
-    Its ``partial`` keeps only BaseOperator's arguments of a task's own ``default_args``, and the mapped
-    copies are built with the DAG's: ``version`` given there keyed every copy by its source, in silence.
-    """
-    import inspect
-    import warnings
-
-    defaults = kwargs.get("default_args") or {}
-    common = set(inspect.signature(BaseOperator.__init__).parameters)
-    own = set(inspect.signature(operator_class.__init__).parameters) - common - {"self", "kwargs"}
-    dropped = sorted(name for name in defaults if name in own and name not in kwargs)
-    if dropped:
-        names = ", ".join(dropped)
-        warnings.warn(
-            f"task {kwargs.get('task_id')!r}: {operator_class.__name__}.partial(default_args=...) gives "
-            f"{names}, which Airflow drops from a mapped task's own default_args (it keeps BaseOperator's "
-            f"arguments alone): pass {names} to .partial() itself, or in the DAG's default_args",
-            UserWarning,
-            stacklevel=4,
-        )
-
-
 class _FeaturesPartial(OperatorPartial):
     """Airflow's ``partial(...)`` of ``CachedFeaturesOperator``, refusing a ``None`` store when it expands.
 
@@ -224,7 +181,7 @@ class _FeaturesPartial(OperatorPartial):
         return super().expand_kwargs(kwargs, strict=strict)
 
 
-class CachedFeaturesOperator(BaseOperator):
+class CachedFeaturesOperator(WarnsOfDroppedDefaultArgs, BaseOperator):
     """Build features with a transform, or reuse the stored result when nothing it depends on changed.
 
     See docs/data-path.md.
@@ -376,14 +333,13 @@ class CachedFeaturesOperator(BaseOperator):
                 "store: leave store_uri out of .partial() for the default cache ($COSTAWARE_FEATURE_CACHE or "
                 "$AIRFLOW_HOME/costaware/features), or give a location"
             )
-        _warn_of_dropped_default_args(cls, kwargs)
-        partial = super().partial(**kwargs)
+        partial = super().partial(**kwargs)  # warns of arguments Airflow drops (WarnsOfDroppedDefaultArgs)
         # Recast, not rebuilt: a second OperatorPartial would validate the arguments again, and the one
         # left unexpanded warn "was never mapped" when collected.
         partial.__class__ = _FeaturesPartial
         return partial
 
-    partial = _OnTheClassOnly("_partial_refusing_no_store")
+    partial = OnTheClassOnly("_partial_refusing_no_store")
 
     def _a_mapped_copy(self) -> bool:
         """Whether Airflow built this task as one copy of a mapped task (``.partial(...).expand(...)``).

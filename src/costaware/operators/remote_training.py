@@ -18,6 +18,7 @@ from costaware.core.budgets import Scope
 from costaware.core.errors import ConfigurationError
 from costaware.core.given import not_given
 from costaware.glue import DEFAULT_AWS_CONN_ID, airflow_errors
+from costaware.operators.base_partial import WarnsOfDroppedDefaultArgs
 from costaware.operators.remote_command import check_job_kind
 from costaware.operators.remote_training_start import AWS_SPOT_NOTICE_SECONDS as AWS_SPOT_NOTICE_SECONDS
 from costaware.operators.remote_training_start import cap_usd as cap_usd
@@ -41,7 +42,7 @@ if TYPE_CHECKING:
 __all__ = ["RemoteTrainingOperator"]
 
 
-class RemoteTrainingOperator(RemoteTrainingWait, BaseOperator):
+class RemoteTrainingOperator(RemoteTrainingWait, WarnsOfDroppedDefaultArgs, BaseOperator):
     """Runs the retrain on a compute backend (a child process, SageMaker, Batch, Kubernetes) with checkpoints.
 
     See docs/remote-training.md, and docs/own-training.md for ``command=``.

@@ -16,6 +16,7 @@ from airflow.sdk.exceptions import (
 
 from costaware.core.ledger import utcnow
 from costaware.glue import DEFAULT_LEDGER_CONN_ID
+from costaware.operators.base_partial import WarnsOfDroppedDefaultArgs
 from costaware.sensors.spend_gate_approval import SpendGateApproval
 from costaware.sensors.spend_gate_arguments import (
     APPROVAL_ARGUMENTS,
@@ -39,7 +40,7 @@ __all__ = [
 ]
 
 
-class SpendCapSensor(SpendGateApproval, metaclass=RecordsArgumentsGiven):
+class SpendCapSensor(WarnsOfDroppedDefaultArgs, SpendGateApproval, metaclass=RecordsArgumentsGiven):
     """Passes when the scope's budget has room for ``estimated_usd``, and reserves it for ``for_task_id``.
 
     See docs/budgets.md.

@@ -1,0 +1,71 @@
+"""``partial`` of our mapped operators warns of the arguments Airflow drops from its ``default_args``."""
+
+from __future__ import annotations
+
+import re
+import warnings
+from typing import Any
+
+import pendulum
+import pytest
+from airflow.sdk import DAG
+
+from costaware.operators.remote_training import RemoteTrainingOperator
+from costaware.sensors.spend_cap import SpendCapSensor
+
+
+def _said(names: str, cls: type) -> str:
+    return (
+        f"task 'mapped': {cls.__name__}.partial(default_args=...) gives {names}, which Airflow drops from a "
+        f"mapped task's own default_args (it keeps BaseOperator's arguments alone): pass {names} to "
+        ".partial() itself, or in the DAG's default_args"
+    )
+
+
+@pytest.mark.parametrize(
+    ("cls", "given", "default_args", "names"),
+    [
+        # max_usd given there capped no copy: each ran without a cap, in silence.
+        (
+            RemoteTrainingOperator,
+            {"model_store": "/srv/models", "instance_type": "m5.large", "region": "us-east-1"},
+            {"max_usd": "5", "retries": 2},
+            "max_usd",
+        ),
+        # Its own arguments, and a sensor's (poke_interval, passed on through **kwargs), alike.
+        (
+            SpendCapSensor,
+            {"scope": "project=churn"},
+            {"on_exceeded": "skip", "poke_interval": 7, "retries": 2},
+            "on_exceeded, poke_interval",
+        ),
+    ],
+)
+def test_an_argument_given_only_in_the_default_args_of_partial_is_warned_of_as_airflow_drops_it(
+    cls: type, given: dict[str, Any], default_args: dict[str, Any], names: str
+) -> None:
+    mapped_argument = "command" if cls is RemoteTrainingOperator else "estimated_usd"
+    element = [["python", "train.py", "--fold", "1"]] if cls is RemoteTrainingOperator else ["1"]
+    with DAG("partial_defaults", schedule=None, start_date=pendulum.datetime(2026, 1, 1)):
+        with pytest.warns(UserWarning, match=re.escape(_said(names, cls))) as said:
+            mapped = cls.partial(task_id="mapped", default_args=default_args, **given).expand(
+                **{mapped_argument: element}
+            )
+        # Named at the DAG's line that called partial, not in costaware.
+        assert [w.filename for w in said if "drops from a mapped" in str(w.message)] == [__file__]
+        copy = mapped.unmap({mapped_argument: element[0]})
+        for name in names.split(", "):  # what the warning is about
+            assert getattr(copy, name) != default_args[name]
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # Airflow's own arguments, and ours given to partial: nothing
+            own = {name: default_args[name] for name in names.split(", ")}
+            cls.partial(task_id="kept", default_args={"retries": 2, **own}, **own, **given).expand(
+                **{mapped_argument: element}
+            )
+
+
+def test_partial_on_a_task_is_refused_as_airflow_refuses_it() -> None:
+    with DAG("partial_task", schedule=None, start_date=pendulum.datetime(2026, 1, 1)):
+        task = SpendCapSensor(task_id="gate", scope="project=churn", estimated_usd="1")
+    with pytest.raises(TypeError, match="partial can only be called on Operator classes"):
+        task.partial(task_id="copy")
