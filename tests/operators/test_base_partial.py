@@ -11,7 +11,20 @@ import pytest
 from airflow.sdk import DAG
 
 from costaware.operators.remote_training import RemoteTrainingOperator
+from costaware.operators.tuning import BudgetedTuningOperator
 from costaware.sensors.spend_cap import SpendCapSensor
+
+
+def _trainer(params: dict[str, Any]) -> object:  # never called: the DAG is only parsed
+    raise AssertionError("not trained at parse")
+
+
+#: Each class's mapped argument and one element of it.
+_MAPPED: dict[type, tuple[str, list[Any]]] = {
+    RemoteTrainingOperator: ("command", [["python", "train.py", "--fold", "1"]]),
+    SpendCapSensor: ("estimated_usd", ["1"]),
+    BudgetedTuningOperator: ("slot", [0]),
+}
 
 
 def _said(names: str, cls: type) -> str:
@@ -39,13 +52,20 @@ def _said(names: str, cls: type) -> str:
             {"on_exceeded": "skip", "poke_interval": 7, "retries": 2},
             "on_exceeded, poke_interval",
         ),
+        # The trials of budgeted_tuning, mapped over the plan's slots: a slower study load given there was
+        # dropped, each slot waited the default.
+        (
+            BudgetedTuningOperator,
+            {"study_name": "churn", "trainer": _trainer},
+            {"study_load_seconds": 120, "retries": 2},
+            "study_load_seconds",
+        ),
     ],
 )
 def test_an_argument_given_only_in_the_default_args_of_partial_is_warned_of_as_airflow_drops_it(
     cls: type, given: dict[str, Any], default_args: dict[str, Any], names: str
 ) -> None:
-    mapped_argument = "command" if cls is RemoteTrainingOperator else "estimated_usd"
-    element = [["python", "train.py", "--fold", "1"]] if cls is RemoteTrainingOperator else ["1"]
+    mapped_argument, element = _MAPPED[cls]
     with DAG("partial_defaults", schedule=None, start_date=pendulum.datetime(2026, 1, 1)):
         with pytest.warns(UserWarning, match=re.escape(_said(names, cls))) as said:
             mapped = cls.partial(task_id="mapped", default_args=default_args, **given).expand(

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk.exceptions import AirflowSkipException
 
 from costaware.glue import airflow_errors
+from costaware.operators.base_partial import WarnsOfDroppedDefaultArgs
 from costaware.operators.templating import as_written, keyword_arguments, native_rendered, rendered_keywords
 from costaware.operators.tuning_args import (
     DEFAULT_STUDY_LOAD_SECONDS,
@@ -28,7 +29,7 @@ if TYPE_CHECKING:
     from airflow.sdk import Context
 
 
-class BudgetedTuningOperator(_StudyOperator):
+class BudgetedTuningOperator(WarnsOfDroppedDefaultArgs, _StudyOperator):
     """Runs one trial of a budget-capped study; map it over the plan's slots to run trials in parallel.
 
     See docs/tuning.md.
