@@ -25,6 +25,7 @@ from costaware.adapters.carbon_source import (
     carbon_source,
 )
 from costaware.core.errors import ConfigurationError, InvalidPriceDataError, PriceNotFoundError
+from costaware.core.series import PriceSeries
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "carbon"
 UTC = timezone.utc
@@ -484,17 +485,108 @@ def test_a_one_record_file_takes_the_step_of_the_file_whose_end_it_starts_at(tmp
 
 
 @pytest.mark.parametrize("in_folder", [True, False], ids=["in a folder", "given as --source"])
-def test_a_one_record_file_that_follows_no_file_is_refused_naming_it(tmp_path: Path, in_folder: bool) -> None:
-    # Its end was guessed an hour on: for a half-hourly feed, half an hour nobody recorded.
+def test_a_one_record_file_that_follows_no_file_is_not_read_and_named_where_asked(
+    tmp_path: Path, in_folder: bool, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Its end was guessed an hour on: for a half-hourly feed, half an hour nobody recorded. Refusing the
+    # zone for it refused windows far from it too: only a window reaching its hour names it.
     header = "timestamp_utc,g_co2eq_per_kwh_lca\n"
     (tmp_path / "PL_hours.csv").write_text(header + "2026-11-20T00:00:00Z,100\n2026-11-20T01:00:00Z,110\n")
     single = tmp_path / "PL_latest.csv"
     single.write_text(header + "2026-11-20T03:00:00Z,130\n")  # not where PL_hours.csv ends (02:00)
     source = RecordedCarbon(tmp_path if in_folder else single, bundled=False)
-    with pytest.raises(InvalidPriceDataError) as caught:
-        source.intensity("PL", T0 + timedelta(hours=3), T0 + timedelta(hours=4))
-    assert str(caught.value) == (
-        "PL_latest.csv holds one record (2026-11-20 03:00 UTC) and starts where no other PL file ends: one "
-        "record cannot tell an hour from half an hour, so where it ends is unknown: add the record after it "
-        "(the next hour or half hour) to the file, or put it beside the file it follows"
+    why = (
+        "PL_latest.csv holds one record (2026-11-20 03:00 UTC) and no other PL file ends where it starts or "
+        "begins within the hour after it: one record cannot tell an hour from half an hour, so where it ends "
+        "is unknown; not read: add the record after it (the next hour or half hour) to the file, or put it "
+        "beside the file it follows"
     )
+    warned = caplog.at_level("WARNING", logger="costaware.adapters.carbon_source")
+    with warned, pytest.raises(PriceNotFoundError) as caught:
+        source.intensity("PL", T0 + timedelta(hours=3), T0 + timedelta(hours=4))
+    assert str(caught.value).endswith(f"import a file that covers it. {why}")
+    assert f"costaware: {why}" in caplog.text
+    with pytest.raises(PriceNotFoundError) as far:
+        source.intensity("PL", T0 + timedelta(hours=5), T0 + timedelta(hours=6))
+    assert "PL_latest.csv" not in str(far.value)
+    if in_folder:
+        assert _values(source.intensity("PL", T0, T0 + timedelta(hours=2))) == [100, 110]
+    else:
+        assert "UTC: no PL file is read; import" in str(caught.value)
+
+
+HEADER = "timestamp_utc,g_co2eq_per_kwh_lca\n"
+
+
+def _values(series: PriceSeries) -> list[float]:
+    return [float(value) for _, value in series.points]
+
+
+def test_a_one_record_file_that_cannot_be_placed_is_left_out_not_the_whole_zone(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # A correction inside a month file's span refused every question about the zone, windows far from it
+    # and the 2023 ones the bundled year covers too.
+    (tmp_path / "GB_2026-11.csv").write_text((FIXTURES / "GB_2026-11.csv").read_text())
+    (tmp_path / "GB_fix.csv").write_text(HEADER + "2026-11-21T10:00:00Z,999\n")
+    source = RecordedCarbon(tmp_path)
+    with caplog.at_level("WARNING", logger="costaware.adapters.carbon_source"):
+        far = source.intensity("GB", T0 + timedelta(hours=1), T0 + timedelta(hours=2))
+    assert _values(far) == [121.0]
+    assert caplog.text.count("GB_fix.csv holds one record (2026-11-21 10:00 UTC)") == 1
+    assert "not read: add the record after it" in caplog.text
+    in_2023 = datetime(2023, 6, 1, 12, tzinfo=UTC)
+    bundled = RecordedCarbon([], bundled=True).intensity("GB", in_2023, in_2023 + timedelta(hours=2))
+    assert source.intensity("GB", in_2023, in_2023 + timedelta(hours=2)).points == bundled.points
+    # Its hour is unrecorded as a gap is: the month file answers there, as it would without it.
+    at_fix = datetime(2026, 11, 21, 10, tzinfo=UTC)
+    assert _values(source.intensity("GB", at_fix, at_fix + timedelta(hours=1))) == [154.0]
+
+
+def test_a_chain_of_one_record_feed_files_takes_its_step_from_the_next_file(tmp_path: Path) -> None:
+    # Each starts an hour after the one before: every window was refused, the first following no file.
+    for hour, value in enumerate((110, 120, 130), start=1):
+        (tmp_path / f"GB_0{hour}.csv").write_text(HEADER + f"2026-11-20T0{hour - 1}:00:00Z,{value}\n")
+    for source in (RecordedCarbon(tmp_path), RecordedCarbon(tmp_path, bundled=False)):
+        assert _values(source.intensity("GB", T0 + timedelta(hours=1), T0 + timedelta(hours=3))) == [120, 130]
+        assert list(source.covered_hours("GB", T0, 4)) == [T0 + timedelta(hours=h) for h in range(3)]
+        assert source.files_cover("GB", T0, T0 + timedelta(hours=1))
+
+
+def test_a_one_record_file_stands_until_the_next_file_begins_within_the_hour(tmp_path: Path) -> None:
+    # After a half-hourly file it took half an hour, though the next record is at 02:00: 01:30-02:00, which
+    # a file holding the same three records reads as the 01:00 value, counted as unrecorded.
+    (tmp_path / "PL_halves.csv").write_text(HEADER + "2026-11-20T00:00:00Z,100\n2026-11-20T00:30:00Z,110\n")
+    (tmp_path / "PL_latest.csv").write_text(HEADER + "2026-11-20T01:00:00Z,120\n")
+    (tmp_path / "PL_then.csv").write_text(HEADER + "2026-11-20T02:00:00Z,130\n2026-11-20T03:00:00Z,140\n")
+    source = RecordedCarbon(tmp_path, bundled=False)
+    assert _values(source.intensity("PL", T0 + timedelta(hours=1), T0 + timedelta(hours=3))) == [120, 130]
+    assert source.files_cover("PL", T0 + timedelta(hours=1), T0 + timedelta(hours=2))
+
+
+def test_a_one_record_file_where_the_bundled_year_ends_takes_its_step(tmp_path: Path) -> None:
+    (tmp_path / "GB_2024.csv").write_text(HEADER + "2024-01-01T00:00:00Z,120\n")
+    start = datetime(2023, 12, 31, 23, tzinfo=UTC)
+    series = RecordedCarbon(tmp_path).intensity("GB", start, start + timedelta(hours=2))
+    assert _values(series) == [95.02, 120.0]
+
+
+def test_a_one_record_file_days_after_an_import_leaves_the_import_and_its_zone_readable(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    # A feed's latest hour beside the import, 4 days after its end: every decision of the zone raised.
+    from costaware.adapters.carbon_source import imported_carbon
+    from costaware.adapters.spot_market import carbon_intensity
+    from costaware.core.carbon import Objective
+
+    monkeypatch.setenv("AIRFLOW_HOME", str(tmp_path))
+    folder = tmp_path / "costaware" / "carbon"
+    folder.mkdir(parents=True)
+    (folder / "GB_imported.csv").write_text((FIXTURES / "GB_2026-11.csv").read_text())
+    (folder / "GB_latest.csv").write_text(HEADER + "2026-11-26T10:00:00Z,130\n")
+    at = T0 + timedelta(hours=3)
+    with caplog.at_level("WARNING", logger="costaware.adapters.carbon_source"):
+        weighed = carbon_intensity("GB", region=None, objective=Objective("carbon"), at=at)
+    assert weighed is not None and weighed.price_at(at) == 123
+    assert "GB_latest.csv holds one record (2026-11-26 10:00 UTC)" in caplog.text
+    assert imported_carbon("GB", datetime(2026, 11, 26, 10, 30, tzinfo=UTC)) is None  # the typical year

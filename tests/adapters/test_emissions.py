@@ -342,3 +342,26 @@ def test_with_emissions_sets_the_entry_fields() -> None:
 )
 def test_format_kg_co2e(kg: Decimal | None, unknown: int, shown: str) -> None:
     assert format_kg_co2e(kg, unknown) == shown
+
+
+def test_a_one_record_file_nothing_places_leaves_the_imports_emissions(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A feed's latest hour beside the import, 4 days after its end: every GB try's kg_co2e was lost.
+    monkeypatch.setenv("AIRFLOW_HOME", str(tmp_path))
+    folder = tmp_path / "costaware" / "carbon"
+    folder.mkdir(parents=True)
+    recorded = Path(__file__).resolve().parents[1] / "fixtures" / "carbon" / "GB_2026-11.csv"
+    (folder / "GB_imported.csv").write_text(recorded.read_text())
+    (folder / "GB_latest.csv").write_text("timestamp_utc,g_co2eq_per_kwh_lca\n2026-11-26T10:00:00Z,130\n")
+    start = datetime(2026, 11, 20, 1, tzinfo=timezone.utc)
+    found = estimate(
+        instance_type=None,
+        region="on-prem",
+        power_kw=1,
+        grid_zone="GB",
+        start=start,
+        end=start + timedelta(hours=2),
+    )
+    assert found["kg_co2e"] == Decimal("0.243")  # 1 kW for 2 h at 121 and 122 g/kWh
+    assert found["carbon_source"].startswith("grid GB: carbon GB_imported.csv")

@@ -7,6 +7,7 @@ import``'s files that decisions weigh, followed by the bundled typical year.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from datetime import datetime, timedelta
 from decimal import Decimal
@@ -15,9 +16,12 @@ from pathlib import Path
 from costaware.adapters.carbon_data import bundled_carbon, bundled_zones, load_carbon, zone_hint
 from costaware.adapters.carbon_live import LIVE_ZONES
 from costaware.adapters.carbon_window import _HOUR, _hours, _utc, _window
-from costaware.core.errors import ConfigurationError, InvalidPriceDataError, PriceNotFoundError
+from costaware.core.errors import ConfigurationError, PriceNotFoundError
 from costaware.core.series import PriceSeries
 from costaware.settings import costaware_home
+
+# The logger of the single module this came from, as carbon_live's: a filter on that name sees these too.
+log = logging.getLogger("costaware.adapters.carbon_source")
 
 
 def carbon_folder() -> Path:
@@ -33,10 +37,10 @@ def zone_of(path: Path) -> str:
 def recorded_end(series: PriceSeries) -> datetime:
     """Where a recorded series ends: its last record plus its own step there.
 
-    The step is the time from the record before the last (a one-record file's, that of the file it follows,
-    :class:`_OneRecord`; else an hour): a half-hourly file ending 01:30 was taken as covering up to 02:30,
-    supplying half an hour nobody recorded. The last step, not the shortest: an import merged from a
-    half-hourly month and an hourly one ends hourly.
+    The step is the time from the record before the last (a one-record file's, the one
+    :meth:`RecordedCarbon.zone_files` found it, :class:`_OneRecord`; else an hour): a half-hourly file
+    ending 01:30 was taken as covering up to 02:30, supplying half an hour nobody recorded. The last step,
+    not the shortest: an import merged from a half-hourly month and an hourly one ends hourly.
     """
     times = series.points[-2:]
     if len(times) == 2:
@@ -45,7 +49,7 @@ def recorded_end(series: PriceSeries) -> datetime:
 
 
 class _OneRecord(PriceSeries):
-    """A one-record file's series, with the step of the file whose end it starts at (its own is unknown)."""
+    """A one-record file's series, with the step its zone's other files tell (its own is unknown)."""
 
     __slots__ = ("step",)
 
@@ -100,6 +104,8 @@ class RecordedCarbon:
         self.basis = basis
         self._loaded: dict[Path, PriceSeries] = {}
         self._of_zone: dict[str, list[PriceSeries]] = {}
+        #: Per zone, the one-record files :meth:`zone_files` left out: their record's time and why.
+        self._left_out: dict[str, list[tuple[datetime, str]]] = {}
 
     @property
     def zones(self) -> list[str]:
@@ -170,13 +176,13 @@ class RecordedCarbon:
     def zone_files(self, zone: str) -> list[PriceSeries]:
         """The series of the zone's files (not the bundled year), in order, each read once.
 
-        A one-record file ends where the step of the file whose end it starts at takes it, as ``costaware
-        carbon import`` merges one: read as an hour, it supplied half an hour nobody recorded after a
-        half-hourly file.
+        A one-record file's step is not its own (:meth:`_one_record_step`): read as an hour, it supplied half
+        an hour nobody recorded after a half-hourly file. One whose step nothing tells is left out with a
+        warning naming it, and its time is unrecorded, as a gap is: refusing the zone over it refused every
+        window, the bundled year's included, and lost every try's emissions.
 
         Raises:
-            InvalidPriceDataError: a file is malformed, or holds one record and starts where no other file
-                of the zone ends (named, with what to do).
+            InvalidPriceDataError: a file is malformed.
         """
         if zone in self._of_zone:
             return self._of_zone[zone]
@@ -184,20 +190,53 @@ class RecordedCarbon:
         loaded = {file: self._load(file) for file in files}
         # The step at each end a file of several records reaches; a one-record file joined on passes it on.
         step_at = {recorded_end(s): recorded_end(s) - s.last for s in loaded.values() if len(s) > 1}
+        starts = sorted({s.start for s in loaded.values()})
+        left_out: list[tuple[datetime, str]] = []
         for file in sorted((f for f in files if len(loaded[f]) == 1), key=lambda f: loaded[f].start):
             one = loaded[file]
-            step = step_at.get(one.start)
+            step = self._one_record_step(zone, one.start, step_at, starts)
             if step is None:
-                raise InvalidPriceDataError(
-                    f"{file.name} holds one record ({one.start:%Y-%m-%d %H:%M} UTC) and starts where no "
-                    f"other {zone} file ends: one record cannot tell an hour from half an hour, so where it "
-                    "ends is unknown: add the record after it (the next hour or half hour) to the file, or "
-                    "put it beside the file it follows"
+                why = (
+                    f"{file.name} holds one record ({one.start:%Y-%m-%d %H:%M} UTC) and no other {zone} file "
+                    "ends where it starts or begins within the hour after it: one record cannot tell an hour "
+                    "from half an hour, so where it ends is unknown; not read: add the record after it (the "
+                    "next hour or half hour) to the file, or put it beside the file it follows"
                 )
+                log.warning("costaware: %s", why)
+                left_out.append((one.start, why))
+                del loaded[file]
+                continue
             loaded[file] = _OneRecord(one, step)
             step_at.setdefault(one.start + step, step)
-        self._of_zone[zone] = [loaded[file] for file in files]
+        self._left_out[zone] = left_out
+        self._of_zone[zone] = [loaded[file] for file in files if file in loaded]
         return self._of_zone[zone]
+
+    def _one_record_step(
+        self, zone: str, at: datetime, step_at: dict[datetime, timedelta], starts: list[datetime]
+    ) -> timedelta | None:
+        """The step of a one-record file starting ``at``, or None where nothing tells it.
+
+        Up to the zone's next file where that begins within the hour (a feed writing each record to its own
+        file: the record stands until the next, as inside a file), else the step of the file whose end it
+        starts at (as ``costaware carbon import`` merges one), the bundled year's included.
+        """
+        after = next((start for start in starts if start > at), None)
+        if after is not None and after - at <= _HOUR:
+            return after - at
+        if at in step_at:
+            return step_at[at]
+        if zone in bundled_zones():
+            year = bundled_carbon(zone, self.basis)
+            if recorded_end(year) == at:
+                return at - year.last
+        return None
+
+    def _left_out_at(self, zone: str, start: datetime, end: datetime) -> str:
+        """Why the one-record files left out whose hour ``[start, end)`` reaches are not read, or ""."""
+        self.zone_files(zone)
+        reached = [why for at, why in self._left_out.get(zone, []) if start < at + _HOUR and at < end]
+        return "".join(f". {why}" for why in reached)
 
     def intensity(self, zone: str, start: datetime, end: datetime) -> PriceSeries:
         """The recorded intensity of ``zone`` over ``[start, end)``, from the first file that covers it.
@@ -230,8 +269,8 @@ class RecordedCarbon:
         )
         raise PriceNotFoundError(
             f"no recorded carbon intensity for {zone} from {start:%Y-%m-%d %H:%M} to "
-            f"{end:%Y-%m-%d %H:%M} UTC: {spans}; import a file that covers it{_or_live(zone)}"
-            f"{self._not_read(zone)}"
+            f"{end:%Y-%m-%d %H:%M} UTC: {spans or f'no {zone} file is read'}; import a file that covers it"
+            f"{_or_live(zone)}{self._not_read(zone)}{self._left_out_at(zone, start, end)}"
         )
 
     def recorded_part(self, zone: str, start: datetime, end: datetime) -> tuple[PriceSeries, datetime] | None:
