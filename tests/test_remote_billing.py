@@ -59,6 +59,12 @@ def test_a_direct_bill_beside_a_row_of_the_job_that_gives_no_end_is_kept_for_a_p
         note="attempt 1, job train-a1 on local, 3600.0 s billed: ok", entry_uid="attempt:older-no-end",
     )  # fmt: skip
     assert billed_ledger.record(older)
+    # The task's hold (a spend gate's): a bill written pays from it, a bill kept for a person must not, or
+    # the hold counted as spent what the ledger never held.
+    from costaware.training.attempt_effects import task_holder
+
+    billed_ledger.set_budget("project=churn", "month", "10")
+    hold = billed_ledger.reserve("project=churn", "5.00", holder=task_holder(plan), run_id=ident["run_id"])
     state = AttemptState(plan=plan).submitted(job_id="train-a1", market="on_demand")
     billing = KilledTrainingBilling(
         ledger_conn_id="costaware_ledger", aws_conn_id=None, log=logging.getLogger(__name__)
@@ -81,6 +87,8 @@ def test_a_direct_bill_beside_a_row_of_the_job_that_gives_no_end_is_kept_for_a_p
     said = caplog.text
     assert f"the bill {kept.name} (job train-a1, $1.000000) was not written" in said
     assert older.entry_uid in said and f"Kept in {spool / 'unsure'}" in said and '"another_run": true' in said
+    assert billed_ledger.open_holds_of(task_holder(plan)) == [hold]
+    assert billed_ledger.paid_from([hold.id]).get(hold.id, Decimal(0)) == 0
     # The attempt still counts what it ran against max_usd.
     assert Decimal(billed.attempts[-1].usd) == Decimal("1")
     # Marked as another run's and moved back, as the log says, the drain writes it.
