@@ -2,7 +2,15 @@
 
 from __future__ import annotations
 
-from costaware.ledger_spool import DrainResult, combined
+import json
+import logging
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from costaware.ledger_spool import UNSURE, DrainResult, combined, keep_unsure
 
 
 def test_drain_results_sum_field_by_field_and_merge_what_was_unavailable() -> None:
@@ -30,3 +38,46 @@ def test_combined_drains_of_no_folder_or_with_no_unavailable_map_read_as_nothing
     assert combined([DrainResult(written=1), DrainResult(unsure=2)]) == DrainResult(
         written=1, unsure=2, unavailable={}
     )
+
+
+def _unsure_bill(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Any, dict[str, Any], Path]:
+    """A remote attempt's bill, the ledger row of its job that gives no end, and the spool they go to."""
+    from costaware.core.ledger import Kind, LedgerEntry
+
+    monkeypatch.setenv("AIRFLOW_HOME", str(tmp_path / "airflow"))
+    bill = LedgerEntry(
+        dag_id="remote_dag", run_id="r", task_id="train", kind=Kind.COMPUTE, usd=Decimal("1.25"),
+        quantity=Decimal("0.5"), unit="hour", unit_price_usd=Decimal("2.5"), price_source="remote:local",
+        cause="success", note="attempt 1, job train-a1 on local, 1800.0 s billed: ok",
+        entry_uid="attempt:this",
+    )  # fmt: skip
+    row = {"entry_uid": "attempt:older-no-end", "usd": "2.000000", "incurred_at": "2026-12-01T21:00:00+00:00",
+           "try_number": 3}  # fmt: skip
+    return bill, row, tmp_path / "airflow" / "costaware" / "spool"
+
+
+def test_a_bill_that_cannot_be_kept_in_unsure_is_logged_with_the_row_and_what_to_do_with_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The log line is all that holds the bill then: it named no row to look at, and said to save the JSON
+    # in unsure/, which nothing drains, and to read a `spool show` help that says nothing of it.
+    bill, row, spool = _unsure_bill(tmp_path, monkeypatch)
+    spool.mkdir(parents=True)
+    (spool / UNSURE).write_text("a plain file where the folder goes")
+    with caplog.at_level(logging.ERROR, logger="costaware.ledger_spool"):
+        assert keep_unsure(bill, "costaware_ledger", {"job_id": "train-a1"}, row) is None
+    (said,) = [r.getMessage() for r in caplog.records]
+    assert "the bill of job train-a1 (entry attempt:this, $1.25) was not written" in said
+    assert (
+        "entry attempt:older-no-end of the same job ($2.000000, written 2026-12-01T21:00:00+00:00, try 3)"
+        in said
+    )
+    assert (
+        f'save the JSON that ends this line as {spool / "attempt:this.json"} with "another_run": true' in said
+    )
+    assert "`costaware spool drain`; if it bills this run, drop it" in said and "spool show" not in said
+    saved = json.loads(said[said.index("{") :])
+    assert saved["entry"]["entry_uid"] == "attempt:this" and saved["duplicate_check"] == {
+        "job_id": "train-a1"
+    }
+    assert sorted(p.name for p in spool.iterdir()) == [UNSURE]  # nothing written anywhere

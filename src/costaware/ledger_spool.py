@@ -556,6 +556,18 @@ def _keep_unsure(claimed: Path, name: str, data: dict[str, Any], row: dict[str, 
     _say_kept_unsure(f"spooled {name}", data, row, unsure, claimed.parent)
 
 
+#: Why a bill beside ``row`` is not written (:func:`_row_args` gives its arguments).
+_UNKNOWN_ROW = (
+    "the ledger has entry %s of the same job ($%s, written %s, try %s), whose note gives no job end (written "
+    "before notes gave it, or cut), so whether it bills this run or a later one under the same name cannot "
+    "be told"
+)
+
+
+def _row_args(row: dict[str, Any]) -> tuple[Any, ...]:
+    return row.get("entry_uid"), row.get("usd"), row.get("incurred_at"), row.get("try_number")
+
+
 def keep_unsure(
     entry: Any, ledger_conn_id: str, duplicate_check: dict[str, Any], row: dict[str, Any]
 ) -> Path | None:
@@ -566,25 +578,29 @@ def keep_unsure(
     None where it could not be kept either (then the whole bill is in the log, to save by hand).
     """
     spool = spool_dir()
+    unsure = spool / UNSURE
     record = spool_record(entry, ledger_conn_id, retrying=True, duplicate_check=duplicate_check)
+    data = json.loads(record)
     try:
-        path = spool_entry(
-            spool / UNSURE, entry, ledger_conn_id, retrying=True, duplicate_check=duplicate_check
-        )
+        path = spool_entry(unsure, entry, ledger_conn_id, retrying=True, duplicate_check=duplicate_check)
     except Exception as e:
+        # Nothing else holds the bill now: the row and what to do with the JSON, as the kept file's ERROR.
         log.error(
-            "costaware: the bill of job %s (entry %s) was not written (a ledger row of the job gives no end, "
-            "so it may bill this run) and could not be kept in %s either (%s): save the JSON that ends this "
-            "line as %s.json there and read `costaware spool show`'s help on unsure bills: %s",
+            "costaware: the bill of job %s (entry %s, $%s) was not written: " + _UNKNOWN_ROW + ". It could "
+            "not be kept in %s either (%s): if that entry bills another run, save the JSON that ends this "
+            'line as %s with "another_run": true added and run `costaware spool drain`; if it bills this '
+            "run, drop it: %s",
             duplicate_check.get("job_id"),
             entry.entry_uid,
-            spool / UNSURE,
+            data["entry"]["usd"],
+            *_row_args(row),
+            unsure,
             e,
-            entry.entry_uid,
+            spool / f"{entry.entry_uid}.json",
             record,
         )
         return None
-    _say_kept_unsure(f"the bill {path.name}", json.loads(record), row, spool / UNSURE, spool)
+    _say_kept_unsure(f"the bill {path.name}", data, row, unsure, spool)
     return path
 
 
@@ -593,18 +609,13 @@ def _say_kept_unsure(what: str, data: dict[str, Any], row: dict[str, Any], unsur
     check = data.get("duplicate_check") or {}
     entry = data.get("entry") or {}
     log.error(
-        "costaware: %s (job %s, $%s) was not written: the ledger has entry %s of the same job "
-        "($%s, written %s, try %s), whose note gives no job end (written before notes gave it, or cut), so "
-        "whether it bills this run or a later one under the same name cannot be told. Kept in %s: if that "
-        'entry bills another run, add "another_run": true to the file, move it back into %s and run '
+        "costaware: %s (job %s, $%s) was not written: " + _UNKNOWN_ROW + ". Kept in %s: if that entry bills "
+        'another run, add "another_run": true to the file, move it back into %s and run '
         "`costaware spool drain`; if it bills this run, delete the file",
         what,
         check.get("job_id"),
         entry.get("usd"),
-        row.get("entry_uid"),
-        row.get("usd"),
-        row.get("incurred_at"),
-        row.get("try_number"),
+        *_row_args(row),
         unsure,
         spool,
     )
