@@ -81,3 +81,21 @@ def test_a_bill_that_cannot_be_kept_in_unsure_is_logged_with_the_row_and_what_to
         "job_id": "train-a1"
     }
     assert sorted(p.name for p in spool.iterdir()) == [UNSURE]  # nothing written anywhere
+
+
+def test_a_second_bill_of_the_same_attempt_leaves_the_kept_file_a_person_marked_as_it_is(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    # A new try billing the job again rewrote unsure/<uid>.json: the "another_run" a person added, not
+    # moved back yet, was gone, and the bill went back to unsure at the drain.
+    bill, row, spool = _unsure_bill(tmp_path, monkeypatch)
+    kept = keep_unsure(bill, "costaware_ledger", {"job_id": "train-a1"}, row)
+    assert kept == spool / UNSURE / "attempt:this.json"
+    marked = {**json.loads(kept.read_text()), "another_run": True}
+    kept.write_text(json.dumps(marked))
+    caplog.clear()
+    with caplog.at_level(logging.ERROR, logger="costaware.ledger_spool"):
+        assert keep_unsure(bill, "costaware_ledger", {"job_id": "train-a1"}, row) == kept
+    assert json.loads(kept.read_text()) == marked
+    (said,) = [r.getMessage() for r in caplog.records]
+    assert "the bill attempt:this.json (kept there already: left as it is) (job train-a1, $1.25)" in said

@@ -581,6 +581,14 @@ def keep_unsure(
     unsure = spool / UNSURE
     record = spool_record(entry, ledger_conn_id, retrying=True, duplicate_check=duplicate_check)
     data = json.loads(record)
+    kept = unsure / f"{entry.entry_uid}.json"
+    if kept.exists():
+        # The same bill kept by an earlier try (its uid is the attempt's): rewritten, a person's
+        # "another_run" not yet moved back was lost, and the ledger takes one entry of a uid anyway.
+        _say_kept_unsure(
+            f"the bill {kept.name} (kept there already: left as it is)", data, row, unsure, spool
+        )
+        return kept
     try:
         path = spool_entry(unsure, entry, ledger_conn_id, retrying=True, duplicate_check=duplicate_check)
     except Exception as e:
