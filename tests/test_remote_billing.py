@@ -28,6 +28,27 @@ def any_ledger_url(request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: 
     return url
 
 
+def _record_a_row_of_the_job_that_gives_no_end(ledger: Ledger, ident: dict[str, Any]) -> LedgerEntry:
+    older = LedgerEntry(
+        dag_id=ident["dag_id"], run_id=ident["run_id"], task_id=ident["task_id"], kind=Kind.COMPUTE,
+        usd=Decimal("2"), quantity=Decimal("1"), unit="hour", unit_price_usd=Decimal("2"),
+        price_source="remote:local", cause="success",
+        note="attempt 1, job train-a1 on local, 3600.0 s billed: ok", entry_uid="attempt:older-no-end",
+    )  # fmt: skip
+    assert ledger.record(older)
+    return older
+
+
+#: The job's run: 1,800 s, ended 3 h before the bill (offset from now).
+ENDED_JOB = {
+    "job_id": "train-a1",
+    "state": "succeeded",
+    "market": "on_demand",
+    "instance_type": "m5.large",
+    "billable_seconds": 1800.0,
+}
+
+
 @pytest.fixture
 def billed_ledger(any_ledger_url: str) -> Iterator[Ledger]:
     opened = Ledger.from_url(any_ledger_url)
@@ -52,13 +73,7 @@ def test_a_direct_bill_beside_a_row_of_the_job_that_gives_no_end_is_kept_for_a_p
     spool = tmp_path / "airflow" / "costaware" / "spool"
     plan = RemotePlan.from_json(CAPTURED)
     ident = plan.identity
-    older = LedgerEntry(
-        dag_id=ident["dag_id"], run_id=ident["run_id"], task_id=ident["task_id"], kind=Kind.COMPUTE,
-        usd=Decimal("2"), quantity=Decimal("1"), unit="hour", unit_price_usd=Decimal("2"),
-        price_source="remote:local", cause="success",
-        note="attempt 1, job train-a1 on local, 3600.0 s billed: ok", entry_uid="attempt:older-no-end",
-    )  # fmt: skip
-    assert billed_ledger.record(older)
+    older = _record_a_row_of_the_job_that_gives_no_end(billed_ledger, ident)
     # The task's hold (a spend gate's): a bill written pays from it, a bill kept for a person must not, or
     # the hold counted as spent what the ledger never held.
     from costaware.training.attempt_effects import task_holder
@@ -69,14 +84,7 @@ def test_a_direct_bill_beside_a_row_of_the_job_that_gives_no_end_is_kept_for_a_p
     billing = KilledTrainingBilling(
         ledger_conn_id="costaware_ledger", aws_conn_id=None, log=logging.getLogger(__name__)
     )
-    job = {
-        "job_id": "train-a1",
-        "state": "succeeded",
-        "market": "on_demand",
-        "instance_type": "m5.large",
-        "billable_seconds": 1800.0,
-        "ended_at": time.time() - 3 * 3600,
-    }
+    job = {**ENDED_JOB, "ended_at": time.time() - 3 * 3600}
     with caplog.at_level(logging.ERROR, logger="costaware.ledger_spool"):
         billed = billing._bill_attempt(state, job, None)
     assert [row["entry_uid"] for row in billed_ledger.entries(dag_id=ident["dag_id"])] == [older.entry_uid]
@@ -98,3 +106,46 @@ def test_a_direct_bill_beside_a_row_of_the_job_that_gives_no_end_is_kept_for_a_p
     kept.replace(spool / kept.name)
     assert drain(spool, lambda conn_id: billed_ledger).written == 1
     assert len(billed_ledger.entries(dag_id=ident["dag_id"])) == 2
+
+
+@pytest.mark.parametrize(
+    ("unsure_is_a_file", "kept"),
+    [
+        (False, "kept in spool/unsure for a person (see the ERROR above)"),
+        (True, "not written nor kept: logged for a person (see the ERROR above)"),
+    ],
+)
+def test_a_kill_whose_bill_is_kept_for_a_person_says_so_not_that_it_billed_the_job(
+    unsure_is_a_file: bool,
+    kept: str,
+    billed_ledger: Ledger,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # Right after the ERROR that says the bill was not written, the kill said "stopped and billed ... $1".
+    from attempt_states import CAPTURED  # tests/support/
+
+    from costaware.training.attempts import AttemptState
+    from costaware.training.plan import RemotePlan
+    from costaware.triggers.remote_training import RemoteTrainingJobTrigger
+
+    monkeypatch.setenv("AIRFLOW_HOME", str(tmp_path / "airflow"))
+    if unsure_is_a_file:
+        spool = tmp_path / "airflow" / "costaware" / "spool"
+        spool.mkdir(parents=True)
+        (spool / "unsure").write_text("")
+    plan = RemotePlan.from_json(CAPTURED)
+    _record_a_row_of_the_job_that_gives_no_end(billed_ledger, plan.identity)
+    state = AttemptState(plan=plan).submitted(job_id="train-a1", market="on_demand")
+    trigger = RemoteTrainingJobTrigger(
+        backend="local", backend_options={}, job_id="train-a1", state=state.to_json(), aws_conn_id=None
+    )
+    job = {**ENDED_JOB, "ended_at": time.time() - 3 * 3600}
+    # The job had ended on its own: the kill's stop finds its end and bills it as it ended.
+    monkeypatch.setattr(trigger, "_stop_job", lambda *args, **kwargs: (job, True, True))
+    assert trigger.stop_and_bill(ask_state=False, wait_seconds=0) is None
+    said = capsys.readouterr().out  # the trigger's log (Airflow's structlog)
+    assert "stopped and billed" not in said
+    assert f"its task was killed: job train-a1 stopped; its bill of $1.000000 (1800 s) {kept}" in said
+    assert len(billed_ledger.entries(dag_id=plan.identity["dag_id"])) == 1

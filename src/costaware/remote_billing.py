@@ -19,6 +19,8 @@ from costaware.adapters.compute.base import BILLED_AT_ON_DEMAND, COPY_SECONDS_BY
 from costaware.core.ledger import utcnow
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from costaware.hooks.ledger import CostLedgerHook
     from costaware.training.attempt_duplicates import DuplicateCheck
     from costaware.training.attempts import AttemptState
@@ -351,11 +353,14 @@ class AttemptBilling:
             return None
         return str(path)
 
-    def _keep_unsure(self, entry: Any, check: DuplicateCheck, row: Mapping[str, Any]) -> None:
-        """Keep ``entry`` in the spool's ``unsure/`` for a person: ``row`` may bill the same run."""
+    def _keep_unsure(self, entry: Any, check: DuplicateCheck, row: Mapping[str, Any]) -> Path | None:
+        """Keep ``entry`` in the spool's ``unsure/`` for a person: ``row`` may bill the same run.
+
+        Returns the file, or None where it could not be kept either (its ERROR holds the bill whole).
+        """
         import costaware.ledger_spool as ledger_spool
 
-        ledger_spool.keep_unsure(entry, self.ledger_conn_id, check.to_json(), dict(row))
+        return ledger_spool.keep_unsure(entry, self.ledger_conn_id, check.to_json(), dict(row))
 
     def _write_attempt_entry(
         self, state: AttemptState, job: Mapping[str, Any], entry: Any, attempt: Any, *, keyed_by_name: bool
@@ -453,6 +458,9 @@ class KilledTrainingBilling(AttemptBilling):
         self.ledger_conn_id = ledger_conn_id
         self.aws_conn_id = aws_conn_id
         self._log = log
+        #: The last bill kept for a person, not written (:meth:`_keep_unsure`): its file, "" where it could
+        #: not be kept either, None where none was. The kill says so: "billed", it read as in the ledger.
+        self.unsure_bill: str | None = None
         if ledger is not None:
             # A ledger the caller opened (the CLI's --ledger-url): this process's look-up of
             # ``ledger_conn_id`` could lead elsewhere (the hook's fallback file, outside a worker).
@@ -461,6 +469,11 @@ class KilledTrainingBilling(AttemptBilling):
     @property
     def log(self) -> Any:
         return self._log
+
+    def _keep_unsure(self, entry: Any, check: DuplicateCheck, row: Mapping[str, Any]) -> Path | None:
+        kept = super()._keep_unsure(entry, check, row)
+        self.unsure_bill = "" if kept is None else str(kept)
+        return kept
 
 
 class _OpenedLedger:

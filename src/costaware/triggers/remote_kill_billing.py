@@ -144,13 +144,24 @@ class KilledJobBilling(GoneJobBilling):
                         price_unread_raises=False,
                         spool_unwritten=bill_refused,  # nothing bills a worker's job later
                     )
-                    self.log.warning(
-                        "%s: job %s stopped and billed, %.0f s for $%s",
-                        why,
-                        self.job_id,
-                        float(job["billable_seconds"]),
-                        state.attempts[-1].usd,
-                    )
+                    if billing.unsure_bill is None:
+                        self.log.warning(
+                            "%s: job %s stopped and billed, %.0f s for $%s",
+                            why,
+                            self.job_id,
+                            float(job["billable_seconds"]),
+                            state.attempts[-1].usd,
+                        )
+                    else:  # not in the ledger: a row of the job may bill this run (the ERROR above)
+                        self.log.warning(
+                            "%s: job %s stopped; its bill of $%s (%.0f s) %s for a person (see the ERROR "
+                            "above)",
+                            why,
+                            self.job_id,
+                            state.attempts[-1].usd,
+                            float(job["billable_seconds"]),
+                            "kept in spool/unsure" if billing.unsure_bill else "not written nor kept: logged",
+                        )
         except StopRefused as e:
             verdict, refused = "refused", str(e)
             self.log.error(
