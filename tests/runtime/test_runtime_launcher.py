@@ -1732,7 +1732,7 @@ def test_stopping_the_checkpoint_watcher_waits_a_bounded_time_for_a_push_that_ha
     sync = CheckpointSync(str(tmp_path / "remote"), tmp_path / "local")
     pushing, release = threading.Event(), threading.Event()
 
-    def hang(key: str, source: object) -> None:
+    def hang(key: str, source: object, progress: object = None) -> None:
         pushing.set()
         release.wait(30)
 
@@ -1749,9 +1749,68 @@ def test_stopping_the_checkpoint_watcher_waits_a_bounded_time_for_a_push_that_ha
     finally:
         release.set()
     assert said[0] is not None and said == [caplog.records[-1].getMessage()]
-    said_hung = f"a checkpoint push to {sync.store.uri} has finished no file for 0.2 s after the job exited"
+    said_hung = f"a checkpoint push to {sync.store.uri} has sent nothing for 0.2 s after the job exited"
     assert f"{said_hung}, begun" in said[0]
     assert "checkpoint step 4 may not be in the store, which holds none known to this attempt" in said[0]
+
+
+class _TricklingStore:
+    """Wraps a folder store's ``put``: reads the source 64 KiB at a time, ``pause`` seconds apart.
+
+    After ``stall_after`` bytes it stops for good (a connection that stalled mid-file) until ``release``.
+    """
+
+    def __init__(self, store: Any, pause: float, stall_after: int | None, release: Any) -> None:
+        self.put, self.pause, self.stall_after, self.release = store.put, pause, stall_after, release
+
+    def __call__(self, key: str, source: Any, progress: Any = None) -> None:
+        trickle, sent = self, 0
+
+        class Trickling:
+            def read(self, size: int = -1) -> bytes:
+                nonlocal sent
+                if trickle.stall_after is not None and sent >= trickle.stall_after:
+                    trickle.release.wait(30)
+                time.sleep(trickle.pause)
+                chunk: bytes = source.read(64 << 10)
+                sent += len(chunk)
+                return chunk
+
+        self.put(key, Trickling(), progress)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("stall_after", "kept"),
+    [pytest.param(None, True, id="slow but moving"), pytest.param(256 << 10, False, id="moves, then hangs")],
+)
+def test_stopping_the_watcher_waits_for_a_single_file_while_its_bytes_move(
+    stall_after: int | None, kept: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Progress was counted per finished file: one file taking longer than the bound to upload was given up
+    # however steadily its bytes went. 1 MiB at 64 KiB per 0.05 s takes ~0.8 s, the bound is 0.3 s.
+    import threading
+
+    from costaware_runtime import _watcher, save_bytes
+    from costaware_runtime.launcher import CheckpointSync, _Watcher
+
+    monkeypatch.setattr(_watcher, "STOP_SECONDS", 0.3, raising=False)
+    save_bytes(b"w" * (1 << 20), step=9, directory=tmp_path / "local")
+    sync = CheckpointSync(str(tmp_path / "remote"), tmp_path / "local")
+    release = threading.Event()
+    sync.store.put = _TricklingStore(sync.store, 0.05, stall_after, release)  # type: ignore[method-assign]
+    watcher = _Watcher(sync, poll_seconds=0.01)
+    watcher.start()
+    try:
+        time.sleep(0.05)  # the push has begun: the job exits now
+        said = watcher.stop()
+    finally:
+        release.set()
+    if kept:
+        assert said is None
+        assert json.loads((tmp_path / "remote" / "LATEST.json").read_text())["step"] == 9
+    else:
+        assert said is not None and "has sent nothing for 0.3 s after the job exited" in said
+        assert not (tmp_path / "remote" / "LATEST.json").exists()
 
 
 #: Runs costaware-run with a checkpoint store whose uploads into step folders never end (a hung mount), and
@@ -1762,9 +1821,9 @@ from pathlib import Path
 from costaware_runtime import _command_line, _watcher, stores
 _watcher.STOP_SECONDS = 1.0
 put = stores.LocalStore.put
-def hang(self, key, source):
+def hang(self, key, source, progress=None):
     if not key.startswith("step-"):
-        return put(self, key, source)
+        return put(self, key, source, progress)
     Path(sys.argv[1]).touch()
     threading.Event().wait()
 stores.LocalStore.put = hang
@@ -1788,7 +1847,7 @@ def test_a_store_that_hangs_on_a_push_neither_holds_the_exit_nor_loses_the_check
     done = subprocess.run(launcher, env=job.env(), capture_output=True, text=True, timeout=45)
     assert done.returncode == 77, done.stderr  # preempted before any checkpoint the store holds
     assert time.monotonic() - started < 30
-    assert "has finished no file for 1 s after the job exited, begun" in done.stderr
+    assert "has sent nothing for 1 s after the job exited, begun" in done.stderr
     assert "checkpoint step 1 may not be in the store, which holds none known to this attempt" in done.stderr
     assert "checkpoint step 1 could not be pushed and the store holds none" in done.stderr
 
@@ -1801,11 +1860,11 @@ from pathlib import Path
 from costaware_runtime import _command_line, _watcher, stores
 _watcher.STOP_SECONDS = 1.0
 put = stores.LocalStore.put
-def slow(self, key, source):
+def slow(self, key, source, progress=None):
     if key.startswith("step-"):
         Path(sys.argv[1]).touch()
         time.sleep(0.4)
-    return put(self, key, source)
+    return put(self, key, source, progress)
 stores.LocalStore.put = slow
 sys.exit(_command_line.main(["--poll-seconds", "0.05", "--", sys.executable, sys.argv[2]]))
 """
@@ -1831,6 +1890,6 @@ def test_a_push_still_finishing_files_after_the_job_exits_is_waited_for_past_the
     done = subprocess.run(launcher, env=job.env(), capture_output=True, text=True, timeout=60)
     # 8 files at 0.4 s each outlast the 1 s bound, each within it: the push ends, the checkpoint is kept.
     assert done.returncode == 75, done.stderr
-    assert "has finished no file" not in done.stderr
+    assert "has sent nothing" not in done.stderr
     pointer = json.loads((job.remote / "LATEST.json").read_text())
     assert pointer["step"] == 1, pointer

@@ -344,6 +344,26 @@ def test_a_download_that_runs_out_of_retries_is_a_store_error(
     assert not (tmp_path / "x").exists()
 
 
+@pytest.mark.parametrize("size", [1000, 9 << 20], ids=["one request", "multipart"])
+def test_an_upload_and_a_download_say_their_bytes_as_they_move(
+    bucket: str, tmp_path: Path, size: int
+) -> None:
+    # The checkpoint watcher tells a slow upload from a hung one by these: with none, a single file that took
+    # longer than the bound was given up however steadily it went.
+    from costaware_runtime.stores import open_store
+
+    store = open_store(f"s3://{bucket}/ckpt")
+    source = tmp_path / "model.pt"
+    source.write_bytes(b"m" * size)
+    sent: list[int] = []
+    with open(source, "rb") as reading:
+        store.put("model.pt", reading, progress=sent.append)
+    received: list[int] = []
+    store.download("model.pt", tmp_path / "back.pt", progress=received.append)
+    assert sum(sent) == size and sum(received) == size
+    assert (tmp_path / "back.pt").read_bytes() == source.read_bytes()
+
+
 def deny(client: Any, operation: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """Have ``client`` answer ``operation`` as S3 does for credentials without its permission."""
     from botocore.exceptions import ClientError

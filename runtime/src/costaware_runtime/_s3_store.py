@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from costaware_runtime import _files
-from costaware_runtime._store import Store, check_key
+from costaware_runtime._store import Progress, Store, check_key
 from costaware_runtime.contract import S3_ENDPOINT_URL
 from costaware_runtime.errors import ContractError, StoreError
 
@@ -92,9 +92,10 @@ class S3Store(Store):
     def _key(self, key: str) -> str:
         return self.prefix + check_key(key)
 
-    def put(self, key: str, source: BinaryIO) -> None:
+    def put(self, key: str, source: BinaryIO, progress: Progress | None = None) -> None:
         with self._errors(key, "upload"):
-            self._client.upload_fileobj(source, self.bucket, self._key(key))
+            # boto3 calls Callback with the bytes of each chunk as it is sent, from its transfer threads.
+            self._client.upload_fileobj(source, self.bucket, self._key(key), Callback=progress)
 
     def read(self, key: str) -> bytes | None:
         with self._errors(key, "read"):
@@ -137,9 +138,9 @@ class S3Store(Store):
         self._conditional_writes = False
         return super().put_bytes_if(key, data, tag)
 
-    def download(self, key: str, destination: Path) -> None:
+    def download(self, key: str, destination: Path, progress: Progress | None = None) -> None:
         with self._errors(key, "download"), _files.replacing(destination) as temp:
-            self._client.download_file(self.bucket, self._key(key), str(temp))
+            self._client.download_file(self.bucket, self._key(key), str(temp), Callback=progress)
 
     def sizes(self, prefix: str = "") -> dict[str, int]:
         found: dict[str, int] = {}

@@ -5,11 +5,15 @@ from __future__ import annotations
 import hashlib
 import io
 from abc import ABC, abstractmethod
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import BinaryIO
 
 from costaware_runtime.errors import ContractError
+
+#: Called with each count of bytes a transfer moved, as it moves them: a slow transfer that keeps moving is
+#: told apart from one that hangs (see ``_watcher``).
+Progress = Callable[[int], None]
 
 
 def check_key(key: str) -> str:
@@ -30,16 +34,22 @@ class Store(ABC):
     uri: str
 
     @abstractmethod
-    def put(self, key: str, source: BinaryIO) -> None:
-        """Store what ``source`` holds (read to its end) under ``key``, replacing what was there."""
+    def put(self, key: str, source: BinaryIO, progress: Progress | None = None) -> None:
+        """Store what ``source`` holds (read to its end) under ``key``, replacing what was there.
+
+        ``progress``, if given, is called with the bytes sent as they go (not only once the file is stored).
+        """
 
     @abstractmethod
     def read(self, key: str) -> bytes | None:
         """The bytes under ``key``, or None when there is no such key."""
 
     @abstractmethod
-    def download(self, key: str, destination: Path) -> None:
-        """Copy ``key`` to the local file ``destination`` (atomically); StoreError when it is missing."""
+    def download(self, key: str, destination: Path, progress: Progress | None = None) -> None:
+        """Copy ``key`` to the local file ``destination`` (atomically); StoreError when it is missing.
+
+        ``progress``, if given, is called with the bytes received as they come.
+        """
 
     def keys(self, prefix: str = "") -> list[str]:
         """Every key that starts with ``prefix``, sorted."""

@@ -12,10 +12,10 @@ from costaware_runtime.sync import CheckpointSync
 
 log = logging.getLogger("costaware_runtime.launcher")  # the launcher's messages keep its logger
 
-#: How long the launcher waits, once the job has exited, for a push still in flight to finish its next file.
-#: A push that keeps finishing files is waited for however long it takes (a big checkpoint at a slow link,
-#: lost if cut off); a store silent for longer (a hung mount, a stalled connection) held the job's exit, and
-#: its outputs, for good. Long enough for one file of several GB at tens of MB/s.
+#: How long the launcher waits, once the job has exited, for a push still in flight to move its next bytes.
+#: A push that keeps moving bytes is waited for however long it takes (a big checkpoint at a slow link, lost
+#: if cut off; counting finished files gave up a single file that took longer); a store silent for longer
+#: (a hung mount, a stalled connection) held the job's exit, and its outputs, for good.
 STOP_SECONDS = 300.0
 
 
@@ -70,8 +70,8 @@ class _Watcher(threading.Thread):
     def stop(self, timeout: float | None = None) -> str | None:
         """Stop looking for commits, and wait for a push in flight while it makes progress.
 
-        A push is given up once it has finished no file for ``timeout`` (default :data:`STOP_SECONDS`)
-        seconds, counted from the job's exit or from its last finished file, whichever came later.
+        A push is given up once it has moved no bytes for ``timeout`` (default :data:`STOP_SECONDS`)
+        seconds, counted from the job's exit or from its last bytes sent, whichever came later.
 
         Returns:
             None once the thread has ended, else why it has not (a push that made no progress): the launcher
@@ -93,7 +93,7 @@ class _Watcher(threading.Thread):
         started = self._push_started
         running = "" if started is None else f", begun {time.monotonic() - started:.0f} s ago"
         said = (
-            f"a checkpoint push to {self.sync.store.uri} has finished no file for {bound:g} s after the job "
+            f"a checkpoint push to {self.sync.store.uri} has sent nothing for {bound:g} s after the job "
             f"exited{running}: going on without it; {self._unpushed()}"
         )
         log.error("%s", said)

@@ -22,6 +22,7 @@ from costaware_runtime import _files
 from costaware_runtime._s3_store import S3_INSTALL_HINT as S3_INSTALL_HINT
 from costaware_runtime._s3_store import S3Store as S3Store
 from costaware_runtime._s3_store import log as log
+from costaware_runtime._store import Progress
 from costaware_runtime._store import Store as Store
 from costaware_runtime._store import check_key as check_key
 from costaware_runtime._write_check import WriteRefusal as WriteRefusal
@@ -99,13 +100,13 @@ class LocalStore(Store):
             f"folder that allows both{mount}"
         ) from error
 
-    def put(self, key: str, source: BinaryIO) -> None:
+    def put(self, key: str, source: BinaryIO, progress: Progress | None = None) -> None:
         with (
             _local_errors(self.url(key), "write"),
             _files.replacing(self._path(key)) as temp,
             open(temp, "wb") as target,
         ):
-            shutil.copyfileobj(source, target, 1 << 20)
+            _copy(source, target, progress)
 
     def read(self, key: str) -> bytes | None:
         with _local_errors(self.url(key), "read"):
@@ -114,12 +115,17 @@ class LocalStore(Store):
             except FileNotFoundError:
                 return None
 
-    def download(self, key: str, destination: Path) -> None:
+    def download(self, key: str, destination: Path, progress: Progress | None = None) -> None:
         source = self._path(key)
         if not source.is_file():
             raise StoreError(f"{self.url(key)} does not exist")
-        with _local_errors(self.url(key), "read"), _files.replacing(destination) as temp:
-            shutil.copyfile(source, temp)
+        with (
+            _local_errors(self.url(key), "read"),
+            _files.replacing(destination) as temp,
+            open(source, "rb") as reader,
+            open(temp, "wb") as target,
+        ):
+            _copy(reader, target, progress)
 
     def sizes(self, prefix: str = "") -> dict[str, int]:
         if not self.root.is_dir():
@@ -183,6 +189,16 @@ class LocalStore(Store):
                         parent.rmdir()
                     except OSError:
                         break
+
+
+def _copy(source: BinaryIO, target: BinaryIO, progress: Progress | None) -> None:
+    """Copy ``source`` to its end into ``target`` a MiB at a time, saying each MiB to ``progress``."""
+    if progress is None:
+        shutil.copyfileobj(source, target, 1 << 20)
+        return
+    while chunk := source.read(1 << 20):
+        target.write(chunk)
+        progress(len(chunk))
 
 
 @contextmanager

@@ -103,8 +103,12 @@ class CheckpointSync:
         #: The identity of the last checkpoint pushed without pointing ``LATEST.json`` at it (it was behind).
         self._pushed_behind: tuple[int, str] | None = None
         self._lock = threading.Lock()
-        #: When the last upload of a push returned (monotonic seconds): a push still finishing files is slow,
-        #: not hung, and is waited for (see ``_Watcher.stop``).
+        #: When a push or restore last moved bytes, or finished a file (monotonic seconds): one still moving
+        #: bytes is slow, not hung, and is waited for (see ``_Watcher.stop`` and ``_bounded``).
+        self.progressed_at = time.monotonic()
+
+    def progressed(self, moved: int = 0) -> None:
+        """Note that a transfer moved ``moved`` bytes (or finished a file) now; called from any thread."""
         self.progressed_at = time.monotonic()
 
     def remote_latest(self) -> tuple[Marker, str] | None:
@@ -164,7 +168,8 @@ class CheckpointSync:
             restored = []
             for file in remote.files:
                 target = self.directory.joinpath(*file.path.split("/"))
-                self.store.download(f"{prefix}/{file.path}", target)
+                self.store.download(f"{prefix}/{file.path}", target, progress=self.progressed)
+                self.progressed()
                 stat = target.stat()
                 if stat.st_size != file.bytes:
                     raise StoreError(
@@ -272,8 +277,8 @@ class CheckpointSync:
                     # boto3 closes the file it uploads; a second descriptor of the same file outlives it
                     kept = os.dup(source.fileno())
                     try:
-                        self.store.put(f"{prefix}/{file.path}", source)
-                        self.progressed_at = time.monotonic()
+                        self.store.put(f"{prefix}/{file.path}", source, progress=self.progressed)
+                        self.progressed()
                         self._check_unchanged(kept, file, path)
                     finally:
                         os.close(kept)
