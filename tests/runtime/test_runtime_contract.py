@@ -39,6 +39,7 @@ def test_from_env_reads_every_variable() -> None:
             "COSTAWARE_MARKET": "on_demand",
             "COSTAWARE_GRACE_SECONDS": "50",
             "COSTAWARE_CHECKPOINT_EVERY_SECONDS": "657",
+            "COSTAWARE_STORE_STALL_SECONDS": "900",
         }
     )
     assert env == JobEnvironment(
@@ -52,6 +53,7 @@ def test_from_env_reads_every_variable() -> None:
         market="on_demand",
         grace_seconds=50.0,
         checkpoint_every_seconds=657.0,
+        store_stall_seconds=900.0,
     )
 
 
@@ -59,6 +61,7 @@ def test_from_env_defaults() -> None:
     env = JobEnvironment.from_env({})
     assert (env.attempt, env.market, env.grace_seconds) == (1, "local", 110.0)
     assert env.checkpoint_dir is None and env.result_uri is None and env.checkpoint_every_seconds is None
+    assert env.store_stall_seconds == 300.0
 
 
 @pytest.mark.parametrize(
@@ -77,6 +80,13 @@ def test_from_env_defaults() -> None:
             "COSTAWARE_CHECKPOINT_EVERY_SECONDS='auto' is not a checkpoint interval: give seconds > 0",
         ),
         ({"COSTAWARE_CHECKPOINT_EVERY_SECONDS": "0"}, "COSTAWARE_CHECKPOINT_EVERY_SECONDS='0' is not a"),
+        # 0 gave up every push at once; "5m" is no number of seconds.
+        (
+            {"COSTAWARE_STORE_STALL_SECONDS": "0"},
+            "COSTAWARE_STORE_STALL_SECONDS='0' is not a number of seconds > 0: give how long a checkpoint",
+        ),
+        ({"COSTAWARE_STORE_STALL_SECONDS": "5m"}, "COSTAWARE_STORE_STALL_SECONDS='5m' is not a number of"),
+        ({"COSTAWARE_STORE_STALL_SECONDS": "inf"}, "COSTAWARE_STORE_STALL_SECONDS='inf' is not a number of"),
         (
             {"COSTAWARE_RESULT_PATH": "/a.json", "COSTAWARE_RESULT_URI": "/b.json"},
             "COSTAWARE_RESULT_PATH='/a.json' and COSTAWARE_RESULT_URI='/b.json' disagree: set only one",

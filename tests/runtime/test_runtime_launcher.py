@@ -1813,13 +1813,12 @@ def test_stopping_the_watcher_waits_for_a_single_file_while_its_bytes_move(
         assert not (tmp_path / "remote" / "LATEST.json").exists()
 
 
-#: Runs costaware-run with a checkpoint store whose uploads into step folders never end (a hung mount), and
-#: a watcher that waits STOP_SECONDS=1 for them once the job has exited.
+#: Runs costaware-run with a checkpoint store whose uploads into step folders never end (a hung mount); the
+#: test gives COSTAWARE_STORE_STALL_SECONDS=1, how long the watcher waits for them once the job has exited.
 HANGING_STORE_LAUNCHER = """
 import sys, threading
 from pathlib import Path
-from costaware_runtime import _command_line, _watcher, stores
-_watcher.STOP_SECONDS = 1.0
+from costaware_runtime import _command_line, stores
 put = stores.LocalStore.put
 def hang(self, key, source, progress=None):
     if not key.startswith("step-"):
@@ -1844,21 +1843,22 @@ def test_a_store_that_hangs_on_a_push_neither_holds_the_exit_nor_loses_the_check
     )
     launcher = [sys.executable, "-c", HANGING_STORE_LAUNCHER, str(job.root / "pushing"), str(job.script)]
     started = time.monotonic()
-    done = subprocess.run(launcher, env=job.env(), capture_output=True, text=True, timeout=45)
+    env = job.env(COSTAWARE_STORE_STALL_SECONDS="1")
+    done = subprocess.run(launcher, env=env, capture_output=True, text=True, timeout=45)
     assert done.returncode == 77, done.stderr  # preempted before any checkpoint the store holds
     assert time.monotonic() - started < 30
     assert "has sent nothing for 1 s after the job exited, begun" in done.stderr
+    assert "(COSTAWARE_STORE_STALL_SECONDS sets how long)" in done.stderr
     assert "checkpoint step 1 may not be in the store, which holds none known to this attempt" in done.stderr
     assert "checkpoint step 1 could not be pushed and the store holds none" in done.stderr
 
 
 #: Runs costaware-run with a checkpoint store that takes 0.4 s per file of a step folder (a slow link that
-#: keeps going), and a watcher that waits STOP_SECONDS=1 for a push that makes no progress.
+#: keeps going); the test gives COSTAWARE_STORE_STALL_SECONDS=1, the wait for a push that makes no progress.
 SLOW_STORE_LAUNCHER = """
 import sys, time
 from pathlib import Path
-from costaware_runtime import _command_line, _watcher, stores
-_watcher.STOP_SECONDS = 1.0
+from costaware_runtime import _command_line, stores
 put = stores.LocalStore.put
 def slow(self, key, source, progress=None):
     if key.startswith("step-"):
@@ -1887,7 +1887,8 @@ def test_a_push_still_finishing_files_after_the_job_exits_is_waited_for_past_the
         "cr.exit_preempted()\n"
     )
     launcher = [sys.executable, "-c", SLOW_STORE_LAUNCHER, str(job.root / "pushing"), str(job.script)]
-    done = subprocess.run(launcher, env=job.env(), capture_output=True, text=True, timeout=60)
+    env = job.env(COSTAWARE_STORE_STALL_SECONDS="1")
+    done = subprocess.run(launcher, env=env, capture_output=True, text=True, timeout=60)
     # 8 files at 0.4 s each outlast the 1 s bound, each within it: the push ends, the checkpoint is kept.
     assert done.returncode == 75, done.stderr
     assert "has sent nothing" not in done.stderr

@@ -7,6 +7,7 @@ import threading
 import time
 
 from costaware_runtime.checkpoints import read_marker
+from costaware_runtime.contract import DEFAULT_STORE_STALL_SECONDS, STORE_STALL_SECONDS
 from costaware_runtime.errors import CheckpointChangedError, ContractError, CostawareRuntimeError
 from costaware_runtime.sync import CheckpointSync
 
@@ -15,8 +16,9 @@ log = logging.getLogger("costaware_runtime.launcher")  # the launcher's messages
 #: How long the launcher waits, once the job has exited, for a push still in flight to move its next bytes.
 #: A push that keeps moving bytes is waited for however long it takes (a big checkpoint at a slow link, lost
 #: if cut off; counting finished files gave up a single file that took longer); a store silent for longer
-#: (a hung mount, a stalled connection) held the job's exit, and its outputs, for good.
-STOP_SECONDS = 300.0
+#: (a hung mount, a stalled connection) held the job's exit, and its outputs, for good. The launcher gives
+#: ``COSTAWARE_STORE_STALL_SECONDS`` instead, when set.
+STOP_SECONDS = DEFAULT_STORE_STALL_SECONDS
 
 
 class _Watcher(threading.Thread):
@@ -94,7 +96,7 @@ class _Watcher(threading.Thread):
         running = "" if started is None else f", begun {time.monotonic() - started:.0f} s ago"
         said = (
             f"a checkpoint push to {self.sync.store.uri} has sent nothing for {bound:g} s after the job "
-            f"exited{running}: going on without it; {self._unpushed()}"
+            f"exited{running}: going on without it ({STORE_STALL_SECONDS} sets how long); {self._unpushed()}"
         )
         log.error("%s", said)
         return said

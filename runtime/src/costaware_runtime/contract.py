@@ -28,6 +28,7 @@ MARKET = "COSTAWARE_MARKET"
 GRACE_SECONDS = "COSTAWARE_GRACE_SECONDS"
 CHECKPOINT_EVERY_SECONDS = "COSTAWARE_CHECKPOINT_EVERY_SECONDS"
 S3_ENDPOINT_URL = "COSTAWARE_S3_ENDPOINT_URL"
+STORE_STALL_SECONDS = "COSTAWARE_STORE_STALL_SECONDS"
 
 #: Every variable of the contract, in the order the README documents them.
 ALL_VARIABLES = (
@@ -43,6 +44,7 @@ ALL_VARIABLES = (
     GRACE_SECONDS,
     CHECKPOINT_EVERY_SECONDS,
     S3_ENDPOINT_URL,
+    STORE_STALL_SECONDS,
 )
 
 EXIT_OK = 0
@@ -64,6 +66,9 @@ RESERVED_EXIT_CODES = frozenset(
 
 MARKETS = ("spot", "on_demand", "local")
 DEFAULT_GRACE_SECONDS = 110.0  # AWS gives 120 s between the spot notice and the stop
+#: How long a checkpoint transfer may move no bytes before it is given up: long enough for a store's own
+#: retries of one request, short of holding a hung job's machine (billed) for good.
+DEFAULT_STORE_STALL_SECONDS = 300.0
 
 #: Written last into an uploaded output folder; a reader trusts only a folder that has it.
 MANIFEST_NAME = "_costaware_manifest.json"
@@ -94,6 +99,7 @@ class JobEnvironment:
         grace_seconds: How long the job may take to exit after the preemption notice.
         checkpoint_every_seconds: How often the orchestrator asks the job to checkpoint (its
             ``checkpoint_every_seconds``, the automatic interval for this attempt), or None when unset.
+        store_stall_seconds: How long a checkpoint push may move no bytes before the launcher gives it up.
     """
 
     checkpoint_dir: Path | None
@@ -106,6 +112,7 @@ class JobEnvironment:
     market: str
     grace_seconds: float
     checkpoint_every_seconds: float | None = None
+    store_stall_seconds: float = DEFAULT_STORE_STALL_SECONDS
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> JobEnvironment:
@@ -140,6 +147,7 @@ class JobEnvironment:
             market=parse_market(text(MARKET)),
             grace_seconds=parse_grace_seconds(text(GRACE_SECONDS)),
             checkpoint_every_seconds=parse_checkpoint_every_seconds(text(CHECKPOINT_EVERY_SECONDS)),
+            store_stall_seconds=parse_store_stall_seconds(text(STORE_STALL_SECONDS)),
         )
 
 
@@ -279,6 +287,26 @@ def parse_checkpoint_every_seconds(value: str | None) -> float | None:
     if not math.isfinite(seconds) or seconds <= 0:
         raise ContractError(
             f"{CHECKPOINT_EVERY_SECONDS}={value!r} is not a checkpoint interval: give seconds > 0, e.g. 600"
+        )
+    return seconds
+
+
+def parse_store_stall_seconds(value: str | None) -> float:
+    """How long a checkpoint transfer may move no bytes, from ``value`` (the default when unset).
+
+    Raises:
+        ContractError: ``value`` is not a finite number of seconds above 0 (0 gave up every push at once).
+    """
+    if value is None:
+        return DEFAULT_STORE_STALL_SECONDS
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = math.nan
+    if not math.isfinite(seconds) or seconds <= 0:
+        raise ContractError(
+            f"{STORE_STALL_SECONDS}={value!r} is not a number of seconds > 0: give how long a checkpoint "
+            f"push may send nothing before it is given up (default {DEFAULT_STORE_STALL_SECONDS:g})"
         )
     return seconds
 

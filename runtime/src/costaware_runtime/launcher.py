@@ -225,7 +225,7 @@ class Launcher:
             end_job(self.process.pid, self.grace_seconds, spared)
         if watcher:
             # Bounded: a store that hangs on a push held the exit for good, the outputs never uploaded.
-            self.push_hung = watcher.stop()
+            self.push_hung = watcher.stop(self.env.store_stall_seconds)
         return self.finish(returncode)
 
     def _remove_earlier_metrics(self) -> None:
