@@ -1894,3 +1894,97 @@ def test_a_push_still_finishing_files_after_the_job_exits_is_waited_for_past_the
     assert "has sent nothing" not in done.stderr
     pointer = json.loads((job.remote / "LATEST.json").read_text())
     assert pointer["step"] == 1, pointer
+
+
+#: Runs costaware-run with a checkpoint store whose transfers of step folders' files (uploads and downloads)
+#: hang for good (argv[1] "hang") or trickle, 64 KiB every 0.05 s (argv[1] "trickle"). The watcher looks once
+#: an hour: the last push after the job is the launcher's own.
+TRANSFER_STORE_LAUNCHER = """
+import sys, threading, time
+from costaware_runtime import _command_line, stores
+mode = sys.argv[1]
+put, download = stores.LocalStore.put, stores.LocalStore.download
+
+class Trickling:
+    def __init__(self, source):
+        self.source = source
+    def read(self, size=-1):
+        time.sleep(0.05)
+        return self.source.read(64 << 10)
+
+def slow_put(self, key, source, progress=None):
+    if not key.startswith("step-"):
+        return put(self, key, source, progress)
+    if mode == "hang":
+        threading.Event().wait()
+    return put(self, key, Trickling(source), progress)
+
+def slow_download(self, key, destination, progress=None):
+    if not key.startswith("step-"):
+        return download(self, key, destination, progress)
+    if mode == "hang":
+        threading.Event().wait()
+    with open(self._path(key), "rb") as source:
+        stores.LocalStore(destination.parent).put(destination.name, Trickling(source), progress)
+
+stores.LocalStore.put, stores.LocalStore.download = slow_put, slow_download
+sys.exit(_command_line.main(["--poll-seconds", "3600", "--", sys.executable, sys.argv[2]]))
+"""
+
+
+def _run_with_transfers(job: Job, mode: str) -> subprocess.CompletedProcess[str]:
+    """Run ``job`` under :data:`TRANSFER_STORE_LAUNCHER` with a 0.5 s bound; fail the test if it hangs."""
+    command = [sys.executable, "-c", TRANSFER_STORE_LAUNCHER, mode, str(job.script)]
+    env = job.env(COSTAWARE_STORE_STALL_SECONDS="0.5")
+    launcher = subprocess.Popen(
+        command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+    )
+    try:
+        stdout, stderr = launcher.communicate(timeout=30)
+    except subprocess.TimeoutExpired:
+        os.killpg(launcher.pid, signal.SIGKILL)
+        launcher.communicate()
+        pytest.fail(f"the launcher still waits, 30 s on, for a store whose transfers {mode}")
+    return subprocess.CompletedProcess(command, launcher.returncode, stdout, stderr)
+
+
+@pytest.mark.parametrize("mode", ["hang", "trickle"])
+def test_the_last_push_after_the_job_is_bounded_by_the_bytes_it_moves(make_job: MakeJob, mode: str) -> None:
+    # The launcher's own last push ran on its main thread with no bound: a store that hung held the exit,
+    # and the machine, for good. 1 MiB trickled (~0.8 s) outlasts the 0.5 s bound and is kept.
+    job = make_job("cr.save_bytes(b'w' * (1 << 20), step=3)\ncr.exit_preempted()\n")
+    done = _run_with_transfers(job, mode)
+    if mode == "trickle":
+        assert done.returncode == 75, done.stderr
+        assert json.loads((job.remote / "LATEST.json").read_text())["step"] == 3
+        return
+    assert done.returncode == 77, done.stderr  # preempted, and the store holds no checkpoint
+    folder = job.root / "attempt-1" / "checkpoints"
+    assert f"the last checkpoint push to {job.remote} has moved nothing for 0.5 s" in done.stderr
+    assert "(COSTAWARE_STORE_STALL_SECONDS sets how long)" in done.stderr
+    assert "checkpoint step 3 may not be in the store, which holds none known to this attempt" in done.stderr
+    assert (
+        f"it stays in {folder}; once {job.remote} answers, push it with costaware_runtime.push("
+        in done.stderr
+    )
+    assert (folder / "_costaware_checkpoint.json").exists()
+
+
+@pytest.mark.parametrize("mode", ["hang", "trickle"])
+def test_the_restore_is_bounded_by_the_bytes_it_moves(make_job: MakeJob, mode: str) -> None:
+    # The restore ran on the launcher's main thread with no bound, the job never started: billed for good.
+    from costaware_runtime import push, save_bytes
+
+    job = make_job("cr.exit_preempted()\n")
+    save_bytes(b"r" * (1 << 20), step=3, directory=job.root / "earlier")
+    push(job.root / "earlier", str(job.remote))
+    done = _run_with_transfers(job, mode)
+    if mode == "trickle":
+        assert done.returncode == 75, done.stderr
+        assert "starting from checkpoint step 3" in done.stderr
+        return
+    assert done.returncode == 74, done.stderr  # a store failure: retried, and the store still holds step 3
+    said = f"could not restore the checkpoint: the restore from {job.remote} has moved nothing for 0.5 s"
+    assert said in done.stderr
+    assert "the store keeps it, for the next attempt (exit 74, retried)" in done.stderr
+    assert json.loads((job.remote / "LATEST.json").read_text())["step"] == 3

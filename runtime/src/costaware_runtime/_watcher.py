@@ -5,10 +5,17 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
+from typing import TypeVar
 
 from costaware_runtime.checkpoints import read_marker
 from costaware_runtime.contract import DEFAULT_STORE_STALL_SECONDS, STORE_STALL_SECONDS
-from costaware_runtime.errors import CheckpointChangedError, ContractError, CostawareRuntimeError
+from costaware_runtime.errors import (
+    CheckpointChangedError,
+    ContractError,
+    CostawareRuntimeError,
+    StoreStalledError,
+)
 from costaware_runtime.sync import CheckpointSync
 
 log = logging.getLogger("costaware_runtime.launcher")  # the launcher's messages keep its logger
@@ -19,6 +26,45 @@ log = logging.getLogger("costaware_runtime.launcher")  # the launcher's messages
 #: (a hung mount, a stalled connection) held the job's exit, and its outputs, for good. The launcher gives
 #: ``COSTAWARE_STORE_STALL_SECONDS`` instead, when set.
 STOP_SECONDS = DEFAULT_STORE_STALL_SECONDS
+
+
+_T = TypeVar("_T")
+
+
+def run_bounded(call: Callable[[], _T], sync: CheckpointSync, bound: float, what: str) -> _T:
+    """``call()`` (a restore or push of ``sync``), given up once it has moved no bytes for ``bound`` seconds.
+
+    It runs in a thread of its own while this one waits: on the main thread, a store that hung (a mount that
+    stopped answering) held the launcher, and the machine, for good. A call that keeps moving bytes is
+    waited for however long it takes.
+
+    Raises:
+        StoreStalledError: It moved nothing for ``bound`` seconds; it is left running in its (daemon) thread,
+            holding the sync's lock: nothing may use ``sync`` after this.
+        Exception: What ``call`` raised.
+    """
+    outcome: list[tuple[bool, object]] = []
+
+    def target() -> None:
+        try:
+            outcome.append((True, call()))
+        except BaseException as e:  # re-raised below, on the caller's thread
+            outcome.append((False, e))
+
+    thread = threading.Thread(target=target, name="costaware-checkpoint-transfer", daemon=True)
+    started = time.monotonic()
+    thread.start()
+    while (left := max(started, sync.progressed_at) + bound - time.monotonic()) > 0:
+        thread.join(left)
+        if not thread.is_alive():
+            done, value = outcome[0]
+            if not done:
+                raise value  # type: ignore[misc]  # a BaseException, caught above
+            return value  # type: ignore[return-value]  # call()'s own
+    raise StoreStalledError(
+        f"{what} {sync.store.uri} has moved nothing for {bound:g} s ({STORE_STALL_SECONDS} sets how long), "
+        f"begun {time.monotonic() - started:.0f} s ago: given up"
+    )
 
 
 class _Watcher(threading.Thread):
@@ -96,21 +142,23 @@ class _Watcher(threading.Thread):
         running = "" if started is None else f", begun {time.monotonic() - started:.0f} s ago"
         said = (
             f"a checkpoint push to {self.sync.store.uri} has sent nothing for {bound:g} s after the job "
-            f"exited{running}: going on without it ({STORE_STALL_SECONDS} sets how long); {self._unpushed()}"
+            f"exited{running}: going on without it ({STORE_STALL_SECONDS} sets how long); "
+            f"{unpushed(self.sync)}"
         )
         log.error("%s", said)
         return said
 
-    def _unpushed(self) -> str:
-        """What the store may lack: the job's last commit, against what the store was last seen to hold."""
-        synced = self.sync.synced
-        held = "none known to this attempt" if synced is None else f"step {synced[0]}"
-        try:
-            local = read_marker(self.sync.directory)
-        except ContractError as e:
-            return f"the last commit cannot be read ({e}); the store holds {held}"
-        if local is None:
-            return f"the job left no commit in {self.sync.directory}; the store holds {held}"
-        if synced == local.identity:
-            return f"the job's last commit, step {local.step}, is in the store already"
-        return f"checkpoint step {local.step} may not be in the store, which holds {held}"
+
+def unpushed(sync: CheckpointSync) -> str:
+    """What the store may lack: the job's last commit, against what the store was last seen to hold."""
+    synced = sync.synced
+    held = "none known to this attempt" if synced is None else f"step {synced[0]}"
+    try:
+        local = read_marker(sync.directory)
+    except ContractError as e:
+        return f"the last commit cannot be read ({e}); the store holds {held}"
+    if local is None:
+        return f"the job left no commit in {sync.directory}; the store holds {held}"
+    if synced == local.identity:
+        return f"the job's last commit, step {local.step}, is in the store already"
+    return f"checkpoint step {local.step} may not be in the store, which holds {held}"

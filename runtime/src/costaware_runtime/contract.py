@@ -99,7 +99,8 @@ class JobEnvironment:
         grace_seconds: How long the job may take to exit after the preemption notice.
         checkpoint_every_seconds: How often the orchestrator asks the job to checkpoint (its
             ``checkpoint_every_seconds``, the automatic interval for this attempt), or None when unset.
-        store_stall_seconds: How long a checkpoint push may move no bytes before the launcher gives it up.
+        store_stall_seconds: How long a checkpoint push or restore may move no bytes before the launcher
+            gives it up.
     """
 
     checkpoint_dir: Path | None
@@ -306,7 +307,8 @@ def parse_store_stall_seconds(value: str | None) -> float:
     if not math.isfinite(seconds) or seconds <= 0:
         raise ContractError(
             f"{STORE_STALL_SECONDS}={value!r} is not a number of seconds > 0: give how long a checkpoint "
-            f"push may send nothing before it is given up (default {DEFAULT_STORE_STALL_SECONDS:g})"
+            "push or restore may move nothing before it is given up "
+            f"(default {DEFAULT_STORE_STALL_SECONDS:g})"
         )
     return seconds
 

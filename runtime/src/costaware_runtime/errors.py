@@ -19,5 +19,9 @@ class StoreError(CostawareRuntimeError):
     """Raised when a checkpoint, output or result store cannot be read or written."""
 
 
+class StoreStalledError(StoreError):
+    """Raised when a checkpoint transfer moved no bytes for ``COSTAWARE_STORE_STALL_SECONDS`` (given up)."""
+
+
 class CheckpointChangedError(CostawareRuntimeError):
     """Raised when a committed checkpoint's files change or vanish while they are being pushed."""

@@ -34,11 +34,11 @@ from costaware_runtime._job_process import TORCHRUN_SHUTDOWN as TORCHRUN_SHUTDOW
 from costaware_runtime._job_process import _exit_words, _job_stdin, _signal_name, _start_failure
 from costaware_runtime._job_process import torchrun_shutdown_seconds as torchrun_shutdown_seconds
 from costaware_runtime._signals import Notices, die_with_the_launcher, end_job
-from costaware_runtime._watcher import _Watcher
+from costaware_runtime._watcher import _Watcher, run_bounded, unpushed
 from costaware_runtime.checkpoints import Marker, latest_step, read_marker, retired_marker
 from costaware_runtime.contract import JobEnvironment
 from costaware_runtime.errors import CheckpointChangedError as CheckpointChangedError
-from costaware_runtime.errors import ContractError, CostawareRuntimeError, StoreError
+from costaware_runtime.errors import ContractError, CostawareRuntimeError, StoreError, StoreStalledError
 from costaware_runtime.metrics import read_metrics
 from costaware_runtime.outputs import OutputSummary, check_outputs, upload_outputs
 from costaware_runtime.stores import check_writes as check_writes
@@ -169,7 +169,18 @@ class Launcher:
             self.notices.install()  # main() installs them before the store checks; a Launcher made alone here
         if self.sync is not None:
             try:
-                step = self.sync.restore()
+                sync = self.sync
+                step = run_bounded(sync.restore, sync, self.env.store_stall_seconds, "the restore from")
+            except StoreStalledError as e:
+                # No data is lost: the store keeps its checkpoint, and the local marker went before the files.
+                log.error(
+                    "could not restore the checkpoint: %s; the store keeps it, for the next attempt (exit "
+                    "%s, retried): check that %s answers (a hung mount, a stalled connection)",
+                    e,
+                    contract.EXIT_SYNC_FAILED,
+                    sync.store.uri,
+                )
+                return contract.EXIT_SYNC_FAILED
             except StoreError as e:
                 log.error("could not restore the checkpoint: %s", e)
                 return contract.EXIT_SYNC_FAILED
@@ -395,8 +406,24 @@ class Launcher:
         if self.push_hung is not None:  # its push holds the sync's lock: a push here waited on it for good
             log.error("could not push the last checkpoint: a push before it never ended (said above)")
             return False
+        sync = self.sync
         try:
-            self.sync.push_changed()
+            run_bounded(sync.push_changed, sync, self.env.store_stall_seconds, "the last checkpoint push to")
+        except StoreStalledError as e:
+            # It holds the sync's lock: no other push may follow (it would wait on this one).
+            self.push_hung = str(e)
+            if self.checkpoint_dir in self.scratch:  # made for this run only: kept, the checkpoint in it
+                self.scratch.remove(self.checkpoint_dir)
+            log.error(
+                "%s; %s: it stays in %s; once %s answers, push it with costaware_runtime.push(%r, %r)",
+                e,
+                unpushed(sync),
+                self.checkpoint_dir,
+                sync.store.uri,
+                str(self.checkpoint_dir),
+                sync.store.uri,
+            )
+            return False
         except CostawareRuntimeError as e:
             log.error("could not push the last checkpoint: %s", e)
             return False
