@@ -842,7 +842,7 @@ def test_clearing_the_root_is_refused(location: str, monkeypatch: pytest.MonkeyP
     monkeypatch.setattr(LocalStore, "delete", lambda self, keys: deleted.append(keys))
     monkeypatch.setattr(LocalStore, "delete_folder", lambda self, folder: deleted.append(folder))
     # "." is told it is a relative path read against /, not blamed on an unset variable.
-    own = "give an absolute path" if location == "." else "give the store's own"
+    own = "give an absolute path" if location == "." else "give a folder of its own"
     with pytest.raises(ContractError, match=rf"the root, /, of the whole machine.*{own}"):
         clear_checkpoints(location)
     assert deleted == []

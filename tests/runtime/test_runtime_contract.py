@@ -282,7 +282,12 @@ def test_a_local_path_holding_a_scheme_separator_is_a_path() -> None:
         ("file://localhost/", "'file://localhost/' names no folder but the root, /"),
         ("file://ckpts/", "'file://ckpts/' names the host 'ckpts': a file URI takes three slashes"),
         # The root by other names: what "$UNSET/" gives was opened as the store, pushed to and pruned.
-        ("/", "'/' is the root, /, of the whole machine (what \"$UNSET/\" or file://$UNSET/ gives): a store"),
+        (
+            "/",
+            "'/' is the root, /, of the whole machine (what \"$UNSET/\" or file://$UNSET/ gives): its files "
+            "would be written in folders made directly under / (checkpoint step folders, outputs), and old "
+            "ones deleted from it; give a folder of its own such as '/data/ckpt' or an s3:// URI, or leave",
+        ),
         ("//", "'//' is the root, /, of the whole machine"),
         ("/.", "'/.' is the root, /, of the whole machine"),
         ("/tmp/..", "'/tmp/..' is the root, /, of the whole machine"),
@@ -363,19 +368,43 @@ def test_open_object_splits_a_file_uri() -> None:
         # What file://$UNSET/result.json gives: /result.json written, the root probed.
         (
             "file:///result.json",
-            "'file:///result.json' names a file in the root, /, of the whole machine (what "
-            'file://$UNSET/result.json or "$UNSET/result.json" gives): give the file a folder of its own '
-            "(/data/result.json), or leave the variable unset",
+            "'file:///result.json' is a file in the root, /, of the whole machine (what "
+            'file://$UNSET/result.json or "$UNSET/result.json" gives): its files would be written in folders '
+            "made directly under /; give a file in a folder of its own such as '/data/result.json' or an "
+            "s3:// URI, or leave the variable unset",
         ),
-        ("file://localhost/./result.json", "names a file in the root, /, of the whole machine"),
-        ("/result.json", "'/result.json' names a file in the root, /, of the whole machine"),
-        ("//r.json", "'//r.json' names a file in the root, /, of the whole machine"),
+        ("file://localhost/./result.json", "is a file in the root, /, of the whole machine"),
+        ("/result.json", "'/result.json' is a file in the root, /, of the whole machine"),
+        ("//r.json", "'//r.json' is a file in the root, /, of the whole machine"),
     ],
 )
 def test_open_object_refuses(uri: str, message: str) -> None:
     with pytest.raises(ContractError) as caught:
         open_object(uri)
     assert message in str(caught.value)
+
+
+@pytest.mark.parametrize("file_name", ["", "result.json"], ids=["store", "result"])
+def test_a_link_to_the_root_is_refused_in_the_providers_words(file_name: str, tmp_path: Path) -> None:
+    # The runtime's refusal blamed an unset variable ("$UNSET/") for a link that leads to /, where the
+    # provider's refuse_machine_root names the link; both now say the same after the value.
+    from costaware.adapters.object_store.location import refuse_machine_root
+
+    link = tmp_path / "ckpt"
+    link.symlink_to("/")
+    given = f"{link}/{file_name}" if file_name else str(link)
+    with pytest.raises(ContractError) as caught:
+        open_object(given) if file_name else open_store(given)
+    with pytest.raises(Exception) as provider:
+        refuse_machine_root("store", given, str(link), example="/data/ckpt", a_file=bool(file_name))
+    ours, theirs = str(caught.value), str(provider.value).removeprefix("store ")
+    assert "$UNSET" not in ours
+    same = theirs.split("; give")[0]  # the value, the root, how it was reached, what a store would do there
+    assert same.endswith(
+        f"({str(link)!r} is a symbolic link that leads there): its files would be written in "
+        "folders made directly under /"
+    )
+    assert ours.startswith(same), (ours, theirs)
 
 
 @pytest.mark.parametrize("key", ["", "/abs", "a/../b", "a//b", "./a", "a\\b"])

@@ -265,14 +265,34 @@ def open_store(uri: str) -> Store:
     return _local_store(uri, uri)
 
 
+#: What a store at the root would do there (the provider's refusal says it in the same words).
+_ROOT_WRITES = "its files would be written in folders made directly under /"
+
+
+def _root_reach(path: str) -> str | None:
+    """How the local ``path`` names the machine's root: ``"as written"``, ``"through a link"``, or None.
+
+    The provider's rule (``costaware.adapters.object_store.location.machine_root_reach``, which this slim
+    distribution cannot import), plus a relative path, which the job reads against its current folder: the
+    root is the one folder that is its own parent, ``//`` included, as written or once links are followed.
+    """
+    written = os.path.normpath(os.path.abspath(path))  # noqa: PTH100
+    if written == os.path.dirname(written):  # noqa: PTH120
+        return "as written"
+    real = os.path.realpath(path)
+    return "through a link" if real == os.path.dirname(real) else None  # noqa: PTH120
+
+
 def _local_store(uri: str, path: str, file_name: str = "") -> LocalStore:
     """The store in the local folder ``path`` (from ``uri``), refused where that folder is the root.
 
     Only file:/// was refused: / (what "$UNSET/" gives), //, /. and file:///. opened the machine's root, where
     a checkpoint push wrote its step folders and pruned older ones, and a clear deleted them. ``file_name``:
-    the one file ``uri`` names in that folder (the result), if it names one.
+    the one file ``uri`` names in that folder (the result), if it names one. Worded as the provider's
+    refusal (``refuse_machine_root``): the root, how it was reached, what a store does there, what instead.
     """
-    if os.path.realpath(path) != "/":
+    reach = _root_reach(path)
+    if reach is None:
         return LocalStore(Path(path))
     if not PurePosixPath(path).is_absolute():
         # A relative path where the job runs in / (a container's WORKDIR /) was blamed on an unset variable.
@@ -287,16 +307,19 @@ def _local_store(uri: str, path: str, file_name: str = "") -> LocalStore:
             f"{uri!r} is a relative path, read against the current folder, here the root, /, of the whole "
             f"machine: give an absolute path ({example})"
         )
+    # Through a link, not an unset variable: "$UNSET/" named the wrong cause there.
+    how = f" ({path!r} is a symbolic link that leads there)" if reach == "through a link" else ""
     if file_name:
+        how = how or f' (what file://$UNSET/{file_name} or "$UNSET/{file_name}" gives)'
         raise ContractError(
-            f"{uri!r} names a file in the root, /, of the whole machine (what file://$UNSET/{file_name} or "
-            f'"$UNSET/{file_name}" gives): give the file a folder of its own (/data/{file_name}), or leave '
-            "the variable unset"
+            f"{uri!r} is a file in the root, /, of the whole machine{how}: {_ROOT_WRITES}; give a file in a "
+            f"folder of its own such as '/data/{file_name}' or an s3:// URI, or leave the variable unset"
         )
+    how = how or ' (what "$UNSET/" or file://$UNSET/ gives)'
     raise ContractError(
-        f'{uri!r} is the root, /, of the whole machine (what "$UNSET/" or file://$UNSET/ gives): a '
-        "store there would write its files (checkpoint step folders, outputs) in / and delete old ones "
-        "from it; give the store's own folder (/data/ckpt), or leave the variable unset for no store"
+        f"{uri!r} is the root, /, of the whole machine{how}: {_ROOT_WRITES} (checkpoint step folders, "
+        "outputs), and old ones deleted from it; give a folder of its own such as '/data/ckpt' or an s3:// "
+        "URI, or leave the variable unset for no store"
     )
 
 
