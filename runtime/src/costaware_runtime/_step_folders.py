@@ -11,7 +11,7 @@ import math
 import re
 from pathlib import Path
 
-from costaware_runtime.checkpoints import Marker, parse_marker
+from costaware_runtime._marker import Marker, parse_marker
 from costaware_runtime.contract import CHECKPOINT_MARKER, LATEST_NAME
 from costaware_runtime.errors import ContractError, StoreError
 from costaware_runtime.stores import LocalStore, Store, names_no_file_path, open_store

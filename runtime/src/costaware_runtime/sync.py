@@ -56,9 +56,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from costaware_runtime import _files
+from costaware_runtime._marker import CommittedFile, Marker, parse_marker, read_marker, write_marker
 from costaware_runtime._step_folders import _STEP_FOLDER, newest_unpointed
 from costaware_runtime._step_folders import clear as clear
-from costaware_runtime.checkpoints import CommittedFile, Marker, parse_marker, read_marker, write_marker
 from costaware_runtime.contract import CHECKPOINT_MARKER, LATEST_NAME, ORIGIN_NAME
 from costaware_runtime.errors import CheckpointChangedError, ContractError, StoreError
 from costaware_runtime.stores import LocalStore as LocalStore
