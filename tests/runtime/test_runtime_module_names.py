@@ -80,9 +80,10 @@ def test_the_list_holds_every_name_the_module_had_before_the_split(module_name: 
 
 @pytest.mark.parametrize("first", ["costaware_runtime._command_line", "costaware_runtime.launcher"])
 def test_the_command_line_runs_a_job_whichever_module_is_imported_first(first: str, tmp_path: Path) -> None:
-    # main moved to _command_line, which launcher.py imports for the console script's entry: a top-level
-    # import of the Launcher back from launcher.py would be a cycle, failing for whichever module came first.
-    code = f"import sys, {first} as m; sys.exit(m.main(['--', sys.executable, '-c', 'raise SystemExit(3)']))"
+    # The command line is read in _command_line, which launcher.py imports: an import of the Launcher back
+    # from launcher.py would be a cycle, failing for whichever module came first.
+    job = "['--', sys.executable, '-c', 'raise SystemExit(3)']"
+    code = f"import sys, {first}; from costaware_runtime.launcher import main; sys.exit(main({job}))"
     environ = {name: value for name, value in os.environ.items() if not name.startswith("COSTAWARE_")}
     done = subprocess.run(
         [sys.executable, "-c", code],

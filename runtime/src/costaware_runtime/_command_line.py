@@ -1,6 +1,7 @@
-"""The command line of ``costaware-run``: its options, a launcher's own command taken into another's, main.
+"""The command line of ``costaware-run``: its options, a launcher's own command taken into another's, run.
 
-``main`` (the console script, re-exported by ``launcher``) hands the command to a ``launcher.Launcher``.
+``launcher.main`` (the console script) calls :func:`run` with its ``Launcher``: given, not imported, so that
+this module and ``launcher`` do not import each other.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import os
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Protocol
 
 from costaware_runtime import __version__, contract
 from costaware_runtime._job_process import _start_failure
@@ -135,8 +137,20 @@ def _given(options: argparse.Namespace) -> list[str]:
     return valued + ["--" + name.replace("_", "-") for name in _FLAGS[:-1] if getattr(options, name)]
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Run ``costaware-run``; returns the exit code."""
+class _Attempt(Protocol):
+    """What :func:`run` needs of a ``launcher.Launcher``."""
+
+    def run(self, command: Sequence[str]) -> int: ...
+
+    def remove_scratch(self) -> None: ...
+
+
+class _MakeAttempt(Protocol):
+    def __call__(self, env: JobEnvironment, options: argparse.Namespace, notices: Notices) -> _Attempt: ...
+
+
+def run(argv: Sequence[str] | None, make_attempt: _MakeAttempt) -> int:
+    """Run ``costaware-run`` with ``argv``, the attempt made by ``make_attempt``; returns the exit code."""
     parser = build_parser()
     options = parser.parse_args(argv)
     command = options.command[1:] if options.command[:1] == ["--"] else options.command
@@ -160,9 +174,6 @@ def main(argv: Sequence[str] | None = None) -> int:
             code, said = _start_failure(command, e)
             print(f"costaware-run: {said}", file=sys.stderr)
             return code
-    # launcher.py imports this module (for main, the console script's entry): the Launcher is read here.
-    from costaware_runtime.launcher import Launcher
-
     notices = Notices()
     notices.install()  # before the store checks: a notice then is kept, not lost or fatal
     _log_to_stderr(quiet=options.quiet)
@@ -170,7 +181,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         # COSTAWARE_CHECKPOINTS_URI was ignored in silence: no checkpoint was pushed, nothing resumed.
         log.warning("%s is not a variable costaware-run reads: did you mean %s?", name, meant)
     try:
-        launcher = Launcher(JobEnvironment.from_env(), options, notices)
+        launcher = make_attempt(JobEnvironment.from_env(), options, notices)
     except ContractError as e:
         log.error("%s", e)
         return contract.EXIT_CONTRACT_ERROR

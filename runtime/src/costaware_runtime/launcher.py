@@ -5,9 +5,9 @@ SIGTERM (the preemption notice) pass the notice on, then SIGKILL after the grace
 metrics and outputs, upload them, write the result, and exit with a code the provider can act on (see
 ``contract.py`` and ``runtime/README.md``).
 
-Its command line and ``main`` (the console script, imported here) are in ``_command_line``, the job's folders
-in ``_job_folders``, its process in words and its environment's torchrun setting in ``_job_process``, and the
-checkpoint watcher in ``_watcher``.
+Its command line is read by ``_command_line`` (:func:`main`, the console script, hands it the Launcher), the
+job's folders are in ``_job_folders``, its process in words and its environment's torchrun setting in
+``_job_process``, and the checkpoint watcher in ``_watcher``.
 """
 
 from __future__ import annotations
@@ -25,10 +25,9 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from costaware_runtime import __version__ as __version__
-from costaware_runtime import _tree, contract
+from costaware_runtime import _command_line, _tree, contract
 from costaware_runtime._command_line import LAUNCHED as LAUNCHED
 from costaware_runtime._command_line import build_parser as build_parser
-from costaware_runtime._command_line import main as main
 from costaware_runtime._job_folders import _make_job_folder, _temp_dir
 from costaware_runtime._job_process import TORCHRUN_SHUTDOWN as TORCHRUN_SHUTDOWN
 from costaware_runtime._job_process import _exit_words, _job_stdin, _signal_name, _start_failure
@@ -54,6 +53,11 @@ log = logging.getLogger("costaware_runtime.launcher")
 MAX_POLL_SECONDS = 3600.0
 #: How often the job's orphans that have exited are reaped while it runs (each look reads /proc).
 REAP_SECONDS = 5.0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run ``costaware-run`` (the console script); returns the exit code."""
+    return _command_line.run(argv, Launcher)
 
 
 class Launcher:
