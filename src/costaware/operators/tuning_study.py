@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseOperator
 
+from costaware.extras import require
 from costaware.glue import DEFAULT_LEDGER_CONN_ID, airflow_errors
 from costaware.operators.templating import is_written_out
 from costaware.operators.tuning_args import max_map_length
@@ -20,6 +21,8 @@ from costaware.training.study_arguments import (
     DEFAULT_REGION,
     StudyArguments,
 )
+
+require("tuning", needed_by=__name__)  # at DAG parse time, with the pip line, rather than in a trial
 
 if TYPE_CHECKING:
     from airflow.sdk import Context

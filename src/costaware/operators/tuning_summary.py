@@ -12,9 +12,12 @@ from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
 from costaware.core.errors import ConfigurationError
 from costaware.core.tuning.caps import StopReason
+from costaware.extras import require
 from costaware.glue import airflow_errors, first_failed_tasks
 from costaware.operators.tuning_args import check_on_exceeded
 from costaware.operators.tuning_study import _StudyOperator
+
+require("tuning", needed_by=__name__)  # at DAG parse time, with the pip line, rather than in a trial
 
 if TYPE_CHECKING:
     from airflow.sdk import Context

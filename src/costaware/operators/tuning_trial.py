@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.sdk.exceptions import AirflowSkipException
 
+from costaware.extras import require
 from costaware.glue import airflow_errors
 from costaware.operators.base_partial import WarnsOfDroppedDefaultArgs
 from costaware.operators.templating import as_written, keyword_arguments, native_rendered, rendered_keywords
@@ -22,6 +23,8 @@ from costaware.operators.tuning_args import (
 )
 from costaware.operators.tuning_study import _StudyOperator
 from costaware.training.study_arguments import resolve_trial_trainer
+
+require("tuning", needed_by=__name__)  # at DAG parse time, with the pip line, rather than in a trial
 
 if TYPE_CHECKING:
     from decimal import Decimal
