@@ -297,6 +297,54 @@ def test_a_waiting_slots_gpu_hour_headroom_leaves_room_for_another_slots_own_hol
     assert study.spent_gpu_hours + study.reserved_gpu_hours <= study.cap_gpu_hours
 
 
+def _waiting_slot_0_with_headroom(url: str, ledger: Ledger, spec: StudySpec, clock: Any) -> str:
+    """Slot 0 waiting for money on a GPU study, its hold held again for 31 s with 600 s of headroom."""
+    import optuna
+
+    from costaware.training.tuning.arbitration import WaitingSlots
+    from costaware.training.tuning.reservations import (
+        SLOT_HOLD_SECONDS,
+        cover_gpu_hours,
+        gpu_hours_for,
+        hold_slot_time,
+    )
+
+    waiting = hold_slot_time(
+        ledger, spec.budget_scope.as_dict(), Decimal(0), holder="slot-0", run_id="r1", dag_id=spec.study_name,
+        seconds=1.0, purpose="slot 0", gpu_hours=gpu_hours_for(1.0, spec.gpus),
+    )  # fmt: skip
+    assert waiting is not None
+    kept = cover_gpu_hours(
+        ledger, waiting.id, gpu_hours_for(31.0, spec.gpus), 0, "r1",
+        headroom=gpu_hours_for(SLOT_HOLD_SECONDS, spec.gpus),
+    )  # fmt: skip
+    WaitingSlots(optuna.load_study(study_name=spec.study_name, storage=url), "slot-0").mark(kept)
+    clock.seconds += 5.0  # slot 0's hold made first: slot 1 is the one to give way
+    return kept
+
+
+def test_a_slot_giving_way_for_gpu_hours_says_gpu_hours_not_dollars(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Refused GPU-hours at $0/h beside a waiting slot's hold, slot 1 gave way saying "$1.00 of room (cap
+    # $1.00, spent $0.00, held for others $0.00, ...) for the $0.00 its trial needs": room it had.
+    clock = FakeClock(monkeypatch)
+    spec = replace(_gpu_study("owned", max_gpu_hours="0.5"), fallback_trial_seconds=1438.0)
+    url, ledger = _study(tmp_path, spec)
+    _waiting_slot_0_with_headroom(url, ledger, spec, clock)
+
+    result = _slot(url, ledger, spec, 1, clock.monotonic, wait_poll_seconds=1.0, seconds_already_used=1.0)
+
+    assert not result.ran and result.goes_on
+    assert (
+        "slot 1 runs no trial and gives way: budget 'project=owned,study=owned/total' has 0.324721 GPU-hours "
+        "of room (cap 0.500000, spent 0.000000, held for others 0.175279, 0.175279 of it by other slots "
+        "waiting for money, no trial's) for the 0.399862 GPU-hours its trial needs; the slot that waited "
+        "first (slot-0) goes on waiting"
+    ) in result.reason
+    assert "$" not in result.reason
+
+
 def test_a_slot_whose_expired_hold_cannot_be_held_again_after_the_load_says_it_expired(
     tmp_path: Any, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -198,7 +198,7 @@ def reserve_trial_cost(
                 # slot, not given back. Each counted the other's as a trial's: two slots started together
                 # waited for each other until their holds had the study's money. One waits, for the others
                 # to give theirs up; they run no trial and leave the study going on.
-                _wait_first_or_yield(ledger, own, replacing, waits, slot, usd)
+                _wait_first_or_yield(ledger, own, replacing, waits, slot, usd, gpu_hours)
             if bill_tags and not _other_budgets_may_come_back(
                 ledger, spec, scope, holder, run_id, replacing, usd, gpu_hours
             ):
@@ -702,6 +702,7 @@ def _wait_first_or_yield(
     waits: list[Reservation],
     slot: int,
     usd: Decimal,
+    gpu_hours: Decimal = Decimal(0),
 ) -> None:
     """Return if this slot's hold (``hold_id``) is the first of the waiting slots' (``waits``), else yield.
 
@@ -719,13 +720,9 @@ def _wait_first_or_yield(
     first = min([mine, *others], key=lambda r: (r.created_at, r.id))
     if first.id == mine.id:
         return
-    held = sum((r.usd for r in others), Decimal(0))
     raise SlotYields(
         f"slot {slot} runs no trial and gives way: budget '{own.label}' has "
-        f"{format_usd_exact(max(own.left_usd, Decimal(0)))} of room (cap {format_usd_exact(own.cap_usd)}, "
-        f"spent {format_usd_exact(own.spent_usd)}, held for others {format_usd_exact(own.reserved_usd)}, "
-        f"{format_usd_exact(held)} of it by other slots waiting for money, no trial's) for the "
-        f"{format_usd_exact(usd)} its trial needs; the slot that waited first ({first.holder}) goes on "
+        f"{_room_said(own, others, usd, gpu_hours)}; the slot that waited first ({first.holder}) goes on "
         "waiting, and the study goes on: run fewer trials at once (max_active_trials) so that slots wait "
         "less",
         scope=own.label,
@@ -733,6 +730,37 @@ def _wait_first_or_yield(
         cap_usd=str(own.cap_usd),
         needed_usd=str(usd),
     )
+
+
+def _room_said(own: BudgetUsage, others: list[Reservation], usd: Decimal, gpu_hours: Decimal) -> str:
+    """The room a yielding slot's trial lacks in ``own``, in the unit that refused it (dollars first).
+
+    The ledger refuses dollars before GPU-hours: where the dollars fit, GPU-hours refused the trial. Said in
+    dollars alone, a refusal on free compute read "$1.00 of room ... for the $0.00 its trial needs".
+    """
+    usd_fits = own.spent_usd + own.reserved_usd + usd <= own.cap_usd
+    if usd_fits and own.cap_gpu_hours is not None:
+        left = max(own.cap_gpu_hours - own.spent_gpu_hours - own.reserved_gpu_hours, Decimal(0))
+        held = sum((r.gpu_hours for r in others), Decimal(0))
+        cap, spent = _gpu_hours_said(own.cap_gpu_hours), _gpu_hours_said(own.spent_gpu_hours)
+        reserved = _gpu_hours_said(own.reserved_gpu_hours)
+        return (
+            f"{_gpu_hours_said(left)} GPU-hours of room (cap {cap}, spent {spent}, held for others "
+            f"{reserved}, {_gpu_hours_said(held)} of it by other slots waiting for money, no trial's) "
+            f"for the {_gpu_hours_said(gpu_hours)} GPU-hours its trial needs"
+        )
+    held_usd = sum((r.usd for r in others), Decimal(0))
+    return (
+        f"{format_usd_exact(max(own.left_usd, Decimal(0)))} of room (cap {format_usd_exact(own.cap_usd)}, "
+        f"spent {format_usd_exact(own.spent_usd)}, held for others {format_usd_exact(own.reserved_usd)}, "
+        f"{format_usd_exact(held_usd)} of it by other slots waiting for money, no trial's) for the "
+        f"{format_usd_exact(usd)} its trial needs"
+    )
+
+
+def _gpu_hours_said(gpu_hours: Decimal) -> str:
+    """GPU-hours to the micro-GPU-hour the ledger counts (0.500000, not 0.5000000000)."""
+    return str(gpu_hours.quantize(Decimal("0.000001")))
 
 
 def slot_may_wait(ledger: Ledger, spec: StudySpec, refused_by: str, usd: Decimal) -> bool:
