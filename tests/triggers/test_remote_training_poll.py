@@ -1644,21 +1644,24 @@ def test_a_wait_that_never_saw_a_followed_job_stops_it_when_its_cap_falls_due_wh
     assert due_at <= stops_at[0] <= due_at + timedelta(seconds=5), stops_at[0] - found_at
 
 
+@pytest.mark.parametrize("price_unread_at_first", [False, True], ids=["price read", "price unread at first"])
 @pytest.mark.parametrize("listed", [True, False], ids=["listed", "never listed"])
 def test_a_followed_job_found_on_a_dearer_type_is_stopped_at_what_max_usd_buys_there(
-    monkeypatch: pytest.MonkeyPatch, listed: bool
+    monkeypatch: pytest.MonkeyPatch, listed: bool, price_unread_at_first: bool
 ) -> None:
     # Batch, planned m5.large, max_usd $0.80; an earlier try's job found on a type 4 times dearer ($4/hour)
     # with 300 s run. Listed, the wait stops it at what $0.80 buys there; never listed, its due point came
     # from stop_after_seconds, sized at the planned price: stopped 900 s after the find (1,200 s run, about
-    # $1.46 against $0.80), not 310 s after it.
+    # $1.46 against $0.80), not 310 s after it. Its price unread at the first poll (the ledger down for a
+    # moment), a never-listed job's due point stayed the planned price's for good: stopped 900 s after the
+    # find too, where a listed one's price is asked again seconds later.
     from datetime import timedelta
     from decimal import Decimal
 
     from airflow.sdk.execution_time.xcom import XCom
 
     from costaware.adapters.compute.base import JobState, JobStatus
-    from costaware.core.errors import JobNotFoundError
+    from costaware.core.errors import JobNotFoundError, LedgerUnavailableError
     from costaware.remote_billing import KilledTrainingBilling
     from costaware.training.attempt_effects import stop_seconds
 
@@ -1667,7 +1670,15 @@ def test_a_followed_job_found_on_a_dearer_type_is_stopped_at_what_max_usd_buys_t
     followed = {"job": {**job, "instance_type": "p4d.24xlarge"}, "seen_at": found_at.isoformat()}
     wait, listing, state, _ = _stop_by_poll_wait(monkeypatch, [], cap_seconds=1200, followed=followed)
     wait.state = {**wait.state, "max_usd": "0.8"}
-    monkeypatch.setattr(KilledTrainingBilling, "_ran_on_scale", lambda *a, **k: Decimal(4))
+    price_reads: list[int] = []
+
+    def ran_on_scale(*args: Any, **kwargs: Any) -> Decimal:
+        price_reads.append(1)
+        if price_unread_at_first and len(price_reads) == 1:
+            raise LedgerUnavailableError("the ledger's database does not answer")
+        return Decimal(4)
+
+    monkeypatch.setattr(KilledTrainingBilling, "_ran_on_scale", ran_on_scale)
     monkeypatch.setattr(KilledTrainingBilling, "_on_demand_in", lambda *a, **k: Decimal(1))
     monkeypatch.setattr(XCom, "get_one", lambda **where: (_ for _ in ()).throw(ConnectionError("down")))
     assert wait.state["instance_type"] == "m5.large"

@@ -32,9 +32,9 @@ class OtherTypePricing(_TriggerBase):
 
         Its ``stop_after_seconds`` was sized at the planned type's price: found on one 4 times dearer and
         never listed to this wait, it was stopped at that limit, billed past ``max_usd``. Kept as the dearer
-        type's limit (:attr:`_other_type_limit`), so that its stop records it, as a listed job's does. Where
-        the price is unknown for now, the planned limit stands (said): no due point would leave only the
-        hold-back bound's stop, later still.
+        type's limit (:attr:`_other_type_limit`), so that its stop records it, as a listed job's does. Raises
+        the ledger's unreadable errors (``LEDGER_UNREADABLE``, said) where the price is unknown for now: the
+        caller keeps the planned limit meanwhile and asks again soon.
         """
         from costaware.core.errors import LEDGER_UNREADABLE
         from costaware.core.money import format_usd_exact
@@ -45,12 +45,12 @@ class OtherTypePricing(_TriggerBase):
         except LEDGER_UNREADABLE as e:
             self.log.warning(
                 "price of job %s's type %s unknown for now (%s): its stop at the cap falls due as at the "
-                "planned type's price",
+                "planned type's price until it is read (asked again soon)",
                 job_id,
                 found.instance_type,
                 e,
             )
-            return None
+            raise
         if weighed is None or weighed[0] is None:
             return None
         limit = weighed[0]

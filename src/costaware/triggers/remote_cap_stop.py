@@ -228,15 +228,8 @@ class CapStopping(CapStopKeeping, OtherTypePricing):
         job_id = str(self.job_id)
         if self._stopped_for_cap == job_id:
             return
-        if due_before is None and self._last_seen is None:
-            due_at, now = self._followed_cap_stop_due_at(), self._polled_at
-            if due_at is None or now is None:
-                return
-            left = (due_at - now).total_seconds()
-            if left > MIN_CAP_STOP_WAIT_SECONDS:
-                self._cap_stop_due_after(left)  # polled again when it falls due
-            else:
-                self._send_unlisted_cap_stop(job_id)
+        if self._last_seen is None:
+            self._stop_unseen_followed_job_at_cap(job_id)
             return
         if due_before is None:
             return
@@ -244,6 +237,25 @@ class CapStopping(CapStopKeeping, OtherTypePricing):
             self._keep_cap_stop_due(due_before)  # not due yet: the wait sleeps up to it
             return
         self._send_unlisted_cap_stop(job_id)
+
+    def _stop_unseen_followed_job_at_cap(self, job_id: str) -> None:
+        """Send the stop at the cap of a followed job this wait has never seen listed, once it falls due.
+
+        Its due point is an instant (:meth:`_followed_cap_stop_due_at`), worked out again at each poll: kept
+        from the first, a price unknown then left the planned type's limit for good (a job on a type 4 times
+        dearer stopped 900 s after the find, not 310 s), and the price is asked again soon meanwhile.
+        """
+        followed, now = self._followed_cap_stop_due_at(), self._polled_at
+        if followed is None or now is None:
+            return
+        due_at, priced = followed
+        if not priced:
+            self._retry_cap_stop()  # on the dearer type's price, the stop may fall due sooner
+        left = (due_at - now).total_seconds()
+        if left > MIN_CAP_STOP_WAIT_SECONDS:
+            self._cap_stop_due_after(left)  # polled again when it falls due
+        else:
+            self._send_unlisted_cap_stop(job_id)
 
     def _stop_held_back_at_cap(
         self, due_before: float | None, polled_before: datetime | None, *, first_held: bool
@@ -256,16 +268,17 @@ class CapStopping(CapStopKeeping, OtherTypePricing):
         the ``first_held`` poll only (the last poll's due point, relative to it: later ones are this retry);
         a stop that fails is asked again at the following polls, as each finds the time past, from the
         shortest retry (``CAP_STOP_RETRY_SECONDS``), not the reads' backoff. A wait that never saw the job
-        has no last poll's due point: a followed job's is taken as it was found
-        (:meth:`_followed_cap_stop_due_at`).
+        has no last poll's due point: a followed job's is taken as it was found, at each poll
+        (:meth:`_followed_cap_stop_due_at`; its ``due_before`` may be a retry to read a price, not its cap).
         """
         job_id = str(self.job_id)
         if self._stopped_for_cap == job_id:
             return
-        if first_held and due_before is not None and polled_before is not None:
+        if self._last_seen is None:
+            followed = self._followed_cap_stop_due_at()
+            self._held_cap_stop_due_at = None if followed is None else followed[0]
+        elif first_held and due_before is not None and polled_before is not None:
             self._held_cap_stop_due_at = polled_before + timedelta(seconds=due_before)
-        elif first_held and self._held_cap_stop_due_at is None:
-            self._held_cap_stop_due_at = self._followed_cap_stop_due_at()
         due_at, now = self._held_cap_stop_due_at, self._polled_at
         if due_at is None or now is None:
             self._retry_cap_stop()  # the kept state is read again soon; no stop known to fall due
@@ -281,16 +294,18 @@ class CapStopping(CapStopKeeping, OtherTypePricing):
         self._retry_cap_stop()  # the kept state is read again soon
         self._send_unlisted_cap_stop(job_id)
 
-    def _followed_cap_stop_due_at(self) -> datetime | None:
+    def _followed_cap_stop_due_at(self) -> tuple[datetime, bool] | None:
         """When the stop at the cap of a followed job this wait never saw falls due, as it was found.
 
         Unseen, the wait had no due point, and its only stop went out at the hold-back's bound (300 s past
         a 1,200 s cap). Found running with its billed seconds read (not an estimate), it reaches its
         ``stop_after_seconds`` that much later, as a poll of this wait at the find would have weighed it.
         None where it was found otherwise: a job waiting to start starts when capacity comes, and a stop at
-        the earliest it may fall due would cut short a run ``max_usd`` paid for.
+        the earliest it may fall due would cut short a run ``max_usd`` paid for. With it, whether a dearer
+        type's price was read: False, the planned type's limit stands for now (the most it may run).
         """
         from costaware.adapters.compute.base import ESTIMATED_SECONDS, JobState, JobStatus, billed_instances
+        from costaware.core.errors import LEDGER_UNREADABLE
 
         current = self.state.get("current") or {}
         limit, followed = current.get("stop_after_seconds"), current.get("followed")
@@ -304,10 +319,13 @@ class CapStopping(CapStopKeeping, OtherTypePricing):
         except ConfigurationError:
             return None  # a kept value that is no time: no due point, the bound's stop as before
         ran = float(found.billable_seconds) / billed_instances(self.backend_options)
-        other = self._followed_other_type_limit(found)
+        try:
+            other = self._followed_other_type_limit(found)
+        except LEDGER_UNREADABLE:
+            return found_at + timedelta(seconds=max(0.0, float(limit) - ran)), False
         if other is not None:
             limit = min(float(limit), other)
-        return found_at + timedelta(seconds=max(0.0, float(limit) - ran))
+        return found_at + timedelta(seconds=max(0.0, float(limit) - ran)), True
 
     def _send_unlisted_cap_stop(self, job_id: str) -> None:
         """Send the stop at the cap, by its id, of ``job_id``, which its backend does not list now.
