@@ -1901,3 +1901,42 @@ def test_a_followed_job_found_waiting_is_stopped_at_its_cap_counted_from_the_run
         stopped_at, now = now, now + timedelta(seconds=wait.next_poll_in())
     assert listing.stops == ["j"]
     assert due_at <= stopped_at <= due_at + timedelta(seconds=5), stopped_at - started_at
+
+
+def test_a_followed_job_found_waiting_with_nothing_left_of_max_usd_is_stopped_at_once_though_never_listed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # What is left of max_usd buys less than MIN_CAPPED_SECONDS (30 s): a listed job is stopped at once in
+    # any state, but one this wait never saw listed, found waiting to start, got no due point and was
+    # stopped only at the hold-back's bound, 1,235 s after the find (room to start and run into its grace
+    # period first). Gone after the stop, it is billed from the find to its grace period's end after the
+    # stop: it may have started between the find and the stop, which no poll of this wait saw.
+    from datetime import timedelta
+
+    from airflow.sdk.execution_time.xcom import XCom
+
+    from costaware.core.errors import JobNotFoundError
+    from costaware.training.attempt_effects import stop_seconds
+    from costaware.training.attempts import JobEnded, next_step
+
+    gone = JobNotFoundError("DescribeJobs does not list it")
+    found_at = STOP_BY_POLL_SUBMIT + timedelta(seconds=400)
+    job = {"job_id": "j", "state": "pending", "market": "spot", "billable_seconds": 0.0}
+    followed = {"job": job, "seen_at": found_at.isoformat()}
+    wait, listing, state, _ = _stop_by_poll_wait(monkeypatch, [gone] * 80, cap_seconds=30, followed=followed)
+    monkeypatch.setattr(XCom, "get_one", lambda **where: (_ for _ in ()).throw(ConnectionError("down")))
+    first_poll = found_at + timedelta(seconds=30)
+    now, stops_at, event = first_poll, [], None
+    while event is None and now < found_at + timedelta(seconds=3000):
+        stopped_before = len(listing.stops)
+        event, event_at = wait.poll_tolerant(now), now
+        if len(listing.stops) > stopped_before:
+            stops_at.append(now)
+        now += timedelta(seconds=wait.next_poll_in())
+    assert stops_at == [first_poll], [at - found_at for at in stops_at]
+    assert event is not None
+    grace = stop_seconds(state)
+    assert event["job"]["billable_seconds"] == 30.0 + grace, event["job"]["reason"]
+    assert event["job"]["ended_at"] <= event_at.timestamp()
+    step = next_step(state, JobEnded(job=event["job"]), event_at, max_attempts=10, latest_resume=None)
+    assert step.record_cause == "max_usd"  # type: ignore[union-attr]

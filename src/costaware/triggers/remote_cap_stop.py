@@ -301,23 +301,28 @@ class CapStopping(CapStopKeeping, OtherTypePricing):
         a 1,200 s cap). Found running with its billed seconds read (not an estimate), it reaches its
         ``stop_after_seconds`` that much later, as a poll of this wait at the find would have weighed it.
         None where it was found otherwise: a job waiting to start starts when capacity comes, and a stop at
-        the earliest it may fall due would cut short a run ``max_usd`` paid for. With it, whether a dearer
-        type's price was read: False, the planned type's limit stands for now (the most it may run).
+        the earliest it may fall due would cut short a run ``max_usd`` paid for. Where what is left buys
+        less than ``MIN_CAPPED_SECONDS``, due as it was found, in any state, as a listed job's stop is
+        (:meth:`_stop_followed_job_at_cap`): found waiting, it was stopped at the bound, 1,235 s on. With
+        it, whether a dearer type's price was read: False, the planned type's limit stands for now.
         """
         from costaware.adapters.compute.base import ESTIMATED_SECONDS, JobState, JobStatus, billed_instances
         from costaware.core.errors import LEDGER_UNREADABLE
+        from costaware.training.attempt_effects import MIN_CAPPED_SECONDS
 
         current = self.state.get("current") or {}
         limit, followed = current.get("stop_after_seconds"), current.get("followed")
         if self._last_seen is not None or not current.get("stop_by_poll") or limit is None or not followed:
             return None
-        found = JobStatus.from_dict(followed["job"])
-        if found.state != JobState.RUNNING or found.metrics.get(ESTIMATED_SECONDS):
-            return None
         try:
             found_at = parse_instant(str(followed.get("seen_at")), name="followed.seen_at")
         except ConfigurationError:
             return None  # a kept value that is no time: no due point, the bound's stop as before
+        if float(limit) < MIN_CAPPED_SECONDS:
+            return found_at, True  # no room for a run: stopped before it starts (or runs on)
+        found = JobStatus.from_dict(followed["job"])
+        if found.state != JobState.RUNNING or found.metrics.get(ESTIMATED_SECONDS):
+            return None
         ran = float(found.billable_seconds) / billed_instances(self.backend_options)
         try:
             other = self._followed_other_type_limit(found)
