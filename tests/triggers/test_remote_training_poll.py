@@ -1940,3 +1940,40 @@ def test_a_followed_job_found_waiting_with_nothing_left_of_max_usd_is_stopped_at
     assert event["job"]["ended_at"] <= event_at.timestamp()
     step = next_step(state, JobEnded(job=event["job"]), event_at, max_attempts=10, latest_resume=None)
     assert step.record_cause == "max_usd"  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("poll_seconds", [0, 10], ids=["instant polls", "10 s polls"])
+@pytest.mark.parametrize("seen", [False, True], ids=["never listed", "listed once"])
+def test_a_stop_at_the_cap_of_a_job_not_listed_falls_due_on_the_clock_however_long_the_polls_take(
+    monkeypatch: pytest.MonkeyPatch, seen: bool, poll_seconds: int
+) -> None:
+    # Batch, 1,200 s cap, the job at 700 s of it (found so, or listed so at the first poll), then not
+    # listed; polls 30 s apart. Each poll took the due point as seconds left and the next took exactly
+    # poll_interval off: the time inside each poll was never counted (10 s each: stopped 645 s on, not
+    # 500 s), and one due in 1 to 5 s was sent at once (early).
+    from datetime import timedelta
+
+    from airflow.sdk.execution_time.xcom import XCom
+
+    from costaware.adapters.compute.base import JobState, JobStatus
+    from costaware.core.errors import JobNotFoundError
+
+    gone = JobNotFoundError("DescribeJobs does not list it")
+    found_at = STOP_BY_POLL_SUBMIT + timedelta(seconds=400)
+    job = {"job_id": "j", "state": "running", "market": "spot", "billable_seconds": 700.0}
+    listed = JobStatus(job_id="j", state=JobState.RUNNING, market="spot", billable_seconds=700.0)
+    answers = [listed, *[gone] * 80] if seen else [gone] * 80
+    followed = None if seen else {"job": job, "seen_at": found_at.isoformat()}
+    wait, listing, _state, _ = _stop_by_poll_wait(monkeypatch, answers, cap_seconds=1200, followed=followed)
+    monkeypatch.setattr(XCom, "get_one", lambda **where: (_ for _ in ()).throw(ConnectionError("down")))
+    wait.poll_interval = 30
+    due_at = found_at + timedelta(seconds=500)
+    now, stops_at = found_at, []
+    while not stops_at and now < found_at + timedelta(seconds=1200):
+        wait.poll_tolerant(now)
+        if listing.stops:
+            stops_at.append(now)
+        now += timedelta(seconds=poll_seconds + wait.next_poll_in())
+    assert stops_at, listing.stops
+    # A poll begun past the due point by the time the one before took, at the latest (its own time).
+    assert due_at <= stops_at[0] <= due_at + timedelta(seconds=poll_seconds), stops_at[0] - found_at

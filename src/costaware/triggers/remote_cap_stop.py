@@ -204,20 +204,23 @@ class CapStopping(CapStopKeeping, OtherTypePricing):
         wait = CAP_STOP_RETRY_SECONDS * 2 ** (self._cap_stop_retries - 1)
         self._cap_stop_due_after(min(CAP_STOP_RETRY_MAX_SECONDS, wait))
 
-    def _keep_cap_stop_due(self, due_before: float | None) -> None:
+    def _since_poll(self, polled_before: datetime | None, now: datetime) -> float:
+        """Seconds from the last poll's start to ``now`` (``poll_interval`` where there was none)."""
+        return self.poll_interval if polled_before is None else (now - polled_before).total_seconds()
+
+    def _keep_cap_stop_due(self, due_left: float | None) -> None:
         """A poll gave no status to weigh the cap on: the stop due at the last poll stays due.
 
-        The wait slept up to it (or a ``poll_interval``): what is left of it after that, or a retry soon.
+        ``due_left``: what is left of it now (:meth:`_since_poll` counted); a retry soon where little is.
         """
-        if due_before is None:
+        if due_left is None:
             return
-        left = due_before - self.poll_interval
-        if left > CAP_STOP_RETRY_SECONDS:
-            self._cap_stop_due_after(left)
+        if due_left > CAP_STOP_RETRY_SECONDS:
+            self._cap_stop_due_after(due_left)
         else:
             self._retry_cap_stop()
 
-    def _stop_unlisted_at_cap(self, due_before: float | None) -> None:
+    def _stop_unlisted_at_cap(self, due_left: float | None) -> None:
         """Send the stop at the cap that falls due while the job is not listed (a listing that lags).
 
         Kept due and never sent, the job ran on for up to ``NOT_LISTED_GRACE_SECONDS`` past ``max_usd``:
@@ -231,10 +234,10 @@ class CapStopping(CapStopKeeping, OtherTypePricing):
         if self._last_seen is None:
             self._stop_unseen_followed_job_at_cap(job_id)
             return
-        if due_before is None:
+        if due_left is None:
             return
-        if due_before - self.poll_interval > CAP_STOP_RETRY_SECONDS:
-            self._keep_cap_stop_due(due_before)  # not due yet: the wait sleeps up to it
+        if due_left > MIN_CAP_STOP_WAIT_SECONDS:
+            self._cap_stop_due_after(due_left)  # not due yet: the wait sleeps up to it (not sent 5 s early)
             return
         self._send_unlisted_cap_stop(job_id)
 

@@ -205,6 +205,9 @@ class RemoteTrainingJobTrigger(KilledJobBilling, BaseTrigger):
             return watch_event(self.price_watch, self.state, now=now)
         due_before, self._cap_stop_due_in = self._cap_stop_due_in, None  # worked out again from this poll
         polled_before, self._polled_at = self._polled_at, now
+        # What is left of it now: the time since the last poll began, its own included (counted as a
+        # poll_interval, a due point drifted later by each poll's time: 145 s past a cap with 10 s polls).
+        due_left = None if due_before is None else due_before - self._since_poll(polled_before, now)
         if self._first_poll_at is None:
             self._first_poll_at = now
         if not self._cap_stop_restored:
@@ -238,7 +241,7 @@ class RemoteTrainingJobTrigger(KilledJobBilling, BaseTrigger):
                     # polls failed the wait long before NOT_LISTED_GRACE_SECONDS could bill it as gone.
                     said = "not listed on %s now, after it was seen" if seen else "not listed on %s yet"
                     self.log.info(f"job %s is {said}: polled again", self.job_id, self.backend)
-                    self._stop_unlisted_at_cap(due_before)
+                    self._stop_unlisted_at_cap(due_left)
                     return None
                 unread = not self._cap_stop_restored and self._stopped_for_cap != self.job_id
                 if unread and not self._unread_kept_state_bound_reached(now):
@@ -295,7 +298,7 @@ class RemoteTrainingJobTrigger(KilledJobBilling, BaseTrigger):
                     self.log.warning("job %s on %s: %s", self.job_id, self.backend, status.reason)
                     status = self._billed_as_gone(status, stop_sent=self._stop_unlisted(now, status))
         except Exception:
-            self._keep_cap_stop_due(due_before)  # a poll that failed sends no stop: asked again soon
+            self._keep_cap_stop_due(due_left)  # a poll that failed sends no stop: asked again soon
             self._last_poll_failed = True
             raise
         else:
