@@ -1977,3 +1977,43 @@ def test_a_stop_at_the_cap_of_a_job_not_listed_falls_due_on_the_clock_however_lo
     assert stops_at, listing.stops
     # A poll begun past the due point by the time the one before took, at the latest (its own time).
     assert due_at <= stops_at[0] <= due_at + timedelta(seconds=poll_seconds), stops_at[0] - found_at
+
+
+def test_a_job_stopped_while_not_listed_says_once_when_it_is_taken_as_gone(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Stopped at the cap while not listed, the job is taken as gone at its grace period's end: each poll
+    # in between said 'polled again in N s' with what was left of that grace period, while the next poll
+    # came after the poll interval (the line repeated at each, its N never when the next poll came).
+    import re
+    from datetime import timedelta
+
+    from airflow.sdk.execution_time.xcom import XCom
+
+    from costaware.core.errors import JobNotFoundError
+    from costaware.training.attempt_effects import stop_seconds
+    from costaware.training.attempts import AttemptState
+
+    gone = JobNotFoundError("DescribeJobs does not list it")
+    found_at = STOP_BY_POLL_SUBMIT + timedelta(seconds=400)
+    job = {"job_id": "j", "state": "pending", "market": "spot", "billable_seconds": 0.0}
+    followed = {"job": job, "seen_at": found_at.isoformat()}
+    wait, listing, _state, _ = _stop_by_poll_wait(monkeypatch, [gone] * 80, cap_seconds=30, followed=followed)
+    monkeypatch.setattr(XCom, "get_one", lambda **where: (_ for _ in ()).throw(ConnectionError("down")))
+    wait.state = {**wait.state, "grace_seconds": 1500}
+    grace = stop_seconds(AttemptState.from_json(wait.state))
+    stopped_at = found_at + timedelta(seconds=30)
+    assert wait.poll_tolerant(stopped_at) is None
+    assert listing.stops == ["j"]
+    capsys.readouterr()
+    now, event, polls = stopped_at, None, []
+    while event is None and now < stopped_at + timedelta(seconds=2 * grace):
+        now += timedelta(seconds=wait.next_poll_in())
+        event = wait.poll_tolerant(now)
+        polls.append(now)
+    assert event is not None
+    said = re.findall(r"taken as gone at the end of its grace period[^\[]*", capsys.readouterr().out)
+    assert len(said) == 1, said
+    grace_end = stopped_at + timedelta(seconds=grace)
+    assert polls[-1] == grace_end and len(polls) > 4, polls  # held over several polls
+    assert grace_end.isoformat() in said[0], said[0]

@@ -44,7 +44,7 @@ import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import contextmanager
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
@@ -160,6 +160,8 @@ class RemoteTrainingJobTrigger(KilledJobBilling, BaseTrigger):
         #: When that stop falls due, kept while a gone job is held back for the kept state (see
         #: ``_stop_held_back_at_cap``); None: not held back, or no stop known to fall due.
         self._held_cap_stop_due_at: datetime | None = None
+        #: Whether this wait said when a job stopped at the cap while not listed is taken as gone.
+        self._grace_end_said = False
         #: Retries in a row of a stop at the cap that was due and not sent (see ``CAP_STOP_RETRY_SECONDS``).
         self._cap_stop_retries = 0
         #: When the failed polls in a row began (see :meth:`poll_tolerant`), and whether the last poll failed.
@@ -282,13 +284,16 @@ class RemoteTrainingJobTrigger(KilledJobBilling, BaseTrigger):
                 elif self._stopped_for_cap == self.job_id and self._cap_stopped_at is not None:
                     grace_left = self._unlisted_cap_stop_grace_left(now)
                     if grace_left > 0:  # stopped while unlisted: it may checkpoint until then
-                        self.log.info(
-                            "job %s, stopped at the cap while not listed on %s, is taken as gone at the end "
-                            "of its grace period: polled again in %.0f s",
-                            self.job_id,
-                            self.backend,
-                            grace_left,
-                        )
+                        if not self._grace_end_said:  # once: the polls up to it say nothing new
+                            self._grace_end_said = True
+                            self.log.info(
+                                "job %s, stopped at the cap while not listed on %s, is taken as gone at the "
+                                "end of its grace period, at %s (in %.0f s)",
+                                self.job_id,
+                                self.backend,
+                                (now + timedelta(seconds=grace_left)).isoformat(),
+                                grace_left,
+                            )
                         self._cap_stop_due_after(grace_left)
                         return None
                     status = self._gone_after_cap_stop(status, now=now, instances=count)
