@@ -2017,3 +2017,50 @@ def test_a_job_stopped_while_not_listed_says_once_when_it_is_taken_as_gone(
     grace_end = stopped_at + timedelta(seconds=grace)
     assert polls[-1] == grace_end and len(polls) > 4, polls  # held over several polls
     assert grace_end.isoformat() in said[0], said[0]
+
+
+@pytest.mark.parametrize("listed", [True, False], ids=["listed", "never listed"])
+def test_a_followed_job_on_a_dearer_type_is_said_to_stop_where_it_is_stopped(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], listed: bool
+) -> None:
+    # What the budgets left when this try found the job (stop_after_seconds, 200 s) comes before what
+    # max_usd buys on the dearer type it runs on (some 600 s): the job is stopped at 200 s, but the log
+    # said 'it is stopped after 6xx s of running'.
+    import re
+    from datetime import timedelta
+    from decimal import Decimal
+
+    from airflow.sdk.execution_time.xcom import XCom
+
+    from costaware.adapters.compute.base import JobState, JobStatus
+    from costaware.core.errors import JobNotFoundError
+    from costaware.remote_billing import KilledTrainingBilling
+    from costaware.training.attempt_effects import stop_seconds
+
+    found_at = STOP_BY_POLL_SUBMIT + timedelta(seconds=400)
+    job = {"job_id": "j", "state": "running", "market": "spot", "billable_seconds": 100.0}
+    followed = {"job": {**job, "instance_type": "p4d.24xlarge"}, "seen_at": found_at.isoformat()}
+    wait, listing, state, _ = _stop_by_poll_wait(monkeypatch, [], cap_seconds=200, followed=followed)
+    wait.state = {**wait.state, "max_usd": "0.8"}
+    monkeypatch.setattr(KilledTrainingBilling, "_ran_on_scale", lambda *a, **k: Decimal(4))
+    monkeypatch.setattr(KilledTrainingBilling, "_on_demand_in", lambda *a, **k: Decimal(1))
+    monkeypatch.setattr(XCom, "get_one", lambda **where: (_ for _ in ()).throw(ConnectionError("down")))
+    assert int(Decimal("0.8") * 3600 / 4 - Decimal(str(stop_seconds(state)))) > 200
+
+    def poll(job_id: str) -> JobStatus:
+        if not listed:
+            raise JobNotFoundError("DescribeJobs does not list it")
+        ran = 100.0 + (now - found_at).total_seconds()
+        return JobStatus(job_id="j", state=JobState.RUNNING, market="spot", billable_seconds=ran,
+                         instance_type="p4d.24xlarge")  # fmt: skip
+
+    listing.poll = poll  # type: ignore[method-assign]
+    now = found_at + timedelta(seconds=30)
+    while not listing.stops and now < found_at + timedelta(seconds=2000):
+        wait.poll_tolerant(now)
+        stopped_at = now
+        now += timedelta(seconds=wait.next_poll_in())
+    assert listing.stops == ["j"]
+    assert stopped_at == found_at + timedelta(seconds=100)  # at its 200 s
+    said = re.findall(r"it is stopped after (\d+) s of running", capsys.readouterr().out)
+    assert said and set(said) == {"200"}, said

@@ -63,10 +63,20 @@ class OtherTypePricing(_TriggerBase):
                 found.instance_type,
                 self.state.get("instance_type"),
                 format_usd_exact(weighed[1]),
-                limit,
+                self._stopped_after_seconds(limit),
             )
         self._other_type_limit = (job_id, limit)
         return limit
+
+    def _stopped_after_seconds(self, other_type_limit: int) -> int:
+        """When a job limited to ``other_type_limit`` there is stopped: the sooner of it and a followed job's.
+
+        A followed job's ``stop_after_seconds`` (what the budgets left when this try found it) may come
+        first: said as the dearer type's limit, the log named a stop later than the one sent.
+        """
+        current = self.state.get("current") or {}
+        held = current.get("stop_after_seconds") if current.get("stop_by_poll") else None
+        return other_type_limit if held is None else min(int(held), other_type_limit)
 
     def _limit_on_other_type(self, status: Any) -> tuple[int | None, Decimal] | None:
         """What ``status``'s job may run (s) on the type it runs on, at that type's price, and that price.

@@ -368,9 +368,7 @@ class CapStopping(CapStopKeeping, OtherTypePricing):
         stop_after = None
         other = self._other_type_limit
         if other is not None and other[0] == job_id and other[1] is not None:
-            current = self.state.get("current") or {}
-            held = current.get("stop_after_seconds") if current.get("stop_by_poll") else None
-            stop_after = other[1] if held is None else min(int(held), other[1])
+            stop_after = self._stopped_after_seconds(other[1])
         self._send_cap_stop(job_id, stop_after_seconds=stop_after, unlisted=True, already_gone=already_gone)
 
     def _stop_followed_job_at_cap(self, status: Any) -> None:
@@ -467,7 +465,7 @@ class CapStopping(CapStopKeeping, OtherTypePricing):
                 plan.instance_type,
                 format_usd_exact(money_left(state) or Decimal(0)),
                 format_usd_exact(rate),
-                limit,
+                self._stopped_after_seconds(limit),
             )
         if limit is None:
             return
