@@ -590,3 +590,36 @@ def test_a_one_record_file_days_after_an_import_leaves_the_import_and_its_zone_r
     assert weighed is not None and weighed.price_at(at) == 123
     assert "GB_latest.csv holds one record (2026-11-26 10:00 UTC)" in caplog.text
     assert imported_carbon("GB", datetime(2026, 11, 26, 10, 30, tzinfo=UTC)) is None  # the typical year
+
+
+def test_a_one_record_file_left_out_is_warned_of_once_per_process_until_it_changes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Each decision (imported_carbon), emissions figure and carbon_source() reads a fresh RecordedCarbon:
+    # its own cache did not stop the warning, logged at every poll of every carbon-aware wait.
+    import os
+
+    from costaware.adapters.spot_market import carbon_intensity
+    from costaware.core.carbon import Objective
+
+    monkeypatch.setenv("AIRFLOW_HOME", str(tmp_path))
+    folder = tmp_path / "costaware" / "carbon"
+    folder.mkdir(parents=True)
+    (folder / "GB_imported.csv").write_text((FIXTURES / "GB_2026-11.csv").read_text())
+    latest = folder / "GB_latest.csv"
+    latest.write_text(HEADER + "2026-11-26T10:00:00Z,130\n")
+    said = "GB_latest.csv holds one record (2026-11-26 10:00 UTC)"
+    with caplog.at_level("WARNING", logger="costaware.adapters.carbon_source"):
+        for hour in range(5):
+            at = T0 + timedelta(hours=hour)
+            assert carbon_intensity("GB", region=None, objective=Objective("carbon"), at=at) is not None
+        RecordedCarbon().intensity("GB", T0, T0 + timedelta(hours=1))
+    assert caplog.text.count(said) == 1
+    caplog.clear()
+    latest.write_text(HEADER + "2026-11-26T11:00:00Z,140\n")  # written again: a new file to warn of
+    stat = latest.stat()
+    os.utime(latest, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1_000_000))
+    with caplog.at_level("WARNING", logger="costaware.adapters.carbon_source"):
+        for hour in range(3):
+            carbon_intensity("GB", region=None, objective=Objective("carbon"), at=T0 + timedelta(hours=hour))
+    assert caplog.text.count("GB_latest.csv holds one record (2026-11-26 11:00 UTC)") == 1

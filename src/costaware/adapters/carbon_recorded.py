@@ -8,6 +8,7 @@ import``'s files that decisions weigh, followed by the bundled typical year.
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Sequence
 from datetime import datetime, timedelta
 from decimal import Decimal
@@ -22,6 +23,26 @@ from costaware.settings import costaware_home
 
 # The logger of the single module this came from, as carbon_live's: a filter on that name sees these too.
 log = logging.getLogger("costaware.adapters.carbon_source")
+
+#: The one-record files left out that this process has warned of, by (file, mtime in ns): each decision, poll
+#: and emissions figure reads a fresh :class:`RecordedCarbon`, so its own cache warned at every read. A file
+#: written again (a new mtime) is warned of again.
+_warned_left_out: set[tuple[Path, int]] = set()
+_warned_lock = threading.Lock()
+
+
+def _warn_left_out_once(file: Path, why: str) -> None:
+    """Log ``why`` the one-record ``file`` is left out, once per process for each version of the file."""
+    try:
+        key = (file.resolve(), file.stat().st_mtime_ns)
+    except OSError:  # gone since it was read: say it, there is no version to remember
+        log.warning("costaware: %s", why)
+        return
+    with _warned_lock:
+        if key in _warned_left_out:
+            return
+        _warned_left_out.add(key)
+    log.warning("costaware: %s", why)
 
 
 def carbon_folder() -> Path:
@@ -202,7 +223,7 @@ class RecordedCarbon:
                     "from half an hour, so where it ends is unknown; not read: add the record after it (the "
                     "next hour or half hour) to the file, or put it beside the file it follows"
                 )
-                log.warning("costaware: %s", why)
+                _warn_left_out_once(file, why)
                 left_out.append((one.start, why))
                 del loaded[file]
                 continue
