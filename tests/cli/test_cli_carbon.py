@@ -715,3 +715,46 @@ def test_show_and_the_waits_read_the_hour_a_half_hourly_import_ends_inside_alike
 
 def _plain(value: Decimal) -> str:
     return format(value.quantize(Decimal("0.01")).normalize(), "f")
+
+
+def test_a_single_record_where_the_bundled_year_ends_is_imported_as_reading_places_it(
+    home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # `carbon show --source GB_one.csv` and the file in the carbon folder read it (the bundled year's step),
+    # while `carbon import` refused it: one record cannot tell an hour from half an hour.
+    one = tmp_path / "GB_one.csv"
+    one.write_text("timestamp_utc,g_co2eq_per_kwh_lca\n2024-01-01T00:00:00Z,150\n")
+    assert main(["carbon", "import", "--zone", "GB", str(one)]) == 0, capsys.readouterr().err
+    assert "imported 1 hour(s) of GB carbon intensity from GB_one.csv" in capsys.readouterr().out
+    start = datetime(2024, 1, 1, tzinfo=timezone.utc)
+    for source in (RecordedCarbon(home), RecordedCarbon(one)):
+        assert source.intensity("GB", start, start + timedelta(hours=1)).points == [(start, Decimal(150))]
+    # Again, over an earlier import it does not follow: merged where the bundled year's step ends it.
+    later = tmp_path / "gb-later.csv"
+    later.write_text(
+        "timestamp_utc,g_co2eq_per_kwh_lca\n2024-01-01T01:00:00Z,160\n2024-01-01T02:00:00Z,170\n"
+    )
+    (home / "GB_imported.csv").unlink()
+    assert main(["carbon", "import", "--zone", "GB", str(later)]) == 0
+    assert main(["carbon", "import", "--zone", "GB", str(one)]) == 0, capsys.readouterr().err
+    assert (home / "GB_imported.csv").read_text().splitlines()[1:] == [
+        "2024-01-01T00:00:00Z,150",
+        "2024-01-01T01:00:00Z,160",
+        "2024-01-01T02:00:00Z,170",
+    ]
+
+
+def test_a_single_record_just_before_another_file_is_refused_with_the_way_to_keep_it(
+    home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Beside a file beginning within the hour after it, reading places it; the import cannot, and only said
+    # to add the next record.
+    single = tmp_path / "gb-one.csv"
+    single.write_text("timestamp_utc,g_co2eq_per_kwh_lca\n2026-11-20T03:00:00Z,130\n")
+    assert main(["carbon", "import", str(single), "--zone", "GB"]) == 2
+    assert (
+        "nothing was imported: add the record after it (the next hour or half hour), or, where another GB "
+        f"file begins within the hour after it, copy it into {home} as GB_<name>.csv beside that file: read "
+        "there, it stands until that file begins" in capsys.readouterr().err.replace("\n", " ")
+    )
+    assert not (home / "GB_imported.csv").exists()

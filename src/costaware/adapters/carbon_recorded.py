@@ -69,6 +69,18 @@ def recorded_end(series: PriceSeries) -> datetime:
     return series.last + (series.step if isinstance(series, _OneRecord) else _HOUR)
 
 
+def bundled_year_end_step(zone: str, at: datetime, *, basis: str = "lca") -> timedelta | None:
+    """The step of a one-record series at ``at`` where ``zone``'s bundled year ends (its last step), or None.
+
+    One rule for :class:`RecordedCarbon`, which places such a file by it, and ``costaware carbon import``,
+    which refused the same file that reading accepted (a 2024-01-01 00:00 record after the 2023 year).
+    """
+    if zone not in bundled_zones():
+        return None
+    year = bundled_carbon(zone, basis)
+    return at - year.last if recorded_end(year) == at else None
+
+
 class _OneRecord(PriceSeries):
     """A one-record file's series, with the step its zone's other files tell (its own is unknown)."""
 
@@ -247,11 +259,7 @@ class RecordedCarbon:
             return after - at
         if at in step_at:
             return step_at[at]
-        if zone in bundled_zones():
-            year = bundled_carbon(zone, self.basis)
-            if recorded_end(year) == at:
-                return at - year.last
-        return None
+        return bundled_year_end_step(zone, at, basis=self.basis)
 
     def _left_out_at(self, zone: str, start: datetime, end: datetime) -> str:
         """Why the one-record files left out whose hour ``[start, end)`` reaches are not read, or ""."""

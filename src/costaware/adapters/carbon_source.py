@@ -48,6 +48,7 @@ from costaware.adapters.carbon_recorded import (
     _one_letter_apart,  # noqa: F401
     _or_live,  # noqa: F401
     _then_typical_year,  # noqa: F401
+    bundled_year_end_step,
     carbon_folder,
     imported_carbon,
     imported_zones,
@@ -74,6 +75,7 @@ __all__ = [
     "LiveCarbon",
     "RecordedCarbon",
     "base_url_from_connection",
+    "bundled_year_end_step",
     "carbon_folder",
     "carbon_source",
     "imported_carbon",

@@ -229,7 +229,13 @@ def import_file(args: argparse.Namespace) -> int:
         unreadable_carbon_file,
         zone_hint,
     )
-    from costaware.adapters.carbon_source import carbon_folder, recorded_end, write_atomically, zone_of
+    from costaware.adapters.carbon_source import (
+        bundled_year_end_step,
+        carbon_folder,
+        recorded_end,
+        write_atomically,
+        zone_of,
+    )
     from costaware.adapters.object_store.location import named_or_expanded
     from costaware.core.errors import InvalidPriceDataError
 
@@ -272,8 +278,10 @@ def import_file(args: argparse.Namespace) -> int:
         raise InvalidPriceDataError(f"{e}; nothing was imported") from e
     folder = carbon_folder()
     target = folder / f"{zone}_imported.csv"
-    if len(series) == 1 and not target.exists():
-        raise _one_record_error(path.name, series)
+    # Where the bundled year ends, a record takes its step, as reading the file there does.
+    one_step = bundled_year_end_step(zone, series.start) if len(series) == 1 else None
+    if len(series) == 1 and one_step is None and not target.exists():
+        raise _one_record_error(path.name, series, zone, folder)
     folder.mkdir(parents=True, exist_ok=True)
     hours = len({at.replace(minute=0, second=0) for at, _ in series.points})  # half-hourly rows are not hours
     records = "" if hours == len(series) else f" in {len(series)} records"
@@ -283,33 +291,44 @@ def import_file(args: argparse.Namespace) -> int:
     )
     with _locked(target):
         if not target.exists():
-            if len(series) == 1:  # the earlier import was there before the lock, and is gone
-                raise _one_record_error(path.name, series)
+            if len(series) == 1 and one_step is None:  # the earlier import was there before the lock
+                raise _one_record_error(path.name, series, zone, folder)
             write_atomically(target, data, mode=_new_file_mode())
             print(imported)
             return 0
         # Read and checked under the lock, once: checked before it, the one-record check could pass on an
         # end that another import of the zone moved before the merge read the file again.
         earlier_text, earlier = _earlier_import(target, path.name)
+        new_end = recorded_end(series)
         if len(series) == 1 and recorded_end(earlier) != series.start:
-            # Its end was guessed an hour on: merged into a half-hourly import at 23:30, it replaced 00:00.
-            raise _one_record_error(path.name, series)
+            if one_step is None:
+                # Its end was guessed an hour on: merged into a half-hourly import at 23:30, it took 00:00.
+                raise _one_record_error(path.name, series, zone, folder)
+            new_end = series.start + one_step
         # A second import of the zone replaced the first: imported month by month, earlier months were lost.
-        merged, added, replaced, kept = _merged_import(target, earlier_text, text, path.name, series)
+        merged, added, replaced, kept = _merged_import(
+            target, earlier_text, text, path.name, series, new_end=new_end
+        )
         # The mode its owner gave it: the temporary file's 0600 kept other users of the group out.
         write_atomically(target, merged.encode("utf-8"), mode=stat.S_IMODE(target.stat().st_mode))
     print(f"{imported}: {added} hour(s) added, {replaced} replaced, {kept} kept from the earlier import")
     return 0
 
 
-def _one_record_error(name: str, series: PriceSeries) -> Exception:
-    """The refusal of a one-record file that does not start where the earlier import ends."""
+def _one_record_error(name: str, series: PriceSeries, zone: str, folder: Path) -> Exception:
+    """The refusal of a one-record file that neither the earlier import's end nor the bundled year places.
+
+    Reading places one more case, a record just before another file of the zone (it stands until that file
+    begins), which a merge into one import cannot tell apart: the refusal says how to keep it that way.
+    """
     from costaware.core.errors import InvalidPriceDataError
 
     return InvalidPriceDataError(
         f"{name} holds one record ({series.start:%Y-%m-%d %H:%M} UTC): the format declares no step, and "
         "one record cannot tell an hour from half an hour, so where it ends is unknown; nothing was "
-        "imported: add the record after it (the next hour or half hour)"
+        "imported: add the record after it (the next hour or half hour), or, where another "
+        f"{zone} file begins within the hour after it, copy it into {folder} as {zone}_<name>.csv beside "
+        "that file: read there, it stands until that file begins"
     )
 
 
@@ -390,7 +409,13 @@ def _hour(instant: datetime) -> datetime:
 
 
 def _merged_import(
-    target: Path, earlier_text: str, text: str, name: str, series: PriceSeries
+    target: Path,
+    earlier_text: str,
+    text: str,
+    name: str,
+    series: PriceSeries,
+    *,
+    new_end: datetime | None = None,
 ) -> tuple[str, int, int, int]:
     """The earlier import at ``target`` (``earlier_text``, checked) merged with the checked ``text``.
 
@@ -399,7 +424,8 @@ def _merged_import(
     :00 record of that hour, and an hourly import followed by a file starting 23:30 lost 23:00 to a gap.
     Returns the merged CSV and the hours added, replaced (given a new value) and kept whole from the earlier
     import. Raises, writing nothing, where the merged file would not be a valid import (a gap between the
-    two, or hours without a value of an intensity column only one of them has).
+    two, or hours without a value of an intensity column only one of them has). ``new_end`` is the new
+    file's end where its records cannot tell it (one record where the bundled year ends).
     """
     from costaware.adapters.carbon_data import INTENSITY_COLUMNS
     from costaware.adapters.carbon_source import recorded_end
@@ -414,7 +440,7 @@ def _merged_import(
     earlier_columns, newer_columns = list(earlier.fieldnames or []), list(newer.fieldnames or [])
     new_hours = {_hour(at) for at, _ in newer_rows}
     old_hours = {_hour(at) for at, _ in earlier_rows}
-    new_end = recorded_end(series)
+    new_end = recorded_end(series) if new_end is None else new_end
     kept_rows = [(at, row) for at, row in earlier_rows if not series.start <= at < new_end]
     intensity = set(INTENSITY_COLUMNS.values())
     differ = sorted((set(earlier_columns) ^ set(newer_columns)) & intensity)
