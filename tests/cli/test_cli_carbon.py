@@ -758,3 +758,35 @@ def test_a_single_record_just_before_another_file_is_refused_with_the_way_to_kee
         "there, it stands until that file begins" in capsys.readouterr().err.replace("\n", " ")
     )
     assert not (home / "GB_imported.csv").exists()
+
+
+def test_a_single_record_between_a_half_hourly_file_and_one_an_hour_later_reads_alike_however_kept(
+    home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The rule order chosen (docs/carbon.md): the next file's start before the file before's step. The same
+    # records 00:00, 00:30, 01:00, 02:00, 03:00 read alike as four files in a folder, as one file (a record
+    # stands until the next, gaps up to an hour) and as three imports merged: 01:00-02:00 is the 01:00 value.
+    header = "timestamp_utc,g_co2eq_per_kwh_lca\n"
+    halves = header + "2026-11-20T00:00:00Z,100\n2026-11-20T00:30:00Z,110\n"
+    single = header + "2026-11-20T01:00:00Z,120\n"
+    after = header + "2026-11-20T02:00:00Z,130\n2026-11-20T03:00:00Z,140\n"
+    files = tmp_path / "files"
+    files.mkdir()
+    for name, text in (("PL_halves", halves), ("PL_latest", single), ("PL_then", after)):
+        (files / f"{name}.csv").write_text(text)
+    whole = tmp_path / "whole" / "PL_all.csv"
+    whole.parent.mkdir()
+    whole.write_text(halves + single.removeprefix(header) + after.removeprefix(header))
+    for name, text in (("pl-halves", halves), ("pl-latest", single), ("pl-then", after)):
+        (tmp_path / f"{name}.csv").write_text(text)
+        assert main(["carbon", "import", str(tmp_path / f"{name}.csv"), "--zone", "PL"]) == 0, (
+            capsys.readouterr().err
+        )
+    start = datetime(2026, 11, 20, tzinfo=timezone.utc)
+    read = [
+        RecordedCarbon(where, bundled=False).intensity("PL", start, start + timedelta(hours=4)).points
+        for where in (files, whole, home)
+    ]
+    assert read[0] == read[1] == read[2]
+    one_am = start + timedelta(hours=1)
+    assert (one_am, Decimal(120)) in read[0] and start + timedelta(minutes=90) not in dict(read[0])
