@@ -369,6 +369,48 @@ def test_a_skipped_slots_hold_grown_just_before_it_runs_out_is_not_said_to_hold_
     assert "had no room for the rest" not in caplog.text
 
 
+def test_a_skipped_slots_hold_that_held_enough_and_runs_out_before_the_grow_is_said_to_hold_none(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The hold already held the entry ($0.50 for $0.40) and ran out between the clock read before the grow
+    # and the grow: grow returned it as it stood, so neither "lapsed when asked" nor "not grown in full" held
+    # and nothing was said, though the entry was settled against a hold that counted nothing.
+    from costaware.adapters.ledger import regrowth
+    from costaware.core.ledger import utcnow
+    from costaware.training.tuning import EntryOwner
+    from costaware.training.tuning import reservations as trial_reservations
+    from costaware.training.tuning.reservations import record_skipped_slot
+
+    url = f"sqlite:///{tmp_path / 'study.db'}"
+    ledger = Ledger.from_url(url)
+    spec = study_spec("tail", max_usd="1", max_trials=5)  # $1 a second
+    create_study(url, ledger, spec)
+    hold = ledger.reserve(spec.budget_scope, Decimal("0.50"), holder="slot-1", ttl=timedelta(hours=1))
+    asked: list[str] = []
+    grow = ledger.grow
+
+    def time_passes_then_grow(hold_id: str, usd: Any) -> Any:
+        asked.append(hold_id)  # the clock moves past the hold's end as the grow is asked
+        return grow(hold_id, usd)
+
+    def clock() -> Any:
+        return utcnow() + (timedelta(hours=2) if asked else timedelta(0))
+
+    monkeypatch.setattr(ledger, "grow", time_passes_then_grow)
+    monkeypatch.setattr(trial_reservations, "utcnow", clock)
+    monkeypatch.setattr(regrowth, "utcnow", clock)
+    with caplog.at_level("WARNING"):
+        usd = record_skipped_slot(
+            ledger, spec, 0.4, EntryOwner(dag_id="tail", run_id="r1"), "refused", hold.id
+        )
+
+    assert usd == Decimal("0.4") and asked == [hold.id]
+    assert (
+        f"is settled against its hold {hold.id}, which expired at "
+        f"{hold.expires_at.isoformat(timespec='seconds')} before the entry was recorded: it held none of it"
+    ) in caplog.text
+
+
 def test_a_slot_whose_expired_hold_lost_its_budget_stops_waiting_naming_that_budget(
     tmp_path: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:

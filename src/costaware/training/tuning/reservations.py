@@ -952,12 +952,15 @@ def record_skipped_slot(
         except BudgetExceededError as e:
             log.warning("slot's skipped entry of %s GPU-hours is past its hold: %s", entry.gpu_hours, e)
     paid = ledger.paid_from([hold]).get(hold, Decimal(0))
+    unpaid_before, _ = ledger.unpaid(hold)
     asked_at = utcnow()
     held = ledger.grow(hold, paid + entry.usd)
-    # Judged by what the grow returned: lapsed before it was asked, or not grown and lapsed now (the grow
-    # refused it for that). Read after the grow alone, a hold grown in full just before its end was said to
-    # hold none of it.
-    if held.lapsed(asked_at) or (held.usd < paid + entry.usd and held.lapsed(utcnow())):
+    # Lapsed by the time the grow used: before it was asked, or lapsed now and not grown at all (a grow
+    # that raised it found it open). Read after the grow alone, a hold grown in full just before its end
+    # was said to hold none of it; judged by "grown in full" instead, a hold that already held the entry
+    # and ran out as the grow was asked was returned as it stood and nothing was said.
+    grown = held.usd - paid > unpaid_before
+    if held.lapsed(asked_at) or (not grown and held.lapsed(utcnow())):
         # Expired (a load past its ttl) and not held again: it holds nothing, whatever room its budgets have.
         # "Could not be held again" only where the caller tried: a slot that found its study stopped after
         # a long load never did.
