@@ -463,3 +463,48 @@ def test_a_slot_whose_hold_expired_in_its_ask_and_cannot_be_held_again_says_it_t
         "not be held again: it held none of it; the time was spent and is recorded"
     ) in said
     assert "before the entry was recorded" not in said
+
+
+def test_a_slot_whose_hold_could_not_be_held_again_and_whose_entry_raised_settles_that_hold_once_asked_again(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    # As above, and the skipped entry's first write raised: the error path asked reservation_to_settle for
+    # the slot's hold again, which no longer finds an expired one, so the entry was recorded against no
+    # hold, the expired hold was left open, and nothing said it could not be held again.
+    import costaware.training.tuning.trial as trial_module
+
+    clock = FakeClock(monkeypatch)
+    spec = replace(
+        study_spec("slowask", max_usd="10.00", max_trials=5, fallback_trial_seconds=2.0),
+        usd_per_hour=Decimal("0.36"),
+    )
+    url, ledger = _study(tmp_path, spec)
+    reserve_trial_cost = trial_module.reserve_trial_cost
+    record_skipped_slot = trial_module.record_skipped_slot
+    writes: list[str] = []
+
+    def slow_ask(*args: Any, **kwargs: Any) -> Any:
+        clock.seconds += 700.0  # the ask waited that long (a locked store), while another holder reserved
+        ledger.reserve(spec.budget_scope, Decimal("9.99"), holder="other", ttl=timedelta(seconds=3600))
+        return reserve_trial_cost(*args, **kwargs)
+
+    def write_fails_once(*args: Any, **kwargs: Any) -> Any:
+        writes.append("asked")
+        if len(writes) == 1:
+            raise OSError("ledger disk full")
+        return record_skipped_slot(*args, **kwargs)
+
+    monkeypatch.setattr(trial_module, "reserve_trial_cost", slow_ask)
+    monkeypatch.setattr(trial_module, "record_skipped_slot", write_fails_once)
+    with caplog.at_level("WARNING"), pytest.raises(OSError, match="disk full"):
+        _slot(url, ledger, spec, 1, clock.monotonic, wait_poll_seconds=0.05)
+
+    (hold,) = slot_holds(url, "slot-1")
+    (entry,) = ledger.entries()
+    assert (entry["trial"], entry["outcome"]) == ("open", "failed")
+    assert entry["reservation_id"] == hold["id"] and hold["status"] != "open"
+    assert [r.holder for r in ledger.open_reservations()] == ["other"]
+    assert (
+        f"is settled against its hold {hold['id']}, which expired at 2026-12-01T00:10:00+00:00 and could "
+        "not be held again: it held none of it; the time was spent and is recorded"
+    ) in caplog.text

@@ -72,17 +72,23 @@ def _record_slot_error(
         return
     why = f"the slot raised before its trial's reservation: {type(error).__name__}: {error}"
     try:
-        # Its hold as it now stands (a wait holds it anew), or the trial's reservation granted as it raised.
-        hold = ledger.reservation_to_settle(holder) if slot_time.held else None
+        # Its hold as it now stands (a wait holds it anew), or the trial's reservation granted as it raised;
+        # refused being held again, the expired hold, which reservation_to_settle no longer finds (asked,
+        # the entry was recorded against no hold and that hold left open).
+        hold_id = slot_time.not_held_again
+        if hold_id is None and slot_time.held:
+            hold = ledger.reservation_to_settle(holder)
+            hold_id = None if hold is None else hold.id
         record_skipped_slot(
             ledger,
             slot_time.spec,
             seconds,
             owner,
             why,
-            None if hold is None else hold.id,
+            hold_id,
             label="open",
             outcome="failed",
+            tried_to_hold_again=slot_time.not_held_again is not None,
         )
     except Exception:
         log.exception("slot of %s: its %.1f s before it raised could not be recorded", holder, seconds)
