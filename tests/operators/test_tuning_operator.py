@@ -505,6 +505,7 @@ def test_a_retry_after_the_tasks_retry_delay_is_paid_from_the_hold_its_failed_tr
     from costaware.training.tuning import reservations as trial_reservations
     from costaware.training.tuning import study as study_module
     from costaware.training.tuning import trial as trial_module
+    from costaware.training.tuning import trial_reservation, trial_steps
 
     plan = _plan(fallback_trial_seconds=60)
     plan.execute({"ti": _ti(plan)})
@@ -522,8 +523,12 @@ def test_a_retry_after_the_tasks_retry_delay_is_paid_from_the_hold_its_failed_tr
     (held,) = env.open_reservations()  # left open for the retry, paid in part
 
     retried_at = utcnow() + delay + timedelta(seconds=1)
-    for module in (reservations, regrowth, budgets, trial_reservations, study_module, trial_module):
-        monkeypatch.setattr(module, "utcnow", lambda: retried_at, raising=False)
+    # Every module of the trial that reads the clock (trial_steps' wall-clock cap, trial_reservation's stop
+    # record: split out of trial.py, they read the real clock); patched strictly, a module that no longer
+    # imports utcnow fails here rather than leaving its read unfrozen.
+    clocks = (reservations, regrowth, budgets, trial_reservations, study_module, trial_module, trial_steps)
+    for module in (*clocks, trial_reservation):
+        monkeypatch.setattr(module, "utcnow", lambda: retried_at)
     retry = BudgetedTuningOperator(
         task_id="trial", study_name="s1", trainer=QuadraticTrainer, retries=1, retry_delay=delay
     )
