@@ -1833,8 +1833,8 @@ def test_a_pod_gone_before_its_stop_at_the_cap_falls_due_is_not_deleted_again(
     # A pod an earlier try submitted, found running with 1,000 s of a 1,200 s cap run, that this wait (its
     # kept state unread) never saw: its API server answers 404, which is final on Kubernetes (the pod was
     # deleted). When its stop at the cap fell due, the wait deleted it again (a 404 that does nothing) and
-    # said it "has run what is left of max_usd: stopping it by its id". Its end is still billed as stopped
-    # at the cap, to the grace period's end after its due point: within max_usd.
+    # said it "has run what is left of max_usd: stopping it by its id". Its stop is still recorded at its due
+    # point; its bill (to its first 404, a job gone by itself) is test_..._billed_to_its_first_404's.
     from datetime import timedelta
 
     from airflow.sdk.execution_time.xcom import XCom
@@ -1859,7 +1859,6 @@ def test_a_pod_gone_before_its_stop_at_the_cap_falls_due_is_not_deleted_again(
     said = [line for line in capsys.readouterr().out.splitlines() if "max_usd" in line]
     assert not any("stopping it by its id" in line for line in said), said
     assert any("never saw" in line and "nothing to stop" in line for line in said), said
-    assert "stopped at what was left of max_usd" in event["job"]["reason"], event["job"]["reason"]
     sent_at = datetime.fromisoformat(wait.state["current"]["cap_stop"]["sent_at"])
     assert due_at <= sent_at <= due_at + timedelta(seconds=5)
 
@@ -2064,3 +2063,45 @@ def test_a_followed_job_on_a_dearer_type_is_said_to_stop_where_it_is_stopped(
     assert stopped_at == found_at + timedelta(seconds=100)  # at its 200 s
     said = re.findall(r"it is stopped after (\d+) s of running", capsys.readouterr().out)
     assert said and set(said) == {"200"}, said
+
+
+@pytest.mark.parametrize(
+    ("ran_when_found", "capped"),
+    [(1000.0, False), (1190.0, True)],
+    ids=["due after the 404", "due before the 404"],
+)
+def test_a_pod_gone_while_its_kept_state_is_unread_is_billed_to_its_first_404(
+    monkeypatch: pytest.MonkeyPatch, ran_when_found: float, capped: bool
+) -> None:
+    # A pod an earlier try submitted, found running (1,200 s cap), gone (404) from the wait's first poll, 30 s
+    # after the find, while the wait's kept state is unread. A 404 is final on Kubernetes: it ran no longer
+    # than that. Its stop at the cap, falling due while held back, was recorded as sent to an unlisted job
+    # (no delete sent: none was needed), and the wait held it to the end of the grace period after the due
+    # point, billing it to there: 1,310 s, ended 280 s after it was known gone (1,030 s with the kept state
+    # read). No SIGTERM was sent, so no grace period was run. Billed to the first 404; stopped by max_usd
+    # only where the cap fell due by then, else it went by itself.
+    from datetime import timedelta
+
+    from airflow.sdk.execution_time.xcom import XCom
+
+    from costaware.core.errors import JobNotFoundError
+    from costaware.training.attempts import JobEnded, next_step
+
+    gone = JobNotFoundError("pod j not found")
+    found_at = STOP_BY_POLL_SUBMIT + timedelta(seconds=400)
+    job = {"job_id": "j", "state": "running", "market": "spot", "billable_seconds": ran_when_found}
+    followed = {"job": job, "seen_at": found_at.isoformat()}
+    wait, listing, state, _ = _stop_by_poll_wait(
+        monkeypatch, [gone] * 80, cap_seconds=1200, followed=followed, backend="kubernetes"
+    )
+    monkeypatch.setattr(XCom, "get_one", lambda **where: (_ for _ in ()).throw(ConnectionError("down")))
+    first_gone = found_at + timedelta(seconds=30)
+    now, event = first_gone, None
+    while event is None and now < found_at + timedelta(seconds=3000):
+        event = wait.poll_tolerant(now)
+        now += timedelta(seconds=wait.next_poll_in())
+    assert event is not None and listing.stops == []
+    assert event["job"]["ended_at"] == first_gone.timestamp()
+    assert event["job"]["billable_seconds"] == ran_when_found + 30
+    step = next_step(state, JobEnded(job=event["job"]), now, max_attempts=10, latest_resume=None)
+    assert (step.record_cause == "max_usd") is capped, (step, event["job"]["reason"])  # type: ignore[union-attr]

@@ -339,8 +339,9 @@ class CapStopping(CapStopKeeping, OtherTypePricing):
         """Send the stop at the cap, by its id, of ``job_id``, which its backend does not list now.
 
         Where the backend's "no such job" is final (``GONE_IS_FINAL_BACKENDS``: a deleted pod), nothing runs
-        to stop: none is sent (a delete that 404s), and the stop is recorded all the same, so that the job's
-        end is billed as stopped at the cap, not past it.
+        to stop: none is sent (a delete that 404s), and the stop is recorded all the same, not ``unlisted``:
+        no SIGTERM went out, so there is no grace period to hold it to; it is billed to its first 404
+        (:meth:`~costaware.triggers.remote_gone_job.GoneJobBilling._gone_after_cap_stop`).
         """
         from costaware.triggers.remote_job_status import GONE_IS_FINAL_BACKENDS
 
@@ -369,7 +370,9 @@ class CapStopping(CapStopKeeping, OtherTypePricing):
         other = self._other_type_limit
         if other is not None and other[0] == job_id and other[1] is not None:
             stop_after = self._stopped_after_seconds(other[1])
-        self._send_cap_stop(job_id, stop_after_seconds=stop_after, unlisted=True, already_gone=already_gone)
+        self._send_cap_stop(
+            job_id, stop_after_seconds=stop_after, unlisted=not already_gone, already_gone=already_gone
+        )
 
     def _stop_followed_job_at_cap(self, status: Any) -> None:
         """Stop a job an earlier try submitted once it has run what is left of ``max_usd`` now.

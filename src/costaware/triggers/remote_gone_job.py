@@ -19,6 +19,7 @@ from costaware.triggers.remote_job_status import (
     ended_when_found,
     seen_or_followed,
     stop_requested_at,
+    vanished_job_status,
 )
 from costaware.triggers.remote_wait_state import CAP_STOP_KEY
 
@@ -311,7 +312,8 @@ class GoneJobBilling(CapStopping):
         so billed to its end: billed to the poll 5 s after the stop, its grace period went unbilled. A job
         seen waiting to start at the stop or after it never started: billed nothing more (its queue costs
         nothing on any backend; billed to its grace period's end, a job stopped where nothing was left of
-        ``max_usd`` was billed that grace period past the cap).
+        ``max_usd`` was billed that grace period past the cap). A pod whose 404 (final) this wait held back
+        for its kept state ran no longer than that first 404 (:meth:`_final_404_bill`).
         """
         from dataclasses import replace
 
@@ -322,6 +324,9 @@ class GoneJobBilling(CapStopping):
         last_seen = seen_or_followed(self.state, self._last_seen or self._cap_stop_seen)
         if last_seen is None or stopped_at is None:
             return with_copies_run_out(status)
+        final_404 = self._final_404_bill(status, stopped_at, instances=instances)
+        if final_404 is not None:
+            return final_404
         seen, seen_at = last_seen
         if seen.state == JobState.PENDING and seen_at >= stopped_at:
             # Seen before the stop, it may have started in between: billed to the grace period's end below.
@@ -343,5 +348,47 @@ class GoneJobBilling(CapStopping):
             "it since: billed to the end of its grace period after the stop"
         )
         self.log.warning("job %s on %s: %s", self.job_id, self.backend, reason)
+        ended = replace(status, billable_seconds=billed, ended_at=end.timestamp(), reason=reason)
+        return with_copies_run_out(ended)
+
+    def _final_404_bill(self, status: Any, stopped_at: datetime, *, instances: int) -> Any | None:
+        """``status`` of a pod gone (a final 404) by the time of its stop at the cap, billed to that 404.
+
+        Held back for the kept state, the pod was gone from ``_gone_unread_since``: a 404 is final on
+        Kubernetes, so it ran no longer, and the stop recorded after it sent no SIGTERM (no grace period
+        ran). Billed to the grace period's end after the due point instead, it was billed 280 s past its
+        404. Stopped by ``max_usd`` only where the stop fell due by that 404; due later, it went by itself
+        (a drain, a reclaim) and is billed as such. None: not such a pod.
+        """
+        from dataclasses import replace
+
+        from costaware.adapters.compute.base import with_copies_run_out
+
+        first_404 = self._gone_unread_since
+        if self.backend not in GONE_IS_FINAL_BACKENDS or first_404 is None:
+            return None
+        last_seen = self._last_seen or self._cap_stop_seen
+        due_at = self._held_cap_stop_due_at or stopped_at
+        if due_at > first_404:
+            gone = vanished_job_status(
+                str(self.job_id),
+                self.state,
+                last_seen=last_seen,
+                now=first_404,
+                instances=instances,
+                backend=self.backend,
+            )
+            return None if gone is None else with_copies_run_out(gone)
+        found = seen_or_followed(self.state, last_seen)
+        if found is None:
+            return None
+        seen, seen_at = found
+        end = max(seen_at, first_404)
+        reason = (
+            f"its stop at what was left of max_usd fell due at {due_at.isoformat()}; {self.backend} had "
+            f"deleted it by {first_404.isoformat()} (its 404 is final): billed to then"
+        )
+        self.log.warning("job %s on %s: %s", self.job_id, self.backend, reason)
+        billed = seen.billable_seconds + instances * (end - seen_at).total_seconds()
         ended = replace(status, billable_seconds=billed, ended_at=end.timestamp(), reason=reason)
         return with_copies_run_out(ended)
