@@ -2105,3 +2105,45 @@ def test_a_pod_gone_while_its_kept_state_is_unread_is_billed_to_its_first_404(
     assert event["job"]["billable_seconds"] == ran_when_found + 30
     step = next_step(state, JobEnded(job=event["job"]), now, max_attempts=10, latest_resume=None)
     assert (step.record_cause == "max_usd") is capped, (step, event["job"]["reason"])  # type: ignore[union-attr]
+
+
+def test_a_price_read_again_soon_is_not_taken_as_the_stop_at_the_cap_falling_due(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A listed job on a dearer type than planned whose price cannot be read is polled again 5 s later to
+    # ask the price again. That retry was kept as the stop at the cap's due point: not listed at that next
+    # poll (a listing that lags), the job was stopped by its id and recorded as stopped at max_usd, 5 s
+    # after it was seen with 100 s run of a 1,200 s cap and $100 left.
+    from datetime import timedelta
+    from decimal import Decimal
+
+    from airflow.sdk.execution_time.xcom import XCom
+
+    from costaware.adapters.compute.base import JobState, JobStatus
+    from costaware.core.errors import JobNotFoundError, LedgerUnavailableError
+    from costaware.remote_billing import KilledTrainingBilling
+    from costaware.triggers.remote_cap_stop import CAP_STOP_RETRY_SECONDS
+
+    seen_at = STOP_BY_POLL_SUBMIT + timedelta(seconds=100)
+    listed = JobStatus(
+        job_id="j",
+        state=JobState.RUNNING,
+        market="spot",
+        billable_seconds=100.0,
+        instance_type="p4d.24xlarge",
+    )
+    wait, listing, _state, _ = _stop_by_poll_wait(
+        monkeypatch, [listed, JobNotFoundError("lags")], cap_seconds=1200
+    )
+    wait.state = {**wait.state, "max_usd": "100"}
+
+    def unreadable(*args: Any, **kwargs: Any) -> Decimal:
+        raise LedgerUnavailableError("the ledger is down")
+
+    monkeypatch.setattr(KilledTrainingBilling, "_ran_on_scale", unreadable)
+    monkeypatch.setattr(XCom, "get_one", lambda **where: (_ for _ in ()).throw(ConnectionError("down")))
+    assert wait.poll_tolerant(seen_at) is None
+    assert wait.next_poll_in() == CAP_STOP_RETRY_SECONDS  # the price is asked again soon
+    assert wait.poll_tolerant(seen_at + timedelta(seconds=wait.next_poll_in())) is None
+    assert listing.stops == []
+    assert "cap_stop" not in wait.state["current"]

@@ -52,6 +52,7 @@ class CapStopping(CapStopKeeping, OtherTypePricing):
     _cap_stopped_at: datetime | None
     _cap_stop_seen: tuple[Any, datetime] | None
     _cap_stop_due_in: float | None
+    _price_read_again_in: float | None
     _held_cap_stop_due_at: datetime | None
     _cap_stop_retries: int
     _cap_stop_restored: bool
@@ -64,9 +65,10 @@ class CapStopping(CapStopKeeping, OtherTypePricing):
         A stop at what is left of ``max_usd`` (a followed job's, a dearer type's) sent at the first poll
         after it fell due let the job run up to one ``poll_interval`` past it, billed past the cap.
         """
-        if self._cap_stop_due_in is None:
+        soonest = [at for at in (self._cap_stop_due_in, self._price_read_again_in) if at is not None]
+        if not soonest:
             return self.poll_interval
-        return min(self.poll_interval, max(MIN_CAP_STOP_WAIT_SECONDS, self._cap_stop_due_in))
+        return min(self.poll_interval, max(MIN_CAP_STOP_WAIT_SECONDS, min(soonest)))
 
     def _cap_stop_due_after(self, seconds: float) -> None:
         """A stop at the cap falls due after ``seconds`` more of running (the sooner of two is kept)."""
@@ -198,11 +200,20 @@ class CapStopping(CapStopKeeping, OtherTypePricing):
         )
         return True
 
-    def _retry_cap_stop(self) -> None:
-        """A stop at the cap was due (or may be) and was not sent: the next poll comes soon to ask again."""
+    def _retry_cap_stop(self, *, stop_due: bool = True) -> None:
+        """A stop at the cap was due (or may be) and was not sent: the next poll comes soon to ask again.
+
+        ``stop_due`` False: a price to read again, not a stop that fell due. Kept apart from the cap's due
+        point: taken as it, a job not listed at the next poll was stopped by its id 5 s after a dearer
+        type's price could not be read, far short of its cap.
+        """
         self._cap_stop_retries += 1
-        wait = CAP_STOP_RETRY_SECONDS * 2 ** (self._cap_stop_retries - 1)
-        self._cap_stop_due_after(min(CAP_STOP_RETRY_MAX_SECONDS, wait))
+        wait = min(CAP_STOP_RETRY_MAX_SECONDS, CAP_STOP_RETRY_SECONDS * 2 ** (self._cap_stop_retries - 1))
+        if stop_due:
+            self._cap_stop_due_after(wait)
+        else:
+            again = self._price_read_again_in
+            self._price_read_again_in = wait if again is None else min(again, wait)
 
     def _since_poll(self, polled_before: datetime | None, now: datetime) -> float:
         """Seconds from the last poll's start to ``now`` (``poll_interval`` where there was none)."""
@@ -253,7 +264,7 @@ class CapStopping(CapStopKeeping, OtherTypePricing):
             return
         due_at, priced = followed
         if not priced:
-            self._retry_cap_stop()  # on the dearer type's price, the stop may fall due sooner
+            self._retry_cap_stop(stop_due=False)  # on the dearer type's price, the stop may fall due sooner
         left = (due_at - now).total_seconds()
         if left > MIN_CAP_STOP_WAIT_SECONDS:
             self._cap_stop_due_after(left)  # polled again when it falls due
@@ -446,7 +457,7 @@ class CapStopping(CapStopKeeping, OtherTypePricing):
         except LEDGER_UNREADABLE as e:
             # Read as the plan's price, the job would never be stopped, and its bill (the ledger back by
             # then) would come at the dearer price, past max_usd: asked again at the next poll.
-            self._retry_cap_stop()
+            self._retry_cap_stop(stop_due=False)
             self.log.warning(
                 "price of %s unknown for now (%s): asked again in %g s", job_id, e, self.next_poll_in()
             )

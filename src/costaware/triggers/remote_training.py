@@ -157,6 +157,9 @@ class RemoteTrainingJobTrigger(KilledJobBilling, BaseTrigger):
         #: How many more seconds of running the job has, at the last poll, before a stop at the cap is due
         #: (None: none is due): the next poll comes then, not up to a ``poll_interval`` later.
         self._cap_stop_due_in: float | None = None
+        #: When a price that could not be read is asked again (s), kept apart from that due point: it is
+        #: no stop falling due (see ``_retry_cap_stop``).
+        self._price_read_again_in: float | None = None
         #: When that stop falls due, kept while a gone job is held back for the kept state (see
         #: ``_stop_held_back_at_cap``); None: not held back, or no stop known to fall due.
         self._held_cap_stop_due_at: datetime | None = None
@@ -206,6 +209,7 @@ class RemoteTrainingJobTrigger(KilledJobBilling, BaseTrigger):
             assert self.price_watch is not None  # checked in __init__
             return watch_event(self.price_watch, self.state, now=now)
         due_before, self._cap_stop_due_in = self._cap_stop_due_in, None  # worked out again from this poll
+        self._price_read_again_in = None
         polled_before, self._polled_at = self._polled_at, now
         # What is left of it now: the time since the last poll began, its own included (counted as a
         # poll_interval, a due point drifted later by each poll's time: 145 s past a cap with 10 s polls).
