@@ -1903,7 +1903,7 @@ def test_a_followed_job_found_waiting_is_stopped_at_its_cap_counted_from_the_run
 
 
 def test_a_followed_job_found_waiting_with_nothing_left_of_max_usd_is_stopped_at_once_though_never_listed(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     # What is left of max_usd buys less than MIN_CAPPED_SECONDS (30 s): a listed job is stopped at once in
     # any state, but one this wait never saw listed, found waiting to start, got no due point and was
@@ -1933,6 +1933,9 @@ def test_a_followed_job_found_waiting_with_nothing_left_of_max_usd_is_stopped_at
             stops_at.append(now)
         now += timedelta(seconds=wait.next_poll_in())
     assert stops_at == [first_poll], [at - found_at for at in stops_at]
+    said = [line for line in capsys.readouterr().out.splitlines() if "stopping it by its id" in line]
+    # Found waiting with no room for a run: it has run nothing of max_usd, which buys it no run.
+    assert len(said) == 1 and "found pending" in said[0] and "buys no run" in said[0], said
     assert event is not None
     grace = stop_seconds(state)
     assert event["job"]["billable_seconds"] == 30.0 + grace, event["job"]["reason"]
@@ -2147,3 +2150,55 @@ def test_a_price_read_again_soon_is_not_taken_as_the_stop_at_the_cap_falling_due
     assert wait.poll_tolerant(seen_at + timedelta(seconds=wait.next_poll_in())) is None
     assert listing.stops == []
     assert "cap_stop" not in wait.state["current"]
+
+
+def test_a_stop_refused_after_price_reads_failed_is_asked_again_seconds_later(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A followed job never listed, found on a dearer type whose price could not be read for a while: each
+    # read asked again on the stop's backoff (5, 10, 20, 40, then 60 s), and that count stayed when its
+    # price was read and its stop fell due: a stop then refused was asked again 60 s later, the job running
+    # on past what max_usd buys there.
+    from datetime import timedelta
+    from decimal import Decimal
+
+    from airflow.sdk.execution_time.xcom import XCom
+
+    from costaware.core.errors import JobNotFoundError, LedgerUnavailableError
+    from costaware.remote_billing import KilledTrainingBilling
+    from costaware.triggers.remote_cap_stop import CAP_STOP_RETRY_SECONDS
+
+    found_at = STOP_BY_POLL_SUBMIT + timedelta(seconds=400)
+    job = {"job_id": "j", "state": "running", "market": "spot", "billable_seconds": 300.0}
+    followed = {"job": {**job, "instance_type": "p4d.24xlarge"}, "seen_at": found_at.isoformat()}
+    gone = JobNotFoundError("DescribeJobs does not list it")
+    wait, listing, _state, _ = _stop_by_poll_wait(
+        monkeypatch, [gone] * 200, cap_seconds=1200, followed=followed
+    )
+    wait.state = {**wait.state, "max_usd": "0.8"}
+    price_reads: list[int] = []
+
+    def ran_on_scale(*args: Any, **kwargs: Any) -> Decimal:
+        price_reads.append(1)
+        if len(price_reads) <= 6:
+            raise LedgerUnavailableError("the ledger's database does not answer")
+        return Decimal(4)
+
+    asked_at: list[datetime] = []
+
+    def refused_once(job_id: str) -> None:
+        asked_at.append(now)
+        if len(asked_at) == 1:
+            raise ConnectionError("throttled")
+        listing.stops.append(job_id)
+
+    monkeypatch.setattr(KilledTrainingBilling, "_ran_on_scale", ran_on_scale)
+    monkeypatch.setattr(KilledTrainingBilling, "_on_demand_in", lambda *a, **k: Decimal(1))
+    monkeypatch.setattr(XCom, "get_one", lambda **where: (_ for _ in ()).throw(ConnectionError("down")))
+    listing.stop = refused_once  # type: ignore[method-assign]
+    now = found_at + timedelta(seconds=30)
+    while not listing.stops and now < found_at + timedelta(seconds=1000):
+        wait.poll_tolerant(now)
+        now += timedelta(seconds=wait.next_poll_in())
+    assert len(price_reads) > 6 and listing.stops == ["j"] and len(asked_at) == 2
+    assert (asked_at[1] - asked_at[0]).total_seconds() <= CAP_STOP_RETRY_SECONDS

@@ -53,6 +53,7 @@ class CapStopping(CapStopKeeping, OtherTypePricing):
     _cap_stop_seen: tuple[Any, datetime] | None
     _cap_stop_due_in: float | None
     _price_read_again_in: float | None
+    _price_read_retries: int
     _held_cap_stop_due_at: datetime | None
     _cap_stop_retries: int
     _cap_stop_restored: bool
@@ -205,15 +206,21 @@ class CapStopping(CapStopKeeping, OtherTypePricing):
 
         ``stop_due`` False: a price to read again, not a stop that fell due. Kept apart from the cap's due
         point: taken as it, a job not listed at the next poll was stopped by its id 5 s after a dearer
-        type's price could not be read, far short of its cap.
+        type's price could not be read, far short of its cap. Its backoff is counted apart too: counted with
+        the stop's, a stop refused once the price was read was asked again 60 s later.
         """
-        self._cap_stop_retries += 1
-        wait = min(CAP_STOP_RETRY_MAX_SECONDS, CAP_STOP_RETRY_SECONDS * 2 ** (self._cap_stop_retries - 1))
         if stop_due:
-            self._cap_stop_due_after(wait)
+            self._cap_stop_retries += 1
+            self._cap_stop_due_after(self._retry_wait(self._cap_stop_retries))
         else:
-            again = self._price_read_again_in
+            self._price_read_retries += 1
+            wait, again = self._retry_wait(self._price_read_retries), self._price_read_again_in
             self._price_read_again_in = wait if again is None else min(again, wait)
+
+    @staticmethod
+    def _retry_wait(retries: int) -> float:
+        """Seconds before the ``retries``-th retry in a row: doubled from the shortest, up to the longest."""
+        return min(CAP_STOP_RETRY_MAX_SECONDS, CAP_STOP_RETRY_SECONDS * 2.0 ** (retries - 1))
 
     def _since_poll(self, polled_before: datetime | None, now: datetime) -> float:
         """Seconds from the last poll's start to ``now`` (``poll_interval`` where there was none)."""
@@ -265,6 +272,8 @@ class CapStopping(CapStopKeeping, OtherTypePricing):
         due_at, priced = followed
         if not priced:
             self._retry_cap_stop(stop_due=False)  # on the dearer type's price, the stop may fall due sooner
+        else:
+            self._price_read_retries = 0
         left = (due_at - now).total_seconds()
         if left > MIN_CAP_STOP_WAIT_SECONDS:
             self._cap_stop_due_after(left)  # polled again when it falls due
@@ -354,10 +363,22 @@ class CapStopping(CapStopKeeping, OtherTypePricing):
         no SIGTERM went out, so there is no grace period to hold it to; it is billed to its first 404
         (:meth:`~costaware.triggers.remote_gone_job.GoneJobBilling._gone_after_cap_stop`).
         """
+        from costaware.training.attempt_effects import MIN_CAPPED_SECONDS
         from costaware.triggers.remote_job_status import GONE_IS_FINAL_BACKENDS
 
         already_gone = self.backend in GONE_IS_FINAL_BACKENDS
-        if not already_gone:
+        current = self.state.get("current") or {}
+        limit, found = current.get("stop_after_seconds"), (current.get("followed") or {}).get("job") or {}
+        if not already_gone and limit is not None and float(limit) < MIN_CAPPED_SECONDS:
+            # Stopped where it was found (:meth:`_followed_cap_stop_due_at`), perhaps before it ran at all.
+            self.log.warning(
+                "job %s, not listed on %s now, was found %s by this try and what is left of max_usd buys "
+                "no run: stopping it by its id",
+                job_id,
+                self.backend,
+                found.get("state") or "in an unknown state",
+            )
+        elif not already_gone:
             self.log.warning(
                 "job %s, not listed on %s now, has run what is left of max_usd: stopping it by its id",
                 job_id,
@@ -484,7 +505,7 @@ class CapStopping(CapStopKeeping, OtherTypePricing):
         if limit is None:
             return
         if float(status.billable_seconds) / instances(plan) < limit:
-            self._cap_stop_retries = 0  # its price is known again
+            self._cap_stop_retries = self._price_read_retries = 0  # its price is known again
             self._cap_stop_due_after(limit - float(status.billable_seconds) / instances(plan))
             return
         self.log.warning(

@@ -160,6 +160,7 @@ class RemoteTrainingJobTrigger(KilledJobBilling, BaseTrigger):
         #: When a price that could not be read is asked again (s), kept apart from that due point: it is
         #: no stop falling due (see ``_retry_cap_stop``).
         self._price_read_again_in: float | None = None
+        self._price_read_retries = 0
         #: When that stop falls due, kept while a gone job is held back for the kept state (see
         #: ``_stop_held_back_at_cap``); None: not held back, or no stop known to fall due.
         self._held_cap_stop_due_at: datetime | None = None
