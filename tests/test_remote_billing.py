@@ -149,3 +149,82 @@ def test_a_kill_whose_bill_is_kept_for_a_person_says_so_not_that_it_billed_the_j
     assert "stopped and billed" not in said
     assert f"its task was killed: job train-a1 stopped; its bill of $1.000000 (1800 s) {kept}" in said
     assert len(billed_ledger.entries(dag_id=plan.identity["dag_id"])) == 1
+
+
+def test_a_kill_whose_bill_is_kept_for_a_person_leaves_the_hold_held_and_its_drain_says_the_cap_passed(
+    billed_ledger: Ledger, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The kill settled the task's hold with the attempts' total, the kept bill in it, which the ledger does
+    # not hold: spent 0, reserved 0, another run took the whole $2 cap, and the person's drain wrote the
+    # $1 bill past it without a word.
+    from attempt_states import CAPTURED  # tests/support/
+
+    from costaware.ledger_spool import drain
+    from costaware.training.attempt_effects import task_holder
+    from costaware.training.attempts import AttemptState
+    from costaware.training.plan import RemotePlan
+    from costaware.triggers.remote_training import RemoteTrainingJobTrigger
+
+    monkeypatch.setenv("AIRFLOW_HOME", str(tmp_path / "airflow"))
+    spool = tmp_path / "airflow" / "costaware" / "spool"
+    plan = RemotePlan.from_json(CAPTURED)
+    ident = plan.identity
+    _record_a_row_of_the_job_that_gives_no_end(billed_ledger, ident)
+    billed_ledger.set_budget("project=churn", "month", "2")
+    hold = billed_ledger.reserve("project=churn", "1.50", holder=task_holder(plan), run_id=ident["run_id"])
+    (before,) = billed_ledger.usage("project=churn")
+    state = AttemptState(plan=plan).submitted(job_id="train-a1", market="on_demand")
+    trigger = RemoteTrainingJobTrigger(
+        backend="local", backend_options={}, job_id="train-a1", state=state.to_json(), aws_conn_id=None
+    )
+    job = {**ENDED_JOB, "ended_at": time.time() - 3 * 3600}
+    monkeypatch.setattr(trigger, "_stop_job", lambda *args, **kwargs: (job, True, True))
+    assert trigger.stop_and_bill(ask_state=False, wait_seconds=0) is None
+    (kept,) = (spool / "unsure").glob("*.json")
+    # The hold still covers the kept $1: nothing else may take it.
+    assert billed_ledger.open_holds_of(task_holder(plan)) == [hold]
+    (after,) = billed_ledger.usage("project=churn")
+    assert (after.spent_usd, after.reserved_usd) == (before.spent_usd, Decimal("1.50"))
+    # Marked another run's and drained: paid from the hold, and no cap passed, so nothing to warn of.
+    kept.write_text(json.dumps({**json.loads(kept.read_text()), "another_run": True}))
+    kept.replace(spool / kept.name)
+    with caplog.at_level(logging.WARNING, logger="costaware.ledger_spool"):
+        assert drain(spool, lambda conn_id: billed_ledger).written == 1
+    assert billed_ledger.paid_from([hold.id])[hold.id] == Decimal("1")
+    assert len(billed_ledger.entries(dag_id=ident["dag_id"])) == 2
+    (drained,) = billed_ledger.usage("project=churn")
+    assert drained.spent_usd + drained.reserved_usd <= drained.cap_usd
+    assert "is written and budget" not in caplog.text
+
+
+def test_a_drain_that_writes_an_entry_past_a_budgets_cap_says_so(
+    billed_ledger: Ledger, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # A bill that waited in the spool counted in no budget; others spent meanwhile. Written, the budget
+    # read $2.50 spent of a $2 cap, and the drain said INFO "wrote spooled ledger entry" only.
+    from costaware.ledger_spool import drain, spool_entry
+
+    billed_ledger.set_budget("project=churn", "month", "2")
+    tags = {"project": "churn"}
+    spent = LedgerEntry(
+        dag_id="d", run_id="r", task_id="t", kind=Kind.COMPUTE, usd=Decimal("1.50"), tags=tags,
+        entry_uid="spent-meanwhile",
+    )  # fmt: skip
+    assert billed_ledger.record(spent)
+    waited = LedgerEntry(
+        dag_id="d",
+        run_id="r2",
+        task_id="t",
+        kind=Kind.COMPUTE,
+        usd=Decimal("1"),
+        tags=tags,
+        entry_uid="waited",
+    )
+    spool = tmp_path / "spool"
+    spool_entry(spool, waited, "costaware_ledger", retrying=False)
+    with caplog.at_level(logging.WARNING, logger="costaware.ledger_spool"):
+        assert drain(spool, lambda conn_id: billed_ledger).written == 1
+    (said,) = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    (usage,) = billed_ledger.usage("project=churn")
+    assert usage.spent_usd == Decimal("2.50")
+    assert f"budget {usage.name} has spent $2.50 of its cap $2.00" in said and "waited" in said

@@ -478,6 +478,7 @@ def drain(
                 result.unsure += 1
                 continue
             record(ledger, entry, retrying=bool(data.get("retrying", False)))
+            _say_if_past_cap(ledger, entry)
         except LEDGER_UNREADABLE as e:
             # Down again, or its database not made (the deployment's to fix, not the entry's fault): the
             # rest of its entries wait with it.
@@ -500,6 +501,34 @@ def drain(
         result.written += 1
         log.info("costaware: wrote spooled ledger entry %s", path.name)
     return result
+
+
+def _say_if_past_cap(ledger: Any, entry: Any) -> None:
+    """Warn where ``entry``, just written by a drain, leaves a budget it counts in spent past its cap.
+
+    A bill that waited here (a person's ``another_run``, a ledger down) was in no budget meanwhile, and
+    other runs may have taken the room it needed: written in silence, a $2 budget read $3 spent.
+    """
+    from costaware.core.budgets import Scope
+    from costaware.core.money import format_usd_exact
+
+    try:
+        usages = ledger.usage(
+            Scope.parse(dict(entry.tags)), at=entry.incurred_at, run_id=entry.run_id, dag_id=entry.dag_id
+        )
+    except Exception:  # no budget applies to its tags (or none can be read): no cap to pass
+        return
+    for usage in usages:
+        if usage.spent_usd > usage.cap_usd:
+            log.warning(
+                "costaware: spooled entry %s ($%s) is written and budget %s has spent %s of its cap %s: "
+                "this money waited in the spool, counted by no budget, while other runs spent",
+                entry.entry_uid,
+                entry.usd,
+                usage.name,
+                format_usd_exact(usage.spent_usd),
+                format_usd_exact(usage.cap_usd),
+            )
 
 
 def _billed_meanwhile(ledger: Any, data: dict[str, Any]) -> Decimal | None:
@@ -610,6 +639,26 @@ def keep_unsure(
         return None
     _say_kept_unsure(f"the bill {path.name}", data, row, unsure, spool)
     return path
+
+
+def kept_unsure_of(holder: str) -> list[Path]:
+    """The bills of the task whose reservation holder is ``holder`` that wait in ``spool/unsure``.
+
+    Their dollars are in no ledger entry until a person drains them: the task's hold is what still covers
+    them in the budgets, so it is not settled while one waits (settled, the money was counted nowhere).
+    """
+    from costaware.core.ledger import reservation_holder
+
+    kept = []
+    for path in sorted((spool_dir() / UNSURE).glob("*.json")):
+        try:
+            entry = json.loads(path.read_text()).get("entry") or {}
+            of = reservation_holder(entry["dag_id"], entry["run_id"], entry["task_id"], entry["map_index"])
+        except (OSError, ValueError, KeyError, AttributeError):
+            continue  # not a bill this module kept: no task's to cover
+        if of == holder:
+            kept.append(path)
+    return kept
 
 
 def _say_kept_unsure(what: str, data: dict[str, Any], row: dict[str, Any], unsure: Path, spool: Path) -> None:
