@@ -99,3 +99,33 @@ def test_a_second_bill_of_the_same_attempt_leaves_the_kept_file_a_person_marked_
     assert json.loads(kept.read_text()) == marked
     (said,) = [r.getMessage() for r in caplog.records]
     assert "the bill attempt:this.json (kept there already: left as it is) (job train-a1, $1.25)" in said
+
+
+def test_a_second_bill_of_the_same_attempt_at_another_figure_names_the_files_and_logs_itself_whole(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Kept at $1.25, then the same uid billed at $3.50: the file held $1.25, the ERROR said the kept file
+    # was "(job train-a1, $3.50)", and the $3.50 bill was in neither the file nor the log.
+    from dataclasses import replace
+
+    bill, row, _spool = _unsure_bill(tmp_path, monkeypatch)
+    kept = keep_unsure(bill, "costaware_ledger", {"job_id": "train-a1"}, row)
+    assert kept is not None
+    caplog.clear()
+    dearer = replace(bill, usd=Decimal("3.50"))
+    with caplog.at_level(logging.ERROR, logger="costaware.ledger_spool"):
+        assert keep_unsure(dearer, "costaware_ledger", {"job_id": "train-a1"}, row) == kept
+    assert Decimal(json.loads(kept.read_text())["entry"]["usd"]) == Decimal("1.25")
+    kept_again, new_bill = [r.getMessage() for r in caplog.records]
+    assert "(kept there already: left as it is) (job train-a1, $1.25)" in kept_again
+    assert "3.5" not in kept_again
+    assert f"billed again at $3.50 under entry attempt:this, where {kept} says $1.25" in new_bill
+    logged = json.loads(new_bill[new_bill.index("{") :])
+    assert (
+        Decimal(logged["entry"]["usd"]) == Decimal("3.50") and logged["entry"]["entry_uid"] == "attempt:this"
+    )
+    # The same figure again: said once, as before.
+    caplog.clear()
+    with caplog.at_level(logging.ERROR, logger="costaware.ledger_spool"):
+        keep_unsure(bill, "costaware_ledger", {"job_id": "train-a1"}, row)
+    assert len(caplog.records) == 1

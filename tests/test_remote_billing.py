@@ -228,3 +228,44 @@ def test_a_drain_that_writes_an_entry_past_a_budgets_cap_says_so(
     (usage,) = billed_ledger.usage("project=churn")
     assert usage.spent_usd == Decimal("2.50")
     assert f"budget {usage.name} has spent $2.50 of its cap $2.00" in said and "waited" in said
+
+
+def test_a_kill_whose_bill_differs_from_the_one_kept_for_the_job_names_the_files_figure(
+    billed_ledger: Ledger, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # An earlier try kept the job's bill at $0.50 (priced otherwise); the kill bills the same attempt at $1
+    # under the same uid: the file stays at $0.50, and the kill said "its bill of $1 ... kept in
+    # spool/unsure".
+    from attempt_states import CAPTURED  # tests/support/
+
+    from costaware.training.attempts import AttemptState
+    from costaware.training.plan import RemotePlan
+    from costaware.triggers.remote_training import RemoteTrainingJobTrigger
+
+    monkeypatch.setenv("AIRFLOW_HOME", str(tmp_path / "airflow"))
+    plan = RemotePlan.from_json(CAPTURED)
+    _record_a_row_of_the_job_that_gives_no_end(billed_ledger, plan.identity)
+    state = AttemptState(plan=plan).submitted(job_id="train-a1", market="on_demand")
+    job = {**ENDED_JOB, "ended_at": time.time() - 3 * 3600}
+
+    def kill() -> None:
+        trigger = RemoteTrainingJobTrigger(
+            backend="local", backend_options={}, job_id="train-a1", state=state.to_json(), aws_conn_id=None
+        )
+        monkeypatch.setattr(trigger, "_stop_job", lambda *args, **kwargs: (job, True, True))
+        trigger.stop_and_bill(ask_state=False, wait_seconds=0)
+
+    kill()
+    (kept,) = (tmp_path / "airflow" / "costaware" / "spool" / "unsure").glob("*.json")
+    earlier = json.loads(kept.read_text())
+    earlier["entry"]["usd"] = "0.50"
+    kept.write_text(json.dumps(earlier))
+    capsys.readouterr()
+    kill()
+    assert json.loads(kept.read_text()) == earlier
+    said = capsys.readouterr().out
+    assert "kept in spool/unsure" not in said
+    assert (
+        "its bill of $1.000000 (1800 s) not kept: spool/unsure keeps this job's bill of $0.50 from an "
+        "earlier try, logged for a person"
+    ) in said

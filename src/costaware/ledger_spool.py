@@ -614,9 +614,25 @@ def keep_unsure(
     if kept.exists():
         # The same bill kept by an earlier try (its uid is the attempt's): rewritten, a person's
         # "another_run" not yet moved back was lost, and the ledger takes one entry of a uid anyway.
+        on_file = _read_kept(kept) or data
         _say_kept_unsure(
-            f"the bill {kept.name} (kept there already: left as it is)", data, row, unsure, spool
+            f"the bill {kept.name} (kept there already: left as it is)", on_file, row, unsure, spool
         )
+        kept_usd = (on_file.get("entry") or {}).get("usd")
+        if usd_differs(kept_usd, data["entry"]["usd"]):
+            # Not in the file: the log is the only place this bill is.
+            log.error(
+                "costaware: job %s was billed again at $%s under entry %s, where %s says $%s: this bill is "
+                'not kept (the file is left as it is). If $%s is the right figure, put the "entry" of the '
+                "JSON that ends this line in that file: %s",
+                duplicate_check.get("job_id"),
+                data["entry"]["usd"],
+                entry.entry_uid,
+                kept,
+                kept_usd,
+                data["entry"]["usd"],
+                record,
+            )
         return kept
     try:
         path = spool_entry(unsure, entry, ledger_conn_id, retrying=True, duplicate_check=duplicate_check)
@@ -659,6 +675,29 @@ def kept_unsure_of(holder: str) -> list[Path]:
         if of == holder:
             kept.append(path)
     return kept
+
+
+def _read_kept(path: Path) -> dict[str, Any] | None:
+    """The JSON of the kept bill ``path``, or None where it cannot be read as one."""
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def usd_differs(kept_usd: Any, new_usd: Any) -> bool:
+    """Whether two dollar figures of a bill differ (``1.25`` and ``1.250000`` do not)."""
+    try:
+        return Decimal(str(kept_usd)) != Decimal(str(new_usd))
+    except ArithmeticError:
+        return str(kept_usd) != str(new_usd)
+
+
+def kept_bill_usd(path: str | Path) -> str | None:
+    """The dollars of the bill kept in ``path``, as the file holds them (None: it cannot be read)."""
+    usd = ((_read_kept(Path(path)) or {}).get("entry") or {}).get("usd")
+    return None if usd is None else str(usd)
 
 
 def _say_kept_unsure(what: str, data: dict[str, Any], row: dict[str, Any], unsure: Path, spool: Path) -> None:

@@ -7,6 +7,7 @@ that ended, `airflow dags test`'s Ctrl-C, the operator's last try and ``costawar
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -153,15 +154,7 @@ class KilledJobBilling(GoneJobBilling):
                             state.attempts[-1].usd,
                         )
                     else:  # not in the ledger: a row of the job may bill this run (the ERROR above)
-                        self.log.warning(
-                            "%s: job %s stopped; its bill of $%s (%.0f s) %s for a person (see the ERROR "
-                            "above)",
-                            why,
-                            self.job_id,
-                            state.attempts[-1].usd,
-                            float(job["billable_seconds"]),
-                            "kept in spool/unsure" if billing.unsure_bill else "not written nor kept: logged",
-                        )
+                        self._say_bill_kept(why, billing.unsure_bill, state.attempts[-1].usd, job)
         except StopRefused as e:
             verdict, refused = "refused", str(e)
             self.log.error(
@@ -229,6 +222,30 @@ class KilledJobBilling(GoneJobBilling):
             else:
                 billing._settle(state)
         return refused
+
+    def _say_bill_kept(self, why: str, kept: str, usd: str, job: Mapping[str, Any]) -> None:
+        """Say that the kill's bill of ``usd`` is kept in the file ``kept`` ("": logged only) for a person.
+
+        A file kept by an earlier try stays as it is: where its dollars differ, it is not this bill that
+        waits there (this one is in the ERROR above), and the WARNING names the file's.
+        """
+        import costaware.ledger_spool as ledger_spool
+
+        on_file = ledger_spool.kept_bill_usd(kept) if kept else None
+        if not kept:
+            where = "not written nor kept: logged"
+        elif on_file is None or not ledger_spool.usd_differs(on_file, usd):
+            where = "kept in spool/unsure"
+        else:
+            where = f"not kept: spool/unsure keeps this job's bill of ${on_file} from an earlier try, logged"
+        self.log.warning(
+            "%s: job %s stopped; its bill of $%s (%.0f s) %s for a person (see the ERROR above)",
+            why,
+            self.job_id,
+            usd,
+            float(job["billable_seconds"]),
+            where,
+        )
 
     def _task_verdict(self, *, unreadable: str = "ended") -> str:
         """``ended``, ``cleared`` or ``waiting``: what Airflow says of the killed task now (see above).
