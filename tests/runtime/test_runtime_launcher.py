@@ -1989,3 +1989,84 @@ def test_the_restore_is_bounded_by_the_bytes_it_moves(make_job: MakeJob, mode: s
     assert said in done.stderr
     assert "the store keeps it, for the next attempt (exit 74, retried)" in done.stderr
     assert json.loads((job.remote / "LATEST.json").read_text())["step"] == 3
+
+
+#: Runs costaware-run with a checkpoint store whose requests that move no bytes are slow (argv[1]): "reads",
+#: each marker read of a step folder takes 0.4 s (many unfinished folders to look into before a restore);
+#: "modified", each dating of a step folder takes 0.4 s (many folders of another writer to prune); "listing",
+#: listing the step folders takes 2 s once this push's step-3 folder is there (a slow list at the prune).
+SLOW_REQUEST_STORE_LAUNCHER = """
+import sys, time
+from costaware_runtime import launcher, stores
+mode = sys.argv[1]
+read, modified, folders = stores.LocalStore.read, stores.LocalStore.modified, stores.LocalStore.folders
+def slow_read(self, key):
+    if mode == "reads" and key.startswith("step-"):
+        time.sleep(0.4)
+    return read(self, key)
+def slow_modified(self, folder):
+    if mode == "modified":
+        time.sleep(0.4)
+    return modified(self, folder)
+def slow_folders(self, prefix=""):
+    found = folders(self, prefix)
+    if mode == "listing" and any(name.startswith("step-3-") for name in found):
+        time.sleep(2)
+    return found
+stores.LocalStore.read, stores.LocalStore.modified = slow_read, slow_modified
+stores.LocalStore.folders = slow_folders
+sys.exit(launcher.main(["--poll-seconds", "3600", "--", sys.executable, sys.argv[2]]))
+"""
+
+
+def _run_with_slow_requests(job: Job, mode: str) -> subprocess.CompletedProcess[str]:
+    command = [sys.executable, "-c", SLOW_REQUEST_STORE_LAUNCHER, mode, str(job.script)]
+    return subprocess.run(
+        command, env=job.env(COSTAWARE_STORE_STALL_SECONDS="1"), capture_output=True, text=True, timeout=60
+    )
+
+
+def test_a_restore_that_looks_into_many_folders_is_not_given_up_while_the_store_answers(
+    make_job: MakeJob,
+) -> None:
+    # Only bytes moved counted as progress: a restore looking into many step folders (a marker read each, no
+    # bytes moved) was given up as a hung store (exit 74) though each read answered within the bound.
+    from costaware_runtime import push, save_bytes
+
+    job = make_job("cr.exit_preempted()\n")
+    save_bytes(b"r", step=2, directory=job.root / "earlier")
+    push(job.root / "earlier", str(job.remote))
+    for number in range(6):  # unfinished pushes of a later step: each looked into, none resumed from
+        (job.remote / f"step-3-{number:08x}").mkdir()
+    done = _run_with_slow_requests(job, "reads")  # 6 reads at 0.4 s: 2.4 s against a 1 s bound
+    assert done.returncode == 75, done.stderr
+    assert "moved nothing" not in done.stderr
+    assert "starting from checkpoint step 2" in done.stderr
+
+
+@pytest.mark.parametrize("mode", ["modified", "listing"])
+def test_a_last_push_whose_prune_is_slow_is_said_to_be_in_the_store(make_job: MakeJob, mode: str) -> None:
+    # The prune after the last push moves no bytes: dating many folders of another writer was given up as a
+    # stalled push, and a prune that stalled after LATEST.json named the new step said "checkpoint step 3
+    # may not be in the store" (exit 77 where the store held none before).
+    from costaware_runtime import push, save_bytes
+
+    job = make_job("cr.save_bytes(b'new', step=3)\ncr.exit_preempted()\n")
+    if mode == "modified":
+        for step in range(1, 3):  # another writer's folders, all recent: dated (0.4 s each) and kept
+            for _ in range(3):
+                save_bytes(b"old", step=step, directory=job.root / f"earlier-{step}-{_}")
+                push(job.root / f"earlier-{step}-{_}", str(job.remote))
+    done = _run_with_slow_requests(job, mode)
+    assert done.returncode == 75, done.stderr
+    assert json.loads((job.remote / "LATEST.json").read_text())["step"] == 3
+    assert "may not be in the store" not in done.stderr
+    assert "could not be pushed" not in done.stderr
+    if mode == "modified":  # each folder dated within the bound: nothing given up
+        assert "moved nothing" not in done.stderr
+    else:
+        said = (
+            f"the last checkpoint is in {job.remote} (the job's last commit, step 3, is in the store "
+            "already), but pruning the older step folders there stalled: the last checkpoint push to"
+        )
+        assert said in done.stderr

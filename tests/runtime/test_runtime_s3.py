@@ -421,3 +421,28 @@ def test_without_list_uploads_another_writers_old_folder_is_still_pruned(
     assert keys(bucket, "ckpt/step-10-", endpoint) == []
     assert "not pruning" not in caplog.text
     assert "refused s3:ListBucketMultipartUploads" in caplog.text
+
+
+def test_each_page_of_a_listing_and_each_deletion_is_said_as_it_is_answered(
+    bucket: str, s3_env: dict[str, str]
+) -> None:
+    # Listings and deletions move no bytes: a large prefix (a page per 1,000 keys) listed for longer than
+    # COSTAWARE_STORE_STALL_SECONDS was given up as a hung store though each page came back in time.
+    from concurrent.futures import ThreadPoolExecutor
+
+    client = boto3.client("s3", endpoint_url=s3_env["COSTAWARE_S3_ENDPOINT_URL"])
+    with ThreadPoolExecutor(8) as pool:
+        list(
+            pool.map(
+                lambda n: client.put_object(Bucket=bucket, Key=f"ckpt/step-1/{n}", Body=b""), range(1001)
+            )
+        )
+    store = S3Store(bucket, "ckpt")
+    answered: list[int] = []
+    store.request_answered = answered.append
+    assert len(store.sizes("step-1/")) == 1001
+    assert answered == [0, 0]  # two pages
+    answered.clear()
+    store.delete_folder("step-1")
+    assert answered == [0] * 4  # two pages listed, then two deletions of at most 1,000 keys
+    assert store.sizes("step-1/") == {}

@@ -149,6 +149,7 @@ class S3Store(Store):
                 Bucket=self.bucket, Prefix=self.prefix + prefix
             )
             for page in pages:
+                self._answered()
                 found.update(
                     (item["Key"][len(self.prefix) :], item["Size"]) for item in page.get("Contents", [])
                 )
@@ -161,6 +162,7 @@ class S3Store(Store):
                 Bucket=self.bucket, Prefix=f"{self.prefix}{check_key(folder)}/"
             )
             for page in pages:
+                self._answered()
                 for item in page.get("Contents", []):
                     newest = max(newest or 0.0, item["LastModified"].timestamp())
         # A live writer uploading a large file into the folder: its parts are changes too. Counting only the
@@ -174,6 +176,7 @@ class S3Store(Store):
             )
             try:
                 for page in pages:
+                    self._answered()
                     for upload in page.get("Uploads", []):
                         last_part = self._last_part_at(upload) or 0.0  # None: its start alone counts
                         newest = max(newest or 0.0, upload["Initiated"].timestamp(), last_part)
@@ -193,6 +196,7 @@ class S3Store(Store):
                 Bucket=self.bucket, Prefix=self.prefix + prefix
             )
             for page in pages:
+                self._answered()
                 for upload in page.get("Uploads", []):
                     if upload["Initiated"].timestamp() >= idle_since:
                         continue  # maybe a live writer's
@@ -207,6 +211,7 @@ class S3Store(Store):
                         self._client.abort_multipart_upload(
                             Bucket=self.bucket, Key=upload["Key"], UploadId=upload["UploadId"]
                         )
+                    self._answered()
                     aborted.append(upload["Key"][len(self.prefix) :])
         return aborted
 
@@ -224,6 +229,7 @@ class S3Store(Store):
         try:
             with contextlib.suppress(self._client.exceptions.NoSuchUpload):  # finished or aborted meanwhile
                 for page in pages:
+                    self._answered()
                     for part in page.get("Parts", []):
                         newest = max(newest, part["LastModified"].timestamp())
         except ClientError as e:
@@ -257,6 +263,7 @@ class S3Store(Store):
                 self._client.delete_objects(
                     Bucket=self.bucket, Delete={"Objects": full[start : start + 1000], "Quiet": True}
                 )
+            self._answered()
 
     @contextmanager
     def _errors(self, key: str, action: str) -> Iterator[None]:

@@ -32,6 +32,13 @@ class Store(ABC):
     """Files under one root URI, addressed by relative keys."""
 
     uri: str
+    #: Called (with 0) after each request a listing, deletion or abort sends is answered, a page of a listing
+    #: too: a long listing or prune moves no bytes, and was given up as hung (see ``_watcher.run_bounded``).
+    request_answered: Progress | None = None
+
+    def _answered(self) -> None:
+        if self.request_answered is not None:
+            self.request_answered(0)
 
     @abstractmethod
     def put(self, key: str, source: BinaryIO, progress: Progress | None = None) -> None:

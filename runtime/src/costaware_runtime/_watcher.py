@@ -32,11 +32,11 @@ _T = TypeVar("_T")
 
 
 def run_bounded(call: Callable[[], _T], sync: CheckpointSync, bound: float, what: str) -> _T:
-    """``call()`` (a restore or push of ``sync``), given up once it has moved no bytes for ``bound`` seconds.
+    """``call()`` (a restore or push of ``sync``), given up after ``bound`` seconds with no progress.
 
     It runs in a thread of its own while this one waits: on the main thread, a store that hung (a mount that
-    stopped answering) held the launcher, and the machine, for good. A call that keeps moving bytes is
-    waited for however long it takes.
+    stopped answering) held the launcher, and the machine, for good. A call that keeps moving bytes, or
+    getting answers to its requests (a listing or prune moves none), is waited for however long it takes.
 
     Raises:
         StoreStalledError: It moved nothing for ``bound`` seconds; it is left running in its (daemon) thread,

@@ -416,6 +416,15 @@ class Launcher:
         except StoreStalledError as e:
             # It holds the sync's lock: no other push may follow (it would wait on this one).
             self.push_hung = str(e)
+            if sync.pruning:  # the checkpoint is in and LATEST.json names it: only deleting old folders hung
+                log.warning(
+                    "the last checkpoint is in %s (%s), but pruning the older step folders there "
+                    "stalled: %s; a later push prunes them",
+                    sync.store.uri,
+                    unpushed(sync),
+                    e,
+                )
+                return True
             if self.checkpoint_dir in self.scratch:  # made for this run only: kept, the checkpoint in it
                 self.scratch.remove(self.checkpoint_dir)
             log.error(

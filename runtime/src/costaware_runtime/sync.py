@@ -106,9 +106,13 @@ class CheckpointSync:
         #: When a push or restore last moved bytes, or finished a file (monotonic seconds): one still moving
         #: bytes is slow, not hung, and is waited for (see ``_Watcher.stop`` and ``_bounded``).
         self.progressed_at = time.monotonic()
+        # A listing or prune moves no bytes: each request the store answers is progress too.
+        self.store.request_answered = self.progressed
+        #: Whether a push is pruning old step folders: ``LATEST.json`` already names what it pushed.
+        self.pruning = False
 
     def progressed(self, moved: int = 0) -> None:
-        """Note that a transfer moved ``moved`` bytes (or finished a file) now; called from any thread."""
+        """Note that a transfer moved ``moved`` bytes (or a store request was answered) now; any thread."""
         self.progressed_at = time.monotonic()
 
     def remote_latest(self) -> tuple[Marker, str] | None:
@@ -118,6 +122,7 @@ class CheckpointSync:
             StoreError: ``LATEST.json`` cannot be read or is not one this runtime wrote.
         """
         raw = self.store.read(LATEST_NAME)
+        self.progressed()
         return None if raw is None else self._parse_latest(raw)
 
     def _parse_latest(self, raw: bytes) -> tuple[Marker, str]:
@@ -147,7 +152,9 @@ class CheckpointSync:
             self._claim()
             self._abort_stale_uploads()  # what the attempt before left, killed mid-push
             self.synced = None if latest is None else latest[0].identity
-            unpointed = newest_unpointed(self.store, None if latest is None else latest[0].step)
+            unpointed = newest_unpointed(
+                self.store, None if latest is None else latest[0].step, answered=self.progressed
+            )
             if unpointed is not None:
                 latest = self._repoint(*unpointed, latest)
             if latest is None:
@@ -212,13 +219,20 @@ class CheckpointSync:
             self._claim()
             self._own.add(prefix)  # before the upload: a failed one leaves a folder of ours to prune
             ahead = self._upload(local, prefix)
-            self._prune(keep={prefix, previous}, newer_than=local.step)
             self.pushed = True
+            # Before the prune: a prune that stalls must not be read as a checkpoint missing from the store.
             if ahead is None:
                 self.synced, self._pushed_behind = local.identity, None
+            else:
+                self.synced, self._pushed_behind = ahead[0].identity, local.identity
+            self.pruning = True
+            try:
+                self._prune(keep={prefix, previous}, newer_than=local.step)
+            finally:
+                self.pruning = False
+            if ahead is None:
                 log.info("pushed checkpoint step %s to %s", local.step, self.store.url(prefix))
                 return local.step
-            self.synced, self._pushed_behind = ahead[0].identity, local.identity
             log.warning(
                 "checkpoint step %s is older than step %s at %s, so %s still names step %s, which the next "
                 "attempt resumes from: this writer is behind (a leftover attempt still running, or a job "
@@ -287,6 +301,7 @@ class CheckpointSync:
                     f"{path} of checkpoint step {marker.step} is gone: a newer save replaced it"
                 ) from None
         self.store.put_bytes(f"{prefix}/{CHECKPOINT_MARKER}", _dumps(marker.to_json()))
+        self.progressed()
         return self._point_latest(marker.step, _pointer(marker, prefix))
 
     def _repoint(self, marker: Marker, prefix: str, latest: tuple[Marker, str] | None) -> tuple[Marker, str]:
@@ -334,11 +349,14 @@ class CheckpointSync:
         """
         for _ in range(POINTER_TRIES):
             current = self.store.read_versioned(LATEST_NAME)
+            self.progressed()
             if current is not None:
                 named = self._parse_latest(current[0])
                 if named[0].step > step:
                     return named
-            if self.store.put_bytes_if(LATEST_NAME, pointer, None if current is None else current[1]):
+            written = self.store.put_bytes_if(LATEST_NAME, pointer, None if current is None else current[1])
+            self.progressed()
+            if written:
                 return None
         raise StoreError(
             f"{self.store.url(LATEST_NAME)} was replaced by another writer {POINTER_TRIES} times while this "
@@ -364,6 +382,7 @@ class CheckpointSync:
             aborted = self.store.abort_uploads(
                 "step-", now - STALE_UPLOAD_SECONDS, started_before=now - STALE_FOLDER_SECONDS
             )
+            self.progressed()
         except StoreError as e:  # a role that may not list or abort them: the training goes on
             if not self._abort_refused:
                 log.warning(
@@ -387,19 +406,23 @@ class CheckpointSync:
             log.warning("not pruning %s: %s", self.store.uri, e)
             return
         named = None if latest is None else latest[1]
-        for folder in self.store.folders("step-"):
+        folders = self.store.folders("step-")
+        self.progressed()
+        for folder in folders:
             found = _STEP_FOLDER.fullmatch(folder)
             if not found or folder in keep or folder == named or int(found.group(1)) > newer_than:
                 continue
             if folder not in self._own:
                 try:
                     changed = self.store.modified(folder)
+                    self.progressed()
                 except StoreError as e:  # cannot tell whether its writer is alive: kept, as a live one's
                     log.warning("not pruning %s: %s", self.store.url(folder), e)
                     continue
                 if changed is not None and self.clock() - changed < STALE_FOLDER_SECONDS:
                     continue
             self.store.delete_folder(folder)
+            self.progressed()
             self._own.discard(folder)
 
     def _complete(self, marker: Marker) -> bool:
