@@ -8,6 +8,7 @@ import json
 import logging
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -1851,6 +1852,37 @@ def test_a_store_that_hangs_on_a_push_neither_holds_the_exit_nor_loses_the_check
     assert "(COSTAWARE_STORE_STALL_SECONDS sets how long)" in done.stderr
     assert "checkpoint step 1 may not be in the store, which holds none known to this attempt" in done.stderr
     assert "checkpoint step 1 could not be pushed and the store holds none" in done.stderr
+
+
+def test_a_checkpoint_folder_made_for_the_run_stays_while_the_watchers_hung_push_reads_it(
+    make_job: MakeJob,
+) -> None:
+    # When the watcher's push hung, the launcher returned early without keeping the folder it made for the
+    # checkpoints: removed at exit while the stuck push still read it, step 1 was lost for good.
+    job = make_job(
+        "cr.save_bytes(b'state after 1', step=1)\n"
+        "while not (READY.parent / 'pushing').exists():\n"
+        "    time.sleep(0.02)\n"
+        "cr.exit_preempted()\n"
+    )
+    launcher = [sys.executable, "-c", HANGING_STORE_LAUNCHER, str(job.root / "pushing"), str(job.script)]
+    env = job.env(COSTAWARE_STORE_STALL_SECONDS="1")
+    del env["COSTAWARE_CHECKPOINT_DIR"]  # the launcher makes a folder for this run
+    done = subprocess.run(launcher, env=env, capture_output=True, text=True, timeout=45)
+    assert done.returncode == 77, done.stderr
+    kept = re.search(
+        r"a push before it never ended \(said above\); it stays in (\S+); once (\S+) answers", done.stderr
+    )
+    assert kept is not None, done.stderr
+    folder = Path(kept.group(1))
+    try:
+        assert kept.group(2) == str(job.remote)
+        assert f"costaware_runtime.push({str(folder)!r}, {str(job.remote)!r})" in done.stderr
+        assert (folder / "_costaware_checkpoint.json").exists(), (
+            "the unpushed checkpoint went with the scratch"
+        )
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 #: Runs costaware-run with a checkpoint store that takes 0.4 s per file of a step folder (a slow link that

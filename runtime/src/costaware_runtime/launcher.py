@@ -407,10 +407,13 @@ class Launcher:
     def final_push(self) -> bool:
         if self.sync is None:
             return True
-        if self.push_hung is not None:  # its push holds the sync's lock: a push here waited on it for good
-            log.error("could not push the last checkpoint: a push before it never ended (said above)")
-            return False
         sync = self.sync
+        if self.push_hung is not None:  # its push holds the sync's lock: a push here waited on it for good
+            log.error(
+                "could not push the last checkpoint: a push before it never ended (said above); %s",
+                self._keep_unpushed(sync),
+            )
+            return False
         try:
             run_bounded(sync.push_changed, sync, self.env.store_stall_seconds, "the last checkpoint push to")
         except StoreStalledError as e:
@@ -425,22 +428,24 @@ class Launcher:
                     e,
                 )
                 return True
-            if self.checkpoint_dir in self.scratch:  # made for this run only: kept, the checkpoint in it
-                self.scratch.remove(self.checkpoint_dir)
-            log.error(
-                "%s; %s: it stays in %s; once %s answers, push it with costaware_runtime.push(%r, %r)",
-                e,
-                unpushed(sync),
-                self.checkpoint_dir,
-                sync.store.uri,
-                str(self.checkpoint_dir),
-                sync.store.uri,
-            )
+            log.error("%s; %s: %s", e, unpushed(sync), self._keep_unpushed(sync))
             return False
         except CostawareRuntimeError as e:
             log.error("could not push the last checkpoint: %s", e)
             return False
         return True
+
+    def _keep_unpushed(self, sync: CheckpointSync) -> str:
+        """Keep the checkpoint folder past the exit (even one made for this run), and say how to push it.
+
+        A push that hung still reads it: removed with the scratch folders, the commit was lost.
+        """
+        if self.checkpoint_dir in self.scratch:
+            self.scratch.remove(self.checkpoint_dir)
+        return (
+            f"it stays in {self.checkpoint_dir}; once {sync.store.uri} answers, push it with "
+            f"costaware_runtime.push({str(self.checkpoint_dir)!r}, {sync.store.uri!r})"
+        )
 
     def succeed(self, step: int | None) -> int:
         try:
