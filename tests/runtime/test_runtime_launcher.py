@@ -12,6 +12,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -1759,10 +1760,12 @@ class _TricklingStore:
     """Wraps a folder store's ``put``: reads the source 64 KiB at a time, ``pause`` seconds apart.
 
     After ``stall_after`` bytes it stops for good (a connection that stalled mid-file) until ``release``.
+    ``started`` is set at the first read: the push has begun.
     """
 
     def __init__(self, store: Any, pause: float, stall_after: int | None, release: Any) -> None:
         self.put, self.pause, self.stall_after, self.release = store.put, pause, stall_after, release
+        self.started = threading.Event()
 
     def __call__(self, key: str, source: Any, progress: Any = None) -> None:
         trickle, sent = self, 0
@@ -1770,6 +1773,7 @@ class _TricklingStore:
         class Trickling:
             def read(self, size: int = -1) -> bytes:
                 nonlocal sent
+                trickle.started.set()
                 if trickle.stall_after is not None and sent >= trickle.stall_after:
                     trickle.release.wait(30)
                 time.sleep(trickle.pause)
@@ -1798,11 +1802,14 @@ def test_stopping_the_watcher_waits_for_a_single_file_while_its_bytes_move(
     save_bytes(b"w" * (1 << 20), step=9, directory=tmp_path / "local")
     sync = CheckpointSync(str(tmp_path / "remote"), tmp_path / "local")
     release = threading.Event()
-    sync.store.put = _TricklingStore(sync.store, 0.1, stall_after, release)  # type: ignore[method-assign]
+    trickling = _TricklingStore(sync.store, 0.1, stall_after, release)
+    sync.store.put = trickling  # type: ignore[method-assign]
     watcher = _Watcher(sync, poll_seconds=0.01)
     watcher.start()
     try:
-        time.sleep(0.05)  # the push has begun: the job exits now
+        # The job exits once the push has begun: a fixed sleep lost the race on a loaded machine, the
+        # watcher stopped before its first poll and nothing was pushed.
+        assert trickling.started.wait(5)
         said = watcher.stop()
     finally:
         release.set()
@@ -1919,9 +1926,10 @@ def test_a_push_still_finishing_files_after_the_job_exits_is_waited_for_past_the
         "cr.exit_preempted()\n"
     )
     launcher = [sys.executable, "-c", SLOW_STORE_LAUNCHER, str(job.root / "pushing"), str(job.script)]
-    env = job.env(COSTAWARE_STORE_STALL_SECONDS="1")
+    # 2 s: five times the 0.4 s between files, for a loaded machine's pauses.
+    env = job.env(COSTAWARE_STORE_STALL_SECONDS="2")
     done = subprocess.run(launcher, env=env, capture_output=True, text=True, timeout=60)
-    # 8 files at 0.4 s each outlast the 1 s bound, each within it: the push ends, the checkpoint is kept.
+    # 8 files at 0.4 s each outlast the 2 s bound, each within it: the push ends, the checkpoint is kept.
     assert done.returncode == 75, done.stderr
     assert "has sent nothing" not in done.stderr
     pointer = json.loads((job.remote / "LATEST.json").read_text())
@@ -2026,7 +2034,8 @@ def test_the_restore_is_bounded_by_the_bytes_it_moves(make_job: MakeJob, mode: s
 #: Runs costaware-run with a checkpoint store whose requests that move no bytes are slow (argv[1]): "reads",
 #: each marker read of a step folder takes 0.4 s (many unfinished folders to look into before a restore);
 #: "modified", each dating of a step folder takes 0.4 s (many folders of another writer to prune); "listing",
-#: listing the step folders takes 2 s once this push's step-3 folder is there (a slow list at the prune).
+#: listing the step folders takes 3 s once this push's step-3 folder is there (a slow list at the prune).
+#: The tests give a 2 s bound: five times each request's 0.4 s, for a loaded machine's pauses.
 SLOW_REQUEST_STORE_LAUNCHER = """
 import sys, time
 from costaware_runtime import launcher, stores
@@ -2043,7 +2052,7 @@ def slow_modified(self, folder):
 def slow_folders(self, prefix=""):
     found = folders(self, prefix)
     if mode == "listing" and any(name.startswith("step-3-") for name in found):
-        time.sleep(2)
+        time.sleep(3)
     return found
 stores.LocalStore.read, stores.LocalStore.modified = slow_read, slow_modified
 stores.LocalStore.folders = slow_folders
@@ -2054,7 +2063,7 @@ sys.exit(launcher.main(["--poll-seconds", "3600", "--", sys.executable, sys.argv
 def _run_with_slow_requests(job: Job, mode: str) -> subprocess.CompletedProcess[str]:
     command = [sys.executable, "-c", SLOW_REQUEST_STORE_LAUNCHER, mode, str(job.script)]
     return subprocess.run(
-        command, env=job.env(COSTAWARE_STORE_STALL_SECONDS="1"), capture_output=True, text=True, timeout=60
+        command, env=job.env(COSTAWARE_STORE_STALL_SECONDS="2"), capture_output=True, text=True, timeout=60
     )
 
 
@@ -2068,9 +2077,9 @@ def test_a_restore_that_looks_into_many_folders_is_not_given_up_while_the_store_
     job = make_job("cr.exit_preempted()\n")
     save_bytes(b"r", step=2, directory=job.root / "earlier")
     push(job.root / "earlier", str(job.remote))
-    for number in range(6):  # unfinished pushes of a later step: each looked into, none resumed from
+    for number in range(8):  # unfinished pushes of a later step: each looked into, none resumed from
         (job.remote / f"step-3-{number:08x}").mkdir()
-    done = _run_with_slow_requests(job, "reads")  # 6 reads at 0.4 s: 2.4 s against a 1 s bound
+    done = _run_with_slow_requests(job, "reads")  # 8 reads at 0.4 s: 3.2 s against a 2 s bound
     assert done.returncode == 75, done.stderr
     assert "moved nothing" not in done.stderr
     assert "starting from checkpoint step 2" in done.stderr
@@ -2085,10 +2094,10 @@ def test_a_last_push_whose_prune_is_slow_is_said_to_be_in_the_store(make_job: Ma
 
     job = make_job("cr.save_bytes(b'new', step=3)\ncr.exit_preempted()\n")
     if mode == "modified":
-        for step in range(1, 3):  # another writer's folders, all recent: dated (0.4 s each) and kept
-            for _ in range(3):
-                save_bytes(b"old", step=step, directory=job.root / f"earlier-{step}-{_}")
-                push(job.root / f"earlier-{step}-{_}", str(job.remote))
+        for step in range(1, 3):  # another writer's 8 folders, all recent: dated (0.4 s each) and kept
+            for copy in range(4):
+                save_bytes(b"old", step=step, directory=job.root / f"earlier-{step}-{copy}")
+                push(job.root / f"earlier-{step}-{copy}", str(job.remote))
     done = _run_with_slow_requests(job, mode)
     assert done.returncode == 75, done.stderr
     assert json.loads((job.remote / "LATEST.json").read_text())["step"] == 3
