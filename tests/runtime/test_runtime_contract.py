@@ -407,6 +407,26 @@ def test_a_link_to_the_root_is_refused_in_the_providers_words(file_name: str, tm
     assert ours.startswith(same), (ours, theirs)
 
 
+@pytest.mark.parametrize("given", ["ckpt", "./ckpt", "ckpt/result.json"])
+def test_a_relative_link_to_the_root_is_refused_naming_the_link(
+    given: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Refused as "a relative path that leads ... up to the root: give an absolute path", not naming the link:
+    # an absolute path to the same link would be refused too.
+    (tmp_path / "ckpt").symlink_to("/")
+    monkeypatch.chdir(tmp_path)
+    file_name = given.endswith(".json")
+    with pytest.raises(ContractError) as caught:
+        open_object(given) if file_name else open_store(given)
+    said = str(caught.value)
+    link = given.removesuffix("/result.json")
+    assert said.startswith(
+        f"{given!r} is {'a file in ' if file_name else ''}the root, /, of the whole machine"
+    )
+    assert f"({link!r} is a symbolic link that leads there)" in said
+    assert "relative path" not in said
+
+
 @pytest.mark.parametrize("key", ["", "/abs", "a/../b", "a//b", "./a", "a\\b"])
 def test_check_key_refuses_paths_that_could_escape(key: str) -> None:
     with pytest.raises(ContractError, match="is not a relative file path"):

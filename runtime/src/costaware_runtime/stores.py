@@ -294,7 +294,8 @@ def _local_store(uri: str, path: str, file_name: str = "") -> LocalStore:
     reach = _root_reach(path)
     if reach is None:
         return LocalStore(Path(path))
-    if not PurePosixPath(path).is_absolute():
+    # A relative link to / (ckpt -> /) is named as the link below, not told to be an absolute path.
+    if reach == "as written" and not PurePosixPath(path).is_absolute():
         # A relative path where the job runs in / (a container's WORKDIR /) was blamed on an unset variable.
         example = f"/data/{file_name or 'ckpt'}"
         here = str(Path.cwd())
