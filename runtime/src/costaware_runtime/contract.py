@@ -281,15 +281,21 @@ def parse_checkpoint_every_seconds(value: str | None) -> float | None:
     """
     if value is None:
         return None
-    try:
-        seconds = float(value)
-    except ValueError:
-        seconds = math.nan
-    if not math.isfinite(seconds) or seconds <= 0:
+    seconds = _seconds_above_zero(value)
+    if seconds is None:
         raise ContractError(
             f"{CHECKPOINT_EVERY_SECONDS}={value!r} is not a checkpoint interval: give seconds > 0, e.g. 600"
         )
     return seconds
+
+
+def _seconds_above_zero(value: str) -> float | None:
+    """``value`` as a finite number of seconds above 0, or None where it is not one."""
+    try:
+        seconds = float(value)
+    except ValueError:
+        return None
+    return seconds if math.isfinite(seconds) and seconds > 0 else None
 
 
 def parse_store_stall_seconds(value: str | None) -> float:
@@ -300,11 +306,8 @@ def parse_store_stall_seconds(value: str | None) -> float:
     """
     if value is None:
         return DEFAULT_STORE_STALL_SECONDS
-    try:
-        seconds = float(value)
-    except ValueError:
-        seconds = math.nan
-    if not math.isfinite(seconds) or seconds <= 0:
+    seconds = _seconds_above_zero(value)
+    if seconds is None:
         raise ContractError(
             f"{STORE_STALL_SECONDS}={value!r} is not a number of seconds > 0: give how long a checkpoint "
             "push or restore may move nothing before it is given up "
