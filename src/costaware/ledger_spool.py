@@ -657,26 +657,6 @@ def keep_unsure(
     return path
 
 
-def kept_unsure_of(holder: str) -> list[Path]:
-    """The bills of the task whose reservation holder is ``holder`` that wait in ``spool/unsure``.
-
-    Their dollars are in no ledger entry until a person drains them: the task's hold is what still covers
-    them in the budgets, so it is not settled while one waits (settled, the money was counted nowhere).
-    """
-    from costaware.core.ledger import reservation_holder
-
-    kept = []
-    for path in sorted((spool_dir() / UNSURE).glob("*.json")):
-        try:
-            entry = json.loads(path.read_text()).get("entry") or {}
-            of = reservation_holder(entry["dag_id"], entry["run_id"], entry["task_id"], entry["map_index"])
-        except (OSError, ValueError, KeyError, AttributeError):
-            continue  # not a bill this module kept: no task's to cover
-        if of == holder:
-            kept.append(path)
-    return kept
-
-
 def _read_kept(path: Path) -> dict[str, Any] | None:
     """The JSON of the kept bill ``path``, or None where it cannot be read as one."""
     try:

@@ -225,25 +225,9 @@ class AttemptBilling:
         return rate
 
     def _settle(self, state: AttemptState) -> None:
-        """Settle this task's reservation (the spend gate's, or our own) with the attempts' total.
+        """Settle this task's reservation (the spend gate's, or our own) with the attempts' total."""
+        from costaware.training.attempt_effects import settle_reservation
 
-        Not where a bill of the task waits for a person in ``spool/unsure`` (:meth:`_keep_unsure`): the
-        ledger holds no entry of it, and the hold is what covers its dollars in the budgets until it is
-        drained (settled, they were counted nowhere and another run could spend them), as a bill spooled
-        for a ledger that is down leaves the hold held.
-        """
-        import costaware.ledger_spool as ledger_spool
-        from costaware.training.attempt_effects import settle_reservation, task_holder
-
-        kept = [str(path) for path in ledger_spool.kept_unsure_of(task_holder(state.plan))]
-        if kept:
-            self.log.warning(
-                "the task's budget hold stays held until its run ends or its TTL passes, not settled: its "
-                "bill %s waits in spool/unsure for a person (see its ERROR) and is in no ledger entry, so "
-                "the hold is what counts it in the budgets meanwhile",
-                ", ".join(kept),
-            )
-            return
         settle_reservation(self.ledger_hook.get_conn(), state)
 
     def _bill_attempt(
