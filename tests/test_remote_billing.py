@@ -233,7 +233,48 @@ def test_a_drain_that_writes_an_entry_past_a_budgets_cap_says_so(
     (said,) = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     (usage,) = billed_ledger.usage("project=churn")
     assert usage.spent_usd == Decimal("2.50")
-    assert f"budget {usage.name} has spent $2.50 of its cap $2.00" in said and "waited" in said
+    assert f"took budget {usage.name} past its cap: spent $2.50 of its cap $2.00" in said and "waited" in said
+
+
+@pytest.mark.parametrize(
+    ("spent_before", "held_for_it"),
+    [
+        ("2.50", None),  # the budget was past its cap before the entry: this entry did not pass it
+        ("1.50", "1"),  # paid from its task's $1 hold: the budget counted it all along
+    ],
+)
+def test_a_drain_says_nothing_of_a_cap_the_entry_it_writes_did_not_pass(
+    billed_ledger: Ledger,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+    spent_before: str,
+    held_for_it: str | None,
+) -> None:
+    # The drain's WARNING fired wherever spent > cap after a write: of a budget already past its cap, and of
+    # an entry its own hold paid, neither moved past the cap by the money that waited in the spool.
+    from costaware.core.ledger import reservation_holder
+    from costaware.ledger_spool import drain, spool_entry
+
+    billed_ledger.set_budget("project=churn", "month", "2")
+    tags = {"project": "churn"}
+    if held_for_it is not None:
+        billed_ledger.reserve("project=churn", held_for_it, holder=reservation_holder("d", "r2", "t", -1))
+    spent = LedgerEntry(
+        dag_id="d", run_id="r", task_id="t", kind=Kind.COMPUTE, usd=Decimal(spent_before), tags=tags,
+        entry_uid="spent-meanwhile",
+    )  # fmt: skip
+    assert billed_ledger.record(spent)
+    waited = LedgerEntry(
+        dag_id="d", run_id="r2", task_id="t", kind=Kind.COMPUTE, usd=Decimal("1"), tags=tags,
+        entry_uid="waited",
+    )  # fmt: skip
+    spool = tmp_path / "spool"
+    spool_entry(spool, waited, "costaware_ledger", retrying=False)
+    with caplog.at_level(logging.WARNING, logger="costaware.ledger_spool"):
+        assert drain(spool, lambda conn_id: billed_ledger).written == 1
+    (usage,) = billed_ledger.usage("project=churn")
+    assert usage.spent_usd == Decimal(spent_before) + 1 > usage.cap_usd
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == []
 
 
 def test_a_kill_whose_bill_differs_from_the_one_kept_for_the_job_names_the_files_figure(

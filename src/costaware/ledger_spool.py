@@ -504,25 +504,31 @@ def drain(
 
 
 def _say_if_past_cap(ledger: Any, entry: Any) -> None:
-    """Warn where ``entry``, just written by a drain, leaves a budget it counts in spent past its cap.
+    """Warn where ``entry``, just written by a drain, moved a budget it counts in from its cap to past it.
 
     A bill that waited here (a person's ``another_run``, a ledger down) was in no budget meanwhile, and
-    other runs may have taken the room it needed: written in silence, a $2 budget read $3 spent.
+    other runs may have taken the room it needed: written in silence, a $2 budget read $3 spent. Not said of
+    a budget past its cap before the entry (this entry did not pass it), nor of an entry paid from its task's
+    hold (the hold counted it all along, so the budget's spent and held together did not move).
     """
     from costaware.core.budgets import Scope
     from costaware.core.money import format_usd_exact
 
     try:
+        (stored,) = ledger.entries_by_uid([entry.entry_uid])
+        if stored.get("reservation_id"):
+            return
         usages = ledger.usage(
             Scope.parse(dict(entry.tags)), at=entry.incurred_at, run_id=entry.run_id, dag_id=entry.dag_id
         )
     except Exception:  # no budget applies to its tags (or none can be read): no cap to pass
         return
     for usage in usages:
-        if usage.spent_usd > usage.cap_usd:
+        if usage.spent_usd - entry.usd <= usage.cap_usd < usage.spent_usd:
             log.warning(
-                "costaware: spooled entry %s ($%s) is written and budget %s has spent %s of its cap %s: "
-                "this money waited in the spool, counted by no budget, while other runs spent",
+                "costaware: spooled entry %s ($%s) is written and took budget %s past its cap: spent %s "
+                "of its cap %s. This money waited in the spool, counted by no budget, while other runs "
+                "spent: raise the cap, or hold back the budget's next runs",
                 entry.entry_uid,
                 entry.usd,
                 usage.name,
