@@ -129,3 +129,30 @@ def test_a_second_bill_of_the_same_attempt_at_another_figure_names_the_files_and
     with caplog.at_level(logging.ERROR, logger="costaware.ledger_spool"):
         keep_unsure(bill, "costaware_ledger", {"job_id": "train-a1"}, row)
     assert len(caplog.records) == 1
+
+
+def test_a_second_bill_where_the_kept_file_cannot_be_read_says_so_and_logs_itself_whole(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The kept file cut short: its figure was read as the new bill's ("kept there already ... $3.50" of a
+    # file holding no figure), and the $3.50 bill was in neither the file nor the log.
+    from dataclasses import replace
+
+    bill, row, spool = _unsure_bill(tmp_path, monkeypatch)
+    kept = keep_unsure(bill, "costaware_ledger", {"job_id": "train-a1"}, row)
+    assert kept is not None
+    cut_short = kept.read_text()[:40]
+    kept.write_text(cut_short)
+    caplog.clear()
+    dearer = replace(bill, usd=Decimal("3.50"))
+    with caplog.at_level(logging.ERROR, logger="costaware.ledger_spool"):
+        assert keep_unsure(dearer, "costaware_ledger", {"job_id": "train-a1"}, row) == kept
+    assert kept.read_text() == cut_short
+    (said,) = [r.getMessage() for r in caplog.records]
+    assert "the bill of job train-a1 (entry attempt:this, $3.50) was not written" in said
+    assert f"{kept}, kept for it by an earlier try, cannot be read as a bill" in said
+    assert "Replace that file with the JSON that ends this line" in said and str(spool) in said
+    logged = json.loads(said[said.index("{") :])
+    assert (
+        Decimal(logged["entry"]["usd"]) == Decimal("3.50") and logged["entry"]["entry_uid"] == "attempt:this"
+    )

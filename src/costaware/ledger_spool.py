@@ -620,7 +620,24 @@ def keep_unsure(
     if kept.exists():
         # The same bill kept by an earlier try (its uid is the attempt's): rewritten, a person's
         # "another_run" not yet moved back was lost, and the ledger takes one entry of a uid anyway.
-        on_file = _read_kept(kept) or data
+        on_file = _read_kept(kept)
+        if on_file is None:
+            # Cut short or edited by hand: what it keeps cannot be told, so the log holds this bill whole.
+            log.error(
+                "costaware: the bill of job %s (entry %s, $%s) was not written: " + _UNKNOWN_ROW + ". Nor "
+                "kept: %s, kept for it by an earlier try, cannot be read as a bill (cut short or edited by "
+                "hand) and is left as it is. Replace that file with the JSON that ends this line, then: if "
+                'that entry bills another run, add "another_run": true to it, move it back into %s and run '
+                "`costaware spool drain`; if it bills this run, delete the file: %s",
+                duplicate_check.get("job_id"),
+                entry.entry_uid,
+                data["entry"]["usd"],
+                *_row_args(row),
+                kept,
+                spool,
+                record,
+            )
+            return kept
         _say_kept_unsure(
             f"the bill {kept.name} (kept there already: left as it is)", on_file, row, unsure, spool
         )
