@@ -2202,3 +2202,69 @@ def test_a_stop_refused_after_price_reads_failed_is_asked_again_seconds_later(
         now += timedelta(seconds=wait.next_poll_in())
     assert len(price_reads) > 6 and listing.stops == ["j"] and len(asked_at) == 2
     assert (asked_at[1] - asked_at[0]).total_seconds() <= CAP_STOP_RETRY_SECONDS
+
+
+@pytest.mark.parametrize(
+    "listed_throughout",
+    [False, True],
+    ids=["listing-lags-after-the-failed-read", "listed-ledger-down-longer"],
+)
+def test_a_dearer_types_limit_stays_due_while_its_price_cannot_be_read_again(
+    monkeypatch: pytest.MonkeyPatch, listed_throughout: bool
+) -> None:
+    # A followed Batch job on a type 4 times dearer than planned, max_usd $0.80 (610 s of running there),
+    # its cap 1,200 s, polled every 60 s. Its price was read at the first poll and could not be at the
+    # next: the dearer type's due point was dropped (each poll works it out again), and the job, not listed
+    # from 90 s on, was stopped at the planned type's 1,200 s (about $1.57), or, listed but the ledger down
+    # up to 900 s after the find, at 1,045 s. The limit last read stays due until the price is read again.
+    from datetime import timedelta
+    from decimal import Decimal
+
+    from airflow.sdk.execution_time.xcom import XCom
+
+    from costaware.adapters.compute.base import JobState, JobStatus
+    from costaware.core.errors import JobNotFoundError, LedgerUnavailableError
+    from costaware.remote_billing import KilledTrainingBilling
+    from costaware.training.attempt_effects import stop_seconds
+
+    found_at = STOP_BY_POLL_SUBMIT + timedelta(seconds=400)
+    job = {"job_id": "j", "state": "running", "market": "spot", "billable_seconds": 100.0}
+    followed = {"job": {**job, "instance_type": "p4d.24xlarge"}, "seen_at": found_at.isoformat()}
+    wait, listing, state, _ = _stop_by_poll_wait(monkeypatch, [], cap_seconds=1200, followed=followed)
+    wait.state = {**wait.state, "max_usd": "0.8"}
+    wait.poll_interval = 60
+    price_reads: list[datetime] = []
+
+    def ran_on_scale(*args: Any, **kwargs: Any) -> Decimal:
+        price_reads.append(now)
+        down_until = found_at + timedelta(seconds=900 if listed_throughout else 0)
+        if len(price_reads) == 2 or (len(price_reads) > 2 and now < down_until):  # read at the 1st poll only
+            raise LedgerUnavailableError("the ledger's database does not answer")
+        return Decimal(4)
+
+    def poll(job_id: str) -> JobStatus:
+        if not listed_throughout and now > found_at + timedelta(seconds=90):
+            raise JobNotFoundError("DescribeJobs does not list it")
+        ran = 100.0 + (now - found_at).total_seconds()
+        return JobStatus(
+            job_id="j",
+            state=JobState.RUNNING,
+            market="spot",
+            billable_seconds=ran,
+            instance_type="p4d.24xlarge",
+        )
+
+    monkeypatch.setattr(KilledTrainingBilling, "_ran_on_scale", ran_on_scale)
+    monkeypatch.setattr(KilledTrainingBilling, "_on_demand_in", lambda *a, **k: Decimal(1))
+    monkeypatch.setattr(XCom, "get_one", lambda **where: (_ for _ in ()).throw(ConnectionError("down")))
+    listing.poll = poll  # type: ignore[method-assign]
+    now = found_at + timedelta(seconds=30)
+    stopped_at = now
+    while not listing.stops and now < found_at + timedelta(seconds=3000):
+        wait.poll_tolerant(now)
+        stopped_at = now
+        now += timedelta(seconds=wait.next_poll_in())
+    dearer_limit = int(Decimal("0.8") * 3600 / 4 - Decimal(str(stop_seconds(state))))
+    ran_when_stopped = 100 + (stopped_at - found_at).total_seconds()
+    assert listing.stops == ["j"]
+    assert dearer_limit - 5 <= ran_when_stopped <= dearer_limit + 5, (dearer_limit, ran_when_stopped)

@@ -453,6 +453,32 @@ class CapStopping(CapStopKeeping, OtherTypePricing):
             stop_after_seconds=int(ran) if ran < float(limit) else None,
         )
 
+    def _stop_at_last_read_limit(self, job_id: str, status: Any) -> bool:
+        """Weigh ``status`` against the dearer type's limit last read for ``job_id``: True where stopped now.
+
+        A price that cannot be read now keeps that limit's due point (the time it may run on there).
+        """
+        from costaware.training.attempt_effects import instances
+        from costaware.training.attempts import AttemptState
+
+        other = self._other_type_limit
+        if other is None or other[0] != job_id or other[1] is None:
+            return False
+        limit = other[1]
+        ran = float(status.billable_seconds) / instances(AttemptState.from_json(self.state).plan)
+        if ran < limit:
+            self._cap_stop_due_after(limit - ran)
+            return False
+        self.log.warning(
+            "job %s on %s has run %.0f s, what max_usd buys there at its price last read (unreadable now): "
+            "stopping it (it checkpoints in its grace period)",
+            job_id,
+            status.instance_type,
+            ran,
+        )
+        self._send_cap_stop(job_id, stop_after_seconds=limit)
+        return True
+
     def _stop_within_cap_on_other_type(self, status: Any) -> None:
         """Stop a job that runs on a dearer type than planned once it has run what ``max_usd`` buys there.
 
@@ -478,6 +504,10 @@ class CapStopping(CapStopKeeping, OtherTypePricing):
         except LEDGER_UNREADABLE as e:
             # Read as the plan's price, the job would never be stopped, and its bill (the ledger back by
             # then) would come at the dearer price, past max_usd: asked again at the next poll.
+            # The limit last read stays due meanwhile: rebuilt from this poll without it, a job not listed
+            # at the next one ran on at the dearer price up to the planned type's limit (1,200 s, not 610 s).
+            if self._stop_at_last_read_limit(job_id, status):
+                return
             self._retry_cap_stop(stop_due=False)
             self.log.warning(
                 "price of %s unknown for now (%s): asked again in %g s", job_id, e, self.next_poll_in()
