@@ -2111,3 +2111,28 @@ def test_a_last_push_whose_prune_is_slow_is_said_to_be_in_the_store(make_job: Ma
             "already), but pruning the older step folders there stalled: the last checkpoint push to"
         )
         assert said in done.stderr
+
+
+def test_a_watchers_push_that_stalls_pruning_says_the_last_checkpoint_is_in_the_store(
+    make_job: MakeJob,
+) -> None:
+    # The watcher pushed step 3 while the job ran on, then stalled listing the folders to prune: LATEST.json
+    # named step 3 and the exit was 75, but the log said "could not push the last checkpoint ... push it
+    # with costaware_runtime.push(...)" and "checkpoint step 3 could not be pushed".
+    launcher = SLOW_REQUEST_STORE_LAUNCHER.replace('"--poll-seconds", "3600"', '"--poll-seconds", "0.1"')
+    job = make_job("cr.save_bytes(b'new', step=3)\nimport time; time.sleep(0.6)\ncr.exit_preempted()\n")
+    command = [sys.executable, "-c", launcher, "listing", str(job.script)]
+    done = subprocess.run(
+        command, env=job.env(COSTAWARE_STORE_STALL_SECONDS="1"), capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 75, done.stderr
+    assert json.loads((job.remote / "LATEST.json").read_text())["step"] == 3
+    assert "could not push the last checkpoint" not in done.stderr
+    assert "could not be pushed" not in done.stderr
+    assert "costaware_runtime.push(" not in done.stderr
+    assert ", pruning the older step folders there: going on without it" in done.stderr
+    said = (
+        f"the last checkpoint is in {job.remote} (the job's last commit, step 3, is in the store already), "
+        "but pruning the older step folders there stalled: a checkpoint push to"
+    )
+    assert said in done.stderr

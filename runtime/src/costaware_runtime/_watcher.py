@@ -140,6 +140,8 @@ class _Watcher(threading.Thread):
             return None
         started = self._push_started
         running = "" if started is None else f", begun {time.monotonic() - started:.0f} s ago"
+        if self.sync.pruning:  # LATEST.json names its checkpoint already: only deleting old folders hangs
+            running += ", pruning the older step folders there"
         said = (
             f"a checkpoint push to {self.sync.store.uri} has sent nothing for {bound:g} s after the job "
             f"exited{running}: going on without it ({STORE_STALL_SECONDS} sets how long); "
@@ -147,6 +149,17 @@ class _Watcher(threading.Thread):
         )
         log.error("%s", said)
         return said
+
+
+def last_commit_in_store(sync: CheckpointSync) -> bool:
+    """Whether ``LATEST.json`` names the job's last commit: a push still running is only pruning then."""
+    if sync.pruning:
+        return True
+    try:
+        local = read_marker(sync.directory)
+    except ContractError:
+        return False
+    return local is not None and local.identity == sync.synced
 
 
 def unpushed(sync: CheckpointSync) -> str:

@@ -33,7 +33,7 @@ from costaware_runtime._job_process import TORCHRUN_SHUTDOWN as TORCHRUN_SHUTDOW
 from costaware_runtime._job_process import _exit_words, _job_stdin, _signal_name, _start_failure
 from costaware_runtime._job_process import torchrun_shutdown_seconds as torchrun_shutdown_seconds
 from costaware_runtime._signals import Notices, die_with_the_launcher, end_job
-from costaware_runtime._watcher import _Watcher, run_bounded, unpushed
+from costaware_runtime._watcher import _Watcher, last_commit_in_store, run_bounded, unpushed
 from costaware_runtime.checkpoints import Marker, latest_step, read_marker, retired_marker
 from costaware_runtime.contract import JobEnvironment
 from costaware_runtime.errors import CheckpointChangedError as CheckpointChangedError
@@ -409,6 +409,9 @@ class Launcher:
             return True
         sync = self.sync
         if self.push_hung is not None:  # its push holds the sync's lock: a push here waited on it for good
+            if last_commit_in_store(sync):  # the watcher's push hung pruning, after LATEST.json named it
+                self._say_prune_stalled(sync, self.push_hung)
+                return True
             log.error(
                 "could not push the last checkpoint: a push before it never ended (said above); %s",
                 self._keep_unpushed(sync),
@@ -420,13 +423,7 @@ class Launcher:
             # It holds the sync's lock: no other push may follow (it would wait on this one).
             self.push_hung = str(e)
             if sync.pruning:  # the checkpoint is in and LATEST.json names it: only deleting old folders hung
-                log.warning(
-                    "the last checkpoint is in %s (%s), but pruning the older step folders there "
-                    "stalled: %s; a later push prunes them",
-                    sync.store.uri,
-                    unpushed(sync),
-                    e,
-                )
+                self._say_prune_stalled(sync, str(e))
                 return True
             log.error("%s; %s: %s", e, unpushed(sync), self._keep_unpushed(sync))
             return False
@@ -434,6 +431,17 @@ class Launcher:
             log.error("could not push the last checkpoint: %s", e)
             return False
         return True
+
+    @staticmethod
+    def _say_prune_stalled(sync: CheckpointSync, why: str) -> None:
+        """The last checkpoint is in the store, and only the prune after it stalled: a warning, not a loss."""
+        log.warning(
+            "the last checkpoint is in %s (%s), but pruning the older step folders there stalled: %s; a "
+            "later push prunes them",
+            sync.store.uri,
+            unpushed(sync),
+            why,
+        )
 
     def _keep_unpushed(self, sync: CheckpointSync) -> str:
         """Keep the checkpoint folder past the exit (even one made for this run), and say how to push it.
