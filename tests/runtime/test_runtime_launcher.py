@@ -2136,3 +2136,28 @@ def test_a_watchers_push_that_stalls_pruning_says_the_last_checkpoint_is_in_the_
         "but pruning the older step folders there stalled: a checkpoint push to"
     )
     assert said in done.stderr
+
+
+def test_a_behind_writers_last_push_whose_prune_stalls_says_it_is_behind(make_job: MakeJob) -> None:
+    # Another writer's step 5 is the store's latest; this job's step 3 is uploaded, then its prune stalls:
+    # the "this writer is behind" warning, said after the prune, was lost, and the line said both "the last
+    # checkpoint is in" the store and "checkpoint step 3 may not be in the store".
+    from costaware_runtime import push, save_bytes
+
+    job = make_job("cr.save_bytes(b'new', step=3)\ncr.exit_preempted()\n")
+    save_bytes(b"other", step=5, directory=job.root / "other")
+    push(job.root / "other", str(job.remote))
+    command = [sys.executable, "-c", SLOW_REQUEST_STORE_LAUNCHER, "listing", str(job.script)]
+    done = subprocess.run(
+        command, env=job.env(COSTAWARE_STORE_STALL_SECONDS="1"), capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 75, done.stderr
+    assert json.loads((job.remote / "LATEST.json").read_text())["step"] == 5
+    assert "checkpoint step 3 is older than step 5" in done.stderr
+    assert "this writer is behind" in done.stderr
+    assert "may not be in the store" not in done.stderr
+    said = (
+        f"the last checkpoint is in {job.remote} (the job's last commit, step 3, is in the store, behind "
+        "step 5, which LATEST.json names), but pruning the older step folders there stalled"
+    )
+    assert said in done.stderr

@@ -174,4 +174,9 @@ def unpushed(sync: CheckpointSync) -> str:
         return f"the job left no commit in {sync.directory}; the store holds {held}"
     if synced == local.identity:
         return f"the job's last commit, step {local.step}, is in the store already"
+    if synced is not None and sync.pushed_behind == local.identity:
+        return (
+            f"the job's last commit, step {local.step}, is in the store, behind step {synced[0]}, which "
+            "LATEST.json names"
+        )
     return f"checkpoint step {local.step} may not be in the store, which holds {held}"

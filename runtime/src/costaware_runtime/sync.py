@@ -101,7 +101,7 @@ class CheckpointSync:
         #: Whether this sync pushed a checkpoint of its own (a restore alone does not).
         self.pushed = False
         #: The identity of the last checkpoint pushed without pointing ``LATEST.json`` at it (it was behind).
-        self._pushed_behind: tuple[int, str] | None = None
+        self.pushed_behind: tuple[int, str] | None = None
         self._lock = threading.Lock()
         #: When a push or restore last moved bytes, or finished a file (monotonic seconds): one still moving
         #: bytes is slow, not hung, and is waited for (see ``_Watcher.stop`` and ``_bounded``).
@@ -207,7 +207,7 @@ class CheckpointSync:
             local = read_marker(self.directory)
             if local is None:
                 return None
-            if local.identity in (self.synced, self._pushed_behind):
+            if local.identity in (self.synced, self.pushed_behind):
                 return local.step
             latest = self.remote_latest()
             if latest is not None and latest[0].identity == local.identity:
@@ -222,9 +222,22 @@ class CheckpointSync:
             self.pushed = True
             # Before the prune: a prune that stalls must not be read as a checkpoint missing from the store.
             if ahead is None:
-                self.synced, self._pushed_behind = local.identity, None
+                self.synced, self.pushed_behind = local.identity, None
             else:
-                self.synced, self._pushed_behind = ahead[0].identity, local.identity
+                self.synced, self.pushed_behind = ahead[0].identity, local.identity
+                # Said before the prune: said after it, a prune that stalled lost it.
+                log.warning(
+                    "checkpoint step %s is older than step %s at %s, so %s still names step %s, which the "
+                    "next attempt resumes from: this writer is behind (a leftover attempt still running, or "
+                    "a job that did not resume from the latest checkpoint); step %s stays in %s until pruned",
+                    local.step,
+                    ahead[0].step,
+                    self.store.uri,
+                    LATEST_NAME,
+                    ahead[0].step,
+                    local.step,
+                    self.store.url(prefix),
+                )
             self.pruning = True
             try:
                 self._prune(keep={prefix, previous}, newer_than=local.step)
@@ -232,19 +245,6 @@ class CheckpointSync:
                 self.pruning = False
             if ahead is None:
                 log.info("pushed checkpoint step %s to %s", local.step, self.store.url(prefix))
-                return local.step
-            log.warning(
-                "checkpoint step %s is older than step %s at %s, so %s still names step %s, which the next "
-                "attempt resumes from: this writer is behind (a leftover attempt still running, or a job "
-                "that did not resume from the latest checkpoint); step %s stays in %s until pruned",
-                local.step,
-                ahead[0].step,
-                self.store.uri,
-                LATEST_NAME,
-                ahead[0].step,
-                local.step,
-                self.store.url(prefix),
-            )
             return local.step
 
     def _check_origin(self, local: Marker) -> None:
