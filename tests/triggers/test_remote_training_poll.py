@@ -2268,3 +2268,36 @@ def test_a_dearer_types_limit_stays_due_while_its_price_cannot_be_read_again(
     ran_when_stopped = 100 + (stopped_at - found_at).total_seconds()
     assert listing.stops == ["j"]
     assert dearer_limit - 5 <= ran_when_stopped <= dearer_limit + 5, (dearer_limit, ran_when_stopped)
+
+
+def test_a_pod_an_earlier_wait_stopped_before_its_first_404_is_billed_as_stopped_at_the_cap(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # An earlier wait stopped the pod at what max_usd buys (its kept state says so) 20 s before this wait's
+    # first 404 (final on Kubernetes); this wait, holding it back while the kept state was unread, worked
+    # out a later due point of its own (the planned type's, a dearer type's price unread). Its own due point
+    # was preferred: the pod was billed as gone by itself (a new attempt may be planned), not by max_usd.
+    from datetime import timedelta
+
+    from costaware.training.attempts import JobEnded, next_step
+    from costaware.triggers.remote_job_status import vanished_job_status
+
+    found_at = STOP_BY_POLL_SUBMIT + timedelta(seconds=400)
+    job = {"job_id": "j", "state": "running", "market": "spot", "billable_seconds": 500.0}
+    followed = {"job": job, "seen_at": found_at.isoformat()}
+    wait, _listing, state, _ = _stop_by_poll_wait(
+        monkeypatch, [], cap_seconds=1200, followed=followed, backend="kubernetes"
+    )
+    first_404 = found_at + timedelta(seconds=30)
+    stopped_by_earlier_wait = first_404 - timedelta(seconds=20)
+    wait._gone_unread_since = first_404
+    wait._held_cap_stop_due_at = first_404 + timedelta(seconds=600)
+    now = first_404 + timedelta(seconds=300)
+    gone = vanished_job_status(
+        "j", wait.state, last_seen=None, now=now, instances=1, backend="kubernetes", watched_since=first_404
+    )
+    assert gone is not None
+    billed = wait._final_404_bill(gone, stopped_by_earlier_wait, instances=1)
+    assert billed is not None and billed.ended_at == first_404.timestamp(), billed
+    step = next_step(state, JobEnded(job=billed.to_dict()), now, max_attempts=10, latest_resume=None)
+    assert step.record_cause == "max_usd", (step, billed.reason)  # type: ignore[union-attr]

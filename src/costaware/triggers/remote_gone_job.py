@@ -368,7 +368,11 @@ class GoneJobBilling(CapStopping):
         if self.backend not in GONE_IS_FINAL_BACKENDS or first_404 is None:
             return None
         last_seen = self._last_seen or self._cap_stop_seen
-        due_at = self._held_cap_stop_due_at or stopped_at
+        # The sooner of this wait's due point and the stop recorded: an earlier wait's stop (its kept state)
+        # before the first 404 stopped it, whatever later point this wait worked out (billed as gone by
+        # itself, a new attempt planned, where this wait's own due point was preferred).
+        held = self._held_cap_stop_due_at
+        due_at = stopped_at if held is None else min(held, stopped_at)
         if due_at > first_404:
             gone = vanished_job_status(
                 str(self.job_id),
