@@ -280,7 +280,8 @@ def import_file(args: argparse.Namespace) -> int:
     target = folder / f"{zone}_imported.csv"
     # Where the bundled year ends, a record takes its step, as reading the file there does.
     one_step = bundled_year_end_step(zone, series.start) if len(series) == 1 else None
-    if len(series) == 1 and one_step is None and not target.exists():
+    unplaced = len(series) == 1 and one_step is None  # one record nothing gives a step to, yet
+    if unplaced and not target.exists():
         raise _one_record_error(path.name, series, zone, folder)
     folder.mkdir(parents=True, exist_ok=True)
     hours = len({at.replace(minute=0, second=0) for at, _ in series.points})  # half-hourly rows are not hours
@@ -291,7 +292,7 @@ def import_file(args: argparse.Namespace) -> int:
     )
     with _locked(target):
         if not target.exists():
-            if len(series) == 1 and one_step is None:  # the earlier import was there before the lock
+            if unplaced:  # the earlier import was there before the lock
                 raise _one_record_error(path.name, series, zone, folder)
             write_atomically(target, data, mode=_new_file_mode())
             print(imported)
@@ -415,7 +416,7 @@ def _merged_import(
     name: str,
     series: PriceSeries,
     *,
-    new_end: datetime | None = None,
+    new_end: datetime,
 ) -> tuple[str, int, int, int]:
     """The earlier import at ``target`` (``earlier_text``, checked) merged with the checked ``text``.
 
@@ -425,10 +426,10 @@ def _merged_import(
     Returns the merged CSV and the hours added, replaced (given a new value) and kept whole from the earlier
     import. Raises, writing nothing, where the merged file would not be a valid import (a gap between the
     two, or hours without a value of an intensity column only one of them has). ``new_end`` is the new
-    file's end where its records cannot tell it (one record where the bundled year ends).
+    file's end: its recorded end, or where its records cannot tell it (one record where the bundled year
+    ends), that record plus the year's step.
     """
     from costaware.adapters.carbon_data import INTENSITY_COLUMNS
-    from costaware.adapters.carbon_source import recorded_end
     from costaware.core.errors import InvalidPriceDataError
 
     start_over = f"or delete {target} to start over, then import again"
@@ -440,7 +441,6 @@ def _merged_import(
     earlier_columns, newer_columns = list(earlier.fieldnames or []), list(newer.fieldnames or [])
     new_hours = {_hour(at) for at, _ in newer_rows}
     old_hours = {_hour(at) for at, _ in earlier_rows}
-    new_end = recorded_end(series) if new_end is None else new_end
     kept_rows = [(at, row) for at, row in earlier_rows if not series.start <= at < new_end]
     intensity = set(INTENSITY_COLUMNS.values())
     differ = sorted((set(earlier_columns) ^ set(newer_columns)) & intensity)
