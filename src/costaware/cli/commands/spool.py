@@ -40,6 +40,21 @@ def _folder(args: argparse.Namespace) -> Path:
     return folder
 
 
+def _folders(args: argparse.Namespace, folder: Path) -> list[Path]:
+    """The spools to read: a folder given alone, else this machine's and an earlier release's.
+
+    As the listener drains them and the count of what waits sees them.
+    """
+    from costaware.ledger_spool import spool_dirs_to_drain
+
+    return [folder] if args.spool_dir is not None else spool_dirs_to_drain(folder)
+
+
+def _also(folders: list[Path]) -> str:
+    """The folders read beside the first, for a sentence naming it."""
+    return "".join(f" (and {f}, an earlier release's)" for f in folders[1:])
+
+
 def _command(args: argparse.Namespace, verb: str) -> str:
     """``costaware spool <verb>`` for a hint, with the ``--spool-dir`` given: without it, another folder."""
     import shlex
@@ -50,15 +65,11 @@ def _command(args: argparse.Namespace, verb: str) -> str:
 
 def show(args: argparse.Namespace) -> int:
     """List the spooled entries: waiting, claimed by a drain, refused, billed meanwhile, or kept (unsure)."""
-    from costaware.ledger_spool import spool_dirs_to_drain
-
     folder = _folder(args)
-    # This machine's spool comes with an earlier release's, as a drain and the count of what waits see them.
-    folders = [folder] if args.spool_dir is not None else spool_dirs_to_drain(folder)
+    folders = _folders(args, folder)
     files = [(each, spooled) for each in folders for spooled in _spooled_files(each)]
     if not files and args.format == "table":
-        also = "".join(f" (and {f}, an earlier release's)" for f in folders[1:])
-        print(f"spool {folder}{also}: empty, no cost entry waits for the ledger")
+        print(f"spool {folder}{_also(folders)}: empty, no cost entry waits for the ledger")
         return 0
     # An earlier release's entries by their whole path: a name alone reads as one of this spool.
     rows = [_row(spooled, named_by_path=each != folder) for each, spooled in files]
@@ -174,7 +185,6 @@ def drain(args: argparse.Namespace) -> int:
         REFUSED,
         UNSURE,
         combined,
-        spool_dirs_to_drain,
         workers_ledger,
     )
     from costaware.ledger_spool import drain as drain_spool
@@ -187,9 +197,7 @@ def drain(args: argparse.Namespace) -> int:
             "machine the workers' ledger connection (AIRFLOW_CONN_<ID> or COSTAWARE_LEDGER_URL)"
         )
     folder = _folder(args)
-    # A folder given is that folder alone; this machine's spool comes with an earlier release's, as the
-    # listener drains them.
-    folders = [folder] if args.spool_dir is not None else spool_dirs_to_drain(folder)
+    folders = _folders(args, folder)
     # Asked before anything is claimed: a metadata database that cannot be read refuses the whole drain.
     waiting_conn_ids = set().union(*(_waiting_conn_ids(f) for f in folders))
     kept = {conn_id: _kept_in_airflow_database(conn_id) for conn_id in sorted(waiting_conn_ids)}
@@ -204,16 +212,13 @@ def drain(args: argparse.Namespace) -> int:
             )
         return ledgers[conn_id]
 
-    # Where each drained folder moved bills: the earlier release's moves them to its own billed/ and unsure/.
-    billed_in: list[Path] = []
-    unsure_in: list[Path] = []
-    drains = []
-    for each in folders:
-        drained = drain_spool(each, ledger_for)
-        billed_in += [each / BILLED] * bool(drained.billed_already)
-        unsure_in += [each / UNSURE] * bool(drained.unsure)
-        drains.append(drained)
+    drains = [drain_spool(each, ledger_for) for each in folders]
     result = combined(drains)
+    # Where each drained folder moved bills: the earlier release's moves them to its own billed/ and unsure/.
+    billed_in = [
+        each / BILLED for each, drained in zip(folders, drains, strict=True) if drained.billed_already
+    ]
+    unsure_in = [each / UNSURE for each, drained in zip(folders, drains, strict=True) if drained.unsure]
     # Counted after the drain: what another process claimed (writing it now, or killed doing so) waits too.
     waiting = sum(len(list(f.glob("*.json"))) + len(list(f.glob("*.claimed"))) for f in folders)
     # This drain's, and older ones still there.
@@ -229,9 +234,9 @@ def drain(args: argparse.Namespace) -> int:
         "unsure": result.unsure,
         "unavailable_ledgers": unavailable,
     }
-    also = "".join(f" (and {f}, an earlier release's)" for f in folders[1:])
     sentence = (
-        f"spool {folder}{also}: {result.written} written, {waiting} still waiting, {result.refused} refused"
+        f"spool {folder}{_also(folders)}: {result.written} written, {waiting} still waiting, "
+        f"{result.refused} refused"
     )
     if result.billed_already:
         # Not written, not waiting, not refused: said, or a bill gone from the spool is unaccounted for.
