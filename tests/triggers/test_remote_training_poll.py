@@ -2280,7 +2280,7 @@ def test_a_pod_an_earlier_wait_stopped_before_its_first_404_is_billed_as_stopped
     from datetime import timedelta
 
     from costaware.training.attempts import JobEnded, next_step
-    from costaware.triggers.remote_job_status import vanished_job_status
+    from costaware.triggers.remote_job_status import seen_or_followed, vanished_job_status
 
     found_at = STOP_BY_POLL_SUBMIT + timedelta(seconds=400)
     job = {"job_id": "j", "state": "running", "market": "spot", "billable_seconds": 500.0}
@@ -2297,7 +2297,8 @@ def test_a_pod_an_earlier_wait_stopped_before_its_first_404_is_billed_as_stopped
         "j", wait.state, last_seen=None, now=now, instances=1, backend="kubernetes", watched_since=first_404
     )
     assert gone is not None
-    billed = wait._final_404_bill(gone, stopped_by_earlier_wait, instances=1)
+    found = seen_or_followed(wait.state, None)  # as _gone_after_cap_stop finds it: the followed record
+    billed = wait._final_404_bill(gone, stopped_by_earlier_wait, found, instances=1)
     assert billed is not None and billed.ended_at == first_404.timestamp(), billed
     step = next_step(state, JobEnded(job=billed.to_dict()), now, max_attempts=10, latest_resume=None)
     assert step.record_cause == "max_usd", (step, billed.reason)  # type: ignore[union-attr]

@@ -296,11 +296,11 @@ class GoneJobBilling(CapStopping):
         poll that told it (an ``ended_at`` in the future, in the entry's key, note and emissions window).
         0 where the stop was sent while the job was listed, or the grace period has passed.
         """
-        grace_end = self._cap_stop_grace_end()
         sent = (self.state.get("current") or {}).get(CAP_STOP_KEY) or {}
-        if grace_end is None or not sent.get("unlisted"):
+        if not sent.get("unlisted"):  # asked before the plan is read for the grace period: at every poll
             return 0.0
-        return max(0.0, (grace_end - now).total_seconds())
+        grace_end = self._cap_stop_grace_end()
+        return 0.0 if grace_end is None else max(0.0, (grace_end - now).total_seconds())
 
     def _gone_after_cap_stop(self, status: Any, *, now: datetime, instances: int) -> Any:
         """``status`` (billed as gone up to ``now``) of a job this wait stopped at the cap before it went.
@@ -324,7 +324,7 @@ class GoneJobBilling(CapStopping):
         last_seen = seen_or_followed(self.state, self._last_seen or self._cap_stop_seen)
         if last_seen is None or stopped_at is None:
             return with_copies_run_out(status)
-        final_404 = self._final_404_bill(status, stopped_at, instances=instances)
+        final_404 = self._final_404_bill(status, stopped_at, last_seen, instances=instances)
         if final_404 is not None:
             return final_404
         seen, seen_at = last_seen
@@ -351,14 +351,17 @@ class GoneJobBilling(CapStopping):
         ended = replace(status, billable_seconds=billed, ended_at=end.timestamp(), reason=reason)
         return with_copies_run_out(ended)
 
-    def _final_404_bill(self, status: Any, stopped_at: datetime, *, instances: int) -> Any | None:
+    def _final_404_bill(
+        self, status: Any, stopped_at: datetime, last_seen: tuple[Any, datetime], *, instances: int
+    ) -> Any | None:
         """``status`` of a pod gone (a final 404) by the time of its stop at the cap, billed to that 404.
 
         Held back for the kept state, the pod was gone from ``_gone_unread_since``: a 404 is final on
         Kubernetes, so it ran no longer, and the stop recorded after it sent no SIGTERM (no grace period
         ran). Billed to the grace period's end after the due point instead, it was billed 280 s past its
         404. Stopped by ``max_usd`` only where the stop fell due by that 404; due later, it went by itself
-        (a drain, a reclaim) and is billed as such. None: not such a pod.
+        (a drain, a reclaim) and is billed as such. ``last_seen``: the status and time the caller found it
+        at (:func:`seen_or_followed`). None: not such a pod.
         """
         from dataclasses import replace
 
@@ -367,7 +370,6 @@ class GoneJobBilling(CapStopping):
         first_404 = self._gone_unread_since
         if self.backend not in GONE_IS_FINAL_BACKENDS or first_404 is None:
             return None
-        last_seen = self._last_seen or self._cap_stop_seen
         # The sooner of this wait's due point and the stop recorded: an earlier wait's stop (its kept state)
         # before the first 404 stopped it, whatever later point this wait worked out (billed as gone by
         # itself, a new attempt planned, where this wait's own due point was preferred).
@@ -377,16 +379,13 @@ class GoneJobBilling(CapStopping):
             gone = vanished_job_status(
                 str(self.job_id),
                 self.state,
-                last_seen=last_seen,
+                last_seen=self._last_seen or self._cap_stop_seen,
                 now=first_404,
                 instances=instances,
                 backend=self.backend,
             )
             return None if gone is None else with_copies_run_out(gone)
-        found = seen_or_followed(self.state, last_seen)
-        if found is None:
-            return None
-        seen, seen_at = found
+        seen, seen_at = last_seen
         end = max(seen_at, first_404)
         reason = (
             f"its stop at what was left of max_usd fell due at {due_at.isoformat()}; {self.backend} had "
