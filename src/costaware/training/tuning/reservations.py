@@ -8,7 +8,7 @@ from collections.abc import Callable, Collection, Mapping
 from dataclasses import replace
 from datetime import datetime, timedelta
 from decimal import Decimal
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Self
 
 from costaware.core.budgets import Scope
 from costaware.core.errors import BudgetExceededError, BudgetNotFoundError
@@ -41,7 +41,7 @@ class WaitNotHeld(BudgetExceededError):
     """A waiting slot's hold could not be grown to pay its next wait: it stops waiting."""
 
     @classmethod
-    def after(cls, refusal: BudgetExceededError, message: str) -> WaitNotHeld:
+    def after(cls, refusal: BudgetExceededError, message: str) -> Self:
         """The slot's stop, said by ``message``, where the ledger refused what it asked (``refusal``)."""
         return cls(
             message,
@@ -58,20 +58,6 @@ class HoldNotHeldAgain(WaitNotHeld):
 
     #: That hold (expired, or not grown): the slot's skipped entry is settled against it.
     hold_id: str = ""
-
-    @classmethod
-    def of(cls, hold_id: str, refusal: WaitNotHeld) -> HoldNotHeldAgain:
-        """``refusal`` of holding the slot's time again in place of ``hold_id``."""
-        again = cls(
-            str(refusal),
-            scope=refusal.scope,
-            spent_usd=refusal.spent_usd,
-            cap_usd=refusal.cap_usd,
-            needed_usd=refusal.needed_usd,
-            renews=refusal.renews,
-        )
-        again.hold_id = hold_id
-        return again
 
 
 def reserve_trial_cost(
@@ -418,21 +404,23 @@ def _hold_slot_again(
         )
     except BudgetNotFoundError as e:
         # The budgets the hold was in were deleted since: the ledger's "set one" read as if none had been set.
-        gone = WaitNotHeld(
+        gone = HoldNotHeldAgain(
             f"slot {slot} stops waiting for the study's money: {cause}, and it cannot be held again: "
             f"{_gone(old.budgets)}",
             scope=old.budgets[0] if old.budgets else str(old.scope),
             needed_usd=str(usd),
             renews=False,
         )
-        raise HoldNotHeldAgain.of(old.id, gone) from e
+        gone.hold_id = old.id
+        raise gone from e
     except BudgetExceededError as e:
-        refused = WaitNotHeld.after(
+        refused = HoldNotHeldAgain.after(
             e,
             f"slot {slot} stops waiting for the study's money: {cause}, and holding it again was refused: "
             f"{e}",
         )
-        raise HoldNotHeldAgain.of(old.id, refused) from e
+        refused.hold_id = old.id
+        raise refused from e
     return again.id
 
 
