@@ -72,13 +72,8 @@ def _record_slot_error(
         return
     why = f"the slot raised before its trial's reservation: {type(error).__name__}: {error}"
     try:
-        # Its hold as it now stands (a wait holds it anew), or the trial's reservation granted as it raised;
-        # refused being held again, the expired hold, which reservation_to_settle no longer finds (asked,
-        # the entry was recorded against no hold and that hold left open).
-        hold_id = slot_time.not_held_again
-        if hold_id is None and slot_time.held:
-            hold = ledger.reservation_to_settle(holder)
-            hold_id = None if hold is None else hold.id
+        # Its hold as it now stands, or the trial's reservation granted as it raised, or the expired one.
+        hold_id = slot_time.hold_to_settle(ledger, holder, held=slot_time.held)
         record_skipped_slot(
             ledger,
             slot_time.spec,

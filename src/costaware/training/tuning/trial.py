@@ -379,12 +379,8 @@ def _until_reserved(
     if isinstance(reserved, SlotResult):
         if settle_as is not None:  # in Airflow the cost listener bills the skipped try
             # The slot's hold as it now stands: one that expired during the wait was held again, anew, or,
-            # refused that, is the expired one (which reservation_to_settle no longer finds).
-            if slot_time.not_held_again is not None:
-                hold_id: str | None = slot_time.not_held_again
-            else:
-                now_held = ledger.reservation_to_settle(holder) if slot_hold is not None else None
-                hold_id = None if now_held is None else now_held.id
+            # refused that, is the expired one.
+            hold_id = slot_time.hold_to_settle(ledger, holder, held=slot_hold is not None)
             record_skipped_slot(
                 ledger,
                 spec,

@@ -108,6 +108,18 @@ class _SlotTime:
     #: skipped entry settles against it, said to have been tried.
     not_held_again: str | None = None
 
+    def hold_to_settle(self, ledger: Ledger, holder: str, *, held: bool) -> str | None:
+        """The hold the slot's skipped entry settles, or None.
+
+        The slot's as it now stands (``held``: it holds its time; a wait may have held it anew), or, refused
+        being held again, the expired one, which ``reservation_to_settle`` no longer finds (asked, the entry
+        went against no hold and that hold stayed open).
+        """
+        if self.not_held_again is not None:
+            return self.not_held_again
+        hold = ledger.reservation_to_settle(holder) if held else None
+        return None if hold is None else hold.id
+
 
 def _check_trainer_call(trainer: TrainerFactory, trainer_kwargs: Mapping[str, Any]) -> None:
     """Refuse ``trainer_kwargs`` that ``trainer(params, **trainer_kwargs)`` cannot take, or its inputs refuse.
