@@ -54,17 +54,28 @@ def run_bounded(call: Callable[[], _T], sync: CheckpointSync, bound: float, what
     thread = threading.Thread(target=target, name="costaware-checkpoint-transfer", daemon=True)
     started = time.monotonic()
     thread.start()
-    while (left := max(started, sync.progressed_at) + bound - time.monotonic()) > 0:
-        thread.join(left)
-        if not thread.is_alive():
-            done, value = outcome[0]
-            if not done:
-                raise value  # type: ignore[misc]  # a BaseException, caught above
-            return value  # type: ignore[return-value]  # call()'s own
+    if _ended_while_moving(thread, sync, started, bound):
+        done, value = outcome[0]
+        if not done:
+            raise value  # type: ignore[misc]  # a BaseException, caught above
+        return value  # type: ignore[return-value]  # call()'s own
     raise StoreStalledError(
         f"{what} {sync.store.uri} has moved nothing for {bound:g} s ({STORE_STALL_SECONDS} sets how long), "
         f"begun {time.monotonic() - started:.0f} s ago: given up"
     )
+
+
+def _ended_while_moving(thread: threading.Thread, sync: CheckpointSync, since: float, bound: float) -> bool:
+    """Join ``thread`` while its transfer moves: True once it has ended, else False.
+
+    False once ``bound`` seconds passed with nothing moved, counted from ``since`` (monotonic) or from the
+    sync's last progress, whichever came later.
+    """
+    while (left := max(since, sync.progressed_at) + bound - time.monotonic()) > 0:
+        thread.join(left)
+        if not thread.is_alive():
+            return True
+    return False
 
 
 class _Watcher(threading.Thread):
@@ -127,15 +138,8 @@ class _Watcher(threading.Thread):
         """
         self.stopping.set()
         bound = STOP_SECONDS if timeout is None else timeout
-        exited = time.monotonic()
-        while True:
-            quiet_since = max(exited, self.sync.progressed_at)
-            left = quiet_since + bound - time.monotonic()
-            if left <= 0:
-                break
-            self.join(left)
-            if not self.is_alive():
-                return None
+        if _ended_while_moving(self, self.sync, time.monotonic(), bound):
+            return None
         if not self.is_alive():
             return None
         started = self._push_started
