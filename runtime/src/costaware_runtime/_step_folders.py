@@ -9,7 +9,6 @@ from __future__ import annotations
 import logging
 import math
 import re
-from collections.abc import Callable
 from pathlib import Path
 
 from costaware_runtime._marker import Marker, parse_marker
@@ -22,16 +21,15 @@ log = logging.getLogger("costaware_runtime.sync")
 _STEP_FOLDER = re.compile(r"step-(\d+)(-[0-9a-f]+)?")
 
 
-def newest_unpointed(
-    store: Store, above: int | None, answered: Callable[[], None] = lambda: None
-) -> tuple[Marker, str] | None:
+def newest_unpointed(store: Store, above: int | None) -> tuple[Marker, str] | None:
     """The newest complete step folder of a later step than ``above`` (None: any), and its marker.
 
     A writer killed between its folder's marker and ``LATEST.json`` left a whole checkpoint that the
     pointer does not name: resuming from the pointer repeated (and paid for) the steps between. Complete
     means what a push writes last, the folder's marker, is there and every file it lists is there at its
     size; a folder without it is an unfinished push (or a live writer's, still uploading), never used.
-    ``answered`` is called after each request the store answers: many folders to look into move no bytes.
+    Each request the store answers is said to it (``Store.request_answered``): many folders to look into
+    move no bytes.
     """
     candidates = sorted(
         (
@@ -41,11 +39,11 @@ def newest_unpointed(
         ),
         reverse=True,
     )
-    answered()
+    store._answered()
     for step, folder in candidates:
         where = store.url(f"{folder}/{CHECKPOINT_MARKER}")
         raw = store.read(f"{folder}/{CHECKPOINT_MARKER}")
-        answered()
+        store._answered()
         if raw is None:
             log.info("not resuming from %s: it has no marker (an unfinished push)", store.url(folder))
             continue
@@ -55,7 +53,7 @@ def newest_unpointed(
             log.warning("not resuming from %s: %s", store.url(folder), e)
             continue
         held = store.sizes(f"{folder}/")
-        answered()
+        store._answered()
         short = [f.path for f in marker.files if held.get(f"{folder}/{f.path}") != f.bytes]
         if marker.step != step or short:
             log.warning(

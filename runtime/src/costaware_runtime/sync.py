@@ -152,9 +152,7 @@ class CheckpointSync:
             self._claim()
             self._abort_stale_uploads()  # what the attempt before left, killed mid-push
             self.synced = None if latest is None else latest[0].identity
-            unpointed = newest_unpointed(
-                self.store, None if latest is None else latest[0].step, answered=self.progressed
-            )
+            unpointed = newest_unpointed(self.store, None if latest is None else latest[0].step)
             if unpointed is not None:
                 latest = self._repoint(*unpointed, latest)
             if latest is None:
