@@ -458,24 +458,37 @@ class CapStopping(CapStopKeeping, OtherTypePricing):
 
         A price that cannot be read now keeps that limit's due point (the time it may run on there).
         """
-        from costaware.training.attempt_effects import instances
         from costaware.training.attempts import AttemptState
 
         other = self._other_type_limit
         if other is None or other[0] != job_id or other[1] is None:
             return False
-        limit = other[1]
-        ran = float(status.billable_seconds) / instances(AttemptState.from_json(self.state).plan)
+        plan = AttemptState.from_json(self.state).plan
+        return self._stop_at_type_limit(
+            job_id, status, other[1], plan, price=" at its price last read (unreadable now)"
+        )
+
+    def _stop_at_type_limit(self, job_id: str, status: Any, limit: int, plan: Any, *, price: str) -> bool:
+        """Weigh ``status`` against ``limit``, what ``max_usd`` buys on its type: True where stopped now.
+
+        Short of it, the stop falls due after what is left. ``price`` says how that type's price was read,
+        for the log.
+        """
+        from costaware.training.attempt_effects import instances
+
+        ran = float(status.billable_seconds) / instances(plan)
         if ran < limit:
             self._cap_stop_due_after(limit - ran)
             return False
         self.log.warning(
-            "job %s on %s has run %.0f s, what max_usd buys there at its price last read (unreadable now): "
-            "stopping it (it checkpoints in its grace period)",
+            "job %s on %s has run %.0f s, what max_usd buys there%s: stopping it (it checkpoints in its "
+            "grace period)",
             job_id,
             status.instance_type,
             ran,
+            price,
         )
+        # Its end is then recorded as stopped by max_usd (the stop it ran into), not as a preemption.
         self._send_cap_stop(job_id, stop_after_seconds=limit)
         return True
 
@@ -490,7 +503,7 @@ class CapStopping(CapStopKeeping, OtherTypePricing):
         """
         from costaware.core.errors import LEDGER_UNREADABLE
         from costaware.core.money import format_usd_exact
-        from costaware.training.attempt_effects import instances, money_left
+        from costaware.training.attempt_effects import money_left
         from costaware.training.attempts import AttemptState
 
         job_id = str(status.job_id or self.job_id)
@@ -534,16 +547,5 @@ class CapStopping(CapStopKeeping, OtherTypePricing):
             )
         if limit is None:
             return
-        if float(status.billable_seconds) / instances(plan) < limit:
+        if not self._stop_at_type_limit(job_id, status, limit, plan, price=""):
             self._cap_stop_retries = self._price_read_retries = 0  # its price is known again
-            self._cap_stop_due_after(limit - float(status.billable_seconds) / instances(plan))
-            return
-        self.log.warning(
-            "job %s on %s has run %.0f s, what max_usd buys there: stopping it (it checkpoints in its grace "
-            "period)",
-            job_id,
-            status.instance_type,
-            float(status.billable_seconds) / instances(plan),
-        )
-        # Its end is then recorded as stopped by max_usd (the stop it ran into), not as a preemption.
-        self._send_cap_stop(job_id, stop_after_seconds=limit)
