@@ -365,3 +365,36 @@ def test_a_one_record_file_nothing_places_leaves_the_imports_emissions(
     )
     assert found["kg_co2e"] == Decimal("0.243")  # 1 kW for 2 h at 121 and 122 g/kWh
     assert found["carbon_source"].startswith("grid GB: carbon GB_imported.csv")
+
+
+def test_the_recorded_part_of_an_hour_a_file_starts_inside_counts_as_recorded(tmp_path: Path) -> None:
+    from costaware.adapters.carbon_source import RecordedCarbon
+
+    # A half-hourly file starting 22:30: the 22:00 hour it starts inside was all typical year ("recorded 1
+    # of 2 h") though its second half hour was recorded.
+    recorded = tmp_path / "GB_halves.csv"
+    recorded.write_text(
+        "timestamp_utc,g_co2eq_per_kwh_lca\n"
+        "2026-11-21T22:30:00Z,160\n2026-11-21T23:00:00Z,170\n2026-11-21T23:30:00Z,180\n"
+    )
+    start = datetime(2026, 11, 21, 22, tzinfo=timezone.utc)
+    found = estimate(
+        instance_type=None,
+        region="on-prem",
+        power_kw=1,
+        grid_zone="GB",
+        start=start,
+        end=start + timedelta(hours=2),
+        intensity_of=RecordedCarbon(recorded).intensity,
+    )
+    assert found["carbon_source"] == (
+        "grid GB: recorded 1.5 of 2 h, typical year 2023 for 0.5 h from 2026-11-21 22:00: GB_halves.csv"
+    )
+    typical = float(
+        bundled_carbon("GB").mean_usd_per_hour(
+            datetime(2023, 11, 21, 22, tzinfo=timezone.utc),
+            datetime(2023, 11, 21, 22, 30, tzinfo=timezone.utc),
+        )
+    )
+    g = (0.5 * typical + 0.5 * 160 + 0.5 * 170 + 0.5 * 180) / 2
+    assert found["kg_co2e"] == Decimal(repr(round(2 * g / 1000, 6)))

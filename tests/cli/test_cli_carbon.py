@@ -790,3 +790,29 @@ def test_a_single_record_between_a_half_hourly_file_and_one_an_hour_later_reads_
     assert read[0] == read[1] == read[2]
     one_am = start + timedelta(hours=1)
     assert (one_am, Decimal(120)) in read[0] and start + timedelta(minutes=90) not in dict(read[0])
+
+
+def test_show_reads_the_recorded_part_of_the_hour_an_import_starts_inside(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The import starts 22:30: `carbon show` gave 22:00 the typical year whole, its recorded half hour too.
+    halves = tmp_path / "gb-halves.csv"
+    halves.write_text(
+        "timestamp_utc,g_co2eq_per_kwh_lca\n"
+        "2026-11-21T22:30:00Z,160\n2026-11-21T23:00:00Z,170\n2026-11-21T23:30:00Z,180\n"
+    )
+    assert main(["carbon", "import", str(halves), "--zone", "GB"]) == 0
+    capsys.readouterr()
+    start = datetime(2026, 11, 21, 22, tzinfo=timezone.utc)
+    with time_machine.travel("2026-11-30T00:00:00Z", tick=False):
+        argv = ["carbon", "show", "--zone", "GB", "--start", start.isoformat(), "--hours", "3"]
+        assert main([*argv, "--format", "json"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    typical = RecordedCarbon([], bundled=True).intensity(
+        "GB", datetime(2023, 11, 21, 22, tzinfo=timezone.utc), datetime(2023, 11, 21, 23, tzinfo=timezone.utc)
+    )
+    assert [h["g_co2e_per_kwh"] for h in shown["hours"]][:2] == [
+        _plain((typical.points[0][1] + 160) / 2),
+        "175",
+    ]
+    assert shown["series"].startswith("recorded (GB_imported.csv) for 1.5 of 3 hour(s), else typical year")

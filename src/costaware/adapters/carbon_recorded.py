@@ -302,11 +302,12 @@ class RecordedCarbon:
             f"{_or_live(zone)}{self._not_read(zone)}{self._left_out_at(zone, start, end)}"
         )
 
-    def recorded_part(self, zone: str, start: datetime, end: datetime) -> tuple[PriceSeries, datetime] | None:
-        """What is recorded of ``[start, end)`` from ``start`` on, and where it stops.
+    def recorded_parts(self, zone: str, start: datetime, end: datetime) -> list[tuple[PriceSeries, datetime]]:
+        """The stretches of ``[start, end)`` that files record, in order: each one's series and its end.
 
-        Joined as :meth:`intensity` joins: the hour a half-hourly file ends inside is half recorded. None
-        where nothing is recorded at ``start`` (or nothing of the zone at all).
+        Joined as :meth:`intensity` joins; each series starts where its stretch begins. The hour a half-hourly
+        file ends inside is half recorded, and so is the hour one starts inside (its first stretch begins
+        after ``start``). Empty where nothing is recorded (or nothing of the zone at all).
 
         Raises:
             ConfigurationError: a naive time.
@@ -316,8 +317,24 @@ class RecordedCarbon:
         try:
             candidates = self._series(zone)
         except PriceNotFoundError:
-            return None
-        return _joined_part(candidates, start, end)
+            return []
+        ends = [recorded_end(s) for s in candidates]
+        parts: list[tuple[PriceSeries, datetime]] = []
+        at = start
+        while at < end:
+            # The next stretch begins at ``at`` where a series covers it, else where the first one after
+            # starts: the hour a file starts inside was typical year whole, its recorded part too.
+            reaching = [
+                max(s.start, at)
+                for s, s_end in zip(candidates, ends, strict=True)
+                if s.start < end and at < s_end
+            ]
+            part = _joined_part(candidates, min(reaching), end) if reaching else None
+            if part is None:
+                break
+            parts.append(part)
+            at = part[1]
+        return parts
 
     def _not_read(self, zone: str) -> str:
         """Why a file named one by one was not read for ``zone`` (its name names another), or ""."""

@@ -183,22 +183,23 @@ def _recorded_then_typical_year(
     while at < end:
         until = min(end, at.replace(minute=0, second=0, microsecond=0) + _HOUR)
         try:
-            part = intensity_of(zone, at, until)
-            reached = until
+            parts = [(intensity_of(zone, at, until), until)]
         except (PriceNotFoundError, ConfigurationError):
-            # The hour a file ends inside: its recorded part counts as recorded, the rest is a gap.
-            found = _recorded_part(intensity_of, zone, at, until)
-            if found is None:
-                gaps.append((at, until))
-                at = until
-                continue
-            part, reached = found
-            gaps.append((reached, until))
-        seconds = (reached - at).total_seconds()
-        weighted += float(part.mean_usd_per_hour(max(at, part.start), reached)) * seconds
-        recorded_seconds += seconds
-        if part.name not in recorded_names:
-            recorded_names.append(part.name)
+            # The hour a file starts or ends inside: its recorded parts count as recorded, the rest are gaps.
+            parts = _recorded_parts(intensity_of, zone, at, until)
+        covered_to = at
+        for part, reached in parts:
+            begins = max(covered_to, part.start)
+            if begins > covered_to:
+                gaps.append((covered_to, begins))
+            seconds = (reached - begins).total_seconds()
+            weighted += float(part.mean_usd_per_hour(begins, reached)) * seconds
+            recorded_seconds += seconds
+            if part.name not in recorded_names:
+                recorded_names.append(part.name)
+            covered_to = reached
+        if covered_to < until:
+            gaps.append((covered_to, until))
         at = until
     # The gaps' typical year only once it is known some hour was recorded: a try with none takes it whole.
     for gap_start, gap_end in gaps if recorded_seconds else []:
@@ -233,19 +234,19 @@ def _recorded_then_typical_year(
     return weighted / total_seconds, told + _whole_names(names, _SOURCE_ROOM - len(told))
 
 
-def _recorded_part(
+def _recorded_parts(
     intensity_of: IntensityOf, zone: str, start: datetime, end: datetime
-) -> tuple[PriceSeries, datetime] | None:
-    """What ``intensity_of``'s source recorded of ``[start, end)`` from ``start``, and where it stops.
+) -> list[tuple[PriceSeries, datetime]]:
+    """What ``intensity_of``'s source recorded of ``[start, end)``: each stretch's series, and where it stops.
 
-    Only a source that can tell it (``RecordedCarbon.recorded_part``, behind its ``intensity``); for others,
-    None: the window is a gap, as before.
+    Only a source that can tell it (``RecordedCarbon.recorded_parts``, behind its ``intensity``); for others,
+    none: the window is a gap, as before.
     """
-    recorded_part = getattr(getattr(intensity_of, "__self__", None), "recorded_part", None)
-    if recorded_part is None:
-        return None
-    found: tuple[PriceSeries, datetime] | None = recorded_part(zone, start, end)
-    return found if found is not None and found[1] > start else None
+    recorded_parts = getattr(getattr(intensity_of, "__self__", None), "recorded_parts", None)
+    if recorded_parts is None:
+        return []
+    found: list[tuple[PriceSeries, datetime]] = recorded_parts(zone, start, end)
+    return found
 
 
 #: The ledger's carbon_source: a longer source is cut there, mid-name ("US-CAL-CISO_imported.cs").

@@ -139,7 +139,7 @@ def _typical_year(source: object, zone: str, start: datetime, hours: int) -> Pri
     bundled.
     """
     from costaware.adapters.carbon_data import bundled_carbon, bundled_zones
-    from costaware.adapters.carbon_source import RecordedCarbon, recorded_end, then_typical_year
+    from costaware.adapters.carbon_source import RecordedCarbon, recorded_end
     from costaware.core.series import PriceSeries
     from costaware.core.spot_forecast import hourly_series
 
@@ -156,15 +156,14 @@ def _typical_year(source: object, zone: str, start: datetime, hours: int) -> Pri
     # 2023-12-31 20:00", its four recorded 2023 hours counted as estimates.
     year_end = recorded_end(bundled)
     in_bundled = [t for t in times if t not in recorded and bundled.start <= t < year_end]
-    # An hour a file ends inside (a half-hourly import ending 23:30): its recorded part, then the typical
-    # year, read as the waits read it (then_typical_year); it was shown as typical year whole.
+    # An hour a file starts or ends inside (a half-hourly import from 22:30, or to 23:30): its recorded
+    # parts, the typical year for the rest; the end read as the waits read it (then_typical_year). Each was
+    # shown as typical year whole.
     for hour in (t for t in times if t not in recorded and t not in in_bundled):
-        found = source.recorded_part(zone, hour, hour + _HOUR)
-        if found is not None and found[1] > hour:
-            part, reached = found
-            filled = then_typical_year(part, zone, until=hour + _HOUR, end=reached)
-            recorded[hour] = filled.mean_usd_per_hour(hour, hour + _HOUR)
-            recorded_seconds += (reached - hour).total_seconds()
+        parts = source.recorded_parts(zone, hour, hour + _HOUR)
+        if parts:
+            recorded[hour] = _typical_year_around(parts, zone, hour).mean_usd_per_hour(hour, hour + _HOUR)
+            recorded_seconds += sum((reached - part.start).total_seconds() for part, reached in parts)
     files = [f.name for f in source.files.get(zone, [])] if recorded else []
     recorded |= {t: bundled.mean_usd_per_hour(t, t + _HOUR) for t in in_bundled}
     recorded_seconds += len(in_bundled) * _HOUR.total_seconds()
@@ -180,6 +179,24 @@ def _typical_year(source: object, zone: str, start: datetime, hours: int) -> Pri
         [recorded.get(t, Decimal(repr(round(value, 2)))) for t, value in zip(times, values, strict=True)],
         name=name,
     )
+
+
+def _typical_year_around(parts: list[tuple[PriceSeries, datetime]], zone: str, hour: datetime) -> PriceSeries:
+    """``hour``'s recorded ``parts``, each followed by the typical year up to the next (or the hour's end).
+
+    Before the first part, the typical year too: the hour a file starts inside. After a part, the typical year
+    as :func:`~costaware.adapters.carbon_source.then_typical_year` gives it to the waits.
+    """
+    from costaware.adapters.carbon_source import then_typical_year
+    from costaware.core.series import PriceSeries
+
+    first = parts[0][0]
+    lead = then_typical_year(first, zone, until=first.start, end=hour) if first.start > hour else None
+    points = [] if lead is None else [p for p in lead.points if p[0] < first.start]
+    for index, (part, reached) in enumerate(parts):
+        until = parts[index + 1][0].start if index + 1 < len(parts) else hour + _HOUR
+        points += then_typical_year(part, zone, until=until, end=reached).points
+    return PriceSeries([at for at, _ in points], [value for _, value in points], name=first.name)
 
 
 def _recorded_part(
