@@ -34,14 +34,14 @@ _warned_lock = threading.Lock()
 def _warn_left_out_once(file: Path, why: str) -> None:
     """Log ``why`` the one-record ``file`` is left out, once per process for each version of the file."""
     try:
-        key = (file.resolve(), file.stat().st_mtime_ns)
+        key: tuple[Path, int] | None = (file.resolve(), file.stat().st_mtime_ns)
     except OSError:  # gone since it was read: say it, there is no version to remember
-        log.warning("costaware: %s", why)
-        return
-    with _warned_lock:
-        if key in _warned_left_out:
-            return
-        _warned_left_out.add(key)
+        key = None
+    if key is not None:
+        with _warned_lock:
+            if key in _warned_left_out:
+                return
+            _warned_left_out.add(key)
     log.warning("costaware: %s", why)
 
 
@@ -262,8 +262,10 @@ class RecordedCarbon:
         return bundled_year_end_step(zone, at, basis=self.basis)
 
     def _left_out_at(self, zone: str, start: datetime, end: datetime) -> str:
-        """Why the one-record files left out whose hour ``[start, end)`` reaches are not read, or ""."""
-        self.zone_files(zone)
+        """Why the one-record files left out whose hour ``[start, end)`` reaches are not read, or "".
+
+        Read after :meth:`_series`, whose :meth:`zone_files` filled what was left out.
+        """
         reached = [why for at, why in self._left_out.get(zone, []) if start < at + _HOUR and at < end]
         return "".join(f". {why}" for why in reached)
 
