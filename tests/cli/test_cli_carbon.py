@@ -644,6 +644,34 @@ def test_an_import_keeps_the_earlier_files_mode_and_a_new_one_gets_the_umask_def
     assert stat.S_IMODE(target.stat().st_mode) == 0o640  # the mode its owner gave it, kept by the merge
 
 
+def test_a_merge_by_another_user_keeps_the_earlier_files_owner_where_it_may(
+    home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A merge wrote the file through a temporary file of the user merging: owned by that user and group
+    # after it, a 0640 import owned by the scheduler's group became unreadable to that group.
+    import os
+    import stat
+
+    header = "timestamp_utc,g_co2eq_per_kwh_lca\n"
+    first = tmp_path / "gb-first.csv"
+    first.write_text(header + "2026-11-20T00:00:00Z,100\n2026-11-20T01:00:00Z,110\n")
+    assert main(["carbon", "import", str(first), "--zone", "GB"]) == 0
+    target = home / "GB_imported.csv"
+    target.chmod(0o640)
+    # Another owner: only root may give a file away; a user may give it a group of theirs.
+    others = [g for g in os.getgroups() if g != os.getegid()]
+    owner = (4242, 4343) if os.geteuid() == 0 else (os.geteuid(), others[0]) if others else None
+    if owner is None:
+        pytest.skip("needs root, or a second group of this user, to own the import apart")
+    os.chown(target, *owner)
+    latest = tmp_path / "gb-latest.csv"
+    latest.write_text(header + "2026-11-20T02:00:00Z,120\n2026-11-20T03:00:00Z,130\n")
+    assert main(["carbon", "import", str(latest), "--zone", "GB"]) == 0, capsys.readouterr().err
+    assert "2 hour(s) added" in capsys.readouterr().out
+    merged = target.stat()
+    assert (merged.st_uid, merged.st_gid, stat.S_IMODE(merged.st_mode)) == (*owner, 0o640)
+
+
 def test_a_single_record_is_checked_against_the_earlier_import_as_the_lock_finds_it(
     home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -11,7 +11,9 @@ from pathlib import Path
 log = logging.getLogger("costaware.adapters.carbon_source")
 
 
-def write_atomically(path: Path, data: bytes, *, mode: int | None = None) -> None:
+def write_atomically(
+    path: Path, data: bytes, *, mode: int | None = None, owner: tuple[int, int] | None = None
+) -> None:
     """Write ``path`` through a temporary file in its folder and a rename: readers see old or new.
 
     The file is synced to disk before the rename and the folder after it, so a crash leaves the old bytes or
@@ -22,10 +24,15 @@ def write_atomically(path: Path, data: bytes, *, mode: int | None = None) -> Non
         data: Its whole new content.
         mode: Its permission bits (set before the rename, so no reader sees others); default the temporary
             file's 0600.
+        owner: The user and group ids to give it (those of the file it replaces), each only where this
+            process may: root gives both, another user the group where it is one of theirs, else neither.
+            Default the writer's.
     """
     handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(handle, "wb") as out:
+            if owner is not None:  # before the mode: a change of owner may clear mode bits
+                _chown_where_allowed(out.fileno(), *owner)
             if mode is not None:
                 os.fchmod(out.fileno(), mode)
             out.write(data)
@@ -46,3 +53,13 @@ def write_atomically(path: Path, data: bytes, *, mode: int | None = None) -> Non
             os.close(folder)
     except OSError as e:
         log.debug("could not sync folder %s after writing %s: %s", path.parent, path.name, e)
+
+
+def _chown_where_allowed(handle: int, uid: int, gid: int) -> None:
+    """Give the open file ``uid`` and ``gid``, else ``gid`` alone, else leave it: as far as allowed."""
+    for ids in ((uid, gid), (-1, gid)):
+        try:
+            os.fchown(handle, *ids)
+            return
+        except PermissionError:
+            continue

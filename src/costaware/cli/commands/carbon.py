@@ -327,8 +327,15 @@ def import_file(args: argparse.Namespace) -> int:
         merged, added, replaced, kept = _merged_import(
             target, earlier_text, text, path.name, series, new_end=new_end
         )
-        # The mode its owner gave it: the temporary file's 0600 kept other users of the group out.
-        write_atomically(target, merged.encode("utf-8"), mode=stat.S_IMODE(target.stat().st_mode))
+        # The mode and owner it had: the temporary file's 0600 kept other users of the group out, and a merge
+        # by another user left the file theirs (their group's), which a 0640 import's group could not read.
+        earlier_stat = target.stat()
+        write_atomically(
+            target,
+            merged.encode("utf-8"),
+            mode=stat.S_IMODE(earlier_stat.st_mode),
+            owner=(earlier_stat.st_uid, earlier_stat.st_gid),
+        )
     print(f"{imported}: {added} hour(s) added, {replaced} replaced, {kept} kept from the earlier import")
     return 0
 
