@@ -844,3 +844,34 @@ def test_show_reads_the_recorded_part_of_the_hour_an_import_starts_inside(
         "175",
     ]
     assert shown["series"].startswith("recorded (GB_imported.csv) for 1.5 of 3 hour(s), else typical year")
+
+
+def test_show_and_the_waits_read_the_hour_an_import_of_a_zone_without_a_typical_year_ends_inside_alike(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # PL has no bundled year. Its half-hourly import ends 23:30: `carbon show` left 23:00 out while the
+    # waits fitted the profile there (and over the recorded 22:00 too, the window running past the file).
+    from costaware.adapters.spot_market import carbon_intensity
+    from costaware.core.carbon import Objective
+    from costaware.core.spot_forecast import hourly_series
+
+    rows, at = ["timestamp_utc,g_co2eq_per_kwh_lca"], datetime(2026, 11, 20, tzinfo=timezone.utc)
+    while at <= datetime(2026, 11, 21, 23, tzinfo=timezone.utc):
+        rows.append(f"{at:%Y-%m-%dT%H:%M:%SZ},{100 + 3 * at.hour + at.minute // 30}")
+        at += timedelta(minutes=30)
+    halves = tmp_path / "pl-halves.csv"
+    halves.write_text("\n".join(rows) + "\n")
+    assert main(["carbon", "import", str(halves), "--zone", "PL"]) == 0
+    capsys.readouterr()
+    start = datetime(2026, 11, 21, 22, tzinfo=timezone.utc)
+    with time_machine.travel("2026-11-30T00:00:00Z", tick=False):
+        argv = ["carbon", "show", "--zone", "PL", "--start", start.isoformat(), "--hours", "4"]
+        assert main([*argv, "--format", "json"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    weighed = carbon_intensity("PL", region=None, objective=Objective("carbon"), at=start)
+    assert weighed is not None
+    waits = hourly_series(weighed, start, 4)
+    assert [h["g_co2e_per_kwh"] for h in shown["hours"]] == [_plain(Decimal(repr(v))) for v in waits[:2]]
+    assert waits[0] == 166.5  # 22:00 and 22:30 recorded, not the profile
+    assert shown["series"].startswith("PL_imported.csv for 1.5 of 4 hour(s), recorded")
+    assert shown["note"].startswith("PL has no value for 2 of these 4 hour(s), from 2026-11-22 00:00 UTC")

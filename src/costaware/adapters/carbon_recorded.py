@@ -431,7 +431,16 @@ def imported_carbon(zone: str, at: datetime) -> PriceSeries | None:
     zone with no bundled year, its newest imported file whatever it covers. Decisions read the bundled year
     alone before, whatever was imported, while the ledger's emissions read the import.
     """
-    series = RecordedCarbon(bundled=False).zone_files(zone)
+    return weighed_import(RecordedCarbon(bundled=False).zone_files(zone), zone, at)
+
+
+def weighed_import(series: Sequence[PriceSeries], zone: str, at: datetime) -> PriceSeries | None:
+    """Of a zone's recorded ``series``, what a decision at ``at`` weighs (:func:`imported_carbon`), or None.
+
+    The newest that covers ``at``, followed by the bundled typical year, or for a zone with none by what the
+    waits read past a short file (:func:`then_profile`); ``costaware carbon show`` reads an hour a file ends
+    inside through it too.
+    """
     if not series:
         return None
     at = _utc(at, "at")
@@ -440,7 +449,9 @@ def imported_carbon(zone: str, at: datetime) -> PriceSeries | None:
     if not covering:
         return None if bundled else max(series, key=lambda s: s.last)
     newest = max(covering, key=lambda s: s.last)
-    return then_typical_year(newest, zone, until=at + FILLED_AHEAD) if bundled else newest
+    if bundled:
+        return then_typical_year(newest, zone, until=at + FILLED_AHEAD)
+    return then_profile(newest, until=at + FILLED_AHEAD)
 
 
 #: How far past a decision's hour an import shorter than that is followed by the bundled typical year.
@@ -484,6 +495,34 @@ def then_typical_year(
         values.append(bundled.mean_usd_per_hour(shifted, shifted + _HOUR))
         at = hour + _HOUR
     return PriceSeries(times, values, name=f"{recorded.name}, then the typical year", notes=recorded.notes)
+
+
+def then_profile(recorded: PriceSeries, *, until: datetime) -> PriceSeries:
+    """``recorded`` to its end, then what the waits read past it (a zone with no typical year) to ``until``.
+
+    That is :func:`~costaware.core.spot_forecast.hourly_series` past the file (the hour-of-day profile of its
+    last weeks), from the clock hour it ends inside: a half-hourly file ending 23:30 gets the 23:00 hour's
+    profile for 23:30-24:00. Given the file alone, a window running past its end was read as the profile
+    throughout, its recorded hours too, and ``costaware carbon show`` left the hour it ends inside out.
+    """
+    from costaware.core.spot_forecast import hourly_series
+
+    end = recorded_end(recorded)
+    if end >= until:
+        return recorded
+    first = end.replace(minute=0, second=0, microsecond=0)
+    hours = -(-(until - first) // _HOUR)
+    # An hour more than needed: a window inside the last record's hour is read as that record held, not as
+    # the profile that follows the file.
+    past = hourly_series(recorded, first, hours + 1)[:hours]
+    kept = [(at, value) for at, value in recorded.points if at < end]
+    kept += [(max(first + i * _HOUR, end), Decimal(repr(value))) for i, value in enumerate(past)]
+    return PriceSeries(
+        [at for at, _ in kept],
+        [value for _, value in kept],
+        name=f"{recorded.name}, then its profile",
+        notes=recorded.notes,
+    )
 
 
 #: The name before ``costaware carbon show`` shared it.

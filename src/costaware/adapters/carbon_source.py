@@ -53,7 +53,9 @@ from costaware.adapters.carbon_recorded import (
     imported_carbon,
     imported_zones,
     recorded_end,
+    then_profile,
     then_typical_year,
+    weighed_import,
     zone_of,
 )
 from costaware.adapters.carbon_window import _HOUR, _hours, _utc, _window  # noqa: F401
@@ -82,7 +84,9 @@ __all__ = [
     "imported_zones",
     "log",
     "recorded_end",
+    "then_profile",
     "then_typical_year",
+    "weighed_import",
     "write_atomically",
     "zone_of",
 ]

@@ -41,6 +41,8 @@ def _kind(name: str, forecast: bool) -> str:
         return "typical-year estimate"
     if name.startswith("recorded ("):
         return "recorded, and a typical-year estimate for the other hours"
+    if ", then its profile for the rest of " in name:
+        return "recorded, and the file's profile for the rest of the hour it ends inside"
     if "perfect forecast" in name:
         return "recorded (as a perfect forecast)"
     if forecast:
@@ -205,20 +207,37 @@ def _recorded_part(
     """The hours a file records, and those it does not, for a zone without a typical year to fill them.
 
     A window partly past an imported file of such a zone (PL) showed no hour at all, its recorded ones too.
-    ``(None, [])`` where no hour is recorded.
+    The hour a file ends inside (a half-hourly import ending 23:30) is read as the waits read it: its
+    recorded part, then the profile that follows the file (``weighed_import``); it was left out. ``(None,
+    [])`` where no hour is recorded.
     """
-    from costaware.adapters.carbon_source import RecordedCarbon
+    from costaware.adapters.carbon_source import RecordedCarbon, weighed_import
     from costaware.core.series import PriceSeries
 
     if not isinstance(source, RecordedCarbon):
         return None, []
     recorded = source.covered_hours(zone, start, hours)
+    recorded_seconds = len(recorded) * _HOUR.total_seconds()
+    ends_inside: list[datetime] = []
+    for hour in (start + i * _HOUR for i in range(hours)):
+        parts = [] if hour in recorded else source.recorded_parts(zone, hour, hour + _HOUR)
+        weighed = weighed_import(source.zone_files(zone), zone, hour) if parts else None
+        if weighed is not None and parts[0][0].start == hour:
+            recorded[hour] = weighed.mean_usd_per_hour(hour, hour + _HOUR)
+            recorded_seconds += (parts[0][1] - hour).total_seconds()
+            ends_inside.append(hour)
     if not recorded:
         return None, []
     times = sorted(recorded)
     files = ", ".join(f.name for f in source.files.get(zone, []))
+    count = f"{round(recorded_seconds / 3600, 2):g}"
+    rest = (
+        f", then its profile for the rest of {', '.join(f'{h:%H:%M}' for h in ends_inside)}"
+        if ends_inside
+        else ""
+    )
     series = PriceSeries(
-        times, [recorded[t] for t in times], name=f"{files} for {len(times)} of {hours} hour(s), recorded"
+        times, [recorded[t] for t in times], name=f"{files} for {count} of {hours} hour(s), recorded{rest}"
     )
     return series, [start + i * _HOUR for i in range(hours) if start + i * _HOUR not in recorded]
 
