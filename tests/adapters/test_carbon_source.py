@@ -455,11 +455,11 @@ def test_an_hour_a_file_ends_inside_is_not_counted_as_covered(tmp_path: Path) ->
 def test_the_split_modules_private_names_still_import_but_are_not_public() -> None:
     # The split listed its private helpers in __all__ to keep `from carbon_source import _joined` working,
     # which made them the module's public interface (star imports, API docs).
-    from costaware.adapters import carbon_live, carbon_recorded, carbon_source, carbon_window
+    from costaware.adapters import carbon_imported, carbon_live, carbon_recorded, carbon_source, carbon_window
 
     private = {
         name
-        for module in (carbon_live, carbon_recorded, carbon_window)
+        for module in (carbon_imported, carbon_live, carbon_recorded, carbon_window)
         for name in vars(module)
         if name.startswith("_") and not name.startswith("__") and name in vars(carbon_source)
     }

@@ -1,8 +1,8 @@
 """Recorded carbon intensity: CSV files in the shared format, then the bundled 2023 files.
 
 :class:`RecordedCarbon` reads the files of a zone (one file per zone named ``<ZONE>_<anything>.csv``) from
-folders and files and joins them end to end; :func:`imported_carbon` is the view of ``costaware carbon
-import``'s files that decisions weigh, followed by the bundled typical year.
+folders and files and joins them end to end (:mod:`.carbon_window`); what decisions weigh of ``costaware
+carbon import``'s files is in :mod:`.carbon_imported`.
 """
 
 from __future__ import annotations
@@ -16,7 +16,16 @@ from pathlib import Path
 
 from costaware.adapters.carbon_data import bundled_carbon, bundled_zones, load_carbon, zone_hint
 from costaware.adapters.carbon_live import LIVE_ZONES
-from costaware.adapters.carbon_window import _HOUR, _hours, _utc, _window
+from costaware.adapters.carbon_window import (
+    _HOUR,
+    _hours,
+    _joined,
+    _joined_part,
+    _OneRecord,
+    _utc,
+    _window,
+    recorded_end,
+)
 from costaware.core.errors import ConfigurationError, PriceNotFoundError
 from costaware.core.series import PriceSeries
 from costaware.settings import costaware_home
@@ -55,20 +64,6 @@ def zone_of(path: Path) -> str:
     return path.stem.partition("_")[0]
 
 
-def recorded_end(series: PriceSeries) -> datetime:
-    """Where a recorded series ends: its last record plus its own step there.
-
-    The step is the time from the record before the last (a one-record file's, the one
-    :meth:`RecordedCarbon.zone_files` found it, :class:`_OneRecord`; else an hour): a half-hourly file
-    ending 01:30 was taken as covering up to 02:30, supplying half an hour nobody recorded. The last step,
-    not the shortest: an import merged from a half-hourly month and an hourly one ends hourly.
-    """
-    times = series.points[-2:]
-    if len(times) == 2:
-        return series.last + (times[1][0] - times[0][0])
-    return series.last + (series.step if isinstance(series, _OneRecord) else _HOUR)
-
-
 def bundled_year_end_step(zone: str, at: datetime, *, basis: str = "lca") -> timedelta | None:
     """The step of a one-record series at ``at`` where ``zone``'s bundled year ends (its last step), or None.
 
@@ -79,16 +74,6 @@ def bundled_year_end_step(zone: str, at: datetime, *, basis: str = "lca") -> tim
         return None
     year = bundled_carbon(zone, basis)
     return at - year.last if recorded_end(year) == at else None
-
-
-class _OneRecord(PriceSeries):
-    """A one-record file's series, with the step its zone's other files tell (its own is unknown)."""
-
-    __slots__ = ("step",)
-
-    def __init__(self, one: PriceSeries, step: timedelta) -> None:
-        super().__init__([one.start], [one.points[0][1]], name=one.name, notes=one.notes)
-        self.step = step
 
 
 # -- recorded files -----------------------------------------------------------------------------------------
@@ -371,45 +356,6 @@ def _one_letter_apart(known: str, given: str) -> bool:
     return sum(a != b for a, b in zip(known.upper(), given.upper(), strict=True)) == 1
 
 
-def _joined(candidates: Sequence[PriceSeries], start: datetime, end: datetime) -> PriceSeries | None:
-    """``[start, end)`` from several series end to end (an imported 2024 file after the bundled 2023 year).
-
-    Each hour comes from the first series, in ``candidates``' order, that covers it (up to its last record
-    plus its own step, :func:`recorded_end`); None when an hour of the window is in none of them.
-    """
-    part = _joined_part(candidates, start, end)
-    return part[0] if part is not None and part[1] == end else None
-
-
-def _joined_part(
-    candidates: Sequence[PriceSeries], start: datetime, end: datetime
-) -> tuple[PriceSeries, datetime] | None:
-    """The part of ``[start, end)`` from ``start`` that ``candidates`` cover end to end, and where it stops.
-
-    As :func:`_joined` joins them, up to the first instant none covers; None where none covers ``start``.
-    """
-    points: list[tuple[datetime, Decimal]] = []
-    used: list[str] = []
-    ends = [recorded_end(s) for s in candidates]
-    at = start
-    while at < end:
-        covering = [i for i, s in enumerate(candidates) if s.start <= at < ends[i]]
-        if not covering:
-            break
-        first = covering[0]
-        series = candidates[first]
-        # Up to where it ends, or where a series before it in the order begins.
-        until = min([end, ends[first]] + [s.start for s in candidates[:first] if at < s.start])
-        part = _window(series, at, until, name=series.name).points
-        points += [(max(t, at), value) for t, value in part]
-        if series.name not in used:
-            used.append(series.name)
-        at = until
-    if not points:
-        return None
-    return PriceSeries.from_points(points, name=f"{' + '.join(used)}, recorded"), at
-
-
 def _or_live(zone: str) -> str:
     """The live source, as a way out, only for the zones it serves (it was offered for every zone)."""
     return (
@@ -417,113 +363,3 @@ def _or_live(zone: str) -> str:
         if zone in LIVE_ZONES
         else ""
     )
-
-
-def imported_zones() -> list[str]:
-    """The grid zones with a file imported by ``costaware carbon import`` (in :func:`carbon_folder`)."""
-    return sorted(RecordedCarbon(bundled=False).files)
-
-
-def imported_carbon(zone: str, at: datetime) -> PriceSeries | None:
-    """The imported series of ``zone`` a decision at ``at`` weighs, or None: the bundled typical year's.
-
-    The newest imported file that covers ``at`` (a current record, or a forecast written as one); for a
-    zone with no bundled year, its newest imported file whatever it covers. Decisions read the bundled year
-    alone before, whatever was imported, while the ledger's emissions read the import.
-    """
-    return weighed_import(RecordedCarbon(bundled=False).zone_files(zone), zone, at)
-
-
-def weighed_import(series: Sequence[PriceSeries], zone: str, at: datetime) -> PriceSeries | None:
-    """Of a zone's recorded ``series``, what a decision at ``at`` weighs (:func:`imported_carbon`), or None.
-
-    The newest that covers ``at``, followed by the bundled typical year, or for a zone with none by what the
-    waits read past a short file (:func:`then_profile`); ``costaware carbon show`` reads an hour a file ends
-    inside through it too.
-    """
-    if not series:
-        return None
-    at = _utc(at, "at")
-    bundled = zone in bundled_zones()
-    covering = [s for s in series if s.start <= at < recorded_end(s)]
-    if not covering:
-        return None if bundled else max(series, key=lambda s: s.last)
-    newest = max(covering, key=lambda s: s.last)
-    if bundled:
-        return then_typical_year(newest, zone, until=at + FILLED_AHEAD)
-    return then_profile(newest, until=at + FILLED_AHEAD)
-
-
-#: How far past a decision's hour an import shorter than that is followed by the bundled typical year.
-FILLED_AHEAD = timedelta(days=14)
-
-
-def then_typical_year(
-    recorded: PriceSeries, zone: str, *, until: datetime, end: datetime | None = None
-) -> PriceSeries:
-    """``recorded`` up to ``end``, then the bundled year's values at the same dates and hours up to ``until``.
-
-    A few imported hours alone gave every later hour their flat profile, so that no decision told a clean
-    hour from a dirty one; the ledger's emissions fall back to the typical year the same way. The hour
-    ``end`` falls inside gets the typical year for its rest, then clock hours follow: from a half-hourly
-    import's 23:30 end they ran 23:30-00:30, ..., off the clock. One reading for the waits
-    (:func:`imported_carbon`) and ``costaware carbon show``, which disagreed on that hour.
-
-    Args:
-        recorded: The recorded series.
-        zone: Its grid zone, which has a bundled year.
-        until: Where the typical year stops.
-        end: Where ``recorded`` stops being a record (default :func:`recorded_end`).
-    """
-    from costaware.core.spot_forecast import same_hour_in
-
-    end = recorded_end(recorded) if end is None else end
-    if end >= until:
-        return recorded
-    bundled = bundled_carbon(zone)
-    year_end = recorded_end(bundled)
-    kept = [(at, value) for at, value in recorded.points if at < end]
-    times = [at for at, _ in kept]
-    values = [value for _, value in kept]
-    at = end
-    while at < until:
-        hour = at.replace(minute=0, second=0, microsecond=0)
-        shifted = same_hour_in(hour, bundled.start.year)
-        if not bundled.start <= shifted < year_end:
-            break
-        times.append(at)
-        values.append(bundled.mean_usd_per_hour(shifted, shifted + _HOUR))
-        at = hour + _HOUR
-    return PriceSeries(times, values, name=f"{recorded.name}, then the typical year", notes=recorded.notes)
-
-
-def then_profile(recorded: PriceSeries, *, until: datetime) -> PriceSeries:
-    """``recorded`` to its end, then what the waits read past it (a zone with no typical year) to ``until``.
-
-    That is :func:`~costaware.core.spot_forecast.hourly_series` past the file (the hour-of-day profile of its
-    last weeks), from the clock hour it ends inside: a half-hourly file ending 23:30 gets the 23:00 hour's
-    profile for 23:30-24:00. Given the file alone, a window running past its end was read as the profile
-    throughout, its recorded hours too, and ``costaware carbon show`` left the hour it ends inside out.
-    """
-    from costaware.core.spot_forecast import hourly_series
-
-    end = recorded_end(recorded)
-    if end >= until:
-        return recorded
-    first = end.replace(minute=0, second=0, microsecond=0)
-    hours = -(-(until - first) // _HOUR)
-    # An hour more than needed: a window inside the last record's hour is read as that record held, not as
-    # the profile that follows the file.
-    past = hourly_series(recorded, first, hours + 1)[:hours]
-    kept = [(at, value) for at, value in recorded.points if at < end]
-    kept += [(max(first + i * _HOUR, end), Decimal(repr(value))) for i, value in enumerate(past)]
-    return PriceSeries(
-        [at for at, _ in kept],
-        [value for _, value in kept],
-        name=f"{recorded.name}, then its profile",
-        notes=recorded.notes,
-    )
-
-
-#: The name before ``costaware carbon show`` shared it.
-_then_typical_year = then_typical_year

@@ -12,8 +12,9 @@ folders and files, with the bundled 2023 files as a fallback. :class:`LiveCarbon
 Intensity API (https://api.carbonintensity.org.uk, no key) and caches each response on disk for a TTL.
 :func:`carbon_source` builds one from a spec: ``recorded``, ``bundled``, ``live`` or a path.
 
-The recorded files are in :mod:`.carbon_recorded`, the live API in :mod:`.carbon_live`; every name they
-define stays importable from here, where callers and tests find them.
+The recorded files are in :mod:`.carbon_recorded` (what decisions weigh of the imported ones in
+:mod:`.carbon_imported`), the live API in :mod:`.carbon_live`; every name they define stays importable from
+here, where callers and tests find them.
 """
 
 from __future__ import annotations
@@ -23,6 +24,15 @@ from pathlib import Path
 from typing import Protocol
 
 from costaware.adapters.atomic_file import write_atomically
+from costaware.adapters.carbon_imported import (
+    FILLED_AHEAD,
+    _then_typical_year,  # noqa: F401
+    imported_carbon,
+    imported_zones,
+    then_profile,
+    then_typical_year,
+    weighed_import,
+)
 from costaware.adapters.carbon_live import (
     _HALF_HOUR,  # noqa: F401
     _MAX_SPAN,  # noqa: F401
@@ -42,23 +52,14 @@ from costaware.adapters.carbon_live import (
     log,
 )
 from costaware.adapters.carbon_recorded import (
-    FILLED_AHEAD,
     RecordedCarbon,
-    _joined,  # noqa: F401
     _one_letter_apart,  # noqa: F401
     _or_live,  # noqa: F401
-    _then_typical_year,  # noqa: F401
     bundled_year_end_step,
     carbon_folder,
-    imported_carbon,
-    imported_zones,
-    recorded_end,
-    then_profile,
-    then_typical_year,
-    weighed_import,
     zone_of,
 )
-from costaware.adapters.carbon_window import _HOUR, _hours, _utc, _window  # noqa: F401
+from costaware.adapters.carbon_window import _HOUR, _hours, _joined, _utc, _window, recorded_end  # noqa: F401
 from costaware.adapters.object_store.location import expand_user
 from costaware.core.errors import ConfigurationError, did_you_mean
 from costaware.core.series import PriceSeries

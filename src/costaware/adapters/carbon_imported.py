@@ -1,0 +1,127 @@
+"""What decisions weigh of ``costaware carbon import``'s files: :func:`imported_carbon`, then a fill.
+
+The newest imported file covering a decision's hour, followed by the bundled typical year
+(:func:`then_typical_year`) or, for a zone with none, by the file's own profile (:func:`then_profile`).
+Split out of :mod:`.carbon_recorded`, which reads the files.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime, timedelta
+from decimal import Decimal
+
+from costaware.adapters.carbon_data import bundled_carbon, bundled_zones
+from costaware.adapters.carbon_recorded import RecordedCarbon
+from costaware.adapters.carbon_window import _HOUR, _utc, recorded_end
+from costaware.core.series import PriceSeries
+
+
+def imported_zones() -> list[str]:
+    """The grid zones with a file imported by ``costaware carbon import`` (in :func:`carbon_folder`)."""
+    return sorted(RecordedCarbon(bundled=False).files)
+
+
+def imported_carbon(zone: str, at: datetime) -> PriceSeries | None:
+    """The imported series of ``zone`` a decision at ``at`` weighs, or None: the bundled typical year's.
+
+    The newest imported file that covers ``at`` (a current record, or a forecast written as one); for a
+    zone with no bundled year, its newest imported file whatever it covers. Decisions read the bundled year
+    alone before, whatever was imported, while the ledger's emissions read the import.
+    """
+    return weighed_import(RecordedCarbon(bundled=False).zone_files(zone), zone, at)
+
+
+def weighed_import(series: Sequence[PriceSeries], zone: str, at: datetime) -> PriceSeries | None:
+    """Of a zone's recorded ``series``, what a decision at ``at`` weighs (:func:`imported_carbon`), or None.
+
+    The newest that covers ``at``, followed by the bundled typical year, or for a zone with none by what the
+    waits read past a short file (:func:`then_profile`); ``costaware carbon show`` reads an hour a file ends
+    inside through it too.
+    """
+    if not series:
+        return None
+    at = _utc(at, "at")
+    bundled = zone in bundled_zones()
+    covering = [s for s in series if s.start <= at < recorded_end(s)]
+    if not covering:
+        return None if bundled else max(series, key=lambda s: s.last)
+    newest = max(covering, key=lambda s: s.last)
+    if bundled:
+        return then_typical_year(newest, zone, until=at + FILLED_AHEAD)
+    return then_profile(newest, until=at + FILLED_AHEAD)
+
+
+#: How far past a decision's hour an import shorter than that is followed by the bundled typical year.
+FILLED_AHEAD = timedelta(days=14)
+
+
+def then_typical_year(
+    recorded: PriceSeries, zone: str, *, until: datetime, end: datetime | None = None
+) -> PriceSeries:
+    """``recorded`` up to ``end``, then the bundled year's values at the same dates and hours up to ``until``.
+
+    A few imported hours alone gave every later hour their flat profile, so that no decision told a clean
+    hour from a dirty one; the ledger's emissions fall back to the typical year the same way. The hour
+    ``end`` falls inside gets the typical year for its rest, then clock hours follow: from a half-hourly
+    import's 23:30 end they ran 23:30-00:30, ..., off the clock. One reading for the waits
+    (:func:`imported_carbon`) and ``costaware carbon show``, which disagreed on that hour.
+
+    Args:
+        recorded: The recorded series.
+        zone: Its grid zone, which has a bundled year.
+        until: Where the typical year stops.
+        end: Where ``recorded`` stops being a record (default :func:`recorded_end`).
+    """
+    from costaware.core.spot_forecast import same_hour_in
+
+    end = recorded_end(recorded) if end is None else end
+    if end >= until:
+        return recorded
+    bundled = bundled_carbon(zone)
+    year_end = recorded_end(bundled)
+    kept = [(at, value) for at, value in recorded.points if at < end]
+    times = [at for at, _ in kept]
+    values = [value for _, value in kept]
+    at = end
+    while at < until:
+        hour = at.replace(minute=0, second=0, microsecond=0)
+        shifted = same_hour_in(hour, bundled.start.year)
+        if not bundled.start <= shifted < year_end:
+            break
+        times.append(at)
+        values.append(bundled.mean_usd_per_hour(shifted, shifted + _HOUR))
+        at = hour + _HOUR
+    return PriceSeries(times, values, name=f"{recorded.name}, then the typical year", notes=recorded.notes)
+
+
+def then_profile(recorded: PriceSeries, *, until: datetime) -> PriceSeries:
+    """``recorded`` to its end, then what the waits read past it (a zone with no typical year) to ``until``.
+
+    That is :func:`~costaware.core.spot_forecast.hourly_series` past the file (the hour-of-day profile of its
+    last weeks), from the clock hour it ends inside: a half-hourly file ending 23:30 gets the 23:00 hour's
+    profile for 23:30-24:00. Given the file alone, a window running past its end was read as the profile
+    throughout, its recorded hours too, and ``costaware carbon show`` left the hour it ends inside out.
+    """
+    from costaware.core.spot_forecast import hourly_series
+
+    end = recorded_end(recorded)
+    if end >= until:
+        return recorded
+    first = end.replace(minute=0, second=0, microsecond=0)
+    hours = -(-(until - first) // _HOUR)
+    # An hour more than needed: a window inside the last record's hour is read as that record held, not as
+    # the profile that follows the file.
+    past = hourly_series(recorded, first, hours + 1)[:hours]
+    kept = [(at, value) for at, value in recorded.points if at < end]
+    kept += [(max(first + i * _HOUR, end), Decimal(repr(value))) for i, value in enumerate(past)]
+    return PriceSeries(
+        [at for at, _ in kept],
+        [value for _, value in kept],
+        name=f"{recorded.name}, then its profile",
+        notes=recorded.notes,
+    )
+
+
+#: The name before ``costaware carbon show`` shared it.
+_then_typical_year = then_typical_year
