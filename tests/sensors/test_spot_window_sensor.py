@@ -1557,8 +1557,9 @@ def test_an_instance_type_the_bundled_list_lacks_is_warned_of_when_the_dag_is_pa
     ) in said
     assert "price cache" in said and "the sensor prices it from" not in said
     # A type newer than the bundled list, priced by the DAG and recorded in the user's prices file: a
-    # refusal at parse stopped such a DAG loading, though its run needs no list price; nor is it warned
-    # of (the warning said the list was needed for a price the DAG gives), written out or templated.
+    # refusal at parse stopped such a DAG loading, though its run needs no list price. Warned of only for
+    # its spot prices (read under its name, a typo's are none), never as needing the list price the DAG
+    # gives, written out or templated; and it runs.
     prices = tmp_path / "prices.csv"
     write_history(prices, current="1.00")
     prices.write_text(prices.read_text().replace("p3.2xlarge", "p7.48xlarge"))
@@ -1567,7 +1568,9 @@ def test_an_instance_type_the_bundled_list_lacks_is_warned_of_when_the_dag_is_pa
         prices=str(prices), instance_type="p7.48xlarge", on_demand_usd_per_hour="60", deadline=deadline
     )
     make_sensor(instance_type="p7.48xlarge", on_demand_usd_per_hour="{{ params.on_demand }}")
-    assert "bundled EC2 price list" not in capsys.readouterr().out
+    said = capsys.readouterr().out
+    assert said.count("its spot prices are read under that name") == 2
+    assert "unless on_demand_usd_per_hour is given" not in said
     with pytest.raises(TaskDeferred):
         sensor.execute(context())
     # Without the price the list may be needed: still warned of.
@@ -1576,6 +1579,23 @@ def test_an_instance_type_the_bundled_list_lacks_is_warned_of_when_the_dag_is_pa
     # Listed, or a template (read once rendered): nothing to say.
     for fine in ("p3.2xlarge", "{{ params.instance_type }}"):
         make_sensor(instance_type=fine)
+    assert "bundled EC2 price list" not in capsys.readouterr().out
+
+
+def test_a_misspelt_instance_type_is_warned_of_when_parsed_though_its_on_demand_price_is_given(
+    ledger_env: Ledger, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The given price stood in for the list's, so the typo went unsaid: its spot prices, read under the
+    # misspelt name, were none, and the window silently never found spot.
+    make_sensor(instance_type="m5.xlarg", on_demand_usd_per_hour="0.192")
+    said = capsys.readouterr().out
+    assert "[warning" in said
+    assert (
+        "instance_type 'm5.xlarg' is not in the bundled EC2 price list (unknown instance type 'm5.xlarg'; "
+        "did you mean m5.xlarge, m5n.xlarge, m5d.xlarge?)"
+    ) in said
+    assert "on_demand_usd_per_hour stands in for its list price, but its spot prices are read under" in said
+    make_sensor(instance_type="m5.xlarge", on_demand_usd_per_hour="0.192")  # listed: nothing to say
     assert "bundled EC2 price list" not in capsys.readouterr().out
 
 

@@ -65,10 +65,11 @@ def instance_type_not_bundled(instance_type: Any, on_demand_usd_per_hour: Any) -
 
     Only a warning when the DAG is parsed, with the closest names: the run reads the price cache and live
     prices before the bundled list, which may hold types the list lacks (newer AWS types, a user's imported
-    prices). None when ``on_demand_usd_per_hour`` is given (written out or a template): the run needs no
-    list price then. A template of the type is read at run time.
+    prices). With ``on_demand_usd_per_hour`` given (written out or a template) the run needs no list price,
+    but still reads the type's spot prices under its name: a typo's are none, and the window never finds
+    spot, so it is warned of all the same. A template of the type is read at run time.
     """
-    if not written(instance_type) or blank(on_demand_usd_per_hour) is not None:
+    if not written(instance_type):
         return None
     from costaware.adapters.price_files import bundled_catalog
     from costaware.core.errors import PriceNotFoundError
@@ -76,11 +77,17 @@ def instance_type_not_bundled(instance_type: Any, on_demand_usd_per_hour: Any) -
     try:
         bundled_catalog().check_instance_type(str(instance_type).strip())
     except PriceNotFoundError as e:
+        unlisted = f"instance_type {instance_type!r} is not in the bundled EC2 price list ({e})"
+        if blank(on_demand_usd_per_hour) is not None:
+            return (
+                f"{unlisted}: on_demand_usd_per_hour stands in for its list price, but its spot prices are "
+                "read under that name, and a name no market lists has none (the window then never finds "
+                "spot): if it is a typo, correct it"
+            )
         return (
-            f"instance_type {instance_type!r} is not in the bundled EC2 price list ({e}): if it is a typo, "
-            "correct it; the run prices it from the price cache (`costaware prices refresh` or `import`), "
-            "live prices, then that list, and refuses it there if none has it, unless on_demand_usd_per_hour "
-            "is given"
+            f"{unlisted}: if it is a typo, correct it; the run prices it from the price cache (`costaware "
+            "prices refresh` or `import`), live prices, then that list, and refuses it there if none has it, "
+            "unless on_demand_usd_per_hour is given"
         )
     return None
 
