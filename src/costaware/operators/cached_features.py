@@ -152,7 +152,7 @@ class _FeaturesPartial(OperatorPartial):
         from costaware.core.errors import ConfigurationError
 
         raise ConfigurationError(
-            f"task {self.kwargs.get('task_id')!r}: {where.format(cls=self.operator_class.__name__)}, which "
+            f"task {self.kwargs.get('task_id')!r}: {where}, which "
             f"names no store for that copy: give each element a location, or leave store_uri out of "
             f"{what_to_leave_out} for the default cache ($COSTAWARE_FEATURE_CACHE or "
             "$AIRFLOW_HOME/costaware/features)"
@@ -164,7 +164,8 @@ class _FeaturesPartial(OperatorPartial):
             for index, store in enumerate(stores):
                 if store is None:
                     self._refuse_no_store(
-                        f"store_uri[{index}] is None in {{cls}}.partial(...).expand(store_uri=[...])",
+                        f"store_uri[{index}] is None in {self.operator_class.__name__}.partial(...)"
+                        ".expand(store_uri=[...])",
                         ".expand()",
                     )
         return super().expand(**mapped_kwargs)
@@ -175,7 +176,8 @@ class _FeaturesPartial(OperatorPartial):
                 # A Mapping written out; an XComArg element (or list) is known only as its copy runs.
                 if isinstance(element, Mapping) and "store_uri" in element and element["store_uri"] is None:
                     self._refuse_no_store(
-                        f"store_uri is None in element {index} of {{cls}}.partial(...).expand_kwargs([...])",
+                        f"store_uri is None in element {index} of {self.operator_class.__name__}"
+                        ".partial(...).expand_kwargs([...])",
                         "that element",
                     )
         return super().expand_kwargs(kwargs, strict=strict)
