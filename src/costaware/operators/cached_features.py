@@ -1,9 +1,13 @@
-"""``CachedFeaturesOperator``: build features once; reuse them until the data, code or parameters change."""
+"""``CachedFeaturesOperator``: build features once; reuse them until the data, code or parameters change.
+
+The checks of its inputs and settings, and the inputs' fingerprints, are in :mod:`.cached_features_inputs`;
+its ``partial(...)`` in :mod:`.cached_features_mapping`; what it records and returns in
+:mod:`.cached_features_ledger`.
+"""
 
 from __future__ import annotations
 
 import enum
-import os
 import time
 from collections.abc import Callable, Mapping, Sequence
 from decimal import Decimal
@@ -12,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from airflow.sdk import BaseOperator
 from airflow.sdk.definitions.mappedoperator import OperatorPartial
 
-from costaware.core.given import blank, names_nothing, not_given
+from costaware.core.given import blank
 from costaware.glue import (
     DEFAULT_AWS_CONN_ID,
     DEFAULT_LEDGER_CONN_ID,
@@ -22,165 +26,30 @@ from costaware.glue import (
     run_tags,
 )
 from costaware.operators.base_partial import OnTheClassOnly, WarnsOfDroppedDefaultArgs
-from costaware.operators.templating import is_literal, refuse_root_store
-from costaware.settings import feature_cache
+from costaware.operators.cached_features_inputs import (
+    _asset_uri,
+    _check_inputs,
+    _check_installed,
+    _library_names,
+    check_settings,
+    default_store_uri,
+    fingerprint_inputs,
+)
+from costaware.operators.cached_features_ledger import ledger_entry, report
+from costaware.operators.cached_features_mapping import _FeaturesPartial
+from costaware.operators.templating import is_literal
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
-    from airflow.sdk.definitions.mappedoperator import MappedOperator
 
-    from costaware.adapters.feature_manifest import Computed, Outcome
+    from costaware.adapters.feature_manifest import Computed
     from costaware.adapters.object_store import S3Options
-    from costaware.core.fingerprint import InputFingerprint
 
 
 class _LeftOut(enum.Enum):
     """The default of ``store_uri``: told apart from a None a mapped task's element gives ``__init__``."""
 
     LEFT_OUT = "left out"
-
-
-def default_store_uri() -> str:
-    """``$COSTAWARE_FEATURE_CACHE``, else ``$AIRFLOW_HOME/costaware/features``."""
-    return feature_cache()
-
-
-def _in_a_home(value: object) -> bool:
-    """Whether ``value`` is a local path (or ``file:`` URI) under a home folder, ``~`` or ``~user``."""
-    text = str(value).strip() if isinstance(value, str) else ""
-    return text.removeprefix("file:").startswith("~")
-
-
-def _asset_uri(value: Any) -> str:
-    """An input's URI: Airflow Assets by their ``uri``, strings as they are."""
-    uri = getattr(value, "uri", value)
-    if not isinstance(uri, str) or not uri:
-        raise ValueError(f"input {value!r} is neither a URI string nor an Airflow Asset")
-    return uri
-
-
-def _check_inputs(inputs: Any) -> None:
-    """Refuse ``inputs`` that are not ``{name: URI or Asset}`` (a list raised a bare AttributeError)."""
-    from costaware.core.errors import ConfigurationError
-
-    if not isinstance(inputs, Mapping) or not inputs:
-        raise ConfigurationError(
-            f"inputs must be a non-empty {{name: URI or Asset}} (the transform gets them by name), got "
-            f"{inputs!r}: e.g. {{'flights': 's3://bucket/flights/'}}"
-        )
-
-
-def _library_names(libraries: Any) -> tuple[str, ...]:
-    """``libraries`` as package names; one name given as text was read letter by letter."""
-    from costaware.core.errors import ConfigurationError
-
-    if isinstance(libraries, str) or not all(isinstance(name, str) and name for name in libraries):
-        raise ConfigurationError(
-            f"libraries must be a list of package names, e.g. ['pandas', 'pyarrow'], got {libraries!r}"
-        )
-    return tuple(libraries)
-
-
-def _check_installed(versions: Mapping[str, str]) -> None:
-    """A listed library that is not installed keys nothing: most likely a misspelt name."""
-    from costaware.core.errors import ConfigurationError
-
-    absent = sorted(name for name, version in versions.items() if version == "absent")
-    if absent:
-        raise ConfigurationError(
-            f"libraries {absent} are not installed on this worker, so their versions cannot key the cache: "
-            "check the names (pip's distribution names, e.g. 'scikit-learn')"
-        )
-
-
-def fingerprint_inputs(
-    inputs: Mapping[str, Any], context: Mapping[str, Any], options: S3Options, mode: str
-) -> list[InputFingerprint]:
-    """Fingerprint every input: local and S3 data by metadata/content, other Assets by their latest event.
-
-    Raises:
-        ConfigurationError: an input cannot be fingerprinted (no data and no Asset event to go by).
-    """
-    from costaware.adapters.input_data import fingerprint_uri
-    from costaware.adapters.object_store.location import s3_spelling
-    from costaware.core.errors import ConfigurationError
-    from costaware.core.fingerprint import FileStat, fingerprint_input
-
-    out = []
-    for name, value in sorted(inputs.items()):
-        try:
-            uri = _asset_uri(value)
-        except ValueError as e:
-            raise ConfigurationError(f"input {name!r}: {e}") from e
-        if "://" not in uri or uri.startswith(("s3://", "file://")):
-            out.append(fingerprint_uri(name, uri, options, mode=mode))
-            continue
-        # Another kind of Asset (a table, an API): its latest event is what says the data changed.
-        events: Any = None
-        if not isinstance(value, str):
-            try:
-                events = (context.get("inlet_events") or {})[value]
-            except (LookupError, TypeError):
-                events = None
-        last = events[-1] if events else None
-        if last is None:
-            meant = s3_spelling(uri)
-            if meant:
-                raise ConfigurationError(
-                    f"input {name!r} ({uri}) is an S3 location spelt another way: write it {meant!r}"
-                )
-            raise ConfigurationError(
-                f"input {name!r} ({uri}) is neither a local path nor s3://, and the task has no event of "
-                "it in inlet_events: add the Asset to the task's inlets, or point the input at its data"
-            )
-        version = ";".join(f"{attr}={getattr(last, attr, '')}" for attr in ("id", "timestamp", "extra"))
-        out.append(fingerprint_input(name, uri, [FileStat("", 0, version)], mode="declared"))
-    return out
-
-
-class _FeaturesPartial(OperatorPartial):
-    """Airflow's ``partial(...)`` of ``CachedFeaturesOperator``, refusing a ``None`` store when it expands.
-
-    A literal ``.expand(store_uri=[..., None])`` or ``.expand_kwargs([..., {"store_uri": None}])`` built its
-    copies at parse and refused that one only as it ran; an XComArg's elements are known only then, so they
-    are still checked as each copy runs.
-    """
-
-    __slots__ = ()  # the layout of OperatorPartial, so that partial() can hand Airflow's own as this class
-
-    def _refuse_no_store(self, where: str, what_to_leave_out: str) -> None:
-        from costaware.core.errors import ConfigurationError
-
-        raise ConfigurationError(
-            f"task {self.kwargs.get('task_id')!r}: {where}, which "
-            f"names no store for that copy: give each element a location, or leave store_uri out of "
-            f"{what_to_leave_out} for the default cache ($COSTAWARE_FEATURE_CACHE or "
-            "$AIRFLOW_HOME/costaware/features)"
-        )
-
-    def expand(self, **mapped_kwargs: Any) -> MappedOperator:
-        stores = mapped_kwargs.get("store_uri")
-        if isinstance(stores, Sequence) and not isinstance(stores, str):
-            for index, store in enumerate(stores):
-                if store is None:
-                    self._refuse_no_store(
-                        f"store_uri[{index}] is None in {self.operator_class.__name__}.partial(...)"
-                        ".expand(store_uri=[...])",
-                        ".expand()",
-                    )
-        return super().expand(**mapped_kwargs)
-
-    def expand_kwargs(self, kwargs: Any, *, strict: bool = True) -> MappedOperator:
-        if isinstance(kwargs, Sequence) and not isinstance(kwargs, str):
-            for index, element in enumerate(kwargs):
-                # A Mapping written out; an XComArg element (or list) is known only as its copy runs.
-                if isinstance(element, Mapping) and "store_uri" in element and element["store_uri"] is None:
-                    self._refuse_no_store(
-                        f"store_uri is None in element {index} of {self.operator_class.__name__}"
-                        ".partial(...).expand_kwargs([...])",
-                        "that element",
-                    )
-        return super().expand_kwargs(kwargs, strict=strict)
 
 
 class CachedFeaturesOperator(WarnsOfDroppedDefaultArgs, BaseOperator):
@@ -314,7 +183,7 @@ class CachedFeaturesOperator(WarnsOfDroppedDefaultArgs, BaseOperator):
         )
         self.bill_storage = bill_storage
         self.storage_usd_per_gb_month = storage_usd_per_gb_month
-        self._check_settings(rendered=False)
+        check_settings(self, rendered=False)
 
     @classmethod
     def _partial_refusing_no_store(cls, **kwargs: Any) -> OperatorPartial:
@@ -371,78 +240,6 @@ class CachedFeaturesOperator(WarnsOfDroppedDefaultArgs, BaseOperator):
         defaults = dict(self.dag.default_args or {})
         defaults.update(getattr(self.task_group, "default_args", None) or {})
         return defaults.get("store_uri", _LeftOut.LEFT_OUT) is not None
-
-    def _check_settings(self, *, rendered: bool) -> None:
-        """Refuse a bad setting before any input is read or the transform runs.
-
-        Some were checked only after the transform had run and its entry was stored: paid for, then failed.
-        Called when the DAG is parsed (values written out) and again once the templates are rendered.
-        """
-        from costaware.adapters.input_data import MODES
-        from costaware.adapters.object_store.location import parse_uri
-        from costaware.core.errors import ConfigurationError, check_keywords, did_you_mean
-        from costaware.core.money import parse_usd
-
-        def known(value: object) -> bool:
-            # '~...' is the worker's home: the DAG processor's may be '/' or none (a whole DAG file failed).
-            return rendered or (is_literal(value) and not _in_a_home(value))
-
-        mode = self.fingerprint_mode
-        if mode not in MODES:
-            raise ConfigurationError(
-                f"fingerprint_mode={mode!r} is unknown{did_you_mean(mode, MODES)}: use one of "
-                f"{', '.join(MODES)}"
-            )
-        parse_usd(self.storage_usd_per_gb_month, name="storage_usd_per_gb_month")
-        if blank(self.usd_per_hour) is not None and known(self.usd_per_hour):
-            parse_usd(self.usd_per_hour, name="usd_per_hour")
-        rendered_none = rendered and self.store_uri is None and not self._store_uri_left_out
-        if (self.store_uri is not None and known(self.store_uri)) or rendered_none:
-            if rendered_none or not_given(self.store_uri):
-                # A param left unset sent the entries to the worker's default cache, where the other
-                # workers never find them (a store of the retrain operators is refused the same way).
-                raise ConfigurationError(
-                    f"{names_nothing('store_uri', self.store_uri)}, or leave store_uri out for the default "
-                    "cache ($COSTAWARE_FEATURE_CACHE or $AIRFLOW_HOME/costaware/features)"
-                )
-            parse_uri(str(self.store_uri), what="store_uri")
-            # '/' wrote each entry's folder directly under the machine's root.
-            refuse_root_store(
-                f"task {self.task_id!r}",
-                "store_uri",
-                self.store_uri,
-                example="/srv/ml/features",
-                on_this_machine=rendered,
-            )
-        elif self._store_uri_left_out and rendered:
-            # The worker's default, as the task opens it: $COSTAWARE_FEATURE_CACHE=/ made each entry's folder
-            # directly under the machine's root.
-            from costaware.settings import FEATURE_CACHE_ENV
-
-            default = (
-                f"${FEATURE_CACHE_ENV}"
-                if os.environ.get(FEATURE_CACHE_ENV)
-                else "$AIRFLOW_HOME/costaware/features"
-            )
-            refuse_root_store(
-                f"task {self.task_id!r}",
-                f"store_uri is left out, so the default cache, {default},",
-                default_store_uri(),
-                example="/srv/ml/features",
-            )
-        if isinstance(self.transform_params, Mapping):
-            name = getattr(self.transform, "__qualname__", self.transform)
-            check_keywords(
-                self.transform, self.transform_params, field="transform_params", of=f"transform {name!r}",
-                positional=1,  # the inputs, passed first
-            )  # fmt: skip
-        if isinstance(self.inputs, Mapping):
-            for name, value in self.inputs.items():
-                local = isinstance(value, str) and (
-                    "://" not in value or value.startswith(("s3://", "file://"))
-                )
-                if local and known(value):
-                    parse_uri(value, what=f"input {name!r}")
 
     def _billed_rate(self, compute: Mapping[str, Any], tags: Mapping[str, str]) -> Decimal:
         """The rate per hour of ``compute`` (where this try runs: ``compute_of``), as the listener bills it.
@@ -522,7 +319,7 @@ class CachedFeaturesOperator(WarnsOfDroppedDefaultArgs, BaseOperator):
         who = {**run_identity(context, self.task_id), "tags": run_tags(self, context, self.tags)}
         with airflow_errors():
             _check_inputs(self.inputs)
-            self._check_settings(rendered=True)
+            check_settings(self, rendered=True)
             options = s3_options(self.aws_conn_id)
             fingerprints = fingerprint_inputs(self.inputs, context, options, self.fingerprint_mode)
             # "None": a template of a param left blank. Kept as a version, it keyed every later edit of the
@@ -534,7 +331,7 @@ class CachedFeaturesOperator(WarnsOfDroppedDefaultArgs, BaseOperator):
             libraries = library_versions(self.libraries)
             _check_installed(libraries)
             key = cache_key(fingerprints, code, self.transform_params, libraries)
-            # One naming nothing ("None") was refused by _check_settings: only one left out is the default.
+            # One naming nothing ("None") was refused by check_settings: only one left out is the default.
             store = FeatureStore(
                 default_store_uri() if self.store_uri is None else self.store_uri, s3=options
             )
@@ -580,7 +377,7 @@ class CachedFeaturesOperator(WarnsOfDroppedDefaultArgs, BaseOperator):
                 wait_timeout=timedelta(seconds=self.wait_timeout_seconds),
             )
             ledger = CostLedgerHook(self.ledger_conn_id).get_conn()
-            entry = self._ledger_entry(outcome, who, compute, rate)
+            entry = ledger_entry(outcome, who, compute, rate, self.log)
             if outcome.hit:
                 ledger.record(entry)  # the avoided cost, as an estimate
             # A miss's compute is this try's runtime, which the cost listener prices like any task's;
@@ -593,86 +390,4 @@ class CachedFeaturesOperator(WarnsOfDroppedDefaultArgs, BaseOperator):
 
                 price = parse_usd(self.storage_usd_per_gb_month, name="storage_usd_per_gb_month")
                 store.bill_storage(ledger.record, usd_per_gb_month=price, tags=self.tags)
-        return self._report(outcome)
-
-    def _ledger_entry(
-        self, outcome: Outcome, who: dict[str, Any], compute: Mapping[str, Any], rate: Decimal | None
-    ) -> Any:
-        """The avoided-cost entry of a hit; for a miss, the entry whose note the listener's entry takes."""
-        import hashlib
-
-        from costaware.core.ledger import SECONDS_PER_HOUR, Kind, LedgerEntry
-        from costaware.core.money import format_usd_exact
-
-        manifest = outcome.entry.manifest
-        hours = (Decimal(str(manifest.compute_seconds)) / SECONDS_PER_HOUR).quantize(Decimal("0.000001"))
-        common = {
-            "dag_id": who["dag_id"],
-            "run_id": who["run_id"],
-            "task_id": who["task_id"],
-            "try_number": who["try_number"],
-            "map_index": who["map_index"],
-            "kind": Kind.COMPUTE,
-            "usd": Decimal(manifest.cost_usd),
-            "quantity": hours,
-            "unit": "hour",
-            # Where the try is billed (compute_of): a hit's avoided cost is a miss of this task's, priced so.
-            "instance_type": compute["instance_type"],
-            "region": compute["region"],
-            "market": compute["market"],
-            "tags": who["tags"],
-        }
-        if outcome.hit:
-            self.log.info(
-                "reused features computed by %s on %s (key %s, %d rows): avoided %s",
-                manifest.producer_label,
-                manifest.created.date().isoformat(),
-                manifest.key,
-                manifest.rows,
-                format_usd_exact(Decimal(manifest.cost_usd)),
-            )
-            # One avoided cost per task instance and key: a retry (a storage bill that failed after the
-            # hit, say) recorded the estimate again, and the savings report counted it twice.
-            parts = (who["dag_id"], who["run_id"], who["task_id"], who["map_index"], manifest.key)
-            key = "\x00".join(["cache_hit", *map(str, parts)]).encode()
-            return LedgerEntry(
-                **common,
-                estimated=True,
-                outcome="cache_hit",
-                cause="feature_cache",
-                note=f"avoided: reused features {manifest.key} computed by {manifest.producer_label} "
-                f"on {manifest.created_at}",
-                entry_uid="cache-hit-" + hashlib.sha256(key).hexdigest()[:40],
-            )
-        self.log.info(
-            "computed features in %.1f s (%d rows, %d bytes) and stored them as %s",
-            manifest.compute_seconds,
-            manifest.rows,
-            manifest.bytes,
-            outcome.entry.uri,
-        )
-        return LedgerEntry(
-            **common,
-            unit_price_usd=rate if rate is not None else Decimal(0),
-            estimated=False,
-            outcome="cache_miss",
-            cause="feature_cache",
-            # The key, not the path: notes are on the Cost page, which names no path on the server (the
-            # task log and `costaware cache show KEY` give where it is).
-            note=f"computed features {manifest.key} (costaware cache show {manifest.key})",
-        )
-
-    @staticmethod
-    def _report(outcome: Outcome) -> dict[str, Any]:
-        manifest = outcome.entry.manifest
-        return {
-            "uri": outcome.entry.uri,
-            "key": manifest.key,
-            "hit": outcome.hit,
-            "rows": manifest.rows,
-            "bytes": manifest.bytes,
-            "created_at": manifest.created_at,
-            "producer": manifest.producer_label,
-            "cost_usd": "0" if outcome.hit else manifest.cost_usd,
-            "avoided_usd": manifest.cost_usd if outcome.hit else "0",
-        }
+        return report(outcome)
