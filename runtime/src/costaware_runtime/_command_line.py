@@ -10,9 +10,9 @@ import argparse
 import logging
 import os
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Protocol
+from typing import Protocol, TypeAlias
 
 from costaware_runtime import __version__, contract
 from costaware_runtime._job_process import _start_failure
@@ -145,8 +145,7 @@ class _Attempt(Protocol):
     def remove_scratch(self) -> None: ...
 
 
-class _MakeAttempt(Protocol):
-    def __call__(self, env: JobEnvironment, options: argparse.Namespace, notices: Notices) -> _Attempt: ...
+_MakeAttempt: TypeAlias = Callable[[JobEnvironment, argparse.Namespace, Notices], _Attempt]
 
 
 def run(argv: Sequence[str] | None, make_attempt: _MakeAttempt) -> int:
