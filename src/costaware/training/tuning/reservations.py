@@ -690,7 +690,7 @@ def _wait_first_or_yield(
     waits: list[Reservation],
     slot: int,
     usd: Decimal,
-    gpu_hours: Decimal = Decimal(0),
+    gpu_hours: Decimal,
 ) -> None:
     """Return if this slot's hold (``hold_id``) is the first of the waiting slots' (``waits``), else yield.
 
