@@ -89,3 +89,102 @@ def test_partial_on_a_task_is_refused_as_airflow_refuses_it() -> None:
         task = SpendCapSensor(task_id="gate", scope="project=churn", estimated_usd="1")
     with pytest.raises(TypeError, match="partial can only be called on Operator classes"):
         task.partial(task_id="copy")
+
+
+#: Our operators and sensors that do not mix in WarnsOfDroppedDefaultArgs (yet): their own arguments given
+#: in ``.partial(default_args=...)`` are dropped in silence. Listed so that a NEW class cannot forget it.
+_WITHOUT_THE_MIXIN = frozenset(
+    {
+        "DataLocalityCheckOperator",
+        "DataQualityOperator",
+        "ModelPromoteOperator",
+        "OffPeakWindowSensor",
+        "RightSizeOperator",
+        "SpotWindowSensor",
+        "TuningStudyCreateOperator",
+        "TuningStudySummarizeOperator",
+        "WarmStartRetrainOperator",
+    }
+)
+
+
+def _our_operator_classes() -> dict[str, type]:
+    """Every public operator and sensor class of ours: in provider info's modules and the packages'."""
+    import importlib
+    import inspect
+    import pkgutil
+
+    from airflow.sdk import BaseOperator
+
+    import costaware.operators
+    import costaware.sensors
+    from costaware.get_provider_info import OPERATOR_MODULES, SENSOR_MODULES
+
+    names = set(OPERATOR_MODULES) | set(SENSOR_MODULES)
+    for package in (costaware.operators, costaware.sensors):
+        names |= {f"{package.__name__}.{m.name}" for m in pkgutil.iter_modules(package.__path__)}
+    found: dict[str, type] = {}
+    for name in sorted(names):
+        module = importlib.import_module(name)
+        for attr, value in vars(module).items():
+            if (
+                inspect.isclass(value)
+                and issubclass(value, BaseOperator)
+                and value.__module__ == name
+                and attr.endswith(("Operator", "Sensor"))
+                and not attr.startswith("_")
+            ):
+                found[attr] = value
+    return found
+
+
+def test_every_operator_of_ours_mixes_in_the_dropped_default_args_warning_before_airflow() -> None:
+    import inspect
+
+    from airflow.sdk import BaseOperator
+
+    from costaware.operators.base_partial import OnTheClassOnly, WarnsOfDroppedDefaultArgs
+
+    classes = _our_operator_classes()
+    assert {"CachedFeaturesOperator", "RemoteTrainingOperator", "SpendCapSensor"} <= set(classes)
+    assert set(classes) >= _WITHOUT_THE_MIXIN, "a class listed without the mixin is gone: unlist it"
+    forgot = sorted(n for n, c in classes.items() if not issubclass(c, WarnsOfDroppedDefaultArgs))
+    new = sorted(set(forgot) - _WITHOUT_THE_MIXIN)
+    assert not new, f"{new}: mix in WarnsOfDroppedDefaultArgs before the Airflow base"
+    assert not _WITHOUT_THE_MIXIN - set(forgot), "a class listed without the mixin has it now: unlist it"
+    for name, cls in classes.items():
+        if name in _WITHOUT_THE_MIXIN:
+            continue
+        # Before the Airflow base, or super().partial skips the warning; partial on the class alone.
+        assert cls.__mro__.index(WarnsOfDroppedDefaultArgs) < cls.__mro__.index(BaseOperator), name
+        assert isinstance(inspect.getattr_static(cls, "partial"), OnTheClassOnly), name
+
+
+@pytest.mark.parametrize(
+    "name",
+    sorted(n for n in _our_operator_classes() if n not in _WITHOUT_THE_MIXIN),
+)
+def test_every_own_argument_of_a_mapped_operator_is_warned_of_when_given_only_in_partials_default_args(
+    name: str,
+) -> None:
+    # The warning reads the arguments off the __init__ signatures: one taken positionally or through
+    # **kwargs alone would be missed; each must be keyword-only, and each is named when dropped.
+    import inspect
+
+    from airflow.sdk import BaseOperator
+
+    from costaware.operators.base_partial import _own_arguments
+
+    cls = _our_operator_classes()[name]
+    for klass in cls.__mro__:
+        if issubclass(klass, BaseOperator) and klass is not BaseOperator and "__init__" in vars(klass):
+            for parameter in list(inspect.signature(klass.__init__).parameters.values())[1:]:
+                assert parameter.kind in (parameter.KEYWORD_ONLY, parameter.VAR_KEYWORD), (
+                    f"{klass.__name__}.__init__ takes {parameter.name} {parameter.kind.description}"
+                )
+    own = sorted(_own_arguments(cls))
+    assert own
+    with DAG("partial_probe", schedule=None, start_date=pendulum.datetime(2026, 1, 1)):
+        upstream = BaseOperator(task_id="upstream")
+        with pytest.warns(UserWarning, match=re.escape(_said(", ".join(own), cls))):
+            cls.partial(task_id="mapped", default_args=dict.fromkeys(own, "x")).expand_kwargs(upstream.output)
