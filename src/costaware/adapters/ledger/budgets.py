@@ -12,7 +12,7 @@ from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, RowMapping, and_, case, func, or_, select, text, true
+from sqlalchemy import Connection, RowMapping, Select, and_, case, func, or_, select, text, true
 
 from costaware.adapters.ledger import schema
 from costaware.adapters.ledger.audit import append_audit
@@ -335,6 +335,42 @@ def budget_usage(
             conditions.append(e.c.dag_id == dag_id)
     if window.start is not None and window.end is not None:
         conditions += [e.c.incurred_at >= window.start, e.c.incurred_at < window.end]
+    held = held_in(budget_id, budget, window, at, without=without)
+    spent = select(
+        func.coalesce(func.sum(e.c.usd_micros), 0), func.coalesce(func.sum(e.c.gpu_hours_micros), 0)
+    ).where(and_(true(), *conditions))
+    # One statement, so PostgreSQL's READ COMMITTED sees spent and held at the same instant.
+    spent_cte, held_cte = spent.cte("spent"), held.cte("held")
+    both = spent_cte.join(held_cte, text("1 = 1"))
+    row = conn.execute(select(*spent_cte.c, *held_cte.c).select_from(both)).one()
+    return BudgetUsage(
+        label=budget.label,
+        period_key=window.key,
+        cap_usd=budget.cap_usd,
+        spent_usd=from_micros(row[0]),
+        reserved_usd=from_micros(row[2]),
+        cap_gpu_hours=budget.cap_gpu_hours,
+        spent_gpu_hours=from_micros(row[1]),
+        reserved_gpu_hours=from_micros(row[3]),
+    )
+
+
+def held_in(
+    budget_id: int,
+    budget: Budget,
+    window: PeriodWindow,
+    at: datetime,
+    *,
+    without: str | None = None,
+    only: str | None = None,
+) -> Select[tuple[Any, Any]]:
+    """What open holds hold in the budget's ``window`` at ``at``: one row of USD and GPU-hour micros.
+
+    Each hold counts less what entries of the budget's scope paid from it (never below nothing).
+    ``without``: a reservation whose holds are left out (see :func:`budget_usage`); ``only``: the one
+    reservation whose holds are counted, what releasing it gives the budget back.
+    """
+    e = schema.entries
     h, r = schema.holds, schema.reservations
     # A day or month hold still open may land its cost in this period: a hold taken at 23:50 whose job
     # ends after midnight is billed tomorrow, so it counts against tomorrow too. It counts from the period
@@ -363,7 +399,7 @@ def budget_usage(
 
     rest_usd = h.c.usd_micros - paid(e.c.usd_micros)
     rest_gpu = h.c.gpu_hours_micros - paid(e.c.gpu_hours_micros)
-    held = select(
+    return select(
         func.coalesce(func.sum(case((rest_usd > 0, rest_usd), else_=0)), 0),
         func.coalesce(func.sum(case((rest_gpu > 0, rest_gpu), else_=0)), 0),
     ).where(
@@ -372,23 +408,7 @@ def budget_usage(
         h.c.open.is_(True),
         h.c.expires_at > at,
         true() if without is None else h.c.reservation_id != without,
-    )
-    spent = select(
-        func.coalesce(func.sum(e.c.usd_micros), 0), func.coalesce(func.sum(e.c.gpu_hours_micros), 0)
-    ).where(and_(true(), *conditions))
-    # One statement, so PostgreSQL's READ COMMITTED sees spent and held at the same instant.
-    spent_cte, held_cte = spent.cte("spent"), held.cte("held")
-    both = spent_cte.join(held_cte, text("1 = 1"))
-    row = conn.execute(select(*spent_cte.c, *held_cte.c).select_from(both)).one()
-    return BudgetUsage(
-        label=budget.label,
-        period_key=window.key,
-        cap_usd=budget.cap_usd,
-        spent_usd=from_micros(row[0]),
-        reserved_usd=from_micros(row[2]),
-        cap_gpu_hours=budget.cap_gpu_hours,
-        spent_gpu_hours=from_micros(row[1]),
-        reserved_gpu_hours=from_micros(row[3]),
+        true() if only is None else h.c.reservation_id == only,
     )
 
 

@@ -18,14 +18,22 @@ from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any, NamedTuple
 
-from sqlalchemy import Connection, and_, func, select
+from sqlalchemy import Connection, FromClause, and_, func, select, text
 
 from costaware.adapters.ledger import schema
 from costaware.adapters.ledger.audit import append_audit
-from costaware.adapters.ledger.budgets import applicable, budget_from_row, budget_usage
+from costaware.adapters.ledger.budgets import applicable, budget_from_row, budget_usage, held_in
 from costaware.adapters.ledger.engine import LedgerDatabase
 from costaware.adapters.ledger.entries import insert_entry
-from costaware.core.budgets import Scope, check_cap, is_run_key, period_window, run_of_key
+from costaware.core.budgets import (
+    Budget,
+    PeriodWindow,
+    Scope,
+    check_cap,
+    is_run_key,
+    period_window,
+    run_of_key,
+)
 from costaware.core.errors import (
     BudgetExceededError,
     BudgetNotFoundError,
@@ -578,21 +586,50 @@ def release_hold(ledger: LedgerDatabase, reservation_id: str, *, by_budget: bool
         current = reservation(conn, reservation_id)
         if not released_here:
             return Released(current, False, Decimal(0), {})
-        # Its holds still count (they close below): each budget's figure with and without them is what
-        # the release gives that budget back.
-        freed = _given_back_by_budget(conn, current, is_sqlite=ledger.is_sqlite) if by_budget else {}
-        paid_usd, _ = paid(conn, reservation_id)
+        paid_usd, freed = _paid_and_freed(conn, current, by_budget=by_budget, is_sqlite=ledger.is_sqlite)
         close_holds(conn, reservation_id)  # the row is released already
         return Released(current, True, paid_usd, freed)
 
 
-def _given_back_by_budget(conn: Connection, hold: Reservation, *, is_sqlite: bool) -> dict[str, Decimal]:
-    """What each budget ``hold`` counts in has reserved in it now: what releasing it gives back.
+def _paid_and_freed(
+    conn: Connection, hold: Reservation, *, by_budget: bool, is_sqlite: bool
+) -> tuple[Decimal, dict[str, Decimal]]:
+    """What entries paid from ``hold``, and (``by_budget``) what releasing it gives each budget back.
 
-    As each budget counts it (its usage with and without the hold): the hold less the entries of that
-    budget's own scope paid from it, nothing where it expired. A budget gone since counts nothing. Its
-    per-run budgets are read for the run its holds are keyed by: read from the holder, a holder not in
-    Airflow's ``dag/run/task/map_index`` form (a trial run outside Airflow) named no run.
+    Read in one statement: a record takes no lock the release waits for, so under PostgreSQL's READ
+    COMMITTED a payment committed between two reads was in one figure and not the other (a $4 hold read
+    $1 freed and $4 paid). Its holds must still count (closed after this): what each budget has reserved
+    in it is what the release gives that budget back, the hold less the entries of that budget's own scope
+    paid from it, nothing where it expired.
+    """
+    e = schema.entries
+    paid = (
+        select(func.coalesce(func.sum(e.c.usd_micros), 0))
+        .where(e.c.reservation_id == hold.id, e.c.estimated.is_(False))
+        .cte("paid")
+    )
+    counted = _budgets_counting(conn, hold, is_sqlite=is_sqlite) if by_budget else []
+    held = {
+        budget.label: held_in(budget_id, budget, window, now, only=hold.id).cte(f"held_{n}")
+        for n, (budget_id, budget, window, now) in enumerate(counted)
+    }
+    read_together: FromClause = paid
+    for cte in held.values():
+        read_together = read_together.join(cte, text("1 = 1"))
+    columns = [paid.c[0], *(cte.c[0] for cte in held.values())]
+    paid_micros, *held_micros = conn.execute(select(*columns).select_from(read_together)).one()
+    freed = {label: from_micros(micros) for label, micros in zip(held, held_micros, strict=True)}
+    return from_micros(paid_micros), freed
+
+
+def _budgets_counting(
+    conn: Connection, hold: Reservation, *, is_sqlite: bool
+) -> list[tuple[int, Budget, PeriodWindow, datetime]]:
+    """The budgets ``hold`` counts in now, each with its window and the instant it is read at.
+
+    Its per-run budgets are read for the run its holds are keyed by: read from the holder, a holder not
+    in Airflow's ``dag/run/task/map_index`` form (a trial run outside Airflow) named no run. A budget gone
+    since counts nothing.
     """
     h = schema.holds
     keys = conn.execute(select(h.c.period_key).where(h.c.reservation_id == hold.id)).scalars().all()
@@ -602,15 +639,12 @@ def _given_back_by_budget(conn: Connection, hold: Reservation, *, is_sqlite: boo
     try:
         covering = applicable(conn, hold.scope, run_id, is_sqlite=is_sqlite, at=now, dag_id=dag_id)
     except BudgetNotFoundError:
-        return {}
-    freed = {}
-    for budget_id, budget, window in covering:
-        if budget.label not in hold.budgets:
-            continue
-        counted = budget_usage(conn, budget_id, budget, window, now).reserved_usd
-        rest = budget_usage(conn, budget_id, budget, window, now, without=hold.id).reserved_usd
-        freed[budget.label] = max(counted - rest, Decimal(0))
-    return freed
+        return []
+    return [
+        (budget_id, budget, window, now)
+        for budget_id, budget, window in covering
+        if budget.label in hold.budgets
+    ]
 
 
 def open_reservations(ledger: LedgerDatabase, *, holder_prefix: str | None = None) -> list[Reservation]:
