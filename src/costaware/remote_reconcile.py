@@ -64,21 +64,44 @@ def billed_usd(ledger: Any, wait: EndedWait) -> Decimal | None:
     Any entry naming the job counts that the resume, a retry, the trigger or this module wrote since the
     attempt's submit (an earlier run under the same name, lost by its backend, was billed before it).
     """
+    billed = [Decimal(str(row["usd"])) for row in _job_entries(ledger, wait)]
+    return sum(billed, Decimal(0)) if billed else None
+
+
+def _job_entries(ledger: Any, wait: EndedWait) -> list[dict[str, Any]]:
+    """The entries naming ``wait``'s job written since the attempt's submit (none: no job)."""
     from costaware.training.attempt_effects import task_attempt_entries
     from costaware.training.attempts import AttemptState
     from costaware.training.remote import job_of_attempt_note
 
     if wait.current is None:
-        return None
+        return []
     plan = AttemptState.from_json(dict(wait.state)).plan
     since = _submitted_at(wait)
-    billed = [
-        Decimal(str(row["usd"]))
+    return [
+        row
         for row in task_attempt_entries(ledger, plan)
         if job_of_attempt_note(str(row["note"] or "")) == wait.job_id
         and (since is None or aware_utc(row["incurred_at"]) >= since)
     ]
-    return sum(billed, Decimal(0)) if billed else None
+
+
+def entry_giving_no_end(ledger: Any, wait: EndedWait) -> dict[str, Any] | None:
+    """The entry of ``wait``'s job that is no proof it was billed in full; None where one is, or none is.
+
+    An entry proves it where its note gives the job's end, or where a stop wrote it (billed to the stop,
+    which settles the task's hold). One of neither (written before notes gave an end, or its note cut) may
+    bill part of the run only: the spool's drain keeps a bill beside such a row for a person, and a
+    reconcile keeps the task's hold for one. The job's entries from its run, as :func:`billed_usd` reads.
+    Where several (a run billed again under its end by a later try), one giving its end is the proof.
+    """
+    from costaware.training.attempt_duplicates import STOP_CAUSES
+    from costaware.training.remote import end_of_attempt_note
+
+    rows = _job_entries(ledger, wait)
+    if any(row["cause"] in STOP_CAUSES or end_of_attempt_note(str(row["note"] or "")) for row in rows):
+        return None
+    return dict(rows[0]) if rows else None
 
 
 def stop_and_bill(
@@ -213,14 +236,31 @@ def _reconcile_one(
     dag_id: str,
     log: Any,
 ) -> str:
-    """:func:`reconcile_ended_run` for one wait: ``billed`` here, ``found`` billed before, or ``unbilled``."""
+    """:func:`reconcile_ended_run` for one wait: ``billed`` here, ``found`` billed before, or ``unbilled``.
+
+    ``unsure``: its entry gives no job end (:func:`entry_giving_no_end`): not stopped nor billed again,
+    and its hold is not freed as if the job were billed in full.
+    """
     from costaware.ledger_spool import workers_ledger
 
     conn_id = ledger_conn_ids.get(wait.task_id, DEFAULT_LEDGER_CONN_ID)
     try:
         ledger = workers_ledger(conn_id)
         if billed_usd(ledger, wait) is not None:
-            return "found"
+            unsure = entry_giving_no_end(ledger, wait)
+            if unsure is None:
+                return "found"
+            log.warning(
+                "costaware: job %s on %s of task %s is in the ledger by entry %s only, whose note gives no "
+                "job end (written before notes gave it, or cut): it may bill part of the run only, so the "
+                "task's hold stays held. Check what the job ran, then `costaware budget release --holder %s`",
+                wait.job_id,
+                wait.backend,
+                wait.task,
+                unsure["entry_uid"],
+                wait.task,
+            )
+            return "unsure"
         log.warning(
             "costaware: job %s on %s of task %s (%s) has no ledger entry and nothing follows it: stopping "
             "and billing it",

@@ -1187,3 +1187,82 @@ def test_a_kept_hold_settled_meanwhile_is_not_said_released(
         f"job {trigger.job_id} is billed)"
     )
     assert said in err
+
+
+def test_a_hold_kept_for_a_job_whose_only_entry_gives_no_end_stays_held_and_is_said_unsure(
+    tmp_path: Path, ledger: Any, ledger_url: str, monkeypatch: pytest.MonkeyPatch, capsys: Any
+) -> None:
+    # The job's entry was written before notes gave a job's end (or its note was cut), by no stop: it may
+    # bill part of the run only, as the spool's drain keeps such a bill for a person. The reconcile took it
+    # as "billed" all the same and released the hold kept at the run's end, the rest of the run unpaid.
+    kept, billed = _billed_with_no_end(tmp_path, ledger, monkeypatch)
+    capsys.readouterr()
+
+    for dry_run in (["--dry-run"], []):
+        assert main(["jobs", "reconcile", "--ledger-url", ledger_url, "--format", "json", *dry_run]) == 0
+        out, err = capsys.readouterr()
+        (row,) = _listed(out)
+        assert row["result"] == (
+            f"unsure: its entry {billed['entry_uid']} gives no job end (written before notes gave it, or "
+            "cut), so it may bill part of the run only: the task's hold stays held. Check what the job ran "
+            f"on local, then `costaware budget release --holder {HOLDER}` (or settle it)"
+        )
+        assert "released" not in err
+        with ledger.reading() as conn:
+            assert reservations.reservation(conn, kept.id).status == "open"
+
+
+def _billed_with_no_end(tmp_path: Path, ledger: Any, monkeypatch: pytest.MonkeyPatch) -> tuple[Any, Any]:
+    """A task ended with its hold kept, its job billed by one entry whose note gives no end (no stop's)."""
+    import re
+
+    from costaware.adapters.ledger import schema
+
+    ledger.set_budget("project=churn", "month", "10")
+    trigger = _deferred(tmp_path)
+    trigger.stop_and_bill(wait_seconds=10, ask_state=False)
+    kept = ledger.reserve("project=churn", "4.00", holder=HOLDER, run_id=RUN, dag_id=DAG)
+    _task_ended_with_its_wait(
+        tmp_path, monkeypatch, "failed", trigger, end_date=kept.created_at + timedelta(minutes=1)
+    )
+    (billed,) = _entries(ledger)
+    assert ", ended " in billed["note"]
+    e = schema.entries
+    with ledger.transaction() as conn:
+        conn.execute(
+            e.update()
+            .where(e.c.entry_uid == billed["entry_uid"])
+            .values(note=re.sub(r", ended \S+?(?=:)", "", billed["note"]), cause="")
+        )
+    return kept, billed
+
+
+def test_a_runs_end_keeps_the_hold_of_a_job_whose_only_entry_gives_no_end(
+    tmp_path: Path, ledger: Any, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The listener's path: a job "found" billed had its task's hold released by the run's end.
+    import logging
+
+    from costaware.remote_reconcile import ended_waits, reconcile_ended_run
+
+    kept, billed = _billed_with_no_end(tmp_path, ledger, monkeypatch)
+    released: list[Any] = []
+    reconciled = logging.getLogger("test.reconcile")
+
+    with caplog.at_level("WARNING", logger="test.reconcile"):
+        billed_here = reconcile_ended_run(
+            DAG, RUN, {}, {}, log=reconciled, release_hold=lambda wait, conn_id: released.append(wait)
+        )
+
+    assert (billed_here, released) == (0, [])
+    assert f"by entry {billed['entry_uid']} only, whose note gives no job end" in caplog.text
+    assert [w.job_id for w in ended_waits(dag_id=DAG, run_id=RUN)] == [billed_job(billed)]
+    with ledger.reading() as conn:
+        assert reservations.reservation(conn, kept.id).status == "open"
+    assert len(_entries(ledger)) == 1  # not stopped nor billed again
+
+
+def billed_job(row: Any) -> str | None:
+    from costaware.training.remote import job_of_attempt_note
+
+    return job_of_attempt_note(str(row["note"]))

@@ -210,7 +210,10 @@ JOBS_COMMANDS = (
             "held: stop it by hand, and the next run bills it. After the billing it frees the hold a run's "
             "end kept for a task whose job is billed already (made before the task ended, the task read "
             "again just before: a cleared task's new try holds it then): released, what the job's entries "
-            "paid from it staying spent, each said on stderr; --dry-run says what it would free. Exits 1 "
+            "paid from it staying spent, each said on stderr; --dry-run says what it would free. A job whose "
+            "only entry gives no job end (written before notes gave it, or cut) is listed 'unsure': that "
+            "entry may bill part of the run only, so its hold is kept for a person to check and release. "
+            "Exits 1 "
             "when a job could not be stopped and billed, a wait state could not be read, or a kept hold "
             "could not be freed; 2 when --dag-id names no DAG Airflow knows."
         ),

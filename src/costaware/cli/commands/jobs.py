@@ -37,6 +37,7 @@ def reconcile(args: argparse.Namespace) -> int:
         billed_in_its_ledger,
         billed_usd,
         ended_waits,
+        entry_giving_no_end,
         is_ledger_of,
         left_to_triggers,
         stop_and_bill,
@@ -54,6 +55,8 @@ def reconcile(args: argparse.Namespace) -> int:
     conn_ids = task_ledger_conn_ids(with_job) if with_job else {}
     elsewhere: dict[str, str] = {}  # by task: the ledger connection it bills, not this one
     unreadable: dict[str, str] = {}  # by task: why its wait state cannot be read
+    # By task: the job's entry that gives no end, no proof it billed the whole run: its hold is kept.
+    unsure: dict[str, dict[str, Any]] = {}
     not_in_ledger, broken, billed_here = [], [], []
     is_this_ledger: dict[str, bool] = {}  # by connection: each looked up once, not once a wait
 
@@ -72,13 +75,15 @@ def reconcile(args: argparse.Namespace) -> int:
                     elsewhere[wait.task] = conn_id
             elif billed_usd(ledger, wait) is None:
                 not_in_ledger.append(wait)
+            elif (no_end := entry_giving_no_end(ledger, wait)) is not None:
+                unsure[wait.task] = no_end
             else:
                 billed_here.append(wait)
         except (KeyError, TypeError, ValueError) as e:  # a state an older or newer version kept
             unreadable[wait.task] = f"{type(e).__name__}: {e}"
             broken.append(wait)
     unbilled, settling = left_to_triggers(not_in_ledger)
-    others = [w for w in with_job if w.task in elsewhere]
+    others = [w for w in with_job if w.task in elsewhere or w.task in unsure]
     rows: list[list[Any]] = []
     failed = len(broken)
     for wait in [*unbilled, *settling, *others, *broken]:
@@ -95,6 +100,13 @@ def reconcile(args: argparse.Namespace) -> int:
             )
         elif wait.task in elsewhere:
             result = f"bills in {elsewhere[wait.task]}: run with its --ledger-url"
+        elif wait.task in unsure:
+            result = (
+                f"unsure: its entry {unsure[wait.task]['entry_uid']} gives no job end (written before notes "
+                "gave it, or cut), so it may bill part of the run only: the task's hold stays held. Check "
+                f"what the job ran on {wait.backend}, then `costaware budget release --holder {wait.task}` "
+                "(or settle it)"
+            )
         elif args.dry_run:
             result = "unbilled (dry run: not stopped)"
         else:
