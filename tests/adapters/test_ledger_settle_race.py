@@ -16,7 +16,7 @@ import pytest
 from services import database_url
 
 from costaware import Ledger
-from costaware.adapters.ledger import reservations
+from costaware.adapters.ledger import reservation_rows, reservations
 from costaware.core.ledger import Kind, LedgerEntry
 
 HOLDER = "d/r1/train/-1"
@@ -102,7 +102,7 @@ def test_a_settle_committed_first_is_never_undone_by_the_release(
 ) -> None:
     # The other order: the release's compare-and-set waits for the settle's row lock, then finds it
     # settled, frees nothing and says so.
-    real_close_holds = reservations.close_holds
+    real_close_holds = reservation_rows.close_holds
     released: list[reservations.Released] = []
 
     def release_while_the_row_is_locked(conn: Any, reservation_id: str) -> None:
@@ -117,7 +117,8 @@ def test_a_settle_committed_first_is_never_undone_by_the_release(
     waiting: list[threading.Thread] = []
     pg_ledger.set_budget("project=churn", "month", "10")
     held = pg_ledger.reserve("project=churn", "4", holder=HOLDER)
-    monkeypatch.setattr(reservations, "close_holds", release_while_the_row_is_locked)
+    # Settle's close calls it where close lives.
+    monkeypatch.setattr(reservation_rows, "close_holds", release_while_the_row_is_locked)
     settled = pg_ledger.settle(held.id, "3", entry=entry("3"))
     (thread,) = waiting
     thread.join(timeout=30)

@@ -5,6 +5,10 @@ database lock, PostgreSQL's row locks on the covering budgets), so two workers r
 cannot both get them; one with a holder takes the holder's advisory lock first on PostgreSQL, so two of one
 holder in scopes no budget shares cannot both make a hold. Each (reservation, budget) pair is a row of
 ``costaware_holds``: a budget's usage is a sum over its open holds.
+
+A reservation row's primitives (read, lock, close, what was paid from it) are in :mod:`.reservation_rows`,
+the read-only questions (open holds, the one to settle) in :mod:`.reservation_queries`: every name is
+importable from here, where callers import it.
 """
 
 from __future__ import annotations
@@ -12,11 +16,10 @@ from __future__ import annotations
 import hashlib
 import logging
 import uuid
-from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from decimal import Decimal
-from typing import Any, NamedTuple
+from typing import Any
 
 from sqlalchemy import Connection, FromClause, and_, func, select, text
 
@@ -25,6 +28,23 @@ from costaware.adapters.ledger.audit import append_audit
 from costaware.adapters.ledger.budgets import applicable, budget_from_row, budget_usage, held_in
 from costaware.adapters.ledger.engine import LedgerDatabase
 from costaware.adapters.ledger.entries import insert_entry
+from costaware.adapters.ledger.reservation_queries import held_for as held_for
+from costaware.adapters.ledger.reservation_queries import hold_ends as hold_ends
+from costaware.adapters.ledger.reservation_queries import hold_periods as hold_periods
+from costaware.adapters.ledger.reservation_queries import latest_of as latest_of
+from costaware.adapters.ledger.reservation_queries import open_holds as open_holds
+from costaware.adapters.ledger.reservation_queries import open_reservations as open_reservations
+from costaware.adapters.ledger.reservation_queries import paid_from as paid_from
+from costaware.adapters.ledger.reservation_queries import reservation_to_settle as reservation_to_settle
+from costaware.adapters.ledger.reservation_rows import HeldFor as HeldFor
+from costaware.adapters.ledger.reservation_rows import close as close
+from costaware.adapters.ledger.reservation_rows import close_holds as close_holds
+from costaware.adapters.ledger.reservation_rows import hold_for as hold_for
+from costaware.adapters.ledger.reservation_rows import locked_reservation as locked_reservation
+from costaware.adapters.ledger.reservation_rows import open_holds_of as open_holds_of
+from costaware.adapters.ledger.reservation_rows import paid as paid
+from costaware.adapters.ledger.reservation_rows import reservation as reservation
+from costaware.adapters.ledger.reservation_rows import unpaid as unpaid
 from costaware.core.budgets import (
     Budget,
     PeriodWindow,
@@ -201,96 +221,6 @@ def holder_lock_key(holder: str) -> int:
     """
     digest = hashlib.blake2b(holder.encode(), digest_size=8, person=b"costaware-hold").digest()
     return int.from_bytes(digest, "big", signed=True)
-
-
-class HeldFor(NamedTuple):
-    """The open hold of a holder a reserve takes (None: it has none), and whether it holds what is asked."""
-
-    hold: Reservation | None
-    as_asked: bool
-
-
-def hold_for(
-    conn: Connection,
-    holder: str,
-    now: datetime,
-    scope: Scope,
-    usd: Decimal,
-    gpu_hours: Decimal,
-    *,
-    but: str | None = None,
-) -> HeldFor:
-    """The open hold of ``holder`` a reserve for ``usd`` and ``gpu_hours`` in ``scope`` keeps, or replaces.
-
-    Of its open holds, oldest first, the first that holds what is asked (kept); else the oldest (replaced).
-    A hold holds what is asked where it is in ``scope`` and still holds at least ``usd`` and ``gpu_hours``
-    (more is kept). What it still holds is what it has not paid: a try that failed after billing $5 of a
-    $6 hold left $1 held, and a gate run again for $6 that got it back let the next try pass the cap. More
-    than one open hold: two gates of one task in scopes no budget shares, at once on PostgreSQL, before
-    reserve took the holder's lock. The rule ``reserve(replace_unlike=True)`` and a spend gate's trigger
-    share. ``but``: a hold of the holder's the new one replaces, which is not returned for it.
-    """
-    held = open_holds_of(conn, holder, now, but=but)
-    for hold in held:
-        if hold.scope == scope:
-            unpaid_usd, unpaid_gpu_hours = unpaid(conn, hold)
-            if unpaid_usd >= usd and unpaid_gpu_hours >= gpu_hours:
-                return HeldFor(hold, True)
-    return HeldFor(held[0] if held else None, False)
-
-
-def open_holds_of(
-    conn: Connection, holder: str, now: datetime, *, but: str | None = None
-) -> list[Reservation]:
-    """The open, unexpired reservations of exactly ``holder`` (not one it prefixes), oldest first.
-
-    Oldest: by created_at, then id, as ``open_reservations`` lists them. ``but``: a reservation left out.
-    """
-    r = schema.reservations
-    query = select(r.c.id).where(r.c.holder == holder, r.c.status == "open", r.c.expires_at > now)
-    if but is not None:
-        query = query.where(r.c.id != but)
-    return [reservation(conn, rid) for rid in conn.execute(query.order_by(r.c.created_at, r.c.id)).scalars()]
-
-
-def unpaid(conn: Connection, held: Reservation) -> tuple[Decimal, Decimal]:
-    """What ``held`` still holds, in USD and GPU-hours: its amount less what entries paid from it (not < 0).
-
-    A budget counts an open hold so (``budget_usage``, of the entries in its scope): a training's attempts
-    are billed while its hold stays open.
-    """
-    paid_usd, paid_gpu_hours = paid(conn, held.id)
-    return max(held.usd - paid_usd, Decimal(0)), max(held.gpu_hours - paid_gpu_hours, Decimal(0))
-
-
-def paid(conn: Connection, reservation_id: str, *, but_entry: str | None = None) -> tuple[Decimal, Decimal]:
-    """What the (actual, not estimated) entries paid from ``reservation_id``, in USD and GPU-hours.
-
-    ``but_entry``: the ``entry_uid`` of one entry left out (what was paid before it).
-    """
-    paid = _paid_in(conn, [reservation_id], but_entry=but_entry)
-    return paid.get(reservation_id, (Decimal(0), Decimal(0)))
-
-
-def _paid_in(
-    conn: Connection, reservation_ids: list[str], *, but_entry: str | None = None
-) -> dict[str, tuple[Decimal, Decimal]]:
-    """What the entries paid from each reservation so far (estimates aside), in USD and GPU-hours.
-
-    Ids with none are left out; ``but_entry`` as :func:`paid`.
-    """
-    e = schema.entries
-    query = (
-        select(e.c.reservation_id, func.sum(e.c.usd_micros), func.sum(e.c.gpu_hours_micros))
-        .where(e.c.reservation_id.in_(reservation_ids), e.c.estimated.is_(False))
-        .group_by(e.c.reservation_id)
-    )
-    if but_entry is not None:
-        query = query.where(e.c.entry_uid != but_entry)
-    return {
-        str(rid): (from_micros(usd or 0), from_micros(gpu_hours or 0))
-        for rid, usd, gpu_hours in conn.execute(query)
-    }
 
 
 def _held_until(conn: Connection, held: Reservation, until: datetime, now: datetime) -> Reservation:
@@ -647,115 +577,6 @@ def _budgets_counting(
     ]
 
 
-def open_reservations(ledger: LedgerDatabase, *, holder_prefix: str | None = None) -> list[Reservation]:
-    """Open, unexpired reservations (optionally those whose holder starts with a prefix)."""
-    r = schema.reservations
-    query = select(r.c.id).where(r.c.status == "open", r.c.expires_at > utcnow())
-    if holder_prefix:
-        query = query.where(r.c.holder.startswith(holder_prefix, autoescape=True))
-    with ledger.reading() as conn:
-        ids = [row[0] for row in conn.execute(query.order_by(r.c.created_at, r.c.id))]
-        return [reservation(conn, rid) for rid in ids]
-
-
-def hold_ends(ledger: LedgerDatabase, budget_label: str) -> tuple[datetime, datetime] | None:
-    """When the first and the last open, unexpired hold in the budget ``scope/period`` expire (one query).
-
-    None: no hold of it is open.
-    """
-    scope, _, period = budget_label.rpartition("/")
-    t, h = schema.budgets, schema.holds
-    query = (
-        select(func.min(h.c.expires_at), func.max(h.c.expires_at))
-        .select_from(h.join(t, t.c.id == h.c.budget_id))
-        .where(t.c.scope == scope, t.c.period == period, h.c.open.is_(True), h.c.expires_at > utcnow())
-    )
-    with ledger.reading() as conn:
-        first, last = conn.execute(query).one()
-    return None if first is None or last is None else (first, last)
-
-
-def hold_periods(ledger: LedgerDatabase, reservation_id: str) -> dict[str, str]:
-    """The period key each budget ``reservation_id`` holds money in counts it under, by the budget's label.
-
-    A per-run budget's key names the run and DAG the hold was reserved for (``run@<dag>/<run>``), whatever
-    its holder's form: a holder outside Airflow's ``dag/run/task/map_index`` (a trial's own) names none.
-    """
-    h, b = schema.holds, schema.budgets
-    query = (
-        select(b, h.c.period_key)
-        .select_from(h.join(b, b.c.id == h.c.budget_id))
-        .where(h.c.reservation_id == reservation_id)
-        .order_by(b.c.id)
-    )
-    with ledger.reading() as conn:
-        rows = conn.execute(query).mappings().all()
-    return {budget_from_row(row).label: row["period_key"] for row in rows}
-
-
-def paid_from(
-    ledger: LedgerDatabase, reservation_ids: list[str], *, gpu_hours: bool = False
-) -> dict[str, Decimal]:
-    """What the entries paid from each reservation cost so far (estimates aside); ids with none are left out.
-
-    A budget counts an open hold less this: a training's attempts are billed while its hold stays open.
-    ``gpu_hours``: the GPU-hours they paid instead of the dollars.
-    """
-    with ledger.reading() as conn:
-        paid = _paid_in(conn, reservation_ids)
-    return {rid: usd_and_gpu_hours[1 if gpu_hours else 0] for rid, usd_and_gpu_hours in paid.items()}
-
-
-def reservation_to_settle(
-    ledger: LedgerDatabase, holder: str, tags: Mapping[str, str] | None = None
-) -> Reservation | None:
-    """The reservation a finished task's cost settles: its open one, else one released for it meanwhile.
-
-    A hold ``replaced`` by a newer one of the holder is never it: its money went to the newer hold. Of two
-    open holds of one holder (two gates in scopes no budget shares), the one whose scope covers the entry's
-    ``tags`` comes first, then the oldest, as ``reserve`` and the gate's trigger take it (the newest was
-    taken: the entry settled the other gate's hold, outside its scope, and left its own held).
-    """
-    r = schema.reservations
-    released = and_(r.c.holder == holder, r.c.status == "released")
-    newest_released_first = select(r.c.id).where(released).order_by(r.c.created_at.desc(), r.c.id)
-    with ledger.reading() as conn:
-        for found in (
-            open_holds_of(conn, holder, utcnow()),
-            [reservation(conn, rid) for rid in conn.execute(newest_released_first).scalars()],
-        ):
-            if found:
-                covering = (hold for hold in found if tags is not None and hold.scope.matches(tags))
-                return next(covering, found[0])
-    return None
-
-
-def open_holds(ledger: LedgerDatabase, holder: str) -> list[Reservation]:
-    """The open, unexpired reservations of exactly ``holder``, oldest first; see ``Ledger.open_holds_of``."""
-    with ledger.reading() as conn:
-        return open_holds_of(conn, holder, utcnow())
-
-
-def held_for(
-    ledger: LedgerDatabase, holder: str, scope: str | Scope, usd: object, gpu_hours: object
-) -> HeldFor:
-    """The open hold of ``holder`` a reserve for ``usd`` in ``scope`` keeps or replaces (:func:`hold_for`)."""
-    wanted = Scope.given(scope, what="reservation scope")
-    amount = parse_usd(usd, name="reservation amount")
-    gpu = parse_gpu_hours(gpu_hours, name="reserved GPU-hours")
-    with ledger.reading() as conn:
-        return hold_for(conn, holder, utcnow(), wanted, amount, gpu)
-
-
-def latest_of(ledger: LedgerDatabase, holder: str) -> Reservation | None:
-    """The newest reservation made for ``holder``, whatever its status (None: never one)."""
-    r = schema.reservations
-    query = select(r.c.id).where(r.c.holder == holder).order_by(r.c.created_at.desc()).limit(1)
-    with ledger.reading() as conn:
-        found = conn.execute(query).first()
-        return None if found is None else reservation(conn, found[0])
-
-
 def expire_stale(ledger: LedgerDatabase) -> int:
     """Mark open reservations past their TTL as expired (they no longer count); return how many."""
     r, h = schema.reservations, schema.holds
@@ -776,74 +597,3 @@ def expire_stale(ledger: LedgerDatabase) -> int:
     if stale:
         log.warning("expired %d reservation(s) left open past their TTL", len(stale))
     return len(stale)
-
-
-def close(conn: Connection, reservation_id: str, status: str, actual: Decimal | None) -> None:
-    """Mark a reservation settled, released or replaced and stop its holds counting.
-
-    A release (or a replacement) changes an open reservation only, and a settlement never overwrites
-    another or a replacement: on PostgreSQL a release and a settlement of one reservation at once would
-    otherwise both read it open, and the release, written last, would drop the settled amount.
-    """
-    r = schema.reservations
-    # Nor a replaced one: its money is in the hold that replaced it, which is the one to settle.
-    still = (
-        r.c.status == "open"
-        if status in ("released", "replaced")
-        else r.c.status.not_in(("settled", "replaced"))
-    )
-    conn.execute(
-        r.update()
-        .where(r.c.id == reservation_id, still)
-        .values(
-            status=status,
-            settled_at=utcnow(),
-            settled_usd_micros=None if actual is None else to_micros(actual),
-        )
-    )
-    close_holds(conn, reservation_id)
-
-
-def close_holds(conn: Connection, reservation_id: str) -> None:
-    """Stop the holds of ``reservation_id`` counting in their budgets."""
-    h = schema.holds
-    conn.execute(h.update().where(h.c.reservation_id == reservation_id).values(open=False))
-
-
-def locked_reservation(conn: Connection, reservation_id: str, *, is_sqlite: bool) -> Reservation:
-    """One reservation as it stands, its row locked to the commit (SQLite's write lock holds it already).
-
-    Raises:
-        ReservationNotFoundError: the ledger holds no reservation of that id.
-    """
-    if not is_sqlite:
-        r = schema.reservations
-        conn.execute(select(r.c.id).where(r.c.id == reservation_id).with_for_update()).all()
-    return reservation(conn, reservation_id)
-
-
-def reservation(conn: Connection, reservation_id: str) -> Reservation:
-    """One reservation as it stands.
-
-    Raises:
-        ReservationNotFoundError: the ledger holds no reservation of that id.
-    """
-    row = (
-        conn.execute(select(schema.reservations).where(schema.reservations.c.id == reservation_id))
-        .mappings()
-        .first()
-    )
-    if row is None:
-        raise ReservationNotFoundError(f"the ledger holds no reservation {reservation_id!r}")
-    return Reservation(
-        id=row["id"],
-        scope=Scope.parse(row["scope"]),
-        usd=from_micros(row["usd_micros"]),
-        gpu_hours=from_micros(row["gpu_hours_micros"]),
-        holder=row["holder"],
-        created_at=row["created_at"],
-        expires_at=row["expires_at"],
-        status=row["status"],
-        budgets=tuple(row["budgets"]),
-        settled_usd=None if row["settled_usd_micros"] is None else from_micros(row["settled_usd_micros"]),
-    )
