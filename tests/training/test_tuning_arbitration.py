@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import replace
+from datetime import timedelta
 from decimal import Decimal
 from typing import Any
 
@@ -384,3 +385,44 @@ def test_a_slot_polling_less_often_than_late_slots_keeps_its_record_for_its_own_
     assert behind.others() == {"hold-A"}
     clock.seconds = 300.0 + SLOT_RECORD_GRACE_SECONDS
     assert behind.others() == set()
+
+
+def test_a_slot_held_again_keeps_its_place_as_the_first_to_wait(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Ordered by the holds' own times, slot 0, which waited first, lost its place once its hold was held again
+    # (a new reservation, made after slot 1's): slot 1 went on waiting as the first, and slot 0 gave way.
+    from costaware.training.tuning.reservations import SlotYields, reserve_trial_cost
+
+    clock = _clock(monkeypatch)
+    spec = replace(study_spec("place", max_usd="1.00", max_trials=5), usd_per_hour=Decimal("3.60"))
+    url = f"sqlite:///{tmp_path / 'study.db'}"
+    ledger = Ledger.from_url(url)
+    create_study(url, ledger, spec)
+    study = optuna.load_study(study_name="place", storage=url)
+    holds = {}
+    for number in (0, 1):
+        held = hold_slot_time(
+            ledger, spec.budget_scope.as_dict(), Decimal("0.30"), holder=f"slot-{number}", run_id="r1",
+            dag_id="place", seconds=1.0, purpose=f"slot {number}",
+        )  # fmt: skip
+        assert held is not None
+        holds[number] = (held.id, WaitingSlots(study, f"slot-{number}"))
+        holds[number][1].mark(held.id)
+        clock.seconds += 5.0
+    first_id, first = holds[0]
+    again = ledger.reserve(
+        spec.budget_scope, Decimal("0.30"), holder="slot-0", run_id="r1", ttl=timedelta(seconds=600),
+        replacing=first_id,
+    )  # fmt: skip
+    first.mark(again.id)  # held again: made after slot 1's hold, the same wait
+    second_id, second = holds[1]
+
+    with pytest.raises(SlotYields) as gave_way:
+        reserve_trial_cost(
+            ledger, spec, lambda: 800.0, "slot-1", "r1", 1, 30.0, replacing=second_id,
+            mark_waiting=second.mark, waiting_holds=second.others, waiting_places=second.places,
+        )  # fmt: skip
+
+    assert "the slot that waited first (slot-0) goes on waiting" in str(gave_way.value)
+    assert first.places()[again.id] < second.places()[second_id]

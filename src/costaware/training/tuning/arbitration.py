@@ -60,6 +60,9 @@ class WaitingSlots:
     written_at: datetime | None = None
     #: The clock records are dated and read by (None: :func:`records_clock` of the study's storage).
     clock: Callable[[], datetime] | None = None
+    #: On :attr:`clock`: when this slot first recorded its wait, kept while its hold is held again under a
+    #: new id (see :meth:`places`).
+    since: datetime | None = None
 
     @property
     def _key(self) -> str:
@@ -79,10 +82,17 @@ class WaitingSlots:
         renewed_every = timedelta(seconds=SLOT_RECORD_RENEWED_EVERY_SECONDS)
         if hold_id == self.marked and self.written_at is not None and here - self.written_at < renewed_every:
             return
-        counts_until = self._now() + self._renewed_for
-        record = {"holder": self.holder, "hold": hold_id, "counts_until": counts_until.isoformat()}
+        now = self._now()
+        since = self.since or now
+        counts_until = now + self._renewed_for
+        record = {
+            "holder": self.holder,
+            "hold": hold_id,
+            "counts_until": counts_until.isoformat(),
+            "since": since.isoformat(),
+        }
         self._write(record)
-        self.marked, self.counts_until, self.written_at = hold_id, counts_until, here
+        self.marked, self.counts_until, self.written_at, self.since = hold_id, counts_until, here, since
 
     def _write(self, record: dict[str, Any]) -> None:
         """Write this slot's record, once more where another slot's :meth:`forget` deleted it meanwhile."""
@@ -100,17 +110,35 @@ class WaitingSlots:
 
     def others(self) -> set[str]:
         """The holds other slots recorded and still renew (a record with no renewal time counts as is)."""
-        records = self._records()
+        return {str(value["hold"]) for value in self._counted() if value.get("holder") != self.holder}
+
+    def places(self) -> dict[str, datetime]:
+        """When each counted record's slot (this one's too) first recorded its wait, by the hold it holds now.
+
+        A slot's hold held again (expired, or for more GPU-hours) is a new reservation made now: ordered by
+        the hold's own time, a slot that waited first lost its place to slots that came after it, and gave
+        way to them. A record written before places were recorded has none.
+        """
+        places = {}
+        for value in self._counted():
+            try:
+                places[str(value["hold"])] = datetime.fromisoformat(str(value["since"]))
+            except (KeyError, ValueError):
+                continue
+        return places
+
+    def _counted(self) -> list[dict[str, Any]]:
+        """The records that count: a hold named, renewed in time (a record with no renewal time counts)."""
         now = self._now()
-        holds = set()
-        for key, value in records.items():
-            if value.get("holder") == self.holder or not value.get("hold"):
+        counted = []
+        for key, value in self._records().items():
+            if not value.get("hold"):
                 continue
             until = _counts_until(key, value)
             if until is not None and until <= now:
                 continue  # its slot stopped renewing it: died, or stopped waiting
-            holds.add(str(value["hold"]))
-        return holds
+            counted.append(value)
+        return counted
 
     def forget(self, ledger: Ledger, *, keep_own_while_open: bool = False) -> int:
         """Delete this slot's record (it no longer waits) and those whose hold is no longer open; their count.
@@ -147,7 +175,7 @@ class WaitingSlots:
             )
             return 0
         finally:
-            self.marked = self.counts_until = self.written_at = None
+            self.marked = self.counts_until = self.written_at = self.since = None
 
     def _now(self) -> datetime:
         if self.clock is None:

@@ -78,6 +78,7 @@ def reserve_trial_cost(
     outside_airflow: bool = False,
     mark_waiting: Callable[[str], None] | None = None,
     waiting_holds: Callable[[], Collection[str]] | None = None,
+    waiting_places: Callable[[], Mapping[str, datetime]] | None = None,
 ) -> Reservation:
     """Reserve the trial's cost; while refused only because other trials hold money, wait for them.
 
@@ -107,7 +108,9 @@ def reserve_trial_cost(
     slots so marked. A slot's hold is spent by its slot, not given back as a trial's is: refused only for
     such holds, the slot whose hold was made first waits and the others give way (:class:`SlotYields`).
     Counted as trials' money, two slots started together waited for each other, their holds grew until the
-    study's money was gone, and neither ran a trial.
+    study's money was gone, and neither ran a trial. ``waiting_places``: when each waiting slot (this one
+    too) first recorded its wait, by its hold's id; where each slot has one, the first to wait is the one
+    whose place is first, not whose hold was made first (a hold held again is made anew).
 
     The hold lasts 2 x the trial's time (at least 60 s), plus ``keep_for_retry_seconds``: how long Airflow
     waits before the task's retry, where it has one left. A failed or killed try leaves its hold open,
@@ -184,7 +187,8 @@ def reserve_trial_cost(
                 # slot, not given back. Each counted the other's as a trial's: two slots started together
                 # waited for each other until their holds had the study's money. One waits, for the others
                 # to give theirs up; they run no trial and leave the study going on.
-                _wait_first_or_yield(ledger, own, replacing, waits, slot, usd, gpu_hours)
+                places = waiting_places() if waiting_places else {}
+                _wait_first_or_yield(ledger, own, replacing, waits, slot, usd, gpu_hours, places)
             if bill_tags and not _other_budgets_may_come_back(
                 ledger, spec, scope, holder, run_id, replacing, usd, gpu_hours
             ):
@@ -691,10 +695,13 @@ def _wait_first_or_yield(
     slot: int,
     usd: Decimal,
     gpu_hours: Decimal,
+    places: Mapping[str, datetime] | None = None,
 ) -> None:
     """Return if this slot's hold (``hold_id``) is the first of the waiting slots' (``waits``), else yield.
 
     The first keeps waiting: the others give their holds up at their next ask, settled at what they ran.
+    ``places``: when each slot first recorded its wait, by hold id; used where every hold compared has one
+    (one clock), else the holds' own times are.
 
     Raises:
         SlotYields: another slot's hold was made first.
@@ -705,7 +712,11 @@ def _wait_first_or_yield(
     mine = next((r for r in ledger.open_reservations() if r.id == hold_id), None)
     if mine is None:  # as for a trial
         return
-    first = min([mine, *others], key=lambda r: (r.created_at, r.id))
+    compared = [mine, *others]
+    if places and all(r.id in places for r in compared):
+        first = min(compared, key=lambda r: (places[r.id], r.created_at, r.id))
+    else:
+        first = min(compared, key=lambda r: (r.created_at, r.id))
     if first.id == mine.id:
         return
     raise SlotYields(

@@ -100,6 +100,7 @@ def _reserve_trial(
             outside_airflow=outside_airflow,
             mark_waiting=waits.mark,
             waiting_holds=waits.others,
+            waiting_places=waits.places,
         )
     except BudgetExceededError as e:
         if isinstance(e, HoldNotHeldAgain):
