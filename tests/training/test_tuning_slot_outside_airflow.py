@@ -508,3 +508,47 @@ def test_a_slot_whose_hold_could_not_be_held_again_and_whose_entry_raised_settle
         f"is settled against its hold {hold['id']}, which expired at 2026-12-01T00:10:00+00:00 and could "
         "not be held again: it held none of it; the time was spent and is recorded"
     ) in caplog.text
+
+
+def test_a_second_waiting_slot_whose_trial_fits_beside_the_first_slots_need_waits_for_its_spare(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Slot 0 waits first, its hold 31 s of GPU time plus 600 s of headroom (0.175279 of a 0.5 GPU-hour cap).
+    # Slot 1's 0.399862 GPU-hour trial fits beside slot 0's need (0.008612), not beside its headroom: slot 1
+    # gave way at once, the study's GPU-hours unspent. Slot 0's record says its spare now: slot 1 waits, slot
+    # 0 gives the spare up at its next poll (others wait), and slot 1's trial runs, within the cap.
+    import optuna
+
+    from costaware.training.tuning import reservations
+    from costaware.training.tuning.arbitration import WaitingSlots
+    from costaware.training.tuning.reservations import gpu_hours_for, hold_wait_gpu_hours
+
+    clock = FakeClock(monkeypatch)
+    spec = replace(_gpu_study("owned", max_gpu_hours="0.5"), fallback_trial_seconds=1438.0)
+    url, ledger = _study(tmp_path, spec)
+    kept = _waiting_slot_0_with_headroom(url, ledger, spec, clock)
+    need = gpu_hours_for(31.0, spec.gpus)
+    first = WaitingSlots(optuna.load_study(study_name=spec.study_name, storage=url), "slot-0")
+    spare = ledger.unpaid(kept)[1] - need
+    first.mark(kept, spare)
+    polled = []
+    sleep = reservations.time.sleep
+
+    def slot_0_polls_as_slot_1_sleeps(seconds: float) -> None:
+        nonlocal kept
+        if not polled:  # slot 0's next poll, with slot 1's record among the waiting slots'
+            kept, left = hold_wait_gpu_hours(ledger, kept, need, 0, "r1", spec.gpus, others_wait=True)
+            first.mark(kept, left)
+            polled.append(left)
+        sleep(seconds)
+
+    monkeypatch.setattr(reservations.time, "sleep", slot_0_polls_as_slot_1_sleeps)
+    result = _slot(url, ledger, spec, 1, clock.monotonic, wait_poll_seconds=1.0, seconds_already_used=1.0)
+
+    assert spare > 0 and polled == [Decimal(0)]  # slot 0 gave up its spare
+    assert result.ran, result.reason
+    (held,) = [h for h in slot_holds(url, "slot-0") if h["id"] == kept]
+    assert held["status"] == "open" and held["gpu_hours"] == need
+    (study,) = ledger.usage(spec.budget_scope)
+    assert study.cap_gpu_hours is not None
+    assert study.spent_gpu_hours + study.reserved_gpu_hours <= study.cap_gpu_hours

@@ -12,6 +12,7 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from decimal import Decimal, InvalidOperation
 from typing import TYPE_CHECKING, Any
 
 from costaware.core.ledger import utcnow
@@ -63,6 +64,8 @@ class WaitingSlots:
     #: On :attr:`clock`: when this slot first recorded its wait, kept while its hold is held again under a
     #: new id (see :meth:`places`).
     since: datetime | None = None
+    #: GPU-hours the recorded hold holds past the slot's need, which it gives up while others wait.
+    spare_gpu_hours: Decimal = Decimal(0)
 
     @property
     def _key(self) -> str:
@@ -73,14 +76,19 @@ class WaitingSlots:
         """How long a record counts from its renewal: the longest wait before the next, and the grace."""
         return timedelta(seconds=max(LATE_POLL_SECONDS, self.poll_seconds) + SLOT_RECORD_GRACE_SECONDS)
 
-    def mark(self, hold_id: str) -> None:
+    def mark(self, hold_id: str, spare_gpu_hours: Decimal | None = None) -> None:
         """Record ``hold_id`` as this slot's, or renew its record (once per renewal interval at most).
 
-        Written once per :data:`SLOT_RECORD_RENEWED_EVERY_SECONDS` at most, not at each call.
+        Written once per :data:`SLOT_RECORD_RENEWED_EVERY_SECONDS` at most, not at each call, unless its
+        spare changed. ``spare_gpu_hours``: the GPU-hours the hold holds past the slot's need (see
+        :meth:`spares`); None: as last recorded for the same hold, none for a new one.
         """
         here = utcnow()
+        if spare_gpu_hours is None:
+            spare_gpu_hours = self.spare_gpu_hours if hold_id == self.marked else Decimal(0)
         renewed_every = timedelta(seconds=SLOT_RECORD_RENEWED_EVERY_SECONDS)
-        if hold_id == self.marked and self.written_at is not None and here - self.written_at < renewed_every:
+        recent = self.written_at is not None and here - self.written_at < renewed_every
+        if hold_id == self.marked and spare_gpu_hours == self.spare_gpu_hours and recent:
             return
         now = self._now()
         since = self.since or now
@@ -90,9 +98,11 @@ class WaitingSlots:
             "hold": hold_id,
             "counts_until": counts_until.isoformat(),
             "since": since.isoformat(),
+            "spare_gpu_hours": str(spare_gpu_hours),
         }
         self._write(record)
         self.marked, self.counts_until, self.written_at, self.since = hold_id, counts_until, here, since
+        self.spare_gpu_hours = spare_gpu_hours
 
     def _write(self, record: dict[str, Any]) -> None:
         """Write this slot's record, once more where another slot's :meth:`forget` deleted it meanwhile."""
@@ -126,6 +136,22 @@ class WaitingSlots:
             except (KeyError, ValueError):
                 continue
         return places
+
+    def spares(self) -> dict[str, Decimal]:
+        """The GPU-hours other slots' counted holds hold past their need, by hold id (none recorded: 0).
+
+        A waiting slot outside Airflow holds headroom past its need so that it is held again rarely; it gives
+        it up while other slots wait. A slot whose trial fits once that spare is given up waits for it.
+        """
+        spares = {}
+        for value in self._counted():
+            if value.get("holder") == self.holder:
+                continue
+            try:
+                spares[str(value["hold"])] = Decimal(str(value.get("spare_gpu_hours", "0")))
+            except InvalidOperation:
+                continue
+        return spares
 
     def _counted(self) -> list[dict[str, Any]]:
         """The records that count: a hold named, renewed in time (a record with no renewal time counts)."""
@@ -176,6 +202,7 @@ class WaitingSlots:
             return 0
         finally:
             self.marked = self.counts_until = self.written_at = self.since = None
+            self.spare_gpu_hours = Decimal(0)
 
     def _now(self) -> datetime:
         if self.clock is None:

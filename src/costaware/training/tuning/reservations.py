@@ -8,7 +8,7 @@ from collections.abc import Callable, Collection, Mapping
 from dataclasses import replace
 from datetime import datetime, timedelta
 from decimal import Decimal
-from typing import TYPE_CHECKING, Self
+from typing import TYPE_CHECKING, Protocol, Self
 
 from costaware.core.budgets import Scope
 from costaware.core.errors import BudgetExceededError, BudgetNotFoundError
@@ -35,6 +35,12 @@ SLOT_WAIT_MARGIN_SECONDS = 30.0
 RAISE_THAT_CAP = "raise that budget's cap with `costaware budget set`"
 #: The same, where several budgets are short.
 RAISE_THOSE_CAPS = "raise those budgets' caps with `costaware budget set`"
+
+
+class MarkWaiting(Protocol):
+    """Records a waiting slot's hold for the other slots (:meth:`~.arbitration.WaitingSlots.mark`)."""
+
+    def __call__(self, hold_id: str, spare_gpu_hours: Decimal | None = None) -> None: ...
 
 
 class WaitNotHeld(BudgetExceededError):
@@ -76,9 +82,10 @@ def reserve_trial_cost(
     slot_seconds: Callable[[], float] | None = None,
     slot_wait_margin_seconds: float = SLOT_WAIT_MARGIN_SECONDS,
     outside_airflow: bool = False,
-    mark_waiting: Callable[[str], None] | None = None,
+    mark_waiting: MarkWaiting | None = None,
     waiting_holds: Callable[[], Collection[str]] | None = None,
     waiting_places: Callable[[], Mapping[str, datetime]] | None = None,
+    waiting_spares: Callable[[], Mapping[str, Decimal]] | None = None,
 ) -> Reservation:
     """Reserve the trial's cost; while refused only because other trials hold money, wait for them.
 
@@ -111,6 +118,9 @@ def reserve_trial_cost(
     study's money was gone, and neither ran a trial. ``waiting_places``: when each waiting slot (this one
     too) first recorded its wait, by its hold's id; where each slot has one, the first to wait is the one
     whose place is first, not whose hold was made first (a hold held again is made anew).
+    ``waiting_spares``: the GPU-hours other waiting slots' holds hold past their need (headroom, outside
+    Airflow), by hold id: a slot whose trial fits once they are given up waits instead of giving way, and
+    a waiting slot that sees other slots wait trims its hold to its need.
 
     The hold lasts 2 x the trial's time (at least 60 s), plus ``keep_for_retry_seconds``: how long Airflow
     waits before the task's retry, where it has one left. A failed or killed try leaves its hold open,
@@ -188,7 +198,8 @@ def reserve_trial_cost(
                 # waited for each other until their holds had the study's money. One waits, for the others
                 # to give theirs up; they run no trial and leave the study going on.
                 places = waiting_places() if waiting_places else {}
-                _wait_first_or_yield(ledger, own, replacing, waits, slot, usd, gpu_hours, places)
+                spares = waiting_spares() if waiting_spares else {}
+                _wait_first_or_yield(ledger, own, replacing, waits, slot, usd, gpu_hours, places, spares)
             if bill_tags and not _other_budgets_may_come_back(
                 ledger, spec, scope, holder, run_id, replacing, usd, gpu_hours
             ):
@@ -230,29 +241,52 @@ def reserve_trial_cost(
                     # Only other slots' holds stand in the way, given back as those slots end (in Airflow
                     # as the listener bills their tries): the study's money is not spent, it goes on.
                     raise _gives_way_unheld(e, slot) from e
+                spare_gpu_hours = None
                 if outside_airflow and spec.gpus > 0:
                     # The slot's entry bills GPU-hours at the study's GPUs: held as its dollars are.
                     wait_gpu_hours = gpu_hours_for(try_seconds + pause + slot_wait_margin_seconds, spec.gpus)
-                    try:
-                        # With the GPU-hours of a hold's ttl more: held again only every few hundred polls.
-                        replacing = cover_gpu_hours(
-                            ledger,
-                            replacing,
-                            wait_gpu_hours,
-                            slot,
-                            run_id,
-                            headroom=gpu_hours_for(SLOT_HOLD_SECONDS, spec.gpus),
-                        )
-                    except BudgetExceededError as e:
-                        raise WaitNotHeld.after(
-                            e,
-                            f"slot {slot} stops waiting for the study's money: its time to the end of its "
-                            f"next wait uses {wait_gpu_hours} GPU-hours, and holding them was refused: {e}",
-                        ) from e
+                    others_wait = any(own.label in r.budgets for r in waits)
+                    replacing, spare_gpu_hours = hold_wait_gpu_hours(
+                        ledger, replacing, wait_gpu_hours, slot, run_id, spec.gpus, others_wait=others_wait
+                    )
                 if mark_waiting is not None:
-                    mark_waiting(replacing)
+                    mark_waiting(replacing, spare_gpu_hours)
             time.sleep(pause)
             seconds = seconds_needed()
+
+
+def hold_wait_gpu_hours(
+    ledger: Ledger,
+    hold_id: str,
+    wait_gpu_hours: Decimal,
+    slot: int,
+    run_id: str | None,
+    gpus: Decimal,
+    *,
+    others_wait: bool,
+) -> tuple[str, Decimal]:
+    """Make a waiting slot's hold pay the GPU-hours of its time to the end of its next wait (outside Airflow).
+
+    Returns the id of the hold that does and the GPU-hours it holds past them (its spare). Alone, it holds
+    the GPU-hours of a hold's ttl more, as far as its budgets have room (held again only every few hundred
+    polls). While other slots wait (``others_wait``) it holds its need alone and gives up any spare: kept,
+    a second slot whose trial fit beside this slot's need gave way to it, the study's GPU-hours unspent.
+
+    Raises:
+        WaitNotHeld: a budget the hold is in has no room for ``wait_gpu_hours``.
+    """
+    headroom = Decimal(0) if others_wait else gpu_hours_for(SLOT_HOLD_SECONDS, gpus)
+    try:
+        kept = cover_gpu_hours(
+            ledger, hold_id, wait_gpu_hours, slot, run_id, headroom=headroom, trim=others_wait
+        )
+    except BudgetExceededError as e:
+        raise WaitNotHeld.after(
+            e,
+            f"slot {slot} stops waiting for the study's money: its time to the end of its "
+            f"next wait uses {wait_gpu_hours} GPU-hours, and holding them was refused: {e}",
+        ) from e
+    return kept, max(ledger.unpaid(kept)[1] - wait_gpu_hours, Decimal(0))
 
 
 def _keep_slot_hold(
@@ -561,6 +595,7 @@ def cover_gpu_hours(
     run_id: str | None,
     *,
     headroom: Decimal = Decimal(0),
+    trim: bool = False,
 ) -> str:
     """Make the slot's hold ``hold_id`` hold ``gpu_hours`` unpaid; returns the id of the hold that does.
 
@@ -571,6 +606,7 @@ def cover_gpu_hours(
     it again rarely (held exactly, a 1 s poll replaced it each second: thousands of rows an hour). It takes
     at most half the room past ``gpu_hours``: taking it all near a ``max_gpu_hours`` cap, it left another
     slot no room for a hold of its own time, and that slot went on at once, neither waiting nor arbitrating.
+    ``trim``: a hold holding more than ``gpu_hours`` and ``headroom`` is held again with them alone.
 
     Raises:
         BudgetExceededError: a budget over the hold's scope has no room for them (named by the ledger).
@@ -579,7 +615,7 @@ def cover_gpu_hours(
     if held is None:  # settled, released or expired: not the slot's to hold again here
         return hold_id
     unpaid_usd, unpaid_gpu_hours = ledger.unpaid(hold_id)
-    if unpaid_gpu_hours >= gpu_hours:
+    if unpaid_gpu_hours >= gpu_hours and not (trim and unpaid_gpu_hours > gpu_hours + headroom):
         return hold_id
     asked = gpu_hours
     if headroom > 0:
@@ -696,12 +732,15 @@ def _wait_first_or_yield(
     usd: Decimal,
     gpu_hours: Decimal,
     places: Mapping[str, datetime] | None = None,
+    spares: Mapping[str, Decimal] | None = None,
 ) -> None:
     """Return if this slot's hold (``hold_id``) is the first of the waiting slots' (``waits``), else yield.
 
     The first keeps waiting: the others give their holds up at their next ask, settled at what they ran.
     ``places``: when each slot first recorded its wait, by hold id; used where every hold compared has one
-    (one clock), else the holds' own times are.
+    (one clock), else the holds' own times are. ``spares``: GPU-hours the other slots' holds hold past their
+    need, by hold id: where the trial fits once they are given up, the slot waits for the first to trim its
+    hold (:func:`hold_wait_gpu_hours`) instead of giving way.
 
     Raises:
         SlotYields: another slot's hold was made first.
@@ -718,6 +757,17 @@ def _wait_first_or_yield(
     else:
         first = min(compared, key=lambda r: (r.created_at, r.id))
     if first.id == mine.id:
+        return
+    spare = sum(((spares or {}).get(r.id, Decimal(0)) for r in others), Decimal(0))
+    if spare > 0 and _has_room_now(
+        replace(own, reserved_gpu_hours=own.reserved_gpu_hours - spare), usd, gpu_hours
+    ):
+        log.info(
+            "slot %d waits: its trial fits once the other waiting slots give up the %s GPU-hours their holds "
+            "hold past their need",
+            slot,
+            _gpu_hours_said(spare),
+        )
         return
     raise SlotYields(
         f"slot {slot} runs no trial and gives way: budget '{own.label}' has "

@@ -101,6 +101,7 @@ def _reserve_trial(
             mark_waiting=waits.mark,
             waiting_holds=waits.others,
             waiting_places=waits.places,
+            waiting_spares=waits.spares,
         )
     except BudgetExceededError as e:
         if isinstance(e, HoldNotHeldAgain):
