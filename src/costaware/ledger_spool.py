@@ -90,6 +90,13 @@ def spool_record(
     ``duplicate_check``: a remote attempt's bill (a ``DuplicateCheck``'s JSON): the drain drops it where a
     try billed the attempt meanwhile under another key, which the ledger's own key check cannot see.
     """
+    return json.dumps(_spool_data(entry, ledger_conn_id, retrying=retrying, duplicate_check=duplicate_check))
+
+
+def _spool_data(
+    entry: Any, ledger_conn_id: str, *, retrying: bool, duplicate_check: dict[str, Any] | None
+) -> dict[str, Any]:
+    """What :func:`spool_record` writes, as a dict (JSON primitives only)."""
     from costaware.core.ledger import entry_to_json
 
     # The ledger it is for: drained into another, it was counted against that one's budgets.
@@ -100,7 +107,7 @@ def spool_record(
     }
     if duplicate_check is not None:
         spooled["duplicate_check"] = duplicate_check
-    return json.dumps(spooled)
+    return spooled
 
 
 def spool_entry(
@@ -112,10 +119,16 @@ def spool_entry(
     duplicate_check: dict[str, Any] | None = None,
 ) -> Path:
     """Keep ``entry`` in ``folder`` for a later drain; returns its file (written whole, then renamed)."""
+    record = spool_record(entry, ledger_conn_id, retrying=retrying, duplicate_check=duplicate_check)
+    return _write_spool_file(folder, entry.entry_uid, record)
+
+
+def _write_spool_file(folder: Path, entry_uid: str, record: str) -> Path:
+    """Save ``record`` (a :func:`spool_record`) as ``folder/<entry_uid>.json``, written whole then renamed."""
     folder.mkdir(parents=True, exist_ok=True)
-    target = folder / f"{entry.entry_uid}.json"
+    target = folder / f"{entry_uid}.json"
     temp = target.with_suffix(".tmp")
-    temp.write_text(spool_record(entry, ledger_conn_id, retrying=retrying, duplicate_check=duplicate_check))
+    temp.write_text(record)
     temp.replace(target)
     return target
 
@@ -614,8 +627,9 @@ def keep_unsure(
     """
     spool = spool_dir()
     unsure = spool / UNSURE
-    record = spool_record(entry, ledger_conn_id, retrying=True, duplicate_check=duplicate_check)
-    data = json.loads(record)
+    # Built once: the file's text, what the messages read from it, and the JSON a log line ends with.
+    data = _spool_data(entry, ledger_conn_id, retrying=True, duplicate_check=duplicate_check)
+    record = json.dumps(data)
     kept = unsure / f"{entry.entry_uid}.json"
     if kept.exists():
         # The same bill kept by an earlier try (its uid is the attempt's): rewritten, a person's
@@ -658,7 +672,7 @@ def keep_unsure(
             )
         return kept
     try:
-        path = spool_entry(unsure, entry, ledger_conn_id, retrying=True, duplicate_check=duplicate_check)
+        path = _write_spool_file(unsure, entry.entry_uid, record)
     except Exception as e:
         # Nothing else holds the bill now: the row and what to do with the JSON, as the kept file's ERROR.
         log.error(
