@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from costaware.ledger_spool import UNSURE, DrainResult, combined, keep_unsure
+from costaware.ledger_spool import UNSURE, DrainResult, Kept, UnsureBill, combined, keep_unsure
 
 
 def test_drain_results_sum_field_by_field_and_merge_what_was_unavailable() -> None:
@@ -65,7 +65,8 @@ def test_a_bill_that_cannot_be_kept_in_unsure_is_logged_with_the_row_and_what_to
     spool.mkdir(parents=True)
     (spool / UNSURE).write_text("a plain file where the folder goes")
     with caplog.at_level(logging.ERROR, logger="costaware.ledger_spool"):
-        assert keep_unsure(bill, "costaware_ledger", {"job_id": "train-a1"}, row) is None
+        kept = keep_unsure(bill, "costaware_ledger", {"job_id": "train-a1"}, row)
+    assert kept == UnsureBill(Kept.NOT_KEPT, None)
     (said,) = [r.getMessage() for r in caplog.records]
     assert "the bill of job train-a1 (entry attempt:this, $1.25) was not written" in said
     assert (
@@ -89,13 +90,15 @@ def test_a_second_bill_of_the_same_attempt_leaves_the_kept_file_a_person_marked_
     # A new try billing the job again rewrote unsure/<uid>.json: the "another_run" a person added, not
     # moved back yet, was gone, and the bill went back to unsure at the drain.
     bill, row, spool = _unsure_bill(tmp_path, monkeypatch)
-    kept = keep_unsure(bill, "costaware_ledger", {"job_id": "train-a1"}, row)
+    kept = keep_unsure(bill, "costaware_ledger", {"job_id": "train-a1"}, row).path
     assert kept == spool / UNSURE / "attempt:this.json"
     marked = {**json.loads(kept.read_text()), "another_run": True}
     kept.write_text(json.dumps(marked))
     caplog.clear()
     with caplog.at_level(logging.ERROR, logger="costaware.ledger_spool"):
-        assert keep_unsure(bill, "costaware_ledger", {"job_id": "train-a1"}, row) == kept
+        assert keep_unsure(bill, "costaware_ledger", {"job_id": "train-a1"}, row) == UnsureBill(
+            Kept.EARLIER, kept, "1.25"
+        )
     assert json.loads(kept.read_text()) == marked
     (said,) = [r.getMessage() for r in caplog.records]
     assert "the bill attempt:this.json (kept there already: left as it is) (job train-a1, $1.25)" in said
@@ -109,12 +112,14 @@ def test_a_second_bill_of_the_same_attempt_at_another_figure_names_the_files_and
     from dataclasses import replace
 
     bill, row, _spool = _unsure_bill(tmp_path, monkeypatch)
-    kept = keep_unsure(bill, "costaware_ledger", {"job_id": "train-a1"}, row)
+    kept = keep_unsure(bill, "costaware_ledger", {"job_id": "train-a1"}, row).path
     assert kept is not None
     caplog.clear()
     dearer = replace(bill, usd=Decimal("3.50"))
     with caplog.at_level(logging.ERROR, logger="costaware.ledger_spool"):
-        assert keep_unsure(dearer, "costaware_ledger", {"job_id": "train-a1"}, row) == kept
+        assert keep_unsure(dearer, "costaware_ledger", {"job_id": "train-a1"}, row) == UnsureBill(
+            Kept.EARLIER_AT_ANOTHER_FIGURE, kept, "1.25"
+        )
     assert Decimal(json.loads(kept.read_text())["entry"]["usd"]) == Decimal("1.25")
     kept_again, new_bill = [r.getMessage() for r in caplog.records]
     assert "(kept there already: left as it is) (job train-a1, $1.25)" in kept_again
@@ -139,14 +144,17 @@ def test_a_second_bill_where_the_kept_file_cannot_be_read_says_so_and_logs_itsel
     from dataclasses import replace
 
     bill, row, spool = _unsure_bill(tmp_path, monkeypatch)
-    kept = keep_unsure(bill, "costaware_ledger", {"job_id": "train-a1"}, row)
+    kept = keep_unsure(bill, "costaware_ledger", {"job_id": "train-a1"}, row).path
     assert kept is not None
     cut_short = kept.read_text()[:40]
     kept.write_text(cut_short)
     caplog.clear()
     dearer = replace(bill, usd=Decimal("3.50"))
     with caplog.at_level(logging.ERROR, logger="costaware.ledger_spool"):
-        assert keep_unsure(dearer, "costaware_ledger", {"job_id": "train-a1"}, row) == kept
+        # Not kept: the file stands for no bill that can be told, so no caller may say this one waits there.
+        assert keep_unsure(dearer, "costaware_ledger", {"job_id": "train-a1"}, row) == UnsureBill(
+            Kept.NOT_KEPT, kept
+        )
     assert kept.read_text() == cut_short
     (said,) = [r.getMessage() for r in caplog.records]
     assert "the bill of job train-a1 (entry attempt:this, $3.50) was not written" in said

@@ -316,3 +316,40 @@ def test_a_kill_whose_bill_differs_from_the_one_kept_for_the_job_names_the_files
         "its bill of $1.000000 (1800 s) not kept: spool/unsure keeps this job's bill of $0.50 from an "
         "earlier try, logged for a person"
     ) in said
+
+
+def test_a_kill_whose_bill_finds_the_kept_file_unreadable_does_not_say_it_kept_the_bill(
+    billed_ledger: Ledger, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # spool/unsure/<uid>.json cut short: keep_unsure's ERROR said this bill was not kept (logged whole), and
+    # the kill's WARNING right after it said "kept in spool/unsure", having read the file again and found
+    # no figure to tell it differed.
+    from attempt_states import CAPTURED  # tests/support/
+
+    from costaware.training.attempts import AttemptState
+    from costaware.training.plan import RemotePlan
+    from costaware.triggers.remote_training import RemoteTrainingJobTrigger
+
+    monkeypatch.setenv("AIRFLOW_HOME", str(tmp_path / "airflow"))
+    plan = RemotePlan.from_json(CAPTURED)
+    _record_a_row_of_the_job_that_gives_no_end(billed_ledger, plan.identity)
+    state = AttemptState(plan=plan).submitted(job_id="train-a1", market="on_demand")
+    job = {**ENDED_JOB, "ended_at": time.time() - 3 * 3600}
+
+    def kill() -> None:
+        trigger = RemoteTrainingJobTrigger(
+            backend="local", backend_options={}, job_id="train-a1", state=state.to_json(), aws_conn_id=None
+        )
+        monkeypatch.setattr(trigger, "_stop_job", lambda *args, **kwargs: (job, True, True))
+        trigger.stop_and_bill(ask_state=False, wait_seconds=0)
+
+    kill()
+    (kept,) = (tmp_path / "airflow" / "costaware" / "spool" / "unsure").glob("*.json")
+    cut_short = kept.read_text()[:40]
+    kept.write_text(cut_short)
+    capsys.readouterr()
+    kill()
+    assert kept.read_text() == cut_short
+    said = capsys.readouterr().out
+    assert "kept in spool/unsure" not in said
+    assert "its bill of $1.000000 (1800 s) not written nor kept: logged for a person" in said

@@ -18,6 +18,7 @@ The listener and the CLI share this module, which imports no Airflow at import t
 
 from __future__ import annotations
 
+import enum
 import json
 import logging
 import os
@@ -616,14 +617,39 @@ def _row_args(row: dict[str, Any]) -> tuple[Any, ...]:
     return row.get("entry_uid"), row.get("usd"), row.get("incurred_at"), row.get("try_number")
 
 
+class Kept(enum.Enum):
+    """What :func:`keep_unsure` did with a bill."""
+
+    #: Written to ``spool/unsure`` now.
+    NOW = "now"
+    #: An earlier try kept the same bill (the same figure): the file stands for this one.
+    EARLIER = "earlier"
+    #: An earlier try kept the bill at another figure: this one is not kept, only logged.
+    EARLIER_AT_ANOTHER_FIGURE = "earlier at another figure"
+    #: Not kept: the file could not be written, or one an earlier try kept cannot be read; only logged.
+    NOT_KEPT = "not kept"
+
+
+@dataclass(frozen=True, slots=True)
+class UnsureBill:
+    """Where :func:`keep_unsure` left a bill, as its callers say it (no file read again)."""
+
+    kept: Kept
+    #: The bill's file in ``spool/unsure``; None where none could be made.
+    path: Path | None
+    #: The dollars the file holds, as written there (None: it holds none that can be read).
+    file_usd: str | None = None
+
+
 def keep_unsure(
     entry: Any, ledger_conn_id: str, duplicate_check: dict[str, Any], row: dict[str, Any]
-) -> Path | None:
+) -> UnsureBill:
     """Keep a remote attempt's bill, not written, in ``spool/unsure`` for a person (the direct bill's path).
 
     As the drain keeps one (:func:`_keep_unsure`): the ledger has a row of the job's name whose note gives
-    no end, so whether that row bills this run cannot be told. Said at ERROR, with what to do; the file, or
-    None where it could not be kept either (then the whole bill is in the log, to save by hand).
+    no end, so whether that row bills this run cannot be told. Said at ERROR, with what to do; returns what
+    was decided, which is all the caller says afterwards: where the bill is not kept (no file could be
+    written, or an earlier try's cannot be read or holds another figure), the whole bill is in the log.
     """
     spool = spool_dir()
     unsure = spool / UNSURE
@@ -651,7 +677,7 @@ def keep_unsure(
                 spool,
                 record,
             )
-            return kept
+            return UnsureBill(Kept.NOT_KEPT, kept)
         _say_kept_unsure(
             f"the bill {kept.name} (kept there already: left as it is)", on_file, row, unsure, spool
         )
@@ -670,7 +696,8 @@ def keep_unsure(
                 data["entry"]["usd"],
                 record,
             )
-        return kept
+            return UnsureBill(Kept.EARLIER_AT_ANOTHER_FIGURE, kept, str(kept_usd))
+        return UnsureBill(Kept.EARLIER, kept, data["entry"]["usd"])
     try:
         path = _write_spool_file(unsure, entry.entry_uid, record)
     except Exception as e:
@@ -689,9 +716,9 @@ def keep_unsure(
             spool / f"{entry.entry_uid}.json",
             record,
         )
-        return None
+        return UnsureBill(Kept.NOT_KEPT, None)
     _say_kept_unsure(f"the bill {path.name}", data, row, unsure, spool)
-    return path
+    return UnsureBill(Kept.NOW, path, data["entry"]["usd"])
 
 
 def _read_kept(path: Path) -> dict[str, Any] | None:
@@ -709,12 +736,6 @@ def usd_differs(kept_usd: Any, new_usd: Any) -> bool:
         return Decimal(str(kept_usd)) != Decimal(str(new_usd))
     except ArithmeticError:
         return str(kept_usd) != str(new_usd)
-
-
-def kept_bill_usd(path: str | Path) -> str | None:
-    """The dollars of the bill kept in ``path``, as the file holds them (None: it cannot be read)."""
-    usd = ((_read_kept(Path(path)) or {}).get("entry") or {}).get("usd")
-    return None if usd is None else str(usd)
 
 
 def _say_kept_unsure(what: str, data: dict[str, Any], row: dict[str, Any], unsure: Path, spool: Path) -> None:

@@ -19,9 +19,8 @@ from costaware.adapters.compute.base import BILLED_AT_ON_DEMAND, COPY_SECONDS_BY
 from costaware.core.ledger import utcnow
 
 if TYPE_CHECKING:
-    from pathlib import Path
-
     from costaware.hooks.ledger import CostLedgerHook
+    from costaware.ledger_spool import UnsureBill
     from costaware.training.attempt_duplicates import DuplicateCheck
     from costaware.training.attempts import AttemptState
     from costaware.training.plan import RemotePlan
@@ -353,10 +352,10 @@ class AttemptBilling:
             return None
         return str(path)
 
-    def _keep_unsure(self, entry: Any, check: DuplicateCheck, row: Mapping[str, Any]) -> Path | None:
+    def _keep_unsure(self, entry: Any, check: DuplicateCheck, row: Mapping[str, Any]) -> UnsureBill:
         """Keep ``entry`` in the spool's ``unsure/`` for a person: ``row`` may bill the same run.
 
-        Returns the file, or None where it could not be kept either (its ERROR holds the bill whole).
+        Returns what was decided (not kept: its ERROR holds the bill whole).
         """
         import costaware.ledger_spool as ledger_spool
 
@@ -458,9 +457,9 @@ class KilledTrainingBilling(AttemptBilling):
         self.ledger_conn_id = ledger_conn_id
         self.aws_conn_id = aws_conn_id
         self._log = log
-        #: The last bill kept for a person, not written (:meth:`_keep_unsure`): its file, "" where it could
-        #: not be kept either, None where none was. The kill says so: "billed", it read as in the ledger.
-        self.unsure_bill: str | None = None
+        #: What became of the last bill for a person, not written (:meth:`_keep_unsure`), None where none
+        #: was. The kill says so: "billed", it read as in the ledger.
+        self.unsure_bill: UnsureBill | None = None
         if ledger is not None:
             # A ledger the caller opened (the CLI's --ledger-url): this process's look-up of
             # ``ledger_conn_id`` could lead elsewhere (the hook's fallback file, outside a worker).
@@ -470,10 +469,9 @@ class KilledTrainingBilling(AttemptBilling):
     def log(self) -> Any:
         return self._log
 
-    def _keep_unsure(self, entry: Any, check: DuplicateCheck, row: Mapping[str, Any]) -> Path | None:
-        kept = super()._keep_unsure(entry, check, row)
-        self.unsure_bill = "" if kept is None else str(kept)
-        return kept
+    def _keep_unsure(self, entry: Any, check: DuplicateCheck, row: Mapping[str, Any]) -> UnsureBill:
+        self.unsure_bill = super()._keep_unsure(entry, check, row)
+        return self.unsure_bill
 
 
 class _OpenedLedger:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping
 from datetime import datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from costaware.core.ledger import utcnow
 from costaware.core.series import parse_instant
@@ -19,6 +19,9 @@ from costaware.triggers.remote_job_status import (
     stopped_job_status,
     vanished_job_status,
 )
+
+if TYPE_CHECKING:
+    from costaware.ledger_spool import UnsureBill
 
 #: How long a kill waits for the stopped job to end before it bills the job to the end of its grace period.
 #: Airflow 3.3 stops awaiting ``on_kill`` after about a second (it cancels the trigger again at its next
@@ -223,21 +226,23 @@ class KilledJobBilling(GoneJobBilling):
                 billing._settle(state)
         return refused
 
-    def _say_bill_kept(self, why: str, kept: str, usd: str, job: Mapping[str, Any]) -> None:
-        """Say that the kill's bill of ``usd`` is kept in the file ``kept`` ("": logged only) for a person.
+    def _say_bill_kept(self, why: str, kept: UnsureBill, usd: str, job: Mapping[str, Any]) -> None:
+        """Say what became of the kill's bill of ``usd``, kept for a person or only logged, as ``kept`` says.
 
         A file kept by an earlier try stays as it is: where its dollars differ, it is not this bill that
         waits there (this one is in the ERROR above), and the WARNING names the file's.
         """
-        import costaware.ledger_spool as ledger_spool
+        from costaware.ledger_spool import Kept
 
-        on_file = ledger_spool.kept_bill_usd(kept) if kept else None
-        if not kept:
-            where = "not written nor kept: logged"
-        elif on_file is None or not ledger_spool.usd_differs(on_file, usd):
+        if kept.kept in (Kept.NOW, Kept.EARLIER):
             where = "kept in spool/unsure"
+        elif kept.kept is Kept.EARLIER_AT_ANOTHER_FIGURE:
+            where = (
+                f"not kept: spool/unsure keeps this job's bill of ${kept.file_usd} from an earlier try, "
+                "logged"
+            )
         else:
-            where = f"not kept: spool/unsure keeps this job's bill of ${on_file} from an earlier try, logged"
+            where = "not written nor kept: logged"
         self.log.warning(
             "%s: job %s stopped; its bill of $%s (%.0f s) %s for a person (see the ERROR above)",
             why,
