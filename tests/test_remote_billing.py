@@ -353,3 +353,32 @@ def test_a_kill_whose_bill_finds_the_kept_file_unreadable_does_not_say_it_kept_t
     said = capsys.readouterr().out
     assert "kept in spool/unsure" not in said
     assert "its bill of $1.000000 (1800 s) not written nor kept: logged for a person" in said
+
+
+def test_a_drain_that_writes_an_entry_past_a_budgets_gpu_hour_cap_says_so(
+    billed_ledger: Ledger, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The drain's WARNING read dollar caps only: under a $100 cap with a 10 GPU-hour cap, a spooled entry of
+    # 4 GPU-hours ($1) took the budget from 8 to 12 GPU-hours, and was written with an INFO line alone.
+    from costaware.ledger_spool import drain, spool_entry
+
+    billed_ledger.set_budget("project=churn", "month", "100", cap_gpu_hours="10")
+    tags = {"project": "churn"}
+    spent = LedgerEntry(
+        dag_id="d", run_id="r", task_id="t", kind=Kind.COMPUTE, usd=Decimal("2"), gpu_hours=Decimal("8"),
+        tags=tags, entry_uid="spent-meanwhile",
+    )  # fmt: skip
+    assert billed_ledger.record(spent)
+    waited = LedgerEntry(
+        dag_id="d", run_id="r2", task_id="t", kind=Kind.COMPUTE, usd=Decimal("1"), gpu_hours=Decimal("4"),
+        tags=tags, entry_uid="waited",
+    )  # fmt: skip
+    spool = tmp_path / "spool"
+    spool_entry(spool, waited, "costaware_ledger", retrying=False)
+    with caplog.at_level(logging.WARNING, logger="costaware.ledger_spool"):
+        assert drain(spool, lambda conn_id: billed_ledger).written == 1
+    (said,) = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    (usage,) = billed_ledger.usage("project=churn")
+    assert usage.spent_gpu_hours == Decimal("12") and usage.spent_usd == Decimal("3")
+    assert f"took budget {usage.name} past its GPU-hour cap: spent 12 GPU-hours of its 10" in said
+    assert "waited" in said and "$" not in said.split("past its")[1].split(".")[0]

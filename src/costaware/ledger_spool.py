@@ -521,7 +521,8 @@ def _say_if_past_cap(ledger: Any, entry: Any) -> None:
     """Warn where ``entry``, just written by a drain, moved a budget it counts in from its cap to past it.
 
     A bill that waited here (a person's ``another_run``, a ledger down) was in no budget meanwhile, and
-    other runs may have taken the room it needed: written in silence, a $2 budget read $3 spent. Not said of
+    other runs may have taken the room it needed: written in silence, a $2 budget read $3 spent. GPU-hour
+    caps alike, each cap said on its own. Not said of
     a budget past its cap before the entry (this entry did not pass it), nor of an entry paid from its task's
     hold (the hold counted it all along, so the budget's spent and held together did not move).
     """
@@ -548,6 +549,20 @@ def _say_if_past_cap(ledger: Any, entry: Any) -> None:
                 usage.name,
                 format_usd_exact(usage.spent_usd),
                 format_usd_exact(usage.cap_usd),
+            )
+        # A GPU-hour cap too: a gate refuses a run on it as on the dollars, so passed in silence it was not.
+        gpu_cap = usage.cap_gpu_hours
+        if gpu_cap is not None and usage.spent_gpu_hours - entry.gpu_hours <= gpu_cap < usage.spent_gpu_hours:
+            log.warning(
+                "costaware: spooled entry %s (%s GPU-hours) is written and took budget %s past its "
+                "GPU-hour cap: spent %s GPU-hours of its %s. These GPU-hours waited in the spool, counted "
+                "by no budget, while other runs spent: raise the cap (`costaware budget set "
+                "--cap-gpu-hours`), or hold back the budget's next runs",
+                entry.entry_uid,
+                _plain(entry.gpu_hours),
+                usage.name,
+                _plain(usage.spent_gpu_hours),
+                _plain(gpu_cap),
             )
 
 
