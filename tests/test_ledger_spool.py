@@ -164,3 +164,17 @@ def test_a_second_bill_where_the_kept_file_cannot_be_read_says_so_and_logs_itsel
     assert (
         Decimal(logged["entry"]["usd"]) == Decimal("3.50") and logged["entry"]["entry_uid"] == "attempt:this"
     )
+
+
+def test_a_bill_kept_earlier_at_the_same_figure_reports_the_figure_as_the_file_writes_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # UnsureBill.file_usd is what the file holds: for a file of "1.250000" it gave the new bill's "1.25".
+    bill, row, _spool = _unsure_bill(tmp_path, monkeypatch)
+    kept = keep_unsure(bill, "costaware_ledger", {"job_id": "train-a1"}, row).path
+    assert kept is not None
+    on_file = json.loads(kept.read_text())
+    on_file["entry"]["usd"] = "1.250000"
+    kept.write_text(json.dumps(on_file))
+    again = keep_unsure(bill, "costaware_ledger", {"job_id": "train-a1"}, row)
+    assert again == UnsureBill(Kept.EARLIER, kept, "1.250000")

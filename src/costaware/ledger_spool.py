@@ -488,7 +488,7 @@ def keep_unsure(
                 record,
             )
             return UnsureBill(Kept.EARLIER_AT_ANOTHER_FIGURE, kept, str(kept_usd))
-        return UnsureBill(Kept.EARLIER, kept, data["entry"]["usd"])
+        return UnsureBill(Kept.EARLIER, kept, str(kept_usd))
     try:
         path = _write_spool_file(unsure, entry.entry_uid, record)
     except Exception as e:
