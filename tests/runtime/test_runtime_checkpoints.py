@@ -12,7 +12,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -852,3 +852,70 @@ def test_clearing_no_location_at_all_is_refused_as_an_empty_one() -> None:
     # os.environ.get of an unset variable: an AttributeError on None.strip said nothing of what to do.
     with pytest.raises(ContractError, match="None names no location"):
         clear_checkpoints(None)  # type: ignore[arg-type]
+
+
+@pytest.fixture
+def hanging_step_transfers(monkeypatch: pytest.MonkeyPatch) -> Iterator[threading.Event]:
+    """Local stores whose transfers of step folders' files hang (a hung mount) until the test ends.
+
+    At most 20 s: a push or restore that waits for them all along fails its test instead of hanging it.
+    """
+    release = threading.Event()
+    put, download = LocalStore.put, LocalStore.download
+
+    def hanging_put(self: LocalStore, key: str, source: Any, progress: Any = None) -> None:
+        if key.startswith("step-"):
+            release.wait(20)
+        put(self, key, source, progress)
+
+    def hanging_download(self: LocalStore, key: str, destination: Path, progress: Any = None) -> None:
+        if key.startswith("step-"):
+            release.wait(20)
+        download(self, key, destination, progress)
+
+    monkeypatch.setattr(LocalStore, "put", hanging_put)
+    monkeypatch.setattr(LocalStore, "download", hanging_download)
+    monkeypatch.setenv("COSTAWARE_STORE_STALL_SECONDS", "0.5")
+    yield release
+    release.set()  # the given-up transfer's thread ends
+
+
+def test_a_jobs_own_push_to_a_store_that_hangs_is_given_up(
+    local: Path, remote: Path, hanging_step_transfers: threading.Event
+) -> None:
+    # push() a job called itself ran with no bound: a store that hung held the job, and its machine, for good.
+    save_bytes(b"weights", step=3, directory=local)
+    started = time.monotonic()
+    with pytest.raises(StoreError, match=r"has moved nothing for 0.5 s \(COSTAWARE_STORE_STALL_SECONDS") as e:
+        push(local, str(remote))
+    assert time.monotonic() - started < 10
+    assert str(e.value).startswith(f"the checkpoint push to {remote} has moved nothing")
+    assert not (remote / "LATEST.json").exists()
+
+
+def test_a_jobs_own_restore_from_a_store_that_hangs_is_given_up(
+    tmp_path: Path, local: Path, remote: Path, hanging_step_transfers: threading.Event
+) -> None:
+    save_bytes(b"weights", step=3, directory=tmp_path / "writer")
+    hanging_step_transfers.set()  # the push goes through; the restore below hangs once released again
+    push(tmp_path / "writer", str(remote))
+    hanging_step_transfers.clear()
+    started = time.monotonic()
+    with pytest.raises(
+        StoreError, match=f"the restore from {re.escape(str(remote))} has moved nothing for 0.5 s"
+    ):
+        restore(str(remote), local)
+    assert time.monotonic() - started < 10
+    assert latest_step(local) is None
+
+
+def test_a_jobs_own_push_with_a_bad_stall_bound_fails_naming_it(
+    local: Path, remote: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    save_bytes(b"weights", step=3, directory=local)
+    monkeypatch.setenv("COSTAWARE_STORE_STALL_SECONDS", "soon")
+    with pytest.raises(
+        ContractError, match="COSTAWARE_STORE_STALL_SECONDS='soon' is not a number of seconds"
+    ):
+        push(local, str(remote))
+    assert not remote.exists()

@@ -2161,3 +2161,70 @@ def test_a_behind_writers_last_push_whose_prune_stalls_says_it_is_behind(make_jo
         "step 5, which LATEST.json names), but pruning the older step folders there stalled"
     )
     assert said in done.stderr
+
+
+#: Runs costaware-run with a store whose writes under argv[2] (the output URI, or the result file) hang for
+#: good (argv[1] "hang") or trickle, 64 KiB every 0.12 s (argv[1] "trickle"); argv[3] is the job.
+AFTER_SUCCESS_STORE_LAUNCHER = """
+import sys, threading, time
+from costaware_runtime import launcher, stores
+mode, target = sys.argv[1], sys.argv[2]
+put = stores.LocalStore.put
+
+class Trickling:
+    def __init__(self, source):
+        self.source = source
+    def read(self, size=-1):
+        time.sleep(0.12)
+        return self.source.read(64 << 10)
+
+def slow_put(self, key, source, progress=None):
+    if not self.url(key).startswith(target):
+        return put(self, key, source, progress)
+    if mode == "hang":
+        threading.Event().wait()
+    return put(self, key, Trickling(source), progress)
+
+stores.LocalStore.put = slow_put
+sys.exit(launcher.main(["--", sys.executable, sys.argv[3]]))
+"""
+
+#: A job that succeeds with a 1 MiB model: trickled, it takes ~1.9 s, past the tests' 1.5 s bound.
+SUCCEEDING_JOB = (
+    "Path(os.environ['COSTAWARE_OUTPUT_DIR'], 'model.bin').write_bytes(b'm' * (1 << 20))\n"
+    "cr.write_metrics({'loss': 0.5})\n"
+)
+
+
+@pytest.mark.parametrize("written", ["outputs", "result"])
+@pytest.mark.parametrize("mode", ["hang", "trickle"])
+def test_the_upload_after_a_success_is_bounded_by_the_bytes_it_moves(
+    make_job: MakeJob, written: str, mode: str
+) -> None:
+    # The outputs' upload and the result's write ran with no bound: a store that hung after the training
+    # held the launcher, and the machine, for good. One that trickles on is waited for past the bound.
+    job = make_job(SUCCEEDING_JOB)
+    target = str(job.outputs if written == "outputs" else job.result)
+    command = [sys.executable, "-c", AFTER_SUCCESS_STORE_LAUNCHER, mode, target, str(job.script)]
+    env = job.env(COSTAWARE_STORE_STALL_SECONDS="1.5")  # wide of the 0.12 s between a trickle's chunks
+    launcher = subprocess.Popen(
+        command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+    )
+    try:
+        _, stderr = launcher.communicate(timeout=30)
+    except subprocess.TimeoutExpired:
+        os.killpg(launcher.pid, signal.SIGKILL)
+        launcher.communicate()
+        pytest.fail(f"the launcher still waits, 30 s on, for a store whose {written} writes {mode}")
+    if mode == "trickle":
+        assert launcher.returncode == 0, stderr
+        assert "has moved nothing" not in stderr
+        assert json.loads(job.result.read_text())["bytes"] == 1 << 20
+        return
+    assert launcher.returncode == 74, stderr  # a store failure: retried
+    what = (
+        f"the output upload to {job.outputs}" if written == "outputs" else f"the result write to {job.result}"
+    )
+    assert f"{what} has moved nothing for 1.5 s (COSTAWARE_STORE_STALL_SECONDS sets how long)" in stderr
+    assert "check that the store answers (a hung mount, a stalled connection); exit 74, retried" in stderr
+    assert not job.result.exists()

@@ -33,7 +33,7 @@ class Store(ABC):
 
     uri: str
     #: Called (with 0) after each request a listing, deletion or abort sends is answered, a page of a listing
-    #: too: a long listing or prune moves no bytes, and was given up as hung (see ``_watcher.run_bounded``).
+    #: too: a long listing or prune moves no bytes, and was given up as hung (see ``_bounded.run_bounded``).
     request_answered: Progress | None = None
 
     def _answered(self) -> None:

@@ -5,16 +5,14 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
-from typing import TypeVar
 
+from costaware_runtime._bounded import ended_while_moving
 from costaware_runtime.checkpoints import read_marker
 from costaware_runtime.contract import DEFAULT_STORE_STALL_SECONDS, STORE_STALL_SECONDS
 from costaware_runtime.errors import (
     CheckpointChangedError,
     ContractError,
     CostawareRuntimeError,
-    StoreStalledError,
 )
 from costaware_runtime.sync import CheckpointSync
 
@@ -26,56 +24,6 @@ log = logging.getLogger("costaware_runtime.launcher")  # the launcher's messages
 #: (a hung mount, a stalled connection) held the job's exit, and its outputs, for good. The launcher gives
 #: ``COSTAWARE_STORE_STALL_SECONDS`` instead, when set.
 STOP_SECONDS = DEFAULT_STORE_STALL_SECONDS
-
-
-_T = TypeVar("_T")
-
-
-def run_bounded(call: Callable[[], _T], sync: CheckpointSync, bound: float, what: str) -> _T:
-    """``call()`` (a restore or push of ``sync``), given up after ``bound`` seconds with no progress.
-
-    It runs in a thread of its own while this one waits: on the main thread, a store that hung (a mount that
-    stopped answering) held the launcher, and the machine, for good. A call that keeps moving bytes, or
-    getting answers to its requests (a listing or prune moves none), is waited for however long it takes.
-
-    Raises:
-        StoreStalledError: It moved nothing for ``bound`` seconds; it is left running in its (daemon) thread,
-            holding the sync's lock: nothing may use ``sync`` after this.
-        Exception: What ``call`` raised.
-    """
-    outcome: list[tuple[bool, object]] = []
-
-    def target() -> None:
-        try:
-            outcome.append((True, call()))
-        except BaseException as e:  # re-raised below, on the caller's thread
-            outcome.append((False, e))
-
-    thread = threading.Thread(target=target, name="costaware-checkpoint-transfer", daemon=True)
-    started = time.monotonic()
-    thread.start()
-    if _ended_while_moving(thread, sync, started, bound):
-        done, value = outcome[0]
-        if not done:
-            raise value  # type: ignore[misc]  # a BaseException, caught above
-        return value  # type: ignore[return-value]  # call()'s own
-    raise StoreStalledError(
-        f"{what} {sync.store.uri} has moved nothing for {bound:g} s ({STORE_STALL_SECONDS} sets how long), "
-        f"begun {time.monotonic() - started:.0f} s ago: given up"
-    )
-
-
-def _ended_while_moving(thread: threading.Thread, sync: CheckpointSync, since: float, bound: float) -> bool:
-    """Join ``thread`` while its transfer moves: True once it has ended, else False.
-
-    False once ``bound`` seconds passed with nothing moved, counted from ``since`` (monotonic) or from the
-    sync's last progress, whichever came later.
-    """
-    while (left := max(since, sync.progressed_at) + bound - time.monotonic()) > 0:
-        thread.join(left)
-        if not thread.is_alive():
-            return True
-    return False
 
 
 class _Watcher(threading.Thread):
@@ -138,7 +86,7 @@ class _Watcher(threading.Thread):
         """
         self.stopping.set()
         bound = STOP_SECONDS if timeout is None else timeout
-        if _ended_while_moving(self, self.sync, time.monotonic(), bound):
+        if ended_while_moving(self, self.sync, time.monotonic(), bound):
             return None
         if not self.is_alive():
             return None

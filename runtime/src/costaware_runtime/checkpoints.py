@@ -283,10 +283,18 @@ def restore(uri: str, directory: Path | str | None = None) -> int | None:
     upload did not finish is never restored: the one ``LATEST.json`` names, or a later step folder whose
     marker (written after its files) and every file it lists are there (its writer died before moving the
     pointer).
+
+    Raises:
+        StoreError: The store could not be read, or moved nothing for ``COSTAWARE_STORE_STALL_SECONDS``
+            (default 300; ``StoreStalledError``: the download runs on in a thread of its own).
     """
+    from costaware_runtime._bounded import run_bounded, stall_seconds
     from costaware_runtime.sync import CheckpointSync
 
-    return CheckpointSync(uri, _folder(directory)).restore()
+    bound = stall_seconds()  # a bad value fails before the store is opened
+    sync = CheckpointSync(uri, _folder(directory))
+    # Bounded as the launcher's own: a store that hung held the job, and the machine it is billed for.
+    return run_bounded(sync.restore, sync, bound, f"the restore from {sync.store.uri}")
 
 
 def clear_checkpoints(uri: str) -> list[str]:
@@ -315,10 +323,16 @@ def push(directory: Path | str | None, uri: str) -> int:
     Raises:
         ContractError: ``directory`` holds no committed checkpoint.
         CheckpointChangedError: A committed file changed or vanished after the commit.
-        StoreError: The store could not be written.
+        StoreError: The store could not be written, or moved nothing for ``COSTAWARE_STORE_STALL_SECONDS``
+            (default 300; ``StoreStalledError``: the upload runs on in a thread of its own, and a later
+            push of ``directory`` to ``uri`` in this process waits for it, bounded the same way).
     """
+    from costaware_runtime._bounded import run_bounded, stall_seconds
+
     folder = _folder(directory)
-    step = _sync_of(uri, folder).push_changed()
+    bound = stall_seconds()
+    sync = _sync_of(uri, folder)
+    step = run_bounded(sync.push_changed, sync, bound, f"the checkpoint push to {sync.store.uri}")
     if step is None:
         raise ContractError(f"{folder} holds no committed checkpoint to push: save one, then commit it")
     return step

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import io
 import json
 import logging
 import os
@@ -21,11 +22,12 @@ import shutil
 import signal
 import subprocess
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from costaware_runtime import __version__ as __version__
 from costaware_runtime import _command_line, _tree, contract
+from costaware_runtime._bounded import Transfer, run_bounded
 from costaware_runtime._command_line import LAUNCHED as LAUNCHED
 from costaware_runtime._command_line import build_parser as build_parser
 from costaware_runtime._job_folders import _make_job_folder, _temp_dir
@@ -33,7 +35,7 @@ from costaware_runtime._job_process import TORCHRUN_SHUTDOWN as TORCHRUN_SHUTDOW
 from costaware_runtime._job_process import _exit_words, _job_stdin, _signal_name, _start_failure
 from costaware_runtime._job_process import torchrun_shutdown_seconds as torchrun_shutdown_seconds
 from costaware_runtime._signals import Notices, die_with_the_launcher, end_job
-from costaware_runtime._watcher import _Watcher, last_commit_in_store, run_bounded, unpushed
+from costaware_runtime._watcher import _Watcher, last_commit_in_store, unpushed
 from costaware_runtime.checkpoints import Marker, latest_step, read_marker, retired_marker
 from costaware_runtime.contract import JobEnvironment
 from costaware_runtime.errors import CheckpointChangedError as CheckpointChangedError
@@ -174,7 +176,9 @@ class Launcher:
         if self.sync is not None:
             try:
                 sync = self.sync
-                step = run_bounded(sync.restore, sync, self.env.store_stall_seconds, "the restore from")
+                step = run_bounded(
+                    sync.restore, sync, self.env.store_stall_seconds, f"the restore from {sync.store.uri}"
+                )
             except StoreStalledError as e:
                 # No data is lost: the store keeps its checkpoint, and the local marker went before the files.
                 log.error(
@@ -418,7 +422,8 @@ class Launcher:
             )
             return False
         try:
-            run_bounded(sync.push_changed, sync, self.env.store_stall_seconds, "the last checkpoint push to")
+            bound, what = self.env.store_stall_seconds, f"the last checkpoint push to {sync.store.uri}"
+            run_bounded(sync.push_changed, sync, bound, what)
         except StoreStalledError as e:
             # It holds the sync's lock: no other push may follow (it would wait on this one).
             self.push_hung = str(e)
@@ -474,7 +479,7 @@ class Launcher:
         try:
             if self.output_dir is not None and self.env.output_uri:
                 metadata = {"metrics": metrics, "attempt": self.env.attempt, "checkpoint_step": step}
-                summary = upload_outputs(self.output_dir, self.env.output_uri, metadata)
+                summary = self._upload_outputs(self.output_dir, self.env.output_uri, metadata)
                 if self.env.output_dir is None:  # a folder made here: the uploaded copy is the one to keep
                     self.scratch.append(self.output_dir)
             elif self.output_dir is not None:
@@ -489,8 +494,14 @@ class Launcher:
                 "warnings": self.warnings,
             }
             if self.env.result_uri:
-                store, key = open_object(self.env.result_uri)
-                store.put_bytes(key, (json.dumps(result, indent=2, sort_keys=True) + "\n").encode())
+                self._write_result(self.env.result_uri, result)
+        except StoreStalledError as e:
+            log.error(
+                "%s: check that the store answers (a hung mount, a stalled connection); exit %s, retried",
+                e,
+                contract.EXIT_SYNC_FAILED,
+            )
+            return contract.EXIT_SYNC_FAILED
         except StoreError as e:
             log.error("%s", e)
             return contract.EXIT_SYNC_FAILED
@@ -502,3 +513,26 @@ class Launcher:
         else:
             log.info("done: %s files, %s bytes, metrics %s", summary.files, summary.bytes, metrics)
         return contract.EXIT_OK
+
+    def _upload_outputs(self, directory: Path, uri: str, metadata: Mapping[str, object]) -> OutputSummary:
+        """:func:`upload_outputs`, given up once it moves nothing for the stall bound (StoreStalledError)."""
+        upload = Transfer()
+        return run_bounded(
+            lambda: upload_outputs(directory, uri, metadata, progress=upload.progressed),
+            upload,
+            self.env.store_stall_seconds,
+            f"the output upload to {uri}",
+        )
+
+    def _write_result(self, uri: str, result: Mapping[str, object]) -> None:
+        """Write ``result`` to ``uri``, given up as the outputs are: one request, answered or not."""
+        store, key = open_object(uri)
+        data = (json.dumps(result, indent=2, sort_keys=True) + "\n").encode()
+        write = Transfer()
+        store.request_answered = write.progressed
+        run_bounded(
+            lambda: store.put(key, io.BytesIO(data), write.progressed),
+            write,
+            self.env.store_stall_seconds,
+            f"the result write to {uri}",
+        )

@@ -8,6 +8,7 @@ it can never vouch for files that are being replaced.
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import logging
 from collections.abc import Mapping
@@ -17,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from costaware_runtime import _files
+from costaware_runtime._store import Progress
 from costaware_runtime.contract import MANIFEST_NAME, OUTPUT_DIR
 from costaware_runtime.errors import ContractError, StoreError
 from costaware_runtime.stores import check_key, open_store
@@ -82,8 +84,13 @@ def check_outputs(directory: Path) -> OutputSummary:
     return OutputSummary(None, len(files), sum(path.stat().st_size for path in files))
 
 
-def upload_outputs(directory: Path, uri: str, metadata: Mapping[str, Any] | None = None) -> OutputSummary:
+def upload_outputs(
+    directory: Path, uri: str, metadata: Mapping[str, Any] | None = None, progress: Progress | None = None
+) -> OutputSummary:
     """Upload every file of ``directory`` under ``uri``, then the manifest (with ``metadata`` in it).
+
+    ``progress``, if given, is called with the bytes sent as they go, and with 0 after each file and each
+    other request the store answers (the launcher gives up an upload that reports nothing for a while).
 
     Raises:
         ContractError: ``directory`` holds no file (nothing is uploaded).
@@ -91,6 +98,7 @@ def upload_outputs(directory: Path, uri: str, metadata: Mapping[str, Any] | None
     """
     files = output_files(directory)
     store = open_store(uri)
+    store.request_answered = progress
     store.delete([MANIFEST_NAME])
     entries = []
     for path in files:
@@ -98,7 +106,9 @@ def upload_outputs(directory: Path, uri: str, metadata: Mapping[str, Any] | None
         with open(path, "rb") as source:
             digest = hashlib.file_digest(source, "sha256").hexdigest()
             source.seek(0)
-            store.put(key, source)
+            store.put(key, source, progress)
+        if progress is not None:
+            progress(0)
         entries.append({"path": key, "bytes": path.stat().st_size, "sha256": digest})
     total = sum(path.stat().st_size for path in files)
     manifest = {
@@ -107,7 +117,9 @@ def upload_outputs(directory: Path, uri: str, metadata: Mapping[str, Any] | None
         "bytes": total,
         "created_at": datetime.now(UTC).isoformat(),
     }
-    store.put_bytes(MANIFEST_NAME, (json.dumps(manifest, indent=2, sort_keys=True) + "\n").encode())
+    store.put(
+        MANIFEST_NAME, io.BytesIO((json.dumps(manifest, indent=2, sort_keys=True) + "\n").encode()), progress
+    )
     log.info("uploaded %s files (%s bytes) to %s", len(entries), total, store.uri)
     return OutputSummary(uri, len(entries), total)
 
