@@ -2,8 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
 import time
+import urllib.parse
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -446,3 +454,82 @@ def test_each_page_of_a_listing_and_each_deletion_is_said_as_it_is_answered(
     store.delete_folder("step-1")
     assert answered == [0] * 4  # two pages listed, then two deletions of at most 1,000 keys
     assert store.sizes("step-1/") == {}
+
+
+@contextlib.contextmanager
+def stalling_proxy(endpoint: str, stall_on: bytes) -> Iterator[str]:
+    """A TCP proxy to ``endpoint`` (moto's server) that swallows, unanswered, a request holding ``stall_on``.
+
+    What a connection that stalled mid-request looks like to botocore: it waits for its read timeout (60 s),
+    then sends the request again. Yields the proxy's URL.
+    """
+    upstream = urllib.parse.urlsplit(endpoint)
+    listener = socket.create_server(("127.0.0.1", 0))
+
+    def pump(source: socket.socket, target: socket.socket, watch: bool) -> None:
+        with contextlib.suppress(OSError):
+            while chunk := source.recv(1 << 16):
+                if watch and stall_on in chunk:
+                    while source.recv(1 << 16):
+                        pass  # never forwarded, never answered
+                    break
+                target.sendall(chunk)
+        for end in (source, target):
+            with contextlib.suppress(OSError):
+                end.shutdown(socket.SHUT_RDWR)
+
+    def serve() -> None:
+        while True:
+            try:
+                client, _ = listener.accept()
+            except OSError:
+                return  # closed: the test is over
+            server = socket.create_connection((upstream.hostname, upstream.port))
+            threading.Thread(target=pump, args=(client, server, True), daemon=True).start()
+            threading.Thread(target=pump, args=(server, client, False), daemon=True).start()
+
+    threading.Thread(target=serve, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{listener.getsockname()[1]}"
+    finally:
+        listener.close()
+
+
+def test_a_stalled_output_upload_to_s3_neither_holds_the_exit_nor_goes_unsaid(
+    make_job: MakeJob, bucket: str, s3_env: dict[str, str]
+) -> None:
+    # Given up after the bound, the upload's boto3 threads (not daemons) still waited on the connection:
+    # the interpreter joins them at exit, and the launcher, and its machine, ran on for botocore's read
+    # timeout at each of its retries (minutes) after saying it gave up.
+    job = make_job(
+        "Path(os.environ['COSTAWARE_OUTPUT_DIR'], 'model.bin').write_bytes(b'model')\n"
+        "cr.write_metrics({'loss': 0.5})\n"
+    )
+    output_uri = f"s3://{bucket}/model"
+    with stalling_proxy(s3_env["COSTAWARE_S3_ENDPOINT_URL"], f"PUT /{bucket}/model/".encode()) as proxy:
+        env = job.env(
+            COSTAWARE_OUTPUT_URI=output_uri,
+            COSTAWARE_STORE_STALL_SECONDS="1.5",
+            COSTAWARE_S3_ENDPOINT_URL=proxy,
+        ) | {"AWS_DEFAULT_REGION": "us-east-1"}
+        command = [sys.executable, "-m", "costaware_runtime", "--", sys.executable, str(job.script)]
+        started = time.monotonic()
+        launcher = subprocess.Popen(
+            command,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            start_new_session=True,
+        )
+        try:
+            _, stderr = launcher.communicate(timeout=40)
+        except subprocess.TimeoutExpired:
+            os.killpg(launcher.pid, signal.SIGKILL)
+            launcher.communicate()
+            pytest.fail("the launcher still runs 40 s on, after giving up its stalled upload")
+    assert launcher.returncode == 74, stderr
+    assert time.monotonic() - started < 30
+    assert f"the output upload to {output_uri} has moved nothing for 1.5 s" in stderr
+    assert "exit 74, retried" in stderr  # the last words were flushed before the exit
+    assert not job.result.exists()

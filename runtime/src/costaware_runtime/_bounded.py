@@ -6,16 +6,22 @@ machine, for good. Each runs in a thread of its own while the caller waits on it
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import os
+import sys
 import threading
 import time
 from collections.abc import Callable
-from typing import Protocol, TypeVar
+from typing import NoReturn, Protocol, TypeVar
 
 from costaware_runtime.contract import STORE_STALL_SECONDS, parse_store_stall_seconds
 from costaware_runtime.errors import StoreStalledError
 
 _T = TypeVar("_T")
+
+#: Set once a transfer is given up in this process: its thread still runs (see :func:`exit_now`).
+GIVEN_UP = threading.Event()
 
 
 class Moving(Protocol):
@@ -77,6 +83,7 @@ def run_bounded(call: Callable[[], _T], moving: Moving, bound: float, what: str)
         if not done:
             raise value  # type: ignore[misc]  # a BaseException, caught above
         return value  # type: ignore[return-value]  # call()'s own
+    GIVEN_UP.set()
     raise StoreStalledError(
         f"{what} has moved nothing for {bound:g} s ({STORE_STALL_SECONDS} sets how long), "
         f"begun {time.monotonic() - started:.0f} s ago: given up"
@@ -94,3 +101,16 @@ def ended_while_moving(thread: threading.Thread, moving: Moving, since: float, b
         if not thread.is_alive():
             return True
     return False
+
+
+def exit_now(code: int) -> NoReturn:
+    """Exit with ``code`` at once, the logs flushed: a given-up transfer's threads may not hold the exit.
+
+    boto3's transfer threads are not daemons: the interpreter joins them at exit, and one stuck on a
+    connection held the process (and the machine) for its read timeout at each of botocore's retries.
+    """
+    logging.shutdown()  # flushes every handler
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError):  # closed, or its reader gone: nothing more to say
+            stream.flush()
+    os._exit(code)

@@ -6,7 +6,7 @@ import logging
 import threading
 import time
 
-from costaware_runtime._bounded import ended_while_moving
+from costaware_runtime._bounded import GIVEN_UP, ended_while_moving
 from costaware_runtime.checkpoints import read_marker
 from costaware_runtime.contract import DEFAULT_STORE_STALL_SECONDS, STORE_STALL_SECONDS
 from costaware_runtime.errors import (
@@ -100,6 +100,7 @@ class _Watcher(threading.Thread):
             f"{unpushed(self.sync)}"
         )
         log.error("%s", said)
+        GIVEN_UP.set()  # its push runs on: the launcher's exit must not wait for it
         return said
 
 

@@ -27,7 +27,7 @@ from pathlib import Path
 
 from costaware_runtime import __version__ as __version__
 from costaware_runtime import _command_line, _tree, contract
-from costaware_runtime._bounded import Transfer, run_bounded
+from costaware_runtime._bounded import GIVEN_UP, Transfer, exit_now, run_bounded
 from costaware_runtime._command_line import LAUNCHED as LAUNCHED
 from costaware_runtime._command_line import build_parser as build_parser
 from costaware_runtime._job_folders import _make_job_folder, _temp_dir
@@ -58,8 +58,15 @@ REAP_SECONDS = 5.0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run ``costaware-run`` (the console script); returns the exit code."""
-    return _command_line.run(argv, Launcher)
+    """Run ``costaware-run`` (the console script); returns the exit code.
+
+    Where a store transfer was given up, it exits here instead (see ``_bounded.exit_now``).
+    """
+    GIVEN_UP.clear()
+    code = _command_line.run(argv, Launcher)
+    if GIVEN_UP.is_set():
+        exit_now(code)
+    return code
 
 
 class Launcher:
