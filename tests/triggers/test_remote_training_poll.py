@@ -2302,3 +2302,36 @@ def test_a_pod_an_earlier_wait_stopped_before_its_first_404_is_billed_as_stopped
     assert billed is not None and billed.ended_at == first_404.timestamp(), billed
     step = next_step(state, JobEnded(job=billed.to_dict()), now, max_attempts=10, latest_resume=None)
     assert step.record_cause == "max_usd", (step, billed.reason)  # type: ignore[union-attr]
+
+
+def test_a_price_read_again_stays_due_across_a_poll_that_fails(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A dearer type's price that could not be read is asked again 5 s later; that poll's status call
+    # failed (throttled), and the re-read it was for was dropped: the next poll came a whole poll_interval
+    # (300 s) later, the job running on at the dearer price unweighed.
+    from datetime import timedelta
+
+    from airflow.sdk.execution_time.xcom import XCom
+
+    from costaware.adapters.compute.base import JobState, JobStatus
+    from costaware.core.errors import LedgerUnavailableError
+    from costaware.remote_billing import KilledTrainingBilling
+    from costaware.triggers.remote_cap_stop import CAP_STOP_RETRY_SECONDS
+
+    seen_at = STOP_BY_POLL_SUBMIT + timedelta(seconds=100)
+    listed = JobStatus(
+        job_id="j", state=JobState.RUNNING, market="spot", billable_seconds=100.0, instance_type="p4d.xlarge"
+    )
+    wait, _listing, _state, _ = _stop_by_poll_wait(
+        monkeypatch, [listed, ComputeBackendError("throttled")], cap_seconds=1200
+    )
+    wait.state = {**wait.state, "max_usd": "100"}
+
+    def unreadable(*args: Any, **kwargs: Any) -> Any:
+        raise LedgerUnavailableError("the ledger is down")
+
+    monkeypatch.setattr(KilledTrainingBilling, "_ran_on_scale", unreadable)
+    monkeypatch.setattr(XCom, "get_one", lambda **where: None)
+    assert wait.poll_tolerant(seen_at) is None
+    assert wait.next_poll_in() == CAP_STOP_RETRY_SECONDS
+    assert wait.poll_tolerant(seen_at + timedelta(seconds=CAP_STOP_RETRY_SECONDS)) is None  # its poll fails
+    assert wait.next_poll_in() <= 2 * CAP_STOP_RETRY_SECONDS

@@ -226,17 +226,21 @@ class CapStopping(CapStopKeeping, OtherTypePricing):
         """Seconds from the last poll's start to ``now`` (``poll_interval`` where there was none)."""
         return self.poll_interval if polled_before is None else (now - polled_before).total_seconds()
 
-    def _keep_cap_stop_due(self, due_left: float | None) -> None:
+    def _keep_cap_stop_due(self, due_left: float | None, *, stop_due: bool = True) -> None:
         """A poll gave no status to weigh the cap on: the stop due at the last poll stays due.
 
         ``due_left``: what is left of it now (:meth:`_since_poll` counted); a retry soon where little is.
+        ``stop_due`` False: a price's re-read that stays due, kept apart as :meth:`_retry_cap_stop` says.
         """
         if due_left is None:
             return
-        if due_left > CAP_STOP_RETRY_SECONDS:
+        if due_left <= CAP_STOP_RETRY_SECONDS:
+            self._retry_cap_stop(stop_due=stop_due)
+        elif stop_due:
             self._cap_stop_due_after(due_left)
         else:
-            self._retry_cap_stop()
+            again = self._price_read_again_in
+            self._price_read_again_in = due_left if again is None else min(again, due_left)
 
     def _stop_unlisted_at_cap(self, due_left: float | None) -> None:
         """Send the stop at the cap that falls due while the job is not listed (a listing that lags).

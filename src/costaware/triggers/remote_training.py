@@ -210,11 +210,13 @@ class RemoteTrainingJobTrigger(KilledJobBilling, BaseTrigger):
             assert self.price_watch is not None  # checked in __init__
             return watch_event(self.price_watch, self.state, now=now)
         due_before, self._cap_stop_due_in = self._cap_stop_due_in, None  # worked out again from this poll
-        self._price_read_again_in = None
+        read_before, self._price_read_again_in = self._price_read_again_in, None
         polled_before, self._polled_at = self._polled_at, now
-        # What is left of it now: the time since the last poll began, its own included (counted as a
+        # What is left of them now: the time since the last poll began, its own included (counted as a
         # poll_interval, a due point drifted later by each poll's time: 145 s past a cap with 10 s polls).
-        due_left = None if due_before is None else due_before - self._since_poll(polled_before, now)
+        since_poll = self._since_poll(polled_before, now)
+        due_left = None if due_before is None else due_before - since_poll
+        read_left = None if read_before is None else read_before - since_poll
         if self._first_poll_at is None:
             self._first_poll_at = now
         if not self._cap_stop_restored:
@@ -309,6 +311,8 @@ class RemoteTrainingJobTrigger(KilledJobBilling, BaseTrigger):
                     status = self._billed_as_gone(status, stop_sent=self._stop_unlisted(now, status))
         except Exception:
             self._keep_cap_stop_due(due_left)  # a poll that failed sends no stop: asked again soon
+            # Nor reads a price: dropped, the price pending a re-read waited a whole poll_interval more.
+            self._keep_cap_stop_due(read_left, stop_due=False)
             self._last_poll_failed = True
             raise
         else:
