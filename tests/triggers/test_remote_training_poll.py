@@ -2335,3 +2335,41 @@ def test_a_price_read_again_stays_due_across_a_poll_that_fails(monkeypatch: pyte
     assert wait.next_poll_in() == CAP_STOP_RETRY_SECONDS
     assert wait.poll_tolerant(seen_at + timedelta(seconds=CAP_STOP_RETRY_SECONDS)) is None  # its poll fails
     assert wait.next_poll_in() <= 2 * CAP_STOP_RETRY_SECONDS
+
+
+def test_a_listed_again_flag_whose_keep_failed_is_kept_at_the_next_poll(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A job stopped at the cap while not listed, then listed again: its stop is kept as a listed one (see
+    # the test above). That XCom write failed once (the API server restarting) and was never tried again:
+    # the flag in this wait's state was already cleared, so no later poll wrote it, and a re-created wait
+    # read the stop as unlisted and billed the job to its grace period's end.
+    from datetime import timedelta
+
+    from airflow.sdk.execution_time.xcom import XCom
+
+    from costaware.adapters.compute.base import JobState, JobStatus
+    from costaware.triggers.remote_training import CAP_STOP_KEY, WAIT_STATE_XCOM_KEY
+
+    seen_at = STOP_BY_POLL_SUBMIT + timedelta(seconds=1300)
+    running = JobStatus(job_id="j", state=JobState.RUNNING, market="spot", billable_seconds=1250.0)
+    wait, _listing, _state, _ = _stop_by_poll_wait(monkeypatch, [running, running], cap_seconds=1200)
+    kept = keeping_wait_state(monkeypatch)
+    stop = {"job_id": "j", "sent_at": (seen_at - timedelta(seconds=60)).isoformat(), "unlisted": True}
+    wait.state = {**wait.state, "current": {**wait.state["current"], CAP_STOP_KEY: stop}}
+    wait._stopped_for_cap, wait._cap_stopped_at = "j", seen_at - timedelta(seconds=60)
+    keep = XCom.set
+    writes: list[bool] = []
+
+    def failing_once(*args: Any, **kwargs: Any) -> None:
+        writes.append(True)
+        if len(writes) == 1:
+            raise ConnectionError("the API server does not answer")
+        keep(*args, **kwargs)
+
+    monkeypatch.setattr(XCom, "set", failing_once)
+    assert wait.poll_tolerant(seen_at) is None and kept == {}  # its keep failed
+    assert wait.poll_tolerant(seen_at + timedelta(seconds=wait.next_poll_in())) is None
+    (value,) = kept.values()
+    assert kept and next(iter(kept))[0] == WAIT_STATE_XCOM_KEY
+    assert value["current"][CAP_STOP_KEY]["unlisted"] is False

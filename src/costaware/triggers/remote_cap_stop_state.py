@@ -33,6 +33,7 @@ class CapStopKeeping(_TriggerBase):
     _cap_stopped_at: datetime | None
     _cap_stop_seen: tuple[Any, datetime] | None
     _kept_state_read_failures: int
+    _wait_state_unkept: bool
     _cancelled: threading.Event
 
     def _cap_stop_listed_again(self) -> None:
@@ -69,7 +70,8 @@ class CapStopKeeping(_TriggerBase):
         A triggerer restart re-creates the wait from its deferral's arguments, which knew nothing of the
         stop: it sent the stop again (a second SIGTERM to a local job), and billed a job gone after it as
         gone, up to ``NOT_LISTED_GRACE_SECONDS`` past its grace period. The operator's wait state XCom
-        (which a deferral timeout reads too) carries it; a failure only warns.
+        (which a deferral timeout reads too) carries it; a failure warns, and the next poll keeps it again
+        (:meth:`_keep_unkept_cap_stop`): the state is then already this wait's, and nothing else writes it.
         """
         where = self._wait_state_xcom()
         if where is None:
@@ -81,14 +83,26 @@ class CapStopKeeping(_TriggerBase):
                 return
             key = where.pop("key")
             XCom.set(key, {**self.state, WAIT_STATE_AWS_CONN_KEY: self.aws_conn_id}, **where)
+            self._wait_state_unkept = False
         except Exception as e:
+            self._wait_state_unkept = True
             self.log.warning(
-                "could not keep the stop at the cap of job %s in XCom (%s: %s): a triggerer restart would "
-                "send it again",
+                "could not keep the stop at the cap of job %s in XCom (%s: %s): kept again at the next poll "
+                "(a triggerer restart before then would send it again)",
                 self.job_id,
                 type(e).__name__,
                 e,
             )
+
+    def _keep_unkept_cap_stop(self) -> None:
+        """Keep again the state a failed :meth:`_keep_cap_stop` left unkept (blocking IO).
+
+        The state it carries (a stop sent, a stop listed again) is already this wait's, so no later change
+        would write it: a listed-again flag whose write failed stayed ``unlisted`` in XCom, and a re-created
+        wait billed the job to its grace period's end after the stop.
+        """
+        if self._wait_state_unkept:
+            self._keep_cap_stop()
 
     def _xcom_holds_this_wait(self, kept: Any) -> bool:
         """Whether the kept wait state is still this wait's attempt and job (see :meth:`_send_cap_stop`).

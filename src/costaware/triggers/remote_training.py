@@ -143,6 +143,9 @@ class RemoteTrainingJobTrigger(KilledJobBilling, BaseTrigger):
         #: job is billed as gone all the same (see ``_unread_kept_state_bound_reached``).
         self._kept_state_read_failures = 0
         self._gone_unread_since: datetime | None = None
+        #: Whether the last keep of this wait's state (a stop at the cap) in XCom failed: kept again at the
+        #: next poll (see ``_keep_unkept_cap_stop``).
+        self._wait_state_unkept = False
         #: Per job seen on another type than planned: how long it may run there under max_usd (None: no
         #: bound), as last logged (worked out at each poll, logged when it moves); and the job stopped for
         #: it (stopped once).
@@ -221,6 +224,7 @@ class RemoteTrainingJobTrigger(KilledJobBilling, BaseTrigger):
             self._first_poll_at = now
         if not self._cap_stop_restored:
             self._cap_stop_restored = self._restore_cap_stop()
+        self._keep_unkept_cap_stop()
         try:
             status = open_backend(self.backend, self.backend_options).poll(self.job_id)
             # Listed again: a later disappearance is held back its full bound, counted from then.
