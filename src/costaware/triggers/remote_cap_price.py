@@ -38,10 +38,13 @@ class OtherTypePricing(_TriggerBase):
         """
         from costaware.core.errors import LEDGER_UNREADABLE
         from costaware.core.money import format_usd_exact
+        from costaware.training.attempts import AttemptState
 
         job_id = str(self.job_id)
+        if not self._runs_on_other_type(found):
+            return None
         try:
-            weighed = self._limit_on_other_type(found)
+            weighed = self._limit_on_other_type(found, AttemptState.from_json(self.state))
         except LEDGER_UNREADABLE as e:
             self.log.warning(
                 "price of job %s's type %s unknown for now (%s): its stop at the cap falls due as at the "
@@ -78,23 +81,27 @@ class OtherTypePricing(_TriggerBase):
         held = current.get("stop_after_seconds") if current.get("stop_by_poll") else None
         return other_type_limit if held is None else min(int(held), other_type_limit)
 
-    def _limit_on_other_type(self, status: Any) -> tuple[int | None, Decimal] | None:
+    def _runs_on_other_type(self, status: Any) -> bool:
+        """Whether ``status``'s job runs on another type than planned, with a cap to weigh it against.
+
+        Asked before the state is parsed (:meth:`_limit_on_other_type`): a state with no plan has no cap.
+        """
+        planned = str(self.state.get("instance_type") or "").removeprefix("ml.")
+        if self.state.get("max_usd") is None or not planned or not status.instance_type:
+            return False
+        return bool(status.instance_type.removeprefix("ml.") != planned)
+
+    def _limit_on_other_type(self, status: Any, state: Any) -> tuple[int | None, Decimal] | None:
         """What ``status``'s job may run (s) on the type it runs on, at that type's price, and that price.
 
-        None where there is nothing to weigh it against (no cap, no plan in the state) or it runs on the
-        planned type; the limit is None where its type is not dearer (it stays within the cap). Raises the
-        ledger's unreadable errors (``LEDGER_UNREADABLE``) where a price is unknown for now.
+        ``status``: a job :meth:`_runs_on_other_type` says runs on another type; ``state``: the attempt
+        state (``AttemptState``), parsed once by the caller. None where there is no current attempt; the
+        limit is None where its type is not dearer (it stays within the cap). Raises the ledger's
+        unreadable errors (``LEDGER_UNREADABLE``) where a price is unknown for now.
         """
         from costaware.remote_billing import KilledTrainingBilling
         from costaware.training.attempt_effects import cap_rate, capped_seconds
-        from costaware.training.attempts import AttemptState
 
-        planned = str(self.state.get("instance_type") or "").removeprefix("ml.")
-        if self.state.get("max_usd") is None or not planned or not status.instance_type:
-            return None
-        if status.instance_type.removeprefix("ml.") == planned:
-            return None
-        state = AttemptState.from_json(self.state)
         plan, current = state.plan, state.current
         if current is None:
             return None

@@ -457,17 +457,14 @@ class CapStopping(CapStopKeeping, OtherTypePricing):
             stop_after_seconds=int(ran) if ran < float(limit) else None,
         )
 
-    def _stop_at_last_read_limit(self, job_id: str, status: Any) -> bool:
+    def _stop_at_last_read_limit(self, job_id: str, status: Any, plan: Any) -> bool:
         """Weigh ``status`` against the dearer type's limit last read for ``job_id``: True where stopped now.
 
         A price that cannot be read now keeps that limit's due point (the time it may run on there).
         """
-        from costaware.training.attempts import AttemptState
-
         other = self._other_type_limit
         if other is None or other[0] != job_id or other[1] is None:
             return False
-        plan = AttemptState.from_json(self.state).plan
         return self._stop_at_type_limit(
             job_id, status, other[1], plan, price=" at its price last read (unreadable now)"
         )
@@ -511,19 +508,20 @@ class CapStopping(CapStopKeeping, OtherTypePricing):
         from costaware.training.attempts import AttemptState
 
         job_id = str(status.job_id or self.job_id)
-        if self._stopped_for_cap == job_id:
+        if self._stopped_for_cap == job_id or not self._runs_on_other_type(status):
             return
+        state = AttemptState.from_json(self.state)  # once per poll, for the limit, its log and its stop
         # Worked out at each poll: a Batch job's billed seconds hold its copies', each priced at its type, so
         # the ratio moves as the job runs on (kept from the first poll, a copy on the planned type let the
         # job run 1.6 times what max_usd buys).
         try:
-            weighed = self._limit_on_other_type(status)
+            weighed = self._limit_on_other_type(status, state)
         except LEDGER_UNREADABLE as e:
             # Read as the plan's price, the job would never be stopped, and its bill (the ledger back by
             # then) would come at the dearer price, past max_usd: asked again at the next poll.
             # The limit last read stays due meanwhile: rebuilt from this poll without it, a job not listed
             # at the next one ran on at the dearer price up to the planned type's limit (1,200 s, not 610 s).
-            if self._stop_at_last_read_limit(job_id, status):
+            if self._stop_at_last_read_limit(job_id, status, state.plan):
                 return
             self._retry_cap_stop(stop_due=False)
             self.log.warning(
@@ -533,7 +531,6 @@ class CapStopping(CapStopKeeping, OtherTypePricing):
         if weighed is None:
             return
         limit, rate = weighed
-        state = AttemptState.from_json(self.state)
         plan = state.plan
         said = self._other_type_limit
         self._other_type_limit = (job_id, limit)
