@@ -2373,3 +2373,46 @@ def test_a_listed_again_flag_whose_keep_failed_is_kept_at_the_next_poll(
     (value,) = kept.values()
     assert kept and next(iter(kept))[0] == WAIT_STATE_XCOM_KEY
     assert value["current"][CAP_STOP_KEY]["unlisted"] is False
+
+
+def test_a_re_created_wait_reading_a_kept_stop_of_a_pod_already_gone_bills_it_to_its_first_404(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A wait whose kept state was unread held back a pod gone (404, final on Kubernetes) 30 s after this try
+    # found it with 1,190 s of a 1,200 s cap run; its stop at the cap, due already, was recorded as sent to a
+    # pod already gone (no SIGTERM, no grace period) and kept. A triggerer restart then: the re-created wait
+    # read that stop, had no first 404 of its own, and billed the pod up to its next poll (and on to the
+    # grace period's end), 60 s past the 404 here.
+    from datetime import timedelta
+
+    from airflow.sdk.execution_time.xcom import XCom
+
+    from costaware.core.errors import JobNotFoundError
+    from costaware.training.attempts import JobEnded, next_step
+
+    gone = JobNotFoundError("pod j not found")
+    found_at = STOP_BY_POLL_SUBMIT + timedelta(seconds=400)
+    job = {"job_id": "j", "state": "running", "market": "spot", "billable_seconds": 1190.0}
+    followed = {"job": job, "seen_at": found_at.isoformat()}
+    wait, listing, state, _ = _stop_by_poll_wait(
+        monkeypatch, [gone] * 80, cap_seconds=1200, followed=followed, backend="kubernetes"
+    )
+    read_kept = XCom.get_one
+    monkeypatch.setattr(XCom, "get_one", lambda **where: (_ for _ in ()).throw(ConnectionError("down")))
+    first_gone = found_at + timedelta(seconds=30)
+    assert wait.poll_tolerant(first_gone) is None
+    assert wait.state["current"]["cap_stop"]["sent_at"] == first_gone.isoformat()  # due: sent, kept
+
+    monkeypatch.setattr(XCom, "get_one", read_kept)  # the API server is back, with the triggerer restarted
+    rebuilt = RemoteTrainingJobTrigger(*wait.serialize()[1].values())  # type: ignore[arg-type]
+    rebuilt.task_instance = wait.task_instance
+    rebuilt.poll_interval = 300
+    now, event = first_gone + timedelta(seconds=60), None
+    while event is None and now < found_at + timedelta(seconds=3000):
+        event = rebuilt.poll_tolerant(now)
+        now += timedelta(seconds=rebuilt.next_poll_in())
+    assert event is not None and listing.stops == []
+    assert event["job"]["ended_at"] == first_gone.timestamp(), event["job"]["reason"]
+    assert event["job"]["billable_seconds"] == 1190.0 + 30
+    step = next_step(state, JobEnded(job=event["job"]), now, max_attempts=10, latest_resume=None)
+    assert step.record_cause == "max_usd", (step, event["job"]["reason"])  # type: ignore[union-attr]

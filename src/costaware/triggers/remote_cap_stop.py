@@ -55,6 +55,7 @@ class CapStopping(CapStopKeeping, OtherTypePricing):
     _price_read_again_in: float | None
     _price_read_retries: int
     _held_cap_stop_due_at: datetime | None
+    _gone_unread_since: datetime | None
     _cap_stop_retries: int
     _cap_stop_restored: bool
     _kept_state_read_failures: int
@@ -134,6 +135,10 @@ class CapStopping(CapStopKeeping, OtherTypePricing):
             current["followed"] = {**current["followed"], EARLIER_STOP_KEY: earlier_stop}
         sent_at = self._cap_stopped_at or utcnow()
         current[CAP_STOP_KEY] = {"job_id": job_id, "sent_at": sent_at.isoformat(), "unlisted": unlisted}
+        if already_gone and self._gone_unread_since is not None:
+            # Its first 404, for a re-created wait, which has none of its own: billed to its grace period's
+            # end after the stop without it, though no SIGTERM went out (``_final_404_bill``).
+            current[CAP_STOP_KEY]["gone_at"] = self._gone_unread_since.isoformat()
         if self._last_seen is not None:
             seen, seen_at = self._last_seen
             current[CAP_STOP_KEY].update(job=seen.to_dict(), seen_at=seen_at.isoformat())

@@ -361,13 +361,14 @@ class GoneJobBilling(CapStopping):
         ran). Billed to the grace period's end after the due point instead, it was billed 280 s past its
         404. Stopped by ``max_usd`` only where the stop fell due by that 404; due later, it went by itself
         (a drain, a reclaim) and is billed as such. ``last_seen``: the status and time the caller found it
-        at (:func:`seen_or_followed`). None: not such a pod.
+        at (:func:`seen_or_followed`). None: not such a pod. A re-created wait, never held back itself,
+        takes the first 404 kept with the stop (:meth:`_kept_first_404`).
         """
         from dataclasses import replace
 
         from costaware.adapters.compute.base import with_copies_run_out
 
-        first_404 = self._gone_unread_since
+        first_404 = self._gone_unread_since or self._kept_first_404()
         if self.backend not in GONE_IS_FINAL_BACKENDS or first_404 is None:
             return None
         # The sooner of this wait's due point and the stop recorded: an earlier wait's stop (its kept state)
@@ -395,3 +396,13 @@ class GoneJobBilling(CapStopping):
         billed = seen.billable_seconds + instances * (end - seen_at).total_seconds()
         ended = replace(status, billable_seconds=billed, ended_at=end.timestamp(), reason=reason)
         return with_copies_run_out(ended)
+
+    def _kept_first_404(self) -> datetime | None:
+        """The first 404 kept with this job's stop at the cap, sent to a pod already gone; else None.
+
+        A re-created wait reads it with the stop (``_restore_cap_stop``): without it, the pod was billed
+        to its grace period's end after the stop, though its 404 said it was gone and no SIGTERM went out.
+        """
+        sent = (self.state.get("current") or {}).get(CAP_STOP_KEY) or {}
+        gone_at = sent.get("gone_at") if sent.get("job_id") == self.job_id else None
+        return parse_instant(str(gone_at), name="cap_stop.gone_at") if gone_at else None

@@ -14,6 +14,7 @@ WAIT_STATE_XCOM_KEY = "costaware_wait_state"
 #: (not a template field): a run-end listener and ``costaware jobs reconcile`` stop and bill with it.
 WAIT_STATE_AWS_CONN_KEY = "aws_conn_id"
 #: The state's ``current`` key of a stop at the cap this wait sent: ``{"job_id", "sent_at"}``, with the
-#: job's ``job`` status and ``seen_at`` as last seen before it. Kept (see ``_keep_cap_stop``) so that a
+#: job's ``job`` status and ``seen_at`` as last seen before it, and ``gone_at`` (its first 404) where the
+#: job was already gone (a deleted pod: nothing was sent). Kept (see ``_keep_cap_stop``) so that a
 #: wait re-created by a triggerer restart stops the job once and bills it to its grace period's end.
 CAP_STOP_KEY = "cap_stop"
