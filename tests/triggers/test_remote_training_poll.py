@@ -2416,3 +2416,33 @@ def test_a_re_created_wait_reading_a_kept_stop_of_a_pod_already_gone_bills_it_to
     assert event["job"]["billable_seconds"] == 1190.0 + 30
     step = next_step(state, JobEnded(job=event["job"]), now, max_attempts=10, latest_resume=None)
     assert step.record_cause == "max_usd", (step, event["job"]["reason"])  # type: ignore[union-attr]
+
+
+def test_a_job_stopped_at_the_cap_still_seen_running_past_its_grace_period_is_stopped_again(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The stop may not reach the job (a same-named job a new try resubmitted, a stop lost by its backend):
+    # seen running long after its grace period, it was never stopped again, billed on past max_usd. Stopped
+    # again once per grace period, and said.
+    from datetime import timedelta
+
+    from costaware.adapters.compute.base import JobState, JobStatus
+    from costaware.training.attempt_effects import stop_seconds
+    from costaware.training.attempts import AttemptState
+
+    wait, listing, _state, submitted = _stop_by_poll_wait(monkeypatch, [], cap_seconds=600)
+    grace = stop_seconds(AttemptState.from_json(wait.state))
+
+    def poll(job_id: str) -> JobStatus:
+        ran = (now - submitted).total_seconds()
+        return JobStatus(job_id="j", state=JobState.RUNNING, market="spot", billable_seconds=ran)
+
+    listing.poll = poll  # type: ignore[method-assign]
+    now = submitted + timedelta(seconds=600)
+    assert wait.poll_tolerant(now) is None and listing.stops == ["j"]
+    stopped_at = now
+    for at, stops in [(grace - 10, 1), (grace + 10, 2), (grace + 10 + grace / 2, 2), (2 * grace + 20, 3)]:
+        now = stopped_at + timedelta(seconds=at)
+        assert wait.poll_tolerant(now) is None
+        assert listing.stops == ["j"] * stops, at
+    assert "still seen running" in capsys.readouterr().out

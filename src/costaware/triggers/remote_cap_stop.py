@@ -55,6 +55,7 @@ class CapStopping(CapStopKeeping, OtherTypePricing):
     _price_read_again_in: float | None
     _price_read_retries: int
     _held_cap_stop_due_at: datetime | None
+    _cap_stop_again_at: datetime | None
     _gone_unread_since: datetime | None
     _cap_stop_retries: int
     _cap_stop_restored: bool
@@ -414,6 +415,40 @@ class CapStopping(CapStopKeeping, OtherTypePricing):
         self._send_cap_stop(
             job_id, stop_after_seconds=stop_after, unlisted=not already_gone, already_gone=already_gone
         )
+
+    def _stop_again_past_grace(self, status: Any) -> None:
+        """Stop again a job this wait stopped at the cap that is still seen running past its grace period.
+
+        The stop may not have reached it (a same-named job resubmitted by a new try, a stop its backend
+        lost): never stopped again, it ran on past ``max_usd``. Sent once per grace period, logged; the
+        job is billed on from what the polls see, and its end is still recorded as stopped by ``max_usd``.
+        """
+        from costaware.adapters.compute.base import JobState, open_backend
+        from costaware.training.attempt_effects import stop_seconds
+        from costaware.training.attempts import AttemptState
+
+        job_id = str(status.job_id or self.job_id)
+        last_stop, now = self._cap_stop_again_at or self._cap_stopped_at, self._polled_at
+        if self._stopped_for_cap != job_id or status.state != JobState.RUNNING:
+            return
+        if last_stop is None or now is None or not self.state.get("backend") or not self.state.get("current"):
+            return  # no plan to size the grace period by
+        grace = stop_seconds(AttemptState.from_json(self.state))
+        if (now - last_stop).total_seconds() <= grace or self._polled_after_cancel("stopped again"):
+            return
+        self._cap_stop_again_at = now
+        self.log.warning(
+            "job %s, stopped at what was left of max_usd at %s, is still seen running %.0f s after it, past "
+            "its grace period (%.0f s): stopping it again (billed on meanwhile)",
+            job_id,
+            (self._cap_stopped_at or last_stop).isoformat(),
+            (now - (self._cap_stopped_at or last_stop)).total_seconds(),
+            grace,
+        )
+        try:
+            open_backend(self.backend, self.backend_options).stop(job_id)
+        except Exception as e:
+            self.log.warning("stopping job %s again failed (%s): asked again after a grace period", job_id, e)
 
     def _stop_followed_job_at_cap(self, status: Any) -> None:
         """Stop a job an earlier try submitted once it has run what is left of ``max_usd`` now.

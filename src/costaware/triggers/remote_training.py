@@ -157,6 +157,9 @@ class RemoteTrainingJobTrigger(KilledJobBilling, BaseTrigger):
         self._cap_stopped_at: datetime | None = None
         #: The job's status seen before a stop at the cap that the wait this one replaces sent.
         self._cap_stop_seen: tuple[Any, datetime] | None = None
+        #: When a job stopped at the cap and still seen running past its grace period was stopped again
+        #: (see ``_stop_again_past_grace``): once per grace period.
+        self._cap_stop_again_at: datetime | None = None
         #: How many more seconds of running the job has, at the last poll, before a stop at the cap is due
         #: (None: none is due): the next poll comes then, not up to a ``poll_interval`` later.
         self._cap_stop_due_in: float | None = None
@@ -335,6 +338,7 @@ class RemoteTrainingJobTrigger(KilledJobBilling, BaseTrigger):
         if status.state == JobState.RUNNING and status.instance_type:
             self._stop_within_cap_on_other_type(status)
         self._stop_followed_job_at_cap(status)  # waiting to start too, where nothing is left
+        self._stop_again_past_grace(status)
         if self.price_watch and status.state == JobState.RUNNING and status.market == "spot":
             try:
                 paused = watch_event(self.price_watch, self.state, now=now, running=status.to_dict())
