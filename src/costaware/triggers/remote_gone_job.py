@@ -12,7 +12,7 @@ from typing import Any
 from costaware.core.ledger import utcnow
 from costaware.core.series import parse_instant
 from costaware.triggers import MAX_POLL_ERRORS
-from costaware.triggers.remote_cap_stop import CapStopping
+from costaware.triggers.remote_cap_stop_listed import ListedCapStopping
 from costaware.triggers.remote_job_status import (
     GONE_IS_FINAL_BACKENDS,
     NOT_LISTED_GRACE_SECONDS,
@@ -31,7 +31,7 @@ UNREAD_KEPT_STATE_READS = MAX_POLL_ERRORS
 UNREAD_KEPT_STATE_SECONDS = NOT_LISTED_GRACE_SECONDS
 
 
-class GoneJobBilling(CapStopping):
+class GoneJobBilling(ListedCapStopping):
     """The jobs gone from their backend, of ``RemoteTrainingJobTrigger``."""
 
     _kept_state_read_failures: int
