@@ -12,6 +12,7 @@ from airflow.sdk import DAG
 
 from costaware.operators.remote_training import RemoteTrainingOperator
 from costaware.operators.tuning import BudgetedTuningOperator
+from costaware.operators.warm_start import WarmStartRetrainOperator
 from costaware.sensors.spend_cap import SpendCapSensor
 
 
@@ -24,6 +25,7 @@ _MAPPED: dict[type, tuple[str, list[Any]]] = {
     RemoteTrainingOperator: ("command", [["python", "train.py", "--fold", "1"]]),
     SpendCapSensor: ("estimated_usd", ["1"]),
     BudgetedTuningOperator: ("slot", [0]),
+    WarmStartRetrainOperator: ("data_path", ["/srv/data/2026-11.parquet"]),
 }
 
 
@@ -60,6 +62,13 @@ def _said(names: str, cls: type) -> str:
             {"study_load_seconds": 120, "retries": 2},
             "study_load_seconds",
         ),
+        # A retrain mapped over the month's files: force_full given there was dropped, each copy warm-started.
+        (
+            WarmStartRetrainOperator,
+            {"model_store": "/srv/models", "label_column": "churned", "feature_columns": ["tenure"]},
+            {"force_full": True, "retries": 2},
+            "force_full",
+        ),
     ],
 )
 def test_an_argument_given_only_in_the_default_args_of_partial_is_warned_of_as_airflow_drops_it(
@@ -89,23 +98,6 @@ def test_partial_on_a_task_is_refused_as_airflow_refuses_it() -> None:
         task = SpendCapSensor(task_id="gate", scope="project=churn", estimated_usd="1")
     with pytest.raises(TypeError, match="partial can only be called on Operator classes"):
         task.partial(task_id="copy")
-
-
-#: Our operators and sensors that do not mix in WarnsOfDroppedDefaultArgs (yet): their own arguments given
-#: in ``.partial(default_args=...)`` are dropped in silence. Listed so that a NEW class cannot forget it.
-_WITHOUT_THE_MIXIN = frozenset(
-    {
-        "DataLocalityCheckOperator",
-        "DataQualityOperator",
-        "ModelPromoteOperator",
-        "OffPeakWindowSensor",
-        "RightSizeOperator",
-        "SpotWindowSensor",
-        "TuningStudyCreateOperator",
-        "TuningStudySummarizeOperator",
-        "WarmStartRetrainOperator",
-    }
-)
 
 
 def _our_operator_classes() -> dict[str, type]:
@@ -147,23 +139,16 @@ def test_every_operator_of_ours_mixes_in_the_dropped_default_args_warning_before
 
     classes = _our_operator_classes()
     assert {"CachedFeaturesOperator", "RemoteTrainingOperator", "SpendCapSensor"} <= set(classes)
-    assert set(classes) >= _WITHOUT_THE_MIXIN, "a class listed without the mixin is gone: unlist it"
+    # Without it, a class's own arguments given in .partial(default_args=...) are dropped in silence.
     forgot = sorted(n for n, c in classes.items() if not issubclass(c, WarnsOfDroppedDefaultArgs))
-    new = sorted(set(forgot) - _WITHOUT_THE_MIXIN)
-    assert not new, f"{new}: mix in WarnsOfDroppedDefaultArgs before the Airflow base"
-    assert not _WITHOUT_THE_MIXIN - set(forgot), "a class listed without the mixin has it now: unlist it"
+    assert not forgot, f"{forgot}: mix in WarnsOfDroppedDefaultArgs before the Airflow base"
     for name, cls in classes.items():
-        if name in _WITHOUT_THE_MIXIN:
-            continue
         # Before the Airflow base, or super().partial skips the warning; partial on the class alone.
         assert cls.__mro__.index(WarnsOfDroppedDefaultArgs) < cls.__mro__.index(BaseOperator), name
         assert isinstance(inspect.getattr_static(cls, "partial"), OnTheClassOnly), name
 
 
-@pytest.mark.parametrize(
-    "name",
-    sorted(n for n in _our_operator_classes() if n not in _WITHOUT_THE_MIXIN),
-)
+@pytest.mark.parametrize("name", sorted(_our_operator_classes()))
 def test_every_own_argument_of_a_mapped_operator_is_warned_of_when_given_only_in_partials_default_args(
     name: str,
 ) -> None:

@@ -16,6 +16,7 @@ from costaware.glue import (
     run_identity,
     run_tags,
 )
+from costaware.operators.base_partial import WarnsOfDroppedDefaultArgs
 from costaware.settings import worker_region
 
 if TYPE_CHECKING:
@@ -68,7 +69,7 @@ def _replicas(replicas: Mapping[str, Any] | None) -> dict[str, dict[str, str]]:
     return found
 
 
-class DataLocalityCheckOperator(BaseOperator):
+class DataLocalityCheckOperator(WarnsOfDroppedDefaultArgs, BaseOperator):
     """Check that the data lives where the compute runs; estimate, gate and record cross-region egress.
 
     See docs/data-path.md.

@@ -18,6 +18,7 @@ from airflow.sdk import BaseOperator
 from costaware.core.errors import ConfigurationError
 from costaware.core.ledger import utcnow
 from costaware.glue import DEFAULT_AWS_CONN_ID, airflow_errors, run_identity, storage_options
+from costaware.operators.base_partial import WarnsOfDroppedDefaultArgs
 from costaware.operators.batch_quarantine import (
     FolderMarkersLeftError,
     check_quarantine_beside_batch_folder,
@@ -318,7 +319,7 @@ def _check_data_path(value: Any, *, on_this_machine: bool = True) -> None:
         )
 
 
-class DataQualityOperator(BaseOperator):
+class DataQualityOperator(WarnsOfDroppedDefaultArgs, BaseOperator):
     """Validates a batch with a Great Expectations suite before any training is paid for.
 
     See docs/data-path.md.

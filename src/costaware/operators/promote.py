@@ -24,6 +24,7 @@ from costaware.glue import (
     run_identity,
     storage_options,
 )
+from costaware.operators.base_partial import WarnsOfDroppedDefaultArgs
 from costaware.operators.templating import (
     is_literal,
     is_template,
@@ -37,7 +38,7 @@ if TYPE_CHECKING:
     from airflow.sdk import Context
 
 
-class ModelPromoteOperator(BaseOperator):
+class ModelPromoteOperator(WarnsOfDroppedDefaultArgs, BaseOperator):
     """Compares a candidate with the champion on a named metric and promotes it when it is good enough.
 
     See docs/retraining.md.

@@ -11,6 +11,7 @@ from airflow.sdk import BaseOperator
 from costaware.core.errors import ConfigurationError
 from costaware.core.given import not_given
 from costaware.glue import DEFAULT_LEDGER_CONN_ID, airflow_errors, check_task_of_dag, parse_decimal, tags_for
+from costaware.operators.base_partial import WarnsOfDroppedDefaultArgs
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -21,7 +22,7 @@ if TYPE_CHECKING:
 HISTORY_LIMIT = 5000
 
 
-class RightSizeOperator(BaseOperator):
+class RightSizeOperator(WarnsOfDroppedDefaultArgs, BaseOperator):
     """Picks the instance type and market with the least expected cost for a job, from the price catalog.
 
     See docs/tuning.md.

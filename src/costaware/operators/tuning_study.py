@@ -13,6 +13,7 @@ from airflow.sdk import BaseOperator
 
 from costaware.extras import require
 from costaware.glue import DEFAULT_LEDGER_CONN_ID, airflow_errors
+from costaware.operators.base_partial import WarnsOfDroppedDefaultArgs
 from costaware.operators.templating import is_written_out
 from costaware.operators.tuning_args import max_map_length
 from costaware.training.study_arguments import (
@@ -58,7 +59,7 @@ class _StudyOperator(BaseOperator):
         return self.storage_url or self.hook.get_url()
 
 
-class TuningStudyCreateOperator(_StudyOperator):
+class TuningStudyCreateOperator(WarnsOfDroppedDefaultArgs, _StudyOperator):
     """Creates (or reopens) a budget-capped study in the RDB storage and sets its budget in the ledger.
 
     See docs/tuning.md.

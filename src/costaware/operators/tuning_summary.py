@@ -14,6 +14,7 @@ from costaware.core.errors import ConfigurationError
 from costaware.core.tuning.caps import StopReason
 from costaware.extras import require
 from costaware.glue import airflow_errors, first_failed_tasks
+from costaware.operators.base_partial import WarnsOfDroppedDefaultArgs
 from costaware.operators.tuning_args import check_on_exceeded
 from costaware.operators.tuning_study import _StudyOperator
 
@@ -23,7 +24,7 @@ if TYPE_CHECKING:
     from airflow.sdk import Context
 
 
-class TuningStudySummarizeOperator(_StudyOperator):
+class TuningStudySummarizeOperator(WarnsOfDroppedDefaultArgs, _StudyOperator):
     """Ends a study's DAG run: fails trials left running, logs the best trial, stop reason and costs.
 
     See docs/tuning.md.

@@ -16,6 +16,7 @@ from costaware.glue import (
     run_identity,
     storage_options,
 )
+from costaware.operators.base_partial import WarnsOfDroppedDefaultArgs
 from costaware.operators.templating import is_literal
 from costaware.operators.training_args import TRAINING_TEMPLATE_FIELDS, BuiltInTrainingArguments
 
@@ -26,7 +27,7 @@ if TYPE_CHECKING:
     from costaware.training.checkpointing import Checkpointer
 
 
-class WarmStartRetrainOperator(BuiltInTrainingArguments, BaseOperator):
+class WarmStartRetrainOperator(BuiltInTrainingArguments, WarnsOfDroppedDefaultArgs, BaseOperator):
     """Retrains a model: warm-starts the champion on new data, or retrains in full when the policy says so.
 
     See docs/retraining.md.

@@ -19,6 +19,7 @@ from costaware.core.ledger import utcnow
 from costaware.core.window_gate import SKIP, TRAIN, GateDecision, gate_decision
 from costaware.core.windows import WindowSchedule
 from costaware.glue import DEFAULT_LEDGER_CONN_ID, airflow_errors
+from costaware.operators.base_partial import WarnsOfDroppedDefaultArgs
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -33,7 +34,7 @@ def newest_event_time(context: Context) -> datetime | None:
     return max(times) if times else None
 
 
-class OffPeakWindowSensor(BaseSensorOperator):
+class OffPeakWindowSensor(WarnsOfDroppedDefaultArgs, BaseSensorOperator):
     """Holds a data-triggered run until the window opens; at most one retrain per window occurrence.
 
     See docs/spot-windows.md.

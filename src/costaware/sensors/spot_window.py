@@ -24,6 +24,7 @@ from costaware.core.ledger import utcnow
 from costaware.core.series import parse_instant
 from costaware.core.spot_window import SpotDecision, given_priority
 from costaware.glue import DEFAULT_AWS_CONN_ID, DEFAULT_LEDGER_CONN_ID, airflow_errors, check_tags
+from costaware.operators.base_partial import WarnsOfDroppedDefaultArgs
 from costaware.operators.remote_training_args import parse_zones
 from costaware.operators.templating import is_literal
 from costaware.sensors.spot_window_arguments import (
@@ -44,7 +45,7 @@ if TYPE_CHECKING:
     from airflow.sdk import Context
 
 
-class SpotWindowSensor(SpotWindowPlanning):
+class SpotWindowSensor(WarnsOfDroppedDefaultArgs, SpotWindowPlanning):
     """Waits for a good spot start; falls back to on-demand when waiting longer would miss the deadline.
 
     See docs/spot-windows.md.
