@@ -875,3 +875,114 @@ def test_show_and_the_waits_read_the_hour_an_import_of_a_zone_without_a_typical_
     assert waits[0] == 166.5  # 22:00 and 22:30 recorded, not the profile
     assert shown["series"].startswith("PL_imported.csv for 1.5 of 4 hour(s), recorded")
     assert shown["note"].startswith("PL has no value for 2 of these 4 hour(s), from 2026-11-22 00:00 UTC")
+
+
+def _import_as(uid: int, gid: int, argv: list[str]) -> tuple[int | str, str]:
+    """``main(argv)`` in a child process run as ``uid``/``gid``: its exit code (or what it raised) and stderr.
+
+    The modules it needs are imported already (the parent imported as root first), so the child reads only
+    the files the import itself reads.
+    """
+    import io
+    import os
+
+    read, write = os.pipe()
+    child = os.fork()
+    if child == 0:  # pragma: no cover - runs in the child, which reports through the pipe
+        os.close(read)
+        result: dict[str, Any] = {}
+        try:
+            os.setgroups([gid])
+            os.setgid(gid)
+            os.setuid(uid)
+            err = io.StringIO()
+            with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+                result["code"] = main(argv)
+            result["err"] = err.getvalue()
+        except BaseException as e:  # what it raised is the finding: the test shows it
+            result = {"code": f"raised {e!r}", "err": ""}
+        finally:
+            os.write(write, json.dumps(result).encode())
+            os._exit(0)
+    os.close(write)
+    with os.fdopen(read, "rb") as pipe:
+        reported = json.loads(pipe.read() or b'{"code": "no report", "err": ""}')
+    os.waitpid(child, 0)
+    return reported["code"], reported["err"]
+
+
+@pytest.fixture
+def shared_home(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """An ``$AIRFLOW_HOME`` every user may enter (pytest's own folders are root's alone), removed after."""
+    import os
+    import shutil
+    import tempfile
+
+    if not hasattr(os, "fork") or os.geteuid() != 0:
+        pytest.skip("needs root, to run an import as another user")
+    shared = Path(tempfile.mkdtemp(prefix="costaware-carbon-"))
+    shared.chmod(0o755)
+    monkeypatch.setenv("AIRFLOW_HOME", str(shared / "airflow"))
+    try:
+        yield shared
+    finally:
+        shutil.rmtree(shared)
+
+
+def _group_shared_import(shared: Path, group: int) -> tuple[Path, Path, Path]:
+    """A root-owned GB import, lock file and set-group-ID folder, all of ``group``; the next file to merge."""
+    import os
+
+    header = "timestamp_utc,g_co2eq_per_kwh_lca\n"
+    first = shared / "gb-first.csv"
+    first.write_text(header + "2026-11-20T00:00:00Z,100\n2026-11-20T01:00:00Z,110\n")
+    assert main(["carbon", "import", str(first), "--zone", "GB"]) == 0
+    folder = shared / "airflow" / "costaware" / "carbon"
+    for parent in (shared / "airflow", shared / "airflow" / "costaware"):
+        parent.chmod(0o755)
+    os.chown(folder, 0, group)
+    folder.chmod(0o2775)  # group-shared: its members may add and replace files
+    target, lock = folder / "GB_imported.csv", folder / ".GB_imported.csv.lock"
+    for path in (target, lock):
+        os.chown(path, 0, group)
+        path.chmod(0o644)  # as root's umask 022 made them
+    latest = shared / "gb-latest.csv"
+    latest.write_text(header + "2026-11-20T02:00:00Z,120\n2026-11-20T03:00:00Z,130\n")
+    latest.chmod(0o644)
+    return target, lock, latest
+
+
+def test_a_group_member_merges_into_an_import_whose_lock_file_another_user_made_0644(
+    shared_home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The lock file was opened for append: made 0644 by root's import, it refused a member of the folder's
+    # group the merge, with a PermissionError traceback. flock needs no write access: it is opened read-only.
+    target, lock, latest = _group_shared_import(shared_home, group=4343)
+    code, err = _import_as(4242, 4343, ["carbon", "import", str(latest), "--zone", "GB"])
+    assert code == 0, err
+    start = datetime(2026, 11, 20, tzinfo=timezone.utc)
+    assert len(RecordedCarbon(target.parent, bundled=False).covered_hours("GB", start, 4)) == 4
+    assert target.stat().st_gid == 4343 and lock.stat().st_uid == 0  # the lock file was left as it was
+
+
+def test_a_lock_file_the_user_cannot_open_is_named_with_what_to_do(
+    shared_home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Unreadable to them (0600), or missing in a folder they may not write: a traceback, not what to do.
+    import os
+
+    target, lock, latest = _group_shared_import(shared_home, group=4343)
+    before = target.read_bytes()
+    lock.chmod(0o600)
+    code, err = _import_as(4242, 4343, ["carbon", "import", str(latest), "--zone", "GB"])
+    assert code == 2, err
+    assert f"cannot open the lock file {lock} (Permission denied): nothing was imported" in err
+    assert f"chmod g+r {lock}" in err
+    lock.unlink()
+    target.parent.chmod(0o755)  # the group may no longer create files in it
+    os.chown(target.parent, 0, 0)
+    code, err = _import_as(4242, 4343, ["carbon", "import", str(latest), "--zone", "GB"])
+    assert code == 2, err
+    assert f"cannot open the lock file {lock} (Permission denied)" in err
+    assert f"write access to {target.parent}" in err
+    assert target.read_bytes() == before and not lock.exists()

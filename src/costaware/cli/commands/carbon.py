@@ -417,11 +417,26 @@ def _locked(target: Path) -> Iterator[None]:
 
     Two imports of one zone at once both read the earlier import (or found none), and the later write lost
     the other's records. The lock file stays: removing it would let a third import lock a new file while a
-    waiter still locks the old one.
+    waiter still locks the old one. It is opened read-only, as ``flock`` needs no more: opened for append, one
+    that another user's import made 0644 refused the group's other members the merge.
+
+    Raises:
+        ConfigurationError: the lock file cannot be opened (unreadable, or missing in a folder this user may
+            not write), naming it and what to do.
     """
     import fcntl
+    import os
 
-    with target.with_name(f".{target.name}.lock").open("a") as lock:
+    path = target.with_name(f".{target.name}.lock")
+    try:
+        # 0664 less the umask: locking needs no write access, but an earlier release opened it to append.
+        handle = os.open(path, os.O_RDONLY | os.O_CREAT | os.O_CLOEXEC, 0o664)
+    except OSError as e:
+        raise ConfigurationError(
+            f"cannot open the lock file {path} ({e.strerror}): nothing was imported; an import needs read "
+            f"access to it (chmod g+r {path} for the group) and write access to {path.parent}"
+        ) from e
+    with os.fdopen(handle, "rb") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
         yield
 
