@@ -679,14 +679,14 @@ def test_a_single_record_is_checked_against_the_earlier_import_as_the_lock_finds
     # it: an import of the zone finishing in between (here to 03:00) left the record checked against an
     # end (02:00) the merge no longer had, and it replaced the 02:00 record with its guessed hour.
     from costaware.adapters.carbon_data import carbon_from_text
-    from costaware.cli.commands import carbon
+    from costaware.cli.commands import carbon_import
 
     header = "timestamp_utc,g_co2eq_per_kwh_lca\n"
     earlier = tmp_path / "gb-hours.csv"
     earlier.write_text(header + "2026-11-20T00:00:00Z,100\n2026-11-20T01:00:00Z,110\n")
     assert main(["carbon", "import", str(earlier), "--zone", "GB"]) == 0
     target = home / "GB_imported.csv"
-    locked = carbon._locked
+    locked = carbon_import._locked
 
     @contextlib.contextmanager
     def another_import_first(path: Path) -> Iterator[None]:
@@ -694,7 +694,7 @@ def test_a_single_record_is_checked_against_the_earlier_import_as_the_lock_finds
         with locked(path):
             yield
 
-    monkeypatch.setattr(carbon, "_locked", another_import_first)
+    monkeypatch.setattr(carbon_import, "_locked", another_import_first)
     parsed: list[str] = []
     parse = carbon_from_text
     monkeypatch.setattr(

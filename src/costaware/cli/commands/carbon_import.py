@@ -1,0 +1,298 @@
+"""``costaware carbon import``: check a recorded intensity file and add it to the zone's imported file.
+
+The file is checked in the shared CSV format and copied into the carbon folder, where the recorded source
+finds it; a second import of a zone merges with the first, under a lock that keeps two at once from losing
+each other's records.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import csv
+import io
+import re
+import stat
+import sys
+from datetime import datetime
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from costaware.core.errors import ConfigurationError
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+    from costaware.core.series import PriceSeries
+
+
+def import_file(args: argparse.Namespace) -> int:
+    """Check a recorded intensity CSV and copy it into the carbon folder as the zone's imported file."""
+    from costaware.adapters.carbon_data import (
+        known_grid_zones,
+        unreadable_carbon_file,
+        zone_hint,
+    )
+    from costaware.adapters.carbon_source import (
+        bundled_year_end_step,
+        carbon_folder,
+        recorded_end,
+        write_atomically,
+        zone_of,
+    )
+    from costaware.adapters.object_store.location import named_or_expanded
+    from costaware.core.errors import InvalidPriceDataError
+
+    zone = args.zone.strip()
+    if not zone or any(mark in zone for mark in "_/ \t") or zone.startswith("."):
+        # "DE_LU" or "DE LU" for DE-LU: the zone meant, where the marks stand for its hyphen.
+        dashed = re.sub(r"[_ \t]+", "-", zone).strip("-").upper()
+        meant = next((z for z in known_grid_zones() if z.upper() == dashed), None)
+        raise ConfigurationError(
+            f"zone {args.zone!r} is not a grid zone name (e.g. GB, DE-LU: no '_', '/', space or leading '.')"
+            + (f": did you mean {meant!r}?" if meant else "")
+        )
+
+    known = {name.upper(): name for name in known_grid_zones()}
+    if zone not in known.values() and zone.upper() in known:
+        # Zones are looked up exactly: a file imported as "gb" would never be read for GB.
+        raise ConfigurationError(f"zone {zone!r}: grid zone names are written {known[zone.upper()]!r}")
+    hint = zone_hint(zone) if zone not in known.values() else ""
+    if hint:
+        # Imported as "CAISO" or "us-west-1", it is a zone of its own that no task of the region reads.
+        raise ConfigurationError(f"zone {zone!r}: {hint.strip()} Import it under the zone's id")
+    path = named_or_expanded(args.file, what="carbon intensity file", example="/data/GB.csv")
+    named = zone_of(path)
+    if named != zone and named in known.values():
+        print(
+            f"costaware: warning: {path.name} is named for zone {named!r}; it is imported as {zone!r}, as "
+            "--zone says",
+            file=sys.stderr,
+        )
+    try:
+        data = path.read_bytes()
+        text = data.decode("utf-8")
+    except OSError as e:
+        raise unreadable_carbon_file(path, e, zone_instead=False) from e
+    except UnicodeDecodeError as e:
+        raise InvalidPriceDataError(f"{path.name} is not UTF-8 text: nothing was imported") from e
+    try:
+        series = _check_columns(text, path.name)
+    except InvalidPriceDataError as e:
+        raise InvalidPriceDataError(f"{e}; nothing was imported") from e
+    folder = carbon_folder()
+    target = folder / f"{zone}_imported.csv"
+    # Where the bundled year ends, a record takes its step, as reading the file there does.
+    one_step = bundled_year_end_step(zone, series.start) if len(series) == 1 else None
+    unplaced = len(series) == 1 and one_step is None  # one record nothing gives a step to, yet
+    if unplaced and not target.exists():
+        raise _one_record_error(path.name, series, zone, folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    hours = len({at.replace(minute=0, second=0) for at, _ in series.points})  # half-hourly rows are not hours
+    records = "" if hours == len(series) else f" in {len(series)} records"
+    imported = (
+        f"imported {hours} hour(s){records} of {zone} carbon intensity from {path.name} "
+        f"({series.start:%Y-%m-%d %H:%M} to {series.last:%Y-%m-%d %H:%M} UTC) into {target}"
+    )
+    with _locked(target):
+        if not target.exists():
+            if unplaced:  # the earlier import was there before the lock
+                raise _one_record_error(path.name, series, zone, folder)
+            write_atomically(target, data, mode=_new_file_mode())
+            print(imported)
+            return 0
+        # Read and checked under the lock, once: checked before it, the one-record check could pass on an
+        # end that another import of the zone moved before the merge read the file again.
+        earlier_text, earlier = _earlier_import(target, path.name)
+        new_end = recorded_end(series)
+        if len(series) == 1 and recorded_end(earlier) != series.start:
+            if one_step is None:
+                # Its end was guessed an hour on: merged into a half-hourly import at 23:30, it took 00:00.
+                raise _one_record_error(path.name, series, zone, folder)
+            new_end = series.start + one_step
+        # A second import of the zone replaced the first: imported month by month, earlier months were lost.
+        merged, added, replaced, kept = _merged_import(
+            target, earlier_text, text, path.name, series, new_end=new_end
+        )
+        # The mode and owner it had: the temporary file's 0600 kept other users of the group out, and a merge
+        # by another user left the file theirs (their group's), which a 0640 import's group could not read.
+        earlier_stat = target.stat()
+        write_atomically(
+            target,
+            merged.encode("utf-8"),
+            mode=stat.S_IMODE(earlier_stat.st_mode),
+            owner=(earlier_stat.st_uid, earlier_stat.st_gid),
+        )
+    print(f"{imported}: {added} hour(s) added, {replaced} replaced, {kept} kept from the earlier import")
+    return 0
+
+
+def _one_record_error(name: str, series: PriceSeries, zone: str, folder: Path) -> Exception:
+    """The refusal of a one-record file that neither the earlier import's end nor the bundled year places.
+
+    Reading places one more case, a record just before another file of the zone (it stands until that file
+    begins), which a merge into one import cannot tell apart: the refusal says how to keep it that way.
+    """
+    from costaware.core.errors import InvalidPriceDataError
+
+    return InvalidPriceDataError(
+        f"{name} holds one record ({series.start:%Y-%m-%d %H:%M} UTC): the format declares no step, and "
+        "one record cannot tell an hour from half an hour, so where it ends is unknown; nothing was "
+        "imported: add the record after it (the next hour or half hour), or, where another "
+        f"{zone} file begins within the hour after it, copy it into {folder} as {zone}_<name>.csv beside "
+        "that file: read there, it stands until that file begins"
+    )
+
+
+def _earlier_import(target: Path, name: str) -> tuple[str, PriceSeries]:
+    """The earlier import at ``target``: its text and its series, every intensity column checked.
+
+    Raises:
+        InvalidPriceDataError: it cannot be read or is malformed (a merge with it would write nothing).
+    """
+    from costaware.core.errors import InvalidPriceDataError
+
+    try:
+        text = target.read_text(encoding="utf-8")
+        return text, _check_columns(text, target.name)
+    except (OSError, UnicodeDecodeError, InvalidPriceDataError) as e:
+        raise InvalidPriceDataError(
+            f"cannot merge {name} with the earlier import {target.name}: {e}; nothing was imported: fix it, "
+            f"or delete {target} to start over, then import again"
+        ) from e
+
+
+def _new_file_mode() -> int:
+    """0666 less the process's umask: the mode ``open`` gives a new file (a temporary file gets 0600).
+
+    The umask is read from ``/proc/self/status`` where Linux shows it: ``os.umask`` reads it only by setting
+    it, for every thread at once.
+    """
+    import os
+
+    with contextlib.suppress(OSError):
+        found = re.search(r"^Umask:\s*([0-7]+)$", Path("/proc/self/status").read_text(), re.MULTILINE)
+        if found:
+            return 0o666 & ~int(found.group(1), 8)
+    mask = os.umask(0o077)  # set for a moment: 077 can only make a file another thread creates stricter
+    os.umask(mask)
+    return 0o666 & ~mask
+
+
+@contextlib.contextmanager
+def _locked(target: Path) -> Iterator[None]:
+    """Hold an exclusive lock on ``target`` (its lock file beside it) from the read to the write.
+
+    Two imports of one zone at once both read the earlier import (or found none), and the later write lost
+    the other's records. The lock file stays: removing it would let a third import lock a new file while a
+    waiter still locks the old one. It is opened read-only, as ``flock`` needs no more: opened for append, one
+    that another user's import made 0644 refused the group's other members the merge.
+
+    Raises:
+        ConfigurationError: the lock file cannot be opened (unreadable, or missing in a folder this user may
+            not write), naming it and what to do.
+    """
+    import fcntl
+    import os
+
+    path = target.with_name(f".{target.name}.lock")
+    try:
+        # 0664 less the umask: locking needs no write access, but an earlier release opened it to append.
+        handle = os.open(path, os.O_RDONLY | os.O_CREAT | os.O_CLOEXEC, 0o664)
+    except OSError as e:
+        raise ConfigurationError(
+            f"cannot open the lock file {path} ({e.strerror}): nothing was imported; an import needs read "
+            f"access to it (chmod g+r {path} for the group) and write access to {path.parent}"
+        ) from e
+    with os.fdopen(handle, "rb") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        yield
+
+
+def _check_columns(text: str, source: str) -> PriceSeries:
+    """The file's lca series, once every intensity column it has is checked.
+
+    Every column is read by some source (``RecordedCarbon(basis="direct")``): a bad one passed the import
+    and failed there, far from the file.
+    """
+    from costaware.adapters.carbon_data import INTENSITY_COLUMNS, carbon_from_text
+
+    header = next(csv.reader(io.StringIO(text.lstrip("\ufeff"))), [])
+    series = carbon_from_text(text, source=source)
+    for basis, column in INTENSITY_COLUMNS.items():
+        if basis != "lca" and column in header:
+            carbon_from_text(text, source=source, basis=basis)
+    return series
+
+
+def _instant(timestamp: str) -> datetime:
+    from costaware.core.series import parse_instant
+
+    return parse_instant(timestamp, name="timestamp_utc")
+
+
+def _hour(instant: datetime) -> datetime:
+    return instant.replace(minute=0, second=0, microsecond=0)
+
+
+def _merged_import(
+    target: Path,
+    earlier_text: str,
+    text: str,
+    name: str,
+    series: PriceSeries,
+    *,
+    new_end: datetime,
+) -> tuple[str, int, int, int]:
+    """The earlier import at ``target`` (``earlier_text``, checked) merged with the checked ``text``.
+
+    The new file replaces the earlier records from its first record up to its end (its last record plus its
+    own step), record by record: merged hour by hour, a half-hourly file starting at :30 dropped the earlier
+    :00 record of that hour, and an hourly import followed by a file starting 23:30 lost 23:00 to a gap.
+    Returns the merged CSV and the hours added, replaced (given a new value) and kept whole from the earlier
+    import. Raises, writing nothing, where the merged file would not be a valid import (a gap between the
+    two, or hours without a value of an intensity column only one of them has). ``new_end`` is the new
+    file's end: its recorded end, or where its records cannot tell it (one record where the bundled year
+    ends), that record plus the year's step.
+    """
+    from costaware.adapters.carbon_data import INTENSITY_COLUMNS
+    from costaware.core.errors import InvalidPriceDataError
+
+    start_over = f"or delete {target} to start over, then import again"
+    earlier = csv.DictReader(io.StringIO(earlier_text.lstrip("\ufeff")))
+    newer = csv.DictReader(io.StringIO(text.lstrip("\ufeff")))
+    # Each row's time parsed once: the hours, the span replaced and the order were parsed apart, three times.
+    earlier_rows = [(_instant(row["timestamp_utc"]), row) for row in earlier]
+    newer_rows = [(_instant(row["timestamp_utc"]), row) for row in newer]
+    earlier_columns, newer_columns = list(earlier.fieldnames or []), list(newer.fieldnames or [])
+    new_hours = {_hour(at) for at, _ in newer_rows}
+    old_hours = {_hour(at) for at, _ in earlier_rows}
+    kept_rows = [(at, row) for at, row in earlier_rows if not series.start <= at < new_end]
+    intensity = set(INTENSITY_COLUMNS.values())
+    differ = sorted((set(earlier_columns) ^ set(newer_columns)) & intensity)
+    if kept_rows and differ:
+        # A column only one file has would be blank for the other's hours: the merged file unreadable.
+        raise InvalidPriceDataError(
+            f"cannot merge {name} with the earlier import {target.name}: only one of them has "
+            f"{', '.join(differ)} (its header is {newer_columns!r}, the earlier import's "
+            f"{earlier_columns!r}); "
+            f"nothing was imported: give {name} the same intensity columns, {start_over}"
+        )
+    # Every earlier hour replaced: the new file alone, without columns of the earlier one left blank.
+    columns = newer_columns + [c for c in earlier_columns if c not in newer_columns and kept_rows]
+    rows = [row for _, row in sorted(kept_rows + newer_rows, key=lambda timed: timed[0])]
+    out = io.StringIO()
+    writer = csv.DictWriter(out, fieldnames=columns, restval="", extrasaction="ignore", lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(rows)
+    merged = out.getvalue()
+    try:
+        _check_columns(merged, f"{target.name} merged with {name}")
+    except InvalidPriceDataError as e:
+        # Months apart (January, then March): one file cannot hold a gap of hours.
+        raise InvalidPriceDataError(
+            f"{e}; nothing was imported: import the hours between first, or keep {name} apart by copying it "
+            f"into {target.parent} as {target.name.partition('_')[0]}_<name>.csv (every such file is read), "
+            f"{start_over}"
+        ) from e
+    return merged, len(new_hours - old_hours), len(new_hours & old_hours), len(old_hours - new_hours)
