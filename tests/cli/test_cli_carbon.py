@@ -986,3 +986,28 @@ def test_a_lock_file_the_user_cannot_open_is_named_with_what_to_do(
     assert f"cannot open the lock file {lock} (Permission denied)" in err
     assert f"write access to {target.parent}" in err
     assert target.read_bytes() == before and not lock.exists()
+
+
+def test_a_folder_the_user_cannot_write_is_named_with_what_to_do(shared_home: Path) -> None:
+    # The lock file readable, the folder not theirs to write: the merge's temporary file raised a
+    # PermissionError traceback, where the lock file's refusal says what to do.
+    import os
+    import shutil
+
+    target, lock, latest = _group_shared_import(shared_home, group=4343)
+    before = target.read_bytes()
+    os.chown(target.parent, 0, 0)
+    target.parent.chmod(0o755)
+    code, err = _import_as(4242, 4343, ["carbon", "import", str(latest), "--zone", "GB"])
+    assert code == 2, err
+    assert f"cannot write {target} (Permission denied): nothing was imported" in err
+    assert f"write access to {target.parent}" in err
+    assert target.read_bytes() == before and sorted(p.name for p in target.parent.iterdir()) == [
+        lock.name,
+        target.name,
+    ]
+    shutil.rmtree(target.parent)  # and where it would make the carbon folder, in one it may not write
+    code, err = _import_as(4242, 4343, ["carbon", "import", str(latest), "--zone", "GB"])
+    assert code == 2, err
+    assert f"cannot write {target} (Permission denied): nothing was imported" in err
+    assert not target.parent.exists()

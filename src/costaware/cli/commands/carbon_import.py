@@ -37,7 +37,6 @@ def import_file(args: argparse.Namespace) -> int:
         bundled_year_end_step,
         carbon_folder,
         recorded_end,
-        write_atomically,
         zone_of,
     )
     from costaware.adapters.object_store.location import named_or_expanded
@@ -87,7 +86,10 @@ def import_file(args: argparse.Namespace) -> int:
     unplaced = len(series) == 1 and one_step is None  # one record nothing gives a step to, yet
     if unplaced and not target.exists():
         raise _one_record_error(path.name, series, zone, folder)
-    folder.mkdir(parents=True, exist_ok=True)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise _cannot_write(target, e) from e
     hours = len({at.replace(minute=0, second=0) for at, _ in series.points})  # half-hourly rows are not hours
     records = "" if hours == len(series) else f" in {len(series)} records"
     imported = (
@@ -98,7 +100,7 @@ def import_file(args: argparse.Namespace) -> int:
         if not target.exists():
             if unplaced:  # the earlier import was there before the lock
                 raise _one_record_error(path.name, series, zone, folder)
-            write_atomically(target, data, mode=_new_file_mode())
+            _write(target, data, mode=_new_file_mode())
             print(imported)
             return 0
         # Read and checked under the lock, once: checked before it, the one-record check could pass on an
@@ -117,7 +119,7 @@ def import_file(args: argparse.Namespace) -> int:
         # The mode and owner it had: the temporary file's 0600 kept other users of the group out, and a merge
         # by another user left the file theirs (their group's), which a 0640 import's group could not read.
         earlier_stat = target.stat()
-        write_atomically(
+        _write(
             target,
             merged.encode("utf-8"),
             mode=stat.S_IMODE(earlier_stat.st_mode),
@@ -125,6 +127,25 @@ def import_file(args: argparse.Namespace) -> int:
         )
     print(f"{imported}: {added} hour(s) added, {replaced} replaced, {kept} kept from the earlier import")
     return 0
+
+
+def _write(target: Path, data: bytes, *, mode: int, owner: tuple[int, int] | None = None) -> None:
+    """Write ``target`` atomically; a refusal is told with what to do, not as a traceback."""
+    from costaware.adapters.carbon_source import write_atomically
+
+    try:
+        write_atomically(target, data, mode=mode, owner=owner)
+    except OSError as e:
+        # A group member merging into a folder not the group's to write: its temporary file is refused.
+        raise _cannot_write(target, e) from e
+
+
+def _cannot_write(target: Path, error: OSError) -> ConfigurationError:
+    return ConfigurationError(
+        f"cannot write {target} ({error.strerror}): nothing was imported; an import needs write access to "
+        f"{target.parent} (the file is replaced by a rename): for a group, chgrp it to the group and chmod "
+        "g+ws it"
+    )
 
 
 def _one_record_error(name: str, series: PriceSeries, zone: str, folder: Path) -> Exception:
