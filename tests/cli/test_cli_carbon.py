@@ -905,10 +905,37 @@ def _import_as(uid: int, gid: int, argv: list[str]) -> tuple[int | str, str]:
             os.write(write, json.dumps(result).encode())
             os._exit(0)
     os.close(write)
-    with os.fdopen(read, "rb") as pipe:
-        reported = json.loads(pipe.read() or b'{"code": "no report", "err": ""}')
+    # A child forked from a threaded worker can in principle hang on a lock another thread held at the fork:
+    # bound the wait so such a hang fails this test instead of the whole run.
+    import select
+    import signal
+    import time
+
+    deadline = time.monotonic() + 60
+    chunks = []
+    try:
+        while chunk := _read_within(read, deadline, select):
+            chunks.append(chunk)
+    except TimeoutError:
+        os.kill(child, signal.SIGKILL)
+        os.waitpid(child, 0)
+        pytest.fail(f"the import run as uid {uid} did not end within 60 s")
+    finally:
+        os.close(read)
+    reported = json.loads(b"".join(chunks) or b'{"code": "no report", "err": ""}')
     os.waitpid(child, 0)
     return reported["code"], reported["err"]
+
+
+def _read_within(fd: int, deadline: float, select: Any) -> bytes:
+    """The next bytes of ``fd``, b"" at its end; TimeoutError if none come before ``deadline`` (monotonic)."""
+    import os
+    import time
+
+    ready, _, _ = select.select([fd], [], [], max(0.0, deadline - time.monotonic()))
+    if not ready:
+        raise TimeoutError
+    return os.read(fd, 65536)
 
 
 @pytest.fixture
