@@ -2228,3 +2228,55 @@ def test_the_upload_after_a_success_is_bounded_by_the_bytes_it_moves(
     assert f"{what} has moved nothing for 1.5 s (COSTAWARE_STORE_STALL_SECONDS sets how long)" in stderr
     assert "check that the store answers (a hung mount, a stalled connection); exit 74, retried" in stderr
     assert not job.result.exists()
+
+
+#: Runs costaware-run (argv[1] is the job) with the outputs read from a disk that gives 24 MiB a second, as a
+#: slow mount does: hashing the job's 24 MiB model takes a second, twice the test's 0.5 s bound.
+SLOW_DISK_LAUNCHER = """
+import builtins, sys, time
+from costaware_runtime import launcher, outputs
+
+class SlowDisk:
+    def __init__(self, source):
+        self.source = source
+    def __enter__(self):
+        return self
+    def __exit__(self, *exc):
+        self.source.close()
+    def readable(self):
+        return True
+    def seek(self, *args):
+        return self.source.seek(*args)
+    def read(self, size=-1):
+        data = self.source.read(size)
+        time.sleep(len(data) / (24 << 20))
+        return data
+    def readinto(self, buffer):
+        size = self.source.readinto(buffer)
+        time.sleep(size / (24 << 20))
+        return size
+
+outputs.open = lambda path, mode="r": SlowDisk(builtins.open(path, mode))
+sys.exit(launcher.main(["--", sys.executable, sys.argv[1]]))
+"""
+
+
+def test_hashing_an_output_longer_than_the_stall_bound_is_not_a_stall(make_job: MakeJob) -> None:
+    # Hashing a file reported no progress: one that took longer than the bound to hash turned a job that had
+    # succeeded into exit 74 (retried, and billed again each time). Hashing is work moving, not a stall.
+    model = bytes(range(256)) * (24 << 12)  # 24 MiB
+    job = make_job(
+        f"Path(os.environ['COSTAWARE_OUTPUT_DIR'], 'model.bin').write_bytes(bytes(range(256)) * {24 << 12})\n"
+        "cr.write_metrics({'loss': 0.5})\n"
+    )
+    command = [sys.executable, "-c", SLOW_DISK_LAUNCHER, str(job.script)]
+    done = subprocess.run(
+        command, env=job.env(COSTAWARE_STORE_STALL_SECONDS="0.5"), capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    assert "has moved nothing" not in done.stderr
+    manifest = json.loads((job.outputs / "_costaware_manifest.json").read_text())
+    assert manifest["files"] == [
+        {"path": "model.bin", "bytes": len(model), "sha256": hashlib.sha256(model).hexdigest()}
+    ]
+    assert (job.outputs / "model.bin").read_bytes() == model

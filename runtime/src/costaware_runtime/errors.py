@@ -20,7 +20,10 @@ class StoreError(CostawareRuntimeError):
 
 
 class StoreStalledError(StoreError):
-    """Raised when a checkpoint transfer moved no bytes for ``COSTAWARE_STORE_STALL_SECONDS`` (given up)."""
+    """Raised when a store transfer (a checkpoint's, the outputs' or the result's) moved nothing for too long.
+
+    How long is ``COSTAWARE_STORE_STALL_SECONDS``; the transfer is given up.
+    """
 
 
 class CheckpointChangedError(CostawareRuntimeError):

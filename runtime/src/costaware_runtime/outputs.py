@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from costaware_runtime import _files
 from costaware_runtime._store import Progress
@@ -24,6 +24,10 @@ from costaware_runtime.errors import ContractError, StoreError
 from costaware_runtime.stores import check_key, open_store
 
 log = logging.getLogger(__name__)
+
+#: Bytes hashed between two reports of progress: hashing a large file (minutes on a slow mount) is work
+#: moving, and read as a stall it turned a job that had succeeded into a retried failure.
+_HASH_CHUNK_BYTES = 1 << 20
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,8 +93,9 @@ def upload_outputs(
 ) -> OutputSummary:
     """Upload every file of ``directory`` under ``uri``, then the manifest (with ``metadata`` in it).
 
-    ``progress``, if given, is called with the bytes sent as they go, and with 0 after each file and each
-    other request the store answers (the launcher gives up an upload that reports nothing for a while).
+    ``progress``, if given, is called with the bytes sent as they go, and with 0 after each MiB hashed, each
+    file and each other request the store answers (the launcher gives up an upload that reports nothing for
+    a while).
 
     Raises:
         ContractError: ``directory`` holds no file (nothing is uploaded).
@@ -104,7 +109,7 @@ def upload_outputs(
     for path in files:
         key = path.relative_to(directory).as_posix()
         with open(path, "rb") as source:
-            digest = hashlib.file_digest(source, "sha256").hexdigest()
+            digest = _sha256(source, progress)
             source.seek(0)
             store.put(key, source, progress)
         if progress is not None:
@@ -122,6 +127,16 @@ def upload_outputs(
     )
     log.info("uploaded %s files (%s bytes) to %s", len(entries), total, store.uri)
     return OutputSummary(uri, len(entries), total)
+
+
+def _sha256(source: BinaryIO, progress: Progress | None) -> str:
+    """The sha256 of what ``source`` holds (read to its end), calling ``progress(0)`` after each MiB."""
+    digest = hashlib.sha256()
+    while chunk := source.read(_HASH_CHUNK_BYTES):
+        digest.update(chunk)
+        if progress is not None:
+            progress(0)
+    return digest.hexdigest()
 
 
 def read_manifest(uri: str) -> dict[str, Any] | None:
