@@ -434,6 +434,29 @@ def test_write_atomically_survives_a_mount_that_cannot_sync_a_folder_but_not_a_f
     assert [p.name for p in tmp_path.iterdir()] == ["GB_imported.csv"]
 
 
+def test_write_atomically_raises_an_error_of_fchown_other_than_a_refused_owner(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A refused owner (EPERM, EINVAL, EOPNOTSUPP) leaves the writer's; a failing disk is no refusal: the old
+    # bytes stay and no temporary is left.
+    import errno
+    import os
+
+    from costaware.adapters.carbon_source import write_atomically
+
+    target = tmp_path / "GB_imported.csv"
+    target.write_bytes(b"old")
+
+    def eio(fd: int, uid: int, gid: int) -> None:
+        raise OSError(errno.EIO, "Input/output error")
+
+    monkeypatch.setattr(os, "fchown", eio)
+    with pytest.raises(OSError, match="Input/output error"):
+        write_atomically(target, b"new", owner=(4242, 4343))
+    assert target.read_bytes() == b"old"
+    assert [p.name for p in tmp_path.iterdir()] == ["GB_imported.csv"]
+
+
 def test_an_hour_a_file_ends_inside_is_not_counted_as_covered(tmp_path: Path) -> None:
     # A half-hourly file ending 10:30 counted 10:00-11:00 as recorded, its last value held for the whole hour.
     header = "timestamp_utc,g_co2eq_per_kwh_lca\n"

@@ -672,6 +672,81 @@ def test_a_merge_by_another_user_keeps_the_earlier_files_owner_where_it_may(
     assert (merged.st_uid, merged.st_gid, stat.S_IMODE(merged.st_mode)) == (*owner, 0o640)
 
 
+@pytest.mark.parametrize("refusal", ["EINVAL", "EOPNOTSUPP"])  # ENOTSUP is EOPNOTSUPP on Linux
+def test_a_merge_where_the_earlier_owner_cannot_be_given_keeps_the_writers(
+    refusal: str,
+    home: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # Keeping the earlier owner caught only PermissionError: root in a user namespace where the owner is
+    # unmapped gets EINVAL, some mounts EOPNOTSUPP, and the import failed with a traceback, nothing merged.
+    import errno
+    import logging
+    import os
+    import stat
+
+    header = "timestamp_utc,g_co2eq_per_kwh_lca\n"
+    first = tmp_path / "gb-first.csv"
+    first.write_text(header + "2026-11-20T00:00:00Z,100\n2026-11-20T01:00:00Z,110\n")
+    assert main(["carbon", "import", str(first), "--zone", "GB"]) == 0
+    target = home / "GB_imported.csv"
+    target.chmod(0o640)
+    tried: list[tuple[int, int]] = []
+
+    def refuse(fd: int, uid: int, gid: int) -> None:
+        tried.append((uid, gid))
+        raise OSError(getattr(errno, refusal), os.strerror(getattr(errno, refusal)))
+
+    monkeypatch.setattr(os, "fchown", refuse)
+    latest = tmp_path / "gb-latest.csv"
+    latest.write_text(header + "2026-11-20T02:00:00Z,120\n2026-11-20T03:00:00Z,130\n")
+    with caplog.at_level(logging.DEBUG, logger="costaware.adapters.carbon_source"):
+        assert main(["carbon", "import", str(latest), "--zone", "GB"]) == 0, capsys.readouterr().err
+    assert "2 hour(s) added" in capsys.readouterr().out
+    owner = target.stat()
+    assert tried == [(owner.st_uid, owner.st_gid), (-1, owner.st_gid)]  # the owner, then the group alone
+    assert (owner.st_uid, owner.st_gid, stat.S_IMODE(owner.st_mode)) == (os.geteuid(), os.getegid(), 0o640)
+    assert target.read_text().count("\n") == 5  # the header and four hours
+    said = caplog.text
+    assert f"could not give {target} the group {owner.st_gid}" in said
+    assert os.strerror(getattr(errno, refusal)) in said
+    assert [p.name for p in home.iterdir() if p.name.endswith(".tmp")] == []
+
+
+def test_a_merge_by_root_in_a_user_namespace_where_the_owner_is_unmapped_succeeds(
+    home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The real case of the test above: the earlier import owned by 4242:4343, merged by root in a user
+    # namespace (unshare -U -r) where neither id is mapped, so fchown answers EINVAL.
+    import os
+    import shutil
+    import subprocess
+    import sys
+
+    if os.geteuid() != 0 or shutil.which("unshare") is None:
+        pytest.skip("needs root and unshare to own the import apart and merge it in a user namespace")
+    if subprocess.run(["unshare", "-U", "-r", "true"], capture_output=True).returncode != 0:
+        pytest.skip("this machine does not allow user namespaces")
+    header = "timestamp_utc,g_co2eq_per_kwh_lca\n"
+    first = tmp_path / "gb-first.csv"
+    first.write_text(header + "2026-11-20T00:00:00Z,100\n2026-11-20T01:00:00Z,110\n")
+    assert main(["carbon", "import", str(first), "--zone", "GB"]) == 0
+    target = home / "GB_imported.csv"
+    os.chown(target, 4242, 4343)
+    latest = tmp_path / "gb-latest.csv"
+    latest.write_text(header + "2026-11-20T02:00:00Z,120\n2026-11-20T03:00:00Z,130\n")
+    merge = "import sys; from costaware.cli import main; sys.exit(main(sys.argv[1:]))"
+    command = ["unshare", "-U", "-r", sys.executable, "-c", merge, "carbon", "import", str(latest)]
+    done = subprocess.run([*command, "--zone", "GB"], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "2 hour(s) added" in done.stdout
+    assert target.read_text().count("\n") == 5  # the header and four hours
+    assert (target.stat().st_uid, target.stat().st_gid) == (0, 0)  # the merging root's, as far as it could
+
+
 def test_a_single_record_is_checked_against_the_earlier_import_as_the_lock_finds_it(
     home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import tempfile
@@ -32,7 +33,7 @@ def write_atomically(
     try:
         with os.fdopen(handle, "wb") as out:
             if owner is not None:  # before the mode: a change of owner may clear mode bits
-                _chown_where_allowed(out.fileno(), *owner)
+                _chown_where_allowed(out.fileno(), path, *owner)
             if mode is not None:
                 os.fchmod(out.fileno(), mode)
             out.write(data)
@@ -55,11 +56,27 @@ def write_atomically(
         log.debug("could not sync folder %s after writing %s: %s", path.parent, path.name, e)
 
 
-def _chown_where_allowed(handle: int, uid: int, gid: int) -> None:
-    """Give the open file ``uid`` and ``gid``, else ``gid`` alone, else leave it: as far as allowed."""
-    for ids in ((uid, gid), (-1, gid)):
-        try:
-            os.fchown(handle, *ids)
-            return
-        except PermissionError:
-            continue
+#: What fchown answers where an owner cannot be given, which leaves the writer's: not allowed (EPERM, EACCES),
+#: an id this user namespace does not map (EINVAL, as root in ``unshare -U -r``), a filesystem without owners
+#: (ENOTSUP/EOPNOTSUPP, which differ on some platforms).
+_OWNER_REFUSED = frozenset({errno.EPERM, errno.EACCES, errno.EINVAL, errno.ENOTSUP, errno.EOPNOTSUPP})
+
+
+def _chown_where_allowed(handle: int, path: Path, uid: int, gid: int) -> None:
+    """Give the open file ``uid`` and ``gid``, else ``gid`` alone, else leave it: as far as allowed.
+
+    ``path`` is the file it will replace, named in the log. Other errors than a refused owner are raised.
+    """
+    try:
+        os.fchown(handle, uid, gid)
+        return
+    except OSError as e:
+        if e.errno not in _OWNER_REFUSED:
+            raise
+        log.debug("could not give %s the owner %s:%s (%s): trying the group alone", path, uid, gid, e)
+    try:
+        os.fchown(handle, -1, gid)
+    except OSError as e:
+        if e.errno not in _OWNER_REFUSED:
+            raise
+        log.debug("could not give %s the group %s (%s): it keeps the writer's", path, gid, e)
