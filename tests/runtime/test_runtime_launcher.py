@@ -2264,14 +2264,15 @@ sys.exit(launcher.main(["--", sys.executable, sys.argv[1]]))
 def test_hashing_an_output_longer_than_the_stall_bound_is_not_a_stall(make_job: MakeJob) -> None:
     # Hashing a file reported no progress: one that took longer than the bound to hash turned a job that had
     # succeeded into exit 74 (retried, and billed again each time). Hashing is work moving, not a stall.
-    model = bytes(range(256)) * (24 << 12)  # 24 MiB
+    # 64 MiB at 24 MiB/s: ~2.7 s of hashing against a 1.5 s bound; a 1 MiB chunk ~0.04 s leaves a busy CI room
+    model = bytes(range(256)) * (64 << 12)
     job = make_job(
-        f"Path(os.environ['COSTAWARE_OUTPUT_DIR'], 'model.bin').write_bytes(bytes(range(256)) * {24 << 12})\n"
+        f"Path(os.environ['COSTAWARE_OUTPUT_DIR'], 'model.bin').write_bytes(bytes(range(256)) * {64 << 12})\n"
         "cr.write_metrics({'loss': 0.5})\n"
     )
     command = [sys.executable, "-c", SLOW_DISK_LAUNCHER, str(job.script)]
     done = subprocess.run(
-        command, env=job.env(COSTAWARE_STORE_STALL_SECONDS="0.5"), capture_output=True, text=True, timeout=60
+        command, env=job.env(COSTAWARE_STORE_STALL_SECONDS="1.5"), capture_output=True, text=True, timeout=60
     )
     assert done.returncode == 0, done.stderr
     assert "has moved nothing" not in done.stderr
