@@ -382,3 +382,40 @@ def test_a_drain_that_writes_an_entry_past_a_budgets_gpu_hour_cap_says_so(
     assert usage.spent_gpu_hours == Decimal("12") and usage.spent_usd == Decimal("3")
     assert f"took budget {usage.name} past its GPU-hour cap: spent 12 GPU-hours of its 10" in said
     assert "waited" in said and "$" not in said.split("past its")[1].split(".")[0]
+
+
+def test_a_drained_unsure_bill_is_recorded_once_and_never_grows_its_tasks_hold_back(
+    billed_ledger: Ledger, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The kept file says retrying (kept as a retry's bill is): drained after a person marked it another
+    # run's, record_and_settle paid it from the task's open hold and grew that hold back by $1 for a retry
+    # that never comes ($5 held -> $6 committed).
+    from attempt_states import CAPTURED  # tests/support/
+
+    from costaware.ledger_spool import drain
+    from costaware.remote_billing import KilledTrainingBilling
+    from costaware.training.attempt_effects import task_holder
+    from costaware.training.attempts import AttemptState
+    from costaware.training.plan import RemotePlan
+
+    monkeypatch.setenv("AIRFLOW_HOME", str(tmp_path / "airflow"))
+    spool = tmp_path / "airflow" / "costaware" / "spool"
+    plan = RemotePlan.from_json(CAPTURED)
+    ident = plan.identity
+    _record_a_row_of_the_job_that_gives_no_end(billed_ledger, ident)
+    billed_ledger.set_budget("*", "month", "10")
+    hold = billed_ledger.reserve("*", "5.00", holder=task_holder(plan), run_id=ident["run_id"])
+    state = AttemptState(plan=plan).submitted(job_id="train-a1", market="on_demand")
+    billing = KilledTrainingBilling(
+        ledger_conn_id="costaware_ledger", aws_conn_id=None, log=logging.getLogger(__name__)
+    )
+    billing._bill_attempt(state, {**ENDED_JOB, "ended_at": time.time() - 3 * 3600}, None)
+    (kept,) = (spool / "unsure").glob("*.json")
+    kept.write_text(json.dumps({**json.loads(kept.read_text()), "another_run": True}))
+    kept.replace(spool / kept.name)
+    assert drain(spool, lambda conn_id: billed_ledger).written == 1
+    (open_hold,) = billed_ledger.open_holds_of(task_holder(plan))
+    assert (open_hold.id, open_hold.usd) == (hold.id, Decimal("5.00"))
+    assert billed_ledger.paid_from([hold.id]).get(hold.id, Decimal(0)) == 0
+    (usage,) = billed_ledger.usage("*")
+    assert (usage.spent_usd, usage.reserved_usd) == (Decimal("3"), Decimal("5"))  # $2 older row + $1 bill

@@ -31,7 +31,7 @@ from typing import Any
 
 from costaware.glue import DEFAULT_LEDGER_CONN_ID
 from costaware.settings import costaware_home
-from costaware.spool_settle import _plain
+from costaware.spool_settle import _plain, record_unsure
 from costaware.spool_settle import record_and_settle as record_and_settle  # imported from here by callers
 
 log = logging.getLogger(__name__)
@@ -267,7 +267,10 @@ def drain(
                 _keep_unsure(claimed, path.name, data, unknown)
                 result.unsure += 1
                 continue
-            record(ledger, entry, retrying=bool(data.get("retrying", False)))
+            if data.get("another_run"):
+                record_unsure(ledger, entry)  # a person's from spool/unsure: never the task's hold
+            else:
+                record(ledger, entry, retrying=bool(data.get("retrying", False)))
             _say_if_past_cap(ledger, entry)
         except LEDGER_UNREADABLE as e:
             # Down again, or its database not made (the deployment's to fix, not the entry's fault): the

@@ -16,6 +16,33 @@ from typing import Any
 log = logging.getLogger("costaware.ledger_spool")
 
 
+def unsure_holder(entry: Any) -> str:
+    """The holder of the hold of ``entry``'s bill kept in ``spool/unsure``: ``<task holder>/unsure/<uid>``.
+
+    Not a task's holder form (``read_holder`` reads none from it), so the run's end, which releases its
+    tasks' holds, leaves it open: the bill's money is spent whatever the run does.
+    """
+    from costaware.core.ledger import reservation_holder
+
+    task = reservation_holder(entry.dag_id, entry.run_id, entry.task_id, entry.map_index)
+    return f"{task}/unsure/{entry.entry_uid}"
+
+
+def record_unsure(ledger: Any, entry: Any) -> None:
+    """Record a bill a person moved back from ``spool/unsure`` (``another_run``): paid from its own hold.
+
+    Its file says ``retrying`` (kept as a retry's bill is), but its try is long over: paid from the task's
+    hold and the hold grown back (:func:`record_and_settle`), a finished task held money for a retry that
+    never comes, and the bill's own hold counted it a second time. Settled from the hold kept for it
+    (:func:`unsure_holder`) where there is one, else recorded alone: every dollar counted once.
+    """
+    hold = ledger.reservation_to_settle(unsure_holder(entry))
+    if hold is None:
+        ledger.record(entry)
+        return
+    ledger.settle(hold.id, entry.usd, entry=replace(entry, reservation_id=hold.id))
+
+
 def record_and_settle(ledger: Any, entry: Any, *, retrying: bool = False) -> None:
     """Record ``entry``, settling its task's reservation with it where the task holds one.
 
