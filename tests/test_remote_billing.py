@@ -6,6 +6,7 @@ import json
 import logging
 import time
 from collections.abc import Iterator
+from datetime import timedelta
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -419,3 +420,100 @@ def test_a_drained_unsure_bill_is_recorded_once_and_never_grows_its_tasks_hold_b
     assert billed_ledger.paid_from([hold.id]).get(hold.id, Decimal(0)) == 0
     (usage,) = billed_ledger.usage("*")
     assert (usage.spent_usd, usage.reserved_usd) == (Decimal("3"), Decimal("5"))  # $2 older row + $1 bill
+
+
+def _keep_a_bill_unsure(ledger: Ledger, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Any, Path]:
+    """A direct bill of $1 (tags project=churn) kept in spool/unsure beside a row that gives no end."""
+    from attempt_states import CAPTURED  # tests/support/
+
+    from costaware.remote_billing import KilledTrainingBilling
+    from costaware.training.attempts import AttemptState
+    from costaware.training.plan import RemotePlan
+
+    monkeypatch.setenv("AIRFLOW_HOME", str(tmp_path / "airflow"))
+    plan = RemotePlan.from_json({**CAPTURED, "tags": {"project": "churn"}})
+    _record_a_row_of_the_job_that_gives_no_end(ledger, plan.identity)
+    state = AttemptState(plan=plan).submitted(job_id="train-a1", market="on_demand")
+    billing = KilledTrainingBilling(
+        ledger_conn_id="costaware_ledger", aws_conn_id=None, log=logging.getLogger(__name__)
+    )
+    billing._bill_attempt(state, {**ENDED_JOB, "ended_at": time.time() - 3 * 3600}, None)
+    (kept,) = (tmp_path / "airflow" / "costaware" / "spool" / "unsure").glob("*.json")
+    return billing.unsure_bill, kept
+
+
+@pytest.mark.parametrize(
+    ("held_by_others", "held_for_bill"),
+    [
+        ("0", "1.00"),  # room enough: the whole bill is held
+        ("2.00", "0.50"),  # $0.50 left of the $2.50 cap: that much is held, and the cap is passed
+        ("2.50", None),  # no room left: nothing is held, the cap is passed
+    ],
+)
+def test_a_bill_kept_unsure_is_held_in_its_budgets_until_drained_and_then_counted_once(
+    held_by_others: str,
+    held_for_bill: str | None,
+    billed_ledger: Ledger,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # A bill kept in spool/unsure was counted by no budget until a person drained it: other runs spent its
+    # room meanwhile, and the budget was passed by money spent long before.
+    from costaware.core.ledger import utcnow
+    from costaware.ledger_spool import drain
+    from costaware.spool_settle import UNSURE_HOLD_TTL, unsure_holder
+
+    billed_ledger.set_budget("project=churn", "month", "2.50")
+    if held_by_others != "0":
+        billed_ledger.reserve("project=churn", held_by_others, holder="another/run/task/-1")
+    with caplog.at_level(logging.WARNING, logger="costaware.ledger_spool"):
+        unsure_bill, kept = _keep_a_bill_unsure(billed_ledger, tmp_path, monkeypatch)
+    data = json.loads(kept.read_text())
+    from costaware.core.ledger import entry_from_json
+
+    entry = entry_from_json(data["entry"])
+    holds = billed_ledger.open_holds_of(unsure_holder(entry))
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    if held_for_bill is None:
+        assert holds == [] and unsure_bill.hold is None
+    else:
+        (hold,) = holds
+        assert hold.usd == Decimal(held_for_bill) and unsure_bill.hold == hold
+        assert hold.expires_at - utcnow() > UNSURE_HOLD_TTL - timedelta(minutes=5)
+    (usage,) = billed_ledger.usage("project=churn")
+    if held_for_bill == "1.00":
+        assert warnings == []
+    else:
+        (said,) = warnings
+        assert f"the bill {entry.entry_uid} kept in spool/unsure is $1.00 already spent" in said
+        assert f"budget '{usage.name}' (cap $2.50" in said
+    # Marked another run's and drained: paid from its hold, every dollar counted once.
+    kept.write_text(json.dumps({**data, "another_run": True}))
+    kept.replace(kept.parent.parent / kept.name)
+    assert drain(kept.parent.parent, lambda conn_id: billed_ledger).written == 1
+    (usage,) = billed_ledger.usage("project=churn")
+    assert (usage.spent_usd, usage.reserved_usd) == (Decimal("1"), Decimal(held_by_others))
+    assert billed_ledger.open_holds_of(unsure_holder(entry)) == []
+
+
+def test_a_drain_that_keeps_a_spooled_bill_unsure_holds_it_in_its_budgets(
+    billed_ledger: Ledger, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A bill spooled while the ledger was down and kept unsure by the drain: the drain has the ledger, and
+    # held nothing for it.
+    from costaware.core.ledger import entry_from_json
+    from costaware.ledger_spool import drain
+    from costaware.spool_settle import unsure_holder
+
+    billed_ledger.set_budget("project=churn", "month", "10")
+    unsure_bill, kept = _keep_a_bill_unsure(billed_ledger, tmp_path, monkeypatch)
+    billed_ledger.release(unsure_bill.hold.id)  # as if kept with no hold: spooled while the ledger was down
+    spool = kept.parent.parent
+    kept.replace(spool / kept.name)
+    assert drain(spool, lambda conn_id: billed_ledger).unsure == 1
+    entry = entry_from_json(json.loads((spool / "unsure" / kept.name).read_text())["entry"])
+    (hold,) = billed_ledger.open_holds_of(unsure_holder(entry))
+    assert hold.usd == Decimal("1")
+    (usage,) = billed_ledger.usage("project=churn")
+    assert (usage.spent_usd, usage.reserved_usd) == (Decimal(0), Decimal("1"))

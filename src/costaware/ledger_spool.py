@@ -31,7 +31,7 @@ from typing import Any
 
 from costaware.glue import DEFAULT_LEDGER_CONN_ID
 from costaware.settings import costaware_home
-from costaware.spool_settle import _plain, record_unsure
+from costaware.spool_settle import _plain, hold_unsure, record_unsure
 from costaware.spool_settle import record_and_settle as record_and_settle  # imported from here by callers
 
 log = logging.getLogger(__name__)
@@ -264,7 +264,7 @@ def drain(
                 continue
             unknown = None if data.get("another_run") else _row_of_unknown_run(ledger, data)
             if unknown is not None:
-                _keep_unsure(claimed, path.name, data, unknown)
+                _keep_unsure(claimed, path.name, data, unknown, ledger, entry)
                 result.unsure += 1
                 continue
             if data.get("another_run"):
@@ -387,16 +387,20 @@ def _moved_to(claimed: Path, name: str, why: str, kept_in: str) -> Path | None:
     return folder
 
 
-def _keep_unsure(claimed: Path, name: str, data: dict[str, Any], row: dict[str, Any]) -> None:
+def _keep_unsure(
+    claimed: Path, name: str, data: dict[str, Any], row: dict[str, Any], ledger: Any, entry: Any
+) -> None:
     """Keep a spooled bill in ``spool/unsure`` for a person: the ledger cannot tell whether it is billed.
 
     Written, a run that a new try billed under an older note (no end) counted twice; dropped, a later run's
-    bill stood for it. Not written, then, and logged whole: what the person looks at and does.
+    bill stood for it. Not written, then, and logged whole: what the person looks at and does. Its money is
+    held in its budgets meanwhile (:func:`~costaware.spool_settle.hold_unsure`).
     """
     unsure = _moved_to(claimed, name, "its run unsure", UNSURE)
     if unsure is None:
         return
     _say_kept_unsure(f"spooled {name}", data, row, unsure, claimed.parent)
+    hold_unsure(ledger, entry)
 
 
 #: Why a bill beside ``row`` is not written (:func:`_row_args` gives its arguments).
@@ -433,10 +437,17 @@ class UnsureBill:
     path: Path | None
     #: The dollars the file holds, as written there (None: it holds none that can be read).
     file_usd: str | None = None
+    #: The budget hold taken for the kept bill (:func:`~costaware.spool_settle.hold_unsure`); None: none.
+    hold: Any = None
 
 
 def keep_unsure(
-    entry: Any, ledger_conn_id: str, duplicate_check: dict[str, Any], row: dict[str, Any]
+    entry: Any,
+    ledger_conn_id: str,
+    duplicate_check: dict[str, Any],
+    row: dict[str, Any],
+    *,
+    ledger: Any = None,
 ) -> UnsureBill:
     """Keep a remote attempt's bill, not written, in ``spool/unsure`` for a person (the direct bill's path).
 
@@ -444,6 +455,8 @@ def keep_unsure(
     no end, so whether that row bills this run cannot be told. Said at ERROR, with what to do; returns what
     was decided, which is all the caller says afterwards: where the bill is not kept (no file could be
     written, or an earlier try's cannot be read or holds another figure), the whole bill is in the log.
+    ``ledger``: where the kept file's figure is held in its budgets until a person drains or drops it
+    (:func:`~costaware.spool_settle.hold_unsure`; an earlier try's file at the same figure keeps its hold).
     """
     spool = spool_dir()
     unsure = spool / UNSURE
@@ -491,7 +504,8 @@ def keep_unsure(
                 record,
             )
             return UnsureBill(Kept.EARLIER_AT_ANOTHER_FIGURE, kept, str(kept_usd))
-        return UnsureBill(Kept.EARLIER, kept, str(kept_usd))
+        hold = None if ledger is None else hold_unsure(ledger, entry)
+        return UnsureBill(Kept.EARLIER, kept, str(kept_usd), hold)
     try:
         path = _write_spool_file(unsure, entry.entry_uid, record)
     except Exception as e:
@@ -512,7 +526,8 @@ def keep_unsure(
         )
         return UnsureBill(Kept.NOT_KEPT, None)
     _say_kept_unsure(f"the bill {path.name}", data, row, unsure, spool)
-    return UnsureBill(Kept.NOW, path, data["entry"]["usd"])
+    hold = None if ledger is None else hold_unsure(ledger, entry)
+    return UnsureBill(Kept.NOW, path, data["entry"]["usd"], hold)
 
 
 def _read_kept(path: Path) -> dict[str, Any] | None:

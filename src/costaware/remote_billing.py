@@ -352,14 +352,17 @@ class AttemptBilling:
             return None
         return str(path)
 
-    def _keep_unsure(self, entry: Any, check: DuplicateCheck, row: Mapping[str, Any]) -> UnsureBill:
+    def _keep_unsure(
+        self, entry: Any, check: DuplicateCheck, row: Mapping[str, Any], ledger: Any = None
+    ) -> UnsureBill:
         """Keep ``entry`` in the spool's ``unsure/`` for a person: ``row`` may bill the same run.
 
-        Returns what was decided (not kept: its ERROR holds the bill whole).
+        Its figure is held in ``ledger``'s budgets meanwhile (money spent). Returns what was decided (not
+        kept: its ERROR holds the bill whole).
         """
         import costaware.ledger_spool as ledger_spool
 
-        return ledger_spool.keep_unsure(entry, self.ledger_conn_id, check.to_json(), dict(row))
+        return ledger_spool.keep_unsure(entry, self.ledger_conn_id, check.to_json(), dict(row), ledger=ledger)
 
     def _write_attempt_entry(
         self, state: AttemptState, job: Mapping[str, Any], entry: Any, attempt: Any, *, keyed_by_name: bool
@@ -382,7 +385,7 @@ class AttemptBilling:
             # The drain's rule (ledger_spool): written beside a row of the job's name that gives no end, a
             # run a new try billed under an older note counted twice. Kept for a person, not written; the
             # attempt still counts what it cost against max_usd.
-            self._keep_unsure(spooled_entry, check, unknown)
+            self._keep_unsure(spooled_entry, check, unknown, ledger)
         elif stored is None:
             ledger.record(entry)
         else:
@@ -469,8 +472,10 @@ class KilledTrainingBilling(AttemptBilling):
     def log(self) -> Any:
         return self._log
 
-    def _keep_unsure(self, entry: Any, check: DuplicateCheck, row: Mapping[str, Any]) -> UnsureBill:
-        self.unsure_bill = super()._keep_unsure(entry, check, row)
+    def _keep_unsure(
+        self, entry: Any, check: DuplicateCheck, row: Mapping[str, Any], ledger: Any = None
+    ) -> UnsureBill:
+        self.unsure_bill = super()._keep_unsure(entry, check, row, ledger)
         return self.unsure_bill
 
 

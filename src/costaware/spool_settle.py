@@ -9,11 +9,16 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, replace
+from datetime import timedelta
 from decimal import Decimal
 from typing import Any
 
 #: The logger these lines were always said under: log configurations and alerts filter by its name.
 log = logging.getLogger("costaware.ledger_spool")
+
+#: How long the hold of a bill kept in ``spool/unsure`` counts: until a person drains or drops the file,
+#: which may take days (a long weekend, a holiday); past it the money is counted by no budget again.
+UNSURE_HOLD_TTL = timedelta(days=30)
 
 
 def unsure_holder(entry: Any) -> str:
@@ -26,6 +31,85 @@ def unsure_holder(entry: Any) -> str:
 
     task = reservation_holder(entry.dag_id, entry.run_id, entry.task_id, entry.map_index)
     return f"{task}/unsure/{entry.entry_uid}"
+
+
+def hold_unsure(ledger: Any, entry: Any) -> Any | None:
+    """Hold ``entry``'s figure in its budgets while its bill waits in ``spool/unsure``; the hold, or None.
+
+    The bill is not written (a person decides whether it bills this run), but its money is spent: counted
+    by no budget meanwhile, other runs spent the same room. Where the budgets have too little room left, the
+    room they have is held (the caps are passed by money already spent, said at WARNING), or nothing. None
+    where no budget covers the bill or the ledger cannot be written (said at WARNING): the drain takes none
+    later. Kept again by a later try, the same hold is found, not a second one taken.
+    """
+    from costaware.core.budgets import Scope
+    from costaware.core.errors import BudgetExceededError, BudgetNotFoundError
+
+    scope = Scope.parse(dict(entry.tags))
+    asked = {"holder": unsure_holder(entry), "run_id": entry.run_id, "dag_id": entry.dag_id}
+    purpose = f"the bill {entry.entry_uid} kept in spool/unsure"
+    try:
+        try:
+            return ledger.reserve(
+                scope, entry.usd, gpu_hours=entry.gpu_hours, ttl=UNSURE_HOLD_TTL, purpose=purpose, **asked
+            )
+        except BudgetExceededError:
+            usages = ledger.usage(scope, run_id=entry.run_id, dag_id=entry.dag_id)
+            room_usd = min([entry.usd, *(max(u.left_usd, Decimal(0)) for u in usages)])
+            room_gpu_hours = min(
+                [entry.gpu_hours]
+                + [
+                    max(u.cap_gpu_hours - u.spent_gpu_hours - u.reserved_gpu_hours, Decimal(0))
+                    for u in usages
+                    if u.cap_gpu_hours is not None
+                ]
+            )
+            _say_unsure_past_caps(entry, usages, room_usd)
+            if room_usd <= 0 and room_gpu_hours <= 0:
+                return None
+            try:
+                return ledger.reserve(
+                    scope, room_usd, gpu_hours=room_gpu_hours, ttl=UNSURE_HOLD_TTL, purpose=purpose, **asked
+                )
+            except BudgetExceededError:  # another run took the room meanwhile
+                return None
+    except BudgetNotFoundError:
+        return None  # no budget counts it: none to pass
+    except Exception as e:
+        log.warning(
+            "costaware: no budget hold was taken for the bill %s ($%s) kept in spool/unsure (%s): its "
+            "budgets count it nowhere until it is drained, and other runs may spend its room; the drain "
+            "takes no hold for it later",
+            entry.entry_uid,
+            entry.usd,
+            e,
+        )
+        return None
+
+
+def _say_unsure_past_caps(entry: Any, usages: list[Any], room_usd: Decimal) -> None:
+    """Warn that the budgets of a bill kept in ``spool/unsure`` have less room than its money spent."""
+    from costaware.core.money import format_usd_exact
+
+    short = [
+        f"budget '{u.name}' (cap {format_usd_exact(u.cap_usd)}, {format_usd_exact(u.spent_usd)} spent and "
+        f"{format_usd_exact(u.reserved_usd)} reserved)"
+        for u in usages
+        if u.left_usd < entry.usd
+        or (
+            u.cap_gpu_hours is not None
+            and u.spent_gpu_hours + u.reserved_gpu_hours + entry.gpu_hours > u.cap_gpu_hours
+        )
+    ]
+    log.warning(
+        "costaware: the bill %s kept in spool/unsure is %s already spent, and %s: its cap is passed by "
+        "money spent. Held %s of it until a person drains or drops the bill; raise the cap, or hold back "
+        "the budget's next runs",
+        entry.entry_uid,
+        format_usd_exact(entry.usd),
+        "; ".join(short) or "its budgets have too little room",
+        format_usd_exact(room_usd),
+    )
 
 
 def record_unsure(ledger: Any, entry: Any) -> None:
