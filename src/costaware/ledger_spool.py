@@ -554,13 +554,15 @@ def _say_kept_unsure(what: str, data: dict[str, Any], row: dict[str, Any], unsur
     log.error(
         "costaware: %s (job %s, $%s) was not written: " + _UNKNOWN_ROW + ". Kept in %s: if that entry bills "
         'another run, add "another_run": true to the file, move it back into %s and run '
-        "`costaware spool drain`; if it bills this run, delete the file",
+        "`costaware spool drain`; if it bills this run, run `costaware spool drop %s` (removes the file "
+        "and releases the budget hold kept for it)",
         what,
         check.get("job_id"),
         entry.get("usd"),
         *_row_args(row),
         unsure,
         spool,
+        entry.get("entry_uid"),
     )
 
 

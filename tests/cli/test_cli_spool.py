@@ -428,3 +428,41 @@ def _spool_billed_meanwhile(folder: Path, ledger: Ledger) -> None:
         billable_seconds=1800.0, instances=1, backend="batch", identity=identity, keyed_by_name=False,
     )  # fmt: skip
     spool_entry(folder, spooled, "costaware_ledger", retrying=True, duplicate_check=check.to_json())
+
+
+def test_drop_removes_a_kept_bill_and_releases_its_hold_and_names_a_bad_uid(
+    spool: Path,
+    ledger: Ledger,
+    ledger_url: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # A kept bill a person found billed already was deleted by hand, and its hold (held in its budgets while
+    # it was kept) stayed held for 30 days: there was no command for it.
+    from costaware.ledger_spool import keep_unsure
+    from costaware.spool_settle import unsure_holder
+
+    monkeypatch.setenv("COSTAWARE_LEDGER_URL", ledger_url)
+    ledger.set_budget("project=churn", "month", "10")
+    bill = replace(_entry("train"), entry_uid="attempt-kept")
+    row = {"entry_uid": "older", "usd": "2", "incurred_at": "2026-12-01T00:00:00+00:00", "try_number": 1}
+    with caplog.at_level(logging.ERROR, logger="costaware.ledger_spool"):
+        kept = keep_unsure(bill, "costaware_ledger", {"job_id": "j"}, row, ledger=ledger)
+    assert kept.path is not None and kept.hold is not None
+    # Its ERROR names the command, not "delete the file" (which left the hold held).
+    assert "if it bills this run, run `costaware spool drop attempt-kept`" in caplog.text
+    # A bad uid: an error naming it and the command that lists the kept bills; nothing removed.
+    assert main(["spool", "drop", "no-such-bill"]) == 2
+    err = capsys.readouterr().err
+    assert "no bill 'no-such-bill' is kept in" in err and "`costaware spool show`" in err
+    assert kept.path.is_file() and ledger.open_holds_of(unsure_holder(bill)) == [kept.hold]
+    assert main(["spool", "drop", "attempt-kept"]) == 0
+    out = capsys.readouterr().out
+    assert (
+        f"dropped {kept.path} (entry attempt-kept, $2.00, not written): released its hold {kept.hold.id}"
+        in out
+    )
+    assert not kept.path.exists() and ledger.open_holds_of(unsure_holder(bill)) == []
+    (usage,) = ledger.usage("project=churn")
+    assert (usage.spent_usd, usage.reserved_usd) == (Decimal(0), Decimal(0))

@@ -79,6 +79,10 @@ COMMANDS: tuple[ActionCommand | GroupCommand, ...] = (
     ),
     GroupCommand("cache", "list, show, evict and bill the feature cache", CACHE_COMMANDS),
     GroupCommand("runs", "retrain runs: model outcome, cost and reproducibility record", RUNS_COMMANDS),
-    GroupCommand("spool", "cost entries waiting for the ledger: list them, write them now", SPOOL_COMMANDS),
+    GroupCommand(
+        "spool",
+        "cost entries waiting for the ledger: list them, write them now, drop a kept one",
+        SPOOL_COMMANDS,
+    ),
     GroupCommand("jobs", "remote training jobs nobody follows: list them, stop and bill them", JOBS_COMMANDS),
 )

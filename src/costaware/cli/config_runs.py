@@ -163,7 +163,30 @@ SPOOL_COMMANDS = (
             "were not written as billed meanwhile by a new try (moved to billed/ in the spool) or kept "
             "for a person as the ledger cannot tell whether they are billed (moved to unsure/ in the "
             "spool; the log says what to do), both listed by 'costaware spool show'; exits 1 when any "
-            "was not written."
+            "was not written. A bill kept in unsure/ is held in its budgets meanwhile (a hold of its own, "
+            "30 days, taken as it is kept where the ledger answers: one spooled while the ledger was down "
+            'gets it as the drain keeps it); marked "another_run": true and moved back, the drain pays '
+            "it from that hold."
+        ),
+    ),
+    ActionCommand(
+        "drop",
+        "remove a bill kept in unsure/ (it bills the run already) and release the hold kept for it",
+        lazy_load_command(f"{_COMMANDS}.spool.drop"),
+        (
+            Arg("entry_uid", help="the kept bill's file name in unsure/, as 'costaware spool show' lists it"),
+            ARG_SPOOL_DIR,
+            ARG_FORMAT,
+        ),
+        description=(
+            "Removes unsure/<entry_uid>.json from the spool, a remote attempt's bill kept for a person "
+            "because the ledger could not tell whether a row of the job's name bills the same run, once "
+            "that person found it does (the bill is in the ledger already), and releases the budget hold "
+            "kept for it. The hold is released first: where the bill's ledger cannot be opened or written, "
+            "nothing is removed. A name not kept there is an error that names it (exit 2); "
+            "'costaware spool show' lists the kept bills (state unsure). A bill of another run is not "
+            'dropped: add "another_run": true to its file, move it back into the spool and run '
+            "'costaware spool drain'."
         ),
     ),
 )

@@ -1,4 +1,4 @@
-"""``costaware spool show|drain``: the cost entries waiting on this machine for the ledger, and writing them.
+"""``costaware spool show|drain|drop``: the cost entries waiting on this machine for the ledger.
 
 A task's cost that the ledger could not take waits in the spool until a drain writes it. The listener
 drains after its next entry succeeds on the same machine; on a pod per task, an ephemeral worker, or a
@@ -9,6 +9,7 @@ listener's claim protocol (:mod:`costaware.ledger_spool`), so it is safe beside 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -270,3 +271,60 @@ def drain(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
     return 1 if waiting or result.refused or result.unsure else 0
+
+
+def drop(args: argparse.Namespace) -> int:
+    """Remove a bill kept in ``spool/unsure`` (a person found it bills the run already) and free its hold.
+
+    The hold kept for it (:func:`costaware.spool_settle.hold_unsure`) is released first: where the ledger
+    cannot be written, nothing is removed, or its money stayed held with no file left to say why.
+
+    Raises:
+        CostawareError: no bill of that name is kept in ``unsure/`` (naming it and the command that lists
+            them), its file cannot be read as a bill, or its ledger cannot be opened or written.
+    """
+    from costaware.core.errors import CostawareError
+    from costaware.core.ledger import entry_from_json
+    from costaware.core.money import format_usd_exact
+    from costaware.glue import DEFAULT_LEDGER_CONN_ID
+    from costaware.ledger_spool import UNSURE, workers_ledger
+    from costaware.spool_settle import unsure_holder
+
+    folder = _folder(args)
+    uid = str(args.entry_uid).removesuffix(".json")
+    # A name with a separator could reach a file outside unsure/: never one of its bills.
+    candidates = [] if not uid or "/" in uid else [f / UNSURE / f"{uid}.json" for f in _folders(args, folder)]
+    kept = next((path for path in candidates if path.is_file()), None)
+    if kept is None:
+        raise CostawareError(
+            f"no bill {args.entry_uid!r} is kept in {folder / UNSURE}: {_command(args, 'show')} lists the "
+            "kept bills (state unsure) by file name, <entry uid>.json"
+        )
+    try:
+        data = json.loads(kept.read_text())
+        entry = entry_from_json(data["entry"])
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise CostawareError(
+            f"{kept} cannot be read as a bill ({e}): nothing dropped; look at it, and delete it by hand "
+            "where it bills a run already (release its hold, listed by `costaware budget holds`, too)"
+        ) from e
+    conn_id = str(data.get("ledger_conn_id", DEFAULT_LEDGER_CONN_ID))
+    url = _kept_in_airflow_database(conn_id)
+    ledger = _ledger_kept_in_airflow_database(conn_id, url) if url else workers_ledger(conn_id)
+    released = [ledger.release_hold(hold.id) for hold in ledger.open_holds_of(unsure_holder(entry))]
+    kept.unlink()
+    freed = [r.reservation for r in released if r.released_here]
+    summary = {
+        "dropped": str(kept),
+        "entry_uid": entry.entry_uid,
+        "usd": str(entry.usd),
+        "released_holds": [{"id": hold.id, "usd": str(hold.usd)} for hold in freed],
+    }
+    held = (
+        "released its hold " + ", ".join(f"{hold.id} ({format_usd_exact(hold.usd)})" for hold in freed)
+        if freed
+        else "it had no open hold"
+    )
+    sentence = f"dropped {kept} (entry {entry.entry_uid}, {format_usd_exact(entry.usd)}, not written): {held}"
+    emit_summary(summary, args.format, sentence)
+    return 0
