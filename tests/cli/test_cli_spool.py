@@ -452,6 +452,13 @@ def test_drop_removes_a_kept_bill_and_releases_its_hold_and_names_a_bad_uid(
     assert kept.path is not None and kept.hold is not None
     # Its ERROR names the command, not "delete the file" (which left the hold held).
     assert "if it bills this run, run `costaware spool drop attempt-kept`" in caplog.text
+    # `spool show` says each kept bill's hold: this one's, and none for one kept while no ledger answered.
+    unheld = replace(_entry("train"), entry_uid="attempt-unheld", usd=Decimal("3"))
+    keep_unsure(unheld, "costaware_ledger", {"job_id": "j"}, row)
+    assert main(["spool", "show", "--format", "json"]) == 0
+    holds = {r["file"]: r["hold"] for r in json.loads(capsys.readouterr().out)}
+    assert holds == {"attempt-kept.json": "held $2.00", "attempt-unheld.json": "none"}
+    (spool / "unsure" / "attempt-unheld.json").unlink()
     # A bad uid: an error naming it and the command that lists the kept bills; nothing removed.
     assert main(["spool", "drop", "no-such-bill"]) == 2
     err = capsys.readouterr().err

@@ -142,7 +142,8 @@ ARG_SPOOL_DIR = Arg(
 SPOOL_COMMANDS = (
     ActionCommand(
         "show",
-        "the cost entries waiting for the ledger: waiting, claimed by a drain, refused, billed or unsure",
+        "the cost entries waiting for the ledger: waiting, claimed by a drain, refused, billed or unsure "
+        "(with the budget hold of each unsure one: held, none, or unknown where its ledger cannot be read)",
         lazy_load_command(f"{_COMMANDS}.spool.show"),
         (ARG_SPOOL_DIR, ARG_FORMAT),
     ),

@@ -73,8 +73,11 @@ def show(args: argparse.Namespace) -> int:
         print(f"spool {folder}{_also(folders)}: empty, no cost entry waits for the ledger")
         return 0
     # An earlier release's entries by their whole path: a name alone reads as one of this spool.
-    rows = [_row(spooled, named_by_path=each != folder) for each, spooled in files]
-    headers = ["file", "state", "ledger_conn_id", "dag_id", "run_id", "task_id", "try", "usd"]
+    ledgers: dict[str, Any] = {}
+    rows = [
+        [*_row(spooled, named_by_path=each != folder), _hold_of(spooled, ledgers)] for each, spooled in files
+    ]
+    headers = ["file", "state", "ledger_conn_id", "dag_id", "run_id", "task_id", "try", "usd", "hold"]
     emit(rows, args.format, headers=headers)
     return 0
 
@@ -100,6 +103,47 @@ def _row(spooled: Any, *, named_by_path: bool = False) -> list[Any]:
         data.get("ledger_conn_id", DEFAULT_LEDGER_CONN_ID),
         *(entry.get(name, "") for name in ("dag_id", "run_id", "task_id", "try_number", "usd")),
     ]
+
+
+def _hold_of(spooled: Any, ledgers: dict[str, Any]) -> str:
+    """A kept (unsure) bill's budget hold: ``held $X``, ``none``, or ``unknown (why)``; other states: blank.
+
+    ``ledgers``: each connection's ledger, or the error opening it raised, opened once per ``show``.
+    """
+    from costaware.core.ledger import entry_from_json
+    from costaware.core.money import format_usd_exact
+    from costaware.glue import DEFAULT_LEDGER_CONN_ID
+    from costaware.ledger_spool import UNSURE
+    from costaware.spool_settle import unsure_holder
+
+    if spooled.state != UNSURE or spooled.data is None:
+        return ""
+    conn_id = str(spooled.data.get("ledger_conn_id", DEFAULT_LEDGER_CONN_ID))
+    try:
+        if conn_id not in ledgers:
+            try:
+                ledgers[conn_id] = _open_ledger(conn_id)
+            except Exception as e:  # said on each of its bills; the listing goes on
+                ledgers[conn_id] = e
+        ledger = ledgers[conn_id]
+        if isinstance(ledger, Exception):
+            raise ledger
+        holds = ledger.open_holds_of(unsure_holder(entry_from_json(spooled.data["entry"])))
+    except Exception as e:
+        return f"unknown ({e})"
+    return "held " + " + ".join(format_usd_exact(hold.usd) for hold in holds) if holds else "none"
+
+
+def _open_ledger(conn_id: str) -> Any:
+    """The ledger of ``conn_id`` as the workers open it (Airflow's metadata database first, as the drain).
+
+    Raises:
+        CostawareError: the connection or its ledger cannot be read on this machine.
+    """
+    from costaware.ledger_spool import workers_ledger
+
+    url = _kept_in_airflow_database(conn_id)
+    return _ledger_kept_in_airflow_database(conn_id, url) if url else workers_ledger(conn_id)
 
 
 def _kept_in_airflow_database(conn_id: str, *, mid_drain: bool = False) -> str | None:
@@ -287,7 +331,7 @@ def drop(args: argparse.Namespace) -> int:
     from costaware.core.ledger import entry_from_json
     from costaware.core.money import format_usd_exact
     from costaware.glue import DEFAULT_LEDGER_CONN_ID
-    from costaware.ledger_spool import UNSURE, workers_ledger
+    from costaware.ledger_spool import UNSURE
     from costaware.spool_settle import unsure_holder
 
     folder = _folder(args)
@@ -308,9 +352,7 @@ def drop(args: argparse.Namespace) -> int:
             f"{kept} cannot be read as a bill ({e}): nothing dropped; look at it, and delete it by hand "
             "where it bills a run already (release its hold, listed by `costaware budget holds`, too)"
         ) from e
-    conn_id = str(data.get("ledger_conn_id", DEFAULT_LEDGER_CONN_ID))
-    url = _kept_in_airflow_database(conn_id)
-    ledger = _ledger_kept_in_airflow_database(conn_id, url) if url else workers_ledger(conn_id)
+    ledger = _open_ledger(str(data.get("ledger_conn_id", DEFAULT_LEDGER_CONN_ID)))
     released = [ledger.release_hold(hold.id) for hold in ledger.open_holds_of(unsure_holder(entry))]
     kept.unlink()
     freed = [r.reservation for r in released if r.released_here]
