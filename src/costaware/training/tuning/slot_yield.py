@@ -1,0 +1,184 @@
+"""Wait first or yield: which of the slots refused only for each other's holds waits, and who gives way.
+
+Split from :mod:`.reservations`, which re-exports the public names (callers import them from there).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Collection, Mapping
+from dataclasses import replace
+from datetime import datetime
+from decimal import Decimal
+from typing import TYPE_CHECKING
+
+from costaware.core.money import format_usd_exact
+from costaware.training.tuning.wait_refusals import (
+    RAISE_THAT_CAP,
+    RAISE_THOSE_CAPS,
+    SlotYields,
+    WaitNotHeld,
+    _has_room_now,
+    _may_come_back,
+)
+
+if TYPE_CHECKING:
+    from costaware.adapters.ledger.store import Ledger
+    from costaware.core.ledger import BudgetUsage, Reservation
+    from costaware.core.tuning import StudySpec
+
+# Logged under the name these records had before reservations.py was split (logging configs filter on it).
+log = logging.getLogger("costaware.training.tuning.reservations")
+
+
+def other_slot_waits(ledger: Ledger, hold_ids: Collection[str], *, without: str | None) -> list[Reservation]:
+    """The open holds among ``hold_ids`` (other slots' holds on their own time), less the hold ``without``."""
+    ids = set(hold_ids) - {without}
+    if not ids:
+        return []
+    return [r for r in ledger.open_reservations() if r.id in ids]
+
+
+def trials_only(usage: BudgetUsage, waits: list[Reservation]) -> BudgetUsage:
+    """``usage`` with other slots' holds on their own time (``waits``) left out: what trials hold in it."""
+    from dataclasses import replace
+
+    counted = [r for r in waits if usage.label in r.budgets]
+    if not counted:
+        return usage
+    return replace(
+        usage,
+        reserved_usd=max(usage.reserved_usd - sum((r.usd for r in counted), Decimal(0)), Decimal(0)),
+        reserved_gpu_hours=max(
+            usage.reserved_gpu_hours - sum((r.gpu_hours for r in counted), Decimal(0)), Decimal(0)
+        ),
+    )
+
+
+def _gives_way_unheld(refusal: WaitNotHeld, slot: int) -> SlotYields:
+    """The first slot to wait, in Airflow, whose wait for other slots' holds alone cannot be held: it yields.
+
+    Stopped for good, the study kept its money unspent: those holds are given back as their slots end.
+    """
+    why = str(refusal).removeprefix(f"slot {slot} stops waiting for the study's money: ")
+    for advice in (RAISE_THAT_CAP, RAISE_THOSE_CAPS):
+        why = why.split(f": {advice}")[0]
+    return SlotYields(
+        f"slot {slot} runs no trial and gives way: only other slots' holds on their own time (no trial's, "
+        f"given back as those slots end) stand between its trial and the study's money, and its wait for "
+        f"them cannot be held: {why}; the study goes on: run fewer trials at once (max_active_trials) so "
+        "that slots wait less",
+        scope=refusal.scope,
+        spent_usd=refusal.spent_usd,
+        cap_usd=refusal.cap_usd,
+        needed_usd=refusal.needed_usd,
+        renews=refusal.renews,
+    )
+
+
+def _wait_first_or_yield(
+    ledger: Ledger,
+    own: BudgetUsage,
+    hold_id: str | None,
+    waits: list[Reservation],
+    slot: int,
+    usd: Decimal,
+    gpu_hours: Decimal,
+    places: Mapping[str, datetime] | None = None,
+    spares: Mapping[str, Decimal] | None = None,
+) -> None:
+    """Return if this slot's hold (``hold_id``) is the first of the waiting slots' (``waits``), else yield.
+
+    The first keeps waiting: the others give their holds up at their next ask, settled at what they ran.
+    ``places``: when each slot first recorded its wait, by hold id; used where every hold compared has one
+    (one clock), else the holds' own times are. ``spares``: GPU-hours the other slots' holds hold past their
+    need, by hold id: where the trial fits once they are given up, the slot waits for the first to trim its
+    hold (:func:`hold_wait_gpu_hours`) instead of giving way.
+
+    Raises:
+        SlotYields: another slot's hold was made first.
+    """
+    others = [r for r in waits if own.label in r.budgets]
+    if not others or hold_id is None:  # no other slot's wait, or no hold of its own to order by: it waits
+        return
+    mine = next((r for r in ledger.open_reservations() if r.id == hold_id), None)
+    if mine is None:  # as for a trial
+        return
+    compared = [mine, *others]
+    if places and all(r.id in places for r in compared):
+        first = min(compared, key=lambda r: (places[r.id], r.created_at, r.id))
+    else:
+        first = min(compared, key=lambda r: (r.created_at, r.id))
+    if first.id == mine.id:
+        return
+    spare = sum(((spares or {}).get(r.id, Decimal(0)) for r in others), Decimal(0))
+    if spare > 0 and _has_room_now(
+        replace(own, reserved_gpu_hours=own.reserved_gpu_hours - spare), usd, gpu_hours
+    ):
+        log.info(
+            "slot %d waits: its trial fits once the other waiting slots give up the %s GPU-hours their holds "
+            "hold past their need",
+            slot,
+            _gpu_hours_said(spare),
+        )
+        return
+    raise SlotYields(
+        f"slot {slot} runs no trial and gives way: budget '{own.label}' has "
+        f"{_room_said(own, others, usd, gpu_hours)}; the slot that waited first ({first.holder}) goes on "
+        "waiting, and the study goes on: run fewer trials at once (max_active_trials) so that slots wait "
+        "less",
+        scope=own.label,
+        spent_usd=str(own.spent_usd + own.reserved_usd),
+        cap_usd=str(own.cap_usd),
+        needed_usd=str(usd),
+    )
+
+
+def _room_said(own: BudgetUsage, others: list[Reservation], usd: Decimal, gpu_hours: Decimal) -> str:
+    """The room a yielding slot's trial lacks in ``own``, in the unit that refused it (dollars first).
+
+    The ledger refuses dollars before GPU-hours: where the dollars fit, GPU-hours refused the trial. Said in
+    dollars alone, a refusal on free compute read "$1.00 of room ... for the $0.00 its trial needs".
+    """
+    usd_fits = own.spent_usd + own.reserved_usd + usd <= own.cap_usd
+    if usd_fits and own.cap_gpu_hours is not None:
+        left = max(own.cap_gpu_hours - own.spent_gpu_hours - own.reserved_gpu_hours, Decimal(0))
+        held = sum((r.gpu_hours for r in others), Decimal(0))
+        cap, spent = _gpu_hours_said(own.cap_gpu_hours), _gpu_hours_said(own.spent_gpu_hours)
+        reserved = _gpu_hours_said(own.reserved_gpu_hours)
+        return (
+            f"{_gpu_hours_said(left)} GPU-hours of room (cap {cap}, spent {spent}, held for others "
+            f"{reserved}, {_gpu_hours_said(held)} of it by other slots waiting for money, no trial's) "
+            f"for the {_gpu_hours_said(gpu_hours)} GPU-hours its trial needs"
+        )
+    held_usd = sum((r.usd for r in others), Decimal(0))
+    return (
+        f"{format_usd_exact(max(own.left_usd, Decimal(0)))} of room (cap {format_usd_exact(own.cap_usd)}, "
+        f"spent {format_usd_exact(own.spent_usd)}, held for others {format_usd_exact(own.reserved_usd)}, "
+        f"{format_usd_exact(held_usd)} of it by other slots waiting for money, no trial's) for the "
+        f"{format_usd_exact(usd)} its trial needs"
+    )
+
+
+def _gpu_hours_said(gpu_hours: Decimal) -> str:
+    """GPU-hours to the micro-GPU-hour the ledger counts (0.500000, not 0.5000000000)."""
+    return str(gpu_hours.quantize(Decimal("0.000001")))
+
+
+def slot_may_wait(ledger: Ledger, spec: StudySpec, refused_by: str, usd: Decimal) -> bool:
+    """Whether a slot refused its hold by budget ``refused_by`` may find room later (outside Airflow).
+
+    As a refused trial may wait (:func:`reserve_trial_cost`): holds are open in the study's own budget (a
+    trial's may come back, a waiting slot's may yet run a trial or free what it held past its time), and
+    what is spent in the refusing one leaves room for ``usd``. Otherwise the study's money is spent.
+    """
+    label = f"{spec.budget_scope}/"
+    standing = ledger.usage(spec.budget_scope)
+    own = next((u for u in standing if u.label.startswith(label)), None)
+    if own is None:
+        return False
+    refuser = next(
+        (u for u in standing if refused_by == u.label or refused_by.startswith(f"{u.label} ")), own
+    )
+    zero = Decimal(0)
+    return _may_come_back(own, usd, zero) and _may_come_back(refuser, usd, zero)
