@@ -1,8 +1,9 @@
 """Which slot waits: the holds on slots' own time, recorded in the study for the slots refused beside them.
 
 In the ledger a slot's hold (a load, a wait for money) and a trial's look alike; only a trial's may come back
-to a waiting slot: a slot's is spent by that slot. The slot whose hold was made first waits, the others give
-way (:func:`~costaware.training.tuning.reservations.reserve_trial_cost`).
+to a waiting slot: a slot's is spent by that slot. The slot that first recorded its wait waits (a hold held
+again keeps its place), the others give way
+(:func:`~costaware.training.tuning.reservations.reserve_trial_cost`).
 """
 
 from __future__ import annotations

@@ -108,7 +108,7 @@ def reserve_trial_cost(
     so that other slots tell it from a trial's (the caller records it first, before the study's trials
     load: a slot refused while this one loaded took it for a trial's); ``waiting_holds``: the ids other
     slots so marked. A slot's hold is spent by its slot, not given back as a trial's is: refused only for
-    such holds, the slot whose hold was made first waits and the others give way (:class:`SlotYields`).
+    such holds, the slot that first waited waits and the others give way (:class:`SlotYields`).
     Counted as trials' money, two slots started together waited for each other, their holds grew until the
     study's money was gone, and neither ran a trial. ``waiting_places``: when each waiting slot (this one
     too) first recorded its wait, by its hold's id; where each slot has one, the first to wait is the one

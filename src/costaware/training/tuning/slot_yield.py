@@ -96,7 +96,7 @@ def _wait_first_or_yield(
     hold (:func:`hold_wait_gpu_hours`) instead of giving way.
 
     Raises:
-        SlotYields: another slot's hold was made first.
+        SlotYields: another slot waited first (first recorded its wait, else its hold was made first).
     """
     others = [r for r in waits if own.label in r.budgets]
     if not others or hold_id is None:  # no other slot's wait, or no hold of its own to order by: it waits
