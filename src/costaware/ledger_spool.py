@@ -536,7 +536,9 @@ def _read_kept(path: Path) -> dict[str, Any] | None:
         data = json.loads(path.read_text())
     except (OSError, ValueError):
         return None
-    return data if isinstance(data, dict) else None
+    # A file with no figure keeps no bill that can be told: read as one, it was "kept at $None".
+    entry = data.get("entry") if isinstance(data, dict) else None
+    return data if isinstance(entry, dict) and entry.get("usd") is not None else None
 
 
 def usd_differs(kept_usd: Any, new_usd: Any) -> bool:
