@@ -89,19 +89,34 @@ def _job_entries(ledger: Any, wait: EndedWait) -> list[dict[str, Any]]:
 def entry_giving_no_end(ledger: Any, wait: EndedWait) -> dict[str, Any] | None:
     """The entry of ``wait``'s job that is no proof it was billed in full; None where one is, or none is.
 
-    An entry proves it where its note gives the job's end, or where a stop wrote it (billed to the stop,
-    which settles the task's hold). One of neither (written before notes gave an end, or its note cut) may
-    bill part of the run only: the spool's drain keeps a bill beside such a row for a person, and a
-    reconcile keeps the task's hold for one. The job's entries from its run, as :func:`billed_usd` reads.
-    Where several (a run billed again under its end by a later try), one giving its end is the proof.
+    An entry proves it where its note gives the job's end, where a stop wrote it (billed to the stop,
+    which settles the task's hold), or where its job ended on its own with no end from its backend (a
+    SageMaker job failed before it started, a Failed pod whose container never ran): billed in full by the
+    job's own billable time, keyed ``ended=none`` with the job's cause, its note has no end to give. One of
+    none of these (written before notes gave an end, or its note cut) may bill part of the run only: the
+    spool's drain keeps a bill beside such a row for a person, and a reconcile keeps the task's hold for
+    one. As the drain, a SageMaker job's entry is never that (its names are never reused, its bill is the
+    backend's billable time). The job's entries from its run, as :func:`billed_usd` reads. Where several
+    (a run billed again under its end by a later try), one that is proof is enough.
     """
     from costaware.training.attempt_duplicates import STOP_CAUSES
-    from costaware.training.remote import end_of_attempt_note
+    from costaware.training.attempts import AttemptState
+    from costaware.training.remote import attempt_key, attempt_uid, end_of_attempt_note
 
     rows = _job_entries(ledger, wait)
-    if any(row["cause"] in STOP_CAUSES or end_of_attempt_note(str(row["note"] or "")) for row in rows):
+    if not rows or wait.backend == "sagemaker":
         return None
-    return dict(rows[0]) if rows else None
+    identity = AttemptState.from_json(dict(wait.state)).plan.identity
+    # The billing path's key of a job its backend gave no end for: not an end lost from an older note.
+    ended_unknown = attempt_uid(attempt_key(identity, wait.job_id, None))
+    if any(
+        row["cause"] in STOP_CAUSES
+        or end_of_attempt_note(str(row["note"] or ""))
+        or (row["entry_uid"] == ended_unknown and row["cause"])
+        for row in rows
+    ):
+        return None
+    return dict(rows[0])
 
 
 def stop_and_bill(

@@ -1266,3 +1266,134 @@ def billed_job(row: Any) -> str | None:
     from costaware.training.remote import job_of_attempt_note
 
     return job_of_attempt_note(str(row["note"]))
+
+
+def _billed_with_no_end_from_its_backend(
+    tmp_path: Path, ledger: Any, monkeypatch: pytest.MonkeyPatch, *, backend: str | None = None
+) -> tuple[Any, Any]:
+    """A task ended with its hold kept, its job billed in full by the billing path with no end to give.
+
+    As ``attempt_entry`` writes a job that ended on its own while its backend gave no ``ended_at`` (a
+    SageMaker job with no TrainingEndTime, a Failed pod with no end): keyed ``ended=none``, the job's
+    cause, no end in the note. ``backend``: the wait's, where not the local backend the job ran on.
+    """
+    import re
+
+    from costaware.adapters.ledger import schema
+    from costaware.remote_reconcile import ended_waits
+    from costaware.training.attempts import AttemptState
+    from costaware.training.remote import attempt_key, attempt_uid
+
+    ledger.set_budget("project=churn", "month", "10")
+    trigger = _deferred(tmp_path)
+    trigger.stop_and_bill(wait_seconds=10, ask_state=False)
+    kept = ledger.reserve("project=churn", "4.00", holder=HOLDER, run_id=RUN, dag_id=DAG)
+    wait_state = {**trigger.state, **({"backend": backend} if backend else {})}
+    _task_ended_with_its_wait(
+        tmp_path,
+        monkeypatch,
+        "failed",
+        trigger,
+        end_date=kept.created_at + timedelta(minutes=1),
+        kept={WAIT_STATE_XCOM_KEY: wait_state},
+    )
+    (wait,) = ended_waits(dag_id=DAG, run_id=RUN)
+    identity = AttemptState.from_json(dict(wait.state)).plan.identity
+    (billed,) = _entries(ledger)
+    e = schema.entries
+    with ledger.transaction() as conn:
+        conn.execute(
+            e.update()
+            .where(e.c.entry_uid == billed["entry_uid"])
+            .values(
+                entry_uid=attempt_uid(attempt_key(identity, wait.job_id, None)),
+                note=re.sub(r", ended \S+?(?=:)", "", billed["note"]),
+                cause="success",
+                outcome="succeeded",
+            )
+        )
+    return kept, wait
+
+
+@pytest.mark.parametrize("dry_run", [True, False])
+def test_a_hold_kept_for_a_job_billed_in_full_with_no_end_from_its_backend_is_released(
+    tmp_path: Path,
+    ledger: Any,
+    ledger_url: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: Any,
+    dry_run: bool,
+) -> None:
+    # The billing path leaves the end out of an entry whose backend gave none: a full bill with the job's
+    # own cause. The reconcile read it as an older note that lost its end ("unsure") and kept the hold to
+    # its TTL, telling a person the bill may be partial.
+    kept, wait = _billed_with_no_end_from_its_backend(tmp_path, ledger, monkeypatch)
+    capsys.readouterr()
+    flags = ["--dry-run"] if dry_run else []
+    assert main(["jobs", "reconcile", "--ledger-url", ledger_url, "--format", "json", *flags]) == 0
+    out, err = capsys.readouterr()
+    err = " ".join(err.split())
+    assert "unsure" not in out
+    said = "would release" if dry_run else "released"
+    assert (
+        f"{said} $4.00 reserved in project=churn/month for {HOLDER}: it was kept at its run's end, as its "
+        f"job {wait.job_id} is billed" in err
+    )
+    with ledger.reading() as conn:
+        assert reservations.reservation(conn, kept.id).status == ("open" if dry_run else "released")
+    assert len(_entries(ledger)) == 1  # not stopped nor billed again
+
+
+def test_a_runs_end_releases_the_hold_of_a_job_billed_in_full_with_no_end_from_its_backend(
+    tmp_path: Path, ledger: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import logging
+
+    from costaware.remote_reconcile import reconcile_ended_run
+
+    _kept, wait = _billed_with_no_end_from_its_backend(tmp_path, ledger, monkeypatch)
+    released: list[Any] = []
+    billed_here = reconcile_ended_run(
+        DAG,
+        RUN,
+        {},
+        {},
+        log=logging.getLogger("test.reconcile"),
+        release_hold=lambda ended, conn_id: released.append(ended.job_id),
+    )
+    assert (billed_here, released) == (0, [wait.job_id])
+    assert len(_entries(ledger)) == 1
+
+
+def test_a_sagemaker_jobs_entry_giving_no_end_is_proof_of_its_bill_as_at_the_spools_drain(
+    tmp_path: Path, ledger: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The drain never calls a SageMaker row unsure (row_of_unknown_run): its names are never reused and its
+    # bill is the backend's billable time. The reconcile kept the hold of the same row as "unsure".
+    from costaware.adapters.ledger import schema
+    from costaware.remote_reconcile import entry_giving_no_end
+
+    _kept, wait = _billed_with_no_end_from_its_backend(tmp_path, ledger, monkeypatch, backend="sagemaker")
+    (billed,) = _entries(ledger)
+    e = schema.entries
+    with ledger.transaction() as conn:  # not even the billing path's key: an older note's
+        conn.execute(e.update().where(e.c.entry_uid == billed["entry_uid"]).values(entry_uid="older"))
+    assert wait.backend == "sagemaker"
+    assert entry_giving_no_end(ledger, wait) is None
+
+
+def test_an_entry_whose_note_lost_its_end_is_no_proof_even_with_the_jobs_own_cause(
+    tmp_path: Path, ledger: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Keyed by its end but giving none in its note (an older version's note, or a cut one): the cause alone
+    # does not tell a full bill, so the hold stays as the commit that brought "unsure" meant.
+    from costaware.adapters.ledger import schema
+    from costaware.remote_reconcile import ended_waits, entry_giving_no_end
+
+    _kept, billed = _billed_with_no_end(tmp_path, ledger, monkeypatch)
+    e = schema.entries
+    with ledger.transaction() as conn:
+        conn.execute(e.update().where(e.c.entry_uid == billed["entry_uid"]).values(cause="success"))
+    (wait,) = ended_waits(dag_id=DAG, run_id=RUN)
+    unsure = entry_giving_no_end(ledger, wait)
+    assert unsure is not None and unsure["entry_uid"] == billed["entry_uid"]
