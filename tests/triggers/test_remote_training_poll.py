@@ -2446,3 +2446,44 @@ def test_a_job_stopped_at_the_cap_still_seen_running_past_its_grace_period_is_st
         assert wait.poll_tolerant(now) is None
         assert listing.stops == ["j"] * stops, at
     assert "still seen running" in capsys.readouterr().out
+
+
+def test_a_pod_listed_again_after_its_stop_recorded_it_gone_is_billed_from_that_listing_when_gone_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A wait whose kept state was unread recorded its due stop at the cap as sent to a pod already gone (404
+    # at T0, kept as the stop's gone_at). The pod was then listed running again (a same-named pod, at T0 +
+    # 60 s): gone again later, it was billed to the old 404's listing (T0 + 60 s, "deleted it by T0"), not
+    # to the grace period's end after the stop, as any listed stop is.
+    from datetime import timedelta
+
+    from airflow.sdk.execution_time.xcom import XCom
+
+    from costaware.adapters.compute.base import JobState, JobStatus
+    from costaware.core.errors import JobNotFoundError
+    from costaware.training.attempt_effects import stop_seconds
+    from costaware.training.attempts import AttemptState
+
+    gone = JobNotFoundError("pod j not found")
+    found_at = STOP_BY_POLL_SUBMIT + timedelta(seconds=400)
+    job = {"job_id": "j", "state": "running", "market": "spot", "billable_seconds": 1190.0}
+    followed = {"job": job, "seen_at": found_at.isoformat()}
+    listed_again = JobStatus(job_id="j", state=JobState.RUNNING, market="spot", billable_seconds=1250.0)
+    wait, listing, _state, _ = _stop_by_poll_wait(
+        monkeypatch, [gone, listed_again, gone], cap_seconds=1200, followed=followed, backend="kubernetes"
+    )
+    monkeypatch.setattr(XCom, "get_one", lambda **where: (_ for _ in ()).throw(ConnectionError("down")))
+    first_gone = found_at + timedelta(seconds=30)
+    assert wait.poll_tolerant(first_gone) is None
+    assert wait.state["current"]["cap_stop"]["gone_at"] == first_gone.isoformat()  # due: sent, kept gone
+    seen_again = first_gone + timedelta(seconds=60)
+    assert wait.poll_tolerant(seen_again) is None
+    assert "gone_at" not in wait.state["current"]["cap_stop"]  # that 404 is not the pod's end any more
+    grace = stop_seconds(AttemptState.from_json(wait.state))
+    assert grace > 60  # the listing fell within the grace period after the stop
+
+    event = wait.poll_tolerant(first_gone + timedelta(seconds=360))
+    assert event is not None and listing.stops == []
+    assert "404 is final" not in event["job"]["reason"], event["job"]["reason"]
+    assert event["job"]["ended_at"] == (first_gone + timedelta(seconds=grace)).timestamp()
+    assert event["job"]["billable_seconds"] == 1250.0 + grace - 60

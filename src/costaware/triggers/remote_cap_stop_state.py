@@ -41,13 +41,17 @@ class CapStopKeeping(_TriggerBase):
 
         Kept ``unlisted``, a job gone later was held to the end of its grace period after the stop and
         billed to there (``_unlisted_cap_stop_grace_left``), though it was seen after the stop and ended
-        by the poll that found it gone.
+        by the poll that found it gone. A first 404 kept with it (``gone_at``) is dropped too: listed since,
+        the pod did not end there, and a later 404 billed it to that old one (to the listing before it).
         """
         current = self.state.get("current") or {}
         sent = current.get(CAP_STOP_KEY)
-        if not isinstance(sent, Mapping) or not sent.get("unlisted") or sent.get("job_id") != self.job_id:
+        if not isinstance(sent, Mapping) or sent.get("job_id") != self.job_id:
             return
-        self.state = {**self.state, "current": {**current, CAP_STOP_KEY: {**sent, "unlisted": False}}}
+        if not sent.get("unlisted") and "gone_at" not in sent:
+            return
+        listed = {name: value for name, value in sent.items() if name != "gone_at"}
+        self.state = {**self.state, "current": {**current, CAP_STOP_KEY: {**listed, "unlisted": False}}}
         self._keep_cap_stop()
 
     def _wait_state_xcom(self) -> dict[str, Any] | None:
