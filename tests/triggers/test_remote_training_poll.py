@@ -2431,6 +2431,7 @@ def test_a_job_stopped_at_the_cap_still_seen_running_past_its_grace_period_is_st
     from costaware.training.attempts import AttemptState
 
     wait, listing, _state, submitted = _stop_by_poll_wait(monkeypatch, [], cap_seconds=600)
+    wait.poll_interval = 10  # polls closer than the grace period: it bounds the stops
     grace = stop_seconds(AttemptState.from_json(wait.state))
 
     def poll(job_id: str) -> JobStatus:
@@ -2487,3 +2488,73 @@ def test_a_pod_listed_again_after_its_stop_recorded_it_gone_is_billed_from_that_
     assert "404 is final" not in event["job"]["reason"], event["job"]["reason"]
     assert event["job"]["ended_at"] == (first_gone + timedelta(seconds=grace)).timestamp()
     assert event["job"]["billable_seconds"] == 1250.0 + grace - 60
+
+
+@pytest.mark.parametrize(("asked_after_stop", "stops"), [(2, 1), (-10, 1), (-3600, 3)])
+def test_a_sagemaker_job_stopping_since_its_stop_at_the_cap_is_not_stopped_again(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], asked_after_stop: int, stops: int
+) -> None:
+    # SageMaker lists a Stopping job as running (it uploads its checkpoint, often past the 120 s grace
+    # period): it was sent StopTrainingJob again at each grace period, warned "still seen running". A stop
+    # its backend says was asked since ours (a little before: the clocks differ) is ours; one asked long
+    # before it (not ours) does not say our stop reached it.
+    from datetime import timedelta
+
+    from costaware.adapters.compute.base import STOP_REQUESTED_AT, JobState, JobStatus
+    from costaware.training.attempt_effects import stop_seconds
+    from costaware.training.attempts import AttemptState
+
+    wait, listing, _state, submitted = _stop_by_poll_wait(
+        monkeypatch, [], cap_seconds=600, backend="sagemaker"
+    )
+    wait.poll_interval = 10
+    grace = stop_seconds(AttemptState.from_json(wait.state))
+    stopped_at = submitted + timedelta(seconds=600)
+
+    def poll(job_id: str) -> JobStatus:
+        ran = (now - submitted).total_seconds()
+        asked = {STOP_REQUESTED_AT: (stopped_at + timedelta(seconds=asked_after_stop)).timestamp()}
+        return JobStatus(
+            job_id="j",
+            state=JobState.RUNNING,
+            market="spot",
+            billable_seconds=ran,
+            metrics=asked if now > stopped_at else {},
+        )
+
+    listing.poll = poll  # type: ignore[method-assign]
+    now = stopped_at
+    assert wait.poll_tolerant(now) is None and listing.stops == ["j"]
+    for at in (grace + 10, 2 * grace + 20):
+        now = stopped_at + timedelta(seconds=at)
+        assert wait.poll_tolerant(now) is None
+    assert listing.stops == ["j"] * stops
+    assert ("still seen running" in capsys.readouterr().out) == (stops > 1)
+
+
+def test_a_job_stopped_at_the_cap_polled_further_apart_than_its_grace_period_is_not_stopped_at_each_poll(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A grace period (60 s on Batch) shorter than poll_interval (300 s): each poll found the job past it
+    # and stopped it again. At most every second poll, also where polls come late by their own time.
+    from datetime import timedelta
+
+    from costaware.adapters.compute.base import JobState, JobStatus
+    from costaware.training.attempt_effects import stop_seconds
+    from costaware.training.attempts import AttemptState
+
+    wait, listing, _state, submitted = _stop_by_poll_wait(monkeypatch, [], cap_seconds=600)
+    assert stop_seconds(AttemptState.from_json(wait.state)) < wait.poll_interval
+
+    def poll(job_id: str) -> JobStatus:
+        ran = (now - submitted).total_seconds()
+        return JobStatus(job_id="j", state=JobState.RUNNING, market="spot", billable_seconds=ran)
+
+    listing.poll = poll  # type: ignore[method-assign]
+    now = submitted + timedelta(seconds=600)
+    stopped_at = now
+    assert wait.poll_tolerant(now) is None and listing.stops == ["j"]
+    for polls, stops in [(1, 1), (2, 2), (3, 2), (4, 3), (5, 3)]:
+        now = stopped_at + timedelta(seconds=polls * (wait.poll_interval + 0.5))
+        assert wait.poll_tolerant(now) is None
+        assert listing.stops == ["j"] * stops, polls

@@ -7,10 +7,15 @@ period is stopped again. The stop itself, its retries and its keeping are :mod:`
 
 from __future__ import annotations
 
+from datetime import timedelta
 from decimal import Decimal
 from typing import Any
 
 from costaware.triggers.remote_cap_stop import CapStopping
+
+#: How far a backend's clock may run behind this wait's: a stop its backend says was asked this much
+#: before the stop at the cap is still taken as that stop (SageMaker's times are its own).
+STOP_CLOCK_SKEW_SECONDS = 30.0
 
 
 # A mixin of RemoteTrainingJobTrigger (through GoneJobBilling), not a trigger of its own.
@@ -21,12 +26,17 @@ class ListedCapStopping(CapStopping):
         """Stop again a job this wait stopped at the cap that is still seen running past its grace period.
 
         The stop may not have reached it (a same-named job resubmitted by a new try, a stop its backend
-        lost): never stopped again, it ran on past ``max_usd``. Sent once per grace period, logged; the
-        job is billed on from what the polls see, and its end is still recorded as stopped by ``max_usd``.
+        lost): never stopped again, it ran on past ``max_usd``. Sent once per grace period, and no more
+        than every second poll where polls come further apart (a grace period shorter than
+        ``poll_interval`` re-sent it at each poll), logged; the job is billed on from what the polls see,
+        and its end is still recorded as stopped by ``max_usd``. Not sent where its backend says the job
+        was asked to stop since the stop at the cap (SageMaker's ``Stopping``, listed running while it
+        uploads its checkpoint, often past the grace period): the stop reached it.
         """
         from costaware.adapters.compute.base import JobState, open_backend
         from costaware.training.attempt_effects import stop_seconds
         from costaware.training.attempts import AttemptState
+        from costaware.triggers.remote_job_status import stop_requested_at
 
         job_id = str(status.job_id or self.job_id)
         last_stop, now = self._cap_stop_again_at or self._cap_stopped_at, self._polled_at
@@ -34,8 +44,14 @@ class ListedCapStopping(CapStopping):
             return
         if last_stop is None or now is None or not self.state.get("backend") or not self.state.get("current"):
             return  # no plan to size the grace period by
+        asked_at = stop_requested_at(status)
+        first_stop = self._cap_stopped_at or last_stop
+        if asked_at is not None and asked_at >= first_stop - timedelta(seconds=STOP_CLOCK_SKEW_SECONDS):
+            return  # its backend holds a stop asked since ours: it is stopping
         grace = stop_seconds(AttemptState.from_json(self.state))
-        if (now - last_stop).total_seconds() <= grace or self._polled_after_cancel("stopped again"):
+        # 1.5 polls: the second poll after the stop, also where polls come late by their own time.
+        again_after = max(grace, 1.5 * self.poll_interval)
+        if (now - last_stop).total_seconds() <= again_after or self._polled_after_cancel("stopped again"):
             return
         self._cap_stop_again_at = now
         self.log.warning(
