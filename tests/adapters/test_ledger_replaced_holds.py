@@ -34,7 +34,7 @@ def any_ledger(request: pytest.FixtureRequest, tmp_path: Any) -> Iterator[Ledger
 def _later(monkeypatch: pytest.MonkeyPatch, seconds: float) -> None:
     """The ledger's clock ``seconds`` ahead."""
     ahead = utcnow() + timedelta(seconds=seconds)
-    for name in ("reservations", "regrowth", "budgets"):
+    for name in ("reservations", "reservation_queries", "reservation_rows", "regrowth", "budgets"):
         monkeypatch.setattr(
             importlib.import_module(f"costaware.adapters.ledger.{name}"), "utcnow", lambda: ahead
         )
