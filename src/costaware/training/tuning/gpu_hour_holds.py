@@ -19,6 +19,11 @@ if TYPE_CHECKING:
     from costaware.core.ledger import BudgetUsage, Reservation
 
 
+# Polls' worth of GPU time a waiting slot holds past its need while others wait: small beside their trials,
+# and held again once in that many polls, not at each.
+WAITING_BESIDE_OTHERS_POLLS = 10
+
+
 def hold_wait_gpu_hours(
     ledger: Ledger,
     hold_id: str,
@@ -28,18 +33,21 @@ def hold_wait_gpu_hours(
     gpus: Decimal,
     *,
     others_wait: bool,
+    poll_seconds: float = 0.0,
 ) -> tuple[str, Decimal]:
     """Make a waiting slot's hold pay the GPU-hours of its time to the end of its next wait (outside Airflow).
 
     Returns the id of the hold that does and the GPU-hours it holds past them (its spare). Alone, it holds
     the GPU-hours of a hold's ttl more, as far as its budgets have room (held again only every few hundred
-    polls). While other slots wait (``others_wait``) it holds its need alone and gives up any spare: kept,
-    a second slot whose trial fit beside this slot's need gave way to it, the study's GPU-hours unspent.
+    polls). While other slots wait (``others_wait``) it gives up a larger spare and holds its need and
+    ``WAITING_BESIDE_OTHERS_POLLS`` polls (``poll_seconds`` each) more: a large spare kept, a second slot
+    whose trial fit beside this slot's need gave way to it; none, the hold was replaced at every poll.
 
     Raises:
         WaitNotHeld: a budget the hold is in has no room for ``wait_gpu_hours``.
     """
-    headroom = Decimal(0) if others_wait else gpu_hours_for(SLOT_HOLD_SECONDS, gpus)
+    spare_seconds = WAITING_BESIDE_OTHERS_POLLS * poll_seconds if others_wait else SLOT_HOLD_SECONDS
+    headroom = gpu_hours_for(spare_seconds, gpus)
     try:
         kept = cover_gpu_hours(
             ledger, hold_id, wait_gpu_hours, slot, run_id, headroom=headroom, trim=others_wait

@@ -242,7 +242,14 @@ def reserve_trial_cost(
                     wait_gpu_hours = gpu_hours_for(try_seconds + pause + slot_wait_margin_seconds, spec.gpus)
                     others_wait = any(own.label in r.budgets for r in waits)
                     replacing, spare_gpu_hours = hold_wait_gpu_hours(
-                        ledger, replacing, wait_gpu_hours, slot, run_id, spec.gpus, others_wait=others_wait
+                        ledger,
+                        replacing,
+                        wait_gpu_hours,
+                        slot,
+                        run_id,
+                        spec.gpus,
+                        others_wait=others_wait,
+                        poll_seconds=pause,
                     )
                 if mark_waiting is not None:
                     mark_waiting(replacing, spare_gpu_hours)
