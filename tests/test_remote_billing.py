@@ -517,3 +517,34 @@ def test_a_drain_that_keeps_a_spooled_bill_unsure_holds_it_in_its_budgets(
     assert hold.usd == Decimal("1")
     (usage,) = billed_ledger.usage("project=churn")
     assert (usage.spent_usd, usage.reserved_usd) == (Decimal(0), Decimal("1"))
+
+
+def test_a_bill_the_drain_keeps_unsure_dropped_as_its_hold_is_taken_leaves_no_hold(
+    billed_ledger: Ledger, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The drain said "run `costaware spool drop <uid>`" before it took the hold: a drop in between found no
+    # hold and removed the file, and the hold taken just after stayed 30 days with no file.
+    from costaware import ledger_spool
+    from costaware.cli import main
+    from costaware.core.ledger import entry_from_json
+    from costaware.ledger_spool import drain
+    from costaware.spool_settle import unsure_holder
+
+    billed_ledger.set_budget("project=churn", "month", "10")
+    unsure_bill, kept = _keep_a_bill_unsure(billed_ledger, tmp_path, monkeypatch)
+    billed_ledger.release(unsure_bill.hold.id)  # as if kept with no hold: spooled while the ledger was down
+    entry = entry_from_json(json.loads(kept.read_text())["entry"])
+    spool = kept.parent.parent
+    kept.replace(spool / kept.name)
+    hold_unsure = ledger_spool.hold_unsure
+
+    def dropped_first(held_in: Any, bill: Any) -> Any:
+        assert main(["spool", "drop", bill.entry_uid]) == 0
+        return hold_unsure(held_in, bill)
+
+    monkeypatch.setattr(ledger_spool, "hold_unsure", dropped_first)
+    assert drain(spool, lambda conn_id: billed_ledger).unsure == 1
+    assert not (spool / "unsure" / kept.name).exists()
+    assert billed_ledger.open_holds_of(unsure_holder(entry)) == []
+    (usage,) = billed_ledger.usage("project=churn")
+    assert (usage.spent_usd, usage.reserved_usd) == (Decimal(0), Decimal(0))

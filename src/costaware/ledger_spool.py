@@ -400,7 +400,32 @@ def _keep_unsure(
     if unsure is None:
         return
     _say_kept_unsure(f"spooled {name}", data, row, unsure, claimed.parent)
-    hold_unsure(ledger, entry)
+    _hold_while_kept(ledger, entry, unsure / name)
+
+
+def _hold_while_kept(ledger: Any, entry: Any, kept: Path) -> Any | None:
+    """Hold ``entry``'s bill kept as ``kept`` (:func:`~costaware.spool_settle.hold_unsure`); the hold or None.
+
+    The ERROR that names `costaware spool drop` is said before the hold is taken: a drop in between found
+    no hold, removed the file, and the hold taken after it stayed to its 30-day ttl with no file to say why.
+    So the file is looked for once the hold is held, and the hold released where it is gone.
+    """
+    hold = hold_unsure(ledger, entry)
+    if hold is None or kept.exists():
+        return hold
+    try:
+        ledger.release_hold(hold.id)
+    except Exception as e:
+        log.warning(
+            "costaware: the bill %s was dropped from %s as its budget hold %s was taken, and that hold could "
+            "not be released (%s): release it (`costaware budget holds` lists it)",
+            entry.entry_uid,
+            kept.parent,
+            hold.id,
+            e,
+        )
+        return hold
+    return None
 
 
 #: Why a bill beside ``row`` is not written (:func:`_row_args` gives its arguments).
@@ -504,7 +529,7 @@ def keep_unsure(
                 record,
             )
             return UnsureBill(Kept.EARLIER_AT_ANOTHER_FIGURE, kept, str(kept_usd))
-        hold = None if ledger is None else hold_unsure(ledger, entry)
+        hold = None if ledger is None else _hold_while_kept(ledger, entry, kept)
         return UnsureBill(Kept.EARLIER, kept, str(kept_usd), hold)
     try:
         path = _write_spool_file(unsure, entry.entry_uid, record)
@@ -526,7 +551,7 @@ def keep_unsure(
         )
         return UnsureBill(Kept.NOT_KEPT, None)
     _say_kept_unsure(f"the bill {path.name}", data, row, unsure, spool)
-    hold = None if ledger is None else hold_unsure(ledger, entry)
+    hold = None if ledger is None else _hold_while_kept(ledger, entry, path)
     return UnsureBill(Kept.NOW, path, data["entry"]["usd"], hold)
 
 

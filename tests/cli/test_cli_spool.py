@@ -9,6 +9,7 @@ import time
 from dataclasses import replace
 from decimal import Decimal
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -473,3 +474,30 @@ def test_drop_removes_a_kept_bill_and_releases_its_hold_and_names_a_bad_uid(
     assert not kept.path.exists() and ledger.open_holds_of(unsure_holder(bill)) == []
     (usage,) = ledger.usage("project=churn")
     assert (usage.spent_usd, usage.reserved_usd) == (Decimal(0), Decimal(0))
+
+
+def test_a_kept_bill_dropped_as_its_hold_is_taken_leaves_no_hold(
+    spool: Path, ledger: Ledger, ledger_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # keep_unsure said "run `costaware spool drop <uid>`" before it took the hold: a drop in between found
+    # no hold, removed the file, and the hold taken just after stayed 30 days with no file.
+    from costaware import ledger_spool
+    from costaware.ledger_spool import keep_unsure
+    from costaware.spool_settle import unsure_holder
+
+    monkeypatch.setenv("COSTAWARE_LEDGER_URL", ledger_url)
+    ledger.set_budget("project=churn", "month", "10")
+    hold_unsure = ledger_spool.hold_unsure
+
+    def dropped_first(held_in: Any, entry: Any) -> Any:
+        assert main(["spool", "drop", entry.entry_uid]) == 0
+        return hold_unsure(held_in, entry)
+
+    monkeypatch.setattr(ledger_spool, "hold_unsure", dropped_first)
+    bill = replace(_entry("train"), entry_uid="attempt-raced")
+    row = {"entry_uid": "older", "usd": "2", "incurred_at": "2026-12-01T00:00:00+00:00", "try_number": 1}
+    kept = keep_unsure(bill, "costaware_ledger", {"job_id": "j"}, row, ledger=ledger)
+    assert kept.path is not None and not kept.path.exists() and kept.hold is None
+    assert ledger.open_holds_of(unsure_holder(bill)) == []
+    (usage,) = ledger.usage("project=churn")
+    assert usage.reserved_usd == Decimal(0)
