@@ -6,6 +6,7 @@ import json
 import logging
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from datetime import timedelta
 from decimal import Decimal
 from pathlib import Path
@@ -548,3 +549,63 @@ def test_a_bill_the_drain_keeps_unsure_dropped_as_its_hold_is_taken_leaves_no_ho
     assert billed_ledger.open_holds_of(unsure_holder(entry)) == []
     (usage,) = billed_ledger.usage("project=churn")
     assert (usage.spent_usd, usage.reserved_usd) == (Decimal(0), Decimal(0))
+
+
+def _gpu_bill(uid: str) -> LedgerEntry:
+    """A $1 bill of 2 GPU-hours (tags project=churn), as hold_unsure holds a kept one."""
+    return LedgerEntry(
+        dag_id="retrain", run_id="run1", task_id="train", kind=Kind.COMPUTE, usd=Decimal("1"),
+        gpu_hours=Decimal("2"), tags={"project": "churn"}, entry_uid=uid,
+    )  # fmt: skip
+
+
+def test_a_kept_bill_with_gpu_hours_and_no_dollar_room_takes_no_hold_where_no_gpu_hour_cap(
+    billed_ledger: Ledger, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Its GPU-hour room fell back to its own GPU-hours where no budget caps them: a $0.00 hold was taken,
+    # `spool show` read "held $0.00" and the WARNING "Held $0.00 of it".
+    from costaware.spool_settle import hold_unsure, unsure_holder
+
+    billed_ledger.set_budget("project=churn", "month", "2.50")
+    billed_ledger.reserve("project=churn", "2.50", holder="another/run/task/-1")
+    bill = _gpu_bill("attempt-gpu")
+    with caplog.at_level(logging.WARNING, logger="costaware.ledger_spool"):
+        assert hold_unsure(billed_ledger, bill) is None
+    assert billed_ledger.open_holds_of(unsure_holder(bill)) == []
+    (said,) = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert "Nothing is held of it (its budgets have no room left)" in said and "Held $" not in said
+    # Under a GPU-hour cap with room, its GPU-hours are held (no dollars left to hold).
+    billed_ledger.set_budget("project=churn", "month", "2.50", cap_gpu_hours="10")
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="costaware.ledger_spool"):
+        hold = hold_unsure(billed_ledger, bill)
+    assert hold is not None and (hold.usd, hold.gpu_hours) == (Decimal(0), Decimal(2))
+    (said,) = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert "Held $0.00 and 2 GPU-hours of it" in said
+
+
+def test_a_kept_bills_warning_says_nothing_is_held_where_another_run_took_the_room_first(
+    billed_ledger: Ledger, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The WARNING said "Held $0.50 of it" before the second reserve, which another run's hold refused.
+    from costaware.spool_settle import hold_unsure, unsure_holder
+
+    billed_ledger.set_budget("project=churn", "month", "2.50")
+    billed_ledger.reserve("project=churn", "2.00", holder="another/run/task/-1")
+    reserve = billed_ledger.reserve
+    asked: list[Any] = []
+
+    def another_run_first(*args: Any, **kwargs: Any) -> Any:
+        asked.append(args[1])
+        if len(asked) == 2:  # the room hold_unsure read is taken before its second ask
+            reserve("project=churn", "0.50", holder="yet/another/run/-1")
+        return reserve(*args, **kwargs)
+
+    monkeypatch.setattr(billed_ledger, "reserve", another_run_first)
+    bill = replace(_gpu_bill("attempt-raced"), gpu_hours=Decimal(0))
+    with caplog.at_level(logging.WARNING, logger="costaware.ledger_spool"):
+        assert hold_unsure(billed_ledger, bill) is None
+    assert [Decimal(str(usd)) for usd in asked] == [Decimal("1"), Decimal("0.5")]
+    assert billed_ledger.open_holds_of(unsure_holder(bill)) == []
+    (said,) = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert "Nothing is held of it (another run took the room left meanwhile)" in said and "Held $" not in said

@@ -56,23 +56,28 @@ def hold_unsure(ledger: Any, entry: Any) -> Any | None:
         except BudgetExceededError:
             usages = ledger.usage(scope, run_id=entry.run_id, dag_id=entry.dag_id)
             room_usd = min([entry.usd, *(max(u.left_usd, Decimal(0)) for u in usages)])
-            room_gpu_hours = min(
-                [entry.gpu_hours]
-                + [
-                    max(u.cap_gpu_hours - u.spent_gpu_hours - u.reserved_gpu_hours, Decimal(0))
-                    for u in usages
-                    if u.cap_gpu_hours is not None
-                ]
-            )
-            _say_unsure_past_caps(entry, usages, room_usd)
-            if room_usd <= 0 and room_gpu_hours <= 0:
+            # GPU-hour room counts only under a GPU-hour cap: uncapped, it is no room worth a hold, and a
+            # bill with GPU-hours took a $0.00 hold ("held $0.00") where its dollars had none left.
+            capped_rooms = [
+                max(u.cap_gpu_hours - u.spent_gpu_hours - u.reserved_gpu_hours, Decimal(0))
+                for u in usages
+                if u.cap_gpu_hours is not None
+            ]
+            room_gpu_hours = min([entry.gpu_hours, *capped_rooms])
+            if room_usd <= 0 and (not capped_rooms or room_gpu_hours <= 0):
+                _say_unsure_past_caps(entry, usages, "Nothing is held of it (its budgets have no room left)")
                 return None
             try:
-                return ledger.reserve(
+                hold = ledger.reserve(
                     scope, room_usd, gpu_hours=room_gpu_hours, ttl=UNSURE_HOLD_TTL, purpose=purpose, **asked
                 )
             except BudgetExceededError:  # another run took the room meanwhile
+                taken = "Nothing is held of it (another run took the room left meanwhile)"
+                _say_unsure_past_caps(entry, usages, taken)
                 return None
+            held = _held_text(room_usd, room_gpu_hours if capped_rooms else None)
+            _say_unsure_past_caps(entry, usages, f"Held {held} of it")
+            return hold
     except BudgetNotFoundError:
         return None  # no budget counts it: none to pass
     except Exception as e:
@@ -87,8 +92,19 @@ def hold_unsure(ledger: Any, entry: Any) -> Any | None:
         return None
 
 
-def _say_unsure_past_caps(entry: Any, usages: list[Any], room_usd: Decimal) -> None:
-    """Warn that the budgets of a bill kept in ``spool/unsure`` have less room than its money spent."""
+def _held_text(usd: Decimal, gpu_hours: Decimal | None) -> str:
+    """What a partial hold of a kept bill holds: '$0.50', or '$0.00 and 2 GPU-hours' under a GPU-hour cap."""
+    from costaware.core.money import format_usd_exact
+
+    held = format_usd_exact(usd)
+    return held if gpu_hours is None else f"{held} and {_plain(gpu_hours)} GPU-hours"
+
+
+def _say_unsure_past_caps(entry: Any, usages: list[Any], held: str) -> None:
+    """Warn that the budgets of a bill kept in ``spool/unsure`` have less room than its money spent.
+
+    ``held``: the sentence of what was held of it, said once the ledger took or refused the hold.
+    """
     from costaware.core.money import format_usd_exact
 
     short = [
@@ -103,12 +119,12 @@ def _say_unsure_past_caps(entry: Any, usages: list[Any], room_usd: Decimal) -> N
     ]
     log.warning(
         "costaware: the bill %s kept in spool/unsure is %s already spent, and %s: its cap is passed by "
-        "money spent. Held %s of it until a person drains or drops the bill; raise the cap, or hold back "
+        "money spent. %s until a person drains or drops the bill; raise the cap, or hold back "
         "the budget's next runs",
         entry.entry_uid,
         format_usd_exact(entry.usd),
         "; ".join(short) or "its budgets have too little room",
-        format_usd_exact(room_usd),
+        held,
     )
 
 
