@@ -501,3 +501,45 @@ def test_a_kept_bill_dropped_as_its_hold_is_taken_leaves_no_hold(
     assert ledger.open_holds_of(unsure_holder(bill)) == []
     (usage,) = ledger.usage("project=churn")
     assert usage.reserved_usd == Decimal(0)
+
+
+def test_drop_says_nothing_is_dropped_while_the_ledger_is_down_and_a_file_it_cannot_remove(
+    spool: Path,
+    ledger: Ledger,
+    ledger_url: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # The ledger down: the generic "cannot reach the cost ledger ... nothing was recorded or reserved", not
+    # what a drop did or what to do. The file not removable once its hold was released: a raw traceback.
+    from costaware.ledger_spool import keep_unsure
+    from costaware.spool_settle import unsure_holder
+
+    ledger.set_budget("project=churn", "month", "10")
+    bill = replace(_entry("train"), entry_uid="attempt-kept")
+    row = {"entry_uid": "older", "usd": "2", "incurred_at": "2026-12-01T00:00:00+00:00", "try_number": 1}
+    kept = keep_unsure(bill, "costaware_ledger", {"job_id": "j"}, row, ledger=ledger)
+    assert kept.path is not None and kept.hold is not None
+    monkeypatch.setenv("COSTAWARE_LEDGER_URL", UNREACHABLE)
+    assert main(["spool", "drop", "attempt-kept"]) == 2
+    err = capsys.readouterr().err
+    assert (
+        f"nothing dropped: attempt-kept is kept in {kept.path}; run `costaware spool drop attempt-kept` again"
+        in err
+    )
+    assert "once the ledger answers (" in err
+    assert kept.path.is_file() and ledger.open_holds_of(unsure_holder(bill)) == [kept.hold]
+    monkeypatch.setenv("COSTAWARE_LEDGER_URL", ledger_url)
+
+    def read_only(self: Path, missing_ok: bool = False) -> None:
+        raise PermissionError(13, "Permission denied", str(self))
+
+    monkeypatch.setattr(Path, "unlink", read_only)
+    assert main(["spool", "drop", "attempt-kept"]) == 2
+    err = capsys.readouterr().err
+    assert (
+        f"attempt-kept: released its hold {kept.hold.id} ($2.00), but {kept.path} could not be removed "
+        "(Permission denied): the file stays; remove it by hand" in err
+    )
+    assert "Traceback" not in err
+    assert kept.path.is_file() and ledger.open_holds_of(unsure_holder(bill)) == []

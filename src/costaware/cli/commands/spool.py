@@ -325,9 +325,10 @@ def drop(args: argparse.Namespace) -> int:
 
     Raises:
         CostawareError: no bill of that name is kept in ``unsure/`` (naming it and the command that lists
-            them), its file cannot be read as a bill, or its ledger cannot be opened or written.
+            them), its file cannot be read as a bill, its ledger cannot be opened or written (nothing
+            dropped), or the file cannot be removed once its hold is released (said so).
     """
-    from costaware.core.errors import CostawareError
+    from costaware.core.errors import CostawareError, LedgerUnavailableError
     from costaware.core.ledger import entry_from_json
     from costaware.core.money import format_usd_exact
     from costaware.glue import DEFAULT_LEDGER_CONN_ID
@@ -352,9 +353,15 @@ def drop(args: argparse.Namespace) -> int:
             f"{kept} cannot be read as a bill ({e}): nothing dropped; look at it, and delete it by hand "
             "where it bills a run already (release its hold, listed by `costaware budget holds`, too)"
         ) from e
-    ledger = _open_ledger(str(data.get("ledger_conn_id", DEFAULT_LEDGER_CONN_ID)))
-    released = [ledger.release_hold(hold.id) for hold in ledger.open_holds_of(unsure_holder(entry))]
-    kept.unlink()
+    again = _command(args, f"drop {uid}")
+    try:
+        ledger = _open_ledger(str(data.get("ledger_conn_id", DEFAULT_LEDGER_CONN_ID)))
+        released = [ledger.release_hold(hold.id) for hold in ledger.open_holds_of(unsure_holder(entry))]
+    except LedgerUnavailableError as e:
+        # The ledger's own words end with "nothing was recorded or reserved": not what a drop did.
+        raise CostawareError(
+            f"nothing dropped: {uid} is kept in {kept}; run {again} again once the ledger answers ({e})"
+        ) from e
     freed = [r.reservation for r in released if r.released_here]
     summary = {
         "dropped": str(kept),
@@ -367,6 +374,15 @@ def drop(args: argparse.Namespace) -> int:
         if freed
         else "it had no open hold"
     )
+    try:
+        kept.unlink()
+    except OSError as e:
+        # Its hold is released already: the file alone is left, which `spool show` still lists as kept.
+        raise CostawareError(
+            f"{uid}: {held}, but {kept} could not be removed ({e.strerror or e}): the file stays; remove it "
+            'by hand (or, where it bills another run, add "another_run": true, move it back into the spool '
+            "and drain it)"
+        ) from e
     sentence = f"dropped {kept} (entry {entry.entry_uid}, {format_usd_exact(entry.usd)}, not written): {held}"
     emit_summary(summary, args.format, sentence)
     return 0
