@@ -160,6 +160,9 @@ def test_a_second_bill_where_the_kept_file_cannot_be_read_says_so_and_logs_itsel
     assert "the bill of job train-a1 (entry attempt:this, $3.50) was not written" in said
     assert f"{kept}, kept for it by an earlier try, cannot be read as a bill" in said
     assert "Replace that file with the JSON that ends this line" in said and str(spool) in said
+    # Not "delete the file": deleted by hand, the hold an earlier try kept for it stayed held 30 days.
+    assert "if it bills this run, run `costaware spool drop attempt:this`" in said
+    assert "delete the file" not in said
     logged = json.loads(said[said.index("{") :])
     assert (
         Decimal(logged["entry"]["usd"]) == Decimal("3.50") and logged["entry"]["entry_uid"] == "attempt:this"

@@ -500,13 +500,16 @@ def keep_unsure(
                 "kept: %s, kept for it by an earlier try, cannot be read as a bill (cut short or edited by "
                 "hand) and is left as it is. Replace that file with the JSON that ends this line, then: if "
                 'that entry bills another run, add "another_run": true to it, move it back into %s and run '
-                "`costaware spool drain`; if it bills this run, delete the file: %s",
+                "`costaware spool drain`; if it bills this run, run `costaware spool drop %s` (removes the "
+                "file and releases the budget hold an earlier try kept for it; deleted by hand, that hold "
+                "stays held): %s",
                 duplicate_check.get("job_id"),
                 entry.entry_uid,
                 data["entry"]["usd"],
                 *_row_args(row),
                 kept,
                 spool,
+                entry.entry_uid,
                 record,
             )
             return UnsureBill(Kept.NOT_KEPT, kept)
