@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib
 import logging
 from collections.abc import Iterator
 from datetime import timedelta
@@ -10,6 +9,7 @@ from decimal import Decimal
 from typing import Any
 
 import pytest
+from clocks import hold_clock_modules
 from services import fresh_postgres_database
 
 from costaware import Ledger
@@ -34,10 +34,8 @@ def any_ledger(request: pytest.FixtureRequest, tmp_path: Any) -> Iterator[Ledger
 def _later(monkeypatch: pytest.MonkeyPatch, seconds: float) -> None:
     """The ledger's clock ``seconds`` ahead."""
     ahead = utcnow() + timedelta(seconds=seconds)
-    for name in ("reservations", "reservation_queries", "reservation_rows", "regrowth", "budgets"):
-        monkeypatch.setattr(
-            importlib.import_module(f"costaware.adapters.ledger.{name}"), "utcnow", lambda: ahead
-        )
+    for module in hold_clock_modules():
+        monkeypatch.setattr(module, "utcnow", lambda: ahead)
 
 
 def test_a_trial_that_outran_its_hold_is_not_settled_against_the_slot_hold_its_hold_replaced(

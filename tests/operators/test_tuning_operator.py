@@ -12,6 +12,7 @@ import optuna
 import pytest
 from airflow.sdk import DAG
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
+from clocks import hold_clock_modules
 from sqlalchemy import select
 
 from costaware import Ledger
@@ -500,7 +501,6 @@ def test_a_retry_after_the_tasks_retry_delay_is_paid_from_the_hold_its_failed_tr
     # The hold lasted 2 x the estimate (at least 60 s), Airflow's retry came 5 minutes later: the hold had
     # expired, and the retry reserved the whole estimate again (stopping the study where the budget had
     # room only for what was left of it).
-    from costaware.adapters.ledger import budgets, regrowth, reservations
     from costaware.core.ledger import utcnow
     from costaware.training.tuning import reservations as trial_reservations
     from costaware.training.tuning import study as study_module
@@ -526,7 +526,7 @@ def test_a_retry_after_the_tasks_retry_delay_is_paid_from_the_hold_its_failed_tr
     # Every module of the trial that reads the clock (trial_steps' wall-clock cap, trial_reservation's stop
     # record: split out of trial.py, they read the real clock); patched strictly, a module that no longer
     # imports utcnow fails here rather than leaving its read unfrozen.
-    clocks = (reservations, regrowth, budgets, trial_reservations, study_module, trial_module, trial_steps)
+    clocks = (*hold_clock_modules(), trial_reservations, study_module, trial_module, trial_steps)
     for module in (*clocks, trial_reservation):
         monkeypatch.setattr(module, "utcnow", lambda: retried_at)
     retry = BudgetedTuningOperator(
@@ -983,7 +983,6 @@ def _wait_on_a_fake_clock(monkeypatch: pytest.MonkeyPatch, ti: Any) -> list[floa
     the fake waits, it left out the real seconds of the wait's polls, which the bill counts (on a loaded
     machine they passed the 30 s margin and the try was billed past its hold).
     """
-    from costaware.adapters.ledger import budgets, regrowth, reservations
     from costaware.training.tuning import reservations as trial_reservations
 
     waited = [0.0]
@@ -997,7 +996,7 @@ def _wait_on_a_fake_clock(monkeypatch: pytest.MonkeyPatch, ti: Any) -> list[floa
         waited[0] += seconds
         listener._STARTS[listener._key(ti)] -= seconds
 
-    for module in (reservations, regrowth, budgets, trial_reservations):
+    for module in (*hold_clock_modules(), trial_reservations):
         monkeypatch.setattr(module, "utcnow", utcnow)
     clock = SimpleNamespace(monotonic=lambda: real_monotonic() + waited[0], sleep=sleep)
     monkeypatch.setattr(trial_reservations, "time", clock)

@@ -12,6 +12,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from clocks import hold_clock_modules
 
 from costaware import Ledger
 from costaware.core.errors import BudgetExceededError, ConfigurationError
@@ -392,13 +393,6 @@ def test_a_retry_after_its_hold_expired_reserves_the_whole_estimate_again(tmp_pa
     # the whole estimate (never overspent), granted where it has.
     from datetime import timedelta
 
-    from costaware.adapters.ledger import (
-        budgets,
-        regrowth,
-        reservation_queries,
-        reservation_rows,
-        reservations,
-    )
     from costaware.core.ledger import Kind, LedgerEntry, utcnow
     from costaware.training.tuning.reservations import reserve_trial_cost
 
@@ -414,7 +408,7 @@ def test_a_retry_after_its_hold_expired_reserves_the_whole_estimate_again(tmp_pa
     )  # fmt: skip
     ledger.record(paid)  # the failed try, paid from the hold
     retried_at = utcnow() + timedelta(minutes=5)  # the default retry delay: the 60 s hold has expired
-    for module in (reservations, reservation_queries, reservation_rows, regrowth, budgets):
+    for module in hold_clock_modules():
         monkeypatch.setattr(module, "utcnow", lambda: retried_at)
     with pytest.raises(BudgetExceededError, match=r"has \$0.50 left .* needs an estimated \$0.80"):
         reserve_trial_cost(ledger, spec, lambda: 0.8, holder, "r1", 0, 0.01)
@@ -431,13 +425,6 @@ def test_a_hold_kept_for_the_retry_delay_is_found_again_and_kept_for_the_retrys_
     # of the cap refused: the study stopped where the retry would have trained on what was left.
     from datetime import timedelta
 
-    from costaware.adapters.ledger import (
-        budgets,
-        regrowth,
-        reservation_queries,
-        reservation_rows,
-        reservations,
-    )
     from costaware.core.ledger import Kind, LedgerEntry, utcnow
     from costaware.training.tuning import reservations as trial_reservations
     from costaware.training.tuning.reservations import reserve_trial_cost
@@ -454,14 +441,7 @@ def test_a_hold_kept_for_the_retry_delay_is_found_again_and_kept_for_the_retrys_
     )  # fmt: skip
     ledger.record(paid)  # the failed try, paid from the hold
     retried_at = utcnow() + timedelta(minutes=5)
-    for module in (
-        reservations,
-        reservation_queries,
-        reservation_rows,
-        regrowth,
-        budgets,
-        trial_reservations,
-    ):
+    for module in (*hold_clock_modules(), trial_reservations):
         monkeypatch.setattr(module, "utcnow", lambda: retried_at)
     again = reserve_trial_cost(ledger, spec, lambda: 0.8, holder, "r1", 0, 0.01)  # the last try: no keep
     assert again.id == first.id and again.usd == Decimal("0.5")
@@ -477,25 +457,11 @@ class FakeClock:
         from datetime import UTC, datetime
         from types import SimpleNamespace
 
-        from costaware.adapters.ledger import (
-            budgets,
-            regrowth,
-            reservation_queries,
-            reservation_rows,
-            reservations,
-        )
         from costaware.training.tuning import reservations as trial_reservations
 
         self.seconds = 0.0
         self.base = datetime(2026, 12, 1, tzinfo=UTC)
-        for module in (
-            reservations,
-            reservation_queries,
-            reservation_rows,
-            regrowth,
-            budgets,
-            trial_reservations,
-        ):
+        for module in (*hold_clock_modules(), trial_reservations):
             monkeypatch.setattr(module, "utcnow", self.utcnow)
         monkeypatch.setattr(
             trial_reservations, "time", SimpleNamespace(monotonic=self.monotonic, sleep=self.sleep)
@@ -615,13 +581,6 @@ def test_a_retry_that_finds_its_hold_with_little_time_left_keeps_it_for_its_own_
     # the hold's end) trained on past it, its hold expired under it and another slot failed the trial.
     from datetime import timedelta
 
-    from costaware.adapters.ledger import (
-        budgets,
-        regrowth,
-        reservation_queries,
-        reservation_rows,
-        reservations,
-    )
     from costaware.training.tuning import reservations as trial_reservations
     from costaware.training.tuning.reservations import reserve_trial_cost
 
@@ -631,14 +590,7 @@ def test_a_retry_that_finds_its_hold_with_little_time_left_keeps_it_for_its_own_
     create_study(url, ledger, spec)
     first = reserve_trial_cost(ledger, spec, lambda: 0.8, "tuning/r1/trial/0", "r1", 0, 0.01)
     retried_at = first.created_at + timedelta(seconds=50)  # 10 s of the 60 s hold left
-    for module in (
-        reservations,
-        reservation_queries,
-        reservation_rows,
-        regrowth,
-        budgets,
-        trial_reservations,
-    ):
+    for module in (*hold_clock_modules(), trial_reservations):
         monkeypatch.setattr(module, "utcnow", lambda: retried_at, raising=False)
     again = reserve_trial_cost(ledger, spec, lambda: 0.8, "tuning/r1/trial/0", "r1", 0, 0.01)
     assert again.id == first.id
