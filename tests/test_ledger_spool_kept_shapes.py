@@ -37,6 +37,9 @@ def _unsure_bill(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Any, 
         pytest.param({"entry": {}}, id="entry-without-usd"),
         pytest.param({"entry": {"usd": None}}, id="usd-null"),
         pytest.param({"entry": "x"}, id="entry-not-a-dict"),
+        # duplicate_check read with .get(): a string or a list raised AttributeError.
+        pytest.param({"entry": {"usd": "1.25"}, "duplicate_check": "x"}, id="check-a-string"),
+        pytest.param({"entry": {"usd": "1.25"}, "duplicate_check": ["x"]}, id="check-a-list"),
     ],
 )
 def test_a_kept_file_holding_no_bill_is_not_kept_and_the_new_bill_is_logged_whole(

@@ -566,7 +566,10 @@ def _read_kept(path: Path) -> dict[str, Any] | None:
         return None
     # A file with no figure keeps no bill that can be told: read as one, it was "kept at $None".
     entry = data.get("entry") if isinstance(data, dict) else None
-    return data if isinstance(entry, dict) and entry.get("usd") is not None else None
+    if not isinstance(entry, dict) or entry.get("usd") is None:
+        return None
+    # Its job is read with .get(): a string or a list there raised AttributeError out of keep_unsure.
+    return data if isinstance(data.get("duplicate_check") or {}, dict) else None
 
 
 def usd_differs(kept_usd: Any, new_usd: Any) -> bool:
