@@ -1111,5 +1111,79 @@ def test_a_folder_the_user_cannot_write_is_named_with_what_to_do(shared_home: Pa
     shutil.rmtree(target.parent)  # and where it would make the carbon folder, in one it may not write
     code, err = _import_as(4242, 4343, ["carbon", "import", str(latest), "--zone", "GB"])
     assert code == 2, err
-    assert f"cannot write {target} (Permission denied): nothing was imported" in err
+    # The folder it named was the carbon folder, which did not exist: the one refused is its parent.
+    assert f"cannot create the carbon folder {target.parent} (Permission denied): nothing was imported" in err
+    assert f"{target.parent.parent} is not writable to this user: create {target.parent} there" in err
     assert not target.parent.exists()
+
+
+def _earlier_gb_import(home: Path, tmp_path: Path) -> tuple[Path, Path]:
+    """A GB import in ``home`` and the next file to merge into it."""
+    header = "timestamp_utc,g_co2eq_per_kwh_lca\n"
+    first = tmp_path / "gb-first.csv"
+    first.write_text(header + "2026-11-20T00:00:00Z,100\n2026-11-20T01:00:00Z,110\n")
+    assert main(["carbon", "import", str(first), "--zone", "GB"]) == 0
+    latest = tmp_path / "gb-latest.csv"
+    latest.write_text(header + "2026-11-20T02:00:00Z,120\n2026-11-20T03:00:00Z,130\n")
+    return home / "GB_imported.csv", latest
+
+
+@pytest.mark.parametrize(
+    ("call", "refusal", "said", "advice"),
+    [
+        pytest.param("fsync", "ENOSPC", "nothing was imported: No space left on device", "", id="disk-full"),
+        pytest.param("fchown", "EIO", "nothing was imported: Input/output error", "", id="io-error"),
+        pytest.param("fsync", "EACCES", "(Permission denied): nothing was", "chmod g+ws", id="access"),
+        pytest.param("fsync", "EROFS", "is on a read-only file system", "", id="read-only"),
+    ],
+)
+def test_a_write_that_fails_says_why_and_gives_write_access_advice_only_where_access_refused_it(
+    call: str,
+    refusal: str,
+    said: str,
+    advice: str,
+    home: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # Every OSError of the write was told as a permissions problem: a full disk said "needs write access
+    # ... chmod g+ws it", which fixes nothing.
+    import errno
+    import os
+
+    target, latest = _earlier_gb_import(home, tmp_path)
+    before = target.read_bytes()
+    capsys.readouterr()
+    code = getattr(errno, refusal)
+
+    def refuse(*args: Any) -> None:
+        raise OSError(code, os.strerror(code))
+
+    monkeypatch.setattr(os, call, refuse)
+    assert main(["carbon", "import", str(latest), "--zone", "GB"]) == 2
+    err = capsys.readouterr().err
+    assert f"cannot write {target}" in err and said in err
+    assert ("chmod" in err) == bool(advice) and advice in err
+    assert target.read_bytes() == before
+    assert [p.name for p in home.iterdir() if p.name.endswith(".tmp")] == []
+
+
+def test_a_carbon_folder_that_cannot_be_made_names_the_folder_refused(
+    home: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The carbon folder did not exist yet: "needs write access to <carbon folder>" named a folder that was
+    # not there to chmod, where the refusal was its nearest existing parent's.
+    import errno
+    import os
+
+    def refuse(self: Path, *args: Any, **kwargs: Any) -> None:
+        raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(self))
+
+    monkeypatch.setattr(Path, "mkdir", refuse)
+    nearest = next(p for p in home.parents if p.exists())
+    assert main(["carbon", "import", str(RECORDED), "--zone", "GB"]) == 2
+    err = capsys.readouterr().err
+    assert f"cannot create the carbon folder {home} (Permission denied): nothing was imported" in err
+    assert f"{nearest} is not writable to this user: create {home} there" in err
+    assert not home.exists()

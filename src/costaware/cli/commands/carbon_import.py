@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import csv
+import errno
 import io
 import re
 import stat
@@ -18,7 +19,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from costaware.core.errors import ConfigurationError
+from costaware.core.errors import ConfigurationError, CostawareError
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -89,7 +90,7 @@ def import_file(args: argparse.Namespace) -> int:
     try:
         folder.mkdir(parents=True, exist_ok=True)
     except OSError as e:
-        raise _cannot_write(target, e) from e
+        raise _cannot_make_folder(folder, e) from e
     hours = len({at.replace(minute=0, second=0) for at, _ in series.points})  # half-hourly rows are not hours
     records = "" if hours == len(series) else f" in {len(series)} records"
     imported = (
@@ -140,11 +141,46 @@ def _write(target: Path, data: bytes, *, mode: int, owner: tuple[int, int] | Non
         raise _cannot_write(target, e) from e
 
 
-def _cannot_write(target: Path, error: OSError) -> ConfigurationError:
+#: What a folder answers where this user may not write it: only these call for chmod advice.
+_ACCESS_REFUSED = frozenset({errno.EACCES, errno.EPERM})
+
+
+def _cannot_write(target: Path, error: OSError) -> CostawareError:
+    """The refusal of writing ``target``: write-access advice only where access was what refused it.
+
+    A full disk (ENOSPC) or an I/O error (EIO) was told as a permissions problem, with chmod advice that
+    fixes nothing.
+    """
+    if error.errno in _ACCESS_REFUSED:
+        return ConfigurationError(
+            f"cannot write {target} ({error.strerror}): nothing was imported; an import needs write access "
+            f"to {target.parent} (the file is replaced by a rename): for a group, chgrp it to the group and "
+            "chmod g+ws it"
+        )
+    if error.errno == errno.EROFS:
+        return ConfigurationError(
+            f"cannot write {target}: {target.parent} is on a read-only file system; nothing was imported: "
+            "import where the carbon folder can be written (or remount it read-write)"
+        )
+    return CostawareError(f"cannot write {target}: nothing was imported: {error.strerror or error}")
+
+
+def _cannot_make_folder(folder: Path, error: OSError) -> CostawareError:
+    """The refusal of creating the carbon ``folder``: it may not exist yet, so name where it was refused."""
+    if error.errno == errno.EROFS:
+        return ConfigurationError(
+            f"cannot create the carbon folder {folder}: it is on a read-only file system; nothing was "
+            "imported: set AIRFLOW_HOME where it can be written (or remount it read-write)"
+        )
+    if error.errno not in _ACCESS_REFUSED:
+        return CostawareError(
+            f"cannot create the carbon folder {folder}: nothing was imported: {error.strerror or error}"
+        )
+    existing = next((p for p in folder.parents if p.exists()), folder.anchor)
     return ConfigurationError(
-        f"cannot write {target} ({error.strerror}): nothing was imported; an import needs write access to "
-        f"{target.parent} (the file is replaced by a rename): for a group, chgrp it to the group and chmod "
-        "g+ws it"
+        f"cannot create the carbon folder {folder} ({error.strerror}): nothing was imported; {existing} is "
+        f"not writable to this user: create {folder} there as a user who may (for a group, chgrp it to the "
+        "group and chmod g+ws it), then import again"
     )
 
 
