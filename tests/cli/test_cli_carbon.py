@@ -1187,3 +1187,58 @@ def test_a_carbon_folder_that_cannot_be_made_names_the_folder_refused(
     assert f"cannot create the carbon folder {home} (Permission denied): nothing was imported" in err
     assert f"{nearest} is not writable to this user: create {home} there" in err
     assert not home.exists()
+
+
+def test_the_lock_file_is_opened_for_writing_and_read_only_only_where_that_is_refused(
+    home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Opened read-only, its exclusive flock failed with EBADF on NFS, where Linux emulates it as an fcntl
+    # lock; a 0644 lock file of another user still opens read-only, as a local disk can lock it so.
+    import errno
+    import os
+
+    target, latest = _earlier_gb_import(home, tmp_path)
+    real_open = os.open
+    opened: list[int] = []
+
+    def lock_not_writable(path: Any, flags: int, *args: Any, **kwargs: Any) -> int:
+        if str(path).endswith(".lock"):
+            opened.append(flags & os.O_ACCMODE)
+            if flags & os.O_ACCMODE != os.O_RDONLY:
+                raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(path))
+        return real_open(path, flags, *args, **kwargs)
+
+    monkeypatch.setattr(os, "open", lock_not_writable)
+    assert main(["carbon", "import", str(latest), "--zone", "GB"]) == 0, capsys.readouterr().err
+    assert opened == [os.O_RDWR, os.O_RDONLY]
+    assert target.read_text().count("\n") == 5  # the header and four hours
+
+
+@pytest.mark.parametrize("refusal", ["EBADF", "ENOLCK"])
+def test_a_lock_file_that_cannot_be_locked_is_named_with_what_to_do(
+    refusal: str,
+    home: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # flock's OSError was raised outside the try: a traceback, not the lock file and what to do.
+    import errno
+    import fcntl
+    import os
+
+    target, latest = _earlier_gb_import(home, tmp_path)
+    before = target.read_bytes()
+    capsys.readouterr()
+    code = getattr(errno, refusal)
+
+    def refuse(*args: Any) -> None:
+        raise OSError(code, os.strerror(code))
+
+    monkeypatch.setattr(fcntl, "flock", refuse)
+    assert main(["carbon", "import", str(latest), "--zone", "GB"]) == 2
+    lock = home / ".GB_imported.csv.lock"
+    err = capsys.readouterr().err
+    assert f"cannot lock {lock} ({os.strerror(code)}): nothing was imported" in err
+    assert f"this file system cannot lock a read-only file: make {lock} group-writable" in err
+    assert target.read_bytes() == before

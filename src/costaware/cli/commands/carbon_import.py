@@ -242,28 +242,56 @@ def _locked(target: Path) -> Iterator[None]:
 
     Two imports of one zone at once both read the earlier import (or found none), and the later write lost
     the other's records. The lock file stays: removing it would let a third import lock a new file while a
-    waiter still locks the old one. It is opened read-only, as ``flock`` needs no more: opened for append, one
-    that another user's import made 0644 refused the group's other members the merge.
+    waiter still locks the old one.
 
     Raises:
         ConfigurationError: the lock file cannot be opened (unreadable, or missing in a folder this user may
-            not write), naming it and what to do.
+            not write) or locked, naming it and what to do.
     """
     import fcntl
     import os
 
     path = target.with_name(f".{target.name}.lock")
     try:
-        # 0664 less the umask: locking needs no write access, but an earlier release opened it to append.
-        handle = os.open(path, os.O_RDONLY | os.O_CREAT | os.O_CLOEXEC, 0o664)
+        handle = _open_lock_file(path)
     except OSError as e:
         raise ConfigurationError(
             f"cannot open the lock file {path} ({e.strerror}): nothing was imported; an import needs read "
             f"access to it (chmod g+r {path} for the group) and write access to {path.parent}"
         ) from e
     with os.fdopen(handle, "rb") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        except OSError as e:
+            raise _cannot_lock(path, e) from e
         yield
+
+
+def _open_lock_file(path: Path) -> int:
+    """Open (or create) the lock file for writing where this user may, else read-only.
+
+    On NFS Linux emulates ``flock`` with an fcntl lock, whose exclusive lock needs the file open for writing
+    (EBADF otherwise). On a local disk read-only does: a 0644 lock file another user's import made refused
+    the group's other members the merge where it was opened for writing alone.
+    """
+    import os
+
+    try:
+        # 0664 less the umask: the group's members may open it for writing too.
+        return os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o664)
+    except OSError as e:
+        if e.errno not in _ACCESS_REFUSED:
+            raise
+    return os.open(path, os.O_RDONLY | os.O_CREAT | os.O_CLOEXEC, 0o664)
+
+
+def _cannot_lock(path: Path, error: OSError) -> ConfigurationError:
+    if error.errno in (errno.EBADF, errno.ENOLCK):
+        return ConfigurationError(
+            f"cannot lock {path} ({error.strerror}): nothing was imported; this file system cannot lock a "
+            f"read-only file: make {path} group-writable (chmod g+w {path}), then import again"
+        )
+    return ConfigurationError(f"cannot lock {path}: nothing was imported: {error.strerror or error}")
 
 
 def _check_columns(text: str, source: str) -> PriceSeries:
