@@ -510,13 +510,16 @@ def test_a_slot_whose_hold_could_not_be_held_again_and_whose_entry_raised_settle
     ) in caplog.text
 
 
+@pytest.mark.parametrize("slot_0_poll_seconds", [0.0, 1.0])
 def test_a_second_waiting_slot_whose_trial_fits_beside_the_first_slots_need_waits_for_its_spare(
-    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch, slot_0_poll_seconds: float
 ) -> None:
     # Slot 0 waits first, its hold 31 s of GPU time plus 600 s of headroom (0.175279 of a 0.5 GPU-hour cap).
-    # Slot 1's 0.399862 GPU-hour trial fits beside slot 0's need (0.008612), not beside its headroom: slot 1
-    # gave way at once, the study's GPU-hours unspent. Slot 0's record says its spare now: slot 1 waits, slot
-    # 0 gives the spare up at its next poll (others wait), and slot 1's trial runs, within the cap.
+    # Slot 1's 0.486250 GPU-hour trial fits beside slot 0's need (0.008612) and margin (10 polls of slot 0's
+    # pause), not beside its headroom: slot 1 gave way at once, the study's GPU-hours unspent. Slot 0's record
+    # says its spare now: slot 1 waits, slot 0 gives the spare up at its next poll (others wait), and slot 1's
+    # trial runs, within the cap. The margin was once counted as a spare: slot 0 never gave it up, and with
+    # slot 0 polling each second, slot 1 waited, its need grew, and it gave way anyway.
     import optuna
 
     from costaware.training.tuning import reservations
@@ -524,34 +527,58 @@ def test_a_second_waiting_slot_whose_trial_fits_beside_the_first_slots_need_wait
     from costaware.training.tuning.reservations import gpu_hours_for, hold_wait_gpu_hours
 
     clock = FakeClock(monkeypatch)
-    spec = replace(_gpu_study("owned", max_gpu_hours="0.5"), fallback_trial_seconds=1438.0)
+    spec = replace(_gpu_study("owned", max_gpu_hours="0.5"), fallback_trial_seconds=1740.0)
     url, ledger = _study(tmp_path, spec)
     kept = _waiting_slot_0_with_headroom(url, ledger, spec, clock)
     need = gpu_hours_for(31.0, spec.gpus)
+    margin = gpu_hours_for(10 * slot_0_poll_seconds, spec.gpus)
     first = WaitingSlots(optuna.load_study(study_name=spec.study_name, storage=url), "slot-0")
-    spare = ledger.unpaid(kept)[1] - need
+    spare = ledger.unpaid(kept)[1] - need - margin
     first.mark(kept, spare)
     polled = []
     sleep = reservations.time.sleep
 
     def slot_0_polls_as_slot_1_sleeps(seconds: float) -> None:
         nonlocal kept
-        if not polled:  # slot 0's next poll, with slot 1's record among the waiting slots'
-            kept, left = hold_wait_gpu_hours(ledger, kept, need, 0, "r1", spec.gpus, others_wait=True)
-            first.mark(kept, left)
-            polled.append(left)
+        # slot 0's next polls, with slot 1's record among the waiting slots'
+        kept, left = hold_wait_gpu_hours(
+            ledger, kept, need, 0, "r1", spec.gpus, others_wait=True, poll_seconds=slot_0_poll_seconds
+        )
+        first.mark(kept, left)
+        polled.append(left)
+        assert len(polled) < 20, "slot 1 still waits for a spare slot 0 does not give up"
         sleep(seconds)
 
     monkeypatch.setattr(reservations.time, "sleep", slot_0_polls_as_slot_1_sleeps)
     result = _slot(url, ledger, spec, 1, clock.monotonic, wait_poll_seconds=1.0, seconds_already_used=1.0)
 
-    assert spare > 0 and polled == [Decimal(0)]  # slot 0 gave up its spare
+    assert spare > 0 and polled == [Decimal(0)]  # slot 0 gave up its spare, and slot 1 ran at once after
     assert result.ran, result.reason
     (held,) = [h for h in slot_holds(url, "slot-0") if h["id"] == kept]
-    assert held["status"] == "open" and held["gpu_hours"] == need
+    assert held["status"] == "open" and held["gpu_hours"] == need + margin
     (study,) = ledger.usage(spec.budget_scope)
     assert study.cap_gpu_hours is not None
     assert study.spent_gpu_hours + study.reserved_gpu_hours <= study.cap_gpu_hours
+
+
+def test_a_waiting_slots_margin_beside_other_waiting_slots_is_a_holds_ttl_at_most(tmp_path: Any) -> None:
+    # 10 polls of a 120 s pause on 8 GPUs held 2.67 GPU-hours past the need, more than the 600 s of
+    # headroom a slot holds alone (1.33): the margin is capped at that headroom, and it is no spare.
+    from costaware.training.tuning.reservations import SLOT_HOLD_SECONDS, gpu_hours_for, hold_wait_gpu_hours
+
+    spec = replace(_gpu_study("owned", max_gpu_hours="100"), gpus=Decimal(8))
+    _, ledger = _study(tmp_path, spec)
+    hold = ledger.reserve(
+        spec.budget_scope, Decimal(0), gpu_hours=Decimal("0.01"), holder="slot-0", ttl=timedelta(seconds=600)
+    )
+    need = gpu_hours_for(31.0, spec.gpus)
+
+    kept, spare = hold_wait_gpu_hours(
+        ledger, hold.id, need, 0, None, spec.gpus, others_wait=True, poll_seconds=120.0
+    )
+
+    assert ledger.unpaid(kept)[1] == need + gpu_hours_for(SLOT_HOLD_SECONDS, spec.gpus)
+    assert spare == 0
 
 
 def test_a_waiting_slot_holds_no_gpu_hour_headroom_while_another_slot_waits(

@@ -37,17 +37,19 @@ def hold_wait_gpu_hours(
 ) -> tuple[str, Decimal]:
     """Make a waiting slot's hold pay the GPU-hours of its time to the end of its next wait (outside Airflow).
 
-    Returns the id of the hold that does and the GPU-hours it holds past them (its spare). Alone, it holds
-    the GPU-hours of a hold's ttl more, as far as its budgets have room (held again only every few hundred
-    polls). While other slots wait (``others_wait``) it gives up a larger spare and holds its need and
-    ``WAITING_BESIDE_OTHERS_POLLS`` polls (``poll_seconds`` each) more: a large spare kept, a second slot
-    whose trial fit beside this slot's need gave way to it; none, the hold was replaced at every poll.
+    Returns the id of the hold that does and its spare: the GPU-hours it holds past them and past its margin,
+    what it gives up once other slots wait. Alone, it holds the GPU-hours of a hold's ttl more, as far as its
+    budgets have room (held again only every few hundred polls). While other slots wait (``others_wait``) it
+    gives up the spare and holds its need and its margin: ``WAITING_BESIDE_OTHERS_POLLS`` polls
+    (``poll_seconds`` each, a hold's ttl at most) more: a large spare kept, a second slot whose trial fit
+    beside this slot's need gave way to it; no margin, the hold was replaced at every poll.
 
     Raises:
         WaitNotHeld: a budget the hold is in has no room for ``wait_gpu_hours``.
     """
-    spare_seconds = WAITING_BESIDE_OTHERS_POLLS * poll_seconds if others_wait else SLOT_HOLD_SECONDS
-    headroom = gpu_hours_for(spare_seconds, gpus)
+    # Capped: 10 polls of a 120 s pause on 8 GPUs held 2.67 GPU-hours, more than a lone slot's headroom.
+    margin = gpu_hours_for(min(WAITING_BESIDE_OTHERS_POLLS * poll_seconds, SLOT_HOLD_SECONDS), gpus)
+    headroom = margin if others_wait else gpu_hours_for(SLOT_HOLD_SECONDS, gpus)
     try:
         kept = cover_gpu_hours(
             ledger, hold_id, wait_gpu_hours, slot, run_id, headroom=headroom, trim=others_wait
@@ -58,7 +60,9 @@ def hold_wait_gpu_hours(
             f"slot {slot} stops waiting for the study's money: its time to the end of its "
             f"next wait uses {wait_gpu_hours} GPU-hours, and holding them was refused: {e}",
         ) from e
-    return kept, max(ledger.unpaid(kept)[1] - wait_gpu_hours, Decimal(0))
+    # The margin is kept while others wait, not given up: counted as a spare, a slot whose trial fitted only
+    # beside this slot's need waited for it, its own need grew, and it gave way anyway.
+    return kept, max(ledger.unpaid(kept)[1] - wait_gpu_hours - margin, Decimal(0))
 
 
 def gpu_hours_for(seconds: float, gpus: Decimal) -> Decimal:

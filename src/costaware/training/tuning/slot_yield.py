@@ -92,8 +92,8 @@ def _wait_first_or_yield(
     The first keeps waiting: the others give their holds up at their next ask, settled at what they ran.
     ``places``: when each slot first recorded its wait, by hold id; used where every hold compared has one
     (one clock), else the holds' own times are. ``spares``: GPU-hours the other slots' holds hold past their
-    need, by hold id: where the trial fits once they are given up, the slot waits for the first to trim its
-    hold (:func:`hold_wait_gpu_hours`) instead of giving way.
+    need and margin (the margin is kept, :func:`hold_wait_gpu_hours`), by hold id: where the trial fits once
+    they are given up, the slot waits for the first to trim its hold instead of giving way.
 
     Raises:
         SlotYields: another slot waited first (first recorded its wait, else its hold was made first).
@@ -117,7 +117,7 @@ def _wait_first_or_yield(
     ):
         log.info(
             "slot %d waits: its trial fits once the other waiting slots give up the %s GPU-hours their holds "
-            "hold past their need",
+            "hold past their need and margin",
             slot,
             _gpu_hours_said(spare),
         )
