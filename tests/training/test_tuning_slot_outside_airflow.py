@@ -618,6 +618,60 @@ def test_a_waiting_slot_holds_no_gpu_hour_headroom_while_another_slot_waits(
     assert all(later - earlier <= margin for earlier, later in pairwise(held[1:])), held
 
 
+def test_a_waiting_slot_whose_room_another_run_takes_before_its_ask_holds_its_need_alone(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Beside another waiting slot, slot 1 asks its need and its margin from a room it read before the ask.
+    # A trial elsewhere took all of that room but its need (and 10 micro-GPU-hours) in between: the refusal
+    # stopped the slot, saying its 0.008473 GPU-hours were refused with 0.008483 left. It holds its need.
+    import optuna
+
+    from costaware.training.tuning import gpu_hour_holds
+    from costaware.training.tuning.arbitration import WaitingSlots
+    from costaware.training.tuning.reservations import gpu_hours_for, hold_slot_time
+
+    clock = FakeClock(monkeypatch)
+    spec = replace(_gpu_study("owned", max_gpu_hours="0.5"), fallback_trial_seconds=900.0)
+    url, ledger = _study(tmp_path, spec)
+    ledger.reserve(
+        spec.budget_scope, Decimal(0), gpu_hours=Decimal("0.45"), holder="other", ttl=timedelta(seconds=600)
+    )
+    other = hold_slot_time(
+        ledger, spec.budget_scope.as_dict(), Decimal(0), holder="slot-0", run_id="r1", dag_id="owned",
+        seconds=1.0, purpose="slot 0", gpu_hours=gpu_hours_for(1.0, spec.gpus),
+    )  # fmt: skip
+    assert other is not None
+    WaitingSlots(optuna.load_study(study_name="owned", storage=url), "slot-0").mark(other.id)
+    cover_gpu_hours, gpu_hour_room = gpu_hour_holds.cover_gpu_hours, gpu_hour_holds._gpu_hour_room
+    needs: list[Decimal] = []
+    taken: list[Decimal] = []
+
+    def cover(ledger_: Any, hold_id: str, gpu_hours: Decimal, *args: Any, **kwargs: Any) -> str:
+        needs.append(gpu_hours)
+        return cover_gpu_hours(ledger_, hold_id, gpu_hours, *args, **kwargs)
+
+    def room_then_a_trial_elsewhere_takes_it(ledger_: Any, held: Any, run_id: Any) -> Decimal | None:
+        room = gpu_hour_room(ledger_, held, run_id)
+        if not taken and room is not None:
+            taken.append(room - needs[-1] - Decimal("0.000010"))
+            ledger_.reserve(
+                spec.budget_scope, Decimal(0), gpu_hours=taken[-1], holder="trial-elsewhere",
+                ttl=timedelta(seconds=600),
+            )  # fmt: skip
+        return room
+
+    monkeypatch.setattr(gpu_hour_holds, "cover_gpu_hours", cover)
+    monkeypatch.setattr(gpu_hour_holds, "_gpu_hour_room", room_then_a_trial_elsewhere_takes_it)
+    result = _slot(url, ledger, spec, 1, clock.monotonic, wait_poll_seconds=30.0)
+
+    assert taken and taken[0] > 0
+    # Held, the need went on: refused later, it is for a need past the room left (no trial room now).
+    assert f"uses {needs[0]} GPU-hours" not in result.reason, result.reason
+    assert len(needs) > 1 and needs[1] > needs[0]
+    held = [h["gpu_hours"] for h in slot_holds(url, "slot-1")]
+    assert needs[0] in held, (needs, held)  # the race's hold: its need alone
+
+
 def test_a_slot_waiting_beside_another_is_held_again_once_in_several_polls_not_at_each(
     tmp_path: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:

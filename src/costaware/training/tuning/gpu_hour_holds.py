@@ -106,17 +106,31 @@ def cover_gpu_hours(
         room = _gpu_hour_room(ledger, held, run_id)
         spare = headroom if room is None else min(headroom, _half_micros(room - gpu_hours))
         asked = gpu_hours + max(spare, Decimal(0))
+    try:
+        return _hold_again(ledger, held, unpaid_usd, asked, slot, run_id)
+    except BudgetExceededError:
+        if asked == gpu_hours:
+            raise
+        # The room was read before the ask: another run took some of it meanwhile, and the headroom refused
+        # stopped a slot whose need alone still fit ("needs 0.008473 ... 0.008483 left"). The need alone.
+        return _hold_again(ledger, held, unpaid_usd, gpu_hours, slot, run_id)
+
+
+def _hold_again(
+    ledger: Ledger, held: Reservation, usd: Decimal, gpu_hours: Decimal, slot: int | None, run_id: str | None
+) -> str:
+    """Replace ``held`` by a hold of ``usd`` and ``gpu_hours`` (same holder); returns the new hold's id."""
     who = "the slot" if slot is None else f"slot {slot}"
     again = ledger.reserve(
         held.scope,
-        unpaid_usd,
-        gpu_hours=asked,
+        usd,
+        gpu_hours=gpu_hours,
         holder=held.holder,
         run_id=run_id,
         dag_id=holder_dag_id(held.holder) if held.holder else None,
         ttl=max(held.expires_at - utcnow(), timedelta(seconds=SLOT_HOLD_SECONDS)),
-        purpose=f"{who}'s time, held again for {asked} GPU-hours",
-        replacing=hold_id,  # closed as "replaced": the entry settles the new hold
+        purpose=f"{who}'s time, held again for {gpu_hours} GPU-hours",
+        replacing=held.id,  # closed as "replaced": the entry settles the new hold
     )
     return again.id
 
