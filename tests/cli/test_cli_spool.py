@@ -503,6 +503,49 @@ def test_a_kept_bill_dropped_as_its_hold_is_taken_leaves_no_hold(
     assert usage.reserved_usd == Decimal(0)
 
 
+def test_a_hold_kept_for_a_bill_between_drops_read_and_its_unlink_is_released(
+    spool: Path,
+    ledger: Ledger,
+    ledger_url: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # drop read the holds and released them, then removed the file; the keeper takes its hold, then looks
+    # for the file. Both of the keeper's steps between drop's read and its unlink: nobody released the hold
+    # (held 30 days, no file). drop reads the holds again once the file is gone.
+    from costaware import ledger_spool
+    from costaware.ledger_spool import keep_unsure
+    from costaware.spool_settle import unsure_holder
+
+    monkeypatch.setenv("COSTAWARE_LEDGER_URL", ledger_url)
+    ledger.set_budget("project=churn", "month", "10")
+    bill = replace(_entry("train"), entry_uid="attempt-raced")
+    row = {"entry_uid": "older", "usd": "2", "incurred_at": "2026-12-01T00:00:00+00:00", "try_number": 1}
+    kept = keep_unsure(bill, "costaware_ledger", {"job_id": "j"}, row)  # no ledger answered: no hold yet
+    assert kept.path is not None and kept.hold is None
+    kept_path = kept.path
+    open_holds_of = Ledger.open_holds_of
+    keeper_holds: list[Any] = []
+
+    def keeper_holds_after_drops_read(self: Ledger, holder: str) -> Any:
+        held = open_holds_of(self, holder)
+        if not keeper_holds:  # the keeper's hold-and-check, between drop's read and its unlink
+            keeper_holds.append(ledger_spool._hold_while_kept(ledger, bill, kept_path))
+        return held
+
+    monkeypatch.setattr(Ledger, "open_holds_of", keeper_holds_after_drops_read)
+    assert main(["spool", "drop", "attempt-raced"]) == 0
+    out = capsys.readouterr().out
+
+    (hold,) = keeper_holds
+    assert hold is not None  # the file was there as the keeper looked: it kept its hold
+    assert not kept_path.exists()
+    assert open_holds_of(ledger, unsure_holder(bill)) == []
+    assert f"released its hold {hold.id} ($2.00)" in out
+    (usage,) = ledger.usage("project=churn")
+    assert usage.reserved_usd == Decimal(0)
+
+
 def test_drop_says_nothing_is_dropped_while_the_ledger_is_down_and_a_file_it_cannot_remove(
     spool: Path,
     ledger: Ledger,

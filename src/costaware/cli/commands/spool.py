@@ -12,9 +12,12 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from costaware.cli.output import emit, emit_summary
+
+if TYPE_CHECKING:
+    from costaware.core.ledger import Reservation
 
 
 def _folder(args: argparse.Namespace) -> Path:
@@ -317,16 +320,27 @@ def drain(args: argparse.Namespace) -> int:
     return 1 if waiting or result.refused or result.unsure else 0
 
 
+def _released_said(freed: list[Reservation]) -> str:
+    """What a drop released of a kept bill's holds (``freed``), in a sentence's words."""
+    from costaware.core.money import format_usd_exact
+
+    if not freed:
+        return "it had no open hold"
+    return "released its hold " + ", ".join(f"{hold.id} ({format_usd_exact(hold.usd)})" for hold in freed)
+
+
 def drop(args: argparse.Namespace) -> int:
     """Remove a bill kept in ``spool/unsure`` (a person found it bills the run already) and free its hold.
 
     The hold kept for it (:func:`costaware.spool_settle.hold_unsure`) is released first: where the ledger
-    cannot be written, nothing is removed, or its money stayed held with no file left to say why.
+    cannot be written, nothing is removed, or its money stayed held with no file left to say why. Its holds
+    are read again once the file is gone: a hold kept for it as it was dropped is released too.
 
     Raises:
         CostawareError: no bill of that name is kept in ``unsure/`` (naming it and the command that lists
             them), its file cannot be read as a bill, its ledger cannot be opened or written (nothing
-            dropped), or the file cannot be removed once its hold is released (said so).
+            dropped), the file cannot be removed once its hold is released, or the ledger stops answering
+            once it is removed (each said so).
     """
     from costaware.core.errors import CostawareError, LedgerUnavailableError
     from costaware.core.ledger import entry_from_json
@@ -363,26 +377,34 @@ def drop(args: argparse.Namespace) -> int:
             f"nothing dropped: {uid} is kept in {kept}; run {again} again once the ledger answers ({e})"
         ) from e
     freed = [r.reservation for r in released if r.released_here]
+    try:
+        kept.unlink()
+    except OSError as e:
+        # Its hold is released already: the file alone is left, which `spool show` still lists as kept.
+        raise CostawareError(
+            f"{uid}: {_released_said(freed)}, but {kept} could not be removed ({e.strerror or e}): the file "
+            'stays; remove it by hand (or, where it bills another run, add "another_run": true, move it back '
+            "into the spool and drain it)"
+        ) from e
+    # The keeper takes its hold, then looks for the file: where both fell between the read above and the
+    # unlink, neither released that hold (held 30 days, no file). Each side acts first and reads the other
+    # second: read again once the file is gone.
+    try:
+        late = [ledger.release_hold(hold.id) for hold in ledger.open_holds_of(unsure_holder(entry))]
+    except LedgerUnavailableError as e:
+        raise CostawareError(
+            f"{uid}: {_released_said(freed)} and removed {kept}, but the ledger stopped answering before a "
+            f"hold taken for it as it was dropped could be looked for ({e}): `costaware budget holds` lists "
+            "such a hold; release it once the ledger answers"
+        ) from e
+    freed += [r.reservation for r in late if r.released_here]
+    held = _released_said(freed)
     summary = {
         "dropped": str(kept),
         "entry_uid": entry.entry_uid,
         "usd": str(entry.usd),
         "released_holds": [{"id": hold.id, "usd": str(hold.usd)} for hold in freed],
     }
-    held = (
-        "released its hold " + ", ".join(f"{hold.id} ({format_usd_exact(hold.usd)})" for hold in freed)
-        if freed
-        else "it had no open hold"
-    )
-    try:
-        kept.unlink()
-    except OSError as e:
-        # Its hold is released already: the file alone is left, which `spool show` still lists as kept.
-        raise CostawareError(
-            f"{uid}: {held}, but {kept} could not be removed ({e.strerror or e}): the file stays; remove it "
-            'by hand (or, where it bills another run, add "another_run": true, move it back into the spool '
-            "and drain it)"
-        ) from e
     sentence = f"dropped {kept} (entry {entry.entry_uid}, {format_usd_exact(entry.usd)}, not written): {held}"
     emit_summary(summary, args.format, sentence)
     return 0
