@@ -546,6 +546,47 @@ def test_a_hold_kept_for_a_bill_between_drops_read_and_its_unlink_is_released(
     assert usage.reserved_usd == Decimal(0)
 
 
+def test_drop_says_where_the_ledger_stops_answering_before_it_reads_the_holds_again(
+    spool: Path,
+    ledger: Ledger,
+    ledger_url: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # The file removed and its hold released, the second read of the holds (one taken meanwhile) cannot be
+    # made: drop says what it did and where such a hold is listed, not a raw ledger error.
+    from costaware.core.errors import LedgerUnavailableError
+    from costaware.ledger_spool import keep_unsure
+
+    monkeypatch.setenv("COSTAWARE_LEDGER_URL", ledger_url)
+    ledger.set_budget("project=churn", "month", "10")
+    bill = replace(_entry("train"), entry_uid="attempt-kept")
+    row = {"entry_uid": "older", "usd": "2", "incurred_at": "2026-12-01T00:00:00+00:00", "try_number": 1}
+    kept = keep_unsure(bill, "costaware_ledger", {"job_id": "j"}, row, ledger=ledger)
+    assert kept.path is not None and kept.hold is not None
+    open_holds_of = Ledger.open_holds_of
+    reads: list[str] = []
+
+    def down_at_the_second_read(self: Ledger, holder: str) -> Any:
+        reads.append(holder)
+        if len(reads) > 1:
+            raise LedgerUnavailableError("cannot reach the cost ledger (connection refused)")
+        return open_holds_of(self, holder)
+
+    monkeypatch.setattr(Ledger, "open_holds_of", down_at_the_second_read)
+    assert main(["spool", "drop", "attempt-kept"]) == 2
+    err = capsys.readouterr().err
+
+    assert (
+        f"attempt-kept: released its hold {kept.hold.id} ($2.00) and removed {kept.path}, but the ledger "
+        "stopped answering before a hold taken for it as it was dropped could be looked for (cannot reach"
+    ) in err
+    assert "`costaware budget holds` lists such a hold" in err and "Traceback" not in err
+    assert not kept.path.exists()
+    (usage,) = ledger.usage("project=churn")
+    assert usage.reserved_usd == Decimal(0)
+
+
 def test_drop_says_nothing_is_dropped_while_the_ledger_is_down_and_a_file_it_cannot_remove(
     spool: Path,
     ledger: Ledger,
