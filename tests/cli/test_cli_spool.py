@@ -546,6 +546,50 @@ def test_a_hold_kept_for_a_bill_between_drops_read_and_its_unlink_is_released(
     assert usage.reserved_usd == Decimal(0)
 
 
+def test_a_bill_kept_again_just_after_drop_removed_its_file_keeps_its_new_hold(
+    spool: Path,
+    ledger: Ledger,
+    ledger_url: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # drop's second read of the holds released every hold of the bill's holder; a later try that kept the same
+    # bill again right after the unlink (file written, hold taken, file seen) lost its new hold: a kept file
+    # that no budget counted, and drop said it had released it.
+    from costaware import ledger_spool
+    from costaware.ledger_spool import keep_unsure
+    from costaware.spool_settle import unsure_holder
+
+    monkeypatch.setenv("COSTAWARE_LEDGER_URL", ledger_url)
+    ledger.set_budget("project=churn", "month", "10")
+    bill = replace(_entry("train"), entry_uid="attempt-raced")
+    row = {"entry_uid": "older", "usd": "2", "incurred_at": "2026-12-01T00:00:00+00:00", "try_number": 1}
+    kept = keep_unsure(bill, "costaware_ledger", {"job_id": "j"}, row)  # no ledger answered: no hold yet
+    assert kept.path is not None
+    kept_path = kept.path
+    content = kept_path.read_bytes()
+    unlink = Path.unlink
+    keeper_holds: list[Any] = []
+
+    def unlink_then_kept_again(self: Path, missing_ok: bool = False) -> None:
+        unlink(self, missing_ok=missing_ok)
+        if self == kept_path and not keeper_holds:  # a later try keeps the same bill again at once
+            kept_path.write_bytes(content)
+            keeper_holds.append(ledger_spool._hold_while_kept(ledger, bill, kept_path))
+
+    monkeypatch.setattr(Path, "unlink", unlink_then_kept_again)
+    assert main(["spool", "drop", "attempt-raced"]) == 0
+    out = capsys.readouterr().out
+
+    (hold,) = keeper_holds
+    assert hold is not None and kept_path.exists()
+    # the new keep's hold, still held
+    assert [h.id for h in ledger.open_holds_of(unsure_holder(bill))] == [hold.id]
+    assert hold.id not in out
+    (usage,) = ledger.usage("project=churn")
+    assert usage.reserved_usd == Decimal(2)
+
+
 def test_drop_says_where_the_ledger_stops_answering_before_it_reads_the_holds_again(
     spool: Path,
     ledger: Ledger,

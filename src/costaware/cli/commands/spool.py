@@ -388,9 +388,11 @@ def drop(args: argparse.Namespace) -> int:
         ) from e
     # The keeper takes its hold, then looks for the file: where both fell between the read above and the
     # unlink, neither released that hold (held 30 days, no file). Each side acts first and reads the other
-    # second: read again once the file is gone.
+    # second: read again once the file is gone. A keeper writes its file before its hold, so a file back by
+    # then is a new keep, its hold that keep's own: left held.
     try:
-        late = [ledger.release_hold(hold.id) for hold in ledger.open_holds_of(unsure_holder(entry))]
+        late_holds = ledger.open_holds_of(unsure_holder(entry))
+        late = [] if kept.exists() else [ledger.release_hold(hold.id) for hold in late_holds]
     except LedgerUnavailableError as e:
         raise CostawareError(
             f"{uid}: {_released_said(freed)} and removed {kept}, but the ledger stopped answering before a "
