@@ -1214,6 +1214,41 @@ def test_the_lock_file_is_opened_for_writing_and_read_only_only_where_that_is_re
     assert target.read_text().count("\n") == 5  # the header and four hours
 
 
+@pytest.mark.parametrize(
+    ("refusal", "said"), [("EROFS", "is on a read-only file system"), ("EIO", "nothing was imported: ")]
+)
+def test_a_lock_file_that_cannot_be_opened_but_for_access_gets_no_chmod_advice(
+    refusal: str,
+    said: str,
+    home: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # The lock file opened for writing first: a read-only file system (or an I/O error) was told to
+    # chmod g+r the lock file, which fixes nothing; only a refused access gets that advice.
+    import errno
+    import os
+
+    target, latest = _earlier_gb_import(home, tmp_path)
+    before = target.read_bytes()
+    capsys.readouterr()
+    real_open = os.open
+    code = getattr(errno, refusal)
+
+    def lock_refused(path: Any, flags: int, *args: Any, **kwargs: Any) -> int:
+        if str(path).endswith(".lock"):
+            raise OSError(code, os.strerror(code), str(path))
+        return real_open(path, flags, *args, **kwargs)
+
+    monkeypatch.setattr(os, "open", lock_refused)
+    assert main(["carbon", "import", str(latest), "--zone", "GB"]) == 2
+    err = capsys.readouterr().err
+    assert said in err and ".GB_imported.csv.lock" in err
+    assert "chmod" not in err
+    assert target.read_bytes() == before
+
+
 @pytest.mark.parametrize("refusal", ["EBADF", "ENOLCK"])
 def test_a_lock_file_that_cannot_be_locked_is_named_with_what_to_do(
     refusal: str,

@@ -255,6 +255,8 @@ def _locked(target: Path) -> Iterator[None]:
     try:
         handle = _open_lock_file(path)
     except OSError as e:
+        if e.errno not in _ACCESS_REFUSED:  # a read-only file system, a full disk: no chmod fixes those
+            raise _cannot_write(path, e) from e
         raise ConfigurationError(
             f"cannot open the lock file {path} ({e.strerror}): nothing was imported; an import needs read "
             f"access to it (chmod g+r {path} for the group) and write access to {path.parent}"
