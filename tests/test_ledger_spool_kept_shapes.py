@@ -40,6 +40,8 @@ def _unsure_bill(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Any, 
         # duplicate_check read with .get(): a string or a list raised AttributeError.
         pytest.param({"entry": {"usd": "1.25"}, "duplicate_check": "x"}, id="check-a-string"),
         pytest.param({"entry": {"usd": "1.25"}, "duplicate_check": ["x"]}, id="check-a-list"),
+        pytest.param({"entry": {"usd": "1.25"}, "duplicate_check": ""}, id="check-an-empty-string"),
+        pytest.param({"entry": {"usd": "1.25"}, "duplicate_check": []}, id="check-an-empty-list"),
     ],
 )
 def test_a_kept_file_holding_no_bill_is_not_kept_and_the_new_bill_is_logged_whole(

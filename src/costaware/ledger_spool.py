@@ -569,7 +569,8 @@ def _read_kept(path: Path) -> dict[str, Any] | None:
     if not isinstance(entry, dict) or entry.get("usd") is None:
         return None
     # Its job is read with .get(): a string or a list there raised AttributeError out of keep_unsure.
-    return data if isinstance(data.get("duplicate_check") or {}, dict) else None
+    check = data.get("duplicate_check")
+    return data if check is None or isinstance(check, dict) else None
 
 
 def usd_differs(kept_usd: Any, new_usd: Any) -> bool:
