@@ -58,11 +58,7 @@ def hold_unsure(ledger: Any, entry: Any) -> Any | None:
             room_usd = min([entry.usd, *(max(u.left_usd, Decimal(0)) for u in usages)])
             # GPU-hour room counts only under a GPU-hour cap: uncapped, it is no room worth a hold, and a
             # bill with GPU-hours took a $0.00 hold ("held $0.00") where its dollars had none left.
-            capped_rooms = [
-                max(u.cap_gpu_hours - u.spent_gpu_hours - u.reserved_gpu_hours, Decimal(0))
-                for u in usages
-                if u.cap_gpu_hours is not None
-            ]
+            capped_rooms = [max(left, Decimal(0)) for u in usages if (left := u.left_gpu_hours) is not None]
             room_gpu_hours = min([entry.gpu_hours, *capped_rooms])
             if room_usd <= 0 and (not capped_rooms or room_gpu_hours <= 0):
                 _say_unsure_past_caps(entry, usages, "Nothing is held of it (its budgets have no room left)")
@@ -111,11 +107,7 @@ def _say_unsure_past_caps(entry: Any, usages: list[Any], held: str) -> None:
         f"budget '{u.name}' (cap {format_usd_exact(u.cap_usd)}, {format_usd_exact(u.spent_usd)} spent and "
         f"{format_usd_exact(u.reserved_usd)} reserved)"
         for u in usages
-        if u.left_usd < entry.usd
-        or (
-            u.cap_gpu_hours is not None
-            and u.spent_gpu_hours + u.reserved_gpu_hours + entry.gpu_hours > u.cap_gpu_hours
-        )
+        if u.left_usd < entry.usd or (u.left_gpu_hours is not None and entry.gpu_hours > u.left_gpu_hours)
     ]
     log.warning(
         "costaware: the bill %s kept in spool/unsure is %s already spent, and %s: its cap is passed by "

@@ -263,6 +263,13 @@ class BudgetUsage:
         return self.cap_usd - self.spent_usd - self.reserved_usd
 
     @property
+    def left_gpu_hours(self) -> Decimal | None:
+        """The GPU-hours left under the cap (negative where passed); None where no GPU-hour cap is set."""
+        if self.cap_gpu_hours is None:
+            return None
+        return self.cap_gpu_hours - self.spent_gpu_hours - self.reserved_gpu_hours
+
+    @property
     def name(self) -> str:
         """The budget's name on the Cost page, in logs and in the CLI: ``project=churn/month (2026-11)``."""
         return f"{self.label} ({self.period_key})"

@@ -142,11 +142,7 @@ def _half_micros(gpu_hours: Decimal) -> Decimal:
 
 def _gpu_hour_room(ledger: Ledger, held: Reservation, run_id: str | None) -> Decimal | None:
     """The fewest GPU-hours left in a budget ``held`` is in, with it given back; None: none caps them."""
-    rooms = [
-        u.cap_gpu_hours - u.spent_gpu_hours - u.reserved_gpu_hours
-        for u in budgets_without(ledger, held, run_id)
-        if u.cap_gpu_hours is not None
-    ]
+    rooms = [left for u in budgets_without(ledger, held, run_id) if (left := u.left_gpu_hours) is not None]
     return min(rooms, default=None)
 
 
