@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from decimal import Decimal
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -34,3 +36,48 @@ def test_the_folders_entries_wait_in_are_named_singular_or_plural_by_their_numbe
 ) -> None:
     said = spooled_said(counts, "of it")
     assert f"2 cost entries of it wait in {where} (the ledger could not be written then): " in said
+
+
+def _kept_bill(uid: str) -> Any:
+    """A $2 remote bill of run 'r1' of DAG 'nightly' (tags project=x), as a drain keeps it in spool/unsure."""
+    from costaware.core.ledger import Kind, LedgerEntry
+
+    return LedgerEntry(
+        dag_id="nightly", run_id="r1", task_id="train", kind=Kind.COMPUTE, usd=Decimal("2"),
+        tags={"project": "x"}, entry_uid=uid,
+    )  # fmt: skip
+
+
+@pytest.mark.usefixtures("clock")
+def test_a_kept_bills_hold_is_named_as_such_and_as_its_runs_not_as_one_held_outside_airflow(
+    ledger_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Its holder '<dag>/<run>/<task>/<map index>/unsure/<uid>' is no task holder: under a monthly budget
+    # (no run in its key) `report --run-id` of any run said "held outside Airflow ... names no run", and of
+    # its own run refused the run as unknown (exit 2), though the hold names both.
+    from costaware import Ledger
+    from costaware.cli import main
+    from costaware.spool_settle import hold_unsure
+
+    ledger = Ledger.from_url(ledger_url)
+    ledger.set_budget("project=x", "month", "10")
+    assert hold_unsure(ledger, _kept_bill("kept-1")) is not None
+    report = ["--ledger-url", ledger_url, "report"]
+    kept = (
+        "1 remote bill of it kept for a person holds $2.00 in its budgets (`costaware spool show` lists "
+        "it where it was kept; `costaware spool drop kept-1` there frees the hold once the run is found "
+        "billed already)"
+    )
+    for of_dag in ([], ["--dag-id", "nightly"]):
+        assert main([*report, *of_dag, "--run-id", "r1"]) == 0
+        err = capsys.readouterr().err
+        assert kept in err and "outside Airflow" not in err
+    # Another run's report says nothing of it, as of a hold it cannot be.
+    assert main([*report, "--dag-id", "nightly", "--run-id", "r2"]) == 2
+    err = capsys.readouterr().err
+    assert "no entries for run 'r2'" in err and "outside Airflow" not in err and "kept-1" not in err
+    # A hold outside Airflow beside it is still said, and it alone.
+    ledger.reserve("project=x", "0.5", holder="my-trainer-7")
+    assert main([*report, "--run-id", "r2"]) == 2
+    err = capsys.readouterr().err
+    assert "1 open hold of 'my-trainer-7' reserves $0.50 but names no run" in err and "kept-1" not in err

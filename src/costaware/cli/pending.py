@@ -12,13 +12,26 @@ from pathlib import Path
 from typing import Any
 
 
+def kept_bill_of(holder: str) -> tuple[Any, str] | None:
+    """The task key and entry uid of a kept bill's hold (:func:`costaware.spool_settle.unsure_holder`).
+
+    ``<dag>/<run>/<task>/<map index>/unsure/<uid>``: no task holder form (the run's end leaves it open), so
+    ``read_holder`` reads none from it; None for any other holder.
+    """
+    from costaware.core.ledger import read_holder
+
+    task, marker, uid = holder.rpartition("/unsure/")
+    key = read_holder(task) if marker and uid and "/" not in uid else None
+    return None if key is None or key.dag_id is None or key.suffix is not None else (key, uid)
+
+
 def what_waits(ledger: Any, dag_id: str | None, run_id: str | None) -> str:
     """What of ``dag_id`` (and ``run_id``) waits outside the ledger's entries, in words; "" when nothing.
 
     Counted: the spooled entries of this machine that a drain will write or that wait on a person (not those
     set aside as refused, which count nowhere until fixed), and the open holds of the DAG (and run): those
-    whose holder names it, and those of another holder's form (a trial run outside Airflow) that a per-run
-    budget holds in its run.
+    whose holder names it, those of another holder's form (a trial run outside Airflow) that a per-run
+    budget holds in its run, and those of the bills kept for a person (on any machine), said apart.
     """
     from costaware.adapters.airflow_tasks import search_of
     from costaware.core.budgets import is_run_key, run_of_key
@@ -41,7 +54,13 @@ def what_waits(ledger: Any, dag_id: str | None, run_id: str | None) -> str:
         return any(named(dag, run) for dag, run in runs)
 
     spooled = spooled_said(spooled_here(dag_id, run_id), "of it")
-    holds = [r for r in ledger.open_reservations() if of_it(r)]
+    holds, kept = [], []
+    for hold in ledger.open_reservations():
+        bill = kept_bill_of(hold.holder)
+        if bill is not None and named(bill[0].dag_id, bill[0].run_id):
+            kept.append((hold, bill[1]))
+        elif bill is None and of_it(hold):
+            holds.append(hold)
     said = [spooled] if spooled else []
     if holds:
         held = format_usd_exact(sum((r.usd for r in holds), Decimal(0)))
@@ -50,7 +69,25 @@ def what_waits(ledger: Any, dag_id: str | None, run_id: str | None) -> str:
             f"{len(holds)} open hold{'' if one else 's'} of it reserve{'s' if one else ''} {held} "
             f"(`costaware budget holds` lists {'it' if one else 'them'}; its task's cost settles it)"
         )
+    if kept:
+        said.append(_kept_bills_said(kept))
     return "; ".join(said)
+
+
+def _kept_bills_said(kept: list[tuple[Any, str]]) -> str:
+    """What the holds of bills kept for a person (each with its entry uid) hold, and what frees them."""
+    from costaware.core.money import format_usd_exact
+
+    held = format_usd_exact(sum((hold.usd for hold, _ in kept), Decimal(0)))
+    one = len(kept) == 1
+    it, uid = ("it", kept[0][1]) if one else ("them", "<uid>")
+    # The file is on the machine whose drain kept it: `spool show` here may list none of them.
+    return (
+        f"{len(kept)} remote bill{'' if one else 's'} of it kept for a person hold{'s' if one else ''} "
+        f"{held} in {'its' if one else 'their'} budgets (`costaware spool show` lists {it} where "
+        f"{'it was' if one else 'they were'} kept; `costaware spool drop {uid}` there frees "
+        f"{'the hold' if one else 'a hold'} once the run is found billed already)"
+    )
 
 
 def runless_holds_note(ledger: Any) -> str:
@@ -70,6 +107,7 @@ def runless_holds_note(ledger: Any) -> str:
         for hold in ledger.open_reservations()
         if search_of(hold.holder) is None
         and read_holder(hold.holder) is None
+        and kept_bill_of(hold.holder) is None  # names its run: said by what_waits as a kept bill's
         and not any(is_run_key(key) for key in ledger.hold_periods(hold.id).values())
     ]
     if not runless:
