@@ -329,6 +329,22 @@ def _released_said(freed: list[Reservation]) -> str:
     return "released its hold " + ", ".join(f"{hold.id} ({format_usd_exact(hold.usd)})" for hold in freed)
 
 
+def _release_holds_of(ledger: Any, holder: str, *, unless_back: Path | None = None) -> list[Reservation]:
+    """Release the open holds of ``holder`` (a kept bill's); those released here, not by another meanwhile.
+
+    ``unless_back``: the bill's file, looked for once the holds are read; there again, they are a new
+    keep's (its keeper writes the file before its hold) and none is released.
+
+    Raises:
+        LedgerUnavailableError: the ledger stopped answering.
+    """
+    holds = ledger.open_holds_of(holder)
+    if unless_back is not None and unless_back.exists():
+        return []
+    released = [ledger.release_hold(hold.id) for hold in holds]
+    return [r.reservation for r in released if r.released_here]
+
+
 def drop(args: argparse.Namespace) -> int:
     """Remove a bill kept in ``spool/unsure`` (a person found it bills the run already) and free its hold.
 
@@ -370,13 +386,12 @@ def drop(args: argparse.Namespace) -> int:
     again = _command(args, f"drop {uid}")
     try:
         ledger = _open_ledger(str(data.get("ledger_conn_id", DEFAULT_LEDGER_CONN_ID)))
-        released = [ledger.release_hold(hold.id) for hold in ledger.open_holds_of(unsure_holder(entry))]
+        freed = _release_holds_of(ledger, unsure_holder(entry))
     except LedgerUnavailableError as e:
         # The ledger's own words end with "nothing was recorded or reserved": not what a drop did.
         raise CostawareError(
             f"nothing dropped: {uid} is kept in {kept}; run {again} again once the ledger answers ({e})"
         ) from e
-    freed = [r.reservation for r in released if r.released_here]
     try:
         kept.unlink()
     except OSError as e:
@@ -391,15 +406,14 @@ def drop(args: argparse.Namespace) -> int:
     # second: read again once the file is gone. A keeper writes its file before its hold, so a file back by
     # then is a new keep, its hold that keep's own: left held.
     try:
-        late_holds = ledger.open_holds_of(unsure_holder(entry))
-        late = [] if kept.exists() else [ledger.release_hold(hold.id) for hold in late_holds]
+        late = _release_holds_of(ledger, unsure_holder(entry), unless_back=kept)
     except LedgerUnavailableError as e:
         raise CostawareError(
             f"{uid}: {_released_said(freed)} and removed {kept}, but the ledger stopped answering before a "
             f"hold taken for it as it was dropped could be looked for ({e}): `costaware budget holds` lists "
             "such a hold; release it once the ledger answers"
         ) from e
-    freed += [r.reservation for r in late if r.released_here]
+    freed += late
     held = _released_said(freed)
     summary = {
         "dropped": str(kept),
