@@ -90,10 +90,13 @@ def cover_gpu_hours(
     it again rarely (held exactly, a 1 s poll replaced it each second: thousands of rows an hour). It takes
     at most half the room past ``gpu_hours``: taking it all near a ``max_gpu_hours`` cap, it left another
     slot no room for a hold of its own time, and that slot went on at once, neither waiting nor arbitrating.
+    The room is read before the ask: where the ask with headroom is refused (another run took some of that
+    room meanwhile), it asks once more for ``gpu_hours`` alone, so that a need that still fits is held.
     ``trim``: a hold holding more than ``gpu_hours`` and ``headroom`` is held again with them alone.
 
     Raises:
-        BudgetExceededError: a budget over the hold's scope has no room for them (named by the ledger).
+        BudgetExceededError: a budget over the hold's scope has no room for ``gpu_hours`` alone (named by
+            the ledger; the ask without headroom, or the second ask for the need alone, was refused).
     """
     held = next((r for r in ledger.open_reservations() if r.id == hold_id), None)
     if held is None:  # settled, released or expired: not the slot's to hold again here
