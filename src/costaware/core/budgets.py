@@ -457,6 +457,8 @@ class CapStanding(Protocol):
     def spent_gpu_hours(self) -> Decimal: ...
     @property
     def reserved_gpu_hours(self) -> Decimal: ...
+    @property
+    def left_gpu_hours(self) -> Decimal | None: ...
 
 
 #: What a refusal tells a person to do; a caller whose budget is set another way says that instead.
@@ -531,15 +533,12 @@ def check_cap(usage: CapStanding, amount: Decimal, gpu_hours: Decimal, purpose: 
                 ]
             ),
         )
-    if (
-        usage.cap_gpu_hours is not None
-        and usage.spent_gpu_hours + usage.reserved_gpu_hours + gpu_hours > usage.cap_gpu_hours
-    ):
+    cap_gpu_hours, left_gpu_hours = usage.cap_gpu_hours, usage.left_gpu_hours  # both None without a cap
+    if cap_gpu_hours is not None and left_gpu_hours is not None and gpu_hours > left_gpu_hours:
         raise BudgetExceededError(
-            f"budget '{name}' has "
-            f"{usage.cap_gpu_hours - usage.spent_gpu_hours - usage.reserved_gpu_hours} GPU-hours "
-            f"left of {usage.cap_gpu_hours}; {purpose} needs {gpu_hours} GPU-hours: {RAISE_THE_GPU_HOUR_CAP}",
-            renews=usage.period_key != "total" and gpu_hours <= usage.cap_gpu_hours,
+            f"budget '{name}' has {left_gpu_hours} GPU-hours left of {cap_gpu_hours}; {purpose} needs "
+            f"{gpu_hours} GPU-hours: {RAISE_THE_GPU_HOUR_CAP}",
+            renews=usage.period_key != "total" and gpu_hours <= cap_gpu_hours,
             scope=name,
             # What is committed, as the USD refusal gives it: an approval request shows it as such.
             spent_usd=str(usage.spent_usd + usage.reserved_usd),

@@ -141,10 +141,11 @@ def _room_said(own: BudgetUsage, others: list[Reservation], usd: Decimal, gpu_ho
     dollars alone, a refusal on free compute read "$1.00 of room ... for the $0.00 its trial needs".
     """
     usd_fits = own.spent_usd + own.reserved_usd + usd <= own.cap_usd
-    if usd_fits and own.cap_gpu_hours is not None:
-        left = max(own.cap_gpu_hours - own.spent_gpu_hours - own.reserved_gpu_hours, Decimal(0))
+    cap_gpu_hours, left_gpu_hours = own.cap_gpu_hours, own.left_gpu_hours  # both None without a cap
+    if usd_fits and cap_gpu_hours is not None and left_gpu_hours is not None:
+        left = max(left_gpu_hours, Decimal(0))
         held = sum((r.gpu_hours for r in others), Decimal(0))
-        cap, spent = _gpu_hours_said(own.cap_gpu_hours), _gpu_hours_said(own.spent_gpu_hours)
+        cap, spent = _gpu_hours_said(cap_gpu_hours), _gpu_hours_said(own.spent_gpu_hours)
         reserved = _gpu_hours_said(own.reserved_gpu_hours)
         return (
             f"{_gpu_hours_said(left)} GPU-hours of room (cap {cap}, spent {spent}, held for others "

@@ -65,8 +65,6 @@ def _may_come_back(own: BudgetUsage, usd: Decimal, gpu_hours: Decimal) -> bool:
 
 def _has_room_now(own: BudgetUsage, usd: Decimal, gpu_hours: Decimal) -> bool:
     """Whether a budget (the study's) has room for ``usd`` and ``gpu_hours`` beside its spend and holds."""
-    gpu_room = (
-        own.cap_gpu_hours is None
-        or own.spent_gpu_hours + own.reserved_gpu_hours + gpu_hours <= own.cap_gpu_hours
-    )
+    left_gpu_hours = own.left_gpu_hours
+    gpu_room = left_gpu_hours is None or gpu_hours <= left_gpu_hours
     return own.spent_usd + own.reserved_usd + usd <= own.cap_usd and gpu_room
