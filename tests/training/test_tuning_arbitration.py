@@ -392,7 +392,7 @@ def test_a_slot_held_again_keeps_its_place_as_the_first_to_wait(
 ) -> None:
     # Ordered by the holds' own times, slot 0, which waited first, lost its place once its hold was held again
     # (a new reservation, made after slot 1's): slot 1 went on waiting as the first, and slot 0 gave way.
-    from costaware.training.tuning.reservations import SlotYields, reserve_trial_cost
+    from costaware.training.tuning.reservations import SlotYields, WaitingRecords, reserve_trial_cost
 
     clock = _clock(monkeypatch)
     spec = replace(study_spec("place", max_usd="1.00", max_trials=5), usd_per_hour=Decimal("3.60"))
@@ -421,7 +421,8 @@ def test_a_slot_held_again_keeps_its_place_as_the_first_to_wait(
     with pytest.raises(SlotYields) as gave_way:
         reserve_trial_cost(
             ledger, spec, lambda: 800.0, "slot-1", "r1", 1, 30.0, replacing=second_id,
-            mark_waiting=second.mark, waiting_holds=second.others, waiting_places=second.places,
+            mark_waiting=second.mark, waiting_holds=second.others,
+            waiting_records=WaitingRecords(places=second.places, spares=second.spares),
         )  # fmt: skip
 
     assert "the slot that waited first (slot-0) goes on waiting" in str(gave_way.value)

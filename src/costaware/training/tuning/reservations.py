@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Collection, Mapping
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import TYPE_CHECKING, Protocol
@@ -61,6 +62,18 @@ class MarkWaiting(Protocol):
     def __call__(self, hold_id: str, spare_gpu_hours: Decimal | None = None) -> None: ...
 
 
+@dataclass(frozen=True, slots=True)
+class WaitingRecords:
+    """Readers of the waiting slots' records (:class:`~.arbitration.WaitingSlots`), asked at each refusal.
+
+    ``places``: when each waiting slot (this one too) first recorded its wait, by its hold's id.
+    ``spares``: the GPU-hours other waiting slots' holds hold past their need and margin, by hold id.
+    """
+
+    places: Callable[[], Mapping[str, datetime]]
+    spares: Callable[[], Mapping[str, Decimal]]
+
+
 def reserve_trial_cost(
     ledger: Ledger,
     spec: StudySpec,
@@ -79,8 +92,7 @@ def reserve_trial_cost(
     outside_airflow: bool = False,
     mark_waiting: MarkWaiting | None = None,
     waiting_holds: Callable[[], Collection[str]] | None = None,
-    waiting_places: Callable[[], Mapping[str, datetime]] | None = None,
-    waiting_spares: Callable[[], Mapping[str, Decimal]] | None = None,
+    waiting_records: WaitingRecords | None = None,
 ) -> Reservation:
     """Reserve the trial's cost; while refused only because other trials hold money, wait for them.
 
@@ -110,10 +122,10 @@ def reserve_trial_cost(
     slots so marked. A slot's hold is spent by its slot, not given back as a trial's is: refused only for
     such holds, the slot that first waited waits and the others give way (:class:`SlotYields`).
     Counted as trials' money, two slots started together waited for each other, their holds grew until the
-    study's money was gone, and neither ran a trial. ``waiting_places``: when each waiting slot (this one
-    too) first recorded its wait, by its hold's id; where each slot has one, the first to wait is the one
-    whose place is first, not whose hold was made first (a hold held again is made anew).
-    ``waiting_spares``: the GPU-hours other waiting slots' holds hold past their need (headroom, outside
+    study's money was gone, and neither ran a trial. ``waiting_records``: its ``places``, when each waiting
+    slot (this one too) first recorded its wait, by its hold's id: where each slot has one, the first to
+    wait is the one whose place is first, not whose hold was made first (a hold held again is made anew);
+    its ``spares``, the GPU-hours other waiting slots' holds hold past their need (headroom, outside
     Airflow), by hold id: a slot whose trial fits once they are given up waits instead of giving way, and
     a waiting slot that sees other slots wait trims its hold to its need.
 
@@ -192,8 +204,8 @@ def reserve_trial_cost(
                 # slot, not given back. Each counted the other's as a trial's: two slots started together
                 # waited for each other until their holds had the study's money. One waits, for the others
                 # to give theirs up; they run no trial and leave the study going on.
-                places = waiting_places() if waiting_places else {}
-                spares = waiting_spares() if waiting_spares else {}
+                places = waiting_records.places() if waiting_records else {}
+                spares = waiting_records.spares() if waiting_records else {}
                 _wait_first_or_yield(ledger, own, replacing, waits, slot, usd, gpu_hours, places, spares)
             if bill_tags and not _other_budgets_may_come_back(
                 ledger, spec, scope, holder, run_id, replacing, usd, gpu_hours

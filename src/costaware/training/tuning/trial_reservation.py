@@ -24,6 +24,7 @@ from costaware.training.tuning.reservations import (
     SLOT_WAIT_MARGIN_SECONDS,
     HoldNotHeldAgain,
     SlotYields,
+    WaitingRecords,
     WaitNotHeld,
 )
 from costaware.training.tuning.results import SlotResult
@@ -100,8 +101,7 @@ def _reserve_trial(
             outside_airflow=outside_airflow,
             mark_waiting=waits.mark,
             waiting_holds=waits.others,
-            waiting_places=waits.places,
-            waiting_spares=waits.spares,
+            waiting_records=WaitingRecords(places=waits.places, spares=waits.spares),
         )
     except BudgetExceededError as e:
         if isinstance(e, HoldNotHeldAgain):
