@@ -37,7 +37,7 @@ from costaware_runtime.contract import (
     RETIRED_MARKER,
     process_rank,
 )
-from costaware_runtime.errors import ContractError
+from costaware_runtime.errors import ContractError, StoreStalledError
 from costaware_runtime.stores import check_key
 
 if TYPE_CHECKING:
@@ -324,15 +324,24 @@ def push(directory: Path | str | None, uri: str) -> int:
         ContractError: ``directory`` holds no committed checkpoint.
         CheckpointChangedError: A committed file changed or vanished after the commit.
         StoreError: The store could not be written, or moved nothing for ``COSTAWARE_STORE_STALL_SECONDS``
-            (default 300; ``StoreStalledError``: the upload runs on in a thread of its own, and a later
-            push of ``directory`` to ``uri`` in this process waits for it, bounded the same way).
+            (default 300; ``StoreStalledError``: the upload runs on in a thread of its own; a later push
+            of ``directory`` to ``uri`` does not wait for it, but pushes into a step folder of its own).
     """
     from costaware_runtime._bounded import run_bounded, stall_seconds
 
     folder = _folder(directory)
     bound = stall_seconds()
     sync = _sync_of(uri, folder)
-    step = run_bounded(sync.push_changed, sync, bound, f"the checkpoint push to {sync.store.uri}")
+    try:
+        step = run_bounded(sync.push_changed, sync, bound, f"the checkpoint push to {sync.store.uri}")
+    except StoreStalledError:
+        # Its thread holds the sync's lock: every later push of the folder waited on it and was given up
+        # too, however well the store answered by then. The next push makes a sync of its own (a step
+        # folder of its own too, as any two writers' pushes).
+        with _syncs_lock:
+            if _syncs.get((uri, folder)) is sync:
+                del _syncs[uri, folder]
+        raise
     if step is None:
         raise ContractError(f"{folder} holds no committed checkpoint to push: save one, then commit it")
     return step

@@ -68,7 +68,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     Where a store transfer was given up, it exits here instead (see ``_bounded.exit_now``).
     """
     GIVEN_UP.clear()
-    code = _command_line.run(argv, Launcher)
+    try:
+        code = _command_line.run(argv, Launcher)
+    except SystemExit as e:
+        if GIVEN_UP.is_set():
+            exit_now(e.code if isinstance(e.code, int) else 0 if e.code is None else 1)
+        raise
+    except BaseException:
+        if not GIVEN_UP.is_set():
+            raise
+        # An error of the launcher's own after a give-up: raised on, the interpreter joined the given-up
+        # transfer's threads at exit and held the machine for minutes with the traceback unprinted.
+        log.exception("costaware-run failed after giving up a store transfer (exit 1)")
+        exit_now(1)
     if GIVEN_UP.is_set():
         exit_now(code)
     return code

@@ -19,6 +19,7 @@ import threading
 from types import FrameType, TracebackType
 from typing import Any, NoReturn
 
+from costaware_runtime._bounded import GIVEN_UP, exit_now
 from costaware_runtime.contract import EXIT_PREEMPTED
 from costaware_runtime.errors import CostawareRuntimeError
 
@@ -74,7 +75,13 @@ def preemption_requested() -> bool:
 
 
 def exit_preempted() -> NoReturn:
-    """Exit 75, "preempted after a checkpoint": commit a checkpoint first, or the launcher reports 76."""
+    """Exit 75, "preempted after a checkpoint": commit a checkpoint first, or the launcher reports 76.
+
+    Where a store transfer of this process was given up (``cr.push()`` past its stall bound), at once, the
+    logs flushed: its boto3 threads, joined at a normal exit, held it past the grace period until SIGKILL.
+    """
+    if GIVEN_UP.is_set():
+        exit_now(EXIT_PREEMPTED)
     sys.exit(EXIT_PREEMPTED)
 
 

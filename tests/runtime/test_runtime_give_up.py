@@ -1,0 +1,166 @@
+"""What follows a store transfer given up past ``COSTAWARE_STORE_STALL_SECONDS``: the exit, the next push."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, BinaryIO
+
+import pytest
+from costaware_runtime import StoreError, push, save_bytes
+from costaware_runtime._bounded import GIVEN_UP
+from costaware_runtime.stores import LocalStore
+
+#: A store whose uploads hang as boto3's do on a stalled connection: the transfer runs in a worker thread
+#: that the interpreter joins at exit (concurrent.futures joins its workers, daemons or not), which never
+#: ends; the caller waits on it.
+STUCK_UPLOADS = """
+import threading
+from costaware_runtime.stores import LocalStore
+
+def stuck_put(self, key, source, progress=None):
+    worker = threading.Thread(target=threading.Event().wait, name="stuck-transfer-worker", daemon=False)
+    worker.start()
+    worker.join()
+
+LocalStore.put = stuck_put
+"""
+
+
+@pytest.fixture(autouse=True)
+def given_up_cleared() -> Iterator[None]:
+    """A give-up in this process sets ``GIVEN_UP`` for good: cleared for the tests after this one."""
+    yield
+    GIVEN_UP.clear()
+
+
+def run_script(body: str, tmp_path: Path, **env: str) -> subprocess.CompletedProcess[str]:
+    """Run ``body`` (after :data:`STUCK_UPLOADS`) in a fresh interpreter; fail if it runs 30 s."""
+    script = tmp_path / "script.py"
+    script.write_text(STUCK_UPLOADS + textwrap.dedent(body))
+    started = time.monotonic()
+    process = subprocess.Popen(
+        [sys.executable, str(script), str(tmp_path)],
+        env=os.environ | {"COSTAWARE_STORE_STALL_SECONDS": "0.5", **env},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        out, err = process.communicate(timeout=30)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        out, err = process.communicate()
+        pytest.fail(f"still running 30 s on, held by its given-up transfer:\n{out}\n{err}")
+    assert time.monotonic() - started < 20
+    return subprocess.CompletedProcess(process.args, process.returncode, out, err)
+
+
+def test_a_jobs_exit_preempted_after_its_own_push_gave_up_is_not_held_by_the_transfer(
+    tmp_path: Path,
+) -> None:
+    # The job's cr.push() gave up; its exit 75 then waited on the transfer's thread (boto3's: botocore's
+    # read timeout at each retry) past the grace period, until the launcher's SIGKILL.
+    done = run_script(
+        """
+        import sys
+        from pathlib import Path
+        import costaware_runtime as cr
+
+        root = Path(sys.argv[1])
+        cr.save_bytes(b"state", step=1, directory=root / "ckpt")
+        try:
+            cr.push(root / "ckpt", str(root / "remote"))
+        except cr.StoreError as e:
+            print("gave up:", e, flush=True)
+        cr.exit_preempted()
+        """,
+        tmp_path,
+    )
+    assert done.returncode == 75, done.stderr
+    assert "gave up: the checkpoint push to" in done.stdout
+    assert "has moved nothing for 0.5 s (COSTAWARE_STORE_STALL_SECONDS sets how long)" in done.stdout
+
+
+@pytest.mark.parametrize(
+    ("raised", "code", "said"),
+    [
+        ("RuntimeError('a bug after the give-up')", 1, "RuntimeError: a bug after the give-up"),
+        ("SystemExit(3)", 3, ""),
+    ],
+)
+def test_the_launcher_failing_after_a_give_up_still_exits_at_once(
+    raised: str, code: int, said: str, tmp_path: Path
+) -> None:
+    # main() exited at once after a give-up only where the attempt returned its code: an exception of the
+    # launcher's own went on to the interpreter's exit, which joined the given-up transfer's threads.
+    done = run_script(
+        f"""
+        import sys
+        from costaware_runtime import _command_line, launcher
+        from costaware_runtime._bounded import Transfer, run_bounded
+        from costaware_runtime.errors import StoreStalledError
+        from costaware_runtime.stores import LocalStore
+
+        def failing_attempt(argv, make_attempt):
+            try:
+                run_bounded(
+                    lambda: LocalStore(sys.argv[1]).put("x", None), Transfer(), 0.5, "the test's upload"
+                )
+            except StoreStalledError:
+                pass
+            raise {raised}
+
+        _command_line.run = failing_attempt
+        sys.exit(launcher.main(["--", "true"]))
+        """,
+        tmp_path,
+    )
+    assert done.returncode == code, done.stderr
+    assert said in done.stderr
+    if code == 1:
+        assert "costaware-run failed after giving up a store transfer (exit 1)" in done.stderr
+
+
+def test_a_push_after_one_that_gave_up_does_not_wait_for_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The given-up push held its sync's lock, and the process keeps one sync per folder and store: every
+    # later push of the folder waited on it, and was given up in turn, with the store answering again.
+    monkeypatch.setenv("COSTAWARE_STORE_STALL_SECONDS", "0.5")
+    release = threading.Event()
+    real_put = LocalStore.put
+    stalled: list[str] = []
+
+    def put_stalling_once(self: LocalStore, key: str, source: BinaryIO, progress: Any = None) -> None:
+        if not stalled:
+            stalled.append(key)
+            release.wait(30)  # a connection that hung, until the test lets it go
+        real_put(self, key, source, progress)
+
+    monkeypatch.setattr(LocalStore, "put", put_stalling_once)
+    folder, remote = tmp_path / "ckpt", tmp_path / "remote"
+    save_bytes(b"one", step=1, directory=folder)
+    with pytest.raises(StoreError, match=r"has moved nothing for 0.5 s"):
+        push(folder, str(remote))
+
+    save_bytes(b"two", step=2, directory=folder)
+    started = time.monotonic()
+    try:
+        assert push(folder, str(remote)) == 2
+        assert time.monotonic() - started < 0.5  # not the bound spent waiting on the hung push
+    finally:
+        release.set()
+    # The hung push, let go, finishes its step 1 in a folder of its own and leaves LATEST.json at step 2.
+    deadline = time.monotonic() + 10
+    while not list(remote.glob("step-1-*/_costaware_checkpoint.json")) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(0.2)  # its pointer write, were it to move LATEST.json back
+    assert sorted(path.name.split("-")[1] for path in remote.glob("step-*")) == ["1", "2"]
+    assert '"step": 2' in (remote / "LATEST.json").read_text()
