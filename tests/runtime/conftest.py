@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 from costaware_runtime import preemption
+from costaware_runtime._bounded import GIVEN_UP
 from runtime_jobs import PRELUDE, Job, MakeJob
 
 
@@ -41,3 +42,13 @@ def sigterm_restored() -> Iterator[None]:
     signal.signal(signal.SIGTERM, previous)
     preemption._installed = False
     preemption._requested.clear()
+
+
+@pytest.fixture(autouse=True)
+def given_up_cleared() -> Iterator[None]:
+    """A transfer given up in pytest's process sets ``GIVEN_UP`` for good: cleared after each test.
+
+    Left set, a later test's ``exit_preempted()`` in this process would ``os._exit`` the whole worker.
+    """
+    yield
+    GIVEN_UP.clear()

@@ -8,13 +8,12 @@ import sys
 import textwrap
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, BinaryIO
 
 import pytest
-from costaware_runtime import StoreError, push, save_bytes
-from costaware_runtime._bounded import GIVEN_UP
+from costaware_runtime import ContractError, StoreError, download_outputs, push, read_manifest, save_bytes
+from costaware_runtime.outputs import upload_outputs
 from costaware_runtime.stores import LocalStore
 
 #: A store whose uploads hang as boto3's do on a stalled connection: the transfer runs in a worker thread
@@ -31,13 +30,6 @@ def stuck_put(self, key, source, progress=None):
 
 LocalStore.put = stuck_put
 """
-
-
-@pytest.fixture(autouse=True)
-def given_up_cleared() -> Iterator[None]:
-    """A give-up in this process sets ``GIVEN_UP`` for good: cleared for the tests after this one."""
-    yield
-    GIVEN_UP.clear()
 
 
 def run_script(body: str, tmp_path: Path, **env: str) -> subprocess.CompletedProcess[str]:
@@ -164,3 +156,21 @@ def test_a_push_after_one_that_gave_up_does_not_wait_for_it(
     time.sleep(0.2)  # its pointer write, were it to move LATEST.json back
     assert sorted(path.name.split("-")[1] for path in remote.glob("step-*")) == ["1", "2"]
     assert '"step": 2' in (remote / "LATEST.json").read_text()
+
+
+@pytest.mark.parametrize("reader", ["read_manifest", "download_outputs"])
+def test_a_reader_of_the_outputs_with_a_bad_stall_bound_fails_naming_it(
+    reader: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    outputs = tmp_path / "outputs"
+    outputs.mkdir()
+    (outputs / "model.bin").write_bytes(b"model")
+    upload_outputs(outputs, str(tmp_path / "model"))
+    monkeypatch.setenv("COSTAWARE_STORE_STALL_SECONDS", "soon")
+    uri = str(tmp_path / "model")
+    with pytest.raises(ContractError, match="COSTAWARE_STORE_STALL_SECONDS='soon' is not a number of"):
+        if reader == "read_manifest":
+            read_manifest(uri)
+        else:
+            download_outputs(uri, tmp_path / "downloaded")
+    assert not (tmp_path / "downloaded").exists()

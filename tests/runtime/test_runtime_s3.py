@@ -13,7 +13,7 @@ import threading
 import time
 import urllib.parse
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -25,10 +25,13 @@ from costaware_runtime import (
     clear_checkpoints,
     download_outputs,
     push,
+    read_manifest,
     restore,
     save_bytes,
 )
 from costaware_runtime import sync as sync_module
+from costaware_runtime.errors import StoreStalledError
+from costaware_runtime.outputs import upload_outputs
 from costaware_runtime.stores import S3Store, Store
 from costaware_runtime.sync import STALE_UPLOAD_SECONDS, CheckpointSync
 from runtime_jobs import RESUMING_JOB, MakeJob
@@ -465,6 +468,7 @@ def stalling_proxy(endpoint: str, stall_on: bytes) -> Iterator[str]:
     """
     upstream = urllib.parse.urlsplit(endpoint)
     listener = socket.create_server(("127.0.0.1", 0))
+    opened: list[socket.socket] = []
 
     def pump(source: socket.socket, target: socket.socket, watch: bool) -> None:
         with contextlib.suppress(OSError):
@@ -485,6 +489,7 @@ def stalling_proxy(endpoint: str, stall_on: bytes) -> Iterator[str]:
             except OSError:
                 return  # closed: the test is over
             server = socket.create_connection((upstream.hostname, upstream.port))
+            opened.extend((client, server))
             threading.Thread(target=pump, args=(client, server, True), daemon=True).start()
             threading.Thread(target=pump, args=(server, client, False), daemon=True).start()
 
@@ -493,6 +498,11 @@ def stalling_proxy(endpoint: str, stall_on: bytes) -> Iterator[str]:
         yield f"http://127.0.0.1:{listener.getsockname()[1]}"
     finally:
         listener.close()
+        # A given-up transfer in this process then fails at once, not after botocore's read timeouts (its
+        # boto3 threads, joined at exit, held pytest's end for minutes).
+        for end in opened:
+            with contextlib.suppress(OSError):
+                end.shutdown(socket.SHUT_RDWR)
 
 
 def test_a_stalled_output_upload_to_s3_neither_holds_the_exit_nor_goes_unsaid(
@@ -533,3 +543,83 @@ def test_a_stalled_output_upload_to_s3_neither_holds_the_exit_nor_goes_unsaid(
     assert f"the output upload to {output_uri} has moved nothing for 1.5 s" in stderr
     assert "exit 74, retried" in stderr  # the last words were flushed before the exit
     assert not job.result.exists()
+
+
+def within(seconds: float, call: Callable[[], Any]) -> Any:
+    """``call()`` in a thread of its own: its value or error; the test fails if it runs ``seconds``."""
+    outcome: list[tuple[bool, Any]] = []
+
+    def target() -> None:
+        try:
+            outcome.append((True, call()))
+        except BaseException as e:
+            outcome.append((False, e))
+
+    thread = threading.Thread(target=target, daemon=True)
+    thread.start()
+    thread.join(seconds)
+    if not outcome:
+        pytest.fail(f"still waiting on the stalled store {seconds:g} s on: no stall bound")
+    done, value = outcome[0]
+    if not done:
+        raise value
+    return value
+
+
+def test_a_stalled_head_bucket_fails_the_check_within_the_bound(
+    bucket: str, s3_env: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The launcher checks every store before the job starts: a HeadBucket left unanswered waited for
+    # botocore's read timeout (60 s) at each of its retries, minutes of a machine billed for nothing.
+    with stalling_proxy(s3_env["COSTAWARE_S3_ENDPOINT_URL"], f"HEAD /{bucket}".encode()) as proxy:
+        monkeypatch.setenv("COSTAWARE_S3_ENDPOINT_URL", proxy)
+        monkeypatch.setenv("COSTAWARE_STORE_STALL_SECONDS", "1")
+        with pytest.raises(StoreStalledError) as raised:
+            within(30, S3Store(bucket, "model").check)
+    said = str(raised.value)
+    assert f"the check that bucket {bucket!r} of s3://{bucket}/model exists (HeadBucket) has moved" in said
+    assert "nothing for 1 s (COSTAWARE_STORE_STALL_SECONDS sets how long)" in said
+    assert "check that the store's endpoint answers (COSTAWARE_S3_ENDPOINT_URL or AWS_ENDPOINT_URL" in said
+
+
+def test_a_stalled_head_bucket_is_exit_74_before_the_job_starts(
+    make_job: MakeJob, bucket: str, s3_env: dict[str, str]
+) -> None:
+    job = make_job("READY.touch()\n")
+    with stalling_proxy(s3_env["COSTAWARE_S3_ENDPOINT_URL"], f"HEAD /{bucket}".encode()) as proxy:
+        env = job.env(
+            COSTAWARE_OUTPUT_URI=f"s3://{bucket}/model",
+            COSTAWARE_STORE_STALL_SECONDS="1",
+            COSTAWARE_S3_ENDPOINT_URL=proxy,
+        ) | {"AWS_DEFAULT_REGION": "us-east-1"}
+        started = time.monotonic()
+        done = subprocess.run(job.command(), env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 74, done.stderr
+    assert time.monotonic() - started < 30
+    assert "(HeadBucket) has moved nothing for 1 s" in done.stderr
+    assert not (job.root / "ready").exists()  # the job never started
+
+
+@pytest.mark.parametrize("stalled", ["_costaware_manifest.json", "model.bin"])
+def test_a_stalled_read_of_the_outputs_is_given_up_naming_the_object(
+    stalled: str, bucket: str, s3_env: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # read_manifest and download_outputs had no bound: a reader (a deploy, an evaluation) hung for good.
+    outputs = tmp_path / "outputs"
+    outputs.mkdir()
+    (outputs / "model.bin").write_bytes(b"model")
+    uri = f"s3://{bucket}/model"
+    upload_outputs(outputs, uri, {"metrics": {"loss": 0.5}})
+    with stalling_proxy(s3_env["COSTAWARE_S3_ENDPOINT_URL"], f" /{bucket}/model/{stalled}".encode()) as proxy:
+        monkeypatch.setenv("COSTAWARE_S3_ENDPOINT_URL", proxy)
+        monkeypatch.setenv("COSTAWARE_STORE_STALL_SECONDS", "1")
+        with pytest.raises(StoreStalledError) as raised:
+            within(30, lambda: download_outputs(uri, tmp_path / "downloaded"))
+        if stalled.startswith("_"):
+            with pytest.raises(StoreStalledError, match=r"the read of s3://.*/_costaware_manifest.json has"):
+                within(30, lambda: read_manifest(uri))
+    monkeypatch.setenv("COSTAWARE_S3_ENDPOINT_URL", s3_env["COSTAWARE_S3_ENDPOINT_URL"])
+    what = "read" if stalled.startswith("_") else "download"
+    assert f"the {what} of s3://{bucket}/model/{stalled} has moved nothing for 1 s" in str(raised.value)
+    assert "(COSTAWARE_STORE_STALL_SECONDS sets how long)" in str(raised.value)
+    assert read_manifest(uri) is not None  # the store answers again: nothing was spoilt

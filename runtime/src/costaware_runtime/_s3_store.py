@@ -13,9 +13,10 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from costaware_runtime import _files
+from costaware_runtime._bounded import Transfer, run_bounded, stall_seconds
 from costaware_runtime._store import Progress, Store, check_key
 from costaware_runtime.contract import S3_ENDPOINT_URL
-from costaware_runtime.errors import ContractError, StoreError
+from costaware_runtime.errors import ContractError, StoreError, StoreStalledError
 
 S3_INSTALL_HINT = "pip install 'costaware-runtime[s3]'"
 
@@ -51,25 +52,32 @@ class S3Store(Store):
         """Fail before the job runs where the bucket does not exist or the store cannot be reached.
 
         Only a missing bucket (404: a ``ContractError``, not retried) or an endpoint that does not answer (a
-        ``StoreError``, retried) fails here: any other answer (403 from credentials that may write but not
-        list, a gateway without HeadBucket) is left to the first real read or write.
+        ``StoreError``, retried; ``StoreStalledError`` once a HeadBucket is unanswered for
+        ``COSTAWARE_STORE_STALL_SECONDS``) fails here: any other answer (403 from credentials that may write
+        but not list, a gateway without HeadBucket) is left to the first real read or write.
         """
         client = self._client  # first: without boto3 this says how to install it
         from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError
 
         from costaware_runtime import stores  # its tunable, read where users set it (not a copy of it)
 
+        bound = stall_seconds()
         try:
             for wait in stores.CREDENTIAL_RETRY_SECONDS:
                 try:
-                    client.head_bucket(Bucket=self.bucket)
+                    self._head_bucket(client, bound)
                     break
                 except NoCredentialsError:
                     # An instance role's metadata service can time out once (botocore then finds none):
                     # asked again before the attempt is failed for good.
                     time.sleep(wait)
             else:
-                client.head_bucket(Bucket=self.bucket)
+                self._head_bucket(client, bound)
+        except StoreStalledError as e:
+            raise StoreStalledError(
+                f"{e}; check that the store's endpoint answers ({S3_ENDPOINT_URL} or AWS_ENDPOINT_URL for an "
+                "S3-compatible store)"
+            ) from e
         except ClientError as e:
             code = str(e.response.get("Error", {}).get("Code", ""))
             if code in ("404", "NoSuchBucket", "NotFound"):
@@ -88,6 +96,19 @@ class S3Store(Store):
                 f"could not reach {self.uri}: {e}; check {S3_ENDPOINT_URL} (or AWS_ENDPOINT_URL) for an "
                 "S3-compatible store, and the credentials"
             ) from e
+
+    def _head_bucket(self, client: Any, bound: float) -> None:
+        """HeadBucket, given up once unanswered for ``bound`` seconds (``StoreStalledError``).
+
+        botocore waits 60 s for each answer and asks again up to 4 times: a stalled endpoint held the start
+        of every attempt for minutes, the machine billed meanwhile.
+        """
+        run_bounded(
+            lambda: client.head_bucket(Bucket=self.bucket),
+            Transfer(),
+            bound,
+            f"the check that bucket {self.bucket!r} of {self.uri} exists (HeadBucket)",
+        )
 
     def _key(self, key: str) -> str:
         return self.prefix + check_key(key)

@@ -7,6 +7,7 @@ it can never vouch for files that are being replaced.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import io
 import json
@@ -18,7 +19,8 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from costaware_runtime import _files
-from costaware_runtime._store import Progress
+from costaware_runtime._bounded import Transfer, run_bounded, stall_seconds
+from costaware_runtime._store import Progress, Store
 from costaware_runtime.contract import MANIFEST_NAME, OUTPUT_DIR
 from costaware_runtime.errors import ContractError, StoreError
 from costaware_runtime.stores import check_key, open_store
@@ -140,9 +142,26 @@ def _sha256(source: BinaryIO, progress: Progress | None) -> str:
 
 
 def read_manifest(uri: str) -> dict[str, Any] | None:
-    """The manifest of the outputs at ``uri``, or None when the upload never finished (do not use them)."""
-    store = open_store(uri)
-    raw = store.read(MANIFEST_NAME)
+    """The manifest of the outputs at ``uri``, or None when the upload never finished (do not use them).
+
+    Raises:
+        ContractError: ``COSTAWARE_STORE_STALL_SECONDS`` is not a number of seconds > 0.
+        StoreError: The store could not be read, or did not answer for ``COSTAWARE_STORE_STALL_SECONDS``
+            (default 300; ``StoreStalledError``: the read runs on in a thread of its own), or the manifest
+            is damaged.
+    """
+    bound = stall_seconds()  # a bad value fails before the store is opened
+    return _read_manifest(open_store(uri), bound)
+
+
+def _read_manifest(store: Store, bound: float) -> dict[str, Any] | None:
+    """The manifest in ``store``, its read given up once unanswered for ``bound`` seconds."""
+    # Bounded as the launcher's transfers: a store that hung held its reader (a deploy, an evaluation) for
+    # good.
+    read = Transfer()
+    store.request_answered = read.progressed
+    where = store.url(MANIFEST_NAME)
+    raw = run_bounded(lambda: store.read(MANIFEST_NAME), read, bound, f"the read of {where}")
     if raw is None:
         return None
     try:
@@ -157,11 +176,16 @@ def read_manifest(uri: str) -> dict[str, Any] | None:
 def download_outputs(uri: str, directory: Path) -> dict[str, Any]:
     """Download the outputs at ``uri`` into ``directory``, checking each file's sha256; returns the manifest.
 
+    Each request is given up once it moves nothing for ``COSTAWARE_STORE_STALL_SECONDS`` (default 300).
+
     Raises:
-        StoreError: ``uri`` has no manifest (the upload did not finish), or a file does not match it.
+        ContractError: ``COSTAWARE_STORE_STALL_SECONDS`` is not a number of seconds > 0.
+        StoreError: ``uri`` has no manifest (the upload did not finish), a file does not match it, or a read
+            moved nothing for the stall bound (``StoreStalledError``, naming the file).
     """
-    manifest = read_manifest(uri)
+    bound = stall_seconds()
     store = open_store(uri)
+    manifest = _read_manifest(store, bound)
     if manifest is None:
         raise StoreError(
             f"{store.url(MANIFEST_NAME)} does not exist: the upload did not finish, do not use it"
@@ -169,7 +193,10 @@ def download_outputs(uri: str, directory: Path) -> dict[str, Any]:
     for entry in manifest["files"]:
         key = check_key(str(entry["path"]))
         target = directory.joinpath(*key.split("/"))
-        store.download(key, target)
+        download = Transfer()
+        store.request_answered = download.progressed
+        fetch = functools.partial(store.download, key, target, download.progressed)
+        run_bounded(fetch, download, bound, f"the download of {store.url(key)}")
         with open(target, "rb") as source:
             digest = hashlib.file_digest(source, "sha256").hexdigest()
         if digest != entry["sha256"]:
