@@ -1277,3 +1277,24 @@ def test_a_lock_file_that_cannot_be_locked_is_named_with_what_to_do(
     assert f"cannot lock {lock} ({os.strerror(code)}): nothing was imported" in err
     assert f"this file system cannot lock a read-only file: make {lock} group-writable" in err
     assert target.read_bytes() == before
+
+
+def test_a_carbon_folder_under_one_the_user_cannot_search_names_that_one(shared_home: Path) -> None:
+    # airflow/ readable but not searchable (0744): making airflow/costaware/carbon is refused there, and the
+    # refusal named the nearest folder it could see as "not writable" (or raised, looking for it).
+    import shutil
+
+    target, _, latest = _group_shared_import(shared_home, group=4343)
+    shutil.rmtree(target.parent)
+    airflow = shared_home / "airflow"
+    (airflow / "costaware").chmod(0o777)
+    airflow.chmod(0o744)
+    try:
+        code, err = _import_as(4242, 4343, ["carbon", "import", str(latest), "--zone", "GB"])
+    finally:
+        airflow.chmod(0o755)
+    assert code == 2, err
+    assert f"cannot create the carbon folder {target.parent} (Permission denied): nothing was imported" in err
+    assert f"{airflow} cannot be searched by this user (it lacks x permission for them)" in err
+    assert "is not writable" not in err
+    assert not target.parent.exists()

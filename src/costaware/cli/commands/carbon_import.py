@@ -12,6 +12,7 @@ import contextlib
 import csv
 import errno
 import io
+import os
 import re
 import stat
 import sys
@@ -176,12 +177,38 @@ def _cannot_make_folder(folder: Path, error: OSError) -> CostawareError:
         return CostawareError(
             f"cannot create the carbon folder {folder}: nothing was imported: {error.strerror or error}"
         )
-    existing = next((p for p in folder.parents if p.exists()), folder.anchor)
+    existing, searchable = _nearest_reachable(folder)
+    if not searchable:
+        return ConfigurationError(
+            f"cannot create the carbon folder {folder} ({error.strerror}): nothing was imported; {existing} "
+            "cannot be searched by this user (it lacks x permission for them), so nothing under it can be "
+            f"reached: chmod g+x (for their group) or o+x {existing}, or set AIRFLOW_HOME where they may "
+            "write, then import again"
+        )
     return ConfigurationError(
         f"cannot create the carbon folder {folder} ({error.strerror}): nothing was imported; {existing} is "
         f"not writable to this user: create {folder} there as a user who may (for a group, chgrp it to the "
         "group and chmod g+ws it), then import again"
     )
+
+
+def _nearest_reachable(folder: Path) -> tuple[Path, bool]:
+    """The deepest existing folder on the way to ``folder`` and whether this user may search (enter) it.
+
+    Walked from the root: a folder without search (x) permission hides what is under it, so the deepest one
+    seen was named "not writable" though it lacked x, and Path.exists raised on the hidden ones below it.
+    """
+    path = folder.absolute()
+    nearest = path.parents[-1]
+    for step in (*reversed(path.parents[:-1]), path):
+        if not os.access(nearest, os.X_OK):
+            return nearest, False
+        try:
+            step.stat()
+        except OSError:  # absent (or refused some other way): nothing to name past it
+            break
+        nearest = step
+    return nearest, True
 
 
 def _one_record_error(name: str, series: PriceSeries, zone: str, folder: Path) -> Exception:
