@@ -1298,3 +1298,116 @@ def test_a_carbon_folder_under_one_the_user_cannot_search_names_that_one(shared_
     assert f"{airflow} cannot be searched by this user (it lacks x permission for them)" in err
     assert "is not writable" not in err
     assert not target.parent.exists()
+
+
+def _quarter_hours(start: datetime, end: datetime, value: Any) -> str:
+    """Records every 15 minutes from ``start`` to ``end`` (included), each ``value(at)``."""
+    rows, at = ["timestamp_utc,g_co2eq_per_kwh_lca"], start
+    while at <= end:
+        rows.append(f"{at:%Y-%m-%dT%H:%M:%SZ},{value(at)}")
+        at += timedelta(minutes=15)
+    return "\n".join(rows) + "\n"
+
+
+def test_show_counts_the_hour_an_import_of_a_zone_without_a_typical_year_starts_inside(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # PL's import starts 22:30: `carbon show` left 22:00 out (no value, in the note) where GB's counts the
+    # recorded half hour; the part before the file is its profile, as the part after its end is.
+    from costaware.core.spot_forecast import hourly_series
+
+    rows, at = ["timestamp_utc,g_co2eq_per_kwh_lca"], datetime(2026, 11, 20, 22, 30, tzinfo=timezone.utc)
+    while at <= datetime(2026, 11, 21, 23, 30, tzinfo=timezone.utc):
+        rows.append(f"{at:%Y-%m-%dT%H:%M:%SZ},{100 + 3 * at.hour + at.minute // 30 + 10 * (at.day - 20)}")
+        at += timedelta(minutes=30)
+    halves = tmp_path / "pl-halves.csv"
+    halves.write_text("\n".join(rows) + "\n")
+    assert main(["carbon", "import", str(halves), "--zone", "PL"]) == 0
+    capsys.readouterr()
+    start = datetime(2026, 11, 20, 22, tzinfo=timezone.utc)
+    with time_machine.travel("2026-11-30T00:00:00Z", tick=False):
+        argv = ["carbon", "show", "--zone", "PL", "--start", start.isoformat(), "--hours", "2"]
+        assert main([*argv, "--format", "json"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    imported = RecordedCarbon(bundled=False).zone_files("PL")[0]
+    profile = Decimal(repr(hourly_series(imported, start, 1)[0]))
+    assert profile != 167  # the recorded half hour, which the hour is not whole
+    assert [h["g_co2e_per_kwh"] for h in shown["hours"]] == [_plain((profile + 167) / 2), "169.5"]
+    assert shown["series"].startswith("PL_imported.csv for 1.5 of 2 hour(s), recorded")
+    assert "note" not in shown
+
+
+def test_show_reads_two_recorded_stretches_in_one_hour_with_the_typical_year_between(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # One file ends 22:15, the next starts 22:30: 22:00 is both stretches, the typical year between them.
+    files = tmp_path / "files"
+    files.mkdir()
+    (files / "GB_a.csv").write_text(
+        _quarter_hours(
+            datetime(2026, 11, 21, 21, tzinfo=timezone.utc),
+            datetime(2026, 11, 21, 22, tzinfo=timezone.utc),
+            lambda at: 100,
+        )
+    )
+    (files / "GB_b.csv").write_text(
+        _quarter_hours(
+            datetime(2026, 11, 21, 22, 30, tzinfo=timezone.utc),
+            datetime(2026, 11, 21, 22, 45, tzinfo=timezone.utc),
+            lambda at: 200 + at.minute,
+        )
+    )
+    start = datetime(2026, 11, 21, 22, tzinfo=timezone.utc)
+    parts = RecordedCarbon(files).recorded_parts("GB", start, start + timedelta(hours=1))
+    assert [(p.start, reached) for p, reached in parts] == [
+        (start, start + timedelta(minutes=15)),
+        (start + timedelta(minutes=30), start + timedelta(hours=1)),
+    ]
+    with time_machine.travel("2026-11-30T00:00:00Z", tick=False):
+        argv = ["carbon", "show", "--zone", "GB", "--source", str(files), "--start", start.isoformat()]
+        assert main([*argv, "--hours", "2", "--format", "json"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    typical = RecordedCarbon([], bundled=True).intensity(
+        "GB", datetime(2023, 11, 21, 22, tzinfo=timezone.utc), datetime(2023, 11, 21, 23, tzinfo=timezone.utc)
+    )
+    assert shown["hours"][0]["g_co2e_per_kwh"] == _plain((100 + typical.points[0][1] + 230 + 245) / 4)
+    assert shown["series"].startswith(
+        "recorded (GB_a.csv, GB_b.csv) for 0.75 of 2 hour(s), else typical year"
+    )
+
+
+def test_show_reads_two_recorded_stretches_in_one_hour_of_a_zone_without_a_typical_year(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # As for GB, with the first file's profile between the stretches (what follows its end); the second
+    # stretch was left out, the hour read as the first file then its profile.
+    from costaware.adapters.carbon_source import then_profile
+
+    files = tmp_path / "files"
+    files.mkdir()
+    first = datetime(2026, 11, 20, tzinfo=timezone.utc)
+    (files / "PL_a.csv").write_text(
+        _quarter_hours(
+            first,
+            datetime(2026, 11, 21, 22, tzinfo=timezone.utc),
+            lambda at: 100 + at.minute,
+        )
+    )
+    (files / "PL_b.csv").write_text(
+        _quarter_hours(
+            datetime(2026, 11, 21, 22, 30, tzinfo=timezone.utc),
+            datetime(2026, 11, 21, 22, 45, tzinfo=timezone.utc),
+            lambda at: 200 + at.minute,
+        )
+    )
+    start = datetime(2026, 11, 21, 22, tzinfo=timezone.utc)
+    with time_machine.travel("2026-11-30T00:00:00Z", tick=False):
+        argv = ["carbon", "show", "--zone", "PL", "--source", str(files), "--start", start.isoformat()]
+        assert main([*argv, "--hours", "1", "--format", "json"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    a = RecordedCarbon(files / "PL_a.csv", bundled=False).zone_files("PL")[0]
+    between = then_profile(a, until=start + timedelta(minutes=30)).mean_usd_per_hour(
+        start + timedelta(minutes=15), start + timedelta(minutes=30)
+    )
+    assert shown["hours"][0]["g_co2e_per_kwh"] == _plain((100 + between + 230 + 245) / 4)
+    assert shown["series"].startswith("PL_a.csv, PL_b.csv for 0.75 of 1 hour(s), recorded")
