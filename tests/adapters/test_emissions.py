@@ -398,3 +398,37 @@ def test_the_recorded_part_of_an_hour_a_file_starts_inside_counts_as_recorded(tm
     )
     g = (0.5 * typical + 0.5 * 160 + 0.5 * 170 + 0.5 * 180) / 2
     assert found["kg_co2e"] == Decimal(repr(round(2 * g / 1000, 6)))
+
+
+def test_two_recorded_stretches_in_one_hour_count_as_recorded_with_the_typical_year_between(
+    tmp_path: Path,
+) -> None:
+    from costaware.adapters.carbon_source import RecordedCarbon
+
+    # GB_a.csv ends 22:15, GB_b.csv starts 22:30 (quarter-hourly): both stretches of the 22:00 hour are
+    # recorded, the quarter hour between them is the typical year.
+    header = "timestamp_utc,g_co2eq_per_kwh_lca\n"
+    (tmp_path / "GB_a.csv").write_text(header + "2026-11-21T21:45:00Z,90\n2026-11-21T22:00:00Z,100\n")
+    (tmp_path / "GB_b.csv").write_text(header + "2026-11-21T22:30:00Z,230\n2026-11-21T22:45:00Z,245\n")
+    start = datetime(2026, 11, 21, 22, tzinfo=timezone.utc)
+    found = estimate(
+        instance_type=None,
+        region="on-prem",
+        power_kw=1,
+        grid_zone="GB",
+        start=start,
+        end=start + timedelta(hours=1),
+        intensity_of=RecordedCarbon(tmp_path).intensity,
+    )
+    assert found["carbon_source"] == (
+        "grid GB: recorded 0.75 of 1 h, typical year 2023 for 0.25 h from 2026-11-21 22:15: "
+        "GB_a.csv + GB_b.csv"
+    )
+    typical = float(
+        bundled_carbon("GB").mean_usd_per_hour(
+            datetime(2023, 11, 21, 22, 15, tzinfo=timezone.utc),
+            datetime(2023, 11, 21, 22, 30, tzinfo=timezone.utc),
+        )
+    )
+    g = (100 + typical + 230 + 245) / 4
+    assert found["kg_co2e"] == Decimal(repr(round(g / 1000, 6)))
