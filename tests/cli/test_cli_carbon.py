@@ -1411,3 +1411,59 @@ def test_show_reads_two_recorded_stretches_in_one_hour_of_a_zone_without_a_typic
     )
     assert shown["hours"][0]["g_co2e_per_kwh"] == _plain((100 + between + 230 + 245) / 4)
     assert shown["series"].startswith("PL_a.csv, PL_b.csv for 0.75 of 1 hour(s), recorded")
+
+
+def test_the_waits_read_an_import_that_starts_after_the_decision_hour_as_carbon_show_does(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A GB forecast imported for three hours from 01:00, decided on at 22:00: the waits read the typical
+    # year for every hour until 01:00 came, where `carbon show` gave the imported hours.
+    from costaware.adapters.spot_market import carbon_intensity
+    from costaware.core.carbon import Objective
+    from costaware.core.spot_forecast import hourly_series
+
+    ahead = tmp_path / "gb-ahead.csv"
+    ahead.write_text(
+        "timestamp_utc,g_co2eq_per_kwh_lca\n"
+        "2026-11-22T01:00:00Z,10\n2026-11-22T02:00:00Z,11\n2026-11-22T03:00:00Z,12\n"
+    )
+    assert main(["carbon", "import", str(ahead), "--zone", "GB"]) == 0
+    capsys.readouterr()
+    start = datetime(2026, 11, 21, 22, tzinfo=timezone.utc)
+    weighed = carbon_intensity("GB", region=None, objective=Objective("carbon"), at=start)
+    assert weighed is not None
+    waits = hourly_series(weighed, start, 8)
+    assert waits[3:6] == [10, 11, 12]
+    with time_machine.travel("2026-11-30T00:00:00Z", tick=False):
+        argv = ["carbon", "show", "--zone", "GB", "--start", start.isoformat(), "--hours", "8"]
+        assert main([*argv, "--format", "json"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert [h["g_co2e_per_kwh"] for h in shown["hours"]] == [_plain(Decimal(repr(v))) for v in waits]
+
+
+def test_the_waits_read_an_import_of_a_zone_without_a_typical_year_from_its_start_after_the_decision_hour(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # PL's import starts 00:30, decided on at 22:00: the waits fitted its profile over every hour, the
+    # recorded ones too; now its profile before it, its records, then its profile after it.
+    from costaware.adapters.spot_market import carbon_intensity
+    from costaware.core.carbon import Objective
+    from costaware.core.spot_forecast import hourly_series
+
+    first = datetime(2026, 11, 22, 0, 30, tzinfo=timezone.utc)
+    rows, at = ["timestamp_utc,g_co2eq_per_kwh_lca"], first
+    while at <= datetime(2026, 11, 23, 23, 30, tzinfo=timezone.utc):
+        rows.append(f"{at:%Y-%m-%dT%H:%M:%SZ},{100 + 3 * at.hour + at.minute // 30 + 10 * (at.day - 22)}")
+        at += timedelta(minutes=30)
+    halves = tmp_path / "pl-halves.csv"
+    halves.write_text("\n".join(rows) + "\n")
+    assert main(["carbon", "import", str(halves), "--zone", "PL"]) == 0
+    capsys.readouterr()
+    start = datetime(2026, 11, 21, 22, tzinfo=timezone.utc)
+    imported = RecordedCarbon(bundled=False).zone_files("PL")[0]
+    profile = [Decimal(repr(v)) for v in hourly_series(imported, start, 4)]
+    weighed = carbon_intensity("PL", region=None, objective=Objective("carbon"), at=start)
+    assert weighed is not None
+    waits = [Decimal(repr(v)) for v in hourly_series(weighed, start, 4)]
+    assert waits == [profile[0], profile[1], (profile[2] + 101) / 2, Decimal("103.5")]
+    assert waits[3] != profile[3]

@@ -36,8 +36,9 @@ def weighed_import(series: Sequence[PriceSeries], zone: str, at: datetime) -> Pr
     """Of a zone's recorded ``series``, what a decision at ``at`` weighs (:func:`imported_carbon`), or None.
 
     The newest that covers ``at``, followed by the bundled typical year, or for a zone with none by what the
-    waits read past a short file (:func:`then_profile`); ``costaware carbon show`` reads an hour a file ends
-    inside through it too.
+    waits read past a short file (:func:`then_profile`). Where none covers ``at``, the first to start within
+    :data:`FILLED_AHEAD` after it, with the typical year (or its profile) before it (:func:`_ahead_of`): an
+    imported forecast of tomorrow was passed over for the typical year until its first hour came.
     """
     if not series:
         return None
@@ -45,6 +46,12 @@ def weighed_import(series: Sequence[PriceSeries], zone: str, at: datetime) -> Pr
     bundled = zone in bundled_zones()
     covering = [s for s in series if s.start <= at < recorded_end(s)]
     if not covering:
+        ahead = [s for s in series if at < s.start < at + FILLED_AHEAD]
+        if ahead:
+            first = min(s.start for s in ahead)
+            found = _ahead_of(max((s for s in ahead if s.start == first), key=lambda s: s.last), zone, at)
+            if found is not None:
+                return found
         return None if bundled else max(series, key=lambda s: s.last)
     newest = max(covering, key=lambda s: s.last)
     if bundled:
@@ -119,6 +126,43 @@ def then_profile(recorded: PriceSeries, *, until: datetime) -> PriceSeries:
         [at for at, _ in kept],
         [value for _, value in kept],
         name=f"{recorded.name}, then its profile",
+        notes=recorded.notes,
+    )
+
+
+def _ahead_of(recorded: PriceSeries, zone: str, at: datetime) -> PriceSeries | None:
+    """``recorded``, starting after ``at``, preceded from ``at``'s clock hour as an hour it does not cover.
+
+    Before it, the bundled year at the same dates and hours, or for a zone with none the file's hour-of-day
+    profile (what the waits read of an hour before a file); after it, as :func:`weighed_import` follows a
+    covering file. The hour it starts inside is its lead's up to its start, as ``costaware carbon show``
+    reads it. None where the bundled year has no hour for the lead.
+    """
+    from costaware.core.spot_forecast import hourly_series, same_hour_in
+
+    hour = at.replace(minute=0, second=0, microsecond=0)
+    lead_hours = [hour + i * _HOUR for i in range(-(-(recorded.start - hour) // _HOUR))]
+    if zone in bundled_zones():
+        bundled = bundled_carbon(zone)
+        year_end = recorded_end(bundled)
+        lead: list[tuple[datetime, Decimal]] = []
+        for lead_hour in lead_hours:
+            shifted = same_hour_in(lead_hour, bundled.start.year)
+            if not bundled.start <= shifted < year_end:
+                return None
+            lead.append((lead_hour, bundled.mean_usd_per_hour(shifted, shifted + _HOUR)))
+        followed = then_typical_year(recorded, zone, until=at + FILLED_AHEAD)
+        before = "the typical year"
+    else:
+        profile = hourly_series(recorded, hour, len(lead_hours))
+        lead = [(lead_hour, Decimal(repr(v))) for lead_hour, v in zip(lead_hours, profile, strict=True)]
+        followed = then_profile(recorded, until=at + FILLED_AHEAD)
+        before = "its profile"
+    points = lead + followed.points
+    return PriceSeries(
+        [t for t, _ in points],
+        [v for _, v in points],
+        name=f"{before} to {recorded.start:%Y-%m-%d %H:%M}, then {followed.name}",
         notes=recorded.notes,
     )
 
