@@ -1335,6 +1335,14 @@ def test_show_counts_the_hour_an_import_of_a_zone_without_a_typical_year_starts_
     assert [h["g_co2e_per_kwh"] for h in shown["hours"]] == [_plain((profile + 167) / 2), "169.5"]
     assert shown["series"].startswith("PL_imported.csv for 1.5 of 2 hour(s), recorded")
     assert "note" not in shown
+    # And as the waits deciding at 22:00 read it (the import ahead of them, its profile before it).
+    from costaware.adapters.spot_market import carbon_intensity
+    from costaware.core.carbon import Objective
+
+    weighed = carbon_intensity("PL", region=None, objective=Objective("carbon"), at=start)
+    assert weighed is not None
+    waits = hourly_series(weighed, start, 2)
+    assert [h["g_co2e_per_kwh"] for h in shown["hours"]] == [_plain(Decimal(repr(v))) for v in waits]
 
 
 def test_show_reads_two_recorded_stretches_in_one_hour_with_the_typical_year_between(
