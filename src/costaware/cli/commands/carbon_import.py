@@ -274,6 +274,7 @@ def _locked(target: Path) -> Iterator[None]:
     Raises:
         ConfigurationError: the lock file cannot be opened (unreadable, or missing in a folder this user may
             not write) or locked, naming it and what to do.
+        CostawareError: any other OS error opening it (an I/O error), naming the lock file and the error.
     """
     import fcntl
     import os
