@@ -31,7 +31,7 @@ from typing import Any
 
 from costaware.glue import DEFAULT_LEDGER_CONN_ID
 from costaware.settings import costaware_home
-from costaware.spool_settle import _plain, hold_unsure, record_unsure
+from costaware.spool_settle import hold_unsure, plain_number, record_unsure
 from costaware.spool_settle import record_and_settle as record_and_settle  # imported from here by callers
 
 log = logging.getLogger(__name__)
@@ -338,10 +338,10 @@ def _say_if_past_cap(ledger: Any, entry: Any) -> None:
                 "by no budget, while other runs spent: raise the cap (`costaware budget set "
                 "--cap-gpu-hours`), or hold back the budget's next runs",
                 entry.entry_uid,
-                _plain(entry.gpu_hours),
+                plain_number(entry.gpu_hours),
                 usage.name,
-                _plain(usage.spent_gpu_hours),
-                _plain(gpu_cap),
+                plain_number(usage.spent_gpu_hours),
+                plain_number(gpu_cap),
             )
 
 

@@ -93,7 +93,7 @@ def _held_text(usd: Decimal, gpu_hours: Decimal | None) -> str:
     from costaware.core.money import format_usd_exact
 
     held = format_usd_exact(usd)
-    return held if gpu_hours is None else f"{held} and {_plain(gpu_hours)} GPU-hours"
+    return held if gpu_hours is None else f"{held} and {plain_number(gpu_hours)} GPU-hours"
 
 
 def _say_unsure_past_caps(entry: Any, usages: list[Any], held: str) -> None:
@@ -252,7 +252,7 @@ class Shortfall:
         show_gpu_hours = self.gpu_hours > 0 if gpu_hours is None else gpu_hours
         parts = [format_usd_exact(self.usd)] if show_usd else []
         if show_gpu_hours:
-            parts.append(f"{_plain(self.gpu_hours)} GPU-hours")
+            parts.append(f"{plain_number(self.gpu_hours)} GPU-hours")
         return " and ".join(parts)
 
     def caps(self) -> str:
@@ -262,7 +262,7 @@ class Shortfall:
         return "that cap" if self.usd > 0 else "that GPU-hour cap"
 
 
-def _plain(value: Decimal) -> str:
+def plain_number(value: Decimal) -> str:
     """``value`` without trailing zeros: 6, not 6.000000."""
     return format(value.normalize(), "f")
 
@@ -272,10 +272,10 @@ def _paid_text(entry: Any, shortfall: Shortfall) -> str:
     from costaware.core.money import format_usd_exact
 
     if shortfall.usd > 0 and shortfall.gpu_hours > 0:
-        return f"{format_usd_exact(entry.usd)} and {_plain(entry.gpu_hours)} GPU-hours of it"
+        return f"{format_usd_exact(entry.usd)} and {plain_number(entry.gpu_hours)} GPU-hours of it"
     if shortfall.usd > 0:
         return f"{format_usd_exact(entry.usd)} of it"
-    return f"{_plain(entry.gpu_hours)} of them"
+    return f"{plain_number(entry.gpu_hours)} of them"
 
 
 def _say_if_hold_lapsed(ledger: Any, holder: str, entry: Any) -> None:
@@ -351,8 +351,8 @@ def _why_short(
         if shortfall.usd > 0 and u.left_usd <= 0
     ]
     full += [
-        f"budget '{u.name}' has {_plain(u.spent_gpu_hours)} GPU-hours spent and "
-        f"{_plain(u.reserved_gpu_hours)} reserved of its {_plain(u.cap_gpu_hours)} GPU-hour cap"
+        f"budget '{u.name}' has {plain_number(u.spent_gpu_hours)} GPU-hours spent and "
+        f"{plain_number(u.reserved_gpu_hours)} reserved of its {plain_number(u.cap_gpu_hours)} GPU-hour cap"
         for u in mine
         if shortfall.gpu_hours > 0
         and u.cap_gpu_hours is not None

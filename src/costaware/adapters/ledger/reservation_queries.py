@@ -14,7 +14,7 @@ from sqlalchemy import and_, func, select
 from costaware.adapters.ledger import schema
 from costaware.adapters.ledger.budgets import budget_from_row
 from costaware.adapters.ledger.engine import LedgerDatabase
-from costaware.adapters.ledger.reservation_rows import HeldFor, _paid_in, hold_for, open_holds_of, reservation
+from costaware.adapters.ledger.reservation_rows import HeldFor, hold_for, open_holds_of, paid_in, reservation
 from costaware.core.budgets import Scope
 from costaware.core.ledger import Reservation, utcnow
 from costaware.core.money import parse_gpu_hours, parse_usd
@@ -75,7 +75,7 @@ def paid_from(
     ``gpu_hours``: the GPU-hours they paid instead of the dollars.
     """
     with ledger.reading() as conn:
-        paid = _paid_in(conn, reservation_ids)
+        paid = paid_in(conn, reservation_ids)
     return {rid: usd_and_gpu_hours[1 if gpu_hours else 0] for rid, usd_and_gpu_hours in paid.items()}
 
 

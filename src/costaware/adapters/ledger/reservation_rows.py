@@ -84,11 +84,11 @@ def paid(conn: Connection, reservation_id: str, *, but_entry: str | None = None)
 
     ``but_entry``: the ``entry_uid`` of one entry left out (what was paid before it).
     """
-    paid = _paid_in(conn, [reservation_id], but_entry=but_entry)
+    paid = paid_in(conn, [reservation_id], but_entry=but_entry)
     return paid.get(reservation_id, (Decimal(0), Decimal(0)))
 
 
-def _paid_in(
+def paid_in(
     conn: Connection, reservation_ids: list[str], *, but_entry: str | None = None
 ) -> dict[str, tuple[Decimal, Decimal]]:
     """What the entries paid from each reservation so far (estimates aside), in USD and GPU-hours.

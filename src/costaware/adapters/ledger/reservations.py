@@ -43,6 +43,7 @@ from costaware.adapters.ledger.reservation_rows import hold_for as hold_for
 from costaware.adapters.ledger.reservation_rows import locked_reservation as locked_reservation
 from costaware.adapters.ledger.reservation_rows import open_holds_of as open_holds_of
 from costaware.adapters.ledger.reservation_rows import paid as paid
+from costaware.adapters.ledger.reservation_rows import paid_in as paid_in
 from costaware.adapters.ledger.reservation_rows import reservation as reservation
 from costaware.adapters.ledger.reservation_rows import unpaid as unpaid
 from costaware.core.budgets import (
