@@ -609,3 +609,24 @@ def test_a_kept_bills_warning_says_nothing_is_held_where_another_run_took_the_ro
     assert billed_ledger.open_holds_of(unsure_holder(bill)) == []
     (said,) = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert "Nothing is held of it (another run took the room left meanwhile)" in said and "Held $" not in said
+
+
+def test_a_kept_bills_warning_names_the_gpu_hour_cap_it_passes_not_money_spent(
+    billed_ledger: Ledger, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Under a $100 cap with room, a 10 GPU-hour cap with 9 held: the bill's 2 GPU-hours pass the GPU-hour cap
+    # alone, and the WARNING named the dollar cap ('cap $100.00, $0.00 spent') and "passed by money spent".
+    from costaware.spool_settle import hold_unsure
+
+    billed_ledger.set_budget("project=churn", "month", "100", cap_gpu_hours="10")
+    billed_ledger.reserve("project=churn", "1", gpu_hours="9", holder="another/run/task/-1")
+    bill = _gpu_bill("attempt-gpu-cap")
+    with caplog.at_level(logging.WARNING, logger="costaware.ledger_spool"):
+        hold = hold_unsure(billed_ledger, bill)
+    assert hold is not None and (hold.usd, hold.gpu_hours) == (Decimal(1), Decimal(1))
+    (said,) = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    (usage,) = billed_ledger.usage("project=churn")
+    assert "is $1.00 and 2 GPU-hours already spent" in said
+    assert f"budget '{usage.name}' (GPU-hour cap 10, 0 GPU-hours spent and 9 reserved)" in said
+    assert "its GPU-hour cap is passed" in said and "--cap-gpu-hours" in said
+    assert "money" not in said and "cap $100" not in said

@@ -99,24 +99,55 @@ def _held_text(usd: Decimal, gpu_hours: Decimal | None) -> str:
 def _say_unsure_past_caps(entry: Any, usages: list[Any], held: str) -> None:
     """Warn that the budgets of a bill kept in ``spool/unsure`` have less room than its money spent.
 
+    Each budget short is named with the cap the bill passes and its figures: its dollar cap, its GPU-hour
+    cap, or both (a GPU-hour cap alone was said as "money spent" beside the dollar cap it did not pass).
     ``held``: the sentence of what was held of it, said once the ledger took or refused the hold.
     """
     from costaware.core.money import format_usd_exact
 
-    short = [
-        f"budget '{u.name}' (cap {format_usd_exact(u.cap_usd)}, {format_usd_exact(u.spent_usd)} spent and "
-        f"{format_usd_exact(u.reserved_usd)} reserved)"
-        for u in usages
-        if u.left_usd < entry.usd or (u.left_gpu_hours is not None and entry.gpu_hours > u.left_gpu_hours)
-    ]
+    short: list[str] = []
+    passed: set[str] = set()  # "usd", "gpu_hours": the kinds of cap the bill passes
+    for u in usages:
+        caps = []
+        if u.left_usd < entry.usd:
+            passed.add("usd")
+            caps.append(
+                f"cap {format_usd_exact(u.cap_usd)}, {format_usd_exact(u.spent_usd)} spent and "
+                f"{format_usd_exact(u.reserved_usd)} reserved"
+            )
+        if (left := u.left_gpu_hours) is not None and entry.gpu_hours > left:
+            passed.add("gpu_hours")
+            caps.append(
+                f"GPU-hour cap {plain_number(u.cap_gpu_hours)}, {plain_number(u.spent_gpu_hours)} GPU-hours "
+                f"spent and {plain_number(u.reserved_gpu_hours)} reserved"
+            )
+        if caps:
+            short.append(f"budget '{u.name}' ({'; '.join(caps)})")
+    bill = format_usd_exact(entry.usd)
+    if "gpu_hours" in passed:
+        bill = f"{bill} and {plain_number(entry.gpu_hours)} GPU-hours"
+    raises = []
+    if "usd" in passed or not passed:
+        raises.append("the cap (`costaware budget set`)")
+    if "gpu_hours" in passed:
+        raises.append("the GPU-hour cap (`costaware budget set --cap-gpu-hours`)")
+    which = (
+        "its caps are"
+        if len(passed) == 2
+        else "its GPU-hour cap is"
+        if passed == {"gpu_hours"}
+        else "its cap is"
+    )
     log.warning(
-        "costaware: the bill %s kept in spool/unsure is %s already spent, and %s: its cap is passed by "
-        "money spent. %s until a person drains or drops the bill; raise the cap, or hold back "
-        "the budget's next runs",
+        "costaware: the bill %s kept in spool/unsure is %s already spent, and %s: %s passed by what the "
+        "bill spent. %s until a person drains or drops the bill; raise %s, or hold back the budget's next "
+        "runs",
         entry.entry_uid,
-        format_usd_exact(entry.usd),
+        bill,
         "; ".join(short) or "its budgets have too little room",
+        which,
         held,
+        " and ".join(raises),
     )
 
 
