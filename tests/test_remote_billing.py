@@ -630,3 +630,73 @@ def test_a_kept_bills_warning_names_the_gpu_hour_cap_it_passes_not_money_spent(
     assert f"budget '{usage.name}' (GPU-hour cap 10, 0 GPU-hours spent and 9 reserved)" in said
     assert "its GPU-hour cap is passed" in said and "--cap-gpu-hours" in said
     assert "money" not in said and "cap $100" not in said
+
+
+@pytest.mark.parametrize(
+    ("taken_by", "grown_back"),
+    [
+        (1, False),  # the killed try took the hold up: it is over, nothing grows back for it
+        (2, True),  # a new try took it up before the drain, sizing it without the bill: grown back
+        (None, True),  # no try said (a hold before revision 0004): grown back, as before
+    ],
+)
+def test_a_drained_kill_bill_grows_the_hold_back_only_for_a_later_try_that_took_it_up(
+    taken_by: int | None,
+    grown_back: bool,
+    billed_ledger: Ledger,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A worker kill's bill kept in the spool while the ledger was down (retrying, so that it never closes a
+    # hold a new try may own) was drained as a retry's: paid from the killed try's hold and the hold grown
+    # back by as much, money held for a retry that never comes until the run's end or the hold's TTL.
+    from attempt_states import CAPTURED  # tests/support/
+
+    from costaware.core.errors import BillSpooledError
+    from costaware.ledger_spool import drain
+    from costaware.remote_billing import KilledTrainingBilling
+    from costaware.training.attempt_effects import task_holder
+    from costaware.training.attempts import AttemptState
+    from costaware.training.plan import RemotePlan
+
+    monkeypatch.setenv("AIRFLOW_HOME", str(tmp_path / "airflow"))
+    spool = tmp_path / "airflow" / "costaware" / "spool"
+    plan = RemotePlan.from_json({**CAPTURED, "tags": {"project": "churn"}})
+    assert plan.identity["try_number"] == 1  # the killed try
+    billed_ledger.set_budget("project=churn", "month", "10")
+    holder = task_holder(plan)
+    hold = billed_ledger.reserve("project=churn", "5.00", holder=holder, run_id=plan.identity["run_id"])
+    if taken_by is not None:
+        assert billed_ledger.take_up_holds(holder, taken_by) == 1
+    state = AttemptState(plan=plan).submitted(job_id="train-a1", market="on_demand")
+    billing = KilledTrainingBilling(
+        ledger_conn_id="costaware_ledger", aws_conn_id=None, log=logging.getLogger(__name__)
+    )
+
+    def down(self: Any, entry: Any) -> Any:
+        raise OSError("disk I/O error")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(Ledger, "record", down)
+        with pytest.raises(BillSpooledError):
+            billing._bill_attempt(state, ENDED_JOB, None, spool_unwritten=True)
+    assert len(list(spool.glob("*.json"))) == 1
+
+    for _ in range(2):  # written once, however often drained
+        drain(spool, lambda conn_id: billed_ledger)
+    (entry,) = [e for e in billed_ledger.entries() if e["reservation_id"] == hold.id]
+    bill = Decimal(entry["usd"])
+    assert bill > 0
+    (held,) = billed_ledger.open_holds_of(holder)
+    assert held.id == hold.id and held.usd == (Decimal("5.00") + bill if grown_back else Decimal("5.00"))
+    (usage,) = billed_ledger.usage("project=churn")
+    assert usage.spent_usd == bill
+    assert usage.reserved_usd == (Decimal("5.00") if grown_back else Decimal("5.00") - bill)
+
+
+def test_a_later_tries_take_up_is_never_lowered_by_an_earlier_ones(billed_ledger: Ledger) -> None:
+    billed_ledger.set_budget("project=churn", "month", "10")
+    billed_ledger.reserve("project=churn", "1.00", holder="d/r/train/-1", run_id="r")
+    assert billed_ledger.take_up_holds("d/r/train/-1", 2) == 1
+    assert billed_ledger.take_up_holds("d/r/train/-1", 1) == 0  # a late call of try 1
+    assert billed_ledger.take_up_holds("d/r/train/-1", 3) == 1

@@ -266,7 +266,7 @@ def test_a_ledger_at_an_unknown_revision_is_refused_and_left_as_it_is(tmp_path: 
         conn.execute(text(f"UPDATE {migrate.VERSION_TABLE} SET version_num = 'f00dcafe'"))
     with pytest.raises(
         ConfigurationError,
-        match=r"has schema revision 'f00dcafe', newer than this costaware \(revision '0003'\): upgrade",
+        match=r"has schema revision 'f00dcafe', newer than this costaware \(revision '0004'\): upgrade",
     ):
         Ledger.from_url(url)
     assert revision(engine) == ["f00dcafe"]
@@ -298,7 +298,7 @@ def test_a_revision_the_database_refuses_changes_nothing_and_says_so(tmp_path: P
     with pytest.raises(LedgerUnavailableError) as refused:
         Ledger.from_url(url)
     message = str(refused.value)
-    assert "cannot upgrade the cost ledger" in message and "from schema revision 0002 to 0003" in message
+    assert "cannot upgrade the cost ledger" in message and "from schema revision 0002 to 0004" in message
     assert "ix_costaware_entries_reservation already exists" in message and "Check the URL" not in message
     assert revision(engine) == ["0002"]
     with engine.connect() as conn:
@@ -307,7 +307,7 @@ def test_a_revision_the_database_refuses_changes_nothing_and_says_so(tmp_path: P
         conn.commit()
     engine.dispose()
     ledger = Ledger.from_url(url)  # the cause fixed, it opens at the head with its row
-    assert revision(ledger.engine) == ["0003"] and [e["entry_uid"] for e in ledger.entries()] == ["old"]
+    assert revision(ledger.engine) == ["0004"] and [e["entry_uid"] for e in ledger.entries()] == ["old"]
     ledger.dispose()
 
 
@@ -336,7 +336,7 @@ def test_a_ledger_at_the_baseline_gets_the_emissions_columns_and_keeps_its_rows(
     engine.dispose()
 
     ledger = Ledger.from_url(url)
-    assert revision(ledger.engine) == [migrate.HEAD] == ["0003"]
+    assert revision(ledger.engine) == [migrate.HEAD] == ["0004"]
     assert schema_differences(ledger.engine) == []
     [old] = ledger.entries()
     assert (old["entry_uid"], old["usd"]) == ("old", Decimal("0.1"))

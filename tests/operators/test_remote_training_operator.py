@@ -195,6 +195,37 @@ def test_the_spend_gate_reservation_grows_to_max_usd_so_the_budget_holds_the_cap
     assert "raised the spend gate's reservation from $1.00 to max_usd $5.00" in capsys.readouterr().out
 
 
+def test_a_try_says_it_took_the_spend_gate_hold_up_before_it_sizes_it(
+    tmp_path: Path, data: Path, ledger: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A killed try's bill drained from the spool grows the hold back only where a later try took it up
+    # (sizing it without the bill): the ledger learns which try did from the try itself, before its read.
+    from sqlalchemy import select
+
+    from costaware.adapters.ledger import schema
+    from costaware.training import attempt_effects
+
+    ledger.set_budget("project=churn", "month", "10")
+    gate = ledger.reserve(
+        "project=churn", "1.00", holder="remote_dag/scheduled__2026-01-01/train/-1", run_id="r"
+    )
+    r = schema.reservations
+    marked_at_read: list[Any] = []
+    billed_by_earlier_tries = attempt_effects.billed_by_earlier_tries
+
+    def read_after_the_mark(conn: Any, plan: Any) -> Any:
+        with ledger.reading() as reading:
+            marked_at_read.append(reading.execute(select(r.c.taken_by_try).where(r.c.id == gate.id)).scalar())
+        return billed_by_earlier_tries(conn, plan)
+
+    monkeypatch.setattr(attempt_effects, "billed_by_earlier_tries", read_after_the_mark)
+    drive(
+        operator(tmp_path, tags={"project": "churn"}, max_usd="5", deferrable=False),
+        context_for(try_number=3),
+    )
+    assert marked_at_read == [3]
+
+
 def test_max_usd_is_lowered_to_what_the_budget_holds_beside_the_spend_gate_reservation(
     tmp_path: Path, data: Path, ledger: Any, capsys: pytest.CaptureFixture[str]
 ) -> None:

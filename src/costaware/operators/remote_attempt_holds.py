@@ -60,6 +60,9 @@ class RemoteAttemptHolds(RemoteAttemptFollowing):
         from costaware.training.attempt_effects import billed_by_earlier_tries
 
         plan = state.plan
+        # Before what earlier tries billed is read: a killed try's bill drained after this read is not in
+        # what this try sizes, and grows the hold back; one drained before it grows nothing back.
+        self._take_up_holds(state)
         earlier, billed = billed_by_earlier_tries(self.ledger_hook.get_conn(), plan)
         lost = Decimal(0)
         if billed:
@@ -67,6 +70,7 @@ class RemoteAttemptHolds(RemoteAttemptFollowing):
             if lost:
                 state = replace(state, earlier_usd=str(lost))
         held = self._hold(state, earlier, retry=bool(billed))
+        self._take_up_holds(state)  # a hold made just now (the first, or one held again)
         if not lost or plan.max_usd is None or held.plan.max_usd is None:
             return held  # nothing to take off, or no cap to take it off
         allowed = Decimal(held.plan.max_usd)
@@ -88,6 +92,18 @@ class RemoteAttemptHolds(RemoteAttemptFollowing):
             "clear the task"
         )
         return replace(held, plan=replace(held.plan, max_usd=str(cap), max_usd_note=note))
+
+    def _take_up_holds(self, state: AttemptState) -> None:
+        """Say in the ledger that this try took the task's open holds up (``Ledger.take_up_holds``).
+
+        A late bill of this try (its kill's, kept in the spool while the ledger was down) then grows the
+        hold back no more: this try is over by then, and the next one sizes the hold with the bill read.
+        """
+        from costaware.training.attempt_effects import task_holder
+
+        plan = state.plan
+        try_number = int(plan.identity.get("try_number", 1))
+        self.ledger_hook.get_conn().take_up_holds(task_holder(plan), try_number)
 
     def _go_on_after(
         self, state: AttemptState, billed: list[EarlierAttempt], earlier: Decimal

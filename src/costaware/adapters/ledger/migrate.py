@@ -28,7 +28,7 @@ log = logging.getLogger(__name__)
 
 VERSION_TABLE = "costaware_alembic_version"
 #: The newest revision in ``migrations/versions`` (a test checks it is Alembic's head).
-HEAD = "0003"
+HEAD = "0004"
 MIGRATIONS = Path(__file__).with_name("migrations")
 #: One upgrader at a time on PostgreSQL (SQLite's write lock already serialises them).
 UPGRADE_LOCK = 74210031

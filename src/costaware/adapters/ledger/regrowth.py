@@ -1,7 +1,8 @@
 """Growing an open reservation: toward a task's cap (``grow``), or back for a retry (``record_and_regrow``).
 
 Locked as a reservation is (the covering budgets, then the reservation's row), so a growth never passes a
-cap, and never changes a hold closed meanwhile.
+cap, and never changes a hold closed meanwhile. Whether a late bill grows its hold back depends on the try
+that took the hold up (``take_up``).
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from datetime import datetime
 from decimal import Decimal
 from typing import Any, NamedTuple
 
-from sqlalchemy import Connection, select
+from sqlalchemy import Connection, or_, select
 
 from costaware.adapters.ledger import schema
 from costaware.adapters.ledger.budgets import applicable, budget_from_row, budget_usage
@@ -55,10 +56,34 @@ class Regrowth(NamedTuple):
     unpaid_gpu_hours_before: Decimal  # the GPU-hours it had left unpaid before the entry
 
 
+def take_up(ledger: LedgerDatabase, holder: str, try_number: int) -> int:
+    """Say that try ``try_number`` of ``holder``'s task took its open holds up; how many it marked.
+
+    A try that sizes its hold from what the ledger shows its earlier tries billed calls it before that read:
+    a bill of an earlier try written after it (a kill's, drained from the spool) is then not in what it
+    sized, and grows the hold back (:func:`record_and_regrow`); one written before it is read. A bill of the
+    try that took the hold grows nothing back: that try is over, and the next sizes the hold itself. Never
+    lowered: a late call of an earlier try leaves a later try's mark.
+    """
+    r = schema.reservations
+    with ledger.transaction() as conn:
+        return conn.execute(
+            r.update()
+            .where(
+                r.c.holder == holder,
+                r.c.status == "open",
+                or_(r.c.taken_by_try.is_(None), r.c.taken_by_try < try_number),
+            )
+            .values(taken_by_try=try_number)
+        ).rowcount
+
+
 def record_and_regrow(ledger: LedgerDatabase, entry: LedgerEntry) -> Regrowth:
     """Record ``entry`` paid from its open hold and grow the hold back by what it paid, in one transaction.
 
-    Grown back in dollars and GPU-hours alike, each as far as its cap has room.
+    Grown back in dollars and GPU-hours alike, each as far as its cap has room. Not grown where the try
+    that took the hold up (:func:`take_up`) is the entry's own: a killed try's bill drained late grew back a
+    hold no try would use, held until the run's end or its TTL (``target`` is then what the hold holds).
 
     A retried task's hold (``entry.reservation_id``): written apart, another run could reserve the room the
     entry freed before the hold took it back. Under the budgets' locks, as :func:`grow`, never past a cap.
@@ -89,6 +114,25 @@ def record_and_regrow(ledger: LedgerDatabase, entry: LedgerEntry) -> Regrowth:
         # none held, another run took them, and the retry's GPU-hours passed the budget's GPU-hour cap.
         unpaid_gpu_hours_before = max(held.gpu_hours - paid_gpu_hours_before, Decimal(0))
         gpu_hours_target = paid_gpu_hours_now + unpaid_gpu_hours_before if new else held.gpu_hours
+        if new and _taken_by_try(conn, held.id) == entry.try_number:
+            log.info(
+                "reservation %s paid %s of entry %s and is not grown back: try %s, which took it up, is over "
+                "(the next try sizes it with the entry in the ledger)",
+                held.id,
+                format_usd_exact(entry.usd),
+                entry.entry_uid,
+                entry.try_number,
+            )
+            return Regrowth(
+                new,
+                held.usd,
+                held,
+                None,
+                unpaid_before,
+                False,
+                held.gpu_hours,
+                unpaid_gpu_hours_before,
+            )
         # One instant for the growth and the verdict: read apart, a hold grown just before its ttl read as
         # expired (not grown) a moment later, and the warning said the retry had nothing held.
         now = utcnow()
@@ -104,6 +148,12 @@ def record_and_regrow(ledger: LedgerDatabase, entry: LedgerEntry) -> Regrowth:
             gpu_hours_target,
             unpaid_gpu_hours_before,
         )
+
+
+def _taken_by_try(conn: Connection, reservation_id: str) -> int | None:
+    """The try that took ``reservation_id`` up (:func:`take_up`); None: none said."""
+    r = schema.reservations
+    return conn.execute(select(r.c.taken_by_try).where(r.c.id == reservation_id)).scalar()
 
 
 def _lock_budgets_of(conn: Connection, ledger: LedgerDatabase, reservation_id: str) -> None:

@@ -145,6 +145,9 @@ reservations = Table(
     Column("settled_at", UTCDateTime),
     Column("settled_usd_micros", BigInteger),
     Column("budgets", JSON, nullable=False),
+    # The newest try of the holder's task that took the hold up (revision 0004; NULL: none said, as for a
+    # spend gate's hold no try has taken yet): a late bill of that try does not grow it back for a retry.
+    Column("taken_by_try", Integer),
     Index("ix_costaware_reservations_holder", "holder", "status"),
 )
 

@@ -208,6 +208,14 @@ class Ledger(LedgerDatabase):
         """
         return regrowth.grow(self, reservation_id, usd)
 
+    def take_up_holds(self, holder: str, try_number: int) -> int:
+        """Say that try ``try_number`` of ``holder``'s task took its open holds up; how many it marked.
+
+        Call it before sizing the hold from what the ledger shows billed: a late bill of that same try then
+        grows the hold back no more (:meth:`record_and_regrow`), one of an earlier try still does.
+        """
+        return regrowth.take_up(self, holder, try_number)
+
     def record_and_regrow(self, entry: LedgerEntry) -> regrowth.Regrowth:
         """Record ``entry`` paid from its open hold, and grow the hold back by what it paid, at once.
 
