@@ -31,6 +31,7 @@ from costaware.core.errors import ConfigurationError, check_keywords
 from costaware.core.series import parse_instant
 from costaware.core.spot_window import given_priority
 from costaware.glue import as_bool, check_tags
+from costaware.operators.remote_instance_type import check_written_instance_type
 from costaware.operators.templating import is_literal, literal_text
 from costaware.training.plan import blank
 
@@ -165,6 +166,11 @@ class RemotePlanArguments:
     carbon_usd_per_tonne: float | str | None
     carbon: str | None
 
+    if TYPE_CHECKING:
+
+        @property
+        def log(self) -> Any: ...
+
     def _keep_plan_arguments(
         self,
         *,
@@ -215,6 +221,9 @@ class RemotePlanArguments:
                 )
         if is_literal(market) and blank(market) is not None:
             check_market(market)
+        unlisted_type = check_written_instance_type(instance_type, backend)
+        if unlisted_type:
+            self.log.warning("%s %r: %s", type(self).__name__, self.task_id, unlisted_type)
         if is_literal(region) and region is not None:
             check_aws_regions([str(region)], name="region")  # "us-east-1a" (a zone) or "us east 1"
         if is_literal(priority):
