@@ -185,6 +185,11 @@ class CachedFeaturesOperator(WarnsOfDroppedDefaultArgs, BaseOperator):
         self.storage_usd_per_gb_month = storage_usd_per_gb_month
         check_settings(self, rendered=False)
 
+    @property
+    def store_uri_left_out(self) -> bool:
+        """Whether ``store_uri`` was left out (the default cache), not given None by a template or element."""
+        return self._store_uri_left_out
+
     @classmethod
     def _partial_refusing_no_store(cls, **kwargs: Any) -> OperatorPartial:
         """Airflow's ``partial``, refusing ``store_uri=None`` written out when the DAG is parsed.

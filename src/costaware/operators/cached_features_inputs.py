@@ -29,7 +29,7 @@ class _Settings(Protocol):
     @property
     def store_uri(self) -> str | None: ...
     @property
-    def _store_uri_left_out(self) -> bool: ...
+    def store_uri_left_out(self) -> bool: ...
     @property
     def fingerprint_mode(self) -> str: ...
     @property
@@ -159,7 +159,7 @@ def check_settings(operator: _Settings, *, rendered: bool) -> None:
     parse_usd(operator.storage_usd_per_gb_month, name="storage_usd_per_gb_month")
     if blank(operator.usd_per_hour) is not None and known(operator.usd_per_hour):
         parse_usd(operator.usd_per_hour, name="usd_per_hour")
-    rendered_none = rendered and operator.store_uri is None and not operator._store_uri_left_out
+    rendered_none = rendered and operator.store_uri is None and not operator.store_uri_left_out
     if (operator.store_uri is not None and known(operator.store_uri)) or rendered_none:
         if rendered_none or not_given(operator.store_uri):
             # A param left unset sent the entries to the worker's default cache, where the other
@@ -177,7 +177,7 @@ def check_settings(operator: _Settings, *, rendered: bool) -> None:
             example="/srv/ml/features",
             on_this_machine=rendered,
         )
-    elif operator._store_uri_left_out and rendered:
+    elif operator.store_uri_left_out and rendered:
         # The worker's default, as the task opens it: $COSTAWARE_FEATURE_CACHE=/ made each entry's folder
         # directly under the machine's root.
         from costaware.settings import FEATURE_CACHE_ENV
