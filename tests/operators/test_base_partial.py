@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
 import re
+import sys
 import warnings
+from types import FrameType
 from typing import Any
 
 import pendulum
 import pytest
-from airflow.sdk import DAG
+from airflow.sdk import DAG, BaseOperator
 
 from costaware.operators.remote_training import RemoteTrainingOperator
 from costaware.operators.tuning import BudgetedTuningOperator
@@ -173,3 +176,53 @@ def test_every_own_argument_of_a_mapped_operator_is_warned_of_when_given_only_in
         upstream = BaseOperator(task_id="upstream")
         with pytest.warns(UserWarning, match=re.escape(_said(", ".join(own), cls))):
             cls.partial(task_id="mapped", default_args=dict.fromkeys(own, "x")).expand_kwargs(upstream.output)
+
+
+def _declared_at(cls: type) -> dict[str, Any]:
+    """Each own argument of ``cls`` -> the code of the ``__init__`` (ours or a base's) that declares it."""
+    import inspect
+
+    from costaware.operators.base_partial import _own_arguments
+
+    own = _own_arguments(cls)
+    declared: dict[str, Any] = {}
+    for klass in reversed(cls.__mro__):  # the nearest declaration last, as it is the one that binds
+        if issubclass(klass, BaseOperator) and klass is not BaseOperator and "__init__" in vars(klass):
+            for name in inspect.signature(klass.__init__).parameters:
+                if name in own:
+                    declared[name] = inspect.unwrap(vars(klass)["__init__"]).__code__
+    return declared
+
+
+@pytest.mark.parametrize("name", sorted(_our_operator_classes()))
+def test_every_argument_the_warning_names_reaches_a_mapped_copy_from_the_dags_default_args(name: str) -> None:
+    # The warning's advice, "pass them ... in the DAG's default_args", was checked for the sensors' mode,
+    # poke_interval and timezone only: each own argument of every class, given only there, must reach the
+    # __init__ that declares it when a mapped copy is built (Airflow builds the copies with the DAG's
+    # default_args). Seen as that __init__ is entered: its body may refuse the probes, which are no values.
+    cls = _our_operator_classes()[name]
+    declared = _declared_at(cls)
+    # The required ones too: Airflow fills them in from there before it asks for them.
+    probes = {arg: f"<dag default_args {arg}>" for arg in declared}
+    seen: dict[Any, dict[str, Any]] = {}
+    codes = set(declared.values())
+
+    def on_call(frame: FrameType, event: str, arg: object) -> None:
+        if event == "call" and frame.f_code in codes and frame.f_code not in seen:
+            seen[frame.f_code] = dict(frame.f_locals)
+
+    with DAG("defaults_probe", schedule=None, start_date=pendulum.datetime(2026, 1, 1), default_args=probes):
+        upstream = BaseOperator(task_id="upstream")
+        mapped = cls.partial(task_id="mapped").expand_kwargs(upstream.output)
+    sys.setprofile(on_call)
+    try:
+        with contextlib.suppress(Exception):  # the probes are no values: only what reached __init__ is asked
+            mapped.unmap({})
+    finally:
+        sys.setprofile(None)
+    # Each declaring __init__ entered: a body that refused the probes before its super().__init__ would
+    # hide its base's arguments from this test (none does).
+    assert set(declared.values()) <= set(seen), f"{name}: an __init__ was never entered"
+    reached = {arg: seen[code].get(arg) for arg, code in declared.items()}
+    wrong = {arg: value for arg, value in reached.items() if value != probes[arg]}
+    assert not wrong, f"{name}: given in the DAG's default_args, these reached the copy otherwise: {wrong}"
