@@ -2558,3 +2558,85 @@ def test_a_job_stopped_at_the_cap_polled_further_apart_than_its_grace_period_is_
         now = stopped_at + timedelta(seconds=polls * (wait.poll_interval + 0.5))
         assert wait.poll_tolerant(now) is None
         assert listing.stops == ["j"] * stops, polls
+
+
+@pytest.mark.parametrize("backend", ["batch", "kubernetes"])
+def test_a_job_stopped_again_past_its_grace_period_and_then_gone_is_billed_to_the_latest_stops_grace_end(
+    monkeypatch: pytest.MonkeyPatch, backend: str
+) -> None:
+    # Seen running past the grace period after its stop at the cap, the job was stopped again; gone after
+    # that, it was billed only to the first stop's grace period's end (before it was last seen running):
+    # the time it ran after it went unbilled, and its end came before it was last seen. Billed to the
+    # latest stop's grace period's end instead, never past the poll that found it gone (a pod's 404).
+    from datetime import timedelta
+
+    from costaware.adapters.compute.base import JobState, JobStatus
+    from costaware.core.errors import JobNotFoundError
+    from costaware.training.attempt_effects import stop_seconds
+    from costaware.training.attempts import AttemptState
+
+    wait, listing, _state, submitted = _stop_by_poll_wait(monkeypatch, [], cap_seconds=600, backend=backend)
+    wait.poll_interval = 10
+    grace = stop_seconds(AttemptState.from_json(wait.state))
+    stopped_at = submitted + timedelta(seconds=600)
+    again_at = stopped_at + timedelta(seconds=grace + 10)
+    last_seen = again_at + timedelta(seconds=5)
+
+    def poll(job_id: str) -> JobStatus:
+        if now > last_seen:
+            raise JobNotFoundError(f"{backend} does not list job j")
+        ran = (now - submitted).total_seconds()
+        return JobStatus(job_id="j", state=JobState.RUNNING, market="spot", billable_seconds=ran)
+
+    listing.poll = poll  # type: ignore[method-assign]
+    event = None
+    for now in (stopped_at, again_at, last_seen):
+        assert wait.poll_tolerant(now) is None
+    assert listing.stops == ["j", "j"]
+    now = last_seen + timedelta(seconds=10)
+    while event is None and now < last_seen + timedelta(seconds=3000):
+        event = wait.poll_tolerant(now)
+        now += timedelta(seconds=wait.next_poll_in())
+    assert event is not None, "never billed as gone"
+    gone_at = now - timedelta(seconds=wait.next_poll_in())
+    end = min(gone_at, again_at + timedelta(seconds=grace))
+    assert event["job"]["ended_at"] == end.timestamp(), event["job"]["reason"]
+    assert event["job"]["billable_seconds"] == (end - submitted).total_seconds()
+    assert "stopped at what was left of max_usd" in event["job"]["reason"]
+
+
+def test_a_pod_stopped_at_the_cap_seen_running_past_its_grace_period_and_then_gone_ends_no_sooner_than_seen(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Polls further apart than the grace period (300 s, 110 s): seen running 300 s after its stop (not yet
+    # stopped again, at most every second poll), the pod was gone at the next poll and its end was recorded
+    # at the grace period's end, 190 s before it was seen running.
+    from datetime import timedelta
+
+    from costaware.adapters.compute.base import JobState, JobStatus
+    from costaware.core.errors import JobNotFoundError
+    from costaware.training.attempt_effects import stop_seconds
+    from costaware.training.attempts import AttemptState
+
+    wait, listing, _state, submitted = _stop_by_poll_wait(
+        monkeypatch, [], cap_seconds=600, backend="kubernetes"
+    )
+    stopped_at = submitted + timedelta(seconds=600)
+    last_seen = stopped_at + timedelta(seconds=300)
+    assert stop_seconds(AttemptState.from_json(wait.state)) < 300
+
+    def poll(job_id: str) -> JobStatus:
+        if now > last_seen:
+            raise JobNotFoundError("pod j not found")
+        ran = (now - submitted).total_seconds()
+        return JobStatus(job_id="j", state=JobState.RUNNING, market="spot", billable_seconds=ran)
+
+    listing.poll = poll  # type: ignore[method-assign]
+    for now in (stopped_at, last_seen):
+        assert wait.poll_tolerant(now) is None
+    assert listing.stops == ["j"]
+    now = last_seen + timedelta(seconds=300)
+    event = wait.poll_tolerant(now)
+    assert event is not None
+    assert event["job"]["ended_at"] == last_seen.timestamp(), event["job"]["reason"]
+    assert event["job"]["billable_seconds"] == 900.0

@@ -279,11 +279,15 @@ class GoneJobBilling(ListedCapStopping):
         return limit
 
     def _cap_stop_grace_end(self) -> datetime | None:
-        """When the grace period after this wait's stop at the cap ends; None without a plan to size it by."""
+        """When the grace period after this wait's latest stop at the cap ends; None without a plan.
+
+        The latest: a job stopped again, seen running past the first stop's grace period
+        (``_stop_again_past_grace``), was billed only to that first end, before it was last seen running.
+        """
         from costaware.training.attempt_effects import stop_seconds
         from costaware.training.attempts import AttemptState
 
-        stopped_at = self._cap_stopped_at
+        stopped_at = self._cap_stop_again_at or self._cap_stopped_at
         if stopped_at is None or not self.state.get("backend") or not self.state.get("current"):
             return None
         return stopped_at + timedelta(seconds=stop_seconds(AttemptState.from_json(self.state)))
@@ -341,7 +345,8 @@ class GoneJobBilling(ListedCapStopping):
             )
             return with_copies_run_out(never_started)
         grace_end = self._cap_stop_grace_end()
-        end = now if grace_end is None else min(now, grace_end)
+        # Seen running past it (polls further apart than the grace period), it ran at least to then.
+        end = now if grace_end is None else max(seen_at, min(now, grace_end))
         billed = seen.billable_seconds + instances * max(0.0, (end - seen_at).total_seconds())
         reason = (
             f"stopped at what was left of max_usd at {stopped_at.isoformat()}; {self.backend} has not listed "
