@@ -2455,7 +2455,8 @@ def test_a_pod_listed_again_after_its_stop_recorded_it_gone_is_billed_from_that_
     # A wait whose kept state was unread recorded its due stop at the cap as sent to a pod already gone (404
     # at T0, kept as the stop's gone_at). The pod was then listed running again (a same-named pod, at T0 +
     # 60 s): gone again later, it was billed to the old 404's listing (T0 + 60 s, "deleted it by T0"), not
-    # to the grace period's end after the stop, as any listed stop is.
+    # to the grace period's end after the stop, as any listed stop is. No SIGTERM had reached it: it is
+    # stopped as it is listed, and billed to the grace period's end after that stop.
     from datetime import timedelta
 
     from airflow.sdk.execution_time.xcom import XCom
@@ -2484,10 +2485,10 @@ def test_a_pod_listed_again_after_its_stop_recorded_it_gone_is_billed_from_that_
     assert grace > 60  # the listing fell within the grace period after the stop
 
     event = wait.poll_tolerant(first_gone + timedelta(seconds=360))
-    assert event is not None and listing.stops == []
+    assert event is not None and listing.stops == ["j"]
     assert "404 is final" not in event["job"]["reason"], event["job"]["reason"]
-    assert event["job"]["ended_at"] == (first_gone + timedelta(seconds=grace)).timestamp()
-    assert event["job"]["billable_seconds"] == 1250.0 + grace - 60
+    assert event["job"]["ended_at"] == (seen_again + timedelta(seconds=grace)).timestamp()
+    assert event["job"]["billable_seconds"] == 1250.0 + grace
 
 
 @pytest.mark.parametrize(("asked_after_stop", "stops"), [(2, 1), (-10, 1), (-3600, 3)])
@@ -2640,3 +2641,40 @@ def test_a_pod_stopped_at_the_cap_seen_running_past_its_grace_period_and_then_go
     assert event is not None
     assert event["job"]["ended_at"] == last_seen.timestamp(), event["job"]["reason"]
     assert event["job"]["billable_seconds"] == 900.0
+
+
+def test_a_pod_listed_after_its_stop_at_the_cap_was_recorded_with_nothing_sent_is_stopped_at_once(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Gone (a final 404) while the kept state was unread, the pod's due stop at the cap was recorded with
+    # no SIGTERM sent (nothing to stop). Listed running later, past its cap (a same-named pod), it was
+    # stopped only one grace period after that record (_stop_again_past_grace), running on past max_usd
+    # meanwhile: no stop had reached it for a grace period to run from. Stopped at the poll that lists it.
+    from datetime import timedelta
+
+    from airflow.sdk.execution_time.xcom import XCom
+
+    from costaware.adapters.compute.base import JobState, JobStatus
+    from costaware.core.errors import JobNotFoundError
+
+    gone = JobNotFoundError("pod j not found")
+    found_at = STOP_BY_POLL_SUBMIT + timedelta(seconds=400)
+    job = {"job_id": "j", "state": "running", "market": "spot", "billable_seconds": 1190.0}
+    followed = {"job": job, "seen_at": found_at.isoformat()}
+    listed = [
+        JobStatus(job_id="j", state=JobState.RUNNING, market="spot", billable_seconds=1250.0 + 10 * polls)
+        for polls in range(3)
+    ]
+    wait, listing, _state, _ = _stop_by_poll_wait(
+        monkeypatch, [gone, *listed], cap_seconds=1200, followed=followed, backend="kubernetes"
+    )
+    wait.poll_interval = 10
+    monkeypatch.setattr(XCom, "get_one", lambda **where: (_ for _ in ()).throw(ConnectionError("down")))
+    first_gone = found_at + timedelta(seconds=30)
+    assert wait.poll_tolerant(first_gone) is None
+    assert wait.state["current"]["cap_stop"]["gone_at"] == first_gone.isoformat() and listing.stops == []
+    assert wait.poll_tolerant(first_gone + timedelta(seconds=60)) is None
+    assert listing.stops == ["j"]
+    for polls in (1, 2):  # stopped once: its grace period runs from this stop
+        assert wait.poll_tolerant(first_gone + timedelta(seconds=60 + 10 * polls)) is None
+    assert listing.stops == ["j"]

@@ -56,6 +56,7 @@ class CapStopping(CapStopKeeping, OtherTypePricing):
     _price_read_retries: int
     _held_cap_stop_due_at: datetime | None
     _cap_stop_again_at: datetime | None
+    _cap_stop_unsent: bool
     _gone_unread_since: datetime | None
     _cap_stop_retries: int
     _cap_stop_restored: bool

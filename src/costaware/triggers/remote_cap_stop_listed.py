@@ -31,7 +31,9 @@ class ListedCapStopping(CapStopping):
         ``poll_interval`` re-sent it at each poll), logged; the job is billed on from what the polls see,
         and its end is still recorded as stopped by ``max_usd``. Not sent where its backend says the job
         was asked to stop since the stop at the cap (SageMaker's ``Stopping``, listed running while it
-        uploads its checkpoint, often past the grace period): the stop reached it.
+        uploads its checkpoint, often past the grace period): the stop reached it. A stop recorded with no
+        SIGTERM sent (``_cap_stop_unsent``: a pod gone at its 404, listed since) is sent at once: no grace
+        period ran from it.
         """
         from costaware.adapters.compute.base import JobState, open_backend
         from costaware.training.attempt_effects import stop_seconds
@@ -51,17 +53,28 @@ class ListedCapStopping(CapStopping):
         grace = stop_seconds(AttemptState.from_json(self.state))
         # 1.5 polls: the second poll after the stop, also where polls come late by their own time.
         again_after = max(grace, 1.5 * self.poll_interval)
-        if (now - last_stop).total_seconds() <= again_after or self._polled_after_cancel("stopped again"):
+        unsent = self._cap_stop_unsent
+        if (now - last_stop).total_seconds() <= again_after and not unsent:
             return
-        self._cap_stop_again_at = now
-        self.log.warning(
-            "job %s, stopped at what was left of max_usd at %s, is still seen running %.0f s after it, past "
-            "its grace period (%.0f s): stopping it again (billed on meanwhile)",
-            job_id,
-            (self._cap_stopped_at or last_stop).isoformat(),
-            (now - (self._cap_stopped_at or last_stop)).total_seconds(),
-            grace,
-        )
+        if self._polled_after_cancel("stopped again"):
+            return
+        self._cap_stop_again_at, self._cap_stop_unsent = now, False
+        if unsent:
+            self.log.warning(
+                "job %s, gone when its stop at what was left of max_usd was recorded at %s (nothing was sent "
+                "to it), is seen running again: stopping it now",
+                job_id,
+                (self._cap_stopped_at or last_stop).isoformat(),
+            )
+        else:
+            self.log.warning(
+                "job %s, stopped at what was left of max_usd at %s, is still seen running %.0f s after it, "
+                "past its grace period (%.0f s): stopping it again (billed on meanwhile)",
+                job_id,
+                (self._cap_stopped_at or last_stop).isoformat(),
+                (now - (self._cap_stopped_at or last_stop)).total_seconds(),
+                grace,
+            )
         try:
             open_backend(self.backend, self.backend_options).stop(job_id)
         except Exception as e:

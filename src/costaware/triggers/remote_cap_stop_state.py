@@ -32,6 +32,7 @@ class CapStopKeeping(_TriggerBase):
     _stopped_for_cap: str | None
     _cap_stopped_at: datetime | None
     _cap_stop_seen: tuple[Any, datetime] | None
+    _cap_stop_unsent: bool
     _kept_state_read_failures: int
     _wait_state_unkept: bool
     _cancelled: threading.Event
@@ -43,6 +44,8 @@ class CapStopKeeping(_TriggerBase):
         billed to there (``_unlisted_cap_stop_grace_left``), though it was seen after the stop and ended
         by the poll that found it gone. A first 404 kept with it (``gone_at``) is dropped too: listed since,
         the pod did not end there, and a later 404 billed it to that old one (to the listing before it).
+        Such a stop sent no SIGTERM (the pod was gone): it is sent now (``_cap_stop_unsent``), not a grace
+        period after the stop was recorded.
         """
         current = self.state.get("current") or {}
         sent = current.get(CAP_STOP_KEY)
@@ -50,6 +53,8 @@ class CapStopKeeping(_TriggerBase):
             return
         if not sent.get("unlisted") and "gone_at" not in sent:
             return
+        if "gone_at" in sent:
+            self._cap_stop_unsent = True
         listed = {name: value for name, value in sent.items() if name != "gone_at"}
         self.state = {**self.state, "current": {**current, CAP_STOP_KEY: {**listed, "unlisted": False}}}
         self._keep_cap_stop()

@@ -160,6 +160,9 @@ class RemoteTrainingJobTrigger(KilledJobBilling, BaseTrigger):
         #: When a job stopped at the cap and still seen running past its grace period was stopped again
         #: (see ``_stop_again_past_grace``): once per grace period.
         self._cap_stop_again_at: datetime | None = None
+        #: Whether the stop at the cap was recorded with no SIGTERM sent (a pod gone at its 404) and the
+        #: job is listed since: it is stopped at once, not a grace period after the record.
+        self._cap_stop_unsent = False
         #: How many more seconds of running the job has, at the last poll, before a stop at the cap is due
         #: (None: none is due): the next poll comes then, not up to a ``poll_interval`` later.
         self._cap_stop_due_in: float | None = None
