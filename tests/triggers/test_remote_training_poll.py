@@ -2678,3 +2678,38 @@ def test_a_pod_listed_after_its_stop_at_the_cap_was_recorded_with_nothing_sent_i
     for polls in (1, 2):  # stopped once: its grace period runs from this stop
         assert wait.poll_tolerant(first_gone + timedelta(seconds=60 + 10 * polls)) is None
     assert listing.stops == ["j"]
+
+
+def test_a_wait_that_outlives_its_try_does_not_keep_its_state_again_over_a_newer_trys(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The keep of its stop at the cap failed, and the next poll keeps it again (_keep_unkept_cap_stop).
+    # Not cancelled yet (a triggerer slow to drop it), the old try's wait wrote its state over the one the
+    # task's newer try had kept since: a timeout of the new try's wait then stopped and billed the old job.
+    # Kept again where the XCom still holds this wait's attempt and job, or cannot be read (as before).
+    from datetime import timedelta
+
+    from airflow.sdk.execution_time.xcom import XCom
+
+    from costaware.adapters.compute.base import JobState, JobStatus
+    from costaware.triggers.remote_training import WAIT_STATE_XCOM_KEY
+
+    past_cap = JobStatus(job_id="j", state=JobState.RUNNING, market="spot", billable_seconds=610.0)
+    wait, listing, state, submitted = _stop_by_poll_wait(monkeypatch, [past_cap] * 3, cap_seconds=600)
+    kept_in = keeping_wait_state(monkeypatch)
+    where = (WAIT_STATE_XCOM_KEY, "remote_dag", "train", "r", -1)
+    kept_in[where] = state.to_json()  # the operator keeps the state it defers with
+    keep = XCom.set
+    monkeypatch.setattr(XCom, "set", lambda *args, **kwargs: (_ for _ in ()).throw(ConnectionError("down")))
+    now = submitted + timedelta(seconds=610)
+    assert wait.poll_tolerant(now) is None and listing.stops == ["j"]
+    monkeypatch.setattr(XCom, "set", keep)
+    new_try = {"attempts": [], "current": {"attempt": 2, "job_id": "j2"}}
+    kept_in[where] = new_try  # the task's new try deferred and kept its own state
+    assert wait.poll_tolerant(now + timedelta(seconds=10)) is None
+    assert kept_in[where] == new_try
+
+    kept_in[where] = state.to_json()  # still this wait's: kept again, with its stop
+    wait._wait_state_unkept = True
+    assert wait.poll_tolerant(now + timedelta(seconds=20)) is None
+    assert kept_in[where]["current"]["cap_stop"]["job_id"] == "j"

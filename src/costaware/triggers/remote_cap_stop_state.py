@@ -81,6 +81,7 @@ class CapStopKeeping(_TriggerBase):
         gone, up to ``NOT_LISTED_GRACE_SECONDS`` past its grace period. The operator's wait state XCom
         (which a deferral timeout reads too) carries it; a failure warns, and the next poll keeps it again
         (:meth:`_keep_unkept_cap_stop`): the state is then already this wait's, and nothing else writes it.
+        Never over another attempt's or job's state (:meth:`_xcom_holds_another_wait`).
         """
         where = self._wait_state_xcom()
         if where is None:
@@ -88,7 +89,10 @@ class CapStopKeeping(_TriggerBase):
         try:
             from airflow.sdk.execution_time.xcom import XCom
 
-            if self._cancelled.is_set() and not self._xcom_holds_this_wait(XCom.get_one(**where)):
+            if self._cancelled.is_set():
+                if not self._xcom_holds_this_wait(XCom.get_one(**where)):
+                    return
+            elif self._xcom_holds_another_wait(where):
                 return
             key = where.pop("key")
             XCom.set(key, {**self.state, WAIT_STATE_AWS_CONN_KEY: self.aws_conn_id}, **where)
@@ -112,6 +116,34 @@ class CapStopKeeping(_TriggerBase):
         """
         if self._wait_state_unkept:
             self._keep_cap_stop()
+
+    def _xcom_holds_another_wait(self, where: dict[str, Any]) -> bool:
+        """Whether the kept wait state is another attempt's or job's: a newer try's, this wait outlived.
+
+        A wait not cancelled yet (a triggerer slow to drop it) wrote its state over the one the task's newer
+        try had kept since. A state that cannot be read, or none kept, is not another's: the keep goes on
+        (it is what a re-created wait reads its stop from).
+        """
+        from airflow.sdk.execution_time.xcom import XCom
+
+        try:
+            kept = XCom.get_one(**where)
+        except Exception:
+            return False
+        kept_current = kept.get("current") if isinstance(kept, Mapping) else None
+        if not isinstance(kept_current, Mapping):
+            return False
+        current = self.state.get("current") or {}
+        if all(kept_current.get(name) == current.get(name) for name in ("attempt", "job_id")):
+            return False
+        self.log.info(
+            "the task's wait state is now another wait's (job %s, attempt %s): the stop at the cap of job %s "
+            "(this older wait's) is not kept over it",
+            kept_current.get("job_id"),
+            kept_current.get("attempt"),
+            self.job_id,
+        )
+        return True
 
     def _xcom_holds_this_wait(self, kept: Any) -> bool:
         """Whether the kept wait state is still this wait's attempt and job (see :meth:`_send_cap_stop`).
