@@ -5,7 +5,9 @@ earlier tries billed). A bill of that try written late (a kill's, kept in the sp
 down) is paid from the hold without growing it back: the try that would have used the growth is over,
 and the next one sizes the hold with the bill in the ledger. A bill of an earlier try than the one that
 took the hold still grows it back (that try sized it without the bill). NULL (every row before, and holds no
-try took up) grows back as before. Releases before ignore the column, so ``schema_version`` stays 1.
+try took up) grows back as before. ``schema_version`` stays 1: releases before the migrations read only it
+and ignore the column; releases with migrations refuse a ledger at a newer revision (docs/ledger.md), so
+upgrade every process that writes a ledger together.
 
 Revision ID: 0004
 Revises: 0003
