@@ -81,3 +81,30 @@ def test_a_kept_bills_hold_is_named_as_such_and_as_its_runs_not_as_one_held_outs
     assert main([*report, "--run-id", "r2"]) == 2
     err = capsys.readouterr().err
     assert "1 open hold of 'my-trainer-7' reserves $0.50 but names no run" in err and "kept-1" not in err
+
+
+@pytest.mark.usefixtures("clock")
+def test_a_task_named_unsure_holds_for_its_own_run_not_as_a_kept_bill_of_another(
+    ledger_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Task 'unsure' of run 'manual/2026/12' holds as 'retrain/manual/2026/12/unsure/-1': read as a kept bill
+    # of run 'manual', task '2026', uid '-1', its own run was refused as unknown (exit 2) and run 'manual'
+    # was told to run `costaware spool drop -1`.
+    from costaware import Ledger
+    from costaware.cli import main
+    from costaware.cli.pending import kept_bill_of, what_waits
+    from costaware.core.ledger import reservation_holder
+
+    monkeypatch.setenv("AIRFLOW_HOME", str(tmp_path / "airflow"))
+    holder = reservation_holder("retrain", "manual/2026/12", "unsure", -1)
+    assert kept_bill_of(holder) is None
+    ledger = Ledger.from_url(ledger_url)
+    ledger.set_budget("project=x", "month", "10")
+    ledger.reserve("project=x", "1.5", holder=holder, run_id="manual/2026/12", dag_id="retrain")
+    assert what_waits(ledger, "retrain", "manual") == ""
+    assert what_waits(ledger, "retrain", "manual/2026/12").startswith("1 open hold of it reserves $1.50")
+    report = ["--ledger-url", ledger_url, "report", "--dag-id", "retrain"]
+    assert main([*report, "--run-id", "manual/2026/12"]) == 0
+    assert "1 open hold of it reserves $1.50" in capsys.readouterr().err
+    assert main([*report, "--run-id", "manual"]) == 2
+    assert "spool drop" not in capsys.readouterr().err

@@ -20,6 +20,10 @@ def kept_bill_of(holder: str) -> tuple[Any, str] | None:
     """
     from costaware.core.ledger import read_holder
 
+    if read_holder(holder) is not None:
+        # A task's own holder first: task 'unsure' of run 'manual/2026/12' holds as
+        # 'retrain/manual/2026/12/unsure/-1', not as a kept bill '-1' of run 'manual'.
+        return None
     task, marker, uid = holder.rpartition("/unsure/")
     key = read_holder(task) if marker and uid and "/" not in uid else None
     return None if key is None or key.dag_id is None or key.suffix is not None else (key, uid)
