@@ -38,6 +38,37 @@ def test_the_folders_entries_wait_in_are_named_singular_or_plural_by_their_numbe
     assert f"2 cost entries of it wait in {where} (the ledger could not be written then): " in said
 
 
+@pytest.mark.parametrize(
+    ("kept", "held", "said"),
+    [
+        (1, None, "1 remote bill of it is kept for a person in {unsure} (the ledger"),
+        (1, (1, "$2.00"), "1 remote bill of it is kept for a person in {unsure}, its hold reserving $2.00 ("),
+        (
+            2,
+            (2, "$4.00"),
+            "2 remote bills of it are kept for a person in {unsure}, their holds reserving $4.00 (",
+        ),
+        # A bill no budget covers takes no hold: the sum is of those that did.
+        (
+            3,
+            (1, "$2.00"),
+            "3 remote bills of it are kept for a person in {unsure}, the hold of 1 of them reserving",
+        ),
+        (
+            3,
+            (2, "$4.00"),
+            "3 remote bills of it are kept for a person in {unsure}, the holds of 2 of them reserving",
+        ),
+    ],
+)
+def test_a_folders_kept_bills_are_said_with_what_their_holds_reserve(
+    kept: int, held: tuple[int, str] | None, said: str
+) -> None:
+    counts = [SpooledCount(CURRENT, 0, kept, earlier=False)]
+    kept_held = {CURRENT: held} if held is not None else {}
+    assert said.format(unsure=CURRENT / "unsure") in spooled_said(counts, "of it", kept_held=kept_held)
+
+
 def _kept_bill(uid: str) -> Any:
     """A $2 remote bill of run 'r1' of DAG 'nightly' (tags project=x), as a drain keeps it in spool/unsure."""
     from costaware.core.ledger import Kind, LedgerEntry
@@ -63,10 +94,11 @@ def test_a_kept_bills_hold_is_named_as_such_and_as_its_runs_not_as_one_held_outs
     ledger.set_budget("project=x", "month", "10")
     assert hold_unsure(ledger, _kept_bill("kept-1")) is not None
     report = ["--ledger-url", ledger_url, "report"]
+    # No file of it in this machine's spool: kept on another machine (or moved here since).
     kept = (
-        "1 remote bill of it kept for a person holds $2.00 in its budgets (`costaware spool show` lists "
-        "it where it was kept; `costaware spool drop kept-1` there frees the hold once the run is found "
-        "billed already)"
+        "the budget holds of 1 remote bill of it kept for a person (here or on another machine) reserve "
+        "$2.00 (`costaware spool show` lists it where it was kept; `costaware spool drop kept-1` there "
+        "frees the hold once the run is found billed already)"
     )
     for of_dag in ([], ["--dag-id", "nightly"]):
         assert main([*report, *of_dag, "--run-id", "r1"]) == 0
@@ -108,3 +140,41 @@ def test_a_task_named_unsure_holds_for_its_own_run_not_as_a_kept_bill_of_another
     assert "1 open hold of it reserves $1.50" in capsys.readouterr().err
     assert main([*report, "--run-id", "manual"]) == 2
     assert "spool drop" not in capsys.readouterr().err
+
+
+@pytest.mark.usefixtures("clock")
+def test_a_bill_kept_in_this_machines_spool_is_said_once_with_its_hold(
+    ledger_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Kept here, one bill was said twice: "1 remote bill of it is kept for a person in .../unsure (...); 1
+    # remote bill of it kept for a person holds $2.00 in its budgets (...)", read as two bills.
+    from costaware import Ledger
+    from costaware.cli import main
+    from costaware.ledger_spool import keep_unsure
+    from costaware.spool_settle import hold_unsure
+
+    monkeypatch.setenv("AIRFLOW_HOME", str(tmp_path / "airflow"))
+    unsure = tmp_path / "airflow" / "costaware" / "spool" / "unsure"
+    ledger = Ledger.from_url(ledger_url)
+    ledger.set_budget("project=x", "month", "10")
+    row = {"entry_uid": "older", "usd": "2", "incurred_at": "2026-12-01T00:00:00+00:00", "try_number": 1}
+    kept = keep_unsure(_kept_bill("kept-here"), "costaware_ledger", {"job_id": "j"}, row, ledger=ledger)
+    assert kept.hold is not None and (unsure / "kept-here.json").is_file()
+    report = ["--ledger-url", ledger_url, "report", "--dag-id", "nightly", "--run-id", "r1"]
+    assert main(report) == 0
+    err = capsys.readouterr().err
+    assert (
+        f"1 remote bill of it is kept for a person in {unsure}, its hold reserving $2.00 (the ledger cannot "
+        "tell whether a row of the job's name bills it: the drain's log says what to do)"
+    ) in err
+    assert err.count("remote bill") == 1 and "in its budgets" not in err
+    # Another bill's hold with no file here is said apart, as kept here or elsewhere.
+    assert hold_unsure(ledger, _kept_bill("kept-there")) is not None
+    assert main(report) == 0
+    err = capsys.readouterr().err
+    assert f"in {unsure}, its hold reserving $2.00 (" in err
+    assert (
+        "; the budget holds of 1 remote bill of it kept for a person (here or on another machine) reserve "
+        "$2.00 (`costaware spool show` lists it where it was kept; `costaware spool drop kept-there` there"
+    ) in err
+    assert "kept-here" not in err

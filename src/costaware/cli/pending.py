@@ -57,14 +57,25 @@ def what_waits(ledger: Any, dag_id: str | None, run_id: str | None) -> str:
         runs = [run_of_key(k) for k in ledger.hold_periods(hold.id).values() if is_run_key(k)]
         return any(named(dag, run) for dag, run in runs)
 
-    spooled = spooled_said(spooled_here(dag_id, run_id), "of it")
+    counts = spooled_here(dag_id, run_id)
     holds, kept = [], []
+    # A kept bill's hold whose file this machine's spool holds is said with that file, not as a second bill.
+    kept_here: dict[Path, list[Any]] = {}
     for hold in ledger.open_reservations():
         bill = kept_bill_of(hold.holder)
         if bill is not None and named(bill[0].dag_id, bill[0].run_id):
-            kept.append((hold, bill[1]))
+            folder = next((count.folder for count in counts if bill[1] in count.unsure_uids), None)
+            if folder is None:
+                kept.append((hold, bill[1]))
+            else:
+                kept_here.setdefault(folder, []).append(hold)
         elif bill is None and of_it(hold):
             holds.append(hold)
+    held_here = {
+        folder: (len(held), format_usd_exact(sum((hold.usd for hold in held), Decimal(0))))
+        for folder, held in kept_here.items()
+    }
+    spooled = spooled_said(counts, "of it", kept_held=held_here)
     said = [spooled] if spooled else []
     if holds:
         held = format_usd_exact(sum((r.usd for r in holds), Decimal(0)))
@@ -79,16 +90,19 @@ def what_waits(ledger: Any, dag_id: str | None, run_id: str | None) -> str:
 
 
 def _kept_bills_said(kept: list[tuple[Any, str]]) -> str:
-    """What the holds of bills kept for a person (each with its entry uid) hold, and what frees them."""
+    """What the holds of bills kept for a person (each with its entry uid) hold, and what frees them.
+
+    Only those whose file this machine's spool does not count: those it does are said with their folder.
+    """
     from costaware.core.money import format_usd_exact
 
     held = format_usd_exact(sum((hold.usd for hold, _ in kept), Decimal(0)))
     one = len(kept) == 1
     it, uid = ("it", kept[0][1]) if one else ("them", "<uid>")
-    # The file is on the machine whose drain kept it: `spool show` here may list none of them.
+    # The file is on the machine whose drain kept it (or moved here since it was counted).
     return (
-        f"{len(kept)} remote bill{'' if one else 's'} of it kept for a person hold{'s' if one else ''} "
-        f"{held} in {'its' if one else 'their'} budgets (`costaware spool show` lists {it} where "
+        f"the budget holds of {len(kept)} remote bill{'' if one else 's'} of it kept for a person (here or "
+        f"on another machine) reserve {held} (`costaware spool show` lists {it} where "
         f"{'it was' if one else 'they were'} kept; `costaware spool drop {uid}` there frees "
         f"{'the hold' if one else 'a hold'} once the run is found billed already)"
     )
@@ -139,6 +153,9 @@ class SpooledCount:
     unsure: int
     #: An earlier release's spool (:func:`costaware.ledger_spool.earlier_spool_dir`).
     earlier: bool
+    #: The entry uids of those kept bills, which their holds' holders end with
+    #: (:func:`costaware.spool_settle.unsure_holder`).
+    unsure_uids: frozenset[str] = frozenset()
 
 
 def spooled_here(dag_id: str | None = None, run_id: str | None = None) -> list[SpooledCount]:
@@ -153,6 +170,7 @@ def spooled_here(dag_id: str | None = None, run_id: str | None = None) -> list[S
     counts = []
     for index, folder in enumerate(spool_dirs_to_drain()):
         waiting = unsure = 0
+        unsure_uids = set()
         for spooled_file in spooled_files(folder):
             if spooled_file.state not in ("waiting", "claimed", UNSURE) or spooled_file.data is None:
                 continue
@@ -164,10 +182,13 @@ def spooled_here(dag_id: str | None = None, run_id: str | None = None) -> list[S
             ):
                 if spooled_file.state == UNSURE:
                     unsure += 1
+                    unsure_uids.add(str(entry.get("entry_uid")))
                 else:
                     waiting += 1
         if waiting or unsure:
-            counts.append(SpooledCount(folder, waiting, unsure, earlier=index > 0))
+            counts.append(
+                SpooledCount(folder, waiting, unsure, earlier=index > 0, unsure_uids=frozenset(unsure_uids))
+            )
     return counts
 
 
@@ -176,11 +197,13 @@ def spooled_said(
     whose: str,
     why: str = " (the ledger could not be written then)",
     then: str = "`costaware spool drain` writes {them}",
+    kept_held: dict[Path, tuple[int, str]] | None = None,
 ) -> str:
     """What ``counts`` hold, in words, each folder named ("" when nothing).
 
     ``whose`` says whose entries ("of it"), ``why`` why they wait (after the folder), ``then`` what writes
-    them (``{them}``: "it" or "them").
+    them (``{them}``: "it" or "them"); ``kept_held``: per folder, how many of its kept bills have an open
+    budget hold and what those reserve (formatted).
     """
     from costaware.ledger_spool import UNSURE
 
@@ -205,9 +228,21 @@ def spooled_said(
     for count in counts:
         if count.unsure:
             one = count.unsure == 1
+            holds = _holds_said(count.unsure, (kept_held or {}).get(count.folder))
             said.append(
                 f"{count.unsure} remote bill{'' if one else 's'} {whose} {'is' if one else 'are'} kept for a "
-                f"person in {count.folder / UNSURE} (the ledger cannot tell whether a row of the job's name "
-                f"bills {'it' if one else 'them'}: the drain's log says what to do)"
+                f"person in {count.folder / UNSURE}{holds}"
+                f" (the ledger cannot tell whether a row of the job's name bills {'it' if one else 'them'}: "
+                "the drain's log says what to do)"
             )
     return "; ".join(said)
+
+
+def _holds_said(kept: int, held: tuple[int, str] | None) -> str:
+    """``, its hold reserving $X``: the open holds of ``held[0]`` of a folder's ``kept`` bills ("": none)."""
+    if held is None:
+        return ""
+    holding, usd = held
+    if holding == kept:
+        return f", {'its hold' if kept == 1 else 'their holds'} reserving {usd}"
+    return f", the hold{'' if holding == 1 else 's'} of {holding} of them reserving {usd}"
