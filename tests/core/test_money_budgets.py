@@ -294,6 +294,21 @@ def test_check_cap_refuses_a_gpu_hour_overrun() -> None:
 
 
 @pytest.mark.parametrize(
+    ("gpu_used", "over"),
+    [("9", "it is 1 GPU-hours over its cap"), ("8.5", "it is 0.5 GPU-hours over its cap")],
+)
+def test_a_gpu_hour_cap_passed_already_says_nothing_is_left_and_by_how_much(gpu_used: str, over: str) -> None:
+    # It said "has -1 GPU-hours left of 8", where a USD cap passed says "has nothing left (it is $X over
+    # its cap)".
+    with pytest.raises(BudgetExceededError) as info:
+        check_cap(standing("0", "0", gpu_cap="8", gpu_used=gpu_used), Decimal(1), Decimal(0), "task 't'")
+    assert (
+        f"budget 'project=churn/month (2026-11)' has no GPU-hours left of 8 ({over}); task 't' needs 0 "
+        "GPU-hours: raise the GPU-hour cap"
+    ) == str(info.value)
+
+
+@pytest.mark.parametrize(
     ("scope", "said"),
     [
         ("project=churn", None),

@@ -535,9 +535,12 @@ def check_cap(usage: CapStanding, amount: Decimal, gpu_hours: Decimal, purpose: 
         )
     cap_gpu_hours, left_gpu_hours = usage.cap_gpu_hours, usage.left_gpu_hours  # both None without a cap
     if cap_gpu_hours is not None and left_gpu_hours is not None and gpu_hours > left_gpu_hours:
+        # Passed already (a task ran past its estimate): "-1 GPU-hours left" read as a typo.
+        has_gpu = f"{left_gpu_hours} GPU-hours left of {cap_gpu_hours}"
+        if left_gpu_hours < 0:
+            has_gpu = f"no GPU-hours left of {cap_gpu_hours} (it is {-left_gpu_hours} GPU-hours over its cap)"
         raise BudgetExceededError(
-            f"budget '{name}' has {left_gpu_hours} GPU-hours left of {cap_gpu_hours}; {purpose} needs "
-            f"{gpu_hours} GPU-hours: {RAISE_THE_GPU_HOUR_CAP}",
+            f"budget '{name}' has {has_gpu}; {purpose} needs {gpu_hours} GPU-hours: {RAISE_THE_GPU_HOUR_CAP}",
             renews=usage.period_key != "total" and gpu_hours <= cap_gpu_hours,
             scope=name,
             # What is committed, as the USD refusal gives it: an approval request shows it as such.
