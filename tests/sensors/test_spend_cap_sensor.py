@@ -895,3 +895,16 @@ def test_a_deferred_gate_weighs_the_hold_its_reserve_keeps_where_the_task_has_tw
 
     assert trigger._shortfall() is None
     assert env_ledger.reserve("project=churn", "5", holder=holder, replace_unlike=True).id == as_asked.id
+
+
+def test_a_wait_on_a_cap_passed_already_says_nothing_is_left_and_by_how_much(env_ledger: Ledger) -> None:
+    # The caps lowered below what is held: the wait said "has -1 GPU-hours left" (and "-$3.00 left").
+    env_ledger.set_budget("project=churn", "month", "10", cap_gpu_hours="2")
+    env_ledger.reserve("project=churn", "8", gpu_hours="2")
+    env_ledger.set_budget("project=churn", "month", "10", cap_gpu_hours="1")
+    trigger = BudgetAvailableTrigger(scope="project=churn", usd="1", gpu_hours="0.5", run_id="manual__1")
+    said = str(trigger._shortfall())
+    assert "has no GPU-hours left of 1 (it is 1 GPU-hours over its cap), need 0.5" in said, said
+    env_ledger.set_budget("project=churn", "month", "5", cap_gpu_hours="1")
+    said = str(trigger._shortfall())
+    assert "has nothing left of its $5.00 cap (it is $3.00 over it), need $1.00" in said, said

@@ -92,15 +92,21 @@ class BudgetAvailableTrigger(BaseTrigger):
         without = held.hold.id if held is not None and held.hold is not None else None
         for usage in ledger.usage(self.scope, run_id=self.run_id, dag_id=self.dag_id, without=without):
             if usage.left_usd < need:
-                left = format_usd_exact(usage.left_usd)
+                left = f"{format_usd_exact(usage.left_usd)} left"
+                if usage.left_usd < 0:  # a cap lowered below what is held: "-$3.00 left" read as a typo
+                    over = format_usd_exact(-usage.left_usd)
+                    left = f"nothing left of its {format_usd_exact(usage.cap_usd)} cap (it is {over} over it)"
                 whole = (
                     " (more than its whole cap: only a higher cap makes room)" if need > usage.cap_usd else ""
                 )
-                return f"budget '{usage.name}' has {left} left, need {format_usd_exact(need)}{whole}"
-            if usage.cap_gpu_hours is not None:
-                left_gpu = usage.cap_gpu_hours - usage.spent_gpu_hours - usage.reserved_gpu_hours
-                if left_gpu < gpu:
-                    return f"budget '{usage.name}' has {left_gpu} GPU-hours left, need {gpu}"
+                return f"budget '{usage.name}' has {left}, need {format_usd_exact(need)}{whole}"
+            left_gpu, cap_gpu = usage.left_gpu_hours, usage.cap_gpu_hours  # both None without a cap
+            if left_gpu is not None and cap_gpu is not None and left_gpu < gpu:
+                has = f"{_hours(left_gpu)} GPU-hours left"
+                if left_gpu < 0:
+                    over = f"it is {_hours(-left_gpu)} GPU-hours over its cap"
+                    has = f"no GPU-hours left of {_hours(cap_gpu)} ({over})"
+                return f"budget '{usage.name}' has {has}, need {_hours(gpu)}"
         return None
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
@@ -134,3 +140,8 @@ class BudgetAvailableTrigger(BaseTrigger):
                 self.log.info("waiting for budget: %s", shortfall)
                 last = shortfall
             await asyncio.sleep(self.poll_interval)
+
+
+def _hours(value: Decimal) -> str:
+    """GPU-hours as a person writes them: 1, not 1.000000 (the ledger keeps micro-GPU-hours)."""
+    return format(value.normalize(), "f")
