@@ -1475,3 +1475,60 @@ def test_the_waits_read_an_import_of_a_zone_without_a_typical_year_from_its_star
     waits = [Decimal(repr(v)) for v in hourly_series(weighed, start, 4)]
     assert waits == [profile[0], profile[1], (profile[2] + 101) / 2, Decimal("103.5")]
     assert waits[3] != profile[3]
+
+
+@pytest.mark.parametrize("first_hour", [-1, 3], ids=["covering-the-decision-hour", "starting-after-it"])
+def test_a_decision_reading_past_two_weeks_keeps_the_import_then_the_typical_year(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], first_hour: int
+) -> None:
+    # The weighed series stopped two weeks after the decision's hour: read for 15 days, every hour got the
+    # profile of those two weeks, the imported ones too, where the typical year follows the import.
+    from costaware.adapters.carbon_data import bundled_carbon
+    from costaware.adapters.spot_market import carbon_intensity
+    from costaware.core.carbon import Objective
+    from costaware.core.spot_forecast import hourly_series
+
+    start = datetime(2026, 11, 21, 22, tzinfo=timezone.utc)
+    first = start + timedelta(hours=first_hour)
+    imported = tmp_path / "gb.csv"
+    imported.write_text(
+        "timestamp_utc,g_co2eq_per_kwh_lca\n"
+        + "".join(f"{first + timedelta(hours=i):%Y-%m-%dT%H:%M:%SZ},{10 + i}\n" for i in range(4))
+    )
+    assert main(["carbon", "import", str(imported), "--zone", "GB"]) == 0
+    capsys.readouterr()
+    weighed = carbon_intensity("GB", region=None, objective=Objective("carbon"), at=start)
+    assert weighed is not None
+    hours = 15 * 24
+    expected = hourly_series(bundled_carbon("GB"), start, hours)
+    for i in range(4):
+        if first_hour + i >= 0:
+            expected[first_hour + i] = 10 + i
+    waits = hourly_series(weighed, start, hours)
+    assert waits == expected
+    assert waits[:48] == hourly_series(weighed, start, 48)
+
+
+@pytest.mark.parametrize("first_hour", [-1, 3], ids=["covering-the-decision-hour", "starting-after-it"])
+def test_a_decision_reading_past_two_weeks_keeps_the_import_of_a_zone_without_a_typical_year(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], first_hour: int
+) -> None:
+    # As for a zone with a typical year: read for 15 days, the imported hours were the profile fitted over
+    # the two weeks read, and so were the hours before and after them that a shorter read gave.
+    from costaware.adapters.spot_market import carbon_intensity
+    from costaware.core.carbon import Objective
+    from costaware.core.spot_forecast import hourly_series
+
+    start = datetime(2026, 11, 21, 22, tzinfo=timezone.utc)
+    first = start + timedelta(hours=first_hour)
+    rows = [f"{first + timedelta(hours=i):%Y-%m-%dT%H:%M:%SZ},{100 + 7 * (i % 5)}\n" for i in range(30)]
+    imported = tmp_path / "pl.csv"
+    imported.write_text("timestamp_utc,g_co2eq_per_kwh_lca\n" + "".join(rows))
+    assert main(["carbon", "import", str(imported), "--zone", "PL"]) == 0
+    capsys.readouterr()
+    weighed = carbon_intensity("PL", region=None, objective=Objective("carbon"), at=start)
+    assert weighed is not None
+    waits = hourly_series(weighed, start, 15 * 24)
+    recorded = range(max(0, first_hour), first_hour + 30)
+    assert [waits[i] for i in recorded] == [100 + 7 * ((i - first_hour) % 5) for i in recorded]
+    assert waits[:48] == hourly_series(weighed, start, 48)

@@ -7,6 +7,7 @@ Split out of :mod:`.carbon_recorded`, which reads the files.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from datetime import datetime, timedelta
 from decimal import Decimal
@@ -59,8 +60,10 @@ def weighed_import(series: Sequence[PriceSeries], zone: str, at: datetime) -> Pr
     return then_profile(newest, until=at + FILLED_AHEAD)
 
 
-#: How far past a decision's hour an import shorter than that is followed by the bundled typical year.
-FILLED_AHEAD = timedelta(days=14)
+#: How far past a decision's hour its import is followed (and how far ahead one may start): a year, so that
+#: ``hourly_series`` reads the weighed series as a year of records past it too (the same date and hour).
+#: Two weeks of it, read further, were a short series: every hour got their fitted profile, imported ones too.
+FILLED_AHEAD = timedelta(days=366)
 
 
 def then_typical_year(
@@ -80,25 +83,23 @@ def then_typical_year(
         until: Where the typical year stops.
         end: Where ``recorded`` stops being a record (default :func:`recorded_end`).
     """
-    from costaware.core.spot_forecast import same_hour_in
-
     end = recorded_end(recorded) if end is None else end
     if end >= until:
         return recorded
-    bundled = bundled_carbon(zone)
-    year_end = recorded_end(bundled)
+    typical = _typical_hours(zone)
     kept = [(at, value) for at, value in recorded.points if at < end]
     times = [at for at, _ in kept]
     values = [value for _, value in kept]
     at = end
+    hour = end.replace(minute=0, second=0, microsecond=0)
     while at < until:
-        hour = at.replace(minute=0, second=0, microsecond=0)
-        shifted = same_hour_in(hour, bundled.start.year)
-        if not bundled.start <= shifted < year_end:
+        value = typical.get(_date_and_hour(hour))
+        if value is None:
             break
         times.append(at)
-        values.append(bundled.mean_usd_per_hour(shifted, shifted + _HOUR))
-        at = hour + _HOUR
+        values.append(value)
+        hour += _HOUR
+        at = hour
     return PriceSeries(times, values, name=f"{recorded.name}, then the typical year", notes=recorded.notes)
 
 
@@ -138,19 +139,18 @@ def _ahead_of(recorded: PriceSeries, zone: str, at: datetime) -> PriceSeries | N
     covering file. The hour it starts inside is its lead's up to its start, as ``costaware carbon show``
     reads it. None where the bundled year has no hour for the lead.
     """
-    from costaware.core.spot_forecast import hourly_series, same_hour_in
+    from costaware.core.spot_forecast import hourly_series
 
     hour = at.replace(minute=0, second=0, microsecond=0)
     lead_hours = [hour + i * _HOUR for i in range(-(-(recorded.start - hour) // _HOUR))]
     if zone in bundled_zones():
-        bundled = bundled_carbon(zone)
-        year_end = recorded_end(bundled)
+        typical = _typical_hours(zone)
         lead: list[tuple[datetime, Decimal]] = []
         for lead_hour in lead_hours:
-            shifted = same_hour_in(lead_hour, bundled.start.year)
-            if not bundled.start <= shifted < year_end:
+            value = typical.get(_date_and_hour(lead_hour))
+            if value is None:
                 return None
-            lead.append((lead_hour, bundled.mean_usd_per_hour(shifted, shifted + _HOUR)))
+            lead.append((lead_hour, value))
         followed = then_typical_year(recorded, zone, until=at + FILLED_AHEAD)
         before = "the typical year"
     else:
@@ -165,6 +165,32 @@ def _ahead_of(recorded: PriceSeries, zone: str, at: datetime) -> PriceSeries | N
         name=f"{before} to {recorded.start:%Y-%m-%d %H:%M}, then {followed.name}",
         notes=recorded.notes,
     )
+
+
+@functools.cache
+def _typical_hours(zone: str) -> dict[tuple[int, int, int], Decimal]:
+    """The bundled year's mean in each clock hour of its first calendar year, by :func:`_date_and_hour`.
+
+    What the same date and hour reads of it (``same_hour_in`` that year), computed once: a year's fill
+    read each one for every decision.
+    """
+    bundled = bundled_carbon(zone)
+    year_end = recorded_end(bundled)
+    hour = bundled.start.replace(minute=0, second=0, microsecond=0)
+    if hour < bundled.start:
+        hour += _HOUR
+    means: dict[tuple[int, int, int], Decimal] = {}
+    while hour < year_end and hour.year == bundled.start.year:
+        if (hour.month, hour.day) != (2, 29):  # a leap year's 29th is never read: the 28th stands for it
+            means[_date_and_hour(hour)] = bundled.mean_usd_per_hour(hour, hour + _HOUR)
+        hour += _HOUR
+    return means
+
+
+def _date_and_hour(hour: datetime) -> tuple[int, int, int]:
+    """``hour``'s month, day and hour as ``same_hour_in`` moves it to another year (29 February: the 28th)."""
+    day = 28 if (hour.month, hour.day) == (2, 29) else hour.day
+    return hour.month, day, hour.hour
 
 
 #: The name before ``costaware carbon show`` shared it.
