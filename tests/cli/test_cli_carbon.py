@@ -1300,6 +1300,36 @@ def test_a_carbon_folder_under_one_the_user_cannot_search_names_that_one(shared_
     assert not target.parent.exists()
 
 
+@pytest.mark.parametrize(
+    ("owner", "group", "mode", "grant"),
+    [(4242, 0, 0o677, "u+x"), (0, 4343, 0o767, "g+x"), (0, 0, 0o776, "o+x")],
+    ids=["the-user-owns-it", "the-user-is-in-its-group", "neither"],
+)
+def test_a_folder_the_user_cannot_search_is_told_the_permission_bit_that_applies_to_them(
+    shared_home: Path, owner: int, group: int, mode: int, grant: str
+) -> None:
+    # "chmod g+x (for their group) or o+x" was told to the folder's owner too, whose x is the owner's (u+x):
+    # neither would let them in. Only one class of bits applies to a user: the owner's, else the group's.
+    import os
+    import shutil
+
+    target, _, latest = _group_shared_import(shared_home, group=4343)
+    shutil.rmtree(target.parent)
+    airflow = shared_home / "airflow"
+    (airflow / "costaware").chmod(0o777)
+    os.chown(airflow, owner, group)
+    airflow.chmod(mode)
+    try:
+        code, err = _import_as(4242, 4343, ["carbon", "import", str(latest), "--zone", "GB"])
+    finally:
+        airflow.chmod(0o755)
+    assert code == 2, err
+    assert f"{airflow} cannot be searched by this user (it lacks x permission for them)" in err
+    assert f"chmod {grant} {airflow}" in err
+    assert [g for g in ("u+x", "g+x", "o+x") if g in err] == [grant]
+    assert not target.parent.exists()
+
+
 def _quarter_hours(start: datetime, end: datetime, value: Any) -> str:
     """Records every 15 minutes from ``start`` to ``end`` (included), each ``value(at)``."""
     rows, at = ["timestamp_utc,g_co2eq_per_kwh_lca"], start

@@ -182,14 +182,29 @@ def _cannot_make_folder(folder: Path, error: OSError) -> CostawareError:
         return ConfigurationError(
             f"cannot create the carbon folder {folder} ({error.strerror}): nothing was imported; {existing} "
             "cannot be searched by this user (it lacks x permission for them), so nothing under it can be "
-            f"reached: chmod g+x (for their group) or o+x {existing}, or set AIRFLOW_HOME where they may "
-            "write, then import again"
+            f"reached: {_search_grant(existing)}, or set AIRFLOW_HOME where they may write, then import again"
         )
     return ConfigurationError(
         f"cannot create the carbon folder {folder} ({error.strerror}): nothing was imported; {existing} is "
         f"not writable to this user: create {folder} there as a user who may (for a group, chgrp it to the "
         "group and chmod g+ws it), then import again"
     )
+
+
+def _search_grant(folder: Path) -> str:
+    """The chmod that lets this user search ``folder``: only the bits of its owner, group or others apply.
+
+    "g+x (for their group) or o+x" was told to the folder's owner too, whom neither lets in.
+    """
+    try:
+        st = folder.stat()
+    except OSError:  # cannot tell whose it is: name both that may apply to another user
+        return f"chmod g+x (for their group) or o+x {folder}"
+    if st.st_uid == os.getuid():
+        return f"chmod u+x {folder} (this user owns it)"
+    if st.st_gid == os.getgid() or st.st_gid in os.getgroups():
+        return f"chmod g+x {folder} (for its group, which this user is in)"
+    return f"chmod o+x {folder} (this user neither owns it nor is in its group)"
 
 
 def _nearest_reachable(folder: Path) -> tuple[Path, bool]:
