@@ -1599,6 +1599,64 @@ def test_a_misspelt_instance_type_is_warned_of_when_parsed_though_its_on_demand_
     assert "bundled EC2 price list" not in capsys.readouterr().out
 
 
+@pytest.mark.parametrize("written", ["p3.2xlarge ", " p3.2xlarge", "p3.2xlarge\n"])
+def test_an_instance_type_written_with_blanks_around_it_is_refused_when_parsed(
+    written: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The bundled list was read stripped, so "p3.2xlarge " passed unwarned; the run looked its prices up
+    # under the name as written, and failed it as an unknown type (RemoteTrainingOperator refuses it).
+    with pytest.raises(ConfigurationError) as refused:
+        make_sensor(instance_type=written)
+    assert str(refused.value) == (
+        f"instance_type {written!r} has blanks around it, which no instance type has: write 'p3.2xlarge'"
+    )
+    assert "bundled EC2 price list" not in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("rendered", "said"),
+    [
+        (
+            "p3.2xlarge ",
+            "instance_type 'p3.2xlarge ', as rendered, has blanks around it, which no instance type has: "
+            "make the template (and the param or XCom it reads) give 'p3.2xlarge'",
+        ),
+        (
+            None,
+            "instance_type rendered 'None', which gives no type (what a template renders of a param or XCom "
+            "that is not set): give it a value",
+        ),
+    ],
+)
+@pytest.mark.parametrize("deferrable", [True, False])
+def test_an_instance_type_rendered_with_blanks_or_not_given_is_refused_before_any_price(
+    rendered: str | None, said: str, deferrable: bool, tmp_path: Path, ledger_env: Ledger
+) -> None:
+    # It failed as "unknown instance type 'p3.2xlarge '... did you mean p3.2xlarge?" (the list's or the
+    # price file's), and an unset param as the type 'None'.
+    prices = tmp_path / "prices.csv"
+    write_history(prices, current="1.00")
+    deadline = (now() + timedelta(hours=30)).isoformat()
+    for on_demand in ("3.06", None):
+        sensor = make_sensor(
+            prices=str(prices),
+            instance_type="{{ params.instance_type }}",
+            on_demand_usd_per_hour=on_demand,
+            deadline=deadline,
+            deferrable=deferrable,
+        )
+        sensor.render_template_fields(context(params={"instance_type": rendered}))
+        with pytest.raises(AirflowFailException) as refused:
+            sensor.execute(context())
+        assert str(refused.value) == said
+    assert ledger_env.entries(dag_id="spot_window_test") == []
+    # The name meant, rendered: it waits for spot.
+    sensor = make_sensor(prices=str(prices), instance_type="{{ params.instance_type }}", deadline=deadline)
+    sensor.render_template_fields(context(params={"instance_type": "p3.2xlarge"}))
+    with pytest.raises(TaskDeferred):
+        sensor.execute(context())
+
+
 def test_a_prices_file_the_dag_processor_lacks_is_warned_of_when_parsed_not_refused(
     tmp_path: Path, ledger_env: Ledger, capsys: pytest.CaptureFixture[str]
 ) -> None:

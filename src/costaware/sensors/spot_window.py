@@ -28,6 +28,7 @@ from costaware.operators.base_partial import WarnsOfDroppedDefaultArgs
 from costaware.operators.remote_training_args import parse_zones
 from costaware.operators.templating import is_literal
 from costaware.sensors.spot_window_arguments import (
+    check_instance_type_written,
     check_written,
     instance_type_not_bundled,
     parse_overhead_and_history,
@@ -58,7 +59,8 @@ class SpotWindowSensor(WarnsOfDroppedDefaultArgs, SpotWindowPlanning):
     Args:
         instance_type: EC2 instance type (templated; written out, one the bundled price list lacks is
             warned of when the DAG is parsed, as a likely typo: the run prices it from the price cache,
-            live prices, then that list, unless ``on_demand_usd_per_hour`` is given).
+            live prices, then that list, unless ``on_demand_usd_per_hour`` is given; blanks around it are
+            refused, written out when the DAG is parsed, rendered when the task runs).
         region: AWS region (templated).
         expected_runtime_hours: Expected training time (templated).
         availability_zone: Zone whose price to use; default the region's cheapest zone (templated).
@@ -164,6 +166,7 @@ class SpotWindowSensor(WarnsOfDroppedDefaultArgs, SpotWindowPlanning):
             objective=objective,
             carbon_usd_per_tonne=carbon_usd_per_tonne,
         )
+        check_instance_type_written(instance_type)
         unlisted = instance_type_not_bundled(instance_type, on_demand_usd_per_hour)
         if unlisted:
             self.log.warning("%s", unlisted)

@@ -60,6 +60,45 @@ def written(value: Any) -> bool:
     return blank(value) is not None and (is_literal(value) or isinstance(value, datetime))
 
 
+def check_instance_type_written(instance_type: Any) -> None:
+    """Refuse an instance type written out with blanks around it, as ``RemoteTrainingOperator`` does.
+
+    Its prices are looked up under the name as written: "g5.xlarge " passed the parse unwarned (the bundled
+    list was read stripped) and failed the run as an unknown type, or went to AWS as one.
+
+    Raises:
+        ConfigurationError: blanks around the name, named with the name to write.
+    """
+    if written(instance_type) and str(instance_type) != str(instance_type).strip():
+        raise ConfigurationError(
+            f"instance_type {instance_type!r} has blanks around it, which no instance type has: write "
+            f"{str(instance_type).strip()!r}"
+        )
+
+
+def rendered_instance_type(instance_type: Any) -> str:
+    """The instance type as rendered, checked before any price is looked up under it.
+
+    A template's blanks (``"{{ params.type }} "``, a param given ``"g5.xlarge "``) failed the run as an
+    unknown type, offered the very name meant as the fix; a param not set, as the type ``'None'``.
+
+    Raises:
+        ConfigurationError: a type not given, or with blanks around it; named, with what to write.
+    """
+    if blank(instance_type) is None:
+        raise ConfigurationError(
+            f"instance_type rendered {instance_type!r}, which gives no type (what a template renders of a "
+            "param or XCom that is not set): give it a value"
+        )
+    name = str(instance_type)
+    if name != name.strip():
+        raise ConfigurationError(
+            f"instance_type {name!r}, as rendered, has blanks around it, which no instance type has: make "
+            f"the template (and the param or XCom it reads) give {name.strip()!r}"
+        )
+    return name
+
+
 def instance_type_not_bundled(instance_type: Any, on_demand_usd_per_hour: Any) -> str | None:
     """Why an instance type written out may be a typo (the bundled EC2 price list lacks it), or None.
 
@@ -75,7 +114,8 @@ def instance_type_not_bundled(instance_type: Any, on_demand_usd_per_hour: Any) -
     from costaware.core.errors import PriceNotFoundError
 
     try:
-        bundled_catalog().check_instance_type(str(instance_type).strip())
+        # As the run looks it up: blanks around it were refused first (check_instance_type_written).
+        bundled_catalog().check_instance_type(str(instance_type))
     except PriceNotFoundError as e:
         unlisted = f"instance_type {instance_type!r} is not in the bundled EC2 price list ({e})"
         if blank(on_demand_usd_per_hour) is not None:

@@ -19,7 +19,7 @@ from costaware.core.series import parse_instant
 from costaware.core.spot_window import given_priority
 from costaware.glue import parse_decimal
 from costaware.operators.templating import is_literal
-from costaware.sensors.spot_window_arguments import check_target_fits, price
+from costaware.sensors.spot_window_arguments import check_target_fits, price, rendered_instance_type
 from costaware.sensors.spot_window_market import SpotWindowMarket
 from costaware.sensors.spot_window_run import (
     late_deadline_remedy,
@@ -71,6 +71,8 @@ class SpotWindowPlanning(SpotWindowMarket):
         to a deadline too near).
         """
         self._waited_read = None  # read at most once a poke: each read is a call to the API server
+        # Before any price is looked up under it (a rendered " g5.xlarge" failed as an unknown type).
+        rendered_instance_type(self.instance_type)
         if self._zone() is not None:
             check_aws_zone(str(self.availability_zone))  # rendered: checked before any decision uses it
         # Checked now: a run that decides at once never reads the file. A rendered "None" or " " is not
