@@ -10,7 +10,7 @@ attributes, so the arguments stay attributes of the operator (and show in its Re
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
@@ -18,7 +18,6 @@ from typing import TYPE_CHECKING, Any
 from costaware.adapters.compute.base import (
     backend_class,
     check_aws_regions,
-    check_aws_zone,
     check_backend,
     check_market,
     check_zone,
@@ -32,74 +31,18 @@ from costaware.core.series import parse_instant
 from costaware.core.spot_window import given_priority
 from costaware.glue import as_bool, check_tags
 from costaware.operators.remote_instance_type import check_written_instance_type
-from costaware.operators.templating import is_literal, literal_text
+
+# Moved to rendered_values (read by the spot window sensor too); importable from here as before.
+from costaware.operators.rendered_values import parse_decision as parse_decision
+from costaware.operators.rendered_values import parse_mapping as parse_mapping
+from costaware.operators.rendered_values import parse_names as parse_names
+from costaware.operators.rendered_values import parse_zones as parse_zones
+from costaware.operators.templating import is_literal
 from costaware.training.plan import blank
 
 if TYPE_CHECKING:
     from costaware.core.spot_decision import SpotDecision
     from costaware.training.plan import PlanArguments
-
-
-def _literal(text: str, *, name: str, what: str) -> Any:
-    """JSON text, or the text of a rendered Python literal (a template's ``{{ ... }}`` of a dict or list)."""
-    try:
-        return literal_text(text)
-    except ValueError as e:
-        raise ConfigurationError(f"{name} {text[:80]!r} is neither JSON nor {what}") from e
-
-
-def parse_mapping(value: Any, *, name: str = "spot decision") -> dict[str, Any]:
-    """A mapping given as a dict, JSON text, or the text of a rendered Python dict."""
-    if blank(value) is None:
-        return {}
-    if isinstance(value, Mapping):
-        return dict(value)
-    parsed = _literal(str(value), name=name, what="a dict")
-    if not isinstance(parsed, dict):
-        raise ConfigurationError(f"{name} must be a mapping, got {type(parsed).__name__}")
-    return parsed
-
-
-def parse_names(value: Any, *, name: str) -> tuple[str, ...]:
-    """Names given as a list, JSON list text, a rendered Python list, or ``"a,b"``; empty: ()."""
-    if blank(value) is None:
-        return ()
-    if isinstance(value, str):
-        text = value.strip()
-        if text.startswith("["):
-            return parse_names(_literal(text, name=name, what="a list of names"), name=name)
-        items: list[Any] = text.split(",")
-    elif isinstance(value, Sequence):
-        items = list(value)
-    elif isinstance(value, set | frozenset):
-        items = sorted(str(item) for item in value)  # no order of its own: a stable one
-    else:
-        raise ConfigurationError(f"{name} must be a list of names, got {type(value).__name__} {value!r}")
-    names = tuple(dict.fromkeys(str(item).strip() for item in items))
-    if not all(names):
-        example = "'us-west-2'" if name == "allowed_regions" else "'us-west-2a'"
-        raise ConfigurationError(f"{name} {value!r} has an empty name: list names like {example}")
-    return names
-
-
-def parse_zones(value: Any, *, check: Callable[[str], str] = check_aws_zone) -> tuple[str, ...]:
-    """Zone names as :func:`parse_names` reads them, each passed to ``check`` (default: an AWS zone name).
-
-    Raises:
-        ConfigurationError: as :func:`parse_names`, or a name ``check`` refuses.
-    """
-    zones = parse_names(value, name="availability_zones")
-    for zone in zones:
-        check(zone)
-    return zones
-
-
-def parse_decision(value: Any) -> SpotDecision | None:
-    """A spot window decision from XCom (a dict, JSON text or a rendered Python dict), or None."""
-    from costaware.core.spot_decision import SpotDecision
-
-    mapping = parse_mapping(value, name="spot decision")
-    return SpotDecision.from_xcom(mapping) if mapping else None
 
 
 def backend_grace_seconds(

@@ -25,7 +25,7 @@ from costaware.core.series import parse_instant
 from costaware.core.spot_window import SpotDecision, given_priority
 from costaware.glue import DEFAULT_AWS_CONN_ID, DEFAULT_LEDGER_CONN_ID, airflow_errors, check_tags
 from costaware.operators.base_partial import WarnsOfDroppedDefaultArgs
-from costaware.operators.remote_training_args import parse_zones
+from costaware.operators.rendered_values import parse_zones
 from costaware.operators.templating import is_literal
 from costaware.sensors.spot_window_arguments import (
     check_instance_type_written,

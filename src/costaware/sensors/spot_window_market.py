@@ -19,7 +19,7 @@ from costaware.core.errors import ConfigurationError
 from costaware.core.given import blank
 from costaware.core.series import parse_instant
 from costaware.core.spot_window import Observation, SpotDecision, decide_on_objective, wants_observation
-from costaware.operators.remote_training_args import parse_zones
+from costaware.operators.rendered_values import parse_zones
 from costaware.sensors.spot_window_run import try_number
 
 if TYPE_CHECKING:

@@ -1,0 +1,81 @@
+"""Arguments as a template renders them: mappings, lists of names, zones, a spot window decision.
+
+Each given as written in the DAG, as JSON text, or as the text of a rendered Python literal (a list of names
+also as ``"a,b"``); the decision is the ``SpotWindowSensor``'s XCom. Read by ``RemoteTrainingOperator``'s
+plan arguments and by the spot window sensor (its zones).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from costaware.adapters.compute.base import check_aws_zone
+from costaware.core.errors import ConfigurationError
+from costaware.core.given import blank
+from costaware.operators.templating import literal_text
+
+if TYPE_CHECKING:
+    from costaware.core.spot_decision import SpotDecision
+
+
+def _literal(text: str, *, name: str, what: str) -> Any:
+    """JSON text, or the text of a rendered Python literal (a template's ``{{ ... }}`` of a dict or list)."""
+    try:
+        return literal_text(text)
+    except ValueError as e:
+        raise ConfigurationError(f"{name} {text[:80]!r} is neither JSON nor {what}") from e
+
+
+def parse_mapping(value: Any, *, name: str = "spot decision") -> dict[str, Any]:
+    """A mapping given as a dict, JSON text, or the text of a rendered Python dict."""
+    if blank(value) is None:
+        return {}
+    if isinstance(value, Mapping):
+        return dict(value)
+    parsed = _literal(str(value), name=name, what="a dict")
+    if not isinstance(parsed, dict):
+        raise ConfigurationError(f"{name} must be a mapping, got {type(parsed).__name__}")
+    return parsed
+
+
+def parse_names(value: Any, *, name: str) -> tuple[str, ...]:
+    """Names given as a list, JSON list text, a rendered Python list, or ``"a,b"``; empty: ()."""
+    if blank(value) is None:
+        return ()
+    if isinstance(value, str):
+        text = value.strip()
+        if text.startswith("["):
+            return parse_names(_literal(text, name=name, what="a list of names"), name=name)
+        items: list[Any] = text.split(",")
+    elif isinstance(value, Sequence):
+        items = list(value)
+    elif isinstance(value, set | frozenset):
+        items = sorted(str(item) for item in value)  # no order of its own: a stable one
+    else:
+        raise ConfigurationError(f"{name} must be a list of names, got {type(value).__name__} {value!r}")
+    names = tuple(dict.fromkeys(str(item).strip() for item in items))
+    if not all(names):
+        example = "'us-west-2'" if name == "allowed_regions" else "'us-west-2a'"
+        raise ConfigurationError(f"{name} {value!r} has an empty name: list names like {example}")
+    return names
+
+
+def parse_zones(value: Any, *, check: Callable[[str], str] = check_aws_zone) -> tuple[str, ...]:
+    """Zone names as :func:`parse_names` reads them, each passed to ``check`` (default: an AWS zone name).
+
+    Raises:
+        ConfigurationError: as :func:`parse_names`, or a name ``check`` refuses.
+    """
+    zones = parse_names(value, name="availability_zones")
+    for zone in zones:
+        check(zone)
+    return zones
+
+
+def parse_decision(value: Any) -> SpotDecision | None:
+    """A spot window decision from XCom (a dict, JSON text or a rendered Python dict), or None."""
+    from costaware.core.spot_decision import SpotDecision
+
+    mapping = parse_mapping(value, name="spot decision")
+    return SpotDecision.from_xcom(mapping) if mapping else None
