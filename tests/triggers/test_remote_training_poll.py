@@ -2603,7 +2603,18 @@ def test_a_job_stopped_again_past_its_grace_period_and_then_gone_is_billed_to_th
     end = min(gone_at, again_at + timedelta(seconds=grace))
     assert event["job"]["ended_at"] == end.timestamp(), event["job"]["reason"]
     assert event["job"]["billable_seconds"] == (end - submitted).total_seconds()
-    assert "stopped at what was left of max_usd" in event["job"]["reason"]
+    # Its reason names the latest stop, and where the bill ended (the grace end on Batch, the 404 on
+    # Kubernetes, 15 s after the stop again): it named only the first stop and always its grace end.
+    reason = event["job"]["reason"]
+    assert f"max_usd at {stopped_at.isoformat()}, stopped again at {again_at.isoformat()}; " in reason
+    if backend == "kubernetes":
+        assert end == gone_at
+        assert reason.endswith(
+            f"billed to the poll that found it gone ({end.isoformat()}), within its grace period after the "
+            "latest stop"
+        ), reason
+    else:
+        assert reason.endswith("billed to the end of its grace period after the latest stop"), reason
 
 
 def test_a_pod_stopped_at_the_cap_seen_running_past_its_grace_period_and_then_gone_ends_no_sooner_than_seen(
@@ -2641,6 +2652,13 @@ def test_a_pod_stopped_at_the_cap_seen_running_past_its_grace_period_and_then_go
     assert event is not None
     assert event["job"]["ended_at"] == last_seen.timestamp(), event["job"]["reason"]
     assert event["job"]["billable_seconds"] == 900.0
+    # Billed to that sighting, said so: the reason said billed to the grace period's end after the stop.
+    reason = event["job"]["reason"]
+    assert f"max_usd at {stopped_at.isoformat()}; kubernetes has not listed it since" in reason
+    assert reason.endswith(
+        f"billed to when it was last seen running ({last_seen.isoformat()}), past its grace period after the "
+        "stop"
+    ), reason
 
 
 def test_a_pod_listed_after_its_stop_at_the_cap_was_recorded_with_nothing_sent_is_stopped_at_once(

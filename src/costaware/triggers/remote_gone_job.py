@@ -348,9 +348,12 @@ class GoneJobBilling(ListedCapStopping):
         # Seen running past it (polls further apart than the grace period), it ran at least to then.
         end = now if grace_end is None else max(seen_at, min(now, grace_end))
         billed = seen.billable_seconds + instances * max(0.0, (end - seen_at).total_seconds())
+        again_at = self._cap_stop_again_at
+        # The bill runs from the latest stop: a reason naming only the first misread where it ended.
+        again = f", stopped again at {again_at.isoformat()}" if again_at is not None else ""
         reason = (
-            f"stopped at what was left of max_usd at {stopped_at.isoformat()}; {self.backend} has not listed "
-            "it since: billed to the end of its grace period after the stop"
+            f"stopped at what was left of max_usd at {stopped_at.isoformat()}{again}; {self.backend} has not "
+            f"listed it since: billed to {_bill_end(end, seen_at, grace_end, again=bool(again))}"
         )
         self.log.warning("job %s on %s: %s", self.job_id, self.backend, reason)
         ended = replace(status, billable_seconds=billed, ended_at=end.timestamp(), reason=reason)
@@ -411,3 +414,14 @@ class GoneJobBilling(ListedCapStopping):
         sent = (self.state.get("current") or {}).get(CAP_STOP_KEY) or {}
         gone_at = sent.get("gone_at") if sent.get("job_id") == self.job_id else None
         return parse_instant(str(gone_at), name="cap_stop.gone_at") if gone_at else None
+
+
+def _bill_end(end: datetime, seen_at: datetime, grace_end: datetime | None, *, again: bool) -> str:
+    """Where the bill of a job gone after its stop at the cap ends, said for its reason."""
+    stop = "the latest stop" if again else "the stop"
+    if grace_end is not None and end == seen_at and seen_at > grace_end:
+        return f"when it was last seen running ({seen_at.isoformat()}), past its grace period after {stop}"
+    if end == grace_end:
+        return f"the end of its grace period after {stop}"
+    within = f", within its grace period after {stop}" if grace_end is not None else ""
+    return f"the poll that found it gone ({end.isoformat()}){within}"
