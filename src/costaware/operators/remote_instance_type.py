@@ -1,9 +1,10 @@
 """``RemoteTrainingOperator``'s instance type written out in the DAG, checked as each backend names types.
 
-SageMaker names its types ``ml.g5.xlarge``; Batch and Kubernetes (EKS nodes) run on EC2's ``g5.xlarge``; the
-local backend runs here and only records the name. A misspelt type ("ml.g5.xlarg", "g5.xlarge ") was refused
-by SageMaker or Batch at the submit, after the spend gate had reserved the money, and the local backend took
-it without a word.
+SageMaker names its types ``ml.g5.xlarge``; Batch runs on EC2's ``g5.xlarge``; Kubernetes selects nodes by the
+name as written (``node.kubernetes.io/instance-type``: EC2's on EKS, ``n1-standard-8`` on GKE,
+``Standard_NC6s_v3`` on AKS, the team's own on-prem); the local backend runs here and only records the name.
+A misspelt type ("ml.g5.xlarg", "g5.xlarge ") was refused by SageMaker or Batch at the submit, after the
+spend gate had reserved the money, and the local backend took it without a word.
 """
 
 from __future__ import annotations
@@ -19,22 +20,28 @@ _AWS_TYPE = re.compile(
     r"(?:ml\.)?[a-z][a-z0-9-]*\.(?:\d*xlarge|large|medium|small|micro|nano|metal(?:-\d+xl)?)"
 )
 _EC2_BACKENDS = ("batch", "kubernetes")
-_AWS_BACKENDS = ("sagemaker", *_EC2_BACKENDS)
+# Kubernetes is left out: its node selector takes any cluster's names (GKE's n1-standard-8, AKS's, on-prem).
+_AWS_SHAPED_BACKENDS = ("sagemaker", "batch")
 
 
-def check_written_instance_type(instance_type: object, backend: object) -> str | None:
+def check_written_instance_type(
+    instance_type: object, backend: object, on_demand_usd_per_hour: object = None
+) -> str | None:
     """Refuse an instance type written out that ``backend`` cannot run on; why it may be a typo, or None.
 
     Refused, with the nearest known types: blanks around the name (on any backend), an ``ml.*`` type on
-    Batch or Kubernetes or an EC2 type on SageMaker, and on those three a name no AWS type has the shape
-    of ("g5.xlarg"). Only warned of: a name of that shape the bundled EC2 price list lacks, as the
-    SpotWindowSensor does, since the run prices it from the price cache and live prices first (newer AWS
-    types, imported prices), and the local backend's types may be the team's own names. A template of
-    either argument is read when the task runs.
+    Batch or Kubernetes, an EC2 type (or a name in the wrong case) on SageMaker, and on SageMaker and Batch
+    a name no AWS type has the shape of ("g5.xlarg"). Only warned of: a name of that shape the bundled EC2
+    price list lacks, as the SpotWindowSensor does, since the run prices it from the price cache and live
+    prices first (newer AWS types, imported prices); on Kubernetes a name of no AWS shape, which other
+    clusters' nodes carry; and any name on the local backend, whose types may be the team's own. A template
+    of either argument is read when the task runs.
 
     Args:
         instance_type: ``instance_type`` as written in the DAG.
         backend: ``backend`` as written in the DAG ("local", "sagemaker", "batch", "kubernetes").
+        on_demand_usd_per_hour: ``on_demand_usd_per_hour`` as written in the DAG (a template counts as
+            given): it stands in for a list price the run would not find.
 
     Returns:
         The warning to log when the DAG is parsed, or None.
@@ -56,27 +63,80 @@ def check_written_instance_type(instance_type: object, backend: object) -> str |
             f"instance_type {name!r} is a SageMaker type, but the {backend_name} backend runs on EC2 "
             f"instances: write {name.removeprefix('ml.')!r}, or use the sagemaker backend"
         )
-    if backend_name == "sagemaker" and not name.startswith("ml."):
-        raise ConfigurationError(
-            f"instance_type {name!r} is no SageMaker type: SageMaker names its types with 'ml.', write "
-            f"'ml.{name}' (priced at SageMaker's prices, not EC2's)"
-        )
+    if backend_name == "sagemaker":
+        _check_sagemaker_spelling(name)
     sagemaker = name.startswith("ml.")
     unlisted = _not_in_price_list(name.removeprefix("ml."))
     if unlisted is None:
         return None
-    nearest = [f"ml.{close}" if sagemaker else close for close in unlisted]
-    hint = f"; the nearest known: {', '.join(nearest)}" if nearest else "; see `costaware prices list`"
-    if backend_name in _AWS_BACKENDS and not _AWS_TYPE.fullmatch(name):
+    hint = _nearest_hint(unlisted, sagemaker=sagemaker)
+    aws_shaped = _AWS_TYPE.fullmatch(name) is not None
+    if backend_name in _AWS_SHAPED_BACKENDS and not aws_shaped:
         # The local backend (or a templated one, which may render local) runs on names of the team's own.
         raise ConfigurationError(
             f"instance_type {name!r} is no AWS instance type (family.size, e.g. "
             f"{'ml.g5.xlarge' if sagemaker else 'g5.xlarge'}){hint}"
         )
+    pricing = _pricing_note(on_demand_usd_per_hour)
+    if backend_name == "kubernetes" and not aws_shaped:
+        near = hint if unlisted else ""  # a GKE or AKS name is near no EC2 one: no list to point to
+        return (
+            f"instance_type {name!r} is no AWS instance type (family.size, e.g. g5.xlarge){near}: the "
+            "kubernetes backend selects nodes labelled node.kubernetes.io/instance-type with it as written, "
+            f"which a GKE, AKS or own cluster's nodes may carry; {pricing}"
+        )
+    return f"instance_type {name!r} is not in the bundled EC2 price list{hint}: {pricing}"
+
+
+def _check_sagemaker_spelling(name: str) -> None:
+    """Refuse a name SageMaker does not spell so (``ml.`` and lower case), with the type meant or the nearest.
+
+    Only ``'ml.' + name`` as advice, "ML.G5.XLARGE" was told to write "ml.ML.G5.XLARGE" and "g5.xlarg"
+    "ml.g5.xlarg", both refused at the next parse.
+    """
+    ec2_name = (name[3:] if name[:3].lower() == "ml." else name).lower()
+    meant = f"ml.{ec2_name}"
+    if meant == name:
+        return
+    nearest = _not_in_price_list(ec2_name)
+    if nearest is None:
+        advice = f"write {meant!r} (priced at SageMaker's prices, not EC2's)"
+    elif _AWS_TYPE.fullmatch(meant):
+        lacks = f"the bundled EC2 price list lacks it{_nearest_hint(nearest, sagemaker=True)}"
+        advice = f"write {meant!r} if that type is meant ({lacks})"
+    elif nearest:
+        advice = f"{meant!r} would be no instance type either{_nearest_hint(nearest, sagemaker=True)}"
+    else:
+        advice = (
+            f"{meant!r} would be no instance type either (family.size, e.g. ml.g5.xlarge): see "
+            "`costaware prices list`"
+        )
+    raise ConfigurationError(
+        f"instance_type {name!r} is no SageMaker type: SageMaker names its types with 'ml.' in lower case; "
+        f"{advice}"
+    )
+
+
+def _nearest_hint(nearest: list[str], *, sagemaker: bool) -> str:
+    """``; the nearest known: ...`` (``ml.``-prefixed for SageMaker), or where to look when none is near."""
+    if not nearest:
+        return "; see `costaware prices list`"
+    return f"; the nearest known: {', '.join(f'ml.{t}' if sagemaker else t for t in nearest)}"
+
+
+def _pricing_note(on_demand_usd_per_hour: object) -> str:
+    """What the run does with a type no price list has, whether ``on_demand_usd_per_hour`` is given or not."""
+    if blank(on_demand_usd_per_hour) is not None:
+        # No list price is needed, but the spot prices are still read by the name: a typo's are none.
+        return (
+            "on_demand_usd_per_hour stands in for its list price, but its spot prices are read under that "
+            "name (with prices or pause_on_price), and a name no market lists has none: if it is a typo, "
+            "correct it"
+        )
     return (
-        f"instance_type {name!r} is not in the bundled EC2 price list{hint}: if it is a typo, correct it; "
-        "the run prices it from the price cache (`costaware prices refresh` or `import`), live prices, then "
-        "that list, and refuses it there if none has it, unless on_demand_usd_per_hour is given"
+        "if it is a typo, correct it; the run prices it from the price cache (`costaware prices refresh` or "
+        "`import`), live prices, then that list, and refuses it there if none has it, unless "
+        "on_demand_usd_per_hour is given"
     )
 
 

@@ -164,7 +164,7 @@ class RemotePlanArguments:
                 )
         if is_literal(market) and blank(market) is not None:
             check_market(market)
-        unlisted_type = check_written_instance_type(instance_type, backend)
+        unlisted_type = check_written_instance_type(instance_type, backend, on_demand_usd_per_hour)
         if unlisted_type:
             self.log.warning("%s %r: %s", type(self).__name__, self.task_id, unlisted_type)
         if is_literal(region) and region is not None:
