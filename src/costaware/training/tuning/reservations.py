@@ -156,6 +156,8 @@ def reserve_trial_cost(
     waiting_since = time.monotonic()
     own_wait = max(2 * seconds, 60.0)
     asked_again = False
+    # The pause the spare last recorded was counted at (its margin: 10 of them); None: none recorded.
+    spare_poll_seconds: float | None = None
     while True:
         usd = usd_for_seconds(seconds, spec.usd_per_hour)
         gpu_hours = gpu_hours_for(seconds, spec.gpus)
@@ -253,6 +255,10 @@ def reserve_trial_cost(
                     # The slot's entry bills GPU-hours at the study's GPUs: held as its dollars are.
                     wait_gpu_hours = gpu_hours_for(try_seconds + pause + slot_wait_margin_seconds, spec.gpus)
                     others_wait = any(own.label in r.budgets for r in waits)
+                    # Others may wait for the spare as recorded, past the margin of that pause. Its own lease
+                    # over, the pause grew to 30 s: trimmed with 10 of those (300 s), the hold kept part of
+                    # the spare, and a slot whose trial fit once the spare was given up gave way.
+                    margin_poll = pause if spare_poll_seconds is None else min(pause, spare_poll_seconds)
                     replacing, spare_gpu_hours = hold_wait_gpu_hours(
                         ledger,
                         replacing,
@@ -261,8 +267,9 @@ def reserve_trial_cost(
                         run_id,
                         spec.gpus,
                         others_wait=others_wait,
-                        poll_seconds=pause,
+                        poll_seconds=margin_poll,
                     )
+                    spare_poll_seconds = margin_poll if spare_gpu_hours > 0 else None
                 if mark_waiting is not None:
                     mark_waiting(replacing, spare_gpu_hours)
             time.sleep(pause)
