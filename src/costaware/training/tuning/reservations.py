@@ -127,7 +127,8 @@ def reserve_trial_cost(
     wait is the one whose place is first, not whose hold was made first (a hold held again is made anew);
     its ``spares``, the GPU-hours other waiting slots' holds hold past their need (headroom, outside
     Airflow), by hold id: a slot whose trial fits once they are given up waits instead of giving way, and
-    a waiting slot that sees other slots wait trims its hold to its need.
+    a waiting slot that sees other slots wait trims its hold to its need (its margin never more than the one
+    its recorded spare was worked out with, so the whole spare comes back).
 
     The hold lasts 2 x the trial's time (at least 60 s), plus ``keep_for_retry_seconds``: how long Airflow
     waits before the task's retry, where it has one left. A failed or killed try leaves its hold open,
