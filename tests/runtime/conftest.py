@@ -46,9 +46,10 @@ def sigterm_restored() -> Iterator[None]:
 
 @pytest.fixture(autouse=True)
 def given_up_cleared() -> Iterator[None]:
-    """A transfer given up in pytest's process sets ``GIVEN_UP`` for good: cleared after each test.
+    """A transfer given up in pytest's process stays in ``GIVEN_UP``: cleared after each test.
 
-    Left set, a later test's ``exit_preempted()`` in this process would ``os._exit`` the whole worker.
+    Left there while it runs, a later test's ``exit_preempted()`` in this process would ``os._exit`` the
+    whole worker.
     """
     yield
     GIVEN_UP.clear()

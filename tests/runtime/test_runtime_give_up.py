@@ -32,10 +32,37 @@ LocalStore.put = stuck_put
 """
 
 
-def run_script(body: str, tmp_path: Path, **env: str) -> subprocess.CompletedProcess[str]:
-    """Run ``body`` (after :data:`STUCK_UPLOADS`) in a fresh interpreter; fail if it runs 30 s."""
+#: A store whose first upload stalls past the bound (0.5 s) and then ends, the store answering again; the
+#: script waits, with ``wait_for_the_given_up_transfer()``, until it has.
+STALLING_ONCE_UPLOADS = """
+import threading, time
+from costaware_runtime.stores import LocalStore
+
+real_put = LocalStore.put
+stalled = []
+
+def put_stalling_once(self, key, source, progress=None):
+    if not stalled:
+        stalled.append(key)
+        time.sleep(1.5)
+    real_put(self, key, source, progress)
+
+def wait_for_the_given_up_transfer():
+    deadline = time.monotonic() + 15
+    while any(t.name == "costaware-store-transfer" for t in threading.enumerate()):
+        assert time.monotonic() < deadline, "the given-up transfer still runs 15 s on"
+        time.sleep(0.05)
+
+LocalStore.put = put_stalling_once
+"""
+
+
+def run_script(
+    body: str, tmp_path: Path, *, store: str = STUCK_UPLOADS, **env: str
+) -> subprocess.CompletedProcess[str]:
+    """Run ``body`` (after ``store``'s code) in a fresh interpreter; fail if it runs 30 s."""
     script = tmp_path / "script.py"
-    script.write_text(STUCK_UPLOADS + textwrap.dedent(body))
+    script.write_text(store + textwrap.dedent(body))
     started = time.monotonic()
     process = subprocess.Popen(
         [sys.executable, str(script), str(tmp_path)],
@@ -78,6 +105,82 @@ def test_a_jobs_exit_preempted_after_its_own_push_gave_up_is_not_held_by_the_tra
     assert done.returncode == 75, done.stderr
     assert "gave up: the checkpoint push to" in done.stdout
     assert "has moved nothing for 0.5 s (COSTAWARE_STORE_STALL_SECONDS sets how long)" in done.stdout
+
+
+def test_a_jobs_exit_preempted_after_a_given_up_push_has_finished_runs_its_finally_and_atexit(
+    tmp_path: Path,
+) -> None:
+    # Once any transfer was given up, exit_preempted() left by os._exit, even after that transfer had
+    # finished and held nothing: the job's finally blocks and atexit handlers (W&B's finish) never ran.
+    done = run_script(
+        """
+        import atexit, sys
+        from pathlib import Path
+        import costaware_runtime as cr
+
+        root = Path(sys.argv[1])
+        atexit.register(print, "atexit ran", flush=True)
+        cr.save_bytes(b"state", step=1, directory=root / "ckpt")
+        try:
+            cr.push(root / "ckpt", str(root / "remote"))
+        except cr.StoreError as e:
+            print("gave up:", e, flush=True)
+        wait_for_the_given_up_transfer()
+        cr.save_bytes(b"state", step=2, directory=root / "ckpt")
+        print("pushed step", cr.push(root / "ckpt", str(root / "remote")), flush=True)
+        try:
+            cr.exit_preempted()
+        finally:
+            print("finally ran", flush=True)
+        """,
+        tmp_path,
+        store=STALLING_ONCE_UPLOADS,
+    )
+    assert done.returncode == 75, done.stderr
+    assert "gave up: the checkpoint push to" in done.stdout
+    assert done.stdout.splitlines()[-3:] == ["pushed step 2", "finally ran", "atexit ran"]
+
+
+@pytest.mark.parametrize("end", ["return 3", "raise RuntimeError('a bug after the give-up')"])
+def test_the_launcher_ending_after_a_given_up_transfer_has_finished_exits_as_usual(
+    end: str, tmp_path: Path
+) -> None:
+    # main() left by os._exit after any give-up, even once the transfer had finished: atexit handlers were
+    # skipped and an error of its own lost its traceback to a bare exit 1.
+    done = run_script(
+        f"""
+        import atexit, sys
+        from costaware_runtime import _command_line, launcher
+        from costaware_runtime._bounded import Transfer, run_bounded
+        from costaware_runtime.errors import StoreStalledError
+        from costaware_runtime.stores import LocalStore
+
+        def attempt_after_a_give_up(argv, make_attempt):
+            try:
+                run_bounded(
+                    lambda: LocalStore(sys.argv[1]).put("x", open(__file__, "rb")), Transfer(), 0.5,
+                    "the test's upload",
+                )
+            except StoreStalledError:
+                print("gave up", flush=True)
+            wait_for_the_given_up_transfer()
+            {end}
+
+        atexit.register(print, "atexit ran", flush=True)
+        _command_line.run = attempt_after_a_give_up
+        sys.exit(launcher.main(["--", "true"]))
+        """,
+        tmp_path,
+        store=STALLING_ONCE_UPLOADS,
+    )
+    assert done.stdout.splitlines() == ["gave up", "atexit ran"], done.stderr
+    if end.startswith("return"):
+        assert done.returncode == 3, done.stderr
+    else:
+        assert done.returncode == 1, done.stderr
+        assert "Traceback" in done.stderr
+        assert "RuntimeError: a bug after the give-up" in done.stderr
+        assert "after giving up a store transfer" not in done.stderr
 
 
 @pytest.mark.parametrize(

@@ -20,8 +20,37 @@ from costaware_runtime.errors import StoreStalledError
 
 _T = TypeVar("_T")
 
-#: Set once a transfer is given up in this process: its thread still runs (see :func:`exit_now`).
-GIVEN_UP = threading.Event()
+
+class GivenUp:
+    """The threads of the transfers given up in this process, left running (see :func:`exit_now`)."""
+
+    def __init__(self) -> None:
+        self._threads: list[threading.Thread] = []
+        self._lock = threading.Lock()
+
+    def add(self, thread: threading.Thread) -> None:
+        """Note ``thread``, whose transfer was given up while it ran."""
+        with self._lock:
+            self._threads.append(thread)
+
+    def running(self) -> bool:
+        """Whether a given-up transfer still runs: only then may an exit not wait for its threads.
+
+        One that finished since holds nothing: an exit through :func:`exit_now` then skipped the job's
+        ``finally`` blocks and ``atexit`` handlers (a W&B or MLflow run's finish) for no reason.
+        """
+        with self._lock:
+            self._threads = [thread for thread in self._threads if thread.is_alive()]
+            return bool(self._threads)
+
+    def clear(self) -> None:
+        """Forget every given-up transfer (a new launch in this process)."""
+        with self._lock:
+            self._threads.clear()
+
+
+#: The transfers given up in this process whose threads may still run.
+GIVEN_UP = GivenUp()
 
 
 class Moving(Protocol):
@@ -83,7 +112,7 @@ def run_bounded(call: Callable[[], _T], moving: Moving, bound: float, what: str)
         if not done:
             raise value  # type: ignore[misc]  # a BaseException, caught above
         return value  # type: ignore[return-value]  # call()'s own
-    GIVEN_UP.set()
+    GIVEN_UP.add(thread)
     raise StoreStalledError(
         f"{what} has moved nothing for {bound:g} s ({STORE_STALL_SECONDS} sets how long), "
         f"begun {time.monotonic() - started:.0f} s ago: given up"

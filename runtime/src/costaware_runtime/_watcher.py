@@ -100,7 +100,7 @@ class _Watcher(threading.Thread):
             f"{unpushed(self.sync)}"
         )
         log.error("%s", said)
-        GIVEN_UP.set()  # its push runs on: the launcher's exit must not wait for it
+        GIVEN_UP.add(self)  # its push runs on: the launcher's exit must not wait for it
         return said
 
 

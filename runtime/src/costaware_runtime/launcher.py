@@ -65,23 +65,23 @@ REAP_SECONDS = 5.0
 def main(argv: Sequence[str] | None = None) -> int:
     """Run ``costaware-run`` (the console script); returns the exit code.
 
-    Where a store transfer was given up, it exits here instead (see ``_bounded.exit_now``).
+    Where a store transfer was given up and still runs, it exits here instead (see ``_bounded.exit_now``).
     """
     GIVEN_UP.clear()
     try:
         code = _command_line.run(argv, Launcher)
     except SystemExit as e:
-        if GIVEN_UP.is_set():
+        if GIVEN_UP.running():
             exit_now(e.code if isinstance(e.code, int) else 0 if e.code is None else 1)
         raise
     except BaseException:
-        if not GIVEN_UP.is_set():
+        if not GIVEN_UP.running():
             raise
         # An error of the launcher's own after a give-up: raised on, the interpreter joined the given-up
         # transfer's threads at exit and held the machine for minutes with the traceback unprinted.
         log.exception("costaware-run failed after giving up a store transfer (exit 1)")
         exit_now(1)
-    if GIVEN_UP.is_set():
+    if GIVEN_UP.running():
         exit_now(code)
     return code
 

@@ -77,10 +77,11 @@ def preemption_requested() -> bool:
 def exit_preempted() -> NoReturn:
     """Exit 75, "preempted after a checkpoint": commit a checkpoint first, or the launcher reports 76.
 
-    Where a store transfer of this process was given up (``cr.push()`` past its stall bound), at once, the
-    logs flushed: its boto3 threads, joined at a normal exit, held it past the grace period until SIGKILL.
+    Where a store transfer of this process was given up (``cr.push()`` past its stall bound) and still
+    runs, at once, the logs flushed: its boto3 threads, joined at a normal exit, held it past the grace period
+    until SIGKILL. Once it has finished, through ``SystemExit`` as any exit (``finally``, ``atexit``).
     """
-    if GIVEN_UP.is_set():
+    if GIVEN_UP.running():
         exit_now(EXIT_PREEMPTED)
     sys.exit(EXIT_PREEMPTED)
 
