@@ -261,6 +261,47 @@ def test_a_push_after_one_that_gave_up_does_not_wait_for_it(
     assert '"step": 2' in (remote / "LATEST.json").read_text()
 
 
+def test_a_given_up_push_that_ends_behind_a_later_one_says_it_finished_late(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The given-up push, let go after the next push of the folder had moved LATEST.json on, blamed "a
+    # leftover attempt still running, or a job that did not resume": the process's own later push was ahead.
+    monkeypatch.setenv("COSTAWARE_STORE_STALL_SECONDS", "0.5")
+    release = threading.Event()
+    real_put = LocalStore.put
+    stalled: list[str] = []
+
+    def put_stalling_once(self: LocalStore, key: str, source: BinaryIO, progress: Any = None) -> None:
+        if not stalled:
+            stalled.append(key)
+            release.wait(30)
+        real_put(self, key, source, progress)
+
+    monkeypatch.setattr(LocalStore, "put", put_stalling_once)
+    folder, remote = tmp_path / "ckpt", tmp_path / "remote"
+    save_bytes(b"one", step=1, directory=folder)
+    with pytest.raises(StoreError):
+        push(folder, str(remote))
+    given_up = [thread for thread in threading.enumerate() if thread.name == "costaware-store-transfer"]
+    save_bytes(b"two", step=2, directory=folder)
+    try:
+        assert push(folder, str(remote)) == 2
+    finally:
+        release.set()
+    with caplog.at_level("WARNING", logger="costaware_runtime.sync"):
+        for thread in given_up:
+            thread.join(10)
+    late = [record.getMessage() for record in caplog.records if "finished late" in record.getMessage()]
+    assert len(late) == 1, caplog.text
+    (step_1,) = remote.glob("step-1-*")
+    assert late[0] == (
+        f"a push given up earlier in this process finished late: LATEST.json at {remote} names step 2, "
+        f"newer, and is left so; step 1 stays in {step_1} until pruned"
+    )
+    assert "this writer is behind" not in caplog.text
+    assert '"step": 2' in (remote / "LATEST.json").read_text()
+
+
 @pytest.mark.parametrize("reader", ["read_manifest", "download_outputs"])
 def test_a_reader_of_the_outputs_with_a_bad_stall_bound_fails_naming_it(
     reader: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch

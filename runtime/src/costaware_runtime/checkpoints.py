@@ -338,6 +338,7 @@ def push(directory: Path | str | None, uri: str) -> int:
         # Its thread holds the sync's lock: every later push of the folder waited on it and was given up
         # too, however well the store answered by then. The next push makes a sync of its own (a step
         # folder of its own too, as any two writers' pushes).
+        sync.given_up = True  # its push, should it end, then says it ended late (not another writer's)
         with _syncs_lock:
             if _syncs.get((uri, folder)) is sync:
                 del _syncs[uri, folder]

@@ -110,6 +110,8 @@ class CheckpointSync:
         self.store.request_answered = self.progressed
         #: Whether a push is pruning old step folders: ``LATEST.json`` already names what it pushed.
         self.pruning = False
+        #: Whether a push of this sync was given up (``cr.push()`` then drops it): one ending later is late.
+        self.given_up = False
 
     def progressed(self, moved: int = 0) -> None:
         """Note that a transfer moved ``moved`` bytes (or a store request was answered) now; any thread."""
@@ -224,18 +226,7 @@ class CheckpointSync:
             else:
                 self.synced, self.pushed_behind = ahead[0].identity, local.identity
                 # Said before the prune: said after it, a prune that stalled lost it.
-                log.warning(
-                    "checkpoint step %s is older than step %s at %s, so %s still names step %s, which the "
-                    "next attempt resumes from: this writer is behind (a leftover attempt still running, or "
-                    "a job that did not resume from the latest checkpoint); step %s stays in %s until pruned",
-                    local.step,
-                    ahead[0].step,
-                    self.store.uri,
-                    LATEST_NAME,
-                    ahead[0].step,
-                    local.step,
-                    self.store.url(prefix),
-                )
+                self._say_behind(local.step, ahead[0].step, prefix)
             self.pruning = True
             try:
                 self._prune(keep={prefix, previous}, newer_than=local.step)
@@ -244,6 +235,34 @@ class CheckpointSync:
             if ahead is None:
                 log.info("pushed checkpoint step %s to %s", local.step, self.store.url(prefix))
             return local.step
+
+    def _say_behind(self, step: int, named: int, prefix: str) -> None:
+        """Say that step ``step``, pushed into ``prefix``, is older than step ``named`` of ``LATEST.json``."""
+        if self.given_up:
+            # Dropped once given up, the step ahead is most likely this process's own later push: blaming a
+            # leftover writer or a failed resume sent the reader after a cause that was not there.
+            log.warning(
+                "a push given up earlier in this process finished late: %s at %s names step %s, newer, and "
+                "is left so; step %s stays in %s until pruned",
+                LATEST_NAME,
+                self.store.uri,
+                named,
+                step,
+                self.store.url(prefix),
+            )
+            return
+        log.warning(
+            "checkpoint step %s is older than step %s at %s, so %s still names step %s, which the next "
+            "attempt resumes from: this writer is behind (a leftover attempt still running, or a job that "
+            "did not resume from the latest checkpoint); step %s stays in %s until pruned",
+            step,
+            named,
+            self.store.uri,
+            LATEST_NAME,
+            named,
+            step,
+            self.store.url(prefix),
+        )
 
     def _check_origin(self, local: Marker) -> None:
         """Refuse a local checkpoint that another location's sync left: another job's or run's.
