@@ -261,11 +261,12 @@ def test_a_push_after_one_that_gave_up_does_not_wait_for_it(
     assert '"step": 2' in (remote / "LATEST.json").read_text()
 
 
-def test_a_given_up_push_that_ends_behind_a_later_one_says_it_finished_late(
+def test_a_given_up_push_that_ends_behind_a_later_one_says_so_and_the_next_push_prunes_its_folder(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     # The given-up push, let go after the next push of the folder had moved LATEST.json on, blamed "a
     # leftover attempt still running, or a job that did not resume": the process's own later push was ahead.
+    # Its folder was no later sync's own: it stayed STALE_FOLDER_SECONDS (6 h), billed, as another writer's.
     monkeypatch.setenv("COSTAWARE_STORE_STALL_SECONDS", "0.5")
     release = threading.Event()
     real_put = LocalStore.put
@@ -300,6 +301,11 @@ def test_a_given_up_push_that_ends_behind_a_later_one_says_it_finished_late(
     )
     assert "this writer is behind" not in caplog.text
     assert '"step": 2' in (remote / "LATEST.json").read_text()
+
+    save_bytes(b"three", step=3, directory=folder)
+    assert push(folder, str(remote)) == 3
+    # step 2 stays: LATEST.json named it until this push (a restore may be reading it).
+    assert sorted(path.name.split("-")[1] for path in remote.glob("step-*")) == ["2", "3"]
 
 
 @pytest.mark.parametrize("reader", ["read_manifest", "download_outputs"])

@@ -53,6 +53,7 @@ SAVE_HISTORY = 8
 #: writer's, which it prunes only once they are hours old.
 _syncs: dict[tuple[str, Path], CheckpointSync] = {}
 _syncs_lock = threading.Lock()
+_given_up_folders: dict[tuple[str, Path], set[str]] = {}
 
 
 def latest_step(directory: Path | str | None = None) -> int | None:
@@ -338,7 +339,7 @@ def push(directory: Path | str | None, uri: str) -> int:
         # Its thread holds the sync's lock: every later push of the folder waited on it and was given up
         # too, however well the store answered by then. The next push makes a sync of its own (a step
         # folder of its own too, as any two writers' pushes).
-        sync.given_up = True  # its push, should it end, then says it ended late (not another writer's)
+        sync.give_up()  # its push, should it end, says it ended late and leaves its folder to the next sync
         with _syncs_lock:
             if _syncs.get((uri, folder)) is sync:
                 del _syncs[uri, folder]
@@ -355,7 +356,9 @@ def _sync_of(uri: str, folder: Path) -> CheckpointSync:
     with _syncs_lock:
         sync = _syncs.get((uri, folder))
         if sync is None:
-            sync = _syncs[uri, folder] = CheckpointSync(uri, folder)
+            # A given-up sync's folders go to the next one (see CheckpointSync.give_up).
+            given_up_folders = _given_up_folders.setdefault((uri, folder), set())
+            sync = _syncs[uri, folder] = CheckpointSync(uri, folder, given_up_folders=given_up_folders)
         return sync
 
 

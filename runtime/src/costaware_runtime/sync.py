@@ -23,7 +23,8 @@ deletes the work ahead of it), nor the one ``LATEST.json`` named before this pus
 it), nor the one it names when read again just before pruning:
 
 * a folder this sync pushed itself goes at once: it pointed ``LATEST.json`` elsewhere since, and no other
-  writer ever points it at a folder it did not write;
+  writer ever points it at a folder it did not write; so does one that a sync of the same folder given up
+  earlier in this process pushed, once that push has ended;
 * another writer's goes only once nothing in it changed for :data:`STALE_FOLDER_SECONDS`. That writer may be
   alive, between uploading its files and pointing ``LATEST.json`` at them: deleting its folder then left
   ``LATEST.json`` naming files that were gone, and the next attempt could not resume. A killed attempt's
@@ -87,9 +88,17 @@ class CheckpointSync:
         uri: A local folder, ``file://`` or ``s3://bucket/prefix``.
         directory: The local checkpoint folder (``COSTAWARE_CHECKPOINT_DIR``).
         clock: The wall clock in epoch seconds, which another writer's folder's age is read against.
+        given_up_folders: Shared by this process's syncs of one folder and location (see :meth:`give_up`).
     """
 
-    def __init__(self, uri: str, directory: Path, *, clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        uri: str,
+        directory: Path,
+        *,
+        clock: Callable[[], float] = time.time,
+        given_up_folders: set[str] | None = None,
+    ) -> None:
         self.store = open_store(uri)
         self.directory = directory
         self.clock = clock
@@ -112,6 +121,11 @@ class CheckpointSync:
         self.pruning = False
         #: Whether a push of this sync was given up (``cr.push()`` then drops it): one ending later is late.
         self.given_up = False
+        self._pushing = False
+        self._pushes_lock = threading.Lock()  # given_up and _pushing: a push's end and its give-up may race
+        #: The step folders of syncs of this folder given up earlier in this process (the set is theirs
+        #: too): once their push has ended, this one prunes them at once, as its own.
+        self.given_up_folders: set[str] = set() if given_up_folders is None else given_up_folders
 
     def progressed(self, moved: int = 0) -> None:
         """Note that a transfer moved ``moved`` bytes (or a store request was answered) now; any thread."""
@@ -204,37 +218,64 @@ class CheckpointSync:
             StoreError: The store could not be read or written.
         """
         with self._lock:
-            local = read_marker(self.directory)
-            if local is None:
-                return None
-            if local.identity in (self.synced, self.pushed_behind):
-                return local.step
-            latest = self.remote_latest()
-            if latest is not None and latest[0].identity == local.identity:
-                self.synced = local.identity
-                return local.step
-            previous = None if latest is None else latest[1]
-            # Never an existing folder's name: the same step saved again, or by another writer at once.
-            prefix = f"step-{local.step}-{uuid.uuid4().hex[:8]}"
-            self._claim()
-            self._own.add(prefix)  # before the upload: a failed one leaves a folder of ours to prune
-            ahead = self._upload(local, prefix)
-            self.pushed = True
-            # Before the prune: a prune that stalls must not be read as a checkpoint missing from the store.
-            if ahead is None:
-                self.synced, self.pushed_behind = local.identity, None
-            else:
-                self.synced, self.pushed_behind = ahead[0].identity, local.identity
-                # Said before the prune: said after it, a prune that stalled lost it.
-                self._say_behind(local.step, ahead[0].step, prefix)
-            self.pruning = True
+            with self._pushes_lock:
+                self._pushing = True
             try:
-                self._prune(keep={prefix, previous}, newer_than=local.step)
+                return self._push_locked()
             finally:
-                self.pruning = False
-            if ahead is None:
-                log.info("pushed checkpoint step %s to %s", local.step, self.store.url(prefix))
+                with self._pushes_lock:
+                    self._pushing = False
+                    ended_given_up = self.given_up
+                if ended_given_up:
+                    self._hand_over()
+
+    def give_up(self) -> None:
+        """Note that :meth:`push_changed` was given up (its caller drops this sync): it ends late, if ever.
+
+        Once it has ended, the step folders this sync pushed go to ``given_up_folders``, which the next sync
+        of the folder prunes at once as its own: no writer points ``LATEST.json`` at them any more.
+        """
+        with self._pushes_lock:
+            self.given_up = True
+            ended = not self._pushing
+        if ended:  # it ended between the give-up and now
+            self._hand_over()
+
+    def _hand_over(self) -> None:
+        self.given_up_folders.update(self._own)
+
+    def _push_locked(self) -> int | None:
+        local = read_marker(self.directory)
+        if local is None:
+            return None
+        if local.identity in (self.synced, self.pushed_behind):
             return local.step
+        latest = self.remote_latest()
+        if latest is not None and latest[0].identity == local.identity:
+            self.synced = local.identity
+            return local.step
+        previous = None if latest is None else latest[1]
+        # Never an existing folder's name: the same step saved again, or by another writer at once.
+        prefix = f"step-{local.step}-{uuid.uuid4().hex[:8]}"
+        self._claim()
+        self._own.add(prefix)  # before the upload: a failed one leaves a folder of ours to prune
+        ahead = self._upload(local, prefix)
+        self.pushed = True
+        # Before the prune: a prune that stalls must not be read as a checkpoint missing from the store.
+        if ahead is None:
+            self.synced, self.pushed_behind = local.identity, None
+        else:
+            self.synced, self.pushed_behind = ahead[0].identity, local.identity
+            # Said before the prune: said after it, a prune that stalled lost it.
+            self._say_behind(local.step, ahead[0].step, prefix)
+        self.pruning = True
+        try:
+            self._prune(keep={prefix, previous}, newer_than=local.step)
+        finally:
+            self.pruning = False
+        if ahead is None:
+            log.info("pushed checkpoint step %s to %s", local.step, self.store.url(prefix))
+        return local.step
 
     def _say_behind(self, step: int, named: int, prefix: str) -> None:
         """Say that step ``step``, pushed into ``prefix``, is older than step ``named`` of ``LATEST.json``."""
@@ -429,7 +470,7 @@ class CheckpointSync:
             found = _STEP_FOLDER.fullmatch(folder)
             if not found or folder in keep or folder == named or int(found.group(1)) > newer_than:
                 continue
-            if folder not in self._own:
+            if folder not in self._own and folder not in self.given_up_folders:
                 try:
                     changed = self.store.modified(folder)
                     self.progressed()
@@ -441,6 +482,7 @@ class CheckpointSync:
             self.store.delete_folder(folder)
             self.progressed()
             self._own.discard(folder)
+            self.given_up_folders.discard(folder)
 
     def _complete(self, marker: Marker) -> bool:
         for file in marker.files:
