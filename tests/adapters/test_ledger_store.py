@@ -522,6 +522,20 @@ def test_gpu_hour_cap(any_ledger: Ledger) -> None:
         any_ledger.reserve("project=churn", "1", gpu_hours="3")
 
 
+def test_a_gpu_hour_refusal_reads_the_ledgers_hours_as_a_person_writes_them(any_ledger: Ledger) -> None:
+    # Read from the ledger (micro-GPU-hours), it said "has no GPU-hours left of 1.000000 (it is 1.000000
+    # GPU-hours over its cap)", and "has 0.000000 GPU-hours left of 2.000000" at an exactly spent cap.
+    any_ledger.set_budget("project=churn", "month", "1000", cap_gpu_hours="2")
+    any_ledger.reserve("project=churn", "1", gpu_hours="2")
+    with pytest.raises(BudgetExceededError, match=r"has 0 GPU-hours left of 2; the next task needs 0\.5 GPU"):
+        any_ledger.reserve("project=churn", "1", gpu_hours="0.5")
+    any_ledger.set_budget("project=churn", "month", "1000", cap_gpu_hours="1")
+    with pytest.raises(
+        BudgetExceededError, match=r"has no GPU-hours left of 1 \(it is 1 GPU-hours over its cap\); the next"
+    ):
+        any_ledger.reserve("project=churn", "1", gpu_hours="0.5")
+
+
 def test_spent_counts_actual_entries_of_the_period_only(any_ledger: Ledger) -> None:
     any_ledger.set_budget("project=churn", "month", "10")
     any_ledger.record(entry("4"))

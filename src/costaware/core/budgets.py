@@ -16,7 +16,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from costaware.core.errors import BudgetExceededError, ConfigurationError, InvalidBudgetError
 from costaware.core.given import not_given
-from costaware.core.money import MICRO_USD, format_usd_exact, parse_gpu_hours, parse_usd
+from costaware.core.money import MICRO_USD, format_gpu_hours, format_usd_exact, parse_gpu_hours, parse_usd
 from costaware.core.windows import zone_name_hint
 
 #: A tag name (``team``, ``cost-center``): the ledger, the CLI and the Cost page's filters all use this.
@@ -536,11 +536,13 @@ def check_cap(usage: CapStanding, amount: Decimal, gpu_hours: Decimal, purpose: 
     cap_gpu_hours, left_gpu_hours = usage.cap_gpu_hours, usage.left_gpu_hours  # both None without a cap
     if cap_gpu_hours is not None and left_gpu_hours is not None and gpu_hours > left_gpu_hours:
         # Passed already (a task ran past its estimate): "-1 GPU-hours left" read as a typo.
-        has_gpu = f"{left_gpu_hours} GPU-hours left of {cap_gpu_hours}"
+        cap_said, need_said = format_gpu_hours(cap_gpu_hours), format_gpu_hours(gpu_hours)
+        has_gpu = f"{format_gpu_hours(left_gpu_hours)} GPU-hours left of {cap_said}"
         if left_gpu_hours < 0:
-            has_gpu = f"no GPU-hours left of {cap_gpu_hours} (it is {-left_gpu_hours} GPU-hours over its cap)"
+            over = f"it is {format_gpu_hours(-left_gpu_hours)} GPU-hours over its cap"
+            has_gpu = f"no GPU-hours left of {cap_said} ({over})"
         raise BudgetExceededError(
-            f"budget '{name}' has {has_gpu}; {purpose} needs {gpu_hours} GPU-hours: {RAISE_THE_GPU_HOUR_CAP}",
+            f"budget '{name}' has {has_gpu}; {purpose} needs {need_said} GPU-hours: {RAISE_THE_GPU_HOUR_CAP}",
             renews=usage.period_key != "total" and gpu_hours <= cap_gpu_hours,
             scope=name,
             # What is committed, as the USD refusal gives it: an approval request shows it as such.

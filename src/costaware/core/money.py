@@ -111,6 +111,11 @@ def format_usd_exact(amount: Decimal) -> str:
     return format_usd(amount, places=places)
 
 
+def format_gpu_hours(hours: Decimal) -> str:
+    """GPU-hours as a person writes them: ``1``, ``0.5``, not the ledger's ``1.000000`` (micro-GPU-hours)."""
+    return format(hours.normalize(), "f")
+
+
 def format_usd(amount: Decimal, *, places: int | None = None) -> str:
     """``$1,234.56`` for amounts of a cent or more, six places below that so small task costs stay visible."""
     if places is None:

@@ -76,7 +76,7 @@ class BudgetAvailableTrigger(BaseTrigger):
         where it holds the amount in this scope, else each budget read without that hold, which the
         reserve replaces.
         """
-        from costaware.core.money import format_usd_exact
+        from costaware.core.money import format_gpu_hours, format_usd_exact
         from costaware.hooks.ledger import CostLedgerHook
 
         ledger = CostLedgerHook(self.ledger_conn_id).get_conn()
@@ -102,11 +102,11 @@ class BudgetAvailableTrigger(BaseTrigger):
                 return f"budget '{usage.name}' has {left}, need {format_usd_exact(need)}{whole}"
             left_gpu, cap_gpu = usage.left_gpu_hours, usage.cap_gpu_hours  # both None without a cap
             if left_gpu is not None and cap_gpu is not None and left_gpu < gpu:
-                has = f"{_hours(left_gpu)} GPU-hours left"
+                has = f"{format_gpu_hours(left_gpu)} GPU-hours left"
                 if left_gpu < 0:
-                    over = f"it is {_hours(-left_gpu)} GPU-hours over its cap"
-                    has = f"no GPU-hours left of {_hours(cap_gpu)} ({over})"
-                return f"budget '{usage.name}' has {has}, need {_hours(gpu)}"
+                    over = f"it is {format_gpu_hours(-left_gpu)} GPU-hours over its cap"
+                    has = f"no GPU-hours left of {format_gpu_hours(cap_gpu)} ({over})"
+                return f"budget '{usage.name}' has {has}, need {format_gpu_hours(gpu)}"
         return None
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
@@ -140,8 +140,3 @@ class BudgetAvailableTrigger(BaseTrigger):
                 self.log.info("waiting for budget: %s", shortfall)
                 last = shortfall
             await asyncio.sleep(self.poll_interval)
-
-
-def _hours(value: Decimal) -> str:
-    """GPU-hours as a person writes them: 1, not 1.000000 (the ledger keeps micro-GPU-hours)."""
-    return format(value.normalize(), "f")
