@@ -375,9 +375,8 @@ class AttemptBilling:
         self, state: AttemptState, job: Mapping[str, Any], entry: Any, attempt: Any, *, keyed_by_name: bool
     ) -> Any:
         """Write ``entry`` unless an earlier try billed the same attempt; the attempt with what counts."""
-        from costaware.training.attempt_duplicates import billed_already, row_of_unknown_run, stop_key_taken
+        from costaware.training.attempt_duplicates import billed_already, row_of_unknown_run
         from costaware.training.attempt_effects import gate_reservation
-        from costaware.training.remote import attempt_key, attempt_uid
 
         ledger = self.ledger_hook.get_conn()
         hold = gate_reservation(ledger, state.plan)  # the spend gate's, or the task's own (budget_scope)
@@ -395,11 +394,6 @@ class AttemptBilling:
             # attempt still counts what it cost against max_usd.
             self._keep_unsure(spooled_entry, check, unknown, ledger)
         elif stored is None:
-            if stop_key_taken(ledger, check):
-                # An earlier run's stop holds the name's key: this run's is keyed by the end it is billed to
-                # (found again by its run, see billed_already), else it was not written.
-                key = attempt_key(state.plan.identity, str(job["job_id"]), job.get("ended_at"))
-                entry = replace(entry, entry_uid=attempt_uid(key))
             ledger.record(entry)
         else:
             # An earlier try recorded this attempt: the ledger's figure is what it cost, and what counts

@@ -441,44 +441,6 @@ def test_a_run_under_the_same_name_after_a_kill_is_billed_on_its_own(tmp_path: P
     assert len(train_entries(ledger)) == 3
 
 
-def test_two_stops_of_different_runs_under_one_name_are_both_billed(tmp_path: Path, ledger: Any) -> None:
-    # A kill billed a job still stopping, keyed by its name alone; a cleared task's new try ran the job again
-    # under that name, and its kill too billed it before it ended: the same key, so the second bill read as
-    # billed already and was not written (its run unbilled).
-    from dataclasses import replace
-    from datetime import datetime, timezone
-
-    from costaware.remote_billing import KilledTrainingBilling
-    from costaware.training.attempts import AttemptState
-
-    trigger = deferred_trigger(operator(tmp_path, "ok"))
-    first_try = submitted_an_hour_ago(AttemptState.from_json(trigger.state))
-    billing = KilledTrainingBilling(
-        ledger_conn_id="costaware_ledger", aws_conn_id=None, log=logging.getLogger(__name__)
-    )
-    now = time.time()
-    job = {"job_id": trigger.job_id, "state": "interrupted", "market": "spot", "instance_type": "m5.large"}
-    billing._bill_attempt(
-        first_try, {**job, "billable_seconds": 200.0, "ended_at": now - 3000}, "killed", keyed_by_name=True
-    )
-    # The new try submitted long after the first run ended.
-    submitted = datetime.fromtimestamp(now - 120, timezone.utc).isoformat()
-    new_try = replace(first_try, current=replace(first_try.current, submitted_at=submitted))
-    second = billing._bill_attempt(
-        new_try, {**job, "billable_seconds": 180.0, "ended_at": now + 60}, "killed", keyed_by_name=True
-    )
-    entries = train_entries(ledger)
-    assert len(entries) == 2 and second.attempts[-1].billable_seconds == 180.0
-    assert {round(float(e["quantity"]) * 3600) for e in entries} == {200, 180}
-    # Each run billed again (a kill repeated, a new try that saw its real end): billed once each.
-    billing._bill_attempt(
-        new_try, {**job, "billable_seconds": 190.0, "ended_at": now + 70}, "killed", keyed_by_name=True
-    )
-    billing._bill_attempt(new_try, {**job, "billable_seconds": 150.0, "ended_at": now + 30}, None)
-    billing._bill_attempt(first_try, {**job, "billable_seconds": 150.0, "ended_at": now - 3050}, None)
-    assert len(train_entries(ledger)) == 2
-
-
 def test_an_ended_job_an_older_version_billed_up_to_now_is_not_billed_again(
     tmp_path: Path, ledger: Any
 ) -> None:

@@ -150,9 +150,7 @@ def billed_already(ledger: Any, check: DuplicateCheck) -> Decimal | None:
         (
             row["usd"]
             for row in rows
-            # A stop's bill keyed by the name alone shares its key with an earlier run's stop: that row
-            # is this bill only where it bills this run.
-            if (row["entry_uid"] == check.entry_uid and (not check.keyed_by_name or _same_run(check, row)))
+            if row["entry_uid"] == check.entry_uid
             or (row["quantity"] == quantity and _same_time_run(check, row))
             # Billed by a stop before it ended (its task killed, or failing for good): this run.
             or (row["cause"] in STOP_CAUSES and _same_run(check, row))
@@ -160,18 +158,16 @@ def billed_already(ledger: Any, check: DuplicateCheck) -> Decimal | None:
         ),
         None,
     )
-    if stored is None:
-        stored = _this_run_recorded(ledger, check, stops_only=not check.keyed_by_name)
+    if stored is None and check.keyed_by_name:
+        stored = _this_run_recorded(ledger, check)
     return None if stored is None else Decimal(stored)
 
 
-def _this_run_recorded(ledger: Any, check: DuplicateCheck, *, stops_only: bool) -> Decimal | None:
+def _this_run_recorded(ledger: Any, check: DuplicateCheck) -> Decimal | None:
     """What an entry of this run of the job already billed, under its end's key, else None.
 
     A kill that bills a job still stopping can race a cleared task's new try, which saw the job end and
     recorded it under its end: an entry of that job recorded after this run began is this run.
-    ``stops_only``: a stop's bill of this run only (any key: a second run's stop under a name an earlier
-    run's stop keyed first is keyed by its billed end, see :func:`stop_key_taken`).
     """
     from costaware.training.remote import job_of_attempt_note
 
@@ -183,22 +179,9 @@ def _this_run_recorded(ledger: Any, check: DuplicateCheck, *, stops_only: bool) 
             and str(row["price_source"] or "").startswith("remote:")
             and not row["estimated"]
         )
-        if stops_only and row["cause"] not in STOP_CAUSES:
-            continue
         if ours and job_of_attempt_note(str(row["note"] or "")) == check.job_id and _same_run(check, row):
             return Decimal(row["usd"])
     return None
-
-
-def stop_key_taken(ledger: Any, check: DuplicateCheck) -> bool:
-    """Whether the key of a stop's bill (the job's name alone) is held by another run's entry.
-
-    A cleared task's new try runs the job again under the same name; the kills of both runs billed them
-    before they ended, and the second bill, under the first one's key, was never written. Called where
-    :func:`billed_already` found nothing of this run: any entry under the key is another run's.
-    Raises what the ledger's reads raise.
-    """
-    return check.keyed_by_name and bool(ledger.entries_by_uid([check.entry_uid]))
 
 
 def row_of_unknown_run(ledger: Any, check: DuplicateCheck) -> Mapping[str, Any] | None:
