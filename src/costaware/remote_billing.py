@@ -311,19 +311,12 @@ class AttemptBilling:
         state: AttemptState, job: Mapping[str, Any], entry: Any, *, keyed_by_name: bool
     ) -> DuplicateCheck:
         """What tells that ``entry`` (``job``'s bill) was billed already, as the bill and the drain ask."""
-        from costaware.training.attempt_duplicates import DuplicateCheck, earliest_run_start
-        from costaware.training.attempt_effects import instances, stop_seconds
+        from costaware.training.attempt_duplicates import DuplicateCheck
+        from costaware.training.attempt_effects import instances
 
         plan = state.plan
         return DuplicateCheck.of(
-            entry,
-            job,
-            plan=plan,
-            instances=instances(plan),
-            keyed_by_name=keyed_by_name,
-            # An earlier run under the job's name, billed after this run began, is not this run's bill.
-            submitted_at=earliest_run_start(state.current),
-            stop_seconds=stop_seconds(state),
+            entry, job, plan=plan, instances=instances(plan), keyed_by_name=keyed_by_name
         )
 
     def _spool(self, entry: Any, check: DuplicateCheck) -> str | None:

@@ -69,33 +69,20 @@ def billed_usd(ledger: Any, wait: EndedWait) -> Decimal | None:
 
 
 def _job_entries(ledger: Any, wait: EndedWait) -> list[dict[str, Any]]:
-    """The entries naming ``wait``'s job that bill a run begun since the attempt's submit (none: no job).
-
-    A cleared task's new try submits its job under the name an earlier try's run had; that run's bill (its
-    kill's, or one keyed ``ended=none`` where its backend lost it) may be written after the submit: read
-    by its writing alone as this run's, the running job was neither stopped nor billed. Its run's start
-    is read as the bill's duplicate check reads it (:func:`run_began_before`).
-    """
-    from costaware.training.attempt_duplicates import earliest_run_start, run_began_before
-    from costaware.training.attempt_effects import instances, stop_seconds, task_attempt_entries
+    """The entries naming ``wait``'s job written since the attempt's submit (none: no job)."""
+    from costaware.training.attempt_effects import task_attempt_entries
     from costaware.training.attempts import AttemptState
     from costaware.training.remote import job_of_attempt_note
 
     if wait.current is None:
         return []
-    state = AttemptState.from_json(dict(wait.state))
+    plan = AttemptState.from_json(dict(wait.state)).plan
     since = _submitted_at(wait)
-    began_since = earliest_run_start(state.current)
-    count, stopping = instances(state.plan), stop_seconds(state)
     return [
         row
-        for row in task_attempt_entries(ledger, state.plan)
+        for row in task_attempt_entries(ledger, plan)
         if job_of_attempt_note(str(row["note"] or "")) == wait.job_id
         and (since is None or aware_utc(row["incurred_at"]) >= since)
-        and (
-            began_since is None
-            or not run_began_before(row, began_since, instances=count, stop_seconds=stopping)
-        )
     ]
 
 

@@ -1397,37 +1397,3 @@ def test_an_entry_whose_note_lost_its_end_is_no_proof_even_with_the_jobs_own_cau
     (wait,) = ended_waits(dag_id=DAG, run_id=RUN)
     unsure = entry_giving_no_end(ledger, wait)
     assert unsure is not None and unsure["entry_uid"] == billed["entry_uid"]
-
-
-def test_an_earlier_run_of_the_jobs_name_billed_after_its_submit_is_not_read_as_its_bill(
-    tmp_path: Path, ledger: Any, ledger_url: str, monkeypatch: pytest.MonkeyPatch, capsys: Any
-) -> None:
-    # A cleared task's new try submits its job under the name an earlier try's run had, and that run's bill
-    # (its kill's, or keyed ended=none where its backend lost it) is written just after the submit. Read by
-    # its writing alone it was this run's: "found", the running job neither stopped nor billed.
-    from costaware.core.ledger import Kind, LedgerEntry
-    from costaware.remote_reconcile import ended_waits
-    from costaware.training.attempts import AttemptState
-    from costaware.training.remote import attempt_key, attempt_uid
-
-    ledger.set_budget("project=churn", "month", "10")
-    trigger = _deferred(tmp_path)
-    ledger.reserve("project=churn", "4.00", holder=HOLDER, run_id=RUN, dag_id=DAG)
-    _task_ended_with_its_wait(tmp_path, monkeypatch, "failed", trigger)
-    (wait,) = ended_waits(dag_id=DAG, run_id=RUN)
-    identity = AttemptState.from_json(dict(wait.state)).plan.identity
-    earlier_run = LedgerEntry(
-        dag_id=DAG, run_id=RUN, task_id=TASK, kind=Kind.COMPUTE, usd=Decimal("1.5"),
-        tags={"project": "churn"}, quantity=Decimal("0.5"), unit="hour", price_source="remote:local",
-        cause="preempted",
-        note=f"attempt {wait.current['attempt']}, job {wait.job_id} on local, 1800.0 s billed: lost",
-        entry_uid=attempt_uid(attempt_key(identity, wait.job_id, None)),
-    )  # fmt: skip
-    ledger.record(earlier_run)  # written now, after the submit: its half hour began before it
-    assert main(["jobs", "reconcile", "--ledger-url", ledger_url, "--format", "json"]) == 0
-    out = capsys.readouterr().out
-    assert f'"job": "{wait.job_id}"' in out  # listed, not read as billed ("[]")
-    (row,) = _listed(out)
-    assert row["job"] == wait.job_id and row["result"].startswith("billed $")
-    assert not _running(tmp_path, wait.job_id)
-    assert len(_entries(ledger)) == 2

@@ -80,19 +80,6 @@ def train_entries(ledger: Any) -> list[dict[str, Any]]:
     return [e for e in ledger.entries() if e["task_id"] == "train"]
 
 
-def submitted_an_hour_ago(state: Any) -> Any:
-    """``state`` with its job submitted an hour ago: the runs a test bills by hand began after it.
-
-    A row of the job's name whose run began before the submit is an earlier run under that name, never
-    this run's bill: runs billed by hand hundreds of seconds long must have been submitted before they began.
-    """
-    from dataclasses import replace
-    from datetime import datetime, timedelta, timezone
-
-    submitted = datetime.now(timezone.utc) - timedelta(hours=1)
-    return replace(state, current=replace(state.current, submitted_at=submitted.isoformat()))
-
-
 def test_a_killed_deferred_task_stops_its_job_bills_it_and_settles_its_hold(
     tmp_path: Path, ledger: Any
 ) -> None:
@@ -416,7 +403,7 @@ def test_a_run_under_the_same_name_after_a_kill_is_billed_on_its_own(tmp_path: P
     from costaware.training.attempts import AttemptState
 
     trigger = deferred_trigger(operator(tmp_path, "ok"))
-    state = submitted_an_hour_ago(AttemptState.from_json(trigger.state))
+    state = AttemptState.from_json(trigger.state)
     billing = KilledTrainingBilling(
         ledger_conn_id="costaware_ledger", aws_conn_id=None, log=logging.getLogger(__name__)
     )
@@ -450,7 +437,7 @@ def test_an_ended_job_an_older_version_billed_up_to_now_is_not_billed_again(
     from costaware.training.attempts import AttemptState
 
     trigger = deferred_trigger(operator(tmp_path, "ok"))
-    state = submitted_an_hour_ago(AttemptState.from_json(trigger.state))
+    state = AttemptState.from_json(trigger.state)
     billing = KilledTrainingBilling(
         ledger_conn_id="costaware_ledger", aws_conn_id=None, log=logging.getLogger(__name__)
     )

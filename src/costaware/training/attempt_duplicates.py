@@ -16,13 +16,6 @@ from typing import Any
 #: The causes of an entry a stop billed before its job ended (to its grace period's end, keyed by its name).
 STOP_CAUSES = ("killed", "unwatched")
 
-#: How much earlier than this run's submit a row's run may seem to begin and still be this run: the end
-#: comes from the backend's clock, the submit from the worker's (and the note keeps the end to the
-#: millisecond, the quantity the hours to the micro-hour). An earlier run under the job's name that began
-#: this little before the submit is read as this run: it was stopped, and the task cleared and run again,
-#: within the minute.
-SUBMIT_CLOCK_SKEW = timedelta(seconds=60)
-
 
 @dataclass(frozen=True, slots=True)
 class DuplicateCheck:
@@ -40,25 +33,10 @@ class DuplicateCheck:
     identity: dict[str, Any]
     #: The entry is keyed by the job's name alone (a stop billed the job before it ended).
     keyed_by_name: bool
-    #: The earliest this run can have begun (epoch seconds, see :func:`earliest_run_start`; None: not
-    #: known, as in a check spooled before it was kept): a row of the job's name whose run began before it
-    #: is an earlier run under that name, never this run's bill.
-    submitted_at: float | None = None
-    #: How long a stop lets the job run on (``stop_seconds``): a row whose note gives no end is read from
-    #: its writing, which a stop that billed the job to the end of that time came before.
-    stop_seconds: float = 0.0
 
     @classmethod
     def of(
-        cls,
-        entry: Any,
-        job: Mapping[str, Any],
-        *,
-        plan: Any,
-        instances: int,
-        keyed_by_name: bool,
-        submitted_at: datetime | None = None,
-        stop_seconds: float = 0.0,
+        cls, entry: Any, job: Mapping[str, Any], *, plan: Any, instances: int, keyed_by_name: bool
     ) -> DuplicateCheck:
         """The check of ``entry``, the bill of ``job`` under ``plan`` (a ``RemotePlan``)."""
         ident = plan.identity
@@ -78,8 +56,6 @@ class DuplicateCheck:
                 "map_index": int(ident.get("map_index", -1)),
             },
             keyed_by_name=keyed_by_name,
-            submitted_at=None if submitted_at is None else submitted_at.timestamp(),
-            stop_seconds=float(stop_seconds),
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -87,46 +63,7 @@ class DuplicateCheck:
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> DuplicateCheck:
-        # A check spooled by an earlier version lacks the fields added since: their defaults.
-        return cls(**{name: data[name] for name in cls.__dataclass_fields__ if name in data})
-
-
-def earliest_run_start(current: Any) -> datetime | None:
-    """The earliest the run of ``current`` (an ``AttemptState``'s running attempt) can have begun, else None.
-
-    Its submit; for a job an earlier try submitted and this try follows, the backend's creation of it (this
-    try's submit is its re-attach, after the run began). None where neither is known (an older state, a
-    followed job whose backend gave no creation time).
-    """
-    from costaware.core.series import parse_instant
-
-    if current is None:
-        return None
-    if current.followed is not None:
-        created = current.followed.get("created_at")
-        return parse_instant(created, name="created_at") if created else None
-    return parse_instant(current.submitted_at, name="submitted_at") if current.submitted_at else None
-
-
-def run_began_before(
-    row: Mapping[str, Any], moment: datetime, *, instances: int, stop_seconds: float = 0.0
-) -> bool:
-    """Whether the run the ledger ``row`` bills began before ``moment`` (a submit), less the clock skew.
-
-    Its start is its end less its billed hours per instance. The end is its note's, else its writing: a
-    stop that billed the job before it ended billed it ``stop_seconds`` past that writing (else its start
-    read that much early, and this run's own bill as an earlier run's). A row that bills no hours tells no
-    start: not before.
-    """
-    from costaware.training.remote import aware_utc, end_of_attempt_note
-
-    if row.get("unit") != "hour":
-        return False
-    ended = end_of_attempt_note(str(row.get("note") or ""))
-    if ended is None:
-        ended = aware_utc(row["incurred_at"]) + timedelta(seconds=stop_seconds)
-    began = ended - timedelta(hours=float(row["quantity"] or 0) / instances)
-    return began < aware_utc(moment) - SUBMIT_CLOCK_SKEW
+        return cls(**{name: data[name] for name in cls.__dataclass_fields__})
 
 
 def billed_already(ledger: Any, check: DuplicateCheck) -> Decimal | None:
@@ -227,25 +164,7 @@ def _same_run(check: DuplicateCheck, row: Mapping[str, Any]) -> bool:
     cleared task's new try resubmits the job under the same name, and that later run's bill is not this
     run's (dropped for it, the killed run went unbilled).
     """
-    return (
-        _started_before(check, row["incurred_at"])
-        and _row_run_started_before_stop(check, row)
-        and not _row_run_started_before_submit(check, row)
-    )
-
-
-def _row_run_started_before_submit(check: DuplicateCheck, row: Mapping[str, Any]) -> bool:
-    """Whether the run ``row`` bills began before this run's submit: an earlier run under the job's name.
-
-    A cleared task's new try submits its job under the name an earlier try's run had, and that run's bill
-    (its kill's, or one keyed ``ended=none`` where its backend lost it) may be written after this run
-    began: read as this run's, this run was never billed. SageMaker never reuses a name (and its managed
-    spot rows bill less than ran, which moves their start later, never earlier): its rows are this run.
-    """
-    if check.backend == "sagemaker" or check.submitted_at is None:
-        return False
-    submitted = datetime.fromtimestamp(check.submitted_at, tz=timezone.utc)
-    return run_began_before(row, submitted, instances=check.instances, stop_seconds=check.stop_seconds)
+    return _started_before(check, row["incurred_at"]) and _row_run_started_before_stop(check, row)
 
 
 def _same_time_run(check: DuplicateCheck, row: Mapping[str, Any]) -> bool:
@@ -261,7 +180,7 @@ def _same_time_run(check: DuplicateCheck, row: Mapping[str, Any]) -> bool:
 
     if check.ended_at is None:
         return True
-    if not _started_before(check, row["incurred_at"]) or _row_run_started_before_submit(check, row):
+    if not _started_before(check, row["incurred_at"]):
         return False
     return end_of_attempt_note(str(row.get("note") or "")) is None or _row_run_started_before_stop(check, row)
 
