@@ -237,7 +237,7 @@ def test_a_retry_written_as_a_settle_writes_the_same_entry_neither_deadlocks(
     import threading
     import time
 
-    from costaware.adapters.ledger import regrowth, reservations
+    from costaware.adapters.ledger import regrowth, reservation_settle
 
     if any_ledger.is_sqlite:
         pytest.skip("SQLite's one writer lock cannot deadlock: needs PostgreSQL's row locks")
@@ -246,7 +246,7 @@ def test_a_retry_written_as_a_settle_writes_the_same_entry_neither_deadlocks(
     other_worker = Ledger.from_url(any_ledger.engine.url.render_as_string(hide_password=False))
     bill = replace(_try_bill("5", 1), reservation_id=held.id)
     settle_has_the_entry = threading.Event()
-    insert_alone = reservations.insert_entry
+    insert_alone = reservation_settle.insert_entry
 
     def insert_then_wait_in_the_settle(conn: Any, entry: LedgerEntry) -> bool:
         new = insert_alone(conn, entry)
@@ -255,7 +255,7 @@ def test_a_retry_written_as_a_settle_writes_the_same_entry_neither_deadlocks(
             time.sleep(1.5)  # the regrowth takes its locks and queues for the entry meanwhile
         return new
 
-    monkeypatch.setattr(reservations, "insert_entry", insert_then_wait_in_the_settle)  # the settle's
+    monkeypatch.setattr(reservation_settle, "insert_entry", insert_then_wait_in_the_settle)  # the settle's
     monkeypatch.setattr(regrowth, "insert_entry", insert_then_wait_in_the_settle)
     failures: list[BaseException] = []
 

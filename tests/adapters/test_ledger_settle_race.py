@@ -16,7 +16,7 @@ import pytest
 from services import database_url
 
 from costaware import Ledger
-from costaware.adapters.ledger import reservation_rows, reservations
+from costaware.adapters.ledger import reservation_rows, reservation_settle, reservations
 from costaware.core.ledger import Kind, LedgerEntry
 
 HOLDER = "d/r1/train/-1"
@@ -68,7 +68,7 @@ def test_a_release_committed_while_a_settle_ran_ends_as_if_it_came_first(
     # status it had read, and the $5 budget went $3 past its cap without the ERROR a late settle gives.
     import time_machine
 
-    real_insert_entry = reservations.insert_entry
+    real_insert_entry = reservation_settle.insert_entry
     released: list[reservations.Released] = []
 
     def release_first(conn: Any, written: LedgerEntry) -> bool:
@@ -83,7 +83,7 @@ def test_a_release_committed_while_a_settle_ran_ends_as_if_it_came_first(
     ):
         pg_ledger.set_budget("project=churn", "month", "5")
         held = pg_ledger.reserve("project=churn", "4", holder=HOLDER)
-        monkeypatch.setattr(reservations, "insert_entry", release_first)
+        monkeypatch.setattr(reservation_settle, "insert_entry", release_first)
         settled = pg_ledger.settle(held.id, "4", entry=entry("4"))
 
         (release,) = released
