@@ -8,7 +8,8 @@ holder in scopes no budget shares cannot both make a hold. Each (reservation, bu
 
 A reservation row's primitives (read, lock, close, what was paid from it) are in :mod:`.reservation_rows`,
 the read-only questions (open holds, the one to settle) in :mod:`.reservation_queries`, ``settle`` and its
-warnings in :mod:`.reservation_settle`: every name is importable from here, where callers import it.
+warnings in :mod:`.reservation_settle`, ``release`` and ``release_hold`` in :mod:`.reservation_release`:
+every name is importable from here, where callers import it.
 """
 
 from __future__ import annotations
@@ -16,16 +17,14 @@ from __future__ import annotations
 import hashlib
 import logging
 import uuid
-from dataclasses import dataclass
 from datetime import datetime, timedelta
-from decimal import Decimal
 from typing import Any
 
-from sqlalchemy import Connection, FromClause, and_, func, select, text
+from sqlalchemy import Connection, and_, select
 
 from costaware.adapters.ledger import schema
 from costaware.adapters.ledger.audit import append_audit
-from costaware.adapters.ledger.budgets import applicable, budget_usage, held_in
+from costaware.adapters.ledger.budgets import applicable, budget_usage
 from costaware.adapters.ledger.engine import LedgerDatabase
 from costaware.adapters.ledger.reservation_queries import held_for as held_for
 from costaware.adapters.ledger.reservation_queries import hold_ends as hold_ends
@@ -35,6 +34,9 @@ from costaware.adapters.ledger.reservation_queries import open_holds as open_hol
 from costaware.adapters.ledger.reservation_queries import open_reservations as open_reservations
 from costaware.adapters.ledger.reservation_queries import paid_from as paid_from
 from costaware.adapters.ledger.reservation_queries import reservation_to_settle as reservation_to_settle
+from costaware.adapters.ledger.reservation_release import Released as Released
+from costaware.adapters.ledger.reservation_release import release as release
+from costaware.adapters.ledger.reservation_release import release_hold as release_hold
 from costaware.adapters.ledger.reservation_rows import HeldFor as HeldFor
 from costaware.adapters.ledger.reservation_rows import close as close
 from costaware.adapters.ledger.reservation_rows import close_holds as close_holds
@@ -46,22 +48,10 @@ from costaware.adapters.ledger.reservation_rows import paid_in as paid_in
 from costaware.adapters.ledger.reservation_rows import reservation as reservation
 from costaware.adapters.ledger.reservation_rows import unpaid as unpaid
 from costaware.adapters.ledger.reservation_settle import settle as settle
-from costaware.core.budgets import (
-    Budget,
-    PeriodWindow,
-    Scope,
-    check_cap,
-    is_run_key,
-    run_of_key,
-)
-from costaware.core.errors import (
-    BudgetExceededError,
-    BudgetNotFoundError,
-    ConfigurationError,
-    ReservationNotFoundError,
-)
+from costaware.core.budgets import Scope, check_cap
+from costaware.core.errors import BudgetExceededError, ConfigurationError, ReservationNotFoundError
 from costaware.core.ledger import Reservation, utcnow
-from costaware.core.money import format_usd_exact, from_micros, parse_gpu_hours, parse_usd, to_micros
+from costaware.core.money import format_usd_exact, parse_gpu_hours, parse_usd, to_micros
 
 log = logging.getLogger(__name__)
 
@@ -298,112 +288,6 @@ def extend(ledger: LedgerDatabase, reservation_id: str, until: datetime) -> Rese
     """
     with ledger.transaction() as conn:
         return _held_until(conn, reservation(conn, reservation_id), until, utcnow())
-
-
-def release(ledger: LedgerDatabase, reservation_id: str) -> Reservation:
-    """Give a reservation's money back unspent (the task was skipped or never ran)."""
-    return release_hold(ledger, reservation_id).reservation
-
-
-@dataclass(frozen=True)
-class Released:
-    """What one :func:`release_hold` did, read in the transaction that released the hold.
-
-    ``released_here``: this call closed it; False where it was closed already (settled, released, replaced
-    or expired, a moment before by another process too), which frees nothing. ``paid_usd``: what the
-    entries paid from it. ``freed_by_budget``: what each budget it counted in got back, by label (none
-    where it was not released here or not asked for; nothing in a budget where it had expired or was paid
-    in full there).
-    """
-
-    reservation: Reservation
-    released_here: bool
-    paid_usd: Decimal
-    freed_by_budget: dict[str, Decimal]
-
-
-def release_hold(ledger: LedgerDatabase, reservation_id: str, *, by_budget: bool = False) -> Released:
-    """Release ``reservation_id`` where it is still open (a compare-and-set), saying what that freed.
-
-    The figures are read in the release's own transaction, after the hold's row was set released: read
-    before it, in another, an entry paid from the hold in between was left out of them, and a hold another
-    process released a moment before was said released here. ``by_budget``: read ``freed_by_budget`` too
-    (left empty otherwise: a release that only frees must not fail on a budget that cannot be read).
-
-    Raises:
-        ReservationNotFoundError: the ledger holds no reservation ``reservation_id``.
-    """
-    r = schema.reservations
-    with ledger.transaction() as conn:
-        released_here = bool(
-            conn.execute(
-                r.update()
-                .where(r.c.id == reservation_id, r.c.status == "open")
-                .values(status="released", settled_at=utcnow(), settled_usd_micros=None)
-            ).rowcount
-        )
-        current = reservation(conn, reservation_id)
-        if not released_here:
-            return Released(current, False, Decimal(0), {})
-        paid_usd, freed = _paid_and_freed(conn, current, by_budget=by_budget, is_sqlite=ledger.is_sqlite)
-        close_holds(conn, reservation_id)  # the row is released already
-        return Released(current, True, paid_usd, freed)
-
-
-def _paid_and_freed(
-    conn: Connection, hold: Reservation, *, by_budget: bool, is_sqlite: bool
-) -> tuple[Decimal, dict[str, Decimal]]:
-    """What entries paid from ``hold``, and (``by_budget``) what releasing it gives each budget back.
-
-    Read in one statement: a record takes no lock the release waits for, so under PostgreSQL's READ
-    COMMITTED a payment committed between two reads was in one figure and not the other (a $4 hold read
-    $1 freed and $4 paid). Its holds must still count (closed after this): what each budget has reserved
-    in it is what the release gives that budget back, the hold less the entries of that budget's own scope
-    paid from it, nothing where it expired.
-    """
-    e = schema.entries
-    paid = (
-        select(func.coalesce(func.sum(e.c.usd_micros), 0))
-        .where(e.c.reservation_id == hold.id, e.c.estimated.is_(False))
-        .cte("paid")
-    )
-    counted = _budgets_counting(conn, hold, is_sqlite=is_sqlite) if by_budget else []
-    held = {
-        budget.label: held_in(budget_id, budget, window, now, only=hold.id).cte(f"held_{n}")
-        for n, (budget_id, budget, window, now) in enumerate(counted)
-    }
-    read_together: FromClause = paid
-    for cte in held.values():
-        read_together = read_together.join(cte, text("1 = 1"))
-    columns = [paid.c[0], *(cte.c[0] for cte in held.values())]
-    paid_micros, *held_micros = conn.execute(select(*columns).select_from(read_together)).one()
-    freed = {label: from_micros(micros) for label, micros in zip(held, held_micros, strict=True)}
-    return from_micros(paid_micros), freed
-
-
-def _budgets_counting(
-    conn: Connection, hold: Reservation, *, is_sqlite: bool
-) -> list[tuple[int, Budget, PeriodWindow, datetime]]:
-    """The budgets ``hold`` counts in now, each with its window and the instant it is read at.
-
-    Its per-run budgets are read for the run its holds are keyed by: read from the holder, a holder not
-    in Airflow's ``dag/run/task/map_index`` form (a trial run outside Airflow) named no run. A budget gone
-    since counts nothing.
-    """
-    h = schema.holds
-    keys = conn.execute(select(h.c.period_key).where(h.c.reservation_id == hold.id)).scalars().all()
-    run_keys = [key for key in keys if is_run_key(key)]
-    dag_id, run_id = run_of_key(run_keys[0]) if run_keys else (None, None)
-    now = utcnow()
-    try:
-        covering = applicable(conn, hold.scope, run_id, is_sqlite=is_sqlite, at=now, dag_id=dag_id)
-    except BudgetNotFoundError:
-        return []
-    return [
-        (budget_id, budget, window, now)
-        for budget_id, budget, window in covering
-        if budget.label in hold.budgets
-    ]
 
 
 def expire_stale(ledger: LedgerDatabase) -> int:
