@@ -2731,3 +2731,101 @@ def test_a_wait_that_outlives_its_try_does_not_keep_its_state_again_over_a_newer
     wait._wait_state_unkept = True
     assert wait.poll_tolerant(now + timedelta(seconds=20)) is None
     assert kept_in[where]["current"]["cap_stop"]["job_id"] == "j"
+
+
+@pytest.mark.parametrize("backend", ["batch", "kubernetes"])
+def test_a_stop_again_at_the_cap_survives_a_triggerer_restart(
+    monkeypatch: pytest.MonkeyPatch, backend: str
+) -> None:
+    # The stop again past the grace period was kept in memory only: a wait re-created after it (from its
+    # serialized kwargs and the kept wait state) billed the job gone later to the first stop's grace end,
+    # before it was last seen running, and its reason named only the first stop.
+    import importlib
+    from datetime import timedelta
+
+    from costaware.adapters.compute.base import JobState, JobStatus
+    from costaware.core.errors import JobNotFoundError
+    from costaware.training.attempt_effects import stop_seconds
+    from costaware.training.attempts import AttemptState
+
+    wait, listing, _state, submitted = _stop_by_poll_wait(monkeypatch, [], cap_seconds=600, backend=backend)
+    wait.poll_interval = 10
+    grace = stop_seconds(AttemptState.from_json(wait.state))
+    stopped_at = submitted + timedelta(seconds=600)
+    again_at = stopped_at + timedelta(seconds=grace + 10)
+    last_seen = again_at + timedelta(seconds=5)
+
+    def poll(job_id: str) -> JobStatus:
+        if now > last_seen:
+            raise JobNotFoundError(f"{backend} does not list job j")
+        ran = (now - submitted).total_seconds()
+        return JobStatus(job_id="j", state=JobState.RUNNING, market="spot", billable_seconds=ran)
+
+    listing.poll = poll  # type: ignore[method-assign]
+    for now in (stopped_at, again_at):
+        assert wait.poll_tolerant(now) is None
+    assert listing.stops == ["j", "j"]
+    classpath, kwargs = wait.serialize()
+    module_name, class_name = classpath.rsplit(".", 1)
+    rebuilt = getattr(importlib.import_module(module_name), class_name)(**kwargs)
+    rebuilt.task_instance = wait.task_instance
+    now = last_seen
+    assert rebuilt.poll_tolerant(now) is None
+    assert listing.stops == ["j", "j"]  # not stopped a third time: the stop again is known
+    event = None
+    now = last_seen + timedelta(seconds=10)
+    while event is None and now < last_seen + timedelta(seconds=3000):
+        event = rebuilt.poll_tolerant(now)
+        now += timedelta(seconds=rebuilt.next_poll_in())
+    assert event is not None, "never billed as gone"
+    gone_at = now - timedelta(seconds=rebuilt.next_poll_in())
+    end = min(gone_at, again_at + timedelta(seconds=grace))
+    assert event["job"]["ended_at"] == end.timestamp(), event["job"]["reason"]
+    assert event["job"]["billable_seconds"] == (end - submitted).total_seconds()
+    assert f", stopped again at {again_at.isoformat()}; " in event["job"]["reason"]
+
+
+def test_a_stop_owed_to_a_pod_listed_again_survives_a_triggerer_restart(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A pod gone (404) when its stop at the cap fell due got no SIGTERM; listed again (waiting), the stop
+    # it is owed was kept in memory only: a wait re-created before it was seen running let it run on to
+    # the grace period's end after a stop that never reached it.
+    import importlib
+    from datetime import timedelta
+
+    from airflow.sdk.execution_time.xcom import XCom
+
+    from costaware.adapters.compute.base import JobState, JobStatus
+    from costaware.core.errors import JobNotFoundError
+    from costaware.training.attempt_effects import stop_seconds
+    from costaware.training.attempts import AttemptState
+
+    found_at = STOP_BY_POLL_SUBMIT + timedelta(seconds=400)
+    job = {"job_id": "j", "state": "running", "market": "spot", "billable_seconds": 1190.0}
+    followed = {"job": job, "seen_at": found_at.isoformat()}
+    waiting = JobStatus(job_id="j", state=JobState.PENDING, market="spot", billable_seconds=1220.0)
+    running = JobStatus(job_id="j", state=JobState.RUNNING, market="spot", billable_seconds=1230.0)
+    wait, listing, _state, _ = _stop_by_poll_wait(
+        monkeypatch,
+        [JobNotFoundError("pod j not found"), waiting, running],
+        cap_seconds=1200,
+        followed=followed,
+        backend="kubernetes",
+    )
+    read_kept = XCom.get_one
+    monkeypatch.setattr(XCom, "get_one", lambda **where: (_ for _ in ()).throw(ConnectionError("down")))
+    first_gone = found_at + timedelta(seconds=30)
+    assert wait.poll_tolerant(first_gone) is None and listing.stops == []  # gone: nothing to send to
+    assert wait.poll_tolerant(first_gone + timedelta(seconds=20)) is None and listing.stops == []
+    assert wait.state["current"]["cap_stop"]["unsent"] is True
+
+    monkeypatch.setattr(XCom, "get_one", read_kept)
+    classpath, kwargs = wait.serialize()
+    module_name, class_name = classpath.rsplit(".", 1)
+    rebuilt = getattr(importlib.import_module(module_name), class_name)(**kwargs)
+    rebuilt.task_instance = wait.task_instance
+    assert stop_seconds(AttemptState.from_json(wait.state)) > 30  # still within its grace period
+    assert rebuilt.poll_tolerant(first_gone + timedelta(seconds=30)) is None
+    assert listing.stops == ["j"]  # seen running: sent the stop it was owed at once
+    assert "unsent" not in rebuilt.state["current"]["cap_stop"]

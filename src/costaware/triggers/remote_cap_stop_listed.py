@@ -59,6 +59,7 @@ class ListedCapStopping(CapStopping):
         if self._polled_after_cancel("stopped again"):
             return
         self._cap_stop_again_at, self._cap_stop_unsent = now, False
+        self._keep_cap_stop_again(now)
         if unsent:
             self.log.warning(
                 "job %s, gone when its stop at what was left of max_usd was recorded at %s (nothing was sent "

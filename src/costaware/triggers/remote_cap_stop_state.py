@@ -31,6 +31,7 @@ class CapStopKeeping(_TriggerBase):
     aws_conn_id: str | None
     _stopped_for_cap: str | None
     _cap_stopped_at: datetime | None
+    _cap_stop_again_at: datetime | None
     _cap_stop_seen: tuple[Any, datetime] | None
     _cap_stop_unsent: bool
     _kept_state_read_failures: int
@@ -53,10 +54,28 @@ class CapStopKeeping(_TriggerBase):
             return
         if not sent.get("unlisted") and "gone_at" not in sent:
             return
-        if "gone_at" in sent:
-            self._cap_stop_unsent = True
         listed = {name: value for name, value in sent.items() if name != "gone_at"}
+        if "gone_at" in sent:
+            # Kept too: a wait re-created before the job is seen running would wait out a grace period
+            # from a stop that sent nothing.
+            self._cap_stop_unsent = listed["unsent"] = True
         self.state = {**self.state, "current": {**current, CAP_STOP_KEY: {**listed, "unlisted": False}}}
+        self._keep_cap_stop()
+
+    def _keep_cap_stop_again(self, again_at: datetime) -> None:
+        """Keep the stop at the cap sent again at ``again_at`` with the first (blocking IO).
+
+        Kept in memory only, a wait re-created after it stopped the job a third time, billed it gone later
+        to the first stop's grace period's end (before it was last seen running) and named only that stop.
+        A stop sent at last (``unsent``) is no longer owed.
+        """
+        current = self.state.get("current") or {}
+        sent = current.get(CAP_STOP_KEY)
+        if not isinstance(sent, Mapping) or sent.get("job_id") != self.job_id:
+            return
+        again = {name: value for name, value in sent.items() if name != "unsent"}
+        again["again_at"] = again_at.isoformat()
+        self.state = {**self.state, "current": {**current, CAP_STOP_KEY: again}}
         self._keep_cap_stop()
 
     def _wait_state_xcom(self) -> dict[str, Any] | None:
@@ -200,6 +219,9 @@ class CapStopKeeping(_TriggerBase):
         self.state = {**self.state, "current": dict(kept_current)}
         self._stopped_for_cap = self.job_id
         self._cap_stopped_at = parse_instant(sent["sent_at"], name="sent_at")
+        if sent.get("again_at"):
+            self._cap_stop_again_at = parse_instant(sent["again_at"], name="again_at")
+        self._cap_stop_unsent = bool(sent.get("unsent"))
         if sent.get("job") and sent.get("seen_at"):
             self._cap_stop_seen = (
                 JobStatus.from_dict(sent["job"]),

@@ -15,6 +15,8 @@ WAIT_STATE_XCOM_KEY = "costaware_wait_state"
 WAIT_STATE_AWS_CONN_KEY = "aws_conn_id"
 #: The state's ``current`` key of a stop at the cap this wait sent: ``{"job_id", "sent_at"}``, with the
 #: job's ``job`` status and ``seen_at`` as last seen before it, and ``gone_at`` (its first 404) where the
-#: job was already gone (a deleted pod: nothing was sent). Kept (see ``_keep_cap_stop``) so that a
-#: wait re-created by a triggerer restart stops the job once and bills it to its grace period's end.
+#: job was already gone (a deleted pod: nothing was sent), ``unsent`` once such a job is listed again (its
+#: SIGTERM is owed), and ``again_at`` where it was stopped again past its grace period. Kept (see
+#: ``_keep_cap_stop``) so that a wait re-created by a triggerer restart stops the job once and bills it to
+#: its (latest) grace period's end.
 CAP_STOP_KEY = "cap_stop"
