@@ -13,7 +13,15 @@ CLOCKS = ("2026-11-24T00:30:00+00:00", "2026-07-15T13:05:00+00:00")
 # The cost ledger's modules that read ``utcnow`` to tell an open hold from an expired one (reserve, extend,
 # release, regrow, count): a test that moves the ledger's clock patches every one, or its holds read as
 # expired against the real clock. A module split out of these joins this list, not each test's own.
-HOLD_CLOCK_MODULES = ("reservations", "reservation_queries", "reservation_rows", "regrowth", "budgets")
+HOLD_CLOCK_MODULES = (
+    "reservations",
+    "reservation_queries",
+    "reservation_rows",
+    "reservation_settle",
+    "reservation_release",
+    "regrowth",
+    "budgets",
+)
 
 
 def hold_clock_modules() -> list[ModuleType]:
