@@ -12,7 +12,10 @@ import logging
 import re
 import signal
 import sys
+import threading
 import time
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 from decimal import Decimal
@@ -81,12 +84,65 @@ def replay(op: RemoteTrainingOperator, tmp: Path, traces: dict[str, list[bool]])
     return result, injector
 
 
+@contextmanager
+def started_once(injector: PreemptionInjector, ready: Callable[[], bool]) -> Iterator[PreemptionInjector]:
+    """Start ``injector``'s trace once ``ready()`` holds: its ticks count from the run it is to preempt.
+
+    Started at the submit instead, the trace ran while a loaded machine was still starting the job (seconds
+    of interpreter start-up): the drop found nothing running, so the run it was meant to end ran on.
+    """
+    leave, started = threading.Event(), threading.Event()
+
+    def start_when_ready() -> None:
+        while not leave.is_set():
+            if ready():
+                injector.start()
+                started.set()
+                return
+            leave.wait(0.02)
+
+    gate = threading.Thread(target=start_when_ready, name="replay-gate", daemon=True)
+    gate.start()
+    try:
+        yield injector
+    finally:
+        leave.set()
+        gate.join()
+        if started.is_set():
+            injector.stop()
+
+
+def spot_running_in(backend: LocalBackend, zone: str) -> Callable[[], bool]:
+    """Whether a spot job of ``backend`` runs in ``zone`` now (what a drop there signals)."""
+
+    def running() -> bool:
+        folders = [path.name for path in backend.root.glob("*") if (path / "started").exists()]
+        statuses = [backend.poll(folder) for folder in folders]
+        return any(
+            (s.market, s.availability_zone, s.state) == ("spot", zone, JobState.RUNNING) for s in statuses
+        )
+
+    return running
+
+
+def replay_from_first_run(
+    op: RemoteTrainingOperator, tmp: Path, traces: dict[str, list[bool]], zone: str
+) -> tuple[Any, Any]:
+    """:func:`replay` with the traces started once the first spot job runs in ``zone``."""
+    backend = LocalBackend(**op.backend_options)  # type: ignore[arg-type]
+    injector = PreemptionInjector(backend, traces, tick_seconds=TICK, signals=(signal.SIGKILL,))
+    with started_once(injector, spot_running_in(backend, zone)):
+        result, _ = drive(op, context_for())
+    return result, injector
+
+
 @pytest.mark.slow
 def test_a_preempted_attempt_moves_to_the_zone_with_capacity(tmp_path: Path, ledger: Any) -> None:
-    # Zone a has capacity for 3 ticks (1.5 s, less than the 6 s of training), then none for long; b always.
+    # Zone a has capacity for 3 ticks of its first run (1.5 s, less than the 6 s of training), then none for
+    # long; b always.
     traces = {"us-west-2a": [True] * 3 + [False] * 400, "us-west-2b": [True] * 403}
     op = operator(tmp_path, availability_zones=["us-west-2a", "us-west-2b"], restart_overhead_minutes=0)
-    result, injector = replay(op, tmp_path, traces)
+    result, injector = replay_from_first_run(op, tmp_path, traces, "us-west-2a")
 
     zones = [(a["market"], a["zone"], a["cause"]) for a in result["attempts"]]
     assert zones[0] == ("spot", "us-west-2a", "preemption")
@@ -103,7 +159,7 @@ def test_a_move_to_another_region_records_its_egress_once(tmp_path: Path, ledger
     # The zone choice weighed the data and checkpoint a move transfers; the ledger never billed it.
     traces = {"us-west-2a": [True] * 3 + [False] * 400, "us-east-1a": [True] * 403}
     op = operator(tmp_path, availability_zones=["us-west-2a", "us-east-1a"], restart_overhead_minutes=0)
-    result, _ = replay(op, tmp_path, traces)
+    result, _ = replay_from_first_run(op, tmp_path, traces, "us-west-2a")
     assert [a["zone"] for a in result["attempts"]][-1] == "us-east-1a"
     moves = [e for e in ledger.entries() if e["cause"] == "zone_move"]
     (move,) = moves
@@ -269,10 +325,10 @@ def test_the_guard_sends_a_churning_training_to_on_demand(tmp_path: Path) -> Non
 
 @pytest.mark.slow
 def test_the_guard_keeps_spot_for_a_command_that_saves_on_each_notice(tmp_path: Path) -> None:
-    # Capacity for 3 ticks of 1 s, then a SIGTERM, twice. The command has no timed checkpoints, so by their
-    # length both runs kept nothing. But it saves on the notice: the step pushed after each run is newer
-    # than the one it restored, the guard sees work kept, and the third attempt stays on spot (it went to
-    # on-demand when the guard judged by length alone).
+    # Capacity for 3 ticks of 1 s of a run, then a SIGTERM, twice. The command has no timed checkpoints, so
+    # by their length both runs kept nothing. But it saves on the notice: the step pushed after each run is
+    # newer than the one it restored, the guard sees work kept, and the third attempt stays on spot (it went
+    # to on-demand when the guard judged by length alone).
     options = {"root": str(tmp_path / "jobs"), "capacity_file": str(tmp_path / "capacity-{zone}")}
     options["env"] = {"OWN_TRAIN_LOG": str(tmp_path / "seen.jsonl")}
     op = RemoteTrainingOperator(
@@ -288,10 +344,20 @@ def test_the_guard_keeps_spot_for_a_command_that_saves_on_each_notice(tmp_path: 
         max_attempts=20,
         poll_interval=0.1,
     )
-    trace = ([True] * 3 + [False]) * 2 + [True] * 120
-    with PreemptionInjector(
-        LocalBackend(**options), {"us-west-2a": trace}, tick_seconds=1.0, signals=(signal.SIGTERM,)
-    ):
+    seen = tmp_path / "seen.jsonl"
+
+    def notices(run: int) -> AbstractContextManager[PreemptionInjector]:
+        # Each run's ticks count from its command's start (its line in seen.jsonl): a second run a loaded
+        # machine started after the drop meant for it was never noticed and ended in success.
+        injector = PreemptionInjector(
+            LocalBackend(**options),
+            {"us-west-2a": [True] * 3 + [False, True]},
+            tick_seconds=1.0,
+            signals=(signal.SIGTERM,),
+        )
+        return started_once(injector, lambda: seen.exists() and len(seen.read_text().splitlines()) >= run)
+
+    with notices(1), notices(2):
         result, _ = drive(op, context_for())
     attempts = result["attempts"]
     assert [(a["market"], a["cause"]) for a in attempts] == [
