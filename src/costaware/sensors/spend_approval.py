@@ -108,7 +108,7 @@ def approval_body(
     ``cannot_answer`` maps approvers who cannot answer to why (no user, may only read): they are named apart,
     not under "Who may answer", where they read as people the request waits for.
     """
-    from costaware.core.money import format_usd_exact
+    from costaware.core.money import format_gpu_hours, format_usd_exact
 
     need = Decimal(str(needed_usd))
     gpu_need = Decimal(str(needed_gpu_hours or 0))
@@ -120,13 +120,14 @@ def approval_body(
         ]
         if b.gpu_hours is not None:
             committed, cap = b.gpu_hours
-            figures.append(f"- GPU-hours spent and reserved: {committed} of a {cap} GPU-hour cap")
+            said = f"{format_gpu_hours(committed)} of a {format_gpu_hours(cap)} GPU-hour cap"
+            figures.append(f"- GPU-hours spent and reserved: {said}")
         if b.forecast_usd is not None:
             with_request = format_usd_exact(b.forecast_usd + need)
             figures.append(f"- forecast at the end of the period, with this request: {with_request}")
         blocks += [f"Budget {markdown_literal(b.name)}", "\n".join(figures)]
     asked = f"Task {markdown_literal(task)} needs an estimated {format_usd_exact(need)}" + (
-        f" and {gpu_need} GPU-hours" if gpu_need else ""
+        f" and {format_gpu_hours(gpu_need)} GPU-hours" if gpu_need else ""
     )
     cannot_answer = cannot_answer or {}
     answering = [a for a in approvers if a not in cannot_answer]
