@@ -1562,3 +1562,69 @@ def test_a_decision_reading_past_two_weeks_keeps_the_import_of_a_zone_without_a_
     recorded = range(max(0, first_hour), first_hour + 30)
     assert [waits[i] for i in recorded] == [100 + 7 * ((i - first_hour) % 5) for i in recorded]
     assert waits[:48] == hourly_series(weighed, start, 48)
+
+
+@pytest.mark.parametrize("zone", ["GB", "PL"])
+@pytest.mark.parametrize("first_hour", [-1, 3, 15 * 24 + 3], ids=["covering", "starting-after", "on-day-15"])
+@pytest.mark.parametrize("days", [1, 16, 40])
+def test_a_decision_saying_where_its_hours_end_reads_them_as_a_years_fill_does(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, zone: str, first_hour: int, days: int
+) -> None:
+    # The import was followed a year whatever the decision read (8,800 points for a 24-hour window): each
+    # of the scheduler's timetable decisions and each poke paid 0.06-0.18 s for it.
+    from costaware.adapters.spot_market import carbon_intensity
+    from costaware.core.carbon import Objective
+    from costaware.core.spot_forecast import hourly_series
+
+    start = datetime(2026, 11, 21, 22, tzinfo=timezone.utc)
+    first = start + timedelta(hours=first_hour)
+    rows = [f"{first + timedelta(hours=i):%Y-%m-%dT%H:%M:%SZ},{100 + 7 * (i % 5)}\n" for i in range(30)]
+    imported = tmp_path / f"{zone}.csv"
+    imported.write_text("timestamp_utc,g_co2eq_per_kwh_lca\n" + "".join(rows))
+    assert main(["carbon", "import", str(imported), "--zone", zone]) == 0
+    capsys.readouterr()
+    until = start + timedelta(days=days)
+    year = carbon_intensity(zone, region=None, objective=Objective("carbon"), at=start)
+    read = carbon_intensity(zone, region=None, objective=Objective("carbon"), at=start, until=until)
+    assert year is not None and read is not None
+    assert hourly_series(read, start, days * 24) == hourly_series(year, start, days * 24)
+    if first_hour < 24:  # followed as far as the decision reads, two weeks at least, not a year
+        assert len(read.points) < len(year.points)
+        assert read.last < max(until, start + timedelta(days=14))
+
+
+def test_a_decision_reading_a_day_reads_a_zones_import_a_month_ahead_as_before_the_years_fill(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    # Followed a year, an import of a zone with no typical year starting 14-366 days ahead was read as the
+    # lead before it: its profile in clock hours, so a decision at 03:30 read 96.5 (half of 03:00's 97, half
+    # of 04:00's 96) where it read the newest import's profile at each hour's start (97.0) before, though
+    # a day read none of its hours. Saying where its hours end, it reads them as before.
+    from costaware.adapters.carbon_data import load_carbon
+    from costaware.adapters.spot_market import carbon_intensity
+    from costaware.core.carbon import Objective
+    from costaware.core.spot_forecast import hourly_series
+
+    at = datetime(2026, 11, 21, 3, 30, tzinfo=timezone.utc)
+    first = datetime(2026, 12, 21, tzinfo=timezone.utc)
+    rows = [f"{first + timedelta(hours=i):%Y-%m-%dT%H:%M:%SZ},{100 - i % 24}\n" for i in range(48)]
+    imported = tmp_path / "pl.csv"
+    imported.write_text("timestamp_utc,g_co2eq_per_kwh_lca\n" + "".join(rows))
+    assert main(["carbon", "import", str(imported), "--zone", "PL"]) == 0
+    capsys.readouterr()
+    read = carbon_intensity(
+        "PL", region=None, objective=Objective("carbon"), at=at, until=at + timedelta(days=1)
+    )
+    assert read is not None
+    waits = hourly_series(read, at, 24)
+    assert waits == hourly_series(load_carbon(str(imported)), at, 24)
+    assert waits[:2] == [97.0, 96.0]
+    # Passing no end, a year is read: the lead as 7a169814 left it; reaching the file, its hours.
+    year = carbon_intensity("PL", region=None, objective=Objective("carbon"), at=at)
+    assert year is not None
+    assert hourly_series(year, at, 2) == [96.5, 95.5]
+    month = carbon_intensity(
+        "PL", region=None, objective=Objective("carbon"), at=at, until=first + timedelta(days=1)
+    )
+    assert month is not None
+    assert hourly_series(month, first, 3) == [100.0, 99.0, 98.0]

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import io
 from datetime import datetime, timedelta, timezone
 from decimal import Decimal
 from pathlib import Path
@@ -267,3 +269,51 @@ def test_a_grid_zone_written_out_as_not_given_is_read_at_parse_as_the_run_reads_
     assert make_sensor(tmp_path, objective="carbon", carbon=written, region="us-west-1").carbon == written
     with pytest.raises(ConfigurationError, match="region 'us-east-1' has no known grid zone: pass carbon="):
         make_sensor(tmp_path, objective="carbon", carbon=written)
+
+
+@pytest.mark.parametrize("deadline_hours", [10, 16 * 24], ids=["hours-ahead", "past-two-weeks"])
+def test_the_sensor_follows_an_import_as_far_as_its_decision_reads_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, deadline_hours: int
+) -> None:
+    # Each plan and each poke read a year of the import (8,800 points, 0.06-0.18 s) to value the starts up
+    # to a deadline hours away. Followed as far as the starts and the run read, they are valued alike.
+    import costaware.sensors.spot_window_market as market
+    from costaware.adapters.spot_market import intensity_of_run
+    from costaware.cli import main
+
+    monkeypatch.setenv("AIRFLOW_HOME", str(tmp_path / "airflow"))
+    at = now()
+    hour = at.replace(minute=0, second=0)
+    imported = tmp_path / "gb.csv"
+    rows = [f"{hour + timedelta(hours=h):%Y-%m-%dT%H:%M:%SZ},{100 + 50 * (h % 7)}\n" for h in range(-24, 48)]
+    imported.write_text("timestamp_utc,g_co2eq_per_kwh_lca\n" + "".join(rows))
+    with contextlib.redirect_stdout(io.StringIO()):
+        assert main(["carbon", "import", str(imported), "--zone", "GB"]) == 0
+    sensor = make_sensor(
+        tmp_path,
+        objective="carbon",
+        carbon="GB",
+        expected_runtime_hours=3,
+        deadline=(at + timedelta(hours=deadline_hours)).isoformat(),
+    )
+    read = market.carbon_intensity
+    reads: list[tuple[datetime | None, Any]] = []
+
+    def reading(*args: Any, **kwargs: Any) -> Any:
+        reads.append((kwargs.get("until"), read(*args, **kwargs)))
+        return reads[-1][1]
+
+    def a_year_of_it(*args: Any, until: datetime | None = None, **kwargs: Any) -> Any:
+        return reading(*args, **kwargs)
+
+    monkeypatch.setattr(market, "carbon_intensity", reading)
+    plan = sensor._plan({"run_id": "manual__horizon"}, at)
+    decision = sensor._decide_now(plan, at)
+    assert len(plan["forecast_starts"]) > deadline_hours - 10
+    assert [until is not None and len(series.points) < 24 * 300 for until, series in reads] == [True, True]
+    monkeypatch.setattr(market, "carbon_intensity", a_year_of_it)
+    assert sensor._plan({"run_id": "manual__horizon"}, at) == plan
+    assert sensor._decide_now(plan, at) == decision
+    assert [len(series.points) > 24 * 365 for _, series in reads[2:]] == [True, True]
+    now_read, now_year = (intensity_of_run(reads[i][1], at, 3) for i in (1, 3))
+    assert now_read is not None and now_read == now_year

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Any
 
 import pendulum
 import pytest
@@ -327,3 +328,40 @@ def test_a_file_the_scheduler_cannot_read_starts_the_run_when_its_window_opens(
     assert info is not None and info.data_interval is not None
     assert info.run_after == info.data_interval.start == pendulum.datetime(2025, 6, 11, tz="UTC")
     assert "cannot rank the hours of the window" in caplog.text and str(csv) in caplog.text
+
+
+def test_the_timetable_follows_an_import_as_far_as_its_window(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The scheduler asks the timetable for each next run: each decision read a year of the import (8,800
+    # points, 0.06-0.18 s) to rank a window's hours. Followed as far as the window, the same hour is chosen.
+    from datetime import datetime, timezone
+
+    import costaware.adapters.spot_market as market
+    from costaware.cli import main
+
+    fixture = tmp_path / "GB_2026-11-20.csv"  # cleanest at 13:00, where the bundled year's is at night
+    rows = [f"2026-11-20T{h:02d}:00:00Z,{50 if h == 13 else 300}" for h in range(24)]
+    fixture.write_text("timestamp_utc,g_co2eq_per_kwh_lca\n" + "\n".join(rows) + "\n")
+    monkeypatch.setenv("AIRFLOW_HOME", str(tmp_path / "airflow"))
+    assert main(["carbon", "import", str(fixture), "--zone", "GB"]) == 0
+    read = market.carbon_intensity
+    reads: list[tuple[datetime | None, bool]] = []
+
+    def reading(*args: Any, **kwargs: Any) -> Any:
+        series = read(*args, **kwargs)
+        reads.append((kwargs.get("until"), len(series.points) < 15 * 24))  # the window, two weeks at least
+        return series
+
+    def start() -> pendulum.DateTime:
+        tt = OffPeakTimetable(["06:00-18:00"], timezone="UTC", run_hours=1, objective="carbon", carbon="GB")
+        earliest = pendulum.parse("2026-11-20T00:00:00Z")
+        restriction = TimeRestriction(earliest=earliest, latest=None, catchup=True)  # type: ignore[arg-type]
+        info = tt.next_dagrun_info(last_automated_data_interval=None, restriction=restriction)
+        assert info is not None
+        return info.run_after
+
+    year = start()
+    monkeypatch.setattr(market, "carbon_intensity", reading)
+    assert start() == year == pendulum.parse("2026-11-20T13:00:00Z")
+    assert reads == [(datetime(2026, 11, 20, 18, tzinfo=timezone.utc), True)]

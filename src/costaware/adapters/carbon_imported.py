@@ -23,47 +23,79 @@ def imported_zones() -> list[str]:
     return sorted(RecordedCarbon(bundled=False).files)
 
 
-def imported_carbon(zone: str, at: datetime) -> PriceSeries | None:
+def imported_carbon(zone: str, at: datetime, *, until: datetime | None = None) -> PriceSeries | None:
     """The imported series of ``zone`` a decision at ``at`` weighs, or None: the bundled typical year's.
 
     The newest imported file that covers ``at`` (a current record, or a forecast written as one); for a
     zone with no bundled year, its newest imported file whatever it covers. Decisions read the bundled year
-    alone before, whatever was imported, while the ledger's emissions read the import.
+    alone before, whatever was imported, while the ledger's emissions read the import. ``until``: where
+    the hours the decision reads end (:func:`weighed_import`).
     """
-    return weighed_import(RecordedCarbon(bundled=False).zone_files(zone), zone, at)
+    return weighed_import(RecordedCarbon(bundled=False).zone_files(zone), zone, at, until=until)
 
 
-def weighed_import(series: Sequence[PriceSeries], zone: str, at: datetime) -> PriceSeries | None:
+def weighed_import(
+    series: Sequence[PriceSeries], zone: str, at: datetime, *, until: datetime | None = None
+) -> PriceSeries | None:
     """Of a zone's recorded ``series``, what a decision at ``at`` weighs (:func:`imported_carbon`), or None.
 
     The newest that covers ``at``, followed by the bundled typical year, or for a zone with none by what the
-    waits read past a short file (:func:`then_profile`). Where none covers ``at``, the first to start within
-    :data:`FILLED_AHEAD` after it, with the typical year (or its profile) before it (:func:`_ahead_of`): an
-    imported forecast of tomorrow was passed over for the typical year until its first hour came.
+    waits read past a short file (:func:`then_profile`). Where none covers ``at``, the first to start
+    before the fill ends (:func:`_fill_end`), with the typical year (or its profile) before it
+    (:func:`_ahead_of`): an imported forecast of tomorrow was passed over for the typical year until its
+    first hour came.
+
+    Args:
+        series: The zone's imported series.
+        zone: Their grid zone.
+        at: When the decision's hours begin.
+        until: Where they end (the last start plus the run, a window's close); None: a year on, as
+            :data:`FILLED_AHEAD`. A window of hours was followed a year, 8,800 points for 24 read.
     """
     if not series:
         return None
     at = _utc(at, "at")
+    end = _fill_end(at, None if until is None else _utc(until, "until"))
     bundled = zone in bundled_zones()
     covering = [s for s in series if s.start <= at < recorded_end(s)]
     if not covering:
-        ahead = [s for s in series if at < s.start < at + FILLED_AHEAD]
+        ahead = [s for s in series if at < s.start < end]
         if ahead:
             first = min(s.start for s in ahead)
-            found = _ahead_of(max((s for s in ahead if s.start == first), key=lambda s: s.last), zone, at)
+            chosen = max((s for s in ahead if s.start == first), key=lambda s: s.last)
+            found = _ahead_of(chosen, zone, at, until=end)
             if found is not None:
                 return found
         return None if bundled else max(series, key=lambda s: s.last)
     newest = max(covering, key=lambda s: s.last)
     if bundled:
-        return then_typical_year(newest, zone, until=at + FILLED_AHEAD)
-    return then_profile(newest, until=at + FILLED_AHEAD)
+        return then_typical_year(newest, zone, until=end)
+    return then_profile(newest, until=end)
 
 
-#: How far past a decision's hour its import is followed (and how far ahead one may start): a year, so that
-#: ``hourly_series`` reads the weighed series as a year of records past it too (the same date and hour).
-#: Two weeks of it, read further, were a short series: every hour got their fitted profile, imported ones too.
+#: How far past a decision's hour its import is followed (and how far ahead one may start) where the
+#: decision does not say how far it reads: a year, so that ``hourly_series`` reads the weighed series as a
+#: year of records past it too (the same date and hour). Two weeks of it, read further, were a short series:
+#: every hour got their fitted profile, imported ones too.
 FILLED_AHEAD = timedelta(days=366)
+
+#: How far it is followed at least, whatever the decision reads: an import starting within two weeks is read
+#: from its start, and a decision reading up to two weeks reads what it did before the fill grew to a year (a
+#: zone with no typical year then read a file 14-366 days ahead as the lead before it, its profile as
+#: clock-hour means, not as its profile at each hour's start: 85.0 became 84.5 at 03:30).
+FILLED_AT_LEAST = timedelta(days=14)
+
+
+def _fill_end(at: datetime, until: datetime | None) -> datetime:
+    """Where a decision's import is followed to, and before which one read from its start must start.
+
+    ``until``, two weeks on at least (:data:`FILLED_AT_LEAST`); a year (:data:`FILLED_AHEAD`) where the
+    decision does not say. ``hourly_series`` reads the series as records up to ``until``: an import holds a
+    record at least every hour, and the fill one each hour, so the last is at most an hour before it.
+    """
+    if until is None:
+        return at + FILLED_AHEAD
+    return max(until, at + FILLED_AT_LEAST)
 
 
 def then_typical_year(
@@ -131,13 +163,13 @@ def then_profile(recorded: PriceSeries, *, until: datetime) -> PriceSeries:
     )
 
 
-def _ahead_of(recorded: PriceSeries, zone: str, at: datetime) -> PriceSeries | None:
+def _ahead_of(recorded: PriceSeries, zone: str, at: datetime, *, until: datetime) -> PriceSeries | None:
     """``recorded``, starting after ``at``, preceded from ``at``'s clock hour as an hour it does not cover.
 
     Before it, the bundled year at the same dates and hours, or for a zone with none the file's hour-of-day
     profile (what the waits read of an hour before a file); after it, as :func:`weighed_import` follows a
-    covering file. The hour it starts inside is its lead's up to its start, as ``costaware carbon show``
-    reads it. None where the bundled year has no hour for the lead.
+    covering file, to ``until``. The hour it starts inside is its lead's up to its start, as ``costaware
+    carbon show`` reads it. None where the bundled year has no hour for the lead.
     """
     from costaware.core.spot_forecast import hourly_series
 
@@ -151,12 +183,12 @@ def _ahead_of(recorded: PriceSeries, zone: str, at: datetime) -> PriceSeries | N
             if value is None:
                 return None
             lead.append((lead_hour, value))
-        followed = then_typical_year(recorded, zone, until=at + FILLED_AHEAD)
+        followed = then_typical_year(recorded, zone, until=until)
         before = "the typical year"
     else:
         profile = hourly_series(recorded, hour, len(lead_hours))
         lead = [(lead_hour, Decimal(repr(v))) for lead_hour, v in zip(lead_hours, profile, strict=True)]
-        followed = then_profile(recorded, until=at + FILLED_AHEAD)
+        followed = then_profile(recorded, until=until)
         before = "its profile"
     points = lead + followed.points
     return PriceSeries(

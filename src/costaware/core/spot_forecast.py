@@ -165,6 +165,15 @@ def run_hours(runtime_hours: Decimal | float) -> float:
     return max(float(runtime_hours), 1 / 60)
 
 
+def read_until(last_start: datetime, runtime_hours: Decimal | float) -> datetime:
+    """Where the hours valued for runs starting up to ``last_start`` end: what an intensity must cover.
+
+    :func:`objective_starts` and :func:`intensity_from` read ``ceil(run_hours)`` whole hours from each start;
+    ``carbon_intensity(until=...)`` follows an import that far, not a year.
+    """
+    return last_start + timedelta(hours=ceil(run_hours(runtime_hours)))
+
+
 def run_mean(hourly: Sequence[float], offset_hours: float, hours: float) -> float:
     """The mean of ``hourly`` (one value an hour) over ``[offset_hours, offset_hours + hours)`` of its hours.
 

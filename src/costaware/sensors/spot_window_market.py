@@ -18,6 +18,7 @@ from costaware.core.carbon import Objective
 from costaware.core.errors import ConfigurationError
 from costaware.core.given import blank
 from costaware.core.series import parse_instant
+from costaware.core.spot_forecast import read_until
 from costaware.core.spot_window import Observation, SpotDecision, decide_on_objective, wants_observation
 from costaware.operators.rendered_values import parse_zones
 from costaware.sensors.spot_window_run import try_number
@@ -88,7 +89,13 @@ class SpotWindowMarket(BaseSensorOperator):
             runtime_hours=runtime,
             history_days=self.history_days,
             objective=objective,
-            intensity=carbon_intensity(carbon.get("carbon"), region=self.region, objective=objective, at=now),
+            intensity=carbon_intensity(
+                carbon.get("carbon"),
+                region=self.region,
+                objective=objective,
+                at=now,
+                until=read_until(latest_start, runtime),
+            ),
             power_kw=float(carbon.get("power_kw", 0.0)),
         )
 
@@ -100,7 +107,14 @@ class SpotWindowMarket(BaseSensorOperator):
         if wants_observation(now, latest_start=latest_start, not_before=not_before):
             observation = observe_market(now=now, on_demand_usd_per_hour=on_demand, **self._observe_kwargs())
         objective = _objective(plan)
-        intensity = carbon_intensity(plan.get("carbon"), region=self.region, objective=objective, at=now)
+        runtime = Decimal(plan["runtime_hours"])
+        intensity = carbon_intensity(
+            plan.get("carbon"),
+            region=self.region,
+            objective=objective,
+            at=now,
+            until=read_until(now, runtime),
+        )
         return decide_on_objective(
             now=now,
             observation=observation,
@@ -113,8 +127,8 @@ class SpotWindowMarket(BaseSensorOperator):
             not_before=not_before,
             objective=objective,
             power_kw=float(plan.get("power_kw", 0.0)),
-            g_co2e_per_kwh=intensity_of_run(intensity, now, Decimal(plan["runtime_hours"])),
-            runtime_hours=Decimal(plan["runtime_hours"]),
+            g_co2e_per_kwh=intensity_of_run(intensity, now, runtime),
+            runtime_hours=runtime,
         )
 
     def _zones(self) -> list[str] | None:
