@@ -53,21 +53,24 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
-from datetime import UTC, datetime
 from pathlib import Path
 
 from costaware_runtime import _files
-from costaware_runtime._marker import CommittedFile, Marker, parse_marker, read_marker, write_marker
+from costaware_runtime._latest_pointer import POINTER_TRIES as POINTER_TRIES
+from costaware_runtime._latest_pointer import LatestPointer, _dumps, _pointer
+from costaware_runtime._marker import CommittedFile, Marker, read_marker, write_marker
+from costaware_runtime._marker import parse_marker as parse_marker
 from costaware_runtime._step_folders import _STEP_FOLDER, newest_unpointed
 from costaware_runtime._step_folders import clear as clear
 from costaware_runtime.contract import CHECKPOINT_MARKER, LATEST_NAME, ORIGIN_NAME
 from costaware_runtime.errors import CheckpointChangedError, ContractError, StoreError
 from costaware_runtime.stores import LocalStore as LocalStore
-from costaware_runtime.stores import check_key, open_store
+from costaware_runtime.stores import check_key as check_key
 from costaware_runtime.stores import names_no_file_path as names_no_file_path
+from costaware_runtime.stores import open_store
 
 # Names imported 'as' themselves were used here before clear() and the step folders' reading moved to
-# _step_folders: a job's code may still import them from here.
+# _step_folders, and LATEST.json's to _latest_pointer: a job's code may still import them from here.
 
 log = logging.getLogger(__name__)
 
@@ -77,11 +80,9 @@ STALE_FOLDER_SECONDS = 6 * 3600.0
 #: How long an unfinished upload (an S3 multipart upload) under ``step-`` must have received no part (nor
 #: begun) to be aborted.
 STALE_UPLOAD_SECONDS = 15 * 60.0
-#: How often a push reads ``LATEST.json`` again when another writer replaced it between its read and write.
-POINTER_TRIES = 5
 
 
-class CheckpointSync:
+class CheckpointSync(LatestPointer):
     """Keeps the remote checkpoint at ``uri`` in step with the local folder ``directory``.
 
     Args:
@@ -130,29 +131,6 @@ class CheckpointSync:
     def progressed(self, moved: int = 0) -> None:
         """Note that a transfer moved ``moved`` bytes (or a store request was answered) now; any thread."""
         self.progressed_at = time.monotonic()
-
-    def remote_latest(self) -> tuple[Marker, str] | None:
-        """The remote's latest complete checkpoint and its prefix, or None when it has none.
-
-        Raises:
-            StoreError: ``LATEST.json`` cannot be read or is not one this runtime wrote.
-        """
-        raw = self.store.read(LATEST_NAME)
-        self.progressed()
-        return None if raw is None else self._parse_latest(raw)
-
-    def _parse_latest(self, raw: bytes) -> tuple[Marker, str]:
-        where = self.store.url(LATEST_NAME)
-        try:
-            marker = parse_marker(raw, where)
-            prefix = check_key(str(json.loads(raw)["prefix"]).rstrip("/"))
-        except (ContractError, KeyError) as e:
-            raise StoreError(
-                f"{where} is damaged ({e}): restore it, or start over with "
-                f"costaware_runtime.clear_checkpoints({self.store.location()!r}) (deleting {LATEST_NAME} "
-                "alone resumes the newest whole step folder)"
-            ) from e
-        return marker, prefix
 
     def restore(self) -> int | None:
         """Bring the remote's latest checkpoint into the local folder; returns the local step (or None).
@@ -362,66 +340,6 @@ class CheckpointSync:
         self.progressed()
         return self._point_latest(marker.step, _pointer(marker, prefix))
 
-    def _repoint(self, marker: Marker, prefix: str, latest: tuple[Marker, str] | None) -> tuple[Marker, str]:
-        """Say why the complete folder ``prefix``, which ``LATEST.json`` does not name, is resumed from.
-
-        Then point ``LATEST.json`` at it, as its writer would have: the provider reads the step from there,
-        and a push of this same checkpoint would upload it again. A failure only warns: the next push does.
-        Returns the checkpoint to resume from: this one, or a later one another writer pointed at meanwhile.
-        """
-        pointer = self.store.url(LATEST_NAME)
-        if latest:
-            # Its writer pushed the whole step and was stopped before it moved the pointer.
-            why = (
-                f"newer than step {latest[0].step} that {pointer} names: its writer pushed the whole step "
-                f"and was stopped before it moved {LATEST_NAME} to it"
-            )
-        else:  # never written, or deleted (by hand, to start over: clear_checkpoints deletes the folders too)
-            why = (
-                f"{pointer} is missing; to start over instead, stop every writer and call "
-                "costaware_runtime.clear_checkpoints on the location"
-            )
-        log.warning(
-            "resuming from checkpoint step %s in %s, whole (its marker lists every file, each there), %s",
-            marker.step,
-            self.store.url(prefix),
-            why,
-        )
-        try:
-            ahead = self._point_latest(marker.step, _pointer(marker, prefix))
-        except StoreError as e:
-            log.warning("could not point %s at step %s (%s): the next push does", LATEST_NAME, marker.step, e)
-            return marker, prefix
-        if ahead is not None:  # another writer moved it past this step since it was read: that one
-            self.synced = ahead[0].identity
-            return ahead
-        self.synced = marker.identity
-        return marker, prefix
-
-    def _point_latest(self, step: int, pointer: bytes) -> tuple[Marker, str] | None:
-        """Write ``pointer`` as ``LATEST.json`` unless it names a step later than ``step`` (then returned).
-
-        Read just before the write, and written only if unchanged since (see :meth:`Store.put_bytes_if`): a
-        leftover writer pushing step 101 after the next attempt pushed step 300 made the resume repeat 199
-        paid steps.
-        """
-        for _ in range(POINTER_TRIES):
-            current = self.store.read_versioned(LATEST_NAME)
-            self.progressed()
-            if current is not None:
-                named = self._parse_latest(current[0])
-                if named[0].step > step:
-                    return named
-            written = self.store.put_bytes_if(LATEST_NAME, pointer, None if current is None else current[1])
-            self.progressed()
-            if written:
-                return None
-        raise StoreError(
-            f"{self.store.url(LATEST_NAME)} was replaced by another writer {POINTER_TRIES} times while this "
-            f"one pointed it at step {step}: two writers push to one location (a leftover attempt?); the "
-            "push is tried again with the next commit"
-        )
-
     @staticmethod
     def _check_unchanged(fd: int, file: CommittedFile, path: Path) -> None:
         stat = os.fstat(fd)
@@ -490,15 +408,3 @@ class CheckpointSync:
             if not path.is_file() or path.stat().st_size != file.bytes:
                 return False
         return True
-
-
-def _pointer(marker: Marker, prefix: str) -> bytes:
-    """``LATEST.json`` naming ``marker``'s checkpoint in the step folder ``prefix``."""
-    latest = marker.to_json() | {"prefix": prefix, "pushed_at": datetime.now(UTC).isoformat()}
-    for entry in latest["files"]:
-        del entry["mtime_ns"]  # local to the machine that saved it
-    return _dumps(latest)
-
-
-def _dumps(value: object) -> bytes:
-    return (json.dumps(value, indent=2, sort_keys=True) + "\n").encode()
