@@ -487,22 +487,44 @@ def stalling_proxy(endpoint: str, stall_on: bytes) -> Iterator[str]:
             try:
                 client, _ = listener.accept()
             except OSError:
-                return  # closed: the test is over
-            server = socket.create_connection((upstream.hostname, upstream.port))
+                return  # shut down: the test is over
+            try:
+                server = socket.create_connection((upstream.hostname, upstream.port))
+            except OSError:  # the client sees its connection closed, as from a server gone
+                client.close()
+                continue
             opened.extend((client, server))
             threading.Thread(target=pump, args=(client, server, True), daemon=True).start()
             threading.Thread(target=pump, args=(server, client, False), daemon=True).start()
 
-    threading.Thread(target=serve, daemon=True).start()
+    serving = threading.Thread(target=serve, daemon=True)
+    serving.start()
     try:
         yield f"http://127.0.0.1:{listener.getsockname()[1]}"
     finally:
+        # close() alone leaves an accept() already waiting in serve() listening on the port: the given-up
+        # transfer's retry was then taken in after the test and forwarded, on a connection nothing shut.
+        # shutdown() ends that accept; once serve() has returned, every connection it opened is listed.
+        with contextlib.suppress(OSError):
+            listener.shutdown(socket.SHUT_RDWR)
+        serving.join(10)
         listener.close()
         # A given-up transfer in this process then fails at once, not after botocore's read timeouts (its
         # boto3 threads, joined at exit, held pytest's end for minutes).
         for end in opened:
             with contextlib.suppress(OSError):
                 end.shutdown(socket.SHUT_RDWR)
+
+
+def test_the_stalling_proxy_stops_listening_when_its_block_ends() -> None:
+    # Its port taking connections after the test let a given-up transfer of one test reach moto through it
+    # while the next test ran.
+    with stalling_proxy("http://127.0.0.1:9", b"never sent") as proxy:
+        port = urllib.parse.urlsplit(proxy).port
+        assert port is not None
+    with socket.socket() as probe:
+        probe.settimeout(5)
+        assert probe.connect_ex(("127.0.0.1", port)) != 0  # refused: nothing listens there any more
 
 
 def test_a_stalled_output_upload_to_s3_neither_holds_the_exit_nor_goes_unsaid(
@@ -605,6 +627,8 @@ def test_a_stalled_read_of_the_outputs_is_given_up_naming_the_object(
     stalled: str, bucket: str, s3_env: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # read_manifest and download_outputs had no bound: a reader (a deploy, an evaluation) hung for good.
+    # The bound also covers what comes before the stalled request (the client's making, the manifest's read
+    # in [model.bin]): at 1 s, a loaded machine gave up the manifest's answered read instead.
     outputs = tmp_path / "outputs"
     outputs.mkdir()
     (outputs / "model.bin").write_bytes(b"model")
@@ -612,7 +636,7 @@ def test_a_stalled_read_of_the_outputs_is_given_up_naming_the_object(
     upload_outputs(outputs, uri, {"metrics": {"loss": 0.5}})
     with stalling_proxy(s3_env["COSTAWARE_S3_ENDPOINT_URL"], f" /{bucket}/model/{stalled}".encode()) as proxy:
         monkeypatch.setenv("COSTAWARE_S3_ENDPOINT_URL", proxy)
-        monkeypatch.setenv("COSTAWARE_STORE_STALL_SECONDS", "1")
+        monkeypatch.setenv("COSTAWARE_STORE_STALL_SECONDS", "3")
         with pytest.raises(StoreStalledError) as raised:
             within(30, lambda: download_outputs(uri, tmp_path / "downloaded"))
         if stalled.startswith("_"):
@@ -620,6 +644,6 @@ def test_a_stalled_read_of_the_outputs_is_given_up_naming_the_object(
                 within(30, lambda: read_manifest(uri))
     monkeypatch.setenv("COSTAWARE_S3_ENDPOINT_URL", s3_env["COSTAWARE_S3_ENDPOINT_URL"])
     what = "read" if stalled.startswith("_") else "download"
-    assert f"the {what} of s3://{bucket}/model/{stalled} has moved nothing for 1 s" in str(raised.value)
+    assert f"the {what} of s3://{bucket}/model/{stalled} has moved nothing for 3 s" in str(raised.value)
     assert "(COSTAWARE_STORE_STALL_SECONDS sets how long)" in str(raised.value)
     assert read_manifest(uri) is not None  # the store answers again: nothing was spoilt
