@@ -15,7 +15,7 @@ import pytest
 from airflow.sdk import DAG, Param
 from airflow.sdk.exceptions import TaskDeferred
 from contexts import task_context
-from remote_support import context_for, drive, local_operator_args, write_data
+from remote_support import context_for, drive, local_operator_args, m5_decision, write_data
 
 from costaware import Ledger
 from costaware.adapters.model_store import ModelStore
@@ -437,6 +437,125 @@ def test_a_deadline_template_that_renders_not_given_is_warned(
         and (
             f"deadline '{{{{ params.deadline }}}}' rendered {deadline!r}, which is not given (blank, None or "
             "null): there is none; give the param a value for a deadline of this run's own"
+        )
+        in line
+    )
+
+
+#: What a templated instance type is told to become, as the spot window sensor tells it.
+TEMPLATE_FIX = "make the template (and the param or XCom it reads) give"
+
+
+def _templated_type(tmp_path: Path, ledger: Any, **arguments: Any) -> RemoteTrainingOperator:
+    """A local training whose instance type is a template, holding $5 of ``team=ml`` before its job."""
+    write_data(tmp_path / "data")
+    ledger.set_budget("team=ml", "month", "10")
+    with DAG("templated_type", schedule=None):
+        return RemoteTrainingOperator(
+            **{
+                **local_operator_args(tmp_path),
+                "instance_type": "{{ params.instance_type }}",
+                "market": "on_demand",
+                "on_demand_usd_per_hour": "0.1",
+                "max_usd": "5",
+                "budget_scope": "team=ml",
+                "tags": {"team": "ml"},
+                "poll_interval": 0.1,
+                **arguments,
+            }
+        )
+
+
+@pytest.mark.parametrize(
+    ("params", "arguments", "message"),
+    [
+        (
+            {"instance_type": "g5.xlarge "},
+            {},
+            "instance_type 'g5.xlarge ' (rendered from '{{ params.instance_type }}') has blanks around it, "
+            f"which no backend's type has: {TEMPLATE_FIX} 'g5.xlarge'",
+        ),
+        (
+            {"instance_type": "\tm5.large"},
+            {},
+            f"has blanks around it, which no backend's type has: {TEMPLATE_FIX} 'm5.large'",
+        ),
+        # Checked against the backend as rendered, as a type and backend written out are at the parse.
+        (
+            {"instance_type": "ml.g5.xlarge", "backend": "kubernetes"},
+            {"backend": "{{ params.backend }}", "backend_options": {"image": "costaware:1"}},
+            "instance_type 'ml.g5.xlarge' (rendered from '{{ params.instance_type }}') is a SageMaker type, "
+            f"but the kubernetes backend runs on EC2 instances: {TEMPLATE_FIX} 'g5.xlarge', or use the",
+        ),
+        (
+            {"instance_type": "g5.xlarge", "backend": "sagemaker"},
+            {"backend": "{{ params.backend }}", "backend_options": {}},
+            f"is no SageMaker type: SageMaker names its types with 'ml.' in lower case; {TEMPLATE_FIX} "
+            "'ml.g5.xlarge' (priced at SageMaker's prices, not EC2's)",
+        ),
+        # A type written out, its backend a template: the type is what to correct, as written.
+        (
+            {"backend": "batch"},
+            {"instance_type": "ml.g5.xlarge", "backend": "{{ params.backend }}", "backend_options": {}},
+            "instance_type 'ml.g5.xlarge' is a SageMaker type, but the batch backend runs on EC2 instances: "
+            "write 'g5.xlarge', or use the sagemaker backend",
+        ),
+    ],
+)
+def test_an_instance_type_rendered_that_the_backend_refuses_fails_before_anything_is_held(
+    tmp_path: Path, ledger: Any, params: dict[str, Any], arguments: dict[str, Any], message: str
+) -> None:
+    # "g5.xlarge " went to the job as written (a backend refuses it at the submit, after the hold), and a
+    # SageMaker name to Batch or Kubernetes, which the parse refuses written out.
+    from airflow.sdk.exceptions import AirflowFailException
+
+    op = _templated_type(tmp_path, ledger, **arguments)
+    with pytest.raises(AirflowFailException) as failed:
+        drive(op, rendered(op, context_for(), params))
+    assert message in str(failed.value), str(failed.value)
+    assert ledger.open_reservations() == [] and ledger.entries() == []
+    assert not (tmp_path / "ckpt").exists() and not (tmp_path / "jobs").exists()  # no spec, no job
+
+
+@pytest.mark.parametrize(
+    ("template", "value"),
+    [
+        ("{{ params.instance_type }}", ""),
+        ("{{ params.instance_type }}", " "),  # a blank trigger-form field
+        ("{{ params.instance_type }}", None),  # "None"
+        ("{{ params.instance_type | tojson }}", None),  # "null"
+    ],
+)
+def test_an_instance_type_rendered_not_given_without_a_spot_decision_is_refused_naming_the_template(
+    tmp_path: Path, ledger: Any, template: str, value: Any
+) -> None:
+    # It failed as "no instance type: pass instance_type or a spot decision that has one", which it was.
+    from airflow.sdk.exceptions import AirflowFailException
+
+    op = _templated_type(tmp_path, ledger, instance_type=template)
+    with pytest.raises(AirflowFailException) as failed:
+        drive(op, rendered(op, context_for(), {"instance_type": value}))
+    said = str(failed.value)
+    assert f"instance_type {template!r} rendered {op.job_instance_type!r}, which gives no type" in said, said
+    assert f"and there is no spot decision to take one from: {TEMPLATE_FIX} one, such as 'g5.xlarge'" in said
+    assert ledger.open_reservations() == [] and ledger.entries() == []
+
+
+def test_an_instance_type_rendered_not_given_takes_the_spot_decisions_with_a_warning(
+    tmp_path: Path, ledger: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Its documented default, as a deadline's: taken without a word before.
+    op = _templated_type(tmp_path, ledger, spot_decision=m5_decision("on_demand"), market=None)
+    capsys.readouterr()
+    drive(op, rendered(op, context_for(), {"instance_type": None}))
+    assert [e["instance_type"] for e in ledger.entries() if e["task_id"] == "train"] == ["m5.large"]
+    [line] = [line for line in capsys.readouterr().out.splitlines() if "which gives no type" in line]
+    assert (
+        "warning" in line
+        and (
+            "instance_type '{{ params.instance_type }}' rendered 'None', which gives no type (what a "
+            "template renders of a param or XCom that is not set): the spot decision's 'm5.large' is used; "
+            "give the param a value for a type of this run's own"
         )
         in line
     )

@@ -24,6 +24,11 @@ _EC2_BACKENDS = ("batch", "kubernetes")
 _AWS_SHAPED_BACKENDS = ("sagemaker", "batch")
 
 
+#: What a type rendered wrong is told to become, as the spot window sensor tells it: the template is what to
+#: correct, and the param or XCom it reads.
+_TEMPLATE_FIX = "make the template (and the param or XCom it reads) give"
+
+
 def check_written_instance_type(
     instance_type: object, backend: object, on_demand_usd_per_hour: object = None
 ) -> str | None:
@@ -35,7 +40,7 @@ def check_written_instance_type(
     price list lacks, as the SpotWindowSensor does, since the run prices it from the price cache and live
     prices first (newer AWS types, imported prices); on Kubernetes a name of no AWS shape, which other
     clusters' nodes carry; and any name on the local backend, whose types may be the team's own. A template
-    of either argument is read when the task runs.
+    of either argument is checked when the task runs, rendered (:func:`check_rendered_instance_type`).
 
     Args:
         instance_type: ``instance_type`` as written in the DAG.
@@ -53,18 +58,96 @@ def check_written_instance_type(
         return None
     name = str(instance_type)
     backend_name = str(backend or "local") if is_literal(backend) else None
+    return _check_instance_type(name, backend_name, on_demand_usd_per_hour)
+
+
+def check_rendered_instance_type(
+    instance_type: object, written: object, backend: object, on_demand_usd_per_hour: object = None
+) -> str | None:
+    """Refuse an instance type as rendered that ``backend`` (rendered) cannot run on, as one written out is.
+
+    A template's blanks ("g5.xlarge " from a param) went to the job as written, and a SageMaker name to
+    Batch or Kubernetes, where the parse refuses them written out: refused by the backend at the submit,
+    after the hold, or (a node selector) never scheduled. Call it before anything is held or written.
+
+    Args:
+        instance_type: ``instance_type`` as rendered, given (one not given is the spot decision's:
+            :func:`instance_type_rendered_unset`).
+        written: ``instance_type`` as written in the DAG: a template is named, and is what to correct.
+        backend: ``backend`` as rendered.
+        on_demand_usd_per_hour: ``on_demand_usd_per_hour`` as rendered.
+
+    Returns:
+        The warning to log, or None.
+
+    Raises:
+        ConfigurationError: a type the backend refuses, named with the template and the types meant.
+    """
+    name = str(instance_type)
+    if is_literal(written):  # the backend was the template: the type is corrected where it is written
+        return _check_instance_type(name, str(backend or "local"), on_demand_usd_per_hour)
+    subject = f"instance_type {name!r} (rendered from {written!r})"
+    return _check_instance_type(
+        name, str(backend or "local"), on_demand_usd_per_hour, subject=subject, fix=_TEMPLATE_FIX
+    )
+
+
+def instance_type_rendered_unset(written: object, rendered: object, backend: object, decided: object) -> str:
+    """The warning of a template of ``instance_type`` that rendered no type: the spot decision's is taken.
+
+    As a deadline's, that default was taken without a word; with no decision to take one from, the run
+    failed as "no instance type: pass instance_type or a spot decision that has one", which it was.
+
+    Args:
+        written: ``instance_type`` as written in the DAG, a template.
+        rendered: What it rendered: blank, "None" or "null".
+        backend: ``backend`` as rendered: the example type is spelt as it names types.
+        decided: The spot decision's instance type, or None.
+
+    Raises:
+        ConfigurationError: no spot decision's type to take.
+    """
+    said = (
+        f"instance_type {written!r} rendered {rendered!r}, which gives no type (what a template renders of a "
+        "param or XCom that is not set)"
+    )
+    if blank(decided) is None:
+        example = "ml.g5.xlarge" if str(backend) == "sagemaker" else "g5.xlarge"
+        raise ConfigurationError(
+            f"{said}, and there is no spot decision to take one from: {_TEMPLATE_FIX} one, such as "
+            f"{example!r}"
+        )
+    return (
+        f"{said}: the spot decision's {str(decided)!r} is used; give the param a value for a type of this "
+        "run's own"
+    )
+
+
+def _check_instance_type(
+    name: str,
+    backend_name: str | None,
+    on_demand_usd_per_hour: object,
+    *,
+    subject: str | None = None,
+    fix: str = "write",
+) -> str | None:
+    """Refuse ``name`` where ``backend_name`` (None: not known yet) cannot run it; why it may be a typo.
+
+    ``subject`` names it in the messages (None: ``instance_type 'name'``), ``fix`` says how to give the type
+    meant: "write" where it is written out, what to make the template give where it was rendered.
+    """
+    subject = subject or f"instance_type {name!r}"
     if name != name.strip():
         raise ConfigurationError(
-            f"instance_type {name!r} has blanks around it, which no backend's type has: write "
-            f"{name.strip()!r}"
+            f"{subject} has blanks around it, which no backend's type has: {fix} {name.strip()!r}"
         )
     if backend_name in _EC2_BACKENDS and name.startswith("ml."):
         raise ConfigurationError(
-            f"instance_type {name!r} is a SageMaker type, but the {backend_name} backend runs on EC2 "
-            f"instances: write {name.removeprefix('ml.')!r}, or use the sagemaker backend"
+            f"{subject} is a SageMaker type, but the {backend_name} backend runs on EC2 instances: "
+            f"{fix} {name.removeprefix('ml.')!r}, or use the sagemaker backend"
         )
     if backend_name == "sagemaker":
-        _check_sagemaker_spelling(name)
+        _check_sagemaker_spelling(name, subject, fix)
     sagemaker = name.startswith("ml.")
     unlisted = _not_in_price_list(name.removeprefix("ml."))
     if unlisted is None:
@@ -74,21 +157,21 @@ def check_written_instance_type(
     if backend_name in _AWS_SHAPED_BACKENDS and not aws_shaped:
         # The local backend (or a templated one, which may render local) runs on names of the team's own.
         raise ConfigurationError(
-            f"instance_type {name!r} is no AWS instance type (family.size, e.g. "
+            f"{subject} is no AWS instance type (family.size, e.g. "
             f"{'ml.g5.xlarge' if sagemaker else 'g5.xlarge'}){hint}"
         )
     pricing = _pricing_note(on_demand_usd_per_hour)
     if backend_name == "kubernetes" and not aws_shaped:
         near = hint if unlisted else ""  # a GKE or AKS name is near no EC2 one: no list to point to
         return (
-            f"instance_type {name!r} is no AWS instance type (family.size, e.g. g5.xlarge){near}: the "
+            f"{subject} is no AWS instance type (family.size, e.g. g5.xlarge){near}: the "
             "kubernetes backend selects nodes labelled node.kubernetes.io/instance-type with it as written, "
             f"which a GKE, AKS or own cluster's nodes may carry; {pricing}"
         )
-    return f"instance_type {name!r} is not in the bundled EC2 price list{hint}: {pricing}"
+    return f"{subject} is not in the bundled EC2 price list{hint}: {pricing}"
 
 
-def _check_sagemaker_spelling(name: str) -> None:
+def _check_sagemaker_spelling(name: str, subject: str, fix: str) -> None:
     """Refuse a name SageMaker does not spell so (``ml.`` and lower case), with the type meant or the nearest.
 
     Only ``'ml.' + name`` as advice, "ML.G5.XLARGE" was told to write "ml.ML.G5.XLARGE" and "g5.xlarg"
@@ -100,10 +183,10 @@ def _check_sagemaker_spelling(name: str) -> None:
         return
     nearest = _not_in_price_list(ec2_name)
     if nearest is None:
-        advice = f"write {meant!r} (priced at SageMaker's prices, not EC2's)"
+        advice = f"{fix} {meant!r} (priced at SageMaker's prices, not EC2's)"
     elif _AWS_TYPE.fullmatch(meant):
         lacks = f"the bundled EC2 price list lacks it{_nearest_hint(nearest, sagemaker=True)}"
-        advice = f"write {meant!r} if that type is meant ({lacks})"
+        advice = f"{fix} {meant!r} if that type is meant ({lacks})"
     elif nearest:
         advice = f"{meant!r} would be no instance type either{_nearest_hint(nearest, sagemaker=True)}"
     else:
@@ -112,8 +195,7 @@ def _check_sagemaker_spelling(name: str) -> None:
             "`costaware prices list`"
         )
     raise ConfigurationError(
-        f"instance_type {name!r} is no SageMaker type: SageMaker names its types with 'ml.' in lower case; "
-        f"{advice}"
+        f"{subject} is no SageMaker type: SageMaker names its types with 'ml.' in lower case; {advice}"
     )
 
 

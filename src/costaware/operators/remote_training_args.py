@@ -87,6 +87,8 @@ class RemotePlanArguments:
     spot_task_id: str | None
     job_market: str | None
     job_instance_type: str | None
+    _instance_type_written: str | None
+    _backend_written: str
     job_region: str | None
     spot_usd_per_hour: str | None
     on_demand_usd_per_hour: str | None
@@ -201,6 +203,9 @@ class RemotePlanArguments:
         # price the worker's own time, and the worker only waits here; the training is billed per attempt.
         self.job_market = market
         self.job_instance_type = instance_type
+        # As written: a template of either is checked once rendered (_check_rendered_instance_type).
+        self._instance_type_written = instance_type
+        self._backend_written = backend
         self.job_region = region
         self.spot_usd_per_hour = spot_usd_per_hour
         self.on_demand_usd_per_hour = on_demand_usd_per_hour

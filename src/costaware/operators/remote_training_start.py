@@ -24,6 +24,7 @@ from costaware.operators.training_args import BuiltInTrainingArguments
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
+    from costaware.core.spot_decision import SpotDecision
     from costaware.training.attempts import AttemptState
     from costaware.training.plan import RemotePlan
 
@@ -112,6 +113,38 @@ class RemoteTrainingStart(RemoteAttemptSteps, RemotePlanArguments, BuiltInTraini
                     f"does not offer {plan.instance_type}; remove it, or record its prices in the file"
                 )
 
+    def _check_rendered_instance_type(self, decision: SpotDecision | None) -> None:
+        """Check a templated instance type (or backend) once rendered, as the parse checks them written out.
+
+        A template's "g5.xlarge " went to the job as written, and an ``ml.*`` name to Batch or Kubernetes,
+        after the budget was held; one rendered not given took the decision's without a word, or failed as
+        no instance type at all. Called before anything is held or written.
+
+        Raises:
+            ConfigurationError: a type the backend refuses, or none given with no decision's to take.
+        """
+        from costaware.operators.remote_instance_type import (
+            check_rendered_instance_type,
+            instance_type_rendered_unset,
+        )
+
+        written = self._instance_type_written
+        if is_literal(written) and is_literal(self._backend_written):
+            return  # both checked as the DAG was parsed
+        if not_given(self.job_instance_type):
+            if not is_literal(written):
+                decided = decision.instance_type if decision is not None else None
+                self.log.warning(
+                    "%s",
+                    instance_type_rendered_unset(written, self.job_instance_type, self.backend, decided),
+                )
+            return
+        warning = check_rendered_instance_type(
+            self.job_instance_type, written, self.backend, self.on_demand_usd_per_hour
+        )
+        if warning:
+            self.log.warning("%s", warning)
+
     def _data_bytes(self, opts: Mapping[str, Any]) -> int:
         """The training data's size, which a job in another region reads across regions (0 for a command)."""
         from costaware.adapters.input_data import total_bytes
@@ -135,6 +168,7 @@ class RemoteTrainingStart(RemoteAttemptSteps, RemotePlanArguments, BuiltInTraini
 
         args = self._plan_arguments()
         decision = self._decision(context)
+        self._check_rendered_instance_type(decision)
         if blank(self.deadline) is None and not is_literal(self._deadline_written):
             # Asked for by a template, then dropped without a word.
             self.log.warning(
