@@ -187,3 +187,23 @@ def test_a_type_the_price_list_lacks_with_its_on_demand_price_given_is_warned_of
     unpriced = check_written_instance_type(instance_type, backend, None)
     assert unpriced is not None and "unless on_demand_usd_per_hour is given" in unpriced
     assert "stands in for its list price" not in unpriced
+
+
+@pytest.mark.parametrize("backend", ["batch", "kubernetes"])
+@pytest.mark.parametrize("instance_type", ["ML.G5.XLARGE", "Ml.g5.xlarge", "mL.G5.xlarge"])
+def test_sagemakers_prefix_in_any_case_is_refused_on_ec2_backends_with_the_ec2_name(
+    tmp_path: Path, instance_type: str, backend: str
+) -> None:
+    # Compared in lower case only: Kubernetes warned of 'ML.G5.XLARGE' as another cluster's name, and Batch
+    # refused it as no AWS type, not told to drop the prefix.
+    message = (
+        f"instance_type {instance_type!r} is a SageMaker type, but the {backend} backend runs on EC2 "
+        "instances: write 'g5.xlarge', or use the sagemaker backend"
+    )
+    with pytest.raises(ConfigurationError) as refused:
+        check_written_instance_type(instance_type, backend, "1.0")
+    assert str(refused.value) == message
+    options = KUBERNETES_OPTIONS if backend == "kubernetes" else {}
+    with pytest.raises(ConfigurationError) as refused:
+        operator(tmp_path, instance_type=instance_type, backend=backend, backend_options=options)
+    assert str(refused.value) == message

@@ -34,13 +34,14 @@ def check_written_instance_type(
 ) -> str | None:
     """Refuse an instance type written out that ``backend`` cannot run on; why it may be a typo, or None.
 
-    Refused, with the nearest known types: blanks around the name (on any backend), an ``ml.*`` type on
-    Batch or Kubernetes, an EC2 type (or a name in the wrong case) on SageMaker, and on SageMaker and Batch
-    a name no AWS type has the shape of ("g5.xlarg"). Only warned of: a name of that shape the bundled EC2
-    price list lacks, as the SpotWindowSensor does, since the run prices it from the price cache and live
-    prices first (newer AWS types, imported prices); on Kubernetes a name of no AWS shape, which other
-    clusters' nodes carry; and any name on the local backend, whose types may be the team's own. A template
-    of either argument is checked when the task runs, rendered (:func:`check_rendered_instance_type`).
+    Refused, with the nearest known types: blanks around the name (on any backend), an ``ml.*`` type (in
+    any case) on Batch or Kubernetes, an EC2 type (or a name in the wrong case) on SageMaker, and on
+    SageMaker and Batch a name no AWS type has the shape of ("g5.xlarg"). Only warned of: a name of that
+    shape the bundled EC2 price list lacks, as the SpotWindowSensor does, since the run prices it from the
+    price cache and live prices first (newer AWS types, imported prices); on Kubernetes a name of no AWS
+    shape, which other clusters' nodes carry; and any name on the local backend, whose types may be the
+    team's own. A template of either argument is checked when the task runs, rendered
+    (:func:`check_rendered_instance_type`).
 
     Args:
         instance_type: ``instance_type`` as written in the DAG.
@@ -141,10 +142,11 @@ def _check_instance_type(
         raise ConfigurationError(
             f"{subject} has blanks around it, which no backend's type has: {fix} {name.strip()!r}"
         )
-    if backend_name in _EC2_BACKENDS and name.startswith("ml."):
+    # SageMaker's prefix in any case ("ML.G5.XLARGE"): Batch refused it for its shape, Kubernetes only warned.
+    if backend_name in _EC2_BACKENDS and name[:3].lower() == "ml.":
         raise ConfigurationError(
             f"{subject} is a SageMaker type, but the {backend_name} backend runs on EC2 instances: "
-            f"{fix} {name.removeprefix('ml.')!r}, or use the sagemaker backend"
+            f"{fix} {_ec2_name_of(name)!r}, or use the sagemaker backend"
         )
     if backend_name == "sagemaker":
         _check_sagemaker_spelling(name, subject, fix)
@@ -169,6 +171,12 @@ def _check_instance_type(
             f"which a GKE, AKS or own cluster's nodes may carry; {pricing}"
         )
     return f"{subject} is not in the bundled EC2 price list{hint}: {pricing}"
+
+
+def _ec2_name_of(name: str) -> str:
+    """``name`` without SageMaker's prefix, in lower case where that is an AWS type ("ML.G5.XLARGE")."""
+    rest = name[3:]
+    return rest.lower() if _AWS_TYPE.fullmatch(rest.lower()) else rest
 
 
 def _check_sagemaker_spelling(name: str, subject: str, fix: str) -> None:
