@@ -151,18 +151,57 @@ def postgres_server() -> Iterator[str]:
 
 @contextmanager
 def moto_server() -> Iterator[str]:
-    """Start moto's AWS server on 127.0.0.1; yields its endpoint URL."""
-    port = free_port()
+    """Start moto's AWS server on 127.0.0.1; yields its endpoint URL.
+
+    The port is free when picked but moto binds it seconds later (its imports, on a loaded machine): another
+    xdist worker's moto could take it first. Then this moto failed to bind and exited unseen, the session
+    used the other one's server, and got "Connection refused" once that session ended. So the server is
+    taken only where its own process listens on the port, else started again on another port.
+    """
     exe = Path(sys.executable).with_name("moto_server")
-    proc = subprocess.Popen(
-        [str(exe), "-H", "127.0.0.1", "-p", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
-    )
-    try:
-        wait_for_port(port)
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
+    for _ in range(5):
+        port = free_port()
+        proc = subprocess.Popen(
+            [str(exe), "-H", "127.0.0.1", "-p", str(port)],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        try:
+            if _listens_itself(proc, port):
+                yield f"http://127.0.0.1:{port}"
+                return
+        finally:
+            proc.terminate()
+            proc.wait(timeout=10)
+    raise RuntimeError("moto's server did not listen on a port of its own in 5 tries")
+
+
+def _listens_itself(proc: subprocess.Popen[bytes], port: int, timeout: float = 30.0) -> bool:
+    """Whether ``proc`` itself listens on ``port`` within ``timeout``; False where it exits or another did."""
+    proc_fds = Path(f"/proc/{proc.pid}/fd")
+    if not proc_fds.parent.exists():  # no /proc (macOS): the port answering is all that can be told
+        wait_for_port(port, timeout)
+        return True
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and proc.poll() is None:
+        sockets = {f"socket:[{inode}]" for inode in _listening_inodes(port)}
+        with contextlib.suppress(OSError):
+            if sockets and any(str(fd.readlink()) in sockets for fd in proc_fds.iterdir()):
+                return True
+        time.sleep(0.1)
+    return False
+
+
+def _listening_inodes(port: int) -> set[str]:
+    """The inodes of the sockets listening on 127.0.0.1's or any address's ``port`` (``/proc/net/tcp``)."""
+    inodes = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with contextlib.suppress(OSError):
+            for line in Path(table).read_text().splitlines()[1:]:
+                fields = line.split()
+                if fields[1].endswith(f":{port:04X}") and fields[3] == "0A":  # 0A: LISTEN
+                    inodes.add(fields[9])
+    return inodes
 
 
 @contextmanager
