@@ -16,7 +16,7 @@ from test_tuning_slot_hold import slot_holds
 from test_tuning_trial import InstantTrainer, study_spec
 
 from costaware import Ledger
-from costaware.core.tuning import TuningCaps
+from costaware.core.tuning import StudySpec, TuningCaps
 from costaware.training.tuning import EntryOwner, SlotResult, create_study, run_trial
 
 #: Real seconds a slot waits for its turn before the test calls it stuck (a slot blocked on the ledger's lock
@@ -106,23 +106,21 @@ class TurnClock:
             raise AssertionError(f"{name} waited {TURN_TIMEOUT_SECONDS:g} s for its turn at {self.seconds} s")
 
 
-def test_a_slot_past_its_own_lease_gives_back_the_whole_spare_it_recorded_when_another_slot_waits_for_it(
-    tmp_path: Any, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
-) -> None:
-    # $1 a second on 1 GPU (GPU-hours said in GPU-seconds here): a $355, 395 GPU-second study, trials
-    # estimated at 98 s. Slot 0 waits alone for other runs' trials, polling every 5 s; its hold holds GPU time
-    # past its need (headroom), and its record says the spare past its need and its margin (10 polls: 50 s).
-    # Slot 1 (a far store: a 6.7 s read, a $73.70 hold before the load) is refused GPU time beside that hold
-    # and waits for the spare, its trial fitting once the spare is given up. At slot 0's next poll its own
-    # lease (197.4 s) is over: it pauses 30 s, and trimmed its hold to its need and 10 polls of that pause
-    # (300 s): it gave up none of the spare, and slot 1 gave way (97 GPU-seconds of room for the 106 its
-    # trial needs), the study's money unspent. Its margin is now the one its recorded spare was counted past:
-    # both trials run.
+def run_two_slots(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, max_gpu_hours: str
+) -> tuple[TurnClock, StudySpec, str, Ledger, dict[str, SlotResult]]:
+    """Slot 0 waits alone for other runs' trials, slot 1 asks late beside it: the clock, study, url, results.
+
+    $1 a second on 1 GPU (GPU-hours said in GPU-seconds here): a $355 study under ``max_gpu_hours``, trials
+    estimated at 98 s. Slot 0 polls every 5 s; its hold holds GPU time past its need (headroom), and its
+    record says the spare it gives up once others wait. Its own lease (197.4 s) is over at its poll at 200 s:
+    from then on it pauses 30 s. Slot 1 (a far store: a 6.7 s read, a $73.70 hold before the load) asks at
+    199.5 s, refused GPU time beside slot 0's hold.
+    """
     import costaware.training.tuning.trial as trial_module
-    from costaware.training.tuning.reservations import gpu_hours_for
 
     clock = TurnClock(monkeypatch)
-    caps = TuningCaps.create(max_usd=Decimal(355), max_trials=5, max_gpu_hours=Decimal("0.109722"))
+    caps = TuningCaps.create(max_usd=Decimal(355), max_trials=5, max_gpu_hours=Decimal(max_gpu_hours))
     spec = replace(
         study_spec("turns", max_usd="355", max_trials=5, fallback_trial_seconds=98.0),
         gpus=Decimal(1),
@@ -158,6 +156,26 @@ def test_a_slot_past_its_own_lease_gives_back_the_whole_spare_it_recorded_when_a
     results = clock.run(
         {"slot-0": (0.0, slot(0, 5.0, seconds_already_used=0.2)), "slot-1": (192.8, slot(1, 1.0))}
     )
+    return clock, spec, url, ledger, results
+
+
+def assert_within_caps(ledger: Ledger, spec: StudySpec) -> None:
+    (study,) = ledger.usage(spec.budget_scope)
+    assert study.cap_gpu_hours is not None
+    assert study.spent_usd <= study.cap_usd and study.spent_gpu_hours <= study.cap_gpu_hours
+
+
+def test_a_slot_past_its_own_lease_gives_back_the_whole_spare_it_recorded_when_another_slot_waits_for_it(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Slot 1 waits for slot 0's spare, its trial fitting once the spare is given up. At slot 0's poll at
+    # 200 s, its own lease over, it pauses 30 s, and trimmed its hold to its need and 10 polls of that pause
+    # (300 s): it gave up none of the spare, and slot 1 gave way (97 GPU-seconds of room for the 106 its
+    # trial needs), the study's money unspent. Its margin is now the one its recorded spare was counted past:
+    # both trials run.
+    from costaware.training.tuning.reservations import gpu_hours_for
+
+    clock, spec, url, ledger, results = run_two_slots(tmp_path, monkeypatch, caplog, "0.109722")
 
     assert "slot 1 waits: its trial fits once the other waiting slots give up the" in caplog.text
     assert clock.seconds == 230.0  # slot 0's last ask: its poll at 200 s, then a 30 s pause
@@ -166,6 +184,22 @@ def test_a_slot_past_its_own_lease_gives_back_the_whole_spare_it_recorded_when_a
     trimmed = gpu_hours_for(200.2 + 30.0 + 0.5, spec.gpus) + gpu_hours_for(10 * 5.0, spec.gpus)
     assert trimmed in [h["gpu_hours"] for h in slot_holds(url, "slot-0")]
     assert results["slot-0"].ran, results["slot-0"].reason  # its trial fits once slot 1's has settled
-    (study,) = ledger.usage(spec.budget_scope)
-    assert study.cap_gpu_hours is not None
-    assert study.spent_usd <= study.cap_usd and study.spent_gpu_hours <= study.cap_gpu_hours
+    assert_within_caps(ledger, spec)
+
+
+@pytest.mark.parametrize("max_gpu_hours", ["0.107", "0.100"])
+def test_a_slot_does_not_wait_for_a_spare_the_other_slot_cannot_give_back_at_its_next_poll(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, max_gpu_hours: str
+) -> None:
+    # Under a tighter cap, slot 0's spare recorded at 195 s (past that poll's need, 5 s pause) was more than
+    # its trim at 200 s gave back: its need there is 30 s longer (its 30 s pause). Slot 1 waited for the
+    # 0.011042 GPU-hours recorded (0.107), got back 0.002708, and gave way after all: "0.029027 GPU-hours of
+    # room ... for the 0.029500 GPU-hours its trial needs". Recorded past the longest pause, the spare is
+    # what the trim gives back: too little for slot 1's trial, it gives way at its first refusal.
+    _, spec, _, ledger, results = run_two_slots(tmp_path, monkeypatch, caplog, max_gpu_hours)
+
+    assert "waits: its trial fits once the other waiting slots give up" not in caplog.text
+    assert not results["slot-1"].ran
+    assert "slot 1 runs no trial and gives way" in results["slot-1"].reason
+    assert results["slot-0"].ran, results["slot-0"].reason
+    assert_within_caps(ledger, spec)

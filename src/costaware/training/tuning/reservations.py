@@ -128,7 +128,8 @@ def reserve_trial_cost(
     its ``spares``, the GPU-hours other waiting slots' holds hold past their need (headroom, outside
     Airflow), by hold id: a slot whose trial fits once they are given up waits instead of giving way, and
     a waiting slot that sees other slots wait trims its hold to its need (its margin never more than the one
-    its recorded spare was worked out with, so the whole spare comes back).
+    its recorded spare was worked out with, and the spare recorded past its need at the next poll after the
+    longest pause it may take, so the whole spare comes back at that poll's trim).
 
     The hold lasts 2 x the trial's time (at least 60 s), plus ``keep_for_retry_seconds``: how long Airflow
     waits before the task's retry, where it has one left. A failed or killed try leaves its hold open,
@@ -270,6 +271,12 @@ def reserve_trial_cost(
                         others_wait=others_wait,
                         poll_seconds=margin_poll,
                     )
+                    # The trim comes at the next poll, whose need is longer by that poll's pause: the spare is
+                    # recorded past the longest pause the slot may take (30 s once its own lease is over),
+                    # which only this slot knows. Recorded past this poll's need, a slot whose trial fit once
+                    # it was given up waited for it, got back part of it, and gave way.
+                    next_pause_gpu_hours = gpu_hours_for(max(LATE_POLL_SECONDS, poll_seconds), spec.gpus)
+                    spare_gpu_hours = max(spare_gpu_hours - next_pause_gpu_hours, Decimal(0))
                     spare_poll_seconds = margin_poll if spare_gpu_hours > 0 else None
                 if mark_waiting is not None:
                     mark_waiting(replacing, spare_gpu_hours)
