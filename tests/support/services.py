@@ -159,21 +159,26 @@ def moto_server() -> Iterator[str]:
     taken only where its own process listens on the port, else started again on another port.
     """
     exe = Path(sys.executable).with_name("moto_server")
+    said = ""
     for _ in range(5):
         port = free_port()
-        proc = subprocess.Popen(
-            [str(exe), "-H", "127.0.0.1", "-p", str(port)],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        try:
-            if _listens_itself(proc, port):
-                yield f"http://127.0.0.1:{port}"
-                return
-        finally:
-            proc.terminate()
-            proc.wait(timeout=10)
-    raise RuntimeError("moto's server did not listen on a port of its own in 5 tries")
+        with tempfile.TemporaryFile() as errors:
+            proc = subprocess.Popen(
+                [str(exe), "-H", "127.0.0.1", "-p", str(port)], stdout=subprocess.DEVNULL, stderr=errors
+            )
+            try:
+                if _listens_itself(proc, port):
+                    yield f"http://127.0.0.1:{port}"
+                    return
+            finally:
+                proc.terminate()
+                proc.wait(timeout=10)
+            errors.seek(0)
+            tail = errors.read().decode(errors="replace").strip().splitlines()[-3:]
+        said = f": the last exited with code {proc.returncode} on port {port} ({' | '.join(tail)})"
+        if not _listening_inodes(port):  # nothing else holds the port: moto itself failed, no retry helps
+            break
+    raise RuntimeError(f"moto's server did not listen on a port of its own{said}")
 
 
 def _listens_itself(proc: subprocess.Popen[bytes], port: int, timeout: float = 30.0) -> bool:
