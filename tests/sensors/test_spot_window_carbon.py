@@ -317,3 +317,85 @@ def test_the_sensor_follows_an_import_as_far_as_its_decision_reads_it(
     assert [len(series.points) > 24 * 365 for _, series in reads[2:]] == [True, True]
     now_read, now_year = (intensity_of_run(reads[i][1], at, 3) for i in (1, 3))
     assert now_read is not None and now_read == now_year
+
+
+@pytest.mark.parametrize(
+    ("days_ahead", "deadline_hours"),
+    [(30, 10), (200, 10), (15, 16 * 24)],
+    ids=["import-a-month-ahead", "import-200-days-ahead", "import-inside-a-16-day-window"],
+)
+def test_the_trigger_reads_a_run_now_as_the_sensors_poke_does(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, days_ahead: int, deadline_hours: int
+) -> None:
+    # PL has no typical year: an import starting 14-366 days ahead is read as the lead before it. The poke
+    # followed it as far as its run reads (two weeks), the trigger a year: off the hour (03:30) the poke read
+    # 96.5 gCO2e/kWh for a run now and the trigger 96.0, and on the same plan one waited, the other started.
+    # Both read it as far as the plan does (its latest start and the run), also past two weeks.
+    import time_machine
+
+    import costaware.sensors.spot_window_market as market
+    import costaware.triggers.spot_window as trigger_module
+    from costaware.cli import main
+
+    monkeypatch.setenv("AIRFLOW_HOME", str(tmp_path / "airflow"))
+    at = datetime(2026, 11, 21, 3, 30, tzinfo=timezone.utc)
+    first = (at + timedelta(days=days_ahead)).replace(hour=0, minute=0)
+    imported = tmp_path / "pl.csv"
+    rows = [f"{first + timedelta(hours=h):%Y-%m-%dT%H:%M:%SZ},{100 - h % 24}\n" for h in range(48)]
+    imported.write_text("timestamp_utc,g_co2eq_per_kwh_lca\n" + "".join(rows))
+    seen: dict[str, list[tuple[float | None, Any]]] = {"sensor": [], "trigger": []}
+
+    class Polled(Exception):
+        """The trigger's first decision was taken."""
+
+    def spying(side: str, decide: Any) -> Any:
+        def deciding(**kwargs: Any) -> Any:
+            seen[side].append((kwargs["g_co2e_per_kwh"], decide(**kwargs)))
+            if side == "trigger":
+                raise Polled  # one poll is enough: a decision to wait would poll again
+            return seen[side][-1][1]
+
+        return deciding
+
+    monkeypatch.setattr(market, "decide_on_objective", spying("sensor", market.decide_on_objective))
+    monkeypatch.setattr(
+        trigger_module, "decide_on_objective", spying("trigger", trigger_module.decide_on_objective)
+    )
+    # The clock stands still: the trigger polls at the instant the sensor decided at.
+    with time_machine.travel(at, tick=False):
+        with contextlib.redirect_stdout(io.StringIO()):
+            assert main(["carbon", "import", str(imported), "--zone", "PL"]) == 0
+        sensor = make_sensor(
+            tmp_path,
+            objective="carbon",
+            carbon="PL",
+            expected_runtime_hours=2,
+            deadline=(at + timedelta(hours=deadline_hours)).isoformat(),
+        )
+        plan = sensor._plan({"run_id": "manual__pl_ahead"}, at)
+        sensor._decide_now(plan, at)  # the poke's run-now intensity, to place the forecast minimum by
+        g_sensor = seen["sensor"][-1][0]
+        assert g_sensor is not None
+        # A start at 04:00 forecast just under a run now as the poke reads it: the poke waits for it.
+        power = float(plan["power_kw"])
+        plan["forecast_starts"] = [
+            [(at + timedelta(minutes=30)).isoformat(), f"{power * (g_sensor - 0.25) / 1000:.6f}"]
+        ]
+        poke = sensor._decide_now(plan, at)
+        trigger = SpotWindowTrigger(
+            on_demand_usd_per_hour=plan["on_demand_usd_per_hour"],
+            forecast_starts=plan["forecast_starts"],
+            latest_start=plan["latest_start"],
+            not_before=None,
+            poll_interval=0.1,
+            **sensor._observe_kwargs(),
+            **{
+                k: plan[k]
+                for k in ("objective", "carbon_usd_per_tonne", "carbon", "power_kw", "runtime_hours")
+            },
+        )
+        with pytest.raises(Polled):
+            asyncio.run(asyncio.wait_for(trigger.run().__anext__(), 30))
+    assert poke is None
+    g_trigger, polled = seen["trigger"][0]
+    assert (g_trigger, polled) == (g_sensor, poke)

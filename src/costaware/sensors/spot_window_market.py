@@ -108,12 +108,14 @@ class SpotWindowMarket(BaseSensorOperator):
             observation = observe_market(now=now, on_demand_usd_per_hour=on_demand, **self._observe_kwargs())
         objective = _objective(plan)
         runtime = Decimal(plan["runtime_hours"])
+        # As far as the plan reads it (and the trigger): an import starting past two weeks was read by the
+        # plan and not by the poke, which valued a run now otherwise.
         intensity = carbon_intensity(
             plan.get("carbon"),
             region=self.region,
             objective=objective,
             at=now,
-            until=read_until(now, runtime),
+            until=read_until(latest_start, runtime),
         )
         return decide_on_objective(
             now=now,

@@ -35,7 +35,7 @@ from costaware.core.carbon import Objective
 from costaware.core.errors import ConfigurationError, CostawareError
 from costaware.core.ledger import utcnow
 from costaware.core.series import parse_instant
-from costaware.core.spot_forecast import forecast_starts
+from costaware.core.spot_forecast import forecast_starts, read_until
 from costaware.core.spot_window import (
     Observation,
     decide_on_objective,
@@ -204,9 +204,15 @@ class SpotWindowTrigger(BaseTrigger):
             target = Decimal(self.target_usd_per_hour) if self.target_usd_per_hour is not None else None
             objective = Objective.parse(self.objective, self.carbon_usd_per_tonne)
             runtime = Decimal(self.runtime_hours or 0)
-            # Read once, off the event loop (a file; the bundled series is cached).
+            # Read once, off the event loop (a file; the bundled series is cached), as far as the sensor's
+            # plan and poke read it: an import followed a year was read differently (PL, a file 14-366 days
+            # ahead), and a run now was started here that the poke would have waited on.
             intensity = await asyncio.to_thread(
-                carbon_intensity, self.carbon, region=self.region, objective=objective
+                carbon_intensity,
+                self.carbon,
+                region=self.region,
+                objective=objective,
+                until=read_until(latest_start, runtime),
             )
         except (CostawareError, ArithmeticError) as e:
             yield TriggerEvent({"status": "error", "message": str(e), "retry": False})
