@@ -2040,15 +2040,17 @@ def test_a_new_try_whose_cap_stop_finds_the_kills_stop_records_the_job_as_killed
 ) -> None:
     # A local job has one `stop` file, whoever asked: the cleared task's new try, following the job still
     # stopping from the kill, took the kill's stop as its own stop at the cap (not sent again, rightly) and
-    # recorded the job as stopped at what was left of max_usd.
-    trigger = deferred_trigger(operator(tmp_path, "ignore-notice", preemption_grace_seconds=4, max_usd="1"))
+    # recorded the job as stopped at what was left of max_usd. The kill's grace is long enough for the new try
+    # to find the job still stopping on a loaded machine: with 4 s, a new try that took longer to start found
+    # it ended, sent no stop and said nothing of the kill's.
+    trigger = deferred_trigger(operator(tmp_path, "ignore-notice", preemption_grace_seconds=20, max_usd="1"))
     wait_for(tmp_path / "seen.jsonl")
     trigger.stop_and_bill(wait_seconds=0.3, poll_seconds=0.1)  # billed to its grace period's end
     (killed,) = train_entries(ledger)
     assert killed["cause"] == "killed"
     capsys.readouterr()
     # What is left of max_usd buys nothing: the new try's stop at the cap falls due at its first poll.
-    new_try = operator(tmp_path, "ok", preemption_grace_seconds=4, max_usd=str(killed["usd"]))
+    new_try = operator(tmp_path, "ok", preemption_grace_seconds=20, max_usd=str(killed["usd"]))
     with pytest.raises(AirflowFailException, match="cannot start another attempt"):
         drive(new_try, context_for(try_number=2))
     said = capsys.readouterr().out
