@@ -207,3 +207,9 @@ def test_sagemakers_prefix_in_any_case_is_refused_on_ec2_backends_with_the_ec2_n
     with pytest.raises(ConfigurationError) as refused:
         operator(tmp_path, instance_type=instance_type, backend=backend, backend_options=options)
     assert str(refused.value) == message
+
+
+def test_sagemakers_prefix_in_capitals_on_the_local_backend_is_pointed_at_sagemaker_types() -> None:
+    # The prefix was matched in lower case only here: 'ML.G5.XLARGE' was offered m5.xlarge, g5.xlarge, ...
+    said = check_written_instance_type("ML.G5.XLARGE", "local")
+    assert said is not None and "the nearest known: ml.g5.xlarge" in said, said

@@ -1,4 +1,6 @@
-"""``RemoteTrainingOperator``'s instance type written out in the DAG, checked as each backend names types.
+"""``RemoteTrainingOperator``'s instance type, checked as each backend names types.
+
+At parse where it is written out in the DAG, once rendered where it is a template (before anything is held).
 
 SageMaker names its types ``ml.g5.xlarge``; Batch runs on EC2's ``g5.xlarge``; Kubernetes selects nodes by the
 name as written (``node.kubernetes.io/instance-type``: EC2's on EKS, ``n1-standard-8`` on GKE,
@@ -150,14 +152,14 @@ def _check_instance_type(
         )
     if backend_name == "sagemaker":
         _check_sagemaker_spelling(name, subject, fix)
-    sagemaker = name.startswith("ml.")
-    unlisted = _not_in_price_list(name.removeprefix("ml."))
+    sagemaker = name[:3].lower() == "ml."  # in any case, as above
+    unlisted = _not_in_price_list(name[3:] if sagemaker else name)
     if unlisted is None:
         return None
     hint = _nearest_hint(unlisted, sagemaker=sagemaker)
     aws_shaped = _AWS_TYPE.fullmatch(name) is not None
     if backend_name in _AWS_SHAPED_BACKENDS and not aws_shaped:
-        # The local backend (or a templated one, which may render local) runs on names of the team's own.
+        # The local backend runs on names of the team's own (and at parse a templated one may render local).
         raise ConfigurationError(
             f"{subject} is no AWS instance type (family.size, e.g. "
             f"{'ml.g5.xlarge' if sagemaker else 'g5.xlarge'}){hint}"
