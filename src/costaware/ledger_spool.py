@@ -29,9 +29,10 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
+from costaware.core.money import format_gpu_hours
 from costaware.glue import DEFAULT_LEDGER_CONN_ID
 from costaware.settings import costaware_home
-from costaware.spool_settle import hold_unsure, plain_number, record_unsure
+from costaware.spool_settle import hold_unsure, record_unsure
 from costaware.spool_settle import record_and_settle as record_and_settle  # imported from here by callers
 
 log = logging.getLogger(__name__)
@@ -338,10 +339,10 @@ def _say_if_past_cap(ledger: Any, entry: Any) -> None:
                 "by no budget, while other runs spent: raise the cap (`costaware budget set "
                 "--cap-gpu-hours`), or hold back the budget's next runs",
                 entry.entry_uid,
-                plain_number(entry.gpu_hours),
+                format_gpu_hours(entry.gpu_hours),
                 usage.name,
-                plain_number(usage.spent_gpu_hours),
-                plain_number(gpu_cap),
+                format_gpu_hours(usage.spent_gpu_hours),
+                format_gpu_hours(gpu_cap),
             )
 
 

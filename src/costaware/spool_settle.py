@@ -13,6 +13,8 @@ from datetime import timedelta
 from decimal import Decimal
 from typing import Any
 
+from costaware.core.money import format_gpu_hours
+
 #: The logger these lines were always said under: log configurations and alerts filter by its name.
 log = logging.getLogger("costaware.ledger_spool")
 
@@ -93,7 +95,7 @@ def _held_text(usd: Decimal, gpu_hours: Decimal | None) -> str:
     from costaware.core.money import format_usd_exact
 
     held = format_usd_exact(usd)
-    return held if gpu_hours is None else f"{held} and {plain_number(gpu_hours)} GPU-hours"
+    return held if gpu_hours is None else f"{held} and {format_gpu_hours(gpu_hours)} GPU-hours"
 
 
 def _say_unsure_past_caps(entry: Any, usages: list[Any], held: str) -> None:
@@ -118,14 +120,14 @@ def _say_unsure_past_caps(entry: Any, usages: list[Any], held: str) -> None:
         if (left := u.left_gpu_hours) is not None and entry.gpu_hours > left:
             passed.add("gpu_hours")
             caps.append(
-                f"GPU-hour cap {plain_number(u.cap_gpu_hours)}, {plain_number(u.spent_gpu_hours)} GPU-hours "
-                f"spent and {plain_number(u.reserved_gpu_hours)} reserved"
+                f"GPU-hour cap {format_gpu_hours(u.cap_gpu_hours)}, {format_gpu_hours(u.spent_gpu_hours)} "
+                f"GPU-hours spent and {format_gpu_hours(u.reserved_gpu_hours)} reserved"
             )
         if caps:
             short.append(f"budget '{u.name}' ({'; '.join(caps)})")
     bill = format_usd_exact(entry.usd)
     if "gpu_hours" in passed:
-        bill = f"{bill} and {plain_number(entry.gpu_hours)} GPU-hours"
+        bill = f"{bill} and {format_gpu_hours(entry.gpu_hours)} GPU-hours"
     raises = []
     if "usd" in passed or not passed:
         raises.append("the cap (`costaware budget set`)")
@@ -283,7 +285,7 @@ class Shortfall:
         show_gpu_hours = self.gpu_hours > 0 if gpu_hours is None else gpu_hours
         parts = [format_usd_exact(self.usd)] if show_usd else []
         if show_gpu_hours:
-            parts.append(f"{plain_number(self.gpu_hours)} GPU-hours")
+            parts.append(f"{format_gpu_hours(self.gpu_hours)} GPU-hours")
         return " and ".join(parts)
 
     def caps(self) -> str:
@@ -293,20 +295,15 @@ class Shortfall:
         return "that cap" if self.usd > 0 else "that GPU-hour cap"
 
 
-def plain_number(value: Decimal) -> str:
-    """``value`` without trailing zeros: 6, not 6.000000."""
-    return format(value.normalize(), "f")
-
-
 def _paid_text(entry: Any, shortfall: Shortfall) -> str:
     """What the try paid of its hold, in the units the hold was grown short in."""
     from costaware.core.money import format_usd_exact
 
     if shortfall.usd > 0 and shortfall.gpu_hours > 0:
-        return f"{format_usd_exact(entry.usd)} and {plain_number(entry.gpu_hours)} GPU-hours of it"
+        return f"{format_usd_exact(entry.usd)} and {format_gpu_hours(entry.gpu_hours)} GPU-hours of it"
     if shortfall.usd > 0:
         return f"{format_usd_exact(entry.usd)} of it"
-    return f"{plain_number(entry.gpu_hours)} of them"
+    return f"{format_gpu_hours(entry.gpu_hours)} of them"
 
 
 def _say_if_hold_lapsed(ledger: Any, holder: str, entry: Any) -> None:
@@ -382,8 +379,9 @@ def _why_short(
         if shortfall.usd > 0 and u.left_usd <= 0
     ]
     full += [
-        f"budget '{u.name}' has {plain_number(u.spent_gpu_hours)} GPU-hours spent and "
-        f"{plain_number(u.reserved_gpu_hours)} reserved of its {plain_number(u.cap_gpu_hours)} GPU-hour cap"
+        f"budget '{u.name}' has {format_gpu_hours(u.spent_gpu_hours)} GPU-hours spent and "
+        f"{format_gpu_hours(u.reserved_gpu_hours)} reserved of its {format_gpu_hours(u.cap_gpu_hours)} "
+        "GPU-hour cap"
         for u in mine
         if shortfall.gpu_hours > 0
         and u.cap_gpu_hours is not None
