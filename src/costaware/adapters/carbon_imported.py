@@ -26,10 +26,11 @@ def imported_zones() -> list[str]:
 def imported_carbon(zone: str, at: datetime, *, until: datetime | None = None) -> PriceSeries | None:
     """The imported series of ``zone`` a decision at ``at`` weighs, or None: the bundled typical year's.
 
-    The newest imported file that covers ``at`` (a current record, or a forecast written as one); for a
-    zone with no bundled year, its newest imported file whatever it covers. Decisions read the bundled year
-    alone before, whatever was imported, while the ledger's emissions read the import. ``until``: where
-    the hours the decision reads end (:func:`weighed_import`).
+    The newest imported file that covers ``at`` (a current record, or a forecast written as one), else the
+    first to start after it within the hours read, with the typical year before it (:func:`weighed_import`);
+    for a zone with no bundled year and none of those, its newest imported file whatever it covers.
+    Decisions read the bundled year alone before, whatever was imported, while the ledger's emissions read
+    the import. ``until``: where the hours the decision reads end.
     """
     return weighed_import(RecordedCarbon(bundled=False).zone_files(zone), zone, at, until=until)
 
