@@ -79,7 +79,7 @@ class LatestPointer:
             why,
         )
         try:
-            ahead = self._point_latest(marker.step, _pointer(marker, prefix))
+            ahead = self._point_latest(marker.step, latest_pointer_bytes(marker, prefix))
         except StoreError as e:
             log.warning("could not point %s at step %s (%s): the next push does", LATEST_NAME, marker.step, e)
             return marker, prefix
@@ -114,13 +114,13 @@ class LatestPointer:
         )
 
 
-def _pointer(marker: Marker, prefix: str) -> bytes:
+def latest_pointer_bytes(marker: Marker, prefix: str) -> bytes:
     """``LATEST.json`` naming ``marker``'s checkpoint in the step folder ``prefix``."""
     latest = marker.to_json() | {"prefix": prefix, "pushed_at": datetime.now(UTC).isoformat()}
     for entry in latest["files"]:
         del entry["mtime_ns"]  # local to the machine that saved it
-    return _dumps(latest)
+    return json_bytes(latest)
 
 
-def _dumps(value: object) -> bytes:
+def json_bytes(value: object) -> bytes:
     return (json.dumps(value, indent=2, sort_keys=True) + "\n").encode()

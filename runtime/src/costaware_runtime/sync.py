@@ -57,7 +57,7 @@ from pathlib import Path
 
 from costaware_runtime import _files
 from costaware_runtime._latest_pointer import POINTER_TRIES as POINTER_TRIES
-from costaware_runtime._latest_pointer import LatestPointer, _dumps, _pointer
+from costaware_runtime._latest_pointer import LatestPointer, json_bytes, latest_pointer_bytes
 from costaware_runtime._marker import CommittedFile, Marker, read_marker, write_marker
 from costaware_runtime._marker import parse_marker as parse_marker
 from costaware_runtime._step_folders import _STEP_FOLDER, newest_unpointed
@@ -336,9 +336,9 @@ class CheckpointSync(LatestPointer):
                 raise CheckpointChangedError(
                     f"{path} of checkpoint step {marker.step} is gone: a newer save replaced it"
                 ) from None
-        self.store.put_bytes(f"{prefix}/{CHECKPOINT_MARKER}", _dumps(marker.to_json()))
+        self.store.put_bytes(f"{prefix}/{CHECKPOINT_MARKER}", json_bytes(marker.to_json()))
         self.progressed()
-        return self._point_latest(marker.step, _pointer(marker, prefix))
+        return self._point_latest(marker.step, latest_pointer_bytes(marker, prefix))
 
     @staticmethod
     def _check_unchanged(fd: int, file: CommittedFile, path: Path) -> None:

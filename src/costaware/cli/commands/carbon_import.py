@@ -19,7 +19,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from costaware.cli.commands.carbon_import_access import _ACCESS_REFUSED, _cannot_make_folder, _cannot_write
+from costaware.cli.commands.carbon_import_access import ACCESS_REFUSED, cannot_make_folder, cannot_write
 from costaware.core.errors import ConfigurationError
 
 if TYPE_CHECKING:
@@ -91,7 +91,7 @@ def import_file(args: argparse.Namespace) -> int:
     try:
         folder.mkdir(parents=True, exist_ok=True)
     except OSError as e:
-        raise _cannot_make_folder(folder, e) from e
+        raise cannot_make_folder(folder, e) from e
     hours = len({at.replace(minute=0, second=0) for at, _ in series.points})  # half-hourly rows are not hours
     records = "" if hours == len(series) else f" in {len(series)} records"
     imported = (
@@ -139,7 +139,7 @@ def _write(target: Path, data: bytes, *, mode: int, owner: tuple[int, int] | Non
         write_atomically(target, data, mode=mode, owner=owner)
     except OSError as e:
         # A group member merging into a folder not the group's to write: its temporary file is refused.
-        raise _cannot_write(target, e) from e
+        raise cannot_write(target, e) from e
 
 
 def _one_record_error(name: str, series: PriceSeries, zone: str, folder: Path) -> Exception:
@@ -214,8 +214,8 @@ def _locked(target: Path) -> Iterator[None]:
     try:
         handle = _open_lock_file(path)
     except OSError as e:
-        if e.errno not in _ACCESS_REFUSED:  # a read-only file system, a full disk: no chmod fixes those
-            raise _cannot_write(path, e) from e
+        if e.errno not in ACCESS_REFUSED:  # a read-only file system, a full disk: no chmod fixes those
+            raise cannot_write(path, e) from e
         raise ConfigurationError(
             f"cannot open the lock file {path} ({e.strerror}): nothing was imported; an import needs read "
             f"access to it (chmod g+r {path} for the group) and write access to {path.parent}"
@@ -241,7 +241,7 @@ def _open_lock_file(path: Path) -> int:
         # 0664 less the umask: the group's members may open it for writing too.
         return os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o664)
     except OSError as e:
-        if e.errno not in _ACCESS_REFUSED:
+        if e.errno not in ACCESS_REFUSED:
             raise
     return os.open(path, os.O_RDONLY | os.O_CREAT | os.O_CLOEXEC, 0o664)
 

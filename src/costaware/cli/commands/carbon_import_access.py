@@ -17,16 +17,16 @@ if TYPE_CHECKING:
 
 
 #: What a folder answers where this user may not write it: only these call for chmod advice.
-_ACCESS_REFUSED = frozenset({errno.EACCES, errno.EPERM})
+ACCESS_REFUSED = frozenset({errno.EACCES, errno.EPERM})
 
 
-def _cannot_write(target: Path, error: OSError) -> CostawareError:
+def cannot_write(target: Path, error: OSError) -> CostawareError:
     """The refusal of writing ``target``: write-access advice only where access was what refused it.
 
     A full disk (ENOSPC) or an I/O error (EIO) was told as a permissions problem, with chmod advice that
     fixes nothing.
     """
-    if error.errno in _ACCESS_REFUSED:
+    if error.errno in ACCESS_REFUSED:
         return ConfigurationError(
             f"cannot write {target} ({error.strerror}): nothing was imported; an import needs write access "
             f"to {target.parent} (the file is replaced by a rename): for a group, chgrp it to the group and "
@@ -40,14 +40,14 @@ def _cannot_write(target: Path, error: OSError) -> CostawareError:
     return CostawareError(f"cannot write {target}: nothing was imported: {error.strerror or error}")
 
 
-def _cannot_make_folder(folder: Path, error: OSError) -> CostawareError:
+def cannot_make_folder(folder: Path, error: OSError) -> CostawareError:
     """The refusal of creating the carbon ``folder``: it may not exist yet, so name where it was refused."""
     if error.errno == errno.EROFS:
         return ConfigurationError(
             f"cannot create the carbon folder {folder}: it is on a read-only file system; nothing was "
             "imported: set AIRFLOW_HOME where it can be written (or remount it read-write)"
         )
-    if error.errno not in _ACCESS_REFUSED:
+    if error.errno not in ACCESS_REFUSED:
         return CostawareError(
             f"cannot create the carbon folder {folder}: nothing was imported: {error.strerror or error}"
         )
