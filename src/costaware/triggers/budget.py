@@ -94,8 +94,8 @@ class BudgetAvailableTrigger(BaseTrigger):
             if usage.left_usd < need:
                 left = f"{format_usd_exact(usage.left_usd)} left"
                 if usage.left_usd < 0:  # a cap lowered below what is held: "-$3.00 left" read as a typo
-                    over = format_usd_exact(-usage.left_usd)
-                    left = f"nothing left of its {format_usd_exact(usage.cap_usd)} cap (it is {over} over it)"
+                    # Worded as check_cap's refusal of the same budget says it.
+                    left = f"nothing left (it is {format_usd_exact(-usage.left_usd)} over its cap)"
                 whole = (
                     " (more than its whole cap: only a higher cap makes room)" if need > usage.cap_usd else ""
                 )
