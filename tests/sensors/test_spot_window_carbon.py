@@ -277,7 +277,7 @@ def test_the_sensor_follows_an_import_as_far_as_its_decision_reads_it(
 ) -> None:
     # Each plan and each poke read a year of the import (8,800 points, 0.06-0.18 s) to value the starts up
     # to a deadline hours away. Followed as far as the starts and the run read, they are valued alike.
-    import costaware.sensors.spot_window_market as market
+    import costaware.adapters.spot_market as market  # the sensor reads through window_carbon_intensity
     from costaware.adapters.spot_market import intensity_of_run
     from costaware.cli import main
 

@@ -21,7 +21,7 @@ from costaware.adapters.object_store.location import expand_user
 from costaware.core.carbon import Objective
 from costaware.core.errors import ConfigurationError, CostawareError, did_you_mean
 from costaware.core.series import PriceSeries, parse_instant
-from costaware.core.spot_forecast import forecast_starts, intensity_from, objective_starts
+from costaware.core.spot_forecast import forecast_starts, intensity_from, objective_starts, read_until
 from costaware.core.spot_window import Observation, choose_zone, spot_capacity
 
 LIVE = "live"
@@ -276,6 +276,24 @@ def mean_spot_price(
         )
     rate: Decimal = series.mean_usd_per_hour(start, end)
     return rate
+
+
+def window_carbon_intensity(
+    carbon: str | None,
+    *,
+    region: str | None,
+    objective: Objective,
+    latest_start: datetime,
+    runtime_hours: Decimal,
+    at: datetime | None = None,
+) -> PriceSeries | None:
+    """:func:`carbon_intensity` as a spot window reads it: as far as a run starting by ``latest_start`` reads.
+
+    The sensor's plan, its poke and its deferred trigger read alike through it: read to different ends, a
+    poke and a trigger valued the same run now differently (PL, an import 14-366 days ahead).
+    """
+    until = read_until(latest_start, runtime_hours)
+    return carbon_intensity(carbon, region=region, objective=objective, at=at, until=until)
 
 
 def carbon_intensity(

@@ -13,12 +13,16 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseSensorOperator
 
-from costaware.adapters.spot_market import carbon_intensity, forecast_window, intensity_of_run, observe_market
+from costaware.adapters.spot_market import (
+    forecast_window,
+    intensity_of_run,
+    observe_market,
+    window_carbon_intensity,
+)
 from costaware.core.carbon import Objective
 from costaware.core.errors import ConfigurationError
 from costaware.core.given import blank
 from costaware.core.series import parse_instant
-from costaware.core.spot_forecast import read_until
 from costaware.core.spot_window import Observation, SpotDecision, decide_on_objective, wants_observation
 from costaware.operators.rendered_values import parse_zones
 from costaware.sensors.spot_window_run import try_number
@@ -89,12 +93,13 @@ class SpotWindowMarket(BaseSensorOperator):
             runtime_hours=runtime,
             history_days=self.history_days,
             objective=objective,
-            intensity=carbon_intensity(
+            intensity=window_carbon_intensity(
                 carbon.get("carbon"),
                 region=self.region,
                 objective=objective,
+                latest_start=latest_start,
+                runtime_hours=runtime,
                 at=now,
-                until=read_until(latest_start, runtime),
             ),
             power_kw=float(carbon.get("power_kw", 0.0)),
         )
@@ -110,12 +115,13 @@ class SpotWindowMarket(BaseSensorOperator):
         runtime = Decimal(plan["runtime_hours"])
         # As far as the plan reads it (and the trigger): an import starting past two weeks was read by the
         # plan and not by the poke, which valued a run now otherwise.
-        intensity = carbon_intensity(
+        intensity = window_carbon_intensity(
             plan.get("carbon"),
             region=self.region,
             objective=objective,
+            latest_start=latest_start,
+            runtime_hours=runtime,
             at=now,
-            until=read_until(latest_start, runtime),
         )
         return decide_on_objective(
             now=now,

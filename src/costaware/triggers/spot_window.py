@@ -23,19 +23,19 @@ from airflow.triggers.base import BaseTrigger, TriggerEvent
 # the names it exported before stay importable from here for DAGs and code that use them.
 from costaware.adapters.spot_market import (
     LIVE,
-    carbon_intensity,
     forecast_window,
     intensity_of_run,
     observe_market,
     observe_spot,
     observe_zones,
     spot_history,
+    window_carbon_intensity,
 )
 from costaware.core.carbon import Objective
 from costaware.core.errors import ConfigurationError, CostawareError
 from costaware.core.ledger import utcnow
 from costaware.core.series import parse_instant
-from costaware.core.spot_forecast import forecast_starts, read_until
+from costaware.core.spot_forecast import forecast_starts
 from costaware.core.spot_window import (
     Observation,
     decide_on_objective,
@@ -208,11 +208,12 @@ class SpotWindowTrigger(BaseTrigger):
             # plan and poke read it: an import followed a year was read differently (PL, a file 14-366 days
             # ahead), and a run now was started here that the poke would have waited on.
             intensity = await asyncio.to_thread(
-                carbon_intensity,
+                window_carbon_intensity,
                 self.carbon,
                 region=self.region,
                 objective=objective,
-                until=read_until(latest_start, runtime),
+                latest_start=latest_start,
+                runtime_hours=runtime,
             )
         except (CostawareError, ArithmeticError) as e:
             yield TriggerEvent({"status": "error", "message": str(e), "retry": False})
