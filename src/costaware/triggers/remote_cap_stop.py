@@ -372,7 +372,7 @@ class CapStopping(CapStopKeeping, OtherTypePricing):
         Where the backend's "no such job" is final (``GONE_IS_FINAL_BACKENDS``: a deleted pod), nothing runs
         to stop: none is sent (a delete that 404s), and the stop is recorded all the same, not ``unlisted``:
         no SIGTERM went out, so there is no grace period to hold it to; it is billed to its first 404
-        (:meth:`~costaware.triggers.remote_gone_job.GoneJobBilling._gone_after_cap_stop`).
+        (:meth:`~costaware.triggers.remote_gone_after_cap_stop.CapStoppedGoneBilling._gone_after_cap_stop`).
         """
         from costaware.training.attempt_effects import MIN_CAPPED_SECONDS
         from costaware.triggers.remote_job_status import GONE_IS_FINAL_BACKENDS

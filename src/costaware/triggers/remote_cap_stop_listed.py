@@ -18,7 +18,7 @@ from costaware.triggers.remote_cap_stop import CapStopping
 STOP_CLOCK_SKEW_SECONDS = 30.0
 
 
-# A mixin of RemoteTrainingJobTrigger (through GoneJobBilling), not a trigger of its own.
+# A mixin of RemoteTrainingJobTrigger (through CapStoppedGoneBilling), not a trigger of its own.
 class ListedCapStopping(CapStopping):
     """The stops at the cap of a listed job, of ``RemoteTrainingJobTrigger``."""
 
