@@ -94,9 +94,12 @@ def test_a_carbon_objective_without_the_intensity_now_is_named() -> None:
 def test_a_watch_of_todays_form_is_cost_and_reads_nothing() -> None:
     from costaware.adapters.spot_market import watch_objective
 
-    assert watch_objective({}, instance_type="no-such-type", region="mars-1") == (Objective(), None, 0.0)
+    now = datetime.now(timezone.utc)
+    reads = {"now": now, "latest_start": now + timedelta(hours=10), "runtime_hours": Decimal(3)}
+    cost = watch_objective({}, instance_type="no-such-type", region="mars-1", **reads)
+    assert cost == (Objective(), None, 0.0)
     objective, intensity, power = watch_objective(
-        {"objective": "carbon", "carbon": "GB"}, instance_type="p3.2xlarge", region="us-east-1"
+        {"objective": "carbon", "carbon": "GB"}, instance_type="p3.2xlarge", region="us-east-1", **reads
     )
     assert objective.name == "carbon" and intensity is not None and power > 0
 

@@ -190,3 +190,69 @@ def test_a_job_minutes_from_its_end_is_valued_over_what_running_on_leaves(
     ran[0] = 1800.0
     paused = trigger.poll_once(now())
     assert paused is not None and "2.58 h left" in paused["pause"]
+
+
+@pytest.mark.parametrize("zone", ["GB", "PL"])
+@pytest.mark.parametrize("first_hour", [-2, 3, 15 * 24 + 3], ids=["covering", "starting-after", "on-day-15"])
+@pytest.mark.parametrize("deadline_hours", [10, 16 * 24], ids=["hours-ahead", "past-two-weeks"])
+def test_the_watch_follows_an_import_as_far_as_its_decision_reads_and_decides_as_on_a_years_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, zone: str, first_hour: int, deadline_hours: int
+) -> None:
+    # Each look of the watch read its zone's import followed a year (8,787 points, 0.04-0.20 s) to value
+    # runs starting up to its latest resume. Followed as far as those runs read, it sees the same values,
+    # but where 57e2d765 chose otherwise for every carbon wait: a zone with no typical year reading hours
+    # before an import 14-366 days ahead reads that import's own profile (as the spot window sensor does),
+    # not its profile as clock-hour means leading up to it.
+    import costaware.adapters.spot_market as spot_market
+    import costaware.triggers.remote_price_watch as price_watch
+    from costaware.adapters.carbon_data import load_carbon
+    from costaware.cli import main
+    from costaware.core.spot_forecast import intensity_from
+
+    monkeypatch.setenv("AIRFLOW_HOME", str(tmp_path / "airflow"))
+    first = now().replace(minute=0, second=0) + timedelta(hours=first_hour)
+    rows = [f"{first + timedelta(hours=i):%Y-%m-%dT%H:%M:%SZ},{100 + 37 * (i % 7)}\n" for i in range(48)]
+    imported = tmp_path / f"{zone}.csv"
+    imported.write_text("timestamp_utc,g_co2eq_per_kwh_lca\n" + "".join(rows))
+    assert main(["carbon", "import", str(imported), "--zone", zone]) == 0
+    real_intensity = spot_market.carbon_intensity
+    real_event = price_watch.price_event
+    read: list[Any] = []
+    seen: list[dict[str, Any]] = []
+
+    def reading(*args: Any, **kwargs: Any) -> Any:
+        read.append(real_intensity(*args, **kwargs))
+        return read[-1]
+
+    def as_before(carbon: str | None, *, region: str | None, objective: Any, **_: Any) -> Any:
+        # The watch's call before it said where its hours end: a year from the wall clock.
+        read.append(real_intensity(carbon, region=region, objective=objective))
+        return read[-1]
+
+    def deciding(*args: Any, **kwargs: Any) -> Any:
+        seen.append({k: kwargs[k] for k in ("forecast_starts", "g_co2e_per_kwh", "usd_per_hour")})
+        return real_event(*args, **kwargs)
+
+    monkeypatch.setattr(price_watch, "price_event", deciding)
+    for mode in ("pause", "resume"):
+        looked = {
+            **watch(tmp_path, imported, mode),
+            "carbon": zone,
+            "latest_resume": (now() + timedelta(hours=deadline_hours)).isoformat(),
+            "run_on_hours": "2.5",
+        }
+        at = now()
+        monkeypatch.setattr(spot_market, "carbon_intensity", as_before)
+        year_event = price_watch.watch_event(looked, {"k": "v"}, now=at)
+        monkeypatch.setattr(spot_market, "carbon_intensity", reading)
+        event = price_watch.watch_event(looked, {"k": "v"}, now=at)
+        year_read, bounded_read = read[-2:]
+        assert len(bounded_read.points) < len(year_read.points)
+        assert seen[-1]["forecast_starts"] and seen[-1]["g_co2e_per_kwh"] is not None
+        if zone == "PL" and first_hour > 14 * 24 and deadline_hours < 14 * 24:
+            run = 2.5 if mode == "pause" else 3
+            own = intensity_from(load_carbon(str(imported)), at, run)
+            assert seen[-1]["g_co2e_per_kwh"] == own
+            continue
+        assert event == year_event
+        assert seen[-1] == seen[-2]

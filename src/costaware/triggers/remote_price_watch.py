@@ -105,12 +105,18 @@ def watch_event(
             watch, state, now=now, usd_per_hour=None, available=False, source="", forecast_starts=[]
         )
     observe = watch["observe"]
-    objective, intensity, power_kw = watch_objective(
-        watch, instance_type=observe["instance_type"], region=observe["region"]
-    )
     remaining = max(Decimal(watch["remaining_hours"]), Decimal("0.01"))
     # Running on is valued over what it leaves to run (a resume over what a pause leaves).
     run_on = max(Decimal(watch.get("run_on_hours", watch["remaining_hours"])), Decimal("0.01"))
+    objective, intensity, power_kw = watch_objective(
+        watch,
+        instance_type=observe["instance_type"],
+        region=observe["region"],
+        now=now,
+        # Read as far as both runs it values: one per later start, and running on from now (a pause's).
+        latest_start=latest_resume,
+        runtime_hours=max(remaining, run_on),
+    )
     seen = observe_market(now=now, on_demand_usd_per_hour=Decimal(watch["on_demand_usd_per_hour"]), **observe)
     starts = forecast_window(
         prices=observe["prices"],
