@@ -473,12 +473,12 @@ def _templated_type(tmp_path: Path, ledger: Any, **arguments: Any) -> RemoteTrai
             {"instance_type": "g5.xlarge "},
             {},
             "instance_type 'g5.xlarge ' (rendered from '{{ params.instance_type }}') has blanks around it, "
-            f"which no backend's type has: {TEMPLATE_FIX} 'g5.xlarge'",
+            f"which no instance type has: {TEMPLATE_FIX} 'g5.xlarge'",
         ),
         (
             {"instance_type": "\tm5.large"},
             {},
-            f"has blanks around it, which no backend's type has: {TEMPLATE_FIX} 'm5.large'",
+            f"has blanks around it, which no instance type has: {TEMPLATE_FIX} 'm5.large'",
         ),
         # Checked against the backend as rendered, as a type and backend written out are at the parse.
         (

@@ -1611,6 +1611,13 @@ def test_an_instance_type_written_with_blanks_around_it_is_refused_when_parsed(
         f"instance_type {written!r} has blanks around it, which no instance type has: write 'p3.2xlarge'"
     )
     assert "bundled EC2 price list" not in capsys.readouterr().out
+    # In RemoteTrainingOperator's words, on any backend: the two said it differently.
+    from costaware.operators.remote_instance_type import check_written_instance_type
+
+    for backend in ("local", "batch", "kubernetes"):
+        with pytest.raises(ConfigurationError) as operator_refused:
+            check_written_instance_type(written, backend)
+        assert str(operator_refused.value) == str(refused.value)
 
 
 @pytest.mark.parametrize(
@@ -1618,7 +1625,7 @@ def test_an_instance_type_written_with_blanks_around_it_is_refused_when_parsed(
     [
         (
             "p3.2xlarge ",
-            "instance_type 'p3.2xlarge ', as rendered, has blanks around it, which no instance type has: "
+            "instance_type 'p3.2xlarge ' (as rendered) has blanks around it, which no instance type has: "
             "make the template (and the param or XCom it reads) give 'p3.2xlarge'",
         ),
         (

@@ -28,7 +28,29 @@ _AWS_SHAPED_BACKENDS = ("sagemaker", "batch")
 
 #: What a type rendered wrong is told to become, as the spot window sensor tells it: the template is what to
 #: correct, and the param or XCom it reads.
-_TEMPLATE_FIX = "make the template (and the param or XCom it reads) give"
+TEMPLATE_FIX = "make the template (and the param or XCom it reads) give"
+
+
+def refuse_blanks_around(name: str, *, subject: str | None = None, fix: str = "write") -> None:
+    """Refuse an instance type with blanks around it, which no type has (here and in the spot window sensor).
+
+    Prices and jobs go by the name as written: "g5.xlarge " failed the sensor's run as an unknown type, and
+    went to the backend as written. The sensor and this module said so in two wordings: one text serves both.
+
+    Args:
+        name: The instance type, written out or rendered.
+        subject: How the message names it (default ``instance_type 'name'``).
+        fix: How to give the type meant: "write" where it is written out, :data:`TEMPLATE_FIX` where a
+            template rendered it.
+
+    Raises:
+        ConfigurationError: blanks around ``name``, named with the name to give.
+    """
+    if name != name.strip():
+        raise ConfigurationError(
+            f"{subject or f'instance_type {name!r}'} has blanks around it, which no instance type has: "
+            f"{fix} {name.strip()!r}"
+        )
 
 
 def check_written_instance_type(
@@ -91,7 +113,7 @@ def check_rendered_instance_type(
         return _check_instance_type(name, str(backend or "local"), on_demand_usd_per_hour)
     subject = f"instance_type {name!r} (rendered from {written!r})"
     return _check_instance_type(
-        name, str(backend or "local"), on_demand_usd_per_hour, subject=subject, fix=_TEMPLATE_FIX
+        name, str(backend or "local"), on_demand_usd_per_hour, subject=subject, fix=TEMPLATE_FIX
     )
 
 
@@ -117,8 +139,7 @@ def instance_type_rendered_unset(written: object, rendered: object, backend: obj
     if blank(decided) is None:
         example = "ml.g5.xlarge" if str(backend) == "sagemaker" else "g5.xlarge"
         raise ConfigurationError(
-            f"{said}, and there is no spot decision to take one from: {_TEMPLATE_FIX} one, such as "
-            f"{example!r}"
+            f"{said}, and there is no spot decision to take one from: {TEMPLATE_FIX} one, such as {example!r}"
         )
     return (
         f"{said}: the spot decision's {str(decided)!r} is used; give the param a value for a type of this "
@@ -140,10 +161,7 @@ def _check_instance_type(
     meant: "write" where it is written out, what to make the template give where it was rendered.
     """
     subject = subject or f"instance_type {name!r}"
-    if name != name.strip():
-        raise ConfigurationError(
-            f"{subject} has blanks around it, which no backend's type has: {fix} {name.strip()!r}"
-        )
+    refuse_blanks_around(name, subject=subject, fix=fix)
     # SageMaker's prefix in any case ("ML.G5.XLARGE"): Batch refused it for its shape, Kubernetes only warned.
     if backend_name in _EC2_BACKENDS and name[:3].lower() == "ml.":
         raise ConfigurationError(

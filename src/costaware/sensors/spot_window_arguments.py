@@ -16,6 +16,7 @@ from costaware.core.given import blank
 from costaware.core.series import parse_instant
 from costaware.core.spot_window import MOST_RESTART_OVERHEAD_MINUTES
 from costaware.glue import parse_decimal
+from costaware.operators.remote_instance_type import TEMPLATE_FIX, refuse_blanks_around
 from costaware.operators.templating import is_literal
 
 #: The most days of price history the forecast reads (ten years, as the core's longest durations).
@@ -69,11 +70,8 @@ def check_instance_type_written(instance_type: Any) -> None:
     Raises:
         ConfigurationError: blanks around the name, named with the name to write.
     """
-    if written(instance_type) and str(instance_type) != str(instance_type).strip():
-        raise ConfigurationError(
-            f"instance_type {instance_type!r} has blanks around it, which no instance type has: write "
-            f"{str(instance_type).strip()!r}"
-        )
+    if written(instance_type):
+        refuse_blanks_around(str(instance_type))
 
 
 def rendered_instance_type(instance_type: Any) -> str:
@@ -91,11 +89,7 @@ def rendered_instance_type(instance_type: Any) -> str:
             "param or XCom that is not set): give it a value"
         )
     name = str(instance_type)
-    if name != name.strip():
-        raise ConfigurationError(
-            f"instance_type {name!r}, as rendered, has blanks around it, which no instance type has: make "
-            f"the template (and the param or XCom it reads) give {name.strip()!r}"
-        )
+    refuse_blanks_around(name, subject=f"instance_type {name!r} (as rendered)", fix=TEMPLATE_FIX)
     return name
 
 
