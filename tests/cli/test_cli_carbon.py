@@ -1593,14 +1593,13 @@ def test_a_decision_saying_where_its_hours_end_reads_them_as_a_years_fill_does(
         assert read.last < max(until, start + timedelta(days=14))
 
 
-def test_a_decision_reading_a_day_reads_a_zones_import_a_month_ahead_as_before_the_years_fill(
+def test_a_decision_reading_a_day_reads_a_zones_import_a_month_ahead_as_a_years_fill_does(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
-    # Followed a year, an import of a zone with no typical year starting 14-366 days ahead was read as the
-    # lead before it: its profile in clock hours, so a decision at 03:30 read 96.5 (half of 03:00's 97, half
-    # of 04:00's 96) where it read the newest import's profile at each hour's start (97.0) before, though
-    # a day read none of its hours. Saying where its hours end, it reads them as before.
-    from costaware.adapters.carbon_data import load_carbon
+    # Followed a year, an import of a zone with no typical year starting 14-366 days ahead is read as the
+    # lead before it: its profile in clock hours, so a decision at 03:30 reads 96.5 (half of 03:00's 97, half
+    # of 04:00's 96). Reading a day, none of its hours, it read the newest import's profile at each hour's
+    # start (97.0); one rule now, the clock hours (test_..._as_the_clock_hours_it_spans).
     from costaware.adapters.spot_market import carbon_intensity
     from costaware.core.carbon import Objective
     from costaware.core.spot_forecast import hourly_series
@@ -1617,14 +1616,42 @@ def test_a_decision_reading_a_day_reads_a_zones_import_a_month_ahead_as_before_t
     )
     assert read is not None
     waits = hourly_series(read, at, 24)
-    assert waits == hourly_series(load_carbon(str(imported)), at, 24)
-    assert waits[:2] == [97.0, 96.0]
+    assert waits[:2] == [96.5, 95.5]
     # Passing no end, a year is read: the lead as 7a169814 left it; reaching the file, its hours.
     year = carbon_intensity("PL", region=None, objective=Objective("carbon"), at=at)
     assert year is not None
-    assert hourly_series(year, at, 2) == [96.5, 95.5]
+    assert hourly_series(year, at, 24) == waits
     month = carbon_intensity(
         "PL", region=None, objective=Objective("carbon"), at=at, until=first + timedelta(days=1)
     )
     assert month is not None
     assert hourly_series(month, first, 3) == [100.0, 99.0, 98.0]
+
+
+@pytest.mark.parametrize("first_day", [-2, 30], ids=["a-file-before", "a-file-ahead"])
+@pytest.mark.parametrize("read_days", [None, 1], ids=["reading-a-year", "reading-a-day"])
+def test_a_zone_without_a_typical_year_reads_an_hour_no_file_covers_as_the_clock_hours_it_spans(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, first_day: int, read_days: int | None
+) -> None:
+    # Decided on at 03:30 with no PL file covering it, the waits read the file's profile two ways: in clock
+    # hours (03:30-04:30 half of 03:00's value, half of 04:00's) where a file starts within the hours read,
+    # else the profile at each hour's start (03:00's value for all of it).
+    from costaware.adapters.spot_market import carbon_intensity
+    from costaware.core.carbon import Objective
+    from costaware.core.spot_forecast import hourly_series
+
+    at = datetime(2026, 11, 21, 3, 30, tzinfo=timezone.utc)
+    first = datetime(2026, 11, 21, tzinfo=timezone.utc) + timedelta(days=first_day)
+    rows = [f"{first + timedelta(hours=i):%Y-%m-%dT%H:%M:%SZ},{100 - i % 24}\n" for i in range(30)]
+    imported = tmp_path / "pl.csv"
+    imported.write_text("timestamp_utc,g_co2eq_per_kwh_lca\n" + "".join(rows))
+    assert main(["carbon", "import", str(imported), "--zone", "PL"]) == 0
+    capsys.readouterr()
+    until = None if read_days is None else at + timedelta(days=read_days)
+    read = carbon_intensity("PL", region=None, objective=Objective("carbon"), at=at, until=until)
+    assert read is not None
+    file = RecordedCarbon(bundled=False).zone_files("PL")[0]
+    clock = [Decimal(repr(v)) for v in hourly_series(file, at.replace(minute=0), 4)]
+    assert clock[0] != clock[1]  # else the hour's start and the clock hours' mean would agree
+    waits = hourly_series(read, at, 3)
+    assert waits == [pytest.approx(float((clock[i] + clock[i + 1]) / 2), rel=1e-12) for i in range(3)]

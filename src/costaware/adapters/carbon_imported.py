@@ -28,7 +28,8 @@ def imported_carbon(zone: str, at: datetime, *, until: datetime | None = None) -
 
     The newest imported file that covers ``at`` (a current record, or a forecast written as one), else the
     first to start after it within the hours read, with the typical year before it (:func:`weighed_import`);
-    for a zone with no bundled year and none of those, its newest imported file whatever it covers.
+    for a zone with no bundled year and none of those, its newest imported file's profile
+    (:func:`_past_the_files`).
     Decisions read the bundled year alone before, whatever was imported, while the ledger's emissions read
     the import. ``until``: where the hours the decision reads end.
     """
@@ -44,7 +45,8 @@ def weighed_import(
     waits read past a short file (:func:`then_profile`). Where none covers ``at``, the first to start
     before the fill ends (:func:`_fill_end`), with the typical year (or its profile) before it
     (:func:`_ahead_of`): an imported forecast of tomorrow was passed over for the typical year until its
-    first hour came.
+    first hour came. A zone with no typical year and no such file: its newest file's profile in clock hours
+    (:func:`_past_the_files`).
 
     Args:
         series: The zone's imported series.
@@ -67,7 +69,7 @@ def weighed_import(
             found = _ahead_of(chosen, zone, at, until=end)
             if found is not None:
                 return found
-        return None if bundled else max(series, key=lambda s: s.last)
+        return None if bundled else _past_the_files(max(series, key=lambda s: s.last), at, until=end)
     newest = max(covering, key=lambda s: s.last)
     if bundled:
         return then_typical_year(newest, zone, until=end)
@@ -81,9 +83,7 @@ def weighed_import(
 FILLED_AHEAD = timedelta(days=366)
 
 #: How far it is followed at least, whatever the decision reads: an import starting within two weeks is read
-#: from its start, and a decision reading up to two weeks reads what it did before the fill grew to a year (a
-#: zone with no typical year then read a file 14-366 days ahead as the lead before it, its profile as
-#: clock-hour means, not as its profile at each hour's start: 85.0 became 84.5 at 03:30).
+#: from its start, and a decision reading up to two weeks reads what it did before the fill grew to a year.
 FILLED_AT_LEAST = timedelta(days=14)
 
 
@@ -160,6 +160,28 @@ def then_profile(recorded: PriceSeries, *, until: datetime) -> PriceSeries:
         [at for at, _ in kept],
         [value for _, value in kept],
         name=f"{recorded.name}, then its profile",
+        notes=recorded.notes,
+    )
+
+
+def _past_the_files(recorded: PriceSeries, at: datetime, *, until: datetime) -> PriceSeries:
+    """What the waits read of ``recorded`` from ``at``'s clock hour to ``until``, none of which it covers.
+
+    ``hourly_series`` in clock hours (the file's hour-of-day profile, or a year of records at the same dates
+    and hours), the one rule for an hour no file covers, as before a file ahead (:func:`_ahead_of`) and after
+    one's end (:func:`then_profile`): the profile is fitted on clock-hour means, and ``carbon show`` shows
+    clock hours. Given the file itself, a decision at 03:30 read each hour as the profile at its start
+    (03:00's value for 03:30-04:30) where a file ahead made it half 03:00's, half 04:00's.
+    """
+    from costaware.core.spot_forecast import hourly_series
+
+    hour = at.replace(minute=0, second=0, microsecond=0)
+    hours = -(-(until - hour) // _HOUR)
+    values = hourly_series(recorded, hour, hours)
+    return PriceSeries(
+        [hour + i * _HOUR for i in range(hours)],
+        [Decimal(repr(value)) for value in values],
+        name=f"{recorded.name}, its profile from {hour:%Y-%m-%d %H:%M}",
         notes=recorded.notes,
     )
 
