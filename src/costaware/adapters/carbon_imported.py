@@ -1,8 +1,9 @@
 """What decisions weigh of ``costaware carbon import``'s files: :func:`imported_carbon`, then a fill.
 
 The newest imported file covering a decision's hour, followed by the bundled typical year
-(:func:`then_typical_year`) or, for a zone with none, by the file's own profile (:func:`then_profile`).
-Split out of :mod:`.carbon_recorded`, which reads the files.
+(:func:`then_typical_year`) or, for a zone with none, by the file's own profile (:func:`then_profile`;
+an hour such a zone records in part: :func:`profile_around`). Split out of :mod:`.carbon_recorded`, which
+reads the files.
 """
 
 from __future__ import annotations
@@ -162,6 +163,31 @@ def then_profile(recorded: PriceSeries, *, until: datetime) -> PriceSeries:
         name=f"{recorded.name}, then its profile",
         notes=recorded.notes,
     )
+
+
+def profile_around(
+    parts: list[tuple[PriceSeries, datetime]], files: list[PriceSeries], hour: datetime
+) -> PriceSeries:
+    """``hour``'s recorded ``parts``, their files' profile around them: a zone with no typical year.
+
+    After a part, what the waits read past the file it ends with (:func:`then_profile`); before the first,
+    the hour-of-day profile of the file it starts (``hourly_series``, as the waits read an hour before a
+    file). ``costaware carbon show``'s ``_typical_year_around`` is the same for a zone with a bundled year.
+    """
+    from costaware.core.spot_forecast import hourly_series
+
+    first = parts[0][0].start
+    points: list[tuple[datetime, Decimal]] = []
+    if first > hour:
+        starting = next(f for f in files if f.start <= first < recorded_end(f))
+        points.append((hour, Decimal(repr(hourly_series(starting, hour, 1)[0]))))
+    for index, (part, reached) in enumerate(parts):
+        until = parts[index + 1][0].start if index + 1 < len(parts) else hour + _HOUR
+        points += [(at, value) for at, value in part.points if at < reached]
+        if reached < until:  # a part stops where no file covers: the file it ends with ends there
+            ending = next(f for f in files if f.start < reached == recorded_end(f))
+            points += [p for p in then_profile(ending, until=until).points if reached <= p[0] < until]
+    return PriceSeries([at for at, _ in points], [value for _, value in points], name=parts[0][0].name)
 
 
 def _past_the_files(recorded: PriceSeries, at: datetime, *, until: datetime) -> PriceSeries:

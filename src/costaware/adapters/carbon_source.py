@@ -29,6 +29,7 @@ from costaware.adapters.carbon_imported import (
     _then_typical_year,  # noqa: F401
     imported_carbon,
     imported_zones,
+    profile_around,
     then_profile,
     then_typical_year,
     weighed_import,
@@ -84,6 +85,7 @@ __all__ = [
     "imported_carbon",
     "imported_zones",
     "log",
+    "profile_around",
     "recorded_end",
     "then_profile",
     "then_typical_year",

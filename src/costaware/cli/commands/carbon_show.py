@@ -199,11 +199,11 @@ def _recorded_part(
 
     A window partly past an imported file of such a zone (PL) showed no hour at all, its recorded ones too.
     An hour a file starts or ends inside (a half-hourly import from 22:30, or to 23:30) counts, as for a
-    bundled zone: its recorded parts, the file's profile for the rest (:func:`_profile_around`); the hour
+    bundled zone: its recorded parts, the file's profile for the rest (:func:`profile_around`); the hour
     a file starts inside was left out, and of two stretches in one hour the second was read as the first
     file's profile. ``(None, [])`` where no hour is recorded.
     """
-    from costaware.adapters.carbon_source import RecordedCarbon
+    from costaware.adapters.carbon_source import RecordedCarbon, profile_around
     from costaware.core.series import PriceSeries
 
     if not isinstance(source, RecordedCarbon):
@@ -214,7 +214,7 @@ def _recorded_part(
     for hour in (start + i * _HOUR for i in range(hours)):
         parts = [] if hour in recorded else source.recorded_parts(zone, hour, hour + _HOUR)
         if parts:
-            filled = _profile_around(parts, source.zone_files(zone), hour)
+            filled = profile_around(parts, source.zone_files(zone), hour)
             recorded[hour] = filled.mean_usd_per_hour(hour, hour + _HOUR)
             recorded_seconds += sum((reached - part.start).total_seconds() for part, reached in parts)
             part_recorded.append(hour)
@@ -232,33 +232,6 @@ def _recorded_part(
         times, [recorded[t] for t in times], name=f"{files} for {count} of {hours} hour(s), recorded{rest}"
     )
     return series, [start + i * _HOUR for i in range(hours) if start + i * _HOUR not in recorded]
-
-
-def _profile_around(
-    parts: list[tuple[PriceSeries, datetime]], files: list[PriceSeries], hour: datetime
-) -> PriceSeries:
-    """``hour``'s recorded ``parts``, their files' profile around them: a zone with no typical year.
-
-    After a part, what the waits read past the file it ends with (:func:`then_profile`); before the first,
-    the hour-of-day profile of the file it starts (``hourly_series``, as the waits read an hour before a
-    file). :func:`_typical_year_around` is the same for a zone with a bundled year.
-    """
-    from costaware.adapters.carbon_source import recorded_end, then_profile
-    from costaware.core.series import PriceSeries
-    from costaware.core.spot_forecast import hourly_series
-
-    first = parts[0][0].start
-    points: list[tuple[datetime, Decimal]] = []
-    if first > hour:
-        starting = next(f for f in files if f.start <= first < recorded_end(f))
-        points.append((hour, Decimal(repr(hourly_series(starting, hour, 1)[0]))))
-    for index, (part, reached) in enumerate(parts):
-        until = parts[index + 1][0].start if index + 1 < len(parts) else hour + _HOUR
-        points += [(at, value) for at, value in part.points if at < reached]
-        if reached < until:  # a part stops where no file covers: the file it ends with ends there
-            ending = next(f for f in files if f.start < reached == recorded_end(f))
-            points += [p for p in then_profile(ending, until=until).points if reached <= p[0] < until]
-    return PriceSeries([at for at, _ in points], [value for _, value in points], name=parts[0][0].name)
 
 
 def _fallback_note(source: object, args: argparse.Namespace, start: datetime) -> str | None:
