@@ -432,3 +432,65 @@ def test_two_recorded_stretches_in_one_hour_count_as_recorded_with_the_typical_y
     )
     g = (100 + typical + 230 + 245) / 4
     assert found["kg_co2e"] == Decimal(repr(round(g / 1000, 6)))
+
+
+@pytest.mark.parametrize(
+    ("first", "last", "hour"),
+    [("22:30", "2026-11-21T23:30", "2026-11-20T22:00"), ("00:00", "2026-11-20T23:00", "2026-11-20T23:00")],
+    ids=["the-hour-a-file-starts-inside", "the-hour-a-file-ends-inside"],
+)
+def test_an_hour_a_zone_without_a_typical_year_records_in_part_is_read_as_carbon_show_reads_it(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    first: str,
+    last: str,
+    hour: str,
+) -> None:
+    import json
+
+    from costaware.adapters.carbon_source import RecordedCarbon
+    from costaware.cli import main
+
+    # A half-hourly PL file from 22:30 (or to 23:30): the hour it starts (ends) inside had no intensity,
+    # PL having no typical year for its unrecorded half, and the whole try's emissions were unknown, where
+    # `carbon show` reads that hour as its recorded half and the file's profile for the rest.
+    monkeypatch.setenv("AIRFLOW_HOME", str(tmp_path / "airflow"))
+    rows, at = ["timestamp_utc,g_co2eq_per_kwh_lca"], datetime.fromisoformat(f"2026-11-20T{first}+00:00")
+    while at <= datetime.fromisoformat(f"{last}+00:00"):
+        rows.append(f"{at:%Y-%m-%dT%H:%M:%SZ},{100 + 3 * at.hour + at.minute // 30 + 10 * (at.day - 20)}")
+        at += timedelta(minutes=30)
+    halves = tmp_path / "PL_halves.csv"
+    halves.write_text("\n".join(rows) + "\n")
+    start = datetime.fromisoformat(f"{hour}+00:00")
+    found = estimate(
+        instance_type=None,
+        region="on-prem",
+        power_kw=1,
+        grid_zone="PL",
+        start=start,
+        end=start + timedelta(hours=1),
+        intensity_of=RecordedCarbon(halves).intensity,
+    )
+    assert found["kg_co2e"] is not None, found["carbon_method"]
+    unrecorded = start if first == "22:30" else start + timedelta(minutes=30)
+    assert found["carbon_source"] == (
+        f"grid PL: recorded 0.5 of 1 h, the files' profile for 0.5 h from {unrecorded:%Y-%m-%d %H:%M}: "
+        "PL_halves.csv"
+    )
+    argv = ["carbon", "show", "--zone", "PL", "--source", str(halves), "--start", start.isoformat()]
+    assert main([*argv, "--hours", "1", "--format", "json"]) == 0
+    shown = Decimal(json.loads(capsys.readouterr().out)["hours"][0]["g_co2e_per_kwh"])
+    assert abs(found["kg_co2e"] * 1000 - shown) <= Decimal("0.005")  # show's two decimals
+    # An hour the file records none of still has no value: a try running through it stays unknown.
+    through = start - timedelta(hours=1) if first == "22:30" else start
+    unknown = estimate(
+        instance_type=None,
+        region="on-prem",
+        power_kw=1,
+        grid_zone="PL",
+        start=through,
+        end=through + timedelta(hours=2),
+        intensity_of=RecordedCarbon(halves).intensity,
+    )
+    assert unknown["kg_co2e"] is None and unknown["carbon_method"].startswith("unknown: ")
