@@ -646,3 +646,29 @@ def test_a_one_record_file_left_out_is_warned_of_once_per_process_until_it_chang
         for hour in range(3):
             carbon_intensity("GB", region=None, objective=Objective("carbon"), at=T0 + timedelta(hours=hour))
     assert caplog.text.count("GB_latest.csv holds one record (2026-11-26 11:00 UTC)") == 1
+
+
+@pytest.mark.parametrize(
+    "files",
+    [{"PL_b.csv": ("22:30", "22:45")}, {"PL_a.csv": ("21:45", "22:00"), "PL_b.csv": ("22:30", "22:45")}],
+    ids=["the-hour-a-file-starts-inside", "two-stretches-in-the-hour"],
+)
+def test_profile_around_parts_no_given_file_holds_says_so_not_stop_iteration(
+    tmp_path: Path, files: dict[str, tuple[str, str]]
+) -> None:
+    from costaware.adapters.carbon_source import profile_around
+
+    # It looked up the file a part starts (or ends) with in the files given with a bare next(): given files
+    # the parts were not read from (none, or another zone's), it raised a bare StopIteration. Its callers
+    # (carbon show, the ledger's emissions) pass the files the parts came from: no file input reached it.
+    for name, times in files.items():
+        rows = "".join(f"2026-11-20T{at}:00Z,{100 + i}\n" for i, at in enumerate(times))
+        (tmp_path / name).write_text("timestamp_utc,g_co2eq_per_kwh_lca\n" + rows)
+    recorded = RecordedCarbon(tmp_path, bundled=False)
+    hour = datetime(2026, 11, 20, 22, tzinfo=UTC)
+    parts = recorded.recorded_parts("PL", hour, hour + timedelta(hours=1))
+    assert len(parts) == len(files)
+    profile_around(parts, recorded.zone_files("PL"), hour)  # the files they were read from
+    with pytest.raises(ValueError, match=r"no file given holds the recorded part .* 2026-11-20 22:") as e:
+        profile_around(parts, [], hour)
+    assert "RecordedCarbon.zone_files" in str(e.value)

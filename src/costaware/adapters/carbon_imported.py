@@ -173,19 +173,33 @@ def profile_around(
     After a part, what the waits read past the file it ends with (:func:`then_profile`); before the first,
     the hour-of-day profile of the file it starts (``hourly_series``, as the waits read an hour before a
     file). ``costaware carbon show``'s ``_typical_year_around`` is the same for a zone with a bundled year.
+
+    Raises:
+        ValueError: ``files`` lack the file a part starts or ends with: not those the parts were read from.
     """
     from costaware.core.spot_forecast import hourly_series
+
+    def holding(at: datetime, found: PriceSeries | None, where: str) -> PriceSeries:
+        # A bare next() raised StopIteration, a traceback in carbon show and no reason in the ledger.
+        if found is None:
+            raise ValueError(
+                f"no file given holds the recorded part {where} {at:%Y-%m-%d %H:%M} UTC ({len(files)} "
+                "given): give the files the parts were read from (RecordedCarbon.zone_files of their zone)"
+            )
+        return found
 
     first = parts[0][0].start
     points: list[tuple[datetime, Decimal]] = []
     if first > hour:
-        starting = next(f for f in files if f.start <= first < recorded_end(f))
+        starting = next((f for f in files if f.start <= first < recorded_end(f)), None)
+        starting = holding(first, starting, "starting")
         points.append((hour, Decimal(repr(hourly_series(starting, hour, 1)[0]))))
     for index, (part, reached) in enumerate(parts):
         until = parts[index + 1][0].start if index + 1 < len(parts) else hour + _HOUR
         points += [(at, value) for at, value in part.points if at < reached]
         if reached < until:  # a part stops where no file covers: the file it ends with ends there
-            ending = next(f for f in files if f.start < reached == recorded_end(f))
+            ending = next((f for f in files if f.start < reached == recorded_end(f)), None)
+            ending = holding(reached, ending, "ending")
             points += [p for p in then_profile(ending, until=until).points if reached <= p[0] < until]
     return PriceSeries([at for at, _ in points], [value for _, value in points], name=parts[0][0].name)
 
