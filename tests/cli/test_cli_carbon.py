@@ -1655,3 +1655,19 @@ def test_a_zone_without_a_typical_year_reads_an_hour_no_file_covers_as_the_clock
     assert clock[0] != clock[1]  # else the hour's start and the clock hours' mean would agree
     waits = hourly_series(read, at, 3)
     assert waits == [pytest.approx(float((clock[i] + clock[i + 1]) / 2), rel=1e-12) for i in range(3)]
+
+
+def test_show_of_a_zone_whose_only_file_is_one_record_nothing_places_points_to_no_start(
+    home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # `carbon import` refuses one record nothing places and says to copy it into the carbon folder beside
+    # the file it runs up to; copied there alone, `carbon show` said why it is not read, then "or pass
+    # --start within the recorded hours", though PL has none.
+    home.mkdir(parents=True)
+    (home / "PL_one.csv").write_text("timestamp_utc,g_co2eq_per_kwh_lca\n2026-11-20T22:30:00Z,150\n")
+    argv = ["carbon", "show", "--zone", "PL", "--start", "2026-11-20T22:00Z", "--hours", "2"]
+    with time_machine.travel("2026-11-30T00:00:00Z", tick=False):
+        assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "no PL file is read" in err and "PL_one.csv holds one record (2026-11-20 22:30 UTC)" in err
+    assert "--start" not in err

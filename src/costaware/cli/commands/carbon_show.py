@@ -45,7 +45,7 @@ def show(args: argparse.Namespace) -> int:
     """Print the hourly intensity of a zone, its mean, min and max, and whether it is forecast or recorded."""
     import json
 
-    from costaware.adapters.carbon_source import carbon_source
+    from costaware.adapters.carbon_source import RecordedCarbon, carbon_source
 
     if not 1 <= args.hours <= 8784:  # a year at most (999999999 overflowed the calendar)
         raise ConfigurationError(f"--hours must be 1 to 8784 (a year), got {args.hours}")
@@ -69,6 +69,9 @@ def show(args: argparse.Namespace) -> int:
             # "US-EAST") it sent the user hunting for hours that no file has.
             recorded = getattr(source, "zones", None)
             if recorded is not None and args.zone not in recorded:
+                raise
+            # Nor for a zone whose only files are left out (one record nothing places): it has no hours.
+            if isinstance(source, RecordedCarbon) and not source.zone_files(args.zone):
                 raise
             raise PriceNotFoundError(f"{e}; or pass --start within the recorded hours") from e
         series = typical
