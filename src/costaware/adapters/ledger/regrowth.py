@@ -12,13 +12,13 @@ from datetime import datetime
 from decimal import Decimal
 from typing import Any, NamedTuple
 
-from sqlalchemy import Connection, or_, select
+from sqlalchemy import ColumnElement, Connection, and_, or_, select
 
 from costaware.adapters.ledger import schema
 from costaware.adapters.ledger.budgets import applicable, budget_from_row, budget_usage
 from costaware.adapters.ledger.engine import LedgerDatabase
 from costaware.adapters.ledger.entries import insert_entry
-from costaware.adapters.ledger.reservations import locked_reservation, paid, reservation
+from costaware.adapters.ledger.reservations import holder_lock_key, locked_reservation, paid, reservation
 from costaware.core.budgets import is_run_key, period_window, run_of_key
 from costaware.core.errors import BudgetNotFoundError, ConfigurationError
 from costaware.core.ledger import LedgerEntry, Reservation, holder_run_id, utcnow
@@ -65,17 +65,24 @@ def take_up(ledger: LedgerDatabase, holder: str, try_number: int) -> int:
     try that took the hold grows nothing back: that try is over, and the next sizes the hold itself. Never
     lowered: a late call of an earlier try leaves a later try's mark.
     """
-    r = schema.reservations
+    r, h = schema.reservations, schema.holds
+    to_mark = and_(
+        r.c.holder == holder,
+        r.c.status == "open",
+        or_(r.c.taken_by_try.is_(None), r.c.taken_by_try < try_number),
+    )
     with ledger.transaction() as conn:
-        return conn.execute(
-            r.update()
-            .where(
-                r.c.holder == holder,
-                r.c.status == "open",
-                or_(r.c.taken_by_try.is_(None), r.c.taken_by_try < try_number),
-            )
-            .values(taken_by_try=try_number)
-        ).rowcount
+        # Reserve's order: the holder's lock, its budgets in id order, then its rows (in id order here).
+        # One UPDATE alone locked the rows as it met them: a reserve replacing one of two open holds of the
+        # holder locked that one's row and then wanted the other's, which the UPDATE had locked while it
+        # waited for the first: a deadlock PostgreSQL ended by aborting one. The holder's lock also keeps a
+        # hold made meanwhile (its budgets not locked here) out of the UPDATE.
+        ledger.advisory_lock(conn, holder_lock_key(holder))
+        if not ledger.is_sqlite:  # SQLite's write lock already holds everything
+            marked = select(r.c.id).where(to_mark)
+            _lock_budgets_of(conn, h.c.reservation_id.in_(marked))
+            conn.execute(marked.order_by(r.c.id).with_for_update()).all()
+        return conn.execute(r.update().where(to_mark).values(taken_by_try=try_number)).rowcount
 
 
 def record_and_regrow(ledger: LedgerDatabase, entry: LedgerEntry) -> Regrowth:
@@ -100,7 +107,8 @@ def record_and_regrow(ledger: LedgerDatabase, entry: LedgerEntry) -> Regrowth:
         # Budgets, entry, then the hold's row: reserve's order (budgets, hold) and settle's (entry, hold).
         # With the hold's row locked before the entry, a settle writing the same entry at once held the
         # entry's key and waited for the row while this waited for the key: PostgreSQL aborted one.
-        _lock_budgets_of(conn, ledger, entry.reservation_id)
+        if not ledger.is_sqlite:  # SQLite's write lock already holds everything
+            _lock_budgets_of(conn, schema.holds.c.reservation_id == entry.reservation_id)
         new = insert_entry(conn, entry)
         held = locked_reservation(conn, entry.reservation_id, is_sqlite=ledger.is_sqlite)
         paid_now, paid_gpu_hours_now = paid(conn, held.id)
@@ -156,12 +164,11 @@ def _taken_by_try(conn: Connection, reservation_id: str) -> int | None:
     return conn.execute(select(r.c.taken_by_try).where(r.c.id == reservation_id)).scalar()
 
 
-def _lock_budgets_of(conn: Connection, ledger: LedgerDatabase, reservation_id: str) -> None:
-    """Lock the budgets ``reservation_id`` holds money in, in id order (reserve's)."""
+def _lock_budgets_of(conn: Connection, holds: ColumnElement[bool]) -> None:
+    """Lock (PostgreSQL) the budgets the ``holds`` rows hold money in, in id order (reserve's)."""
     h, b = schema.holds, schema.budgets
-    budget_ids = select(h.c.budget_id).where(h.c.reservation_id == reservation_id)
-    if not ledger.is_sqlite:  # SQLite's write lock already holds everything
-        conn.execute(select(b.c.id).where(b.c.id.in_(budget_ids)).order_by(b.c.id).with_for_update()).all()
+    budget_ids = select(h.c.budget_id).where(holds)
+    conn.execute(select(b.c.id).where(b.c.id.in_(budget_ids)).order_by(b.c.id).with_for_update()).all()
 
 
 def _grow_in(
