@@ -326,7 +326,7 @@ def test_an_entry_settles_the_open_hold_of_its_holder_whose_scope_covers_it(
 
 
 def test_every_ledger_module_that_tells_an_expired_hold_by_the_clock_is_one_the_tests_move() -> None:
-    # A split (reservation_settle, reservation_release) left settle and release on the real clock while the
+    # A split (reservation_settle, reservation_freeing) left settle and release on the real clock while the
     # tests moved the others: a replaced hold expired meanwhile read as holding its money.
     import re
     from pathlib import Path

@@ -18,7 +18,7 @@ HOLD_CLOCK_MODULES = (
     "reservation_queries",
     "reservation_rows",
     "reservation_settle",
-    "reservation_release",
+    "reservation_freeing",
     "regrowth",
     "budgets",
 )

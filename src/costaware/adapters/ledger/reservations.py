@@ -8,7 +8,7 @@ holder in scopes no budget shares cannot both make a hold. Each (reservation, bu
 
 A reservation row's primitives (read, lock, close, what was paid from it) are in :mod:`.reservation_rows`,
 the read-only questions (open holds, the one to settle) in :mod:`.reservation_queries`, ``settle`` and its
-warnings in :mod:`.reservation_settle`, ``release`` and ``release_hold`` in :mod:`.reservation_release`:
+warnings in :mod:`.reservation_settle`, ``release`` and ``release_hold`` in :mod:`.reservation_freeing`:
 every name is importable from here, where callers import it.
 """
 
@@ -26,6 +26,9 @@ from costaware.adapters.ledger import schema
 from costaware.adapters.ledger.audit import append_audit
 from costaware.adapters.ledger.budgets import applicable, budget_usage
 from costaware.adapters.ledger.engine import LedgerDatabase
+from costaware.adapters.ledger.reservation_freeing import Released as Released
+from costaware.adapters.ledger.reservation_freeing import release as release
+from costaware.adapters.ledger.reservation_freeing import release_hold as release_hold
 from costaware.adapters.ledger.reservation_queries import held_for as held_for
 from costaware.adapters.ledger.reservation_queries import hold_ends as hold_ends
 from costaware.adapters.ledger.reservation_queries import hold_periods as hold_periods
@@ -34,9 +37,6 @@ from costaware.adapters.ledger.reservation_queries import open_holds as open_hol
 from costaware.adapters.ledger.reservation_queries import open_reservations as open_reservations
 from costaware.adapters.ledger.reservation_queries import paid_from as paid_from
 from costaware.adapters.ledger.reservation_queries import reservation_to_settle as reservation_to_settle
-from costaware.adapters.ledger.reservation_release import Released as Released
-from costaware.adapters.ledger.reservation_release import release as release
-from costaware.adapters.ledger.reservation_release import release_hold as release_hold
 from costaware.adapters.ledger.reservation_rows import HeldFor as HeldFor
 from costaware.adapters.ledger.reservation_rows import close as close
 from costaware.adapters.ledger.reservation_rows import close_holds as close_holds
