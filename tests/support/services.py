@@ -14,6 +14,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -167,7 +168,7 @@ def moto_server() -> Iterator[str]:
                 [str(exe), "-H", "127.0.0.1", "-p", str(port)], stdout=subprocess.DEVNULL, stderr=errors
             )
             try:
-                if _listens_itself(proc, port):
+                if _listens_itself(proc, port, errors.fileno()):
                     yield f"http://127.0.0.1:{port}"
                     return
             finally:
@@ -176,37 +177,75 @@ def moto_server() -> Iterator[str]:
             errors.seek(0)
             tail = errors.read().decode(errors="replace").strip().splitlines()[-3:]
         said = f": the last exited with code {proc.returncode} on port {port} ({' | '.join(tail)})"
-        if not _listening_inodes(port):  # nothing else holds the port: moto itself failed, no retry helps
-            break
+        if not (_listening_inodes(port) or _accepts_connections(port)):
+            break  # nothing else holds the port: moto itself failed, no retry helps
     raise RuntimeError(f"moto's server did not listen on a port of its own{said}")
 
 
-def _listens_itself(proc: subprocess.Popen[bytes], port: int, timeout: float = 30.0) -> bool:
-    """Whether ``proc`` itself listens on ``port`` within ``timeout``; False where it exits or another did."""
+def _listens_itself(proc: subprocess.Popen[bytes], port: int, log_fd: int, timeout: float = 30.0) -> bool:
+    """Whether ``proc`` itself listens on ``port`` within ``timeout``; False where it exits or another did.
+
+    Told by ``/proc``: a listening socket of the port among the process's open files. Where ``/proc`` shows
+    no listener on a port that accepts connections (no ``/proc``, as on macOS, or a sandbox hiding
+    ``/proc/net/tcp``), moto is asked instead: see :func:`_answers_as_itself` (``log_fd``: its stderr).
+    """
     proc_fds = Path(f"/proc/{proc.pid}/fd")
-    if not proc_fds.parent.exists():  # no /proc (macOS): the port answering is all that can be told
-        wait_for_port(port, timeout)
-        return True
+    token = uuid.uuid4().hex
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline and proc.poll() is None:
         sockets = {f"socket:[{inode}]" for inode in _listening_inodes(port)}
-        with contextlib.suppress(OSError):
-            if sockets and any(str(fd.readlink()) in sockets for fd in proc_fds.iterdir()):
-                return True
+        if sockets:
+            with contextlib.suppress(OSError):
+                if any(str(fd.readlink()) in sockets for fd in proc_fds.iterdir()):
+                    return True
+        elif _accepts_connections(port) and _answers_as_itself(port, token, log_fd):
+            return True
         time.sleep(0.1)
     return False
 
 
+def _answers_as_itself(port: int, token: str, log_fd: int, timeout: float = 2.0) -> bool:
+    """Whether the moto whose stderr is ``log_fd`` answered a request to ``port`` naming ``token``.
+
+    Only moto answers ``/moto-api/``; only the process that served the request logs its line (werkzeug's
+    access log, on that process's stderr), so another worker's moto on the port does not pass for this one.
+    A listener that never answers costs ``timeout`` and is not this moto.
+    """
+    import http.client
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/moto-api/?probe={token}", timeout=timeout) as r:
+            if r.status != 200:
+                return False
+    except (OSError, http.client.HTTPException):  # refused, reset, timed out, an HTTP error or no HTTP at all
+        return False
+    # Read without moving the file's offset: the server shares it, and writes on at it.
+    return token.encode() in os.pread(log_fd, os.fstat(log_fd).st_size, 0)
+
+
+def _accepts_connections(port: int) -> bool:
+    with socket.socket() as s:
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
 def _listening_inodes(port: int) -> set[str]:
-    """The inodes of the sockets listening on 127.0.0.1's or any address's ``port`` (``/proc/net/tcp``)."""
+    """The inodes of the sockets listening on 127.0.0.1's or any address's ``port`` (``/proc/net/tcp``).
+
+    Empty where the tables cannot be read (no ``/proc``, a sandbox hiding them).
+    """
     inodes = set()
     for table in ("/proc/net/tcp", "/proc/net/tcp6"):
         with contextlib.suppress(OSError):
-            for line in Path(table).read_text().splitlines()[1:]:
+            for line in _read_tcp_table(table).splitlines()[1:]:
                 fields = line.split()
                 if fields[1].endswith(f":{port:04X}") and fields[3] == "0A":  # 0A: LISTEN
                     inodes.add(fields[9])
     return inodes
+
+
+def _read_tcp_table(path: str) -> str:
+    return Path(path).read_text()
 
 
 @contextmanager
