@@ -181,3 +181,48 @@ def test_a_bill_kept_earlier_at_the_same_figure_reports_the_figure_as_the_file_w
     kept.write_text(json.dumps(on_file))
     again = keep_unsure(bill, "costaware_ledger", {"job_id": "train-a1"}, row)
     assert again == UnsureBill(Kept.EARLIER, kept, "1.250000")
+
+
+def test_a_spooled_stop_bill_of_a_second_run_under_the_name_is_written_under_its_run(
+    tmp_path: Path, ledger: Any
+) -> None:
+    # A cleared task's new try took the job's name (its pod deleted); its kill's bill, keyed by the name
+    # as a stop's is, waited in the spool while the earlier run's kill bill took the name's key. Drained,
+    # the ledger dropped it on the key (the drain said it wrote it): the second run went unbilled.
+    from dataclasses import replace
+    from datetime import datetime, timezone
+
+    from costaware.ledger_spool import drain, spool_entry
+    from costaware.training.attempt_duplicates import DuplicateCheck
+    from costaware.training.remote import attempt_entry, attempt_key, attempt_uid
+
+    task = {"dag_id": "d", "run_id": "r", "task_id": "train", "map_index": -1}
+    name_key = attempt_uid(attempt_key(task, "train-a1", legacy=True))
+
+    def stop_bill(run_token: str, seconds: float, ended: float) -> Any:
+        job = {"job_id": "train-a1", "ended_at": ended, "billable_seconds": seconds,
+               "instance_type": "m5.large", "market": "spot", "state": "interrupted"}  # fmt: skip
+        entry = attempt_entry(
+            identity=task, attempt=1, job=job, usd_per_hour=Decimal("1"), on_demand_usd_per_hour=None,
+            region="us-east-1", backend="kubernetes", tags={}, cause="killed", run_token=run_token,
+        )  # fmt: skip
+        return replace(entry, entry_uid=name_key)
+
+    ended = datetime(2026, 12, 1, 9, 0, tzinfo=timezone.utc).timestamp()
+    assert ledger.record(stop_bill("uid-a", 600, ended))
+    second = stop_bill("uid-b", 300, ended + 3 * 3600)
+    check = DuplicateCheck(
+        entry_uid=name_key, quantity=str(second.quantity), job_id="train-a1", ended_at=ended + 3 * 3600,
+        billable_seconds=300, instances=1, backend="kubernetes", identity=task, keyed_by_name=True,
+        run_token="uid-b",
+    )  # fmt: skip
+    spool = tmp_path / "spool"
+    spool_entry(spool, second, "costaware_ledger", retrying=True, duplicate_check=check.to_json())
+    assert drain(spool, lambda conn_id: ledger).written == 1
+    billed = {row["entry_uid"]: row["quantity"] for row in ledger.entries()}
+    by_run = attempt_uid(attempt_key(task, "train-a1", legacy=True, run_token="uid-b"))
+    assert billed == {name_key: Decimal("0.166667"), by_run: second.quantity}
+    # The same bill spooled again (a kill repeated): found under its run's key, billed once.
+    spool_entry(spool, second, "costaware_ledger", retrying=True, duplicate_check=check.to_json())
+    assert drain(spool, lambda conn_id: ledger).billed_already == 1
+    assert len(ledger.entries()) == 2

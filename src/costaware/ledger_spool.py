@@ -268,6 +268,7 @@ def drain(
                 _keep_unsure(claimed, path.name, data, unknown, ledger, entry)
                 result.unsure += 1
                 continue
+            entry = _keyed_for_its_run(ledger, entry, data)
             if data.get("another_run"):
                 record_unsure(ledger, entry)  # a person's from spool/unsure: never the task's hold
             else:
@@ -360,6 +361,20 @@ def _billed_meanwhile(ledger: Any, data: dict[str, Any]) -> Decimal | None:
     from costaware.training.attempt_duplicates import DuplicateCheck, billed_already
 
     return billed_already(ledger, DuplicateCheck.from_json(check))
+
+
+def _keyed_for_its_run(ledger: Any, entry: Any, data: dict[str, Any]) -> Any:
+    """``entry``, a stop's bill keyed by the job's name, keyed by its run where another run holds that key.
+
+    Recorded under the name's key, the ledger kept the other run's row and dropped this one (the drain
+    said it wrote it). As the direct bill (:func:`~costaware.training.attempt_duplicates.stop_bill_keyed`).
+    """
+    check = data.get("duplicate_check")
+    if not isinstance(check, dict):
+        return entry
+    from costaware.training.attempt_duplicates import DuplicateCheck, stop_bill_keyed
+
+    return stop_bill_keyed(ledger, entry, DuplicateCheck.from_json(check))[0]
 
 
 def _row_of_unknown_run(ledger: Any, data: dict[str, Any]) -> dict[str, Any] | None:

@@ -316,7 +316,12 @@ class AttemptBilling:
 
         plan = state.plan
         return DuplicateCheck.of(
-            entry, job, plan=plan, instances=instances(plan), keyed_by_name=keyed_by_name
+            entry,
+            job,
+            plan=plan,
+            instances=instances(plan),
+            keyed_by_name=keyed_by_name,
+            run_token=state.current.run_token if state.current else "",
         )
 
     def _spool(self, entry: Any, check: DuplicateCheck) -> str | None:
@@ -368,7 +373,7 @@ class AttemptBilling:
         self, state: AttemptState, job: Mapping[str, Any], entry: Any, attempt: Any, *, keyed_by_name: bool
     ) -> Any:
         """Write ``entry`` unless an earlier try billed the same attempt; the attempt with what counts."""
-        from costaware.training.attempt_duplicates import billed_already, row_of_unknown_run
+        from costaware.training.attempt_duplicates import billed_already, row_of_unknown_run, stop_bill_keyed
         from costaware.training.attempt_effects import gate_reservation
 
         ledger = self.ledger_hook.get_conn()
@@ -387,7 +392,7 @@ class AttemptBilling:
             # attempt still counts what it cost against max_usd.
             self._keep_unsure(spooled_entry, check, unknown, ledger)
         elif stored is None:
-            ledger.record(entry)
+            ledger.record(stop_bill_keyed(ledger, entry, check)[0])
         else:
             # An earlier try recorded this attempt: the ledger's figure is what it cost, and what counts
             # against max_usd (priced again now, at another zone's or a later price, it could differ).

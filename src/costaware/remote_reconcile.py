@@ -69,20 +69,26 @@ def billed_usd(ledger: Any, wait: EndedWait) -> Decimal | None:
 
 
 def _job_entries(ledger: Any, wait: EndedWait) -> list[dict[str, Any]]:
-    """The entries naming ``wait``'s job written since the attempt's submit (none: no job)."""
+    """The entries naming ``wait``'s job written since the attempt's submit (none: no job).
+
+    Not one whose note marks another run of the job's name: an earlier run's bill written after this
+    submit (its kill's, a cleared task's new try took the name) read as this job's, which was left running.
+    """
     from costaware.training.attempt_effects import task_attempt_entries
     from costaware.training.attempts import AttemptState
-    from costaware.training.remote import job_of_attempt_note
+    from costaware.training.remote import job_of_attempt_note, other_run
 
     if wait.current is None:
         return []
     plan = AttemptState.from_json(dict(wait.state)).plan
     since = _submitted_at(wait)
+    run_token = str(wait.current.get("run_token") or "")
     return [
         row
         for row in task_attempt_entries(ledger, plan)
         if job_of_attempt_note(str(row["note"] or "")) == wait.job_id
         and (since is None or aware_utc(row["incurred_at"]) >= since)
+        and not other_run(run_token, str(row["note"] or ""))
     ]
 
 

@@ -629,6 +629,10 @@ def test_a_pod_found_by_its_name_says_when_it_was_created_and_started(
     assert found.started_at == datetime(2026, 1, 1, 0, 0, 5, tzinfo=timezone.utc).timestamp()
     assert found.created_at == datetime(2026, 1, 1, tzinfo=timezone.utc).timestamp()
     assert found.market == "spot"  # its label: a retry that cannot read it bills it there
+    assert found.run_token == ""  # a pod that gives no uid: its bills mark no run
+    # The pod's uid marks this run of the name: a pod created again under it after a delete has another.
+    pod["metadata"]["uid"] = "6b1f3c7e-0d4a-4c55-9a1e-2f0c8d7b9e10"
+    assert backend.find("p").run_token == "6b1f3c7e-0d4a-4c55-9a1e-2f0c8d7b9e10"  # type: ignore[union-attr]
     del pod["status"]["startTime"]  # not started by a kubelet yet: from its creation
     assert backend.find("p").running_since == found.created_at  # type: ignore[union-attr]
     monkeypatch.setattr(backend, "_api", lambda: _PodGoneApi(404))

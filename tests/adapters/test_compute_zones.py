@@ -535,6 +535,9 @@ def test_a_local_job_found_by_its_name_says_when_it_was_submitted_and_started(tm
     found = backend.find("train-a1")
     assert found is not None and (found.started_at, found.created_at) == (None, 1_700_000_000.0)
     assert found.market == "spot"  # as submitted: a retry that cannot read it bills it there
+    assert found.run_token == ""  # an older release's folder: its bills mark no run
+    (folder / "request.json").write_text(json.dumps({"market": "spot", "run_token": "a" * 32}))
+    assert backend.find("train-a1").run_token == "a" * 32  # type: ignore[union-attr]
     (folder / "started").write_text("1700000060.5")
     found = backend.find("train-a1")
     assert found is not None and found.running_since == found.started_at == 1_700_000_060.5

@@ -1397,3 +1397,66 @@ def test_an_entry_whose_note_lost_its_end_is_no_proof_even_with_the_jobs_own_cau
     (wait,) = ended_waits(dag_id=DAG, run_id=RUN)
     unsure = entry_giving_no_end(ledger, wait)
     assert unsure is not None and unsure["entry_uid"] == billed["entry_uid"]
+
+
+def _earlier_runs_bill(wait: Any, identity: Any, run_token: str) -> Any:
+    """A bill of the job's name written now, after the wait's submit, marking the run ``run_token``."""
+    from costaware.core.ledger import Kind, LedgerEntry
+    from costaware.training.remote import attempt_key, attempt_uid
+
+    return LedgerEntry(
+        dag_id=DAG, run_id=RUN, task_id=TASK, kind=Kind.COMPUTE, usd=Decimal("1.5"),
+        tags={"project": "churn"}, quantity=Decimal("0.5"), unit="hour", price_source="remote:local",
+        cause="killed",
+        note=f"attempt {wait.current['attempt']}, job {wait.job_id} on local, 1800.0 s billed, "
+        f"run {run_token}: killed",
+        entry_uid=attempt_uid(attempt_key(identity, wait.job_id, legacy=True, run_token=run_token)),
+    )  # fmt: skip
+
+
+def test_an_earlier_run_of_the_jobs_name_billed_after_its_submit_is_not_read_as_its_bill(
+    tmp_path: Path, ledger: Any, ledger_url: str, monkeypatch: pytest.MonkeyPatch, capsys: Any
+) -> None:
+    # A cleared task's new try submits its job under the name an earlier try's run had (its job folder
+    # gone), and that run's bill (its kill's) is written just after the submit. Read by its writing alone
+    # it was this run's: "found", the running job neither stopped nor billed. Its note marks its own run.
+    from costaware.remote_reconcile import ended_waits
+    from costaware.training.attempts import AttemptState
+
+    ledger.set_budget("project=churn", "month", "10")
+    trigger = _deferred(tmp_path)
+    ledger.reserve("project=churn", "4.00", holder=HOLDER, run_id=RUN, dag_id=DAG)
+    _task_ended_with_its_wait(tmp_path, monkeypatch, "failed", trigger)
+    (wait,) = ended_waits(dag_id=DAG, run_id=RUN)
+    identity = AttemptState.from_json(dict(wait.state)).plan.identity
+    run_token = wait.current["run_token"]  # the token the local backend wrote in the job's folder
+    assert len(run_token) == 32
+    assert ledger.record(_earlier_runs_bill(wait, identity, "e" * 32))
+    assert main(["jobs", "reconcile", "--ledger-url", ledger_url, "--format", "json"]) == 0
+    out = capsys.readouterr().out
+    assert f'"job": "{wait.job_id}"' in out  # listed, not read as billed ("[]")
+    (row,) = _listed(out)
+    assert row["job"] == wait.job_id and row["result"].startswith("billed $")
+    assert not _running(tmp_path, wait.job_id)
+    assert len(_entries(ledger)) == 2
+
+
+def test_a_bill_marking_the_waits_own_run_is_its_bill(
+    tmp_path: Path, ledger: Any, ledger_url: str, monkeypatch: pytest.MonkeyPatch, capsys: Any
+) -> None:
+    # The same bill marking this run (its kill's, written by another path of the same run): found, not
+    # billed a second time.
+    from dataclasses import replace
+
+    from costaware.remote_reconcile import billed_usd, ended_waits
+    from costaware.training.attempts import AttemptState
+
+    trigger = _deferred(tmp_path)
+    _task_ended_with_its_wait(tmp_path, monkeypatch, "failed", trigger)
+    (wait,) = ended_waits(dag_id=DAG, run_id=RUN)
+    identity = AttemptState.from_json(dict(wait.state)).plan.identity
+    assert ledger.record(_earlier_runs_bill(wait, identity, wait.current["run_token"]))
+    assert billed_usd(ledger, wait) == Decimal("1.5")
+    # Where the wait's state marks no run (kept by an older release), the rule before it: found too.
+    older = replace(wait, state={**wait.state, "current": {**wait.current, "run_token": ""}})
+    assert billed_usd(ledger, older) == Decimal("1.5")

@@ -97,3 +97,136 @@ def test_the_job_end_survives_a_note_cut_to_its_limit() -> None:
     )
     assert len(entry.note) == MAX_NOTE_CHARS and entry.note.endswith("…")
     assert end_of_attempt_note(entry.note) == KILLED_AT and job_of_attempt_note(entry.note) == job_id
+
+
+def _marked(entry: Any, run_token: str, **changes: Any) -> Any:
+    """``entry`` whose note marks the run ``run_token`` (as a bill of a backend that reuses names does)."""
+    head, reason = entry.note.split(": ", 1)
+    return replace(entry, note=f"{head}, run {run_token}: {reason}", **changes)
+
+
+def _check_of(entry: Any, ended: datetime, seconds: float, run_token: str, **changes: Any) -> DuplicateCheck:
+    """The duplicate check of ``entry``, the bill of a ``local`` run marked ``run_token``."""
+    check = DuplicateCheck(
+        entry_uid=entry.entry_uid,
+        quantity=str(entry.quantity),
+        job_id="train-a1",
+        ended_at=ended.timestamp(),
+        billable_seconds=seconds,
+        instances=1,
+        backend="local",
+        identity=TASK,
+        keyed_by_name=False,
+        run_token=run_token,
+    )
+    return replace(check, **changes)
+
+
+def test_a_bill_marking_another_run_of_the_name_is_not_this_runs(ledger: Any) -> None:
+    # A cleared task's new try took the name (the job's folder or pod gone); the earlier run's kill billed
+    # it, keyed by the name, after the new submit. Its times read as this run's (it ran as long and ended
+    # as this one began): by them alone it was this run's bill, and this run went unbilled.
+    kill = _marked(
+        billed("train-a1", KILLED_AT, 600),
+        "a" * 32,
+        entry_uid=attempt_uid(attempt_key(TASK, "train-a1", legacy=True)),
+        cause="killed",
+        incurred_at=KILLED_AT + timedelta(seconds=5),
+    )
+    assert ledger.record(kill)
+    this_end = KILLED_AT + timedelta(seconds=600)
+    this = _marked(billed("train-a1", this_end, 600), "b" * 32)
+    assert billed_already(ledger, _check_of(this, this_end, 600, "b" * 32)) is None
+    # The kill's own run seen ended by a retry following it: billed already, by its mark.
+    own = _marked(billed("train-a1", KILLED_AT, 590), "a" * 32)
+    assert billed_already(ledger, _check_of(own, KILLED_AT, 590, "a" * 32)) == kill.usd
+    # A check that marks no run (spooled by an older release): the rule of times, as before.
+    assert billed_already(ledger, _check_of(this, this_end, 600, "")) == kill.usd
+
+
+def test_a_bill_marking_this_run_is_its_bill_whatever_its_times_say(ledger: Any) -> None:
+    # The reverted rule's failure: a run's own kill bill whose billed time passes its span (copies billed in
+    # parallel) or whose end comes from a clock ahead of the worker's read as another run's, and the run was
+    # billed twice. The mark is the same for both bills of the run: billed once.
+    latest_end = KILLED_AT + timedelta(seconds=630)
+    kill = _marked(
+        billed("train-a1", latest_end, 5000),
+        "a" * 32,
+        entry_uid=attempt_uid(attempt_key(TASK, "train-a1", legacy=True)),
+        cause="killed",
+        incurred_at=KILLED_AT,
+    )
+    assert ledger.record(kill)
+    skewed_end = KILLED_AT + timedelta(hours=2)  # the backend's clock two hours ahead
+    seen = _marked(billed("train-a1", skewed_end, 60), "a" * 32)
+    assert billed_already(ledger, _check_of(seen, skewed_end, 60, "a" * 32)) == kill.usd
+    # Without the mark, that row reads as another run's by its times.
+    assert billed_already(ledger, _check_of(seen, skewed_end, 60, "")) is None
+
+
+def test_a_second_runs_stop_bill_is_keyed_by_its_run_where_another_run_holds_the_names_key(
+    ledger: Any,
+) -> None:
+    from costaware.training.attempt_duplicates import stop_bill_keyed
+
+    name_key = attempt_uid(attempt_key(TASK, "train-a1", legacy=True))
+    first = _marked(billed("train-a1", KILLED_AT, 600), "a" * 32, entry_uid=name_key, cause="killed")
+    second = _marked(billed("train-a1", KILLED_AT + timedelta(hours=3), 300), "b" * 32, entry_uid=name_key)
+    check = _check_of(second, KILLED_AT + timedelta(hours=3), 300, "b" * 32, keyed_by_name=True)
+    # The name's key is free: kept (a new try of an older release finds the bill under it).
+    assert stop_bill_keyed(ledger, second, check) == (second, check)
+    assert ledger.record(first)
+    assert billed_already(ledger, check) is None
+    keyed, keyed_check = stop_bill_keyed(ledger, second, check)
+    by_run = attempt_uid(attempt_key(TASK, "train-a1", legacy=True, run_token="b" * 32))
+    assert keyed.entry_uid == keyed_check.entry_uid == by_run
+    assert ledger.record(keyed)
+    # Billed again (a kill repeated, its spooled copy drained): found under its run's key.
+    assert billed_already(ledger, check) == keyed.usd
+    # A row under the name's key that marks no run (an older release's) may be this run: left as it was.
+    older = replace(first, note=billed("train-a1", KILLED_AT, 600).note, entry_uid=name_key)
+    assert stop_bill_keyed(_Rows([older]), second, check) == (second, check)
+
+
+class _Rows:
+    """A ledger holding ``rows`` for :func:`stop_bill_keyed`'s one read."""
+
+    def __init__(self, rows: list[Any]) -> None:
+        self._rows = rows
+
+    def entries_by_uid(self, uids: list[str]) -> list[dict[str, Any]]:
+        return [{"entry_uid": r.entry_uid, "note": r.note} for r in self._rows if r.entry_uid in uids]
+
+
+def test_a_check_spooled_by_an_older_release_marks_no_run() -> None:
+    data = _check_of(billed("train-a1", KILLED_AT, 60), KILLED_AT, 60, "a" * 32).to_json()
+    older = {k: v for k, v in data.items() if k != "run_token"}
+    assert DuplicateCheck.from_json(older).run_token == ""
+    assert DuplicateCheck.from_json(data).run_token == "a" * 32
+
+
+def test_the_note_gives_its_run_and_its_end_both() -> None:
+    from costaware.training.remote import end_of_attempt_note, run_of_attempt_note
+
+    entry = attempt_entry(
+        identity=TASK,
+        attempt=1,
+        job={
+            "job_id": "train-a1",
+            "ended_at": KILLED_AT.timestamp(),
+            "billable_seconds": 60,
+            "instance_type": "m5.large",
+            "market": "spot",
+            "state": "failed",
+            "reason": "run out: of memory",
+        },
+        usd_per_hour=Decimal("1.00"),
+        on_demand_usd_per_hour=None,
+        region="us-east-1",
+        backend="kubernetes",
+        tags={},
+        run_token="6b1f3c7e-0d4a-4c55-9a1e-2f0c8d7b9e10",
+    )
+    assert end_of_attempt_note(entry.note) == KILLED_AT
+    assert run_of_attempt_note(entry.note) == "6b1f3c7e-0d4a-4c55-9a1e-2f0c8d7b9e10"
+    assert run_of_attempt_note(billed("train-a1", KILLED_AT, 60).note) == ""

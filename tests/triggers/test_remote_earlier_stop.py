@@ -7,6 +7,7 @@ what they opened the ledger with (the trigger built a whole kill's billing for i
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 from decimal import Decimal
 from typing import Any
 
@@ -77,3 +78,28 @@ def test_a_ledger_that_cannot_be_read_says_nothing_and_what_the_end_is_recorded_
         "cannot read whether an earlier try stopped job job-1 (ConnectionError: ledger down): its end is "
         "recorded as stopped at max_usd"
     ) in caplog.text
+
+
+def test_a_stop_entry_of_another_run_of_the_name_is_not_this_runs_stop(
+    hook: CostLedgerHook, ledger: Ledger
+) -> None:
+    # A cleared task's new try took the name; the stop entry under the name's key is the earlier run's (a
+    # kill of it): read as this run's stop, the run's end was recorded by that cause (a label only).
+    name_key = attempt_key(IDENTITY, "job-1", legacy=True)
+    earlier = _stop_entry(name_key, "killed")
+    note = "attempt 1, job job-1 on kubernetes, 60.0 s billed, run {}: killed"
+    assert ledger.record(replace(earlier, note=note.format("uid-a")))
+
+    def said(run_token: str) -> str | None:
+        return earlier_stop_cause(
+            hook, IDENTITY, "job-1", ended_at=None, log=LOG, otherwise="x", run_token=run_token
+        )
+
+    assert said("uid-b") is None
+    assert said("uid-a") == "killed"
+    assert said("") == "killed"  # a run its state marks not (an older release's): as before
+    # This run's own stop, keyed by its run where the earlier run held the name's key.
+    by_run = attempt_key(IDENTITY, "job-1", legacy=True, run_token="uid-b")
+    own = _stop_entry(by_run, "unwatched")
+    assert ledger.record(replace(own, note=note.format("uid-b")))
+    assert said("uid-b") == "unwatched"

@@ -396,14 +396,29 @@ def test_a_job_gone_after_the_stop_is_billed_up_to_then(
     assert entry["entry_uid"] == attempt_uid(attempt_key(identity, str(trigger.job_id), legacy=True))
 
 
-def test_a_run_under_the_same_name_after_a_kill_is_billed_on_its_own(tmp_path: Path, ledger: Any) -> None:
+def runs_of(state: Any, *, marked: bool) -> tuple[Any, Any]:
+    """``state``'s run and a later run of the job's name: marked apart by their backend (a new token), or,
+    ``marked`` False, both marking no run (states an older release kept: told apart by their times)."""
+    from dataclasses import replace
+
+    if not marked:
+        state = replace(state, current=replace(state.current, run_token=""))
+        return state, state
+    assert len(state.current.run_token) == 32  # the token the local backend wrote in the job's folder
+    return state, replace(state, current=replace(state.current, run_token="b" * 32))
+
+
+@pytest.mark.parametrize("marked", [True, False], ids=["runs-marked", "older-states"])
+def test_a_run_under_the_same_name_after_a_kill_is_billed_on_its_own(
+    tmp_path: Path, ledger: Any, marked: bool
+) -> None:
     # A kill billed a job still stopping under its name alone. A backend that lost that job takes a new
     # run under the same name; it started after the kill and is not the run the kill billed.
     from costaware.remote_billing import KilledTrainingBilling
     from costaware.training.attempts import AttemptState
 
     trigger = deferred_trigger(operator(tmp_path, "ok"))
-    state = AttemptState.from_json(trigger.state)
+    state, later_run = runs_of(AttemptState.from_json(trigger.state), marked=marked)
     billing = KilledTrainingBilling(
         ledger_conn_id="costaware_ledger", aws_conn_id=None, log=logging.getLogger(__name__)
     )
@@ -416,7 +431,7 @@ def test_a_run_under_the_same_name_after_a_kill_is_billed_on_its_own(tmp_path: P
     billing._bill_attempt(state, {**job, "billable_seconds": 150.0, "ended_at": now + 60}, None)
     assert len(train_entries(ledger)) == 1
     # A run started after the kill under the same name: billed on its own.
-    later = billing._bill_attempt(state, {**job, "billable_seconds": 50.0, "ended_at": now + 100}, None)
+    later = billing._bill_attempt(later_run, {**job, "billable_seconds": 50.0, "ended_at": now + 100}, None)
     assert len(train_entries(ledger)) == 2 and later.attempts[-1].billable_seconds == 50.0
     # The race the other way: a new try saw another job end and recorded it under its end before the kill,
     # whose last look saw it still stopping, billed it under its name: billed once.
@@ -428,8 +443,51 @@ def test_a_run_under_the_same_name_after_a_kill_is_billed_on_its_own(tmp_path: P
     assert len(train_entries(ledger)) == 3
 
 
+def test_two_stops_of_different_runs_under_one_name_are_both_billed(tmp_path: Path, ledger: Any) -> None:
+    # A kill billed a job still stopping, keyed by its name alone; a cleared task's new try ran the job again
+    # under that name (its folder gone), and its kill too billed it before it ended: the same key, so the
+    # second bill read as billed already and was not written (its run unbilled). The runs' tokens differ.
+    from dataclasses import replace
+    from datetime import datetime, timezone
+
+    from costaware.remote_billing import KilledTrainingBilling
+    from costaware.training.attempts import AttemptState
+
+    trigger = deferred_trigger(operator(tmp_path, "ok"))
+    first_try = AttemptState.from_json(trigger.state)
+    assert first_try.current is not None and len(first_try.current.run_token) == 32  # from the job's folder
+    billing = KilledTrainingBilling(
+        ledger_conn_id="costaware_ledger", aws_conn_id=None, log=logging.getLogger(__name__)
+    )
+    now = time.time()
+    job = {"job_id": trigger.job_id, "state": "interrupted", "market": "spot", "instance_type": "m5.large"}
+    billing._bill_attempt(
+        first_try, {**job, "billable_seconds": 200.0, "ended_at": now - 3000}, "killed", keyed_by_name=True
+    )
+    # The new try submitted long after the first run ended.
+    submitted = datetime.fromtimestamp(now - 120, timezone.utc).isoformat()
+    # Its job folder was gone (another machine): the backend wrote it a new run token.
+    new_try = replace(
+        first_try, current=replace(first_try.current, submitted_at=submitted, run_token="b" * 32)
+    )
+    second = billing._bill_attempt(
+        new_try, {**job, "billable_seconds": 180.0, "ended_at": now + 60}, "killed", keyed_by_name=True
+    )
+    entries = train_entries(ledger)
+    assert len(entries) == 2 and second.attempts[-1].billable_seconds == 180.0
+    assert {round(float(e["quantity"]) * 3600) for e in entries} == {200, 180}
+    # Each run billed again (a kill repeated, a new try that saw its real end): billed once each.
+    billing._bill_attempt(
+        new_try, {**job, "billable_seconds": 190.0, "ended_at": now + 70}, "killed", keyed_by_name=True
+    )
+    billing._bill_attempt(new_try, {**job, "billable_seconds": 150.0, "ended_at": now + 30}, None)
+    billing._bill_attempt(first_try, {**job, "billable_seconds": 150.0, "ended_at": now - 3050}, None)
+    assert len(train_entries(ledger)) == 2
+
+
+@pytest.mark.parametrize("marked", [True, False], ids=["runs-marked", "older-states"])
 def test_an_ended_job_an_older_version_billed_up_to_now_is_not_billed_again(
-    tmp_path: Path, ledger: Any
+    tmp_path: Path, ledger: Any, marked: bool
 ) -> None:
     # Before 4fdc9e47 / 894e5b2c a Failed pod or an ended SageMaker job read as not ended: billed up to
     # then, keyed 'ended=none'. After the upgrade a retry reads its real end, a new key: billed twice.
@@ -437,7 +495,7 @@ def test_an_ended_job_an_older_version_billed_up_to_now_is_not_billed_again(
     from costaware.training.attempts import AttemptState
 
     trigger = deferred_trigger(operator(tmp_path, "ok"))
-    state = AttemptState.from_json(trigger.state)
+    state, later_run = runs_of(AttemptState.from_json(trigger.state), marked=marked)
     billing = KilledTrainingBilling(
         ledger_conn_id="costaware_ledger", aws_conn_id=None, log=logging.getLogger(__name__)
     )
@@ -453,7 +511,7 @@ def test_an_ended_job_an_older_version_billed_up_to_now_is_not_billed_again(
     assert Decimal(again.attempts[-1].usd) == Decimal(str(entry["usd"]))
     # A run under the same name that started after that entry (a pod submitted again): its own entry.
     billing._bill_attempt(
-        state, {**job, "state": "failed", "billable_seconds": 50.0, "ended_at": now + 100}, None
+        later_run, {**job, "state": "failed", "billable_seconds": 50.0, "ended_at": now + 100}, None
     )
     assert len(train_entries(ledger)) == 2
 

@@ -42,8 +42,34 @@ class RemoteAttemptFollowing(RemoteAttemptPlacement):
         if found is None:
             return None
         return state.submitted(
-            job_id=found.job_id, market=market, zone=zone, submitted_at=submitted_at, moved_bytes=moved
+            job_id=found.job_id,
+            market=market,
+            zone=zone,
+            submitted_at=submitted_at,
+            moved_bytes=moved,
+            run_token=found.run_token,
         )
+
+    def _run_token(self, backend: ComputeBackend, name: str) -> str:
+        """The backend's mark of the run ``name`` holds now (just submitted, or followed), "" where none (IO).
+
+        Only where the backend reuses a name (:data:`~costaware.training.remote.NAME_REUSING_BACKENDS`):
+        the bills of this run carry it, so that a bill of an earlier run under the name, written after
+        this submit, is not read as this run's. A look-up that fails leaves it unknown: the bills are then
+        told apart as before, by their times.
+        """
+        from costaware.training.remote import NAME_REUSING_BACKENDS
+
+        if getattr(backend, "name", "") not in NAME_REUSING_BACKENDS:
+            return ""
+        try:
+            found = backend.find(name)
+        except Exception as e:  # the job runs; only what tells its bills from another run's is unknown
+            self.log.warning(
+                "cannot read which run of job %s this is (%s): its bills carry no mark of it", name, e
+            )
+            return ""
+        return found.run_token if found is not None else ""
 
     def _follow(
         self, state: AttemptState, job: JobStatus, market: str, market_reason: str
@@ -73,7 +99,13 @@ class RemoteAttemptFollowing(RemoteAttemptPlacement):
         return state, market, zone, market_reason, moved
 
     def _followed_record(
-        self, followed: JobStatus | None, found_at: datetime, *, created_at: float | None, plan: Any
+        self,
+        followed: JobStatus | None,
+        found_at: datetime,
+        *,
+        created_at: float | None,
+        plan: Any,
+        run_token: str = "",
     ) -> dict[str, Any] | None:
         """What a followed job's attempt keeps of it (``Current.followed``): its status, and its submit.
 
@@ -87,14 +119,14 @@ class RemoteAttemptFollowing(RemoteAttemptPlacement):
         record: dict[str, Any] = {"job": followed.to_dict(), "seen_at": found_at.isoformat()}
         if created_at is not None:
             record["created_at"] = datetime.fromtimestamp(created_at, timezone.utc).isoformat()
-        earlier_stop = self._earlier_try_stop(followed, plan)
+        earlier_stop = self._earlier_try_stop(followed, plan, run_token=run_token)
         if earlier_stop is not None:
             from costaware.training.attempts import EARLIER_STOP_KEY
 
             record[EARLIER_STOP_KEY] = earlier_stop
         return record
 
-    def _earlier_try_stop(self, followed: JobStatus, plan: Any) -> str | None:
+    def _earlier_try_stop(self, followed: JobStatus, plan: Any, *, run_token: str = "") -> str | None:
         """The cause (``killed``, ``unwatched``) of an earlier try's stop of ``followed``, else None.
 
         A job a kill stopped ended by the kill, as the kill's ledger entry says: a new try that found it
@@ -114,6 +146,7 @@ class RemoteAttemptFollowing(RemoteAttemptPlacement):
             ended_at=followed.ended_at,
             log=self.log,
             otherwise="by its own cause",
+            run_token=run_token,
         )
 
     def _earlier_job(

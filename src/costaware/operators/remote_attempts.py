@@ -138,6 +138,7 @@ class RemoteAttemptSteps(RemoteAttemptHolds):
         submitted_at = utcnow()
         self._submitting = (state, request.job_name, market, zone, submitted_at.isoformat(), moved)
         job_id = backend.submit(request)
+        run_token = self._run_token(backend, request.job_name)
         submitted = state.submitted(
             job_id=job_id,
             market=market,
@@ -149,7 +150,10 @@ class RemoteAttemptSteps(RemoteAttemptHolds):
             submitted_at=submitted_at.isoformat(),
             moved_bytes=moved,
             # What it ran before this try: a job the wait never sees is billed from it, not from now.
-            followed=self._followed_record(followed, found_at, created_at=created_at, plan=state.plan),
+            followed=self._followed_record(
+                followed, found_at, created_at=created_at, plan=state.plan, run_token=run_token
+            ),
+            run_token=run_token,
         )
         self._live, self._submitting = submitted, None  # one step: never neither while the job runs
         self.log.info(

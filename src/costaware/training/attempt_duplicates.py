@@ -3,6 +3,10 @@
 The direct bill (``AttemptBilling``) asks before it writes; a bill kept in the spool while the ledger was
 down asks again as it is drained (:mod:`costaware.ledger_spool`): the ledger's key alone finds only an
 entry under the same key, and a job a cleared task's new try billed under its end's key was counted twice.
+Where the backend reuses a job's name (``local``, ``kubernetes``), each run's bills carry the backend's mark
+of the run (its token): the same mark is the same run, another mark another run, whatever the bills' times
+say (worked back from billed hours, they misread copies billed in parallel and a backend's clock). Bills
+without a mark (older releases, other backends) are told apart by their times, as before.
 """
 
 from __future__ import annotations
@@ -33,10 +37,20 @@ class DuplicateCheck:
     identity: dict[str, Any]
     #: The entry is keyed by the job's name alone (a stop billed the job before it ended).
     keyed_by_name: bool
+    #: The backend's mark of the run billed (``Current.run_token``): a row of the name whose note marks
+    #: another run is never this run's bill; "" where not known (a check spooled by an older release).
+    run_token: str = ""
 
     @classmethod
     def of(
-        cls, entry: Any, job: Mapping[str, Any], *, plan: Any, instances: int, keyed_by_name: bool
+        cls,
+        entry: Any,
+        job: Mapping[str, Any],
+        *,
+        plan: Any,
+        instances: int,
+        keyed_by_name: bool,
+        run_token: str = "",
     ) -> DuplicateCheck:
         """The check of ``entry``, the bill of ``job`` under ``plan`` (a ``RemotePlan``)."""
         ident = plan.identity
@@ -56,6 +70,7 @@ class DuplicateCheck:
                 "map_index": int(ident.get("map_index", -1)),
             },
             keyed_by_name=keyed_by_name,
+            run_token=run_token,
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -63,7 +78,8 @@ class DuplicateCheck:
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> DuplicateCheck:
-        return cls(**{name: data[name] for name in cls.__dataclass_fields__})
+        # A check spooled by an older release lacks the fields added since (their defaults: not known).
+        return cls(**{name: data[name] for name in cls.__dataclass_fields__ if name in data})
 
 
 def billed_already(ledger: Any, check: DuplicateCheck) -> Decimal | None:
@@ -71,23 +87,29 @@ def billed_already(ledger: Any, check: DuplicateCheck) -> Decimal | None:
 
     None where nothing: the entry is to be written. Raises what the ledger's reads raise.
     """
-    from costaware.training.remote import attempt_key, attempt_uid
+    from costaware.training.remote import attempt_key, attempt_uid, other_run, same_run
 
     ident = check.identity
     # Keyed by the job's name alone before its end was part of the key: such an entry is this run when
     # it billed the same time (a different run under the same name bills its own), or when a kill
     # billed it before it ended (``keyed_by_name``).
     legacy = attempt_uid(attempt_key(ident, check.job_id, legacy=True))
+    # A stop's bill of this run where another run of the name held the name's key (stop_bill_keyed).
+    by_run = attempt_uid(attempt_key(ident, check.job_id, legacy=True, run_token=check.run_token))
     # An ended job that a version before a backend gave its end (a Failed pod whose container never
     # ended, SageMaker's poll) billed up to then, keyed 'ended=none': this run where it began before.
     unended = attempt_uid(attempt_key(ident, check.job_id, None)) if check.ended_at is not None else None
-    rows = ledger.entries_by_uid([check.entry_uid, legacy, *([unended] if unended else [])])
+    uids = dict.fromkeys([check.entry_uid, legacy, by_run, *([unended] if unended else [])])
+    # A row whose note marks another run of the job's name is that run's bill, whatever its times say.
+    rows = [r for r in ledger.entries_by_uid(list(uids)) if not other_run(check.run_token, _note(r))]
     quantity = Decimal(check.quantity)
     stored = next(
         (
             row["usd"]
             for row in rows
             if row["entry_uid"] == check.entry_uid
+            # Marked with this run: billed by another path of this run (a kill, a retry following it).
+            or same_run(check.run_token, _note(row))
             or (row["quantity"] == quantity and _same_time_run(check, row))
             # Billed by a stop before it ended (its task killed, or failing for good): this run.
             or (row["cause"] in STOP_CAUSES and _same_run(check, row))
@@ -100,13 +122,39 @@ def billed_already(ledger: Any, check: DuplicateCheck) -> Decimal | None:
     return None if stored is None else Decimal(stored)
 
 
+def stop_bill_keyed(ledger: Any, entry: Any, check: DuplicateCheck) -> tuple[Any, DuplicateCheck]:
+    """``entry`` and ``check`` keyed by the job's name and run where another run holds the name's key.
+
+    A stop bills a job before it ended under the name's key (``keyed_by_name``); a cleared task's new try
+    runs the job again under that name, and its stop's bill had the same key: dropped by the ledger, the
+    second run went unbilled. Only where the row under the name's key marks another run: one that marks
+    none (an older release's) is left to the key as before, never billed beside what may be this run.
+    Raises what the ledger's reads raise.
+    """
+    from dataclasses import replace
+
+    from costaware.training.remote import attempt_key, attempt_uid, other_run
+
+    if not (check.keyed_by_name and check.run_token):
+        return entry, check
+    held = ledger.entries_by_uid([entry.entry_uid])
+    if not held or not all(other_run(check.run_token, _note(row)) for row in held):
+        return entry, check
+    uid = attempt_uid(attempt_key(check.identity, check.job_id, legacy=True, run_token=check.run_token))
+    return replace(entry, entry_uid=uid), replace(check, entry_uid=uid)
+
+
+def _note(row: Mapping[str, Any]) -> str:
+    return str(row.get("note") or "")
+
+
 def _this_run_recorded(ledger: Any, check: DuplicateCheck) -> Decimal | None:
     """What an entry of this run of the job already billed, under its end's key, else None.
 
     A kill that bills a job still stopping can race a cleared task's new try, which saw the job end and
     recorded it under its end: an entry of that job recorded after this run began is this run.
     """
-    from costaware.training.remote import job_of_attempt_note
+    from costaware.training.remote import job_of_attempt_note, other_run, same_run
 
     ident = check.identity
     for row in ledger.entries(dag_id=ident["dag_id"], run_id=ident["run_id"]):
@@ -115,8 +163,10 @@ def _this_run_recorded(ledger: Any, check: DuplicateCheck) -> Decimal | None:
             and int(row["map_index"]) == int(ident["map_index"])
             and str(row["price_source"] or "").startswith("remote:")
             and not row["estimated"]
+            and job_of_attempt_note(_note(row)) == check.job_id
+            and not other_run(check.run_token, _note(row))
         )
-        if ours and job_of_attempt_note(str(row["note"] or "")) == check.job_id and _same_run(check, row):
+        if ours and (same_run(check.run_token, _note(row)) or _same_run(check, row)):
             return Decimal(row["usd"])
     return None
 
@@ -130,7 +180,7 @@ def row_of_unknown_run(ledger: Any, check: DuplicateCheck) -> Mapping[str, Any] 
     written, the run may be billed twice; dropped, a later run's bill would stand for this one.
     Raises what the ledger's reads raise.
     """
-    from costaware.training.remote import end_of_attempt_note, job_of_attempt_note
+    from costaware.training.remote import end_of_attempt_note, job_of_attempt_note, other_run
 
     if check.backend == "sagemaker" or check.ended_at is None:
         return None  # names never reused; a run with no end is never matched to a row (billed on its own)
@@ -146,6 +196,7 @@ def row_of_unknown_run(ledger: Any, check: DuplicateCheck) -> Mapping[str, Any] 
             and job_of_attempt_note(note) == check.job_id
             and end_of_attempt_note(note) is None
             and row.get("unit") == "hour"
+            and not other_run(check.run_token, note)  # another run's, as its mark says: not unknown
         )
         if (
             unknown

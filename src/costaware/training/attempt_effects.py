@@ -284,6 +284,7 @@ def billed_attempt(
         cause=cause,
         gpus=instance_gpus(str(job["instance_type"]) or plan.instance_type, plan.region),
         market_reason=current.market_reason,
+        run_token=current.run_token,
     )
     attempt = Attempt(
         attempt=current.attempt,

@@ -164,6 +164,9 @@ class Current:
     # A job an earlier try submitted, as this try found it (``{"job": {...}, "seen_at": iso}``): it ran
     # before ``submitted_at`` (this try's re-attach), so one the wait never sees is billed from this status.
     followed: Mapping[str, Any] | None = None
+    # The backend's mark of this run of the job's name (``FoundJob.run_token``; "": not known, or a backend
+    # that never reuses a name): its bills carry it, and a bill of the name with another is another run's.
+    run_token: str = ""
 
     def to_json(self) -> dict[str, Any]:
         # Older states have no pausing/stopped keys until a pause: leave them out when unset.
@@ -188,6 +191,8 @@ class Current:
             data["stopped"] = dict(self.stopped)
         if self.followed is not None:
             data["followed"] = dict(self.followed)
+        if self.run_token:
+            data["run_token"] = self.run_token
         return data
 
     @classmethod
@@ -207,6 +212,7 @@ class Current:
             submitted_at=str(data["submitted_at"]) if data.get("submitted_at") else None,
             moved_bytes=int(data.get("moved_bytes") or 0),
             followed=dict(followed) if followed else None,
+            run_token=str(data.get("run_token") or ""),
         )
 
     def earlier_stop(self) -> str | None:

@@ -110,6 +110,7 @@ class AttemptState:
         submitted_at: str | None = None,
         moved_bytes: int = 0,
         followed: Mapping[str, Any] | None = None,
+        run_token: str = "",
     ) -> AttemptState:
         """Attempt :attr:`next_attempt` runs as ``job_id`` on ``market`` (in ``zone``, where chosen).
 
@@ -119,7 +120,8 @@ class AttemptState:
         the wait stops it there, not its backend: a job an earlier try submitted under another limit);
         ``submitted_at``: when (ISO), the most a job the backend has not priced yet can have run;
         ``moved_bytes``: what a run in another region would read across (see :attr:`Current.moved_bytes`);
-        ``followed``: the status of a job an earlier try submitted, as found (see :attr:`Current.followed`).
+        ``followed``: the status of a job an earlier try submitted, as found (see :attr:`Current.followed`);
+        ``run_token``: the backend's mark of this run of the name (see :attr:`Current.run_token`).
         """
         current = Current(
             attempt=self.next_attempt,
@@ -133,6 +135,7 @@ class AttemptState:
             submitted_at=submitted_at,
             moved_bytes=moved_bytes,
             followed=followed,
+            run_token=run_token,
         )
         return replace(self, current=current)
 

@@ -23,6 +23,10 @@ CAUSES = {"succeeded": "success", "interrupted": "preemption", "failed": "code_e
 OUTCOMES = {"succeeded": "success", "interrupted": "interrupted", "failed": "failed"}
 #: What the backends say of a job stopped at its runtime limit: SageMaker, Batch, Kubernetes, local.
 RUNTIME_LIMIT_REASONS = ("MaxRuntimeExceeded", "attempt duration exceeded", "DeadlineExceeded", "max_usd")
+#: The backends whose job id is the job's name, taken again by a cleared task's new try once the backend
+#: no longer has the earlier run (a deleted pod, a ``local`` job folder gone): a run token tells the runs
+#: apart (``Current.run_token``). Batch's id is its own ``jobId`` and SageMaker never takes a name twice.
+NAME_REUSING_BACKENDS = ("local", "kubernetes")
 
 
 def job_base_name(dag_id: str, run_id: str, task_id: str, map_index: int) -> str:
@@ -64,18 +68,25 @@ def attempt_cause(job: Mapping[str, Any]) -> str | None:
 
 
 def attempt_key(
-    identity: Mapping[str, Any], job_id: str, ended_at: Any = None, *, legacy: bool = False
+    identity: Mapping[str, Any],
+    job_id: str,
+    ended_at: Any = None,
+    *,
+    legacy: bool = False,
+    run_token: str = "",
 ) -> str:
     """What an attempt's ``entry_uid`` derives from: the job's name and its end (``none`` where unknown).
 
     The name alone made a job submitted again under a name a lost job had (a deleted pod, a ``local`` job
     folder on another machine) look recorded already, and its cost was dropped; the end time tells the two
     runs apart, and the same run seen again (an Airflow retry following it) keeps its key. ``legacy``: the
-    name alone, as costaware keyed attempts before (to find those entries, never to write one).
+    name alone, as costaware keyed attempts before (to find those entries), and as a stop keys the bill of
+    a job still stopping. With ``run_token`` (``legacy`` only): the name and the run, the key of such a
+    stop bill where another run of the name holds the name's key.
     """
     key = f"remote-attempt:{identity['dag_id']}:{identity['run_id']}:{identity['task_id']}:{job_id}"
     if legacy:
-        return key
+        return f"{key}:run={run_token}" if run_token else key
     return f"{key}:ended=" + ("none" if ended_at is None else f"{float(ended_at):.3f}")
 
 
@@ -100,8 +111,32 @@ def job_of_attempt_note(note: str) -> str | None:
     return found.group(2) if found else None
 
 
-#: The job's end an attempt entry's note gives (``..., 60.0 s billed, ended 2026-12-01T10:00:00.000+00:00:``).
-_NOTE_ENDED = re.compile(r"^attempt \d+, job \S+ on \S+, [\d.]+ s billed, ended (\S+?):? ")
+#: The job's end an attempt entry's note gives (``..., 60.0 s billed, ended 2026-12-01T10:00:00.000+00:00:``),
+#: with the run's token after it where the note gives one.
+_NOTE_ENDED = re.compile(r"^attempt \d+, job \S+ on \S+, [\d.]+ s billed, ended (\S+?)(?:, run [\w-]+)?:? ")
+#: The run an attempt entry's note marks (``..., 60.0 s billed[, ended ...], run 3f2a...:``).
+_NOTE_RUN = re.compile(r"^attempt \d+, job \S+ on \S+, [\d.]+ s billed(?:, ended \S+?)?, run ([\w-]+):? ")
+
+
+def run_of_attempt_note(note: str) -> str:
+    """The run token an attempt entry's note gives (see ``Current.run_token``); "" where it gives none."""
+    found = _NOTE_RUN.match(note)
+    return found.group(1) if found else ""
+
+
+def other_run(run_token: str, note: str) -> bool:
+    """Whether the entry of ``note`` bills another run of the job's name than the run ``run_token`` marks.
+
+    Known only where both carry a token (a backend that reuses names, bills of this release): the same
+    token is the same run, whoever billed it (the kill, a retry following the job, a spooled bill).
+    """
+    theirs = run_of_attempt_note(note)
+    return bool(run_token and theirs and theirs != run_token)
+
+
+def same_run(run_token: str, note: str) -> bool:
+    """Whether the entry of ``note`` bills the run ``run_token`` marks, as both tokens say."""
+    return bool(run_token) and run_of_attempt_note(note) == run_token
 
 
 def end_of_attempt_note(note: str) -> datetime | None:
@@ -138,6 +173,7 @@ def attempt_entry(
     cause: str | None = None,
     gpus: Decimal = Decimal(0),
     market_reason: str = "",
+    run_token: str = "",
 ) -> LedgerEntry:
     """The ledger entry of one finished attempt: billed seconds x the price of its market, and its emissions.
 
@@ -149,7 +185,8 @@ def attempt_entry(
     billed seconds up to the job's ``ended_at`` (now when the backend gives none), on the grid of
     ``region`` (the attempt's own, which may differ per zone); unknown, with why, where they cannot be known.
 
-    Its note says how the job ended and, given ``market_reason``, why it ran on on-demand.
+    Its note says how the job ended and, given ``market_reason``, why it ran on on-demand; given
+    ``run_token`` (see ``Current.run_token``), which run of the job's name it bills.
     """
     seconds = Decimal(str(round(float(job["billable_seconds"]), 3)))
     hours, usd = compute_cost(seconds, usd_per_hour)
@@ -167,6 +204,7 @@ def attempt_entry(
     # ended run hours later, and the spool's drain tells this run from a later one under its name by it.
     billed = f"{seconds} s billed"
     ended_note = "" if ended is None else f", ended {end.isoformat(timespec='milliseconds')}"
+    run_note = f", run {run_token}" if run_token else ""
     if market_reason:
         reason = f"{reason}; on-demand: {market_reason}"
     entry = LedgerEntry(
@@ -192,7 +230,7 @@ def attempt_entry(
         price_source=f"remote:{backend}",
         # The job's reason may quote its command line or environment: a secret there is masked.
         note=_attempt_note(
-            f"attempt {attempt}, job {job['job_id']} on {backend}, {billed}{ended_note}: ", reason
+            f"attempt {attempt}, job {job['job_id']} on {backend}, {billed}{ended_note}{run_note}: ", reason
         ),
         entry_uid=attempt_uid(key),
     )

@@ -182,6 +182,7 @@ class CapStopping(CapStopKeeping, OtherTypePricing):
             ended_at=None,
             log=self.log,
             otherwise="as stopped at max_usd",
+            run_token=str((self.state.get("current") or {}).get("run_token") or ""),
         )
 
     def _stop_asked_at(self, job_id: str) -> datetime | None:

@@ -167,17 +167,22 @@ def earlier_stop_cause(
     ended_at: float | None,
     log: Any,
     otherwise: str,
+    run_token: str = "",
 ) -> str | None:
     """The cause (``killed``, ``unwatched``) of an earlier try's stop entry of ``job_id``, else None (IO).
 
-    A kill bills the job it stops under the job's name while it is still stopping, else under the end it
-    saw (``ended_at``: looked up too where given). A ledger that cannot be read says nothing: a warning
-    says what the job's end is recorded as then (``otherwise``).
+    A kill bills the job it stops under the job's name while it is still stopping (under its name and
+    run where another run held the name's key), else under the end it saw (``ended_at``: looked up too
+    where given). Given the run's token (``Current.run_token``), an entry whose note marks another run of
+    the name is not its stop. A ledger that cannot be read says nothing: a warning says what the job's
+    end is recorded as then (``otherwise``).
     """
     from costaware.training.attempt_duplicates import STOP_CAUSES
-    from costaware.training.remote import attempt_key, attempt_uid
+    from costaware.training.remote import attempt_key, attempt_uid, other_run
 
     keys = [attempt_uid(attempt_key(identity, job_id, legacy=True))]
+    if run_token:
+        keys.append(attempt_uid(attempt_key(identity, job_id, legacy=True, run_token=run_token)))
     if ended_at is not None:
         keys.append(attempt_uid(attempt_key(identity, job_id, ended_at)))
     try:
@@ -191,7 +196,14 @@ def earlier_stop_cause(
             otherwise,
         )
         return None
-    return next((str(row["cause"]) for row in rows if row["cause"] in STOP_CAUSES), None)
+    return next(
+        (
+            str(row["cause"])
+            for row in rows
+            if row["cause"] in STOP_CAUSES and not other_run(run_token, str(row["note"] or ""))
+        ),
+        None,
+    )
 
 
 def ended_when_found(state: Mapping[str, Any], last_seen: tuple[Any, datetime] | None) -> Any:

@@ -252,7 +252,9 @@ class FoundJob:
     ``market``: the market it was submitted on, as its backend's record of it says (``""``: unknown): a job
     that cannot be read then is billed on it, not on the one the retry would choose now. ``status``: what a
     ``poll`` now would say, where the look-up read all a poll reads (SageMaker's one DescribeTrainingJob):
-    the retry follows the job from it instead of asking again (None: poll it).
+    the retry follows the job from it instead of asking again (None: poll it). ``run_token``: what tells
+    this run of the name from another run under it, where the backend reuses names (``local``: the token
+    its submit wrote in the job's folder; ``kubernetes``: the pod's ``metadata.uid``); ``""``: not known.
     """
 
     job_id: str
@@ -262,6 +264,7 @@ class FoundJob:
     end_state: JobState | None = None
     market: str = ""
     status: JobStatus | None = None
+    run_token: str = ""
 
     @property
     def running_since(self) -> float | None:

@@ -269,6 +269,8 @@ class KubernetesBackend:
             ended_at=status.ended_at if ended else None,
             end_state=status.state if ended else None,
             market=status.market,  # its costaware/market label
+            # A pod name is reused by a cleared task's new try once the pod is deleted: its uid is not.
+            run_token=str((pod.get("metadata") or {}).get("uid") or ""),
         )
 
     def poll(self, job_id: str) -> JobStatus:

@@ -35,6 +35,7 @@ import socket
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
@@ -212,6 +213,9 @@ class LocalBackend:
                 # The supervisor runs here: only here may a poll stop a training its supervisor left.
                 "host": socket.gethostname(),
                 "heartbeat_seconds": HEARTBEAT_SECONDS,  # an older release's supervisor wrote none
+                # The folder's name is the job's, reused by a cleared task's new try where the folder is
+                # gone (another machine, a clean-up): the token tells the bills of the two runs apart.
+                "run_token": uuid.uuid4().hex,
             },
         )
         try:
@@ -255,9 +259,11 @@ class LocalBackend:
         except (ValueError, KeyError, TypeError) as e:
             raise ComputeBackendError(f"cannot read how local job {job_name!r} ended: {e}") from e
         try:
-            market = str(json.loads((folder / "request.json").read_text()).get("market") or "")
+            request = json.loads((folder / "request.json").read_text())
+            market = str(request.get("market") or "")
+            run_token = str(request.get("run_token") or "")  # an older release's folder has none
         except (FileNotFoundError, ValueError, AttributeError):
-            market = ""  # not written yet, or unreadable: unknown, as a job that cannot be read
+            market = run_token = ""  # not written yet, or unreadable: unknown, as a job that cannot be read
         return FoundJob(
             job_id=job_name,
             started_at=started,
@@ -265,6 +271,7 @@ class LocalBackend:
             ended_at=ended_at,
             end_state=end_state,
             market=market,
+            run_token=run_token,
         )
 
     def _request(self, folder: Path) -> dict[str, Any]:
