@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import re
 import threading
 from collections.abc import Callable
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
+from itertools import pairwise
 from types import SimpleNamespace
 from typing import Any
 
@@ -107,7 +109,11 @@ class TurnClock:
 
 
 def run_two_slots(
-    tmp_path: Any, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, max_gpu_hours: str
+    tmp_path: Any,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    max_gpu_hours: str,
+    slot_0_ask_seconds_at_200: float = 0.0,
 ) -> tuple[TurnClock, StudySpec, str, Ledger, dict[str, SlotResult]]:
     """Slot 0 waits alone for other runs' trials, slot 1 asks late beside it: the clock, study, url, results.
 
@@ -115,7 +121,8 @@ def run_two_slots(
     estimated at 98 s. Slot 0 polls every 5 s; its hold holds GPU time past its need (headroom), and its
     record says the spare it gives up once others wait. Its own lease (197.4 s) is over at its poll at 200 s:
     from then on it pauses 30 s. Slot 1 (a far store: a 6.7 s read, a $73.70 hold before the load) asks at
-    199.5 s, refused GPU time beside slot 0's hold.
+    199.5 s, refused GPU time beside slot 0's hold. ``slot_0_ask_seconds_at_200``: how long slot 0's ask for
+    its trial at 200 s takes (a wait for the ledger's lock; slot 1 runs meanwhile).
     """
     import costaware.training.tuning.trial as trial_module
 
@@ -144,6 +151,15 @@ def run_two_slots(
         return read(*args, **kwargs)
 
     monkeypatch.setattr(trial_module, "stopped_before_load", far_store_for_slot_1)
+    reserve = ledger.reserve
+
+    def slow_ask_of_slot_0(*args: Any, **kwargs: Any) -> Any:
+        asks_trial = str(kwargs.get("purpose", "")).startswith("trial slot 0 ")
+        if asks_trial and threading.current_thread().name == "slot-0" and clock.seconds == 200.0:
+            clock.seconds += slot_0_ask_seconds_at_200
+        return reserve(*args, **kwargs)
+
+    monkeypatch.setattr(ledger, "reserve", slow_ask_of_slot_0)
 
     def slot(number: int, poll_seconds: float, **kwargs: Any) -> Callable[[], SlotResult]:
         return lambda: run_trial(
@@ -201,5 +217,28 @@ def test_a_slot_does_not_wait_for_a_spare_the_other_slot_cannot_give_back_at_its
     assert "waits: its trial fits once the other waiting slots give up" not in caplog.text
     assert not results["slot-1"].ran
     assert "slot 1 runs no trial and gives way" in results["slot-1"].reason
+    assert results["slot-0"].ran, results["slot-0"].reason
+    assert_within_caps(ledger, spec)
+
+
+@pytest.mark.parametrize("max_gpu_hours", ["0.1086", "0.109"])
+def test_a_slot_gives_back_the_whole_spare_it_recorded_though_its_ask_between_two_polls_took_time(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, max_gpu_hours: str
+) -> None:
+    # Slot 0's spare recorded at 195 s was counted past the longest pause it may take (30 s), not past its
+    # ask at 200 s: that ask taking 3 s (a wait for the ledger's lock), its need at the trim was 3 s longer,
+    # the trim kept its whole margin and gave back 3 s less than the spare, and slot 1, which waited for the
+    # spare, gave way ("0.029794 GPU-hours of room ... for the 0.030195 GPU-hours its trial needs" at
+    # 0.1086). The trim now takes its margin down to give back the whole spare.
+    _, spec, url, ledger, results = run_two_slots(
+        tmp_path, monkeypatch, caplog, max_gpu_hours, slot_0_ask_seconds_at_200=3.0
+    )
+
+    waited_for = re.search(r"slot 1 waits: .* give up the ([0-9.]+) GPU-hours", caplog.text)
+    assert waited_for is not None, caplog.text
+    held = [h["gpu_hours"] for h in slot_holds(url, "slot-0")]
+    given_back = [before - after for before, after in pairwise(held) if after < before]
+    assert given_back == [Decimal(waited_for.group(1))]  # the trim gave back the whole spare
+    assert results["slot-1"].ran, results["slot-1"].reason
     assert results["slot-0"].ran, results["slot-0"].reason
     assert_within_caps(ledger, spec)

@@ -34,6 +34,7 @@ def hold_wait_gpu_hours(
     *,
     others_wait: bool,
     poll_seconds: float = 0.0,
+    spare_recorded: Decimal = Decimal(0),
 ) -> tuple[str, Decimal]:
     """Make a waiting slot's hold pay the GPU-hours of its time to the end of its next wait (outside Airflow).
 
@@ -42,7 +43,10 @@ def hold_wait_gpu_hours(
     budgets have room (held again only every few hundred polls). While other slots wait (``others_wait``) it
     gives up the spare and holds its need and its margin: ``WAITING_BESIDE_OTHERS_POLLS`` polls
     (``poll_seconds`` each, a hold's ttl at most) more: a large spare kept, a second slot whose trial fit
-    beside this slot's need gave way to it; no margin, the hold was replaced at every poll.
+    beside this slot's need gave way to it; no margin, the hold was replaced at every poll. The spare it
+    recorded at its last poll (``spare_recorded``), which the others wait for, it gives up whole as far as
+    ``wait_gpu_hours`` stay held, its margin taken down to make it: the asks between two polls (the reserve,
+    a wait for the ledger's lock) grow its need past the pause the spare was counted past.
 
     Raises:
         WaitNotHeld: a budget the hold is in has no room for ``wait_gpu_hours``.
@@ -52,7 +56,14 @@ def hold_wait_gpu_hours(
     headroom = margin if others_wait else gpu_hours_for(SLOT_HOLD_SECONDS, gpus)
     try:
         kept = cover_gpu_hours(
-            ledger, hold_id, wait_gpu_hours, slot, run_id, headroom=headroom, trim=others_wait
+            ledger,
+            hold_id,
+            wait_gpu_hours,
+            slot,
+            run_id,
+            headroom=headroom,
+            trim=others_wait,
+            give_back=spare_recorded,
         )
     except BudgetExceededError as e:
         raise WaitNotHeld.after(
@@ -80,6 +91,7 @@ def cover_gpu_hours(
     *,
     headroom: Decimal = Decimal(0),
     trim: bool = False,
+    give_back: Decimal = Decimal(0),
 ) -> str:
     """Make the slot's hold ``hold_id`` hold ``gpu_hours`` unpaid; returns the id of the hold that does.
 
@@ -92,7 +104,9 @@ def cover_gpu_hours(
     slot no room for a hold of its own time, and that slot went on at once, neither waiting nor arbitrating.
     The room is read before the ask: where the ask with headroom is refused (another run took some of that
     room meanwhile), it asks once more for ``gpu_hours`` alone, so that a need that still fits is held.
-    ``trim``: a hold holding more than ``gpu_hours`` and ``headroom`` is held again with them alone.
+    ``trim``: a hold holding more than ``gpu_hours`` and ``headroom`` is held again with them alone, and
+    where it holds more than ``gpu_hours``, it gives back at least ``give_back`` GPU-hours as far as
+    ``gpu_hours`` stay held (its headroom taken down to make them).
 
     Raises:
         BudgetExceededError: a budget over the hold's scope has no room for ``gpu_hours`` alone (named by
@@ -102,6 +116,8 @@ def cover_gpu_hours(
     if held is None:  # settled, released or expired: not the slot's to hold again here
         return hold_id
     unpaid_usd, unpaid_gpu_hours = ledger.unpaid(hold_id)
+    if trim and give_back > 0 and unpaid_gpu_hours > gpu_hours:
+        headroom = min(headroom, max(unpaid_gpu_hours - give_back - gpu_hours, Decimal(0)))
     if unpaid_gpu_hours >= gpu_hours and not (trim and unpaid_gpu_hours > gpu_hours + headroom):
         return hold_id
     asked = gpu_hours

@@ -129,7 +129,8 @@ def reserve_trial_cost(
     Airflow), by hold id: a slot whose trial fits once they are given up waits instead of giving way, and
     a waiting slot that sees other slots wait trims its hold to its need (its margin never more than the one
     its recorded spare was worked out with, and the spare recorded past its need at the next poll after the
-    longest pause it may take, so the whole spare comes back at that poll's trim).
+    longest pause it may take, so the whole spare comes back at that poll's trim; where the asks between the
+    two polls grew its need more, the trim takes its margin down to give the whole spare back).
 
     The hold lasts 2 x the trial's time (at least 60 s), plus ``keep_for_retry_seconds``: how long Airflow
     waits before the task's retry, where it has one left. A failed or killed try leaves its hold open,
@@ -160,6 +161,10 @@ def reserve_trial_cost(
     asked_again = False
     # The pause the spare last recorded was counted at (its margin: 10 of them); None: none recorded.
     spare_poll_seconds: float | None = None
+    # The spare last recorded, which other slots may wait for: the next trim gives it back whole, its margin
+    # taken down where needed. Counting the last poll's ask time into the spare instead guesses the next
+    # ask's (a lock wait of 0 s, then 3 s, still broke the promise); the trim knows its need as it gives back.
+    spare_recorded = Decimal(0)
     while True:
         usd = usd_for_seconds(seconds, spec.usd_per_hour)
         gpu_hours = gpu_hours_for(seconds, spec.gpus)
@@ -270,6 +275,7 @@ def reserve_trial_cost(
                         spec.gpus,
                         others_wait=others_wait,
                         poll_seconds=margin_poll,
+                        spare_recorded=spare_recorded,
                     )
                     # The trim comes at the next poll, whose need is longer by that poll's pause: the spare is
                     # recorded past the longest pause the slot may take (30 s once its own lease is over),
@@ -278,6 +284,7 @@ def reserve_trial_cost(
                     next_pause_gpu_hours = gpu_hours_for(max(LATE_POLL_SECONDS, poll_seconds), spec.gpus)
                     spare_gpu_hours = max(spare_gpu_hours - next_pause_gpu_hours, Decimal(0))
                     spare_poll_seconds = margin_poll if spare_gpu_hours > 0 else None
+                    spare_recorded = spare_gpu_hours
                 if mark_waiting is not None:
                     mark_waiting(replacing, spare_gpu_hours)
             time.sleep(pause)
