@@ -704,3 +704,51 @@ def test_a_slot_waiting_beside_another_is_held_again_once_in_several_polls_not_a
     (study,) = ledger.usage(spec.budget_scope)
     assert study.cap_gpu_hours is not None
     assert study.spent_gpu_hours + study.reserved_gpu_hours <= study.cap_gpu_hours
+
+
+def test_a_slot_waiting_within_its_lease_records_its_spare_past_its_next_pause_not_the_longest(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A waiting slot records its spare past the pause its next poll may take, for the trim there to give it
+    # back whole. Within its own lease (1800 s here) that pause is its poll (5 s), yet it recorded 30 s (the
+    # longest, past its lease) less: another slot counted 25 s of GPU time fewer than the trim gave back, and
+    # gave way where its trial fitted. Slot 1 waits alone for a trial's hold; slot 0 starts waiting at 15 s.
+    from itertools import pairwise
+
+    from costaware.training.tuning import arbitration, reservations
+    from costaware.training.tuning.reservations import gpu_hours_for, hold_slot_time
+
+    clock = FakeClock(monkeypatch)
+    spec = replace(_gpu_study("owned", max_gpu_hours="0.5"), fallback_trial_seconds=900.0)
+    url, ledger = _study(tmp_path, spec)
+    ledger.reserve(
+        spec.budget_scope, Decimal(0), gpu_hours=Decimal("0.3"), holder="trial", ttl=timedelta(seconds=600)
+    )
+    recorded: list[Decimal] = []
+    mark, sleep = arbitration.WaitingSlots.mark, reservations.time.sleep
+
+    def record(waits: Any, hold_id: str, spare_gpu_hours: Decimal | None = None) -> None:
+        if waits.holder == "slot-1" and spare_gpu_hours is not None:
+            recorded.append(spare_gpu_hours)
+        mark(waits, hold_id, spare_gpu_hours)
+
+    def slot_0_starts_waiting_at_15_s(seconds: float) -> None:
+        sleep(seconds)
+        if clock.seconds == 15.0:
+            other = hold_slot_time(
+                ledger, spec.budget_scope.as_dict(), Decimal(0), holder="slot-0", run_id="r1",
+                dag_id="owned", seconds=1.0, purpose="slot 0", gpu_hours=gpu_hours_for(1.0, spec.gpus),
+            )  # fmt: skip
+            assert other is not None
+            waits = arbitration.WaitingSlots(optuna.load_study(study_name="owned", storage=url), "slot-0")
+            waits.mark(other.id)
+
+    monkeypatch.setattr(arbitration.WaitingSlots, "mark", record)
+    monkeypatch.setattr(reservations.time, "sleep", slot_0_starts_waiting_at_15_s)
+    _slot(url, ledger, spec, 1, clock.monotonic, wait_poll_seconds=5.0)
+
+    held = [h["gpu_hours"] for h in slot_holds(url, "slot-1")]
+    (given_back,) = [before - after for before, after in pairwise(held) if after < before]
+    # Its asks take no time on this clock: the spare recorded at 10 s is what the trim at 15 s gave back (it
+    # recorded 0.074235 GPU-hours, 25 s of GPU time less than the 0.081180 given back).
+    assert recorded[2] > 0 and given_back == recorded[2], (recorded, held)
