@@ -327,7 +327,8 @@ def test_a_slot_giving_way_for_gpu_hours_says_gpu_hours_not_dollars(
     tmp_path: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Refused GPU-hours at $0/h beside a waiting slot's hold, slot 1 gave way saying "$1.00 of room (cap
-    # $1.00, spent $0.00, held for others $0.00, ...) for the $0.00 its trial needs": room it had.
+    # $1.00, spent $0.00, held for others $0.00, ...) for the $0.00 its trial needs": room it had. GPU-hours
+    # are written as the house's other texts write them (format_gpu_hours): "cap 0.5", not "cap 0.500000".
     clock = FakeClock(monkeypatch)
     spec = replace(_gpu_study("owned", max_gpu_hours="0.5"), fallback_trial_seconds=1438.0)
     url, ledger = _study(tmp_path, spec)
@@ -338,7 +339,7 @@ def test_a_slot_giving_way_for_gpu_hours_says_gpu_hours_not_dollars(
     assert not result.ran and result.goes_on
     assert (
         "slot 1 runs no trial and gives way: budget 'project=owned,study=owned/total' has 0.324721 GPU-hours "
-        "of room (cap 0.500000, spent 0.000000, held for others 0.175279, 0.175279 of it by other slots "
+        "of room (cap 0.5, spent 0, held for others 0.175279, 0.175279 of it by other slots "
         "waiting for money, no trial's) for the 0.399862 GPU-hours its trial needs; the slot that waited "
         "first (slot-0) goes on waiting"
     ) in result.reason

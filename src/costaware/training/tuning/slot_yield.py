@@ -12,7 +12,7 @@ from datetime import datetime
 from decimal import Decimal
 from typing import TYPE_CHECKING
 
-from costaware.core.money import format_usd_exact
+from costaware.core.money import format_gpu_hours, format_usd_exact
 from costaware.training.tuning.wait_refusals import (
     RAISE_THAT_CAP,
     RAISE_THOSE_CAPS,
@@ -119,7 +119,7 @@ def _wait_first_or_yield(
             "slot %d waits: its trial fits once the other waiting slots give up the %s GPU-hours their holds "
             "hold past their need and margin",
             slot,
-            _gpu_hours_said(spare),
+            format_gpu_hours(spare),
         )
         return
     raise SlotYields(
@@ -145,12 +145,12 @@ def _room_said(own: BudgetUsage, others: list[Reservation], usd: Decimal, gpu_ho
     if usd_fits and cap_gpu_hours is not None and left_gpu_hours is not None:
         left = max(left_gpu_hours, Decimal(0))
         held = sum((r.gpu_hours for r in others), Decimal(0))
-        cap, spent = _gpu_hours_said(cap_gpu_hours), _gpu_hours_said(own.spent_gpu_hours)
-        reserved = _gpu_hours_said(own.reserved_gpu_hours)
+        cap, spent = format_gpu_hours(cap_gpu_hours), format_gpu_hours(own.spent_gpu_hours)
+        reserved = format_gpu_hours(own.reserved_gpu_hours)
         return (
-            f"{_gpu_hours_said(left)} GPU-hours of room (cap {cap}, spent {spent}, held for others "
-            f"{reserved}, {_gpu_hours_said(held)} of it by other slots waiting for money, no trial's) "
-            f"for the {_gpu_hours_said(gpu_hours)} GPU-hours its trial needs"
+            f"{format_gpu_hours(left)} GPU-hours of room (cap {cap}, spent {spent}, held for others "
+            f"{reserved}, {format_gpu_hours(held)} of it by other slots waiting for money, no trial's) "
+            f"for the {format_gpu_hours(gpu_hours)} GPU-hours its trial needs"
         )
     held_usd = sum((r.usd for r in others), Decimal(0))
     return (
@@ -159,11 +159,6 @@ def _room_said(own: BudgetUsage, others: list[Reservation], usd: Decimal, gpu_ho
         f"{format_usd_exact(held_usd)} of it by other slots waiting for money, no trial's) for the "
         f"{format_usd_exact(usd)} its trial needs"
     )
-
-
-def _gpu_hours_said(gpu_hours: Decimal) -> str:
-    """GPU-hours to the micro-GPU-hour the ledger counts (0.500000, not 0.5000000000)."""
-    return str(gpu_hours.quantize(Decimal("0.000001")))
 
 
 def slot_may_wait(ledger: Ledger, spec: StudySpec, refused_by: str, usd: Decimal) -> bool:
