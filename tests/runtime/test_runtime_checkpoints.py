@@ -32,6 +32,7 @@ from costaware_runtime import (
     save_bytes,
 )
 from costaware_runtime.checkpoints import SAVE_HISTORY, parse_marker, read_marker
+from costaware_runtime.errors import StoreStalledError
 from costaware_runtime.stores import LocalStore, Store
 from costaware_runtime.sync import STALE_FOLDER_SECONDS, CheckpointSync
 
@@ -790,6 +791,44 @@ def test_a_refusal_with_no_errno_is_said_in_its_own_words(
     said = str(caught.value)
     assert refused in said and "no write under this policy" in said and "(None)" not in said
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.fixture
+def hung_mount(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """A folder whose files cannot be opened: ``os.open`` there blocks, as on an NFS mount that stopped
+    answering, until the test ends (at most 60 s: a check with no bound fails its test, not the run)."""
+    folder = tmp_path / "nfs" / "ckpt"
+    folder.mkdir(parents=True)
+    released = threading.Event()
+    real_open = os.open
+
+    def blocking_open(path: Any, *args: Any, **kwargs: Any) -> int:
+        if Path(path).parent == folder:
+            released.wait(60)
+        return real_open(path, *args, **kwargs)
+
+    monkeypatch.setattr(os, "open", blocking_open)
+    monkeypatch.setenv("COSTAWARE_STORE_STALL_SECONDS", "0.5")
+    yield folder
+    released.set()  # the given-up check's thread ends
+
+
+@pytest.mark.timeout(30)
+def test_a_local_store_on_a_hung_mount_fails_its_check_within_the_stall_bound(hung_mount: Path) -> None:
+    # The S3 store's HeadBucket was bounded, the local store's write check was not: a hung NFS mount held
+    # the launcher before the job started, and the machine billed, for good.
+    started = time.monotonic()
+    with pytest.raises(StoreStalledError) as caught:
+        LocalStore(hung_mount).check()
+    assert time.monotonic() - started < 10
+    assert str(caught.value).startswith(
+        f"the write check of {hung_mount} (a file made, renamed and deleted there) has moved nothing for "
+        "0.5 s (COSTAWARE_STORE_STALL_SECONDS sets how long), begun "
+    )
+    assert str(caught.value).endswith(
+        f"; check that the filesystem holding {hung_mount} answers (a hung NFS or other network mount): "
+        "remount it, or give a folder on another filesystem"
+    )
 
 
 def test_only_rank_0_saves_in_a_multi_process_training(local: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -1826,6 +1826,37 @@ def test_stopping_the_watcher_waits_for_a_single_file_while_its_bytes_move(
 
 #: Runs costaware-run with a checkpoint store whose uploads into step folders never end (a hung mount); the
 #: test gives COSTAWARE_STORE_STALL_SECONDS=1, how long the watcher waits for them once the job has exited.
+HUNG_MOUNT_LAUNCHER = """
+import os, sys, threading
+from pathlib import Path
+from costaware_runtime import launcher
+real_open = os.open
+def hang(path, *args, **kwargs):
+    if Path(path).parent == Path(sys.argv[1]):
+        threading.Event().wait()  # an NFS mount that stopped answering
+    return real_open(path, *args, **kwargs)
+os.open = hang
+sys.exit(launcher.main(["--", sys.executable, sys.argv[2]]))
+"""
+
+
+def test_a_checkpoint_store_on_a_hung_mount_is_exit_74_before_the_job_starts(make_job: MakeJob) -> None:
+    # The local store's write check had no stall bound: a hung NFS mount held the launcher, and the machine
+    # billed, before the job started and for good.
+    job = make_job("READY.touch()\n")
+    job.remote.mkdir()
+    launcher = [sys.executable, "-c", HUNG_MOUNT_LAUNCHER, str(job.remote), str(job.script)]
+    env = job.env(COSTAWARE_CHECKPOINT_URI=f"file://{job.remote}", COSTAWARE_STORE_STALL_SECONDS="1")
+    started = time.monotonic()
+    done = subprocess.run(launcher, env=env, capture_output=True, text=True, timeout=45)
+    assert done.returncode == 74, done.stderr
+    assert time.monotonic() - started < 30
+    stalled = f"the write check of {job.remote} (a file made, renamed and deleted there) has moved nothing"
+    assert f"{stalled} for 1 s (COSTAWARE_STORE_STALL_SECONDS sets how long)" in done.stderr
+    assert f"check that the filesystem holding {job.remote} answers (a hung NFS" in done.stderr
+    assert not (job.root / "ready").exists()  # the job never started
+
+
 HANGING_STORE_LAUNCHER = """
 import sys, threading
 from pathlib import Path

@@ -19,6 +19,7 @@ from typing import BinaryIO
 from urllib.parse import urlparse, urlsplit
 
 from costaware_runtime import _files
+from costaware_runtime._bounded import Transfer, run_bounded, stall_seconds
 from costaware_runtime._s3_store import S3_INSTALL_HINT as S3_INSTALL_HINT
 from costaware_runtime._s3_store import S3Store as S3Store
 from costaware_runtime._s3_store import log as log
@@ -29,7 +30,7 @@ from costaware_runtime._write_check import WriteRefusal as WriteRefusal
 from costaware_runtime._write_check import check_writes as check_writes
 from costaware_runtime.contract import S3_ENDPOINT_URL as S3_ENDPOINT_URL
 from costaware_runtime.contract import is_uri
-from costaware_runtime.errors import ContractError, StoreError
+from costaware_runtime.errors import ContractError, StoreError, StoreStalledError
 
 # Names imported 'as' themselves were this module's own before it was split: a job's code may still import
 # them from here. Setting one here does not reach the private module that uses it (check_writes and
@@ -63,8 +64,23 @@ class LocalStore(Store):
         Raises:
             ContractError: The folder, or the nearest folder above it that exists, is a file, not writable,
                 or refuses to rename or delete a file.
-            StoreError: The filesystem could not be asked (a mount that does not answer).
+            StoreError: The filesystem could not be asked (a mount that does not answer);
+                ``StoreStalledError`` once it has not answered for ``COSTAWARE_STORE_STALL_SECONDS``.
         """
+        # A hung NFS mount blocks each call in the kernel: unbounded, it held the launcher before the job
+        # started, and the machine billed, for good (the S3 store's HeadBucket is bounded the same way).
+        folder = self.root.absolute()
+        what = f"the write check of {folder} (a file made, renamed and deleted there)"
+        try:
+            run_bounded(self._check_writes, Transfer(), stall_seconds(), what)
+        except StoreStalledError as e:
+            raise StoreStalledError(
+                f"{e}; check that the filesystem holding {folder} answers (a hung NFS or other network "
+                "mount): remount it, or give a folder on another filesystem"
+            ) from e
+
+    def _check_writes(self) -> None:
+        """:meth:`check` itself, each step of which may block on the filesystem."""
         existing = self.root.absolute()
         while not existing.exists() and existing != existing.parent:
             existing = existing.parent
