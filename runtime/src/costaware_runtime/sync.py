@@ -24,7 +24,8 @@ it), nor the one it names when read again just before pruning:
 
 * a folder this sync pushed itself goes at once: it pointed ``LATEST.json`` elsewhere since, and no other
   writer ever points it at a folder it did not write; so does one that a sync of the same folder given up
-  earlier in this process pushed, once that push has ended;
+  earlier in this process pushed, once that push has ended (one that ended behind ``LATEST.json`` deletes
+  its own folder then, as no push may come after it);
 * another writer's goes only once nothing in it changed for :data:`STALE_FOLDER_SECONDS`. That writer may be
   alive, between uploading its files and pointing ``LATEST.json`` at them: deleting its folder then left
   ``LATEST.json`` naming files that were gone, and the next attempt could not resume. A killed attempt's
@@ -123,6 +124,8 @@ class CheckpointSync(LatestPointer):
         #: Whether a push of this sync was given up (``cr.push()`` then drops it): one ending later is late.
         self.given_up = False
         self._pushing = False
+        #: The step folder of the last push, where it ended behind ``LATEST.json`` (see :meth:`give_up`).
+        self._behind_folder: str | None = None
         self._pushes_lock = threading.Lock()  # given_up and _pushing: a push's end and its give-up may race
         #: The step folders of syncs of this folder given up earlier in this process (the set is theirs
         #: too): once their push has ended, this one prunes them at once, as its own.
@@ -205,6 +208,7 @@ class CheckpointSync(LatestPointer):
                     self._pushing = False
                     ended_given_up = self.given_up
                 if ended_given_up:
+                    self._drop_behind_folder()
                     self._hand_over()
 
     def give_up(self) -> None:
@@ -222,7 +226,25 @@ class CheckpointSync(LatestPointer):
     def _hand_over(self) -> None:
         self.given_up_folders.update(self._own)
 
+    def _drop_behind_folder(self) -> None:
+        """Delete the folder of a given-up push that ended behind ``LATEST.json``: no push will name it.
+
+        Left to the next sync's prune, it stayed :data:`STALE_FOLDER_SECONDS` (6 h, billed) where the push
+        that moved ``LATEST.json`` past it was the job's last. No restore reads it either: ``LATEST.json``
+        names a later step, and never goes back. On the given-up push's own thread, which nothing waits on.
+        """
+        folder, self._behind_folder = self._behind_folder, None
+        if folder is None:
+            return
+        try:
+            self.store.delete_folder(folder)
+        except StoreError as e:  # left to the next sync of the folder, which prunes it as its own
+            log.warning("could not delete %s, which no push will name: %s", self.store.url(folder), e)
+            return
+        self._own.discard(folder)
+
     def _push_locked(self) -> int | None:
+        self._behind_folder = None
         local = read_marker(self.directory)
         if local is None:
             return None
@@ -244,6 +266,7 @@ class CheckpointSync(LatestPointer):
             self.synced, self.pushed_behind = local.identity, None
         else:
             self.synced, self.pushed_behind = ahead[0].identity, local.identity
+            self._behind_folder = prefix
             # Said before the prune: said after it, a prune that stalled lost it.
             self._say_behind(local.step, ahead[0].step, prefix)
         self.pruning = True
@@ -262,7 +285,7 @@ class CheckpointSync(LatestPointer):
             # leftover writer or a failed resume sent the reader after a cause that was not there.
             log.warning(
                 "a push given up earlier in this process finished late: %s at %s names step %s, newer, and "
-                "is left so; step %s stays in %s until pruned",
+                "is left so; step %s in %s is deleted, as no push will name it",
                 LATEST_NAME,
                 self.store.uri,
                 named,
