@@ -12,7 +12,15 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 import pytest
-from costaware_runtime import ContractError, StoreError, download_outputs, push, read_manifest, save_bytes
+from costaware_runtime import (
+    ContractError,
+    StoreError,
+    checkpoints,
+    download_outputs,
+    push,
+    read_manifest,
+    save_bytes,
+)
 from costaware_runtime.outputs import upload_outputs
 from costaware_runtime.stores import LocalStore
 
@@ -308,6 +316,40 @@ def test_a_given_up_push_that_ends_behind_a_later_one_says_so_and_deletes_its_fo
     assert push(folder, str(remote)) == 3
     # step 2 stays: LATEST.json named it until this push (a restore may be reading it).
     assert sorted(path.name.split("-")[1] for path in remote.glob("step-*")) == ["2", "3"]
+
+
+def test_the_folders_of_pushes_that_failed_before_their_first_file_are_not_kept_for_good(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Each such push left its folder's name in its sync's own folders (a failure) or in the set the process
+    # keeps for given-up syncs (a give-up that then failed): no listing shows that folder, so no prune
+    # dropped the name, one more for good at each.
+    monkeypatch.setenv("COSTAWARE_STORE_STALL_SECONDS", "0.3")
+    real_put = LocalStore.put
+    failing: list[float] = []  # how long the next put waits before it fails, once
+
+    def put_failing_once(self: LocalStore, key: str, source: BinaryIO, progress: Any = None) -> None:
+        if failing:
+            time.sleep(failing.pop())
+            raise StoreError(f"{key}: the store went away")
+        real_put(self, key, source, progress)
+
+    monkeypatch.setattr(LocalStore, "put", put_failing_once)
+    folder, remote = tmp_path / "ckpt", tmp_path / "remote"
+    uri = str(remote)
+    for step, wait in enumerate([0.8, 0.8, 0.0, 0.0], start=1):
+        failing.append(wait)  # after the bound: a give-up that fails later; at once: a failure
+        save_bytes(f"step {step}".encode(), step=step, directory=folder)
+        with pytest.raises(StoreError):
+            push(folder, uri)
+        for thread in threading.enumerate():
+            if thread.name == "costaware-store-transfer":
+                thread.join(10)
+    save_bytes(b"step 5", step=5, directory=folder)
+    assert push(folder, uri) == 5
+    (step_5,) = (path.name for path in remote.glob("step-*"))
+    assert checkpoints._syncs[uri, folder]._own == {step_5}
+    assert checkpoints._given_up_folders[uri, folder] == set()
 
 
 @pytest.mark.parametrize("reader", ["read_manifest", "download_outputs"])

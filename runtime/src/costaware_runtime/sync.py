@@ -405,8 +405,14 @@ class CheckpointSync(LatestPointer):
             log.warning("not pruning %s: %s", self.store.uri, e)
             return
         named = None if latest is None else latest[1]
+        known = self._own | self.given_up_folders  # before the listing: a hand-over meanwhile is kept
         folders = self.store.folders("step-")
         self.progressed()
+        # A push that failed before its first file named a folder no listing shows, so no prune forgot it:
+        # one name more for good at each such push (each give-up too, in the set the process keeps).
+        never_made = known.difference(folders)
+        self._own.difference_update(never_made)
+        self.given_up_folders.difference_update(never_made)
         for folder in folders:
             found = _STEP_FOLDER.fullmatch(folder)
             if not found or folder in keep or folder == named or int(found.group(1)) > newer_than:
