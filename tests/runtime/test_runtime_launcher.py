@@ -427,6 +427,34 @@ time.sleep(60)  # no handler: SIGTERM ends the process
         assert job.latest()["step"] == 1
     else:
         assert not job.remote.exists()
+    # A job still importing its libraries has not called preemption_requested() yet: what happened is said.
+    came = re.search(r"the notice came (\d+\.\d) s after the job started, while the job had no", stderr)
+    assert came is not None, stderr
+    assert 0 <= float(came[1]) < 30
+    assert (
+        " handler for SIGTERM, which therefore ended it at once (nothing saved on the notice): to save a "
+        "checkpoint and exit 75 on a notice, call costaware_runtime.preemption_requested() first thing "
+        "at the job's start, before slow imports"
+    ) in stderr
+
+
+def test_a_job_whose_own_handler_ends_it_by_sigterm_is_not_said_to_have_had_none(make_job: MakeJob) -> None:
+    # A framework's handler that saves, then ends its process by the signal's default action (SIG_DFL and
+    # SIGTERM again): it had a handler when the notice came, which the launcher must not deny.
+    job = make_job("""
+def save_and_die(signum, frame):
+    cr.save_bytes(b"on the notice", step=1)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    os.kill(os.getpid(), signal.SIGTERM)
+
+signal.signal(signal.SIGTERM, save_and_die)
+READY.touch()
+time.sleep(60)
+""")
+    code, stderr = job.preempt(job.start())
+    assert code == 75, stderr
+    assert "preempted (job killed by SIGTERM) after checkpoint step 1" in stderr
+    assert "had no handler" not in stderr
 
 
 @pytest.mark.parametrize("how", ["option", "env"])

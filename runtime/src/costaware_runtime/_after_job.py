@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import signal
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -63,6 +64,8 @@ class _AfterJob:
             )
             return contract.EXIT_PREEMPTED_WITHOUT_CHECKPOINT
         if returncode == contract.EXIT_PREEMPTED or self.notices.notice_at is not None:
+            if returncode == -signal.SIGTERM and self.notices.unheeded:
+                self._say_unheeded()
             if step is None:
                 log.error(
                     "preempted (%s) before any checkpoint: the next attempt starts over",
@@ -97,6 +100,26 @@ class _AfterJob:
             return 1
         log.error("the job exited %s", returncode)
         return returncode
+
+    def _say_unheeded(self) -> None:
+        """Say that the notice ended the job before it had a handler for it (its first seconds, as a rule).
+
+        "preempted (job killed by SIGTERM) before any checkpoint" alone read as a job that ignores the
+        contract, where one that was still importing its libraries had simply not called it yet.
+        """
+        notice_at, started_at = self.notices.notice_at, self.started_at
+        when = (
+            f"{notice_at - started_at:.1f} s after the job started"
+            if notice_at is not None and started_at is not None and notice_at >= started_at
+            else "before the job started"
+        )
+        log.warning(
+            "the notice came %s, while the job had no handler for SIGTERM, which therefore ended it at once "
+            "(nothing saved on the notice): to save a checkpoint and exit %s on a notice, call "
+            "costaware_runtime.preemption_requested() first thing at the job's start, before slow imports",
+            when,
+            contract.EXIT_PREEMPTED,
+        )
 
     def _committed_and_retired(self) -> bool:
         """Whether the job committed a checkpoint of its own and then retired it (deleted once done)."""

@@ -40,6 +40,9 @@ class Notices:
         self.process: subprocess.Popen[bytes] | None = None  # the job, once started
         self.grace_seconds: float | None = None  # known once the options are read
         self.signal_group = False  # --signal-group
+        #: Whether the job's process had no handler for SIGTERM (nor ignored it) when the notice was passed
+        #: on, so that it ended the job at once; None where not known (no ``/proc``, no notice passed on).
+        self.unheeded: bool | None = None
 
     def install(self) -> None:
         for signum in NOTICES:
@@ -82,6 +85,9 @@ class Notices:
 
     def forward(self, signum: int) -> None:
         assert self.process is not None
+        if signum == signal.SIGTERM and self.unheeded is None:
+            handled = handles_signal(self.process.pid, signum)
+            self.unheeded = None if handled is None else not handled
         try:
             if self.signal_group:
                 os.killpg(self.process.pid, signum)
@@ -89,6 +95,20 @@ class Notices:
                 os.kill(self.process.pid, signum)
         except ProcessLookupError:
             pass  # it has just exited
+
+
+def handles_signal(pid: int, signum: int) -> bool | None:
+    """Whether process ``pid`` catches or ignores ``signum`` now; None where ``/proc`` does not say (Linux).
+
+    A job that has not yet installed its handler (the runtime's, or its framework's), still importing its
+    libraries, is ended by the notice at once: the only way the launcher can tell that from a job that saved.
+    """
+    try:
+        with open(f"/proc/{pid}/status", encoding="utf-8", errors="replace") as status:
+            masks = dict(line.split(":", 1) for line in status if line.startswith(("SigCgt:", "SigIgn:")))
+        return any(int(mask, 16) >> (signum - 1) & 1 for mask in masks.values()) if len(masks) == 2 else None
+    except (OSError, ValueError):
+        return None
 
 
 def die_with_the_launcher() -> Callable[[], None] | None:
