@@ -1885,6 +1885,22 @@ def test_a_checkpoint_store_on_a_hung_mount_is_exit_74_before_the_job_starts(mak
     assert not (job.root / "ready").exists()  # the job never started
 
 
+def test_a_checkpoint_folder_on_a_hung_mount_is_exit_74_before_the_job_starts(make_job: MakeJob) -> None:
+    # The job's own folders are checked with a real write too, which a hung NFS mount held for good.
+    job = make_job("READY.touch()\n")
+    env = job.env(COSTAWARE_STORE_STALL_SECONDS="1")
+    folder = env["COSTAWARE_CHECKPOINT_DIR"]
+    launcher = [sys.executable, "-c", HUNG_MOUNT_LAUNCHER, folder, str(job.script)]
+    started = time.monotonic()
+    done = subprocess.run(launcher, env=env, capture_output=True, text=True, timeout=45)
+    assert done.returncode == 74, done.stderr
+    assert time.monotonic() - started < 30
+    stalled = f"the check of COSTAWARE_CHECKPOINT_DIR={folder!r} (its folder {folder!r} made, a file written"
+    assert f"{stalled} there) has moved nothing for 1 s (COSTAWARE_STORE_STALL_SECONDS" in done.stderr
+    assert f"check that the filesystem holding {folder!r} answers (a hung NFS" in done.stderr
+    assert not (job.root / "ready").exists()  # the job never started
+
+
 HANGING_STORE_LAUNCHER = """
 import sys, threading
 from pathlib import Path

@@ -8,7 +8,8 @@ import tempfile
 from pathlib import Path
 
 from costaware_runtime import contract
-from costaware_runtime.errors import ContractError, StoreError
+from costaware_runtime._bounded import Transfer, run_bounded
+from costaware_runtime.errors import ContractError, StoreError, StoreStalledError
 from costaware_runtime.stores import check_writes
 
 log = logging.getLogger("costaware_runtime.launcher")  # the launcher's messages keep its logger
@@ -26,6 +27,25 @@ _RENAMED_IN = {
 #: a file in the way, a name too long, a symlink loop): every attempt would meet it again, so the contract
 #: (exit 2), not the filesystem failing (exit 74).
 _FOLDER_REFUSED = frozenset({errno.EROFS, errno.ENOTDIR, errno.EEXIST, errno.ENAMETOOLONG, errno.ELOOP})
+
+
+def _make_job_folder_within(bound: float, folder: Path, variable: str, given: Path) -> str | None:
+    """:func:`_make_job_folder`, given up once its filesystem has not answered for ``bound`` seconds.
+
+    A folder on a hung NFS mount blocked its ``mkdir`` or write check in the kernel: the launcher, and the
+    machine, billed, waited for good before the job started.
+
+    Raises:
+        StoreStalledError: The filesystem did not answer for ``bound`` seconds (exit 74, retried).
+    """
+    what = f"the check of {variable}={str(given)!r} (its folder {str(folder)!r} made, a file written there)"
+    try:
+        return run_bounded(lambda: _make_job_folder(folder, variable, given), Transfer(), bound, what)
+    except StoreStalledError as e:
+        raise StoreStalledError(
+            f"{e}; check that the filesystem holding {str(folder)!r} answers (a hung NFS or other network "
+            "mount): remount it, or give a folder on another filesystem"
+        ) from e
 
 
 def _make_job_folder(folder: Path, variable: str, given: Path) -> str | None:

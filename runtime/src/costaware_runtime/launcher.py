@@ -32,7 +32,7 @@ from costaware_runtime._after_job import _AfterJob
 from costaware_runtime._bounded import GIVEN_UP, Transfer, exit_now, run_bounded
 from costaware_runtime._command_line import LAUNCHED as LAUNCHED
 from costaware_runtime._command_line import build_parser as build_parser
-from costaware_runtime._job_folders import _make_job_folder, _temp_dir
+from costaware_runtime._job_folders import _make_job_folder_within, _temp_dir
 from costaware_runtime._job_process import TORCHRUN_SHUTDOWN as TORCHRUN_SHUTDOWN
 from costaware_runtime._job_process import _job_stdin, _start_failure
 from costaware_runtime._job_process import torchrun_shutdown_seconds as torchrun_shutdown_seconds
@@ -135,7 +135,7 @@ class Launcher(_AfterJob):
                 (contract.METRICS_PATH, self.metrics_path, self.metrics_path.parent),
             ):
                 if folder is not None and given is not None:
-                    leftover = _make_job_folder(folder, variable, given)
+                    leftover = _make_job_folder_within(env.store_stall_seconds, folder, variable, given)
                     if leftover:
                         log.warning("%s", leftover)
                         self.warnings.append(leftover)
