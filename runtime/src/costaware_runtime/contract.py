@@ -99,8 +99,8 @@ class JobEnvironment:
         grace_seconds: How long the job may take to exit after the preemption notice.
         checkpoint_every_seconds: How often the orchestrator asks the job to checkpoint (its
             ``checkpoint_every_seconds``, the automatic interval for this attempt), or None when unset.
-        store_stall_seconds: How long a checkpoint push or restore may move no bytes before the launcher
-            gives it up.
+        store_stall_seconds: How long a store transfer (a checkpoint push or restore, the outputs, the
+            result) or a folder's write check may go unanswered before the launcher gives it up.
     """
 
     checkpoint_dir: Path | None
