@@ -494,3 +494,21 @@ def test_an_hour_a_zone_without_a_typical_year_records_in_part_is_read_as_carbon
         intensity_of=RecordedCarbon(halves).intensity,
     )
     assert unknown["kg_co2e"] is None and unknown["carbon_method"].startswith("unknown: ")
+    # A try wholly inside the hour's unrecorded half: the same profile, not unknown (it was, though the
+    # same half hour inside a longer try had a value).
+    recorded_half = Decimal(100 + 3 * 22 + 1) if first == "22:30" else Decimal(100 + 3 * 23)
+    inside = estimate(
+        instance_type=None,
+        region="on-prem",
+        power_kw=1,
+        grid_zone="PL",
+        start=unrecorded,
+        end=unrecorded + timedelta(minutes=30),
+        intensity_of=RecordedCarbon(halves).intensity,
+    )
+    assert inside["kg_co2e"] is not None, inside["carbon_method"]
+    assert inside["carbon_source"] == (
+        f"grid PL: the files' profile for 0.5 h from {unrecorded:%Y-%m-%d %H:%M}: PL_halves.csv"
+    )
+    profile_half = 2 * shown - recorded_half  # the hour shown is the mean of its two halves
+    assert abs(inside["kg_co2e"] * 2000 - profile_half) <= Decimal("0.01")

@@ -202,21 +202,26 @@ def _recorded_then_typical_year(
             gaps.append((covered_to, until))
         at = until
     # The gaps' typical year only once it is known some hour was recorded: a try with none takes it whole.
-    # A zone with none: the files' profile, but only in an hour they record part of.
+    # A zone with none: the files' profile, but only in an hour they record part of (a try inside the
+    # unrecorded half of such an hour too: carbon show and the waits give that hour a value).
     from costaware.adapters.carbon_data import bundled_zones
 
     bundled = zone in bundled_zones()
-    for gap_start, gap_end in gaps if recorded_seconds else []:
+    for gap_start, gap_end in gaps if recorded_seconds or not bundled else []:
         if bundled:
             typical = _typical_year(zone, gap_start, gap_end)
             g_per_kwh = None if typical is None else typical[0]
         else:
-            g_per_kwh = _profile_in_part_recorded_hour(intensity_of, zone, gap_start, gap_end)
+            profiled = _profile_in_part_recorded_hour(intensity_of, zone, gap_start, gap_end)
+            if profiled is None:
+                return None
+            g_per_kwh, profile_names = profiled
+            recorded_names.extend(name for name in profile_names if name not in recorded_names)
         if g_per_kwh is None:
             return None
         weighted += g_per_kwh * (gap_end - gap_start).total_seconds()
     first_gap = gaps[0][0] if gaps else None
-    if not recorded_seconds:  # the whole try over one span, as its source says
+    if not recorded_seconds and bundled:  # the whole try over one span, as its source says
         whole = _typical_year(zone, start, end)
         if whole is None:
             return None
@@ -235,9 +240,12 @@ def _recorded_then_typical_year(
             f"{told}{_whole_names(names, _SOURCE_ROOM - len(told) - 10)}, recorded",
         )
     fill = f"typical year {_bundled_year(zone)}" if bundled else "the files' profile"
+    recorded = ""
+    if recorded_seconds:
+        recorded = f"recorded {_hours(recorded_seconds)} of {_hours(total_seconds)} h, "
     told = (
-        f"grid {zone}: recorded {_hours(recorded_seconds)} of {_hours(total_seconds)} h, {fill} "
-        f"for {_hours(total_seconds - recorded_seconds)} h from {first_gap:%Y-%m-%d %H:%M}: "
+        f"grid {zone}: {recorded}{fill} for {_hours(total_seconds - recorded_seconds)} h "
+        f"from {first_gap:%Y-%m-%d %H:%M}: "
     )
     return weighted / total_seconds, told + _whole_names(names, _SOURCE_ROOM - len(told))
 
@@ -259,13 +267,14 @@ def _recorded_parts(
 
 def _profile_in_part_recorded_hour(
     intensity_of: IntensityOf, zone: str, start: datetime, end: datetime
-) -> float | None:
+) -> tuple[float, list[str]] | None:
     """The mean over the unrecorded ``[start, end)`` of a zone with no typical year, inside one clock hour.
 
     Where files record part of that hour, the hour as ``costaware carbon show`` and the waits read it: its
     recorded parts, the files' profile around them
     (:func:`~costaware.adapters.carbon_source.profile_around`). Such an hour had no intensity, and the whole
-    try's emissions were unknown. None where they record none of it, or the source cannot tell.
+    try's emissions were unknown. With the names of the series recording the hour's parts (the source
+    names them). None where they record none of it, or the source cannot tell.
     """
     from costaware.adapters.carbon_source import profile_around
 
@@ -277,7 +286,8 @@ def _profile_in_part_recorded_hour(
     parts = _recorded_parts(intensity_of, zone, hour, hour + _HOUR)
     if not parts:
         return None
-    return float(profile_around(parts, zone_files(zone), hour).mean_usd_per_hour(start, end))
+    mean = float(profile_around(parts, zone_files(zone), hour).mean_usd_per_hour(start, end))
+    return mean, [part.name for part, _ in parts]
 
 
 #: The ledger's carbon_source: a longer source is cut there, mid-name ("US-CAL-CISO_imported.cs").
