@@ -1671,3 +1671,20 @@ def test_show_of_a_zone_whose_only_file_is_one_record_nothing_places_points_to_n
     err = capsys.readouterr().err
     assert "no PL file is read" in err and "PL_one.csv holds one record (2026-11-20 22:30 UTC)" in err
     assert "--start" not in err
+
+
+def test_a_source_not_covering_a_zone_without_a_typical_year_says_how_its_hour_is_shown(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A half-hourly PL file from 22:30: show gives 22:00 as its recorded half and the file's profile, but the
+    # note said the hour was 'the bundled 2023 data', which PL has none of.
+    monkeypatch.setenv("AIRFLOW_HOME", str(tmp_path / "airflow"))
+    halves = tmp_path / "PL_halves.csv"
+    first = datetime(2026, 11, 20, 22, 30, tzinfo=timezone.utc)
+    rows = [f"{first + timedelta(minutes=30 * i):%Y-%m-%dT%H:%M:%SZ},{150 + i}" for i in range(6)]
+    halves.write_text("timestamp_utc,g_co2eq_per_kwh_lca\n" + "\n".join(rows) + "\n")
+    argv = ["carbon", "show", "--zone", "PL", "--source", str(halves), "--start", "2026-11-20T22:00:00Z"]
+    assert main([*argv, "--hours", "1"]) == 0
+    err = capsys.readouterr().err
+    assert "does not cover PL over 1 of these 1 hour(s) (PL_halves.csv): they are their recorded part" in err
+    assert "bundled 2023" not in err

@@ -245,9 +245,17 @@ def _fallback_note(source: object, args: argparse.Namespace, start: datetime) ->
         return None
     if source.files_cover(args.zone, start, start + args.hours * _HOUR):
         return None
+    from costaware.adapters.carbon_data import bundled_zones
+
     names = ", ".join(f.name for f in source.files.get(args.zone, [])) or f"no {args.zone}_*.csv file"
     missing = args.hours - len(source.covered_hours(args.zone, start, args.hours))
+    # A zone with no bundled year shows an hour a file records in part as that part and the files' profile.
+    shown_as = (
+        "they are the bundled 2023 data, the fallback of a recorded source"
+        if args.zone in bundled_zones()
+        else f"they are their recorded part and the files' profile ({args.zone} has no bundled typical year)"
+    )
     return (
         f"{args.source} does not cover {args.zone} over {missing} of these {args.hours} hour(s) ({names}): "
-        "they are the bundled 2023 data, the fallback of a recorded source"
+        + shown_as
     )
