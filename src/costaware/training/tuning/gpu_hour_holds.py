@@ -51,7 +51,8 @@ def hold_wait_gpu_hours(
     Raises:
         WaitNotHeld: a budget the hold is in has no room for ``wait_gpu_hours``.
     """
-    margin = gpu_hours_for(margin_seconds(poll_seconds), gpus)
+    # Capped: 10 polls of a 120 s pause on 8 GPUs held 2.67 GPU-hours, more than a lone slot's headroom.
+    margin = gpu_hours_for(min(WAITING_BESIDE_OTHERS_POLLS * poll_seconds, SLOT_HOLD_SECONDS), gpus)
     headroom = margin if others_wait else gpu_hours_for(SLOT_HOLD_SECONDS, gpus)
     try:
         kept = cover_gpu_hours(
@@ -73,12 +74,6 @@ def hold_wait_gpu_hours(
     # The margin is kept while others wait, not given up: counted as a spare, a slot whose trial fitted only
     # beside this slot's need waited for it, its own need grew, and it gave way anyway.
     return kept, max(ledger.unpaid(kept)[1] - wait_gpu_hours - margin, Decimal(0))
-
-
-def margin_seconds(poll_seconds: float) -> float:
-    """Seconds of GPU time a waiting slot holds past its need while others wait: its margin."""
-    # Capped: 10 polls of a 120 s pause on 8 GPUs held 2.67 GPU-hours, more than a lone slot's headroom.
-    return min(WAITING_BESIDE_OTHERS_POLLS * poll_seconds, SLOT_HOLD_SECONDS)
 
 
 def gpu_hours_for(seconds: float, gpus: Decimal) -> Decimal:

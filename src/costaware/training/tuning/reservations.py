@@ -27,7 +27,6 @@ from costaware.training.tuning.gpu_hour_holds import budgets_without as budgets_
 from costaware.training.tuning.gpu_hour_holds import cover_gpu_hours as cover_gpu_hours
 from costaware.training.tuning.gpu_hour_holds import gpu_hours_for as gpu_hours_for
 from costaware.training.tuning.gpu_hour_holds import hold_wait_gpu_hours as hold_wait_gpu_hours
-from costaware.training.tuning.gpu_hour_holds import margin_seconds
 from costaware.training.tuning.slot_entries import record_skipped_slot as record_skipped_slot
 from costaware.training.tuning.slot_entries import settle_trial as settle_trial
 from costaware.training.tuning.slot_holds import _keep_slot_hold as _keep_slot_hold
@@ -130,8 +129,7 @@ def reserve_trial_cost(
     Airflow), by hold id: a slot whose trial fits once they are given up waits instead of giving way, and
     a waiting slot that sees other slots wait trims its hold to its need (its margin never more than the one
     its recorded spare was worked out with, and the spare recorded past its need at the next poll after the
-    pause it takes next, its poll within its own lease, the longest past it, so the whole spare comes back at
-    that poll's trim; where the asks between the
+    longest pause it may take, so the whole spare comes back at that poll's trim; where the asks between the
     two polls grew its need more, the trim takes its margin down to give the whole spare back).
 
     The hold lasts 2 x the trial's time (at least 60 s), plus ``keep_for_retry_seconds``: how long Airflow
@@ -280,14 +278,10 @@ def reserve_trial_cost(
                         spare_recorded=spare_recorded,
                     )
                     # The trim comes at the next poll, whose need is longer by that poll's pause: the spare is
-                    # recorded past that pause, which only this slot knows (recorded past this poll's need, a
-                    # slot whose trial fit once it was given up waited for it, got back part of it, and gave
-                    # way). Past its own lease it is up to 30 s; within it, the poll (30 s less there hid 25 s
-                    # of a 5 s poller's spare from slots it fitted). Within: even after asks worth the margin
-                    # before the next poll, which the trim takes down to pay for them.
-                    within_lease = waited + pause + margin_seconds(margin_poll) < own_wait
-                    next_pause = pause if within_lease else max(LATE_POLL_SECONDS, poll_seconds)
-                    next_pause_gpu_hours = gpu_hours_for(next_pause, spec.gpus)
+                    # recorded past the longest pause the slot may take (30 s once its own lease is over),
+                    # which only this slot knows. Recorded past this poll's need, a slot whose trial fit once
+                    # it was given up waited for it, got back part of it, and gave way.
+                    next_pause_gpu_hours = gpu_hours_for(max(LATE_POLL_SECONDS, poll_seconds), spec.gpus)
                     spare_gpu_hours = max(spare_gpu_hours - next_pause_gpu_hours, Decimal(0))
                     spare_poll_seconds = margin_poll if spare_gpu_hours > 0 else None
                     spare_recorded = spare_gpu_hours
