@@ -9,10 +9,12 @@ from __future__ import annotations
 import errno
 import os
 import re
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
+from hung_mount import hung_mount
 from remote_support import aws_client, make_batch_queues
 
 from costaware.adapters.compute import batch, kubernetes, sagemaker
@@ -519,6 +521,50 @@ def test_a_local_store_that_cannot_create_or_delete_is_not_told_of_a_mountpoint(
         "(Function not implemented), which a store needs"
     )
     assert said.endswith("; give a folder on a filesystem that does")
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("call", ["open", "stat"])
+def test_a_local_store_on_a_hung_mount_is_given_up_within_the_stall_bound(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, call: str
+) -> None:
+    # The job's launcher bounds its own write checks by COSTAWARE_STORE_STALL_SECONDS; this one, as a local
+    # task starts, was not: a hung NFS mount held the Airflow task there for good. Its file made ("open") or
+    # the folder looked up ("stat") blocked.
+    from costaware.adapters.compute.base import require_usable_locations
+
+    mount = tmp_path / "nfs"
+    mount.mkdir()
+    store = str(mount / "models")
+    monkeypatch.setenv("COSTAWARE_STORE_STALL_SECONDS", "0.5")
+    with hung_mount(monkeypatch, mount, (call,)):
+        started = time.monotonic()
+        with pytest.raises(StoreUnavailableError) as caught:  # retried: the mount may answer again
+            require_usable_locations("local", model_store=store)
+        assert time.monotonic() - started < 10
+    assert str(caught.value) == (
+        f"model_store {store!r} could not be checked: the filesystem holding {store!r} has not answered for "
+        "0.5 s (COSTAWARE_STORE_STALL_SECONDS sets how long); check that it answers (a hung NFS or other "
+        "network mount): remount it, or give a folder on another filesystem; it is checked again when the "
+        "task is retried, where it has retries left"
+    )
+
+
+def test_a_stall_bound_that_is_no_number_of_seconds_is_refused_before_the_check(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from costaware.adapters.compute.base import require_usable_locations
+
+    monkeypatch.setenv("COSTAWARE_STORE_STALL_SECONDS", "5m")
+    with pytest.raises(ConfigurationError) as caught:
+        require_usable_locations("local", model_store=str(tmp_path / "models"))
+    assert str(caught.value) == (
+        "COSTAWARE_STORE_STALL_SECONDS='5m' is not a number of seconds > 0: give how long a checkpoint push "
+        "or restore may move nothing before it is given up (default 300); this worker's environment sets "
+        "it, which a local job inherits: fix it there"
+    )
+    assert list(tmp_path.iterdir()) == []  # nothing was checked, nor written
+    require_usable_locations("local", model_store="s3://ml/models")  # no folder here: nothing bounded
 
 
 @pytest.mark.parametrize("launcher_reads", [(), ("checkpoint_store",)])

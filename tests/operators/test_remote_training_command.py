@@ -22,13 +22,14 @@ from typing import Any
 import pytest
 from airflow.sdk import DAG, Param
 from airflow.sdk.exceptions import AirflowFailException, TaskDeferred
+from hung_mount import hung_mount
 from remote_support import TRAINING, command_operator_args, context_for, drive
 
 from costaware.adapters.compute.base import JobRequest, JobState, open_backend
 from costaware.adapters.ledger.efficiency import run_outcome
 from costaware.adapters.model_store import ModelStore
 from costaware.cli import main as cli
-from costaware.core.errors import ConfigurationError
+from costaware.core.errors import ConfigurationError, StoreUnavailableError
 from costaware.operators.remote_training import RemoteTrainingOperator
 from costaware.training.attempts import Attempt
 
@@ -506,6 +507,25 @@ def test_a_local_store_no_job_could_write_fails_before_any_job_is_bought(tmp_pat
     assert str(failed.value).startswith(
         f"model_store {str(tmp_path / 'a-file' / 'models')!r} cannot be created: "
         f"{str(tmp_path / 'a-file')!r} is a file, not a folder; give a folder path"
+    )
+    assert not (tmp_path / "jobs").exists()  # no job was started
+    assert entries(ledger) == [] and ledger.open_reservations() == []  # nothing billed or held
+
+
+@pytest.mark.timeout(60)
+def test_a_checkpoint_store_on_a_hung_mount_is_retried_before_any_money_or_job(
+    tmp_path: Path, ledger: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The store's write check as the task starts had no bound: a hung NFS mount held the task there for good.
+    mount = tmp_path / "nfs"
+    mount.mkdir()
+    monkeypatch.setenv("COSTAWARE_STORE_STALL_SECONDS", "1")
+    train = operator(tmp_path, "ok", checkpoint_store=str(mount / "ckpt"))
+    with hung_mount(monkeypatch, mount), pytest.raises(StoreUnavailableError) as caught:
+        drive(train, context_for())  # not AirflowFailException: the task's retry checks the mount again
+    assert str(caught.value).startswith(
+        f"checkpoint_store {str(mount / 'ckpt')!r} could not be checked: the filesystem holding "
+        f"{str(mount / 'ckpt')!r} has not answered for 1 s (COSTAWARE_STORE_STALL_SECONDS sets how long); "
     )
     assert not (tmp_path / "jobs").exists()  # no job was started
     assert entries(ledger) == [] and ledger.open_reservations() == []  # nothing billed or held

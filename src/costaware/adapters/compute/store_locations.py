@@ -6,13 +6,16 @@ A remote backend's job (SageMaker, Batch, Kubernetes) runs on another machine an
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Callable, Collection
+from functools import partial
 from typing import TYPE_CHECKING
 
 from costaware.core.errors import ConfigurationError, StoreUnavailableError
 from costaware.core.given import names_nothing, not_given
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from costaware.adapters.compute.jobs import JobRequest
 
 #: Backends whose jobs run on another machine, by the name messages give them: their stores must be on S3.
@@ -110,20 +113,17 @@ def require_usable_locations(
     Raises:
         ConfigurationError: the first unusable location, named with its argument and what to do.
         StoreUnavailableError: a local folder's filesystem failed its write check (a full disk, an I/O
-            error): retried.
+            error), or did not answer it for ``COSTAWARE_STORE_STALL_SECONDS``: retried.
     """
     from pathlib import Path
     from urllib.parse import urlparse
 
     from costaware_runtime.contract import is_uri
-    from costaware_runtime.stores import check_writes
 
     from costaware.adapters.object_store.location import (
-        ROOT_WRITES,
         expand_user,
         refuse_cut_uri,
         refuse_file_host,
-        refuse_machine_root,
         root_example,
     )
 
@@ -168,57 +168,144 @@ def require_usable_locations(
         # A file's folder: spec_uri='{{ params.dir }}/spec.json' rendered '/spec.json' wrote the spec, and
         # the job's result.json beside it, directly in /.
         folder = path.parent if what in FILE_LOCATIONS else path
-        # A symbolic link to / writes there too; only this machine's disk says where one leads.
-        # model_store='/' was found only inside the bought job, which made its versions' folders directly
-        # under /; a checkpoint store there, its jobs' folders.
-        a_file = what in FILE_LOCATIONS
-        refuse_machine_root(
-            what,
-            text,
-            str(folder),
-            follow_links=on_this_machine,
-            a_file=a_file,
-            writes="it, and the files written beside it, would be written directly in /"
-            if a_file
-            else ROOT_WRITES,
+        check = partial(
+            _check_local_folder, what, text, folder, backend=backend, on_this_machine=on_this_machine
         )
-        if backend != "local" or not on_this_machine:
-            continue  # require_s3 names what a remote job needs
-        existing = next(p for p in (folder, *folder.parents) if p.exists())
-        if not existing.is_dir():
-            raise ConfigurationError(
-                f"{what} {text!r} cannot be created: {str(existing)!r} is a file, not a folder; give a "
-                "folder path"
-            )
-        # A real write, not os.access: root passes that on a read-only mount or sysfs, where the job
-        # then failed at its first save, after it trained.
-        refusal = check_writes(existing)
-        if refusal is not None:
-            left = refusal.left_note("its")
-            if not refusal.refused:
-                # A full disk, an I/O error, a stale NFS handle: the filesystem failed, as a retry may not
-                # (the job's launcher reads it so too, exit 74); no permission to change.
-                raise StoreUnavailableError(
-                    f"{what} {text!r} could not be checked: this worker could not {refusal.step} a file in "
-                    f"{str(existing)!r} ({refusal.error}){left}; check that filesystem (its free space, its "
-                    "mount): it is checked again when the task is retried, where it has retries left"
-                ) from refusal.error
-            # Only a rename answered ENOSYS is a Mountpoint for S3's: a create or a delete answered so is not.
-            mountpoint = (
-                " (a Mountpoint for S3 renames no file: give the bucket's s3:// URI)"
-                if refusal.step == "rename"
-                else ""
-            )
-            advice = (
-                f"give a folder on a filesystem that does{mountpoint}"
-                if refusal.unsupported
-                else "give a folder it may write, or change the folder's permissions"
-            )
-            raise ConfigurationError(
-                f"{what} {text!r} cannot be written: this worker may not {refusal.step} a file in "
-                f"{str(existing)!r} ({refusal.error.strerror or refusal.error}), which a store needs{left}; "
-                f"{advice}"
-            )
+        if on_this_machine:
+            _within_stall_bound(check, what, text, folder)
+        else:
+            check()  # follows no link and writes nothing: this machine's disk is not asked
+
+
+def _stall_seconds() -> float:
+    """``COSTAWARE_STORE_STALL_SECONDS`` of this worker, which a local job inherits (the runtime's default).
+
+    Raises:
+        ConfigurationError: it is not a number of seconds > 0, named with its value.
+    """
+    import os
+
+    from costaware_runtime.contract import STORE_STALL_SECONDS, parse_store_stall_seconds
+    from costaware_runtime.errors import ContractError
+
+    try:
+        return parse_store_stall_seconds(os.environ.get(STORE_STALL_SECONDS, "").strip() or None)
+    except ContractError as e:
+        raise ConfigurationError(
+            f"{e}; this worker's environment sets it, which a local job inherits: fix it there"
+        ) from e
+
+
+def _within_stall_bound(check: Callable[[], None], what: str, text: str, folder: Path) -> None:
+    """``check()`` of the local ``folder``, given up once its filesystem has not answered for the stall bound.
+
+    A hung NFS mount blocks each call in the kernel, where no signal reaches it: unbounded, the Airflow task
+    waited there for good. The job's launcher bounds its own checks by the same variable. The check runs in
+    a daemon thread, left blocked when given up: it holds nothing, and does not hold the worker's exit.
+
+    Raises:
+        StoreUnavailableError: the filesystem did not answer for the bound (retried: it may again).
+        ConfigurationError: the bound is not a number of seconds, or what ``check`` raised.
+    """
+    import threading
+
+    from costaware_runtime.contract import STORE_STALL_SECONDS
+
+    bound = _stall_seconds()  # a bad value fails before the disk is asked
+    outcome: list[BaseException | None] = []
+
+    def run() -> None:
+        try:
+            check()
+        except BaseException as e:  # raised again below, on the task's thread
+            outcome.append(e)
+        else:
+            outcome.append(None)
+
+    thread = threading.Thread(target=run, name="costaware-store-check", daemon=True)
+    thread.start()
+    thread.join(bound)
+    if outcome:
+        if outcome[0] is not None:
+            raise outcome[0]
+        return
+    raise StoreUnavailableError(
+        f"{what} {text!r} could not be checked: the filesystem holding {str(folder)!r} has not answered for "
+        f"{bound:g} s ({STORE_STALL_SECONDS} sets how long); check that it answers (a hung NFS or other "
+        "network mount): remount it, or give a folder on another filesystem; it is checked again when the "
+        "task is retried, where it has retries left"
+    )
+
+
+def _check_local_folder(what: str, text: str, folder: Path, *, backend: str, on_this_machine: bool) -> None:
+    """The checks of :func:`require_usable_locations` that read the local ``folder`` on this machine's disk.
+
+    Args:
+        what: The argument that names the location.
+        text: The location as given.
+        folder: Its absolute folder (a file's folder, for a file), ``~`` expanded.
+        backend: The backend name: only a ``local`` job writes this machine's folders.
+        on_this_machine: Whether this machine's disk may be asked (links followed, a write checked).
+
+    Raises:
+        ConfigurationError: the folder is the machine's root, a file, or may not be written.
+        StoreUnavailableError: its filesystem failed the write check.
+    """
+    from costaware_runtime.stores import check_writes
+
+    from costaware.adapters.object_store.location import ROOT_WRITES, refuse_machine_root
+
+    # A symbolic link to / writes there too; only this machine's disk says where one leads.
+    # model_store='/' was found only inside the bought job, which made its versions' folders directly
+    # under /; a checkpoint store there, its jobs' folders.
+    a_file = what in FILE_LOCATIONS
+    refuse_machine_root(
+        what,
+        text,
+        str(folder),
+        follow_links=on_this_machine,
+        a_file=a_file,
+        writes="it, and the files written beside it, would be written directly in /"
+        if a_file
+        else ROOT_WRITES,
+    )
+    if backend != "local" or not on_this_machine:
+        return  # require_s3 names what a remote job needs
+    existing = next(p for p in (folder, *folder.parents) if p.exists())
+    if not existing.is_dir():
+        raise ConfigurationError(
+            f"{what} {text!r} cannot be created: {str(existing)!r} is a file, not a folder; give a "
+            "folder path"
+        )
+    # A real write, not os.access: root passes that on a read-only mount or sysfs, where the job
+    # then failed at its first save, after it trained.
+    refusal = check_writes(existing)
+    if refusal is not None:
+        left = refusal.left_note("its")
+        if not refusal.refused:
+            # A full disk, an I/O error, a stale NFS handle: the filesystem failed, as a retry may not
+            # (the job's launcher reads it so too, exit 74); no permission to change.
+            raise StoreUnavailableError(
+                f"{what} {text!r} could not be checked: this worker could not {refusal.step} a file in "
+                f"{str(existing)!r} ({refusal.error}){left}; check that filesystem (its free space, its "
+                "mount): it is checked again when the task is retried, where it has retries left"
+            ) from refusal.error
+        # Only a rename answered ENOSYS is a Mountpoint for S3's: a create or a delete answered so is not.
+        mountpoint = (
+            " (a Mountpoint for S3 renames no file: give the bucket's s3:// URI)"
+            if refusal.step == "rename"
+            else ""
+        )
+        advice = (
+            f"give a folder on a filesystem that does{mountpoint}"
+            if refusal.unsupported
+            else "give a folder it may write, or change the folder's permissions"
+        )
+        raise ConfigurationError(
+            f"{what} {text!r} cannot be written: this worker may not {refusal.step} a file in "
+            f"{str(existing)!r} ({refusal.error.strerror or refusal.error}), which a store needs{left}; "
+            f"{advice}"
+        )
 
 
 def require_ec2_instance_type(request: JobRequest, backend: str) -> None:
