@@ -41,7 +41,8 @@ commit (``LATEST.json`` never names a folder before its upload is complete). Cre
 upload's parts have it aborted only once it began :data:`STALE_FOLDER_SECONDS` ago; ones that may not list
 the uploads have a folder dated by its finished files alone.
 
-:func:`clear` (re-exported here) and the search for the newest whole step folder are in ``_step_folders``.
+:func:`clear` (re-exported here) and the search for the newest whole step folder are in ``_step_folders``;
+what a sync keeps of a push given up (its late end, the folders it hands over) is in ``_given_up_pushes``.
 """
 
 from __future__ import annotations
@@ -57,6 +58,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from costaware_runtime import _files
+from costaware_runtime._given_up_pushes import GivenUpPushes
 from costaware_runtime._latest_pointer import POINTER_TRIES as POINTER_TRIES
 from costaware_runtime._latest_pointer import LatestPointer, json_bytes, latest_pointer_bytes
 from costaware_runtime._marker import CommittedFile, Marker, read_marker, write_marker
@@ -83,7 +85,7 @@ STALE_FOLDER_SECONDS = 6 * 3600.0
 STALE_UPLOAD_SECONDS = 15 * 60.0
 
 
-class CheckpointSync(LatestPointer):
+class CheckpointSync(LatestPointer, GivenUpPushes):
     """Keeps the remote checkpoint at ``uri`` in step with the local folder ``directory``.
 
     Args:
@@ -121,15 +123,7 @@ class CheckpointSync(LatestPointer):
         self.store.request_answered = self.progressed
         #: Whether a push is pruning old step folders: ``LATEST.json`` already names what it pushed.
         self.pruning = False
-        #: Whether a push of this sync was given up (``cr.push()`` then drops it): one ending later is late.
-        self.given_up = False
-        self._pushing = False
-        #: The step folder of the last push, where it ended behind ``LATEST.json`` (see :meth:`give_up`).
-        self._behind_folder: str | None = None
-        self._pushes_lock = threading.Lock()  # given_up and _pushing: a push's end and its give-up may race
-        #: The step folders of syncs of this folder given up earlier in this process (the set is theirs
-        #: too): once their push has ended, this one prunes them at once, as its own.
-        self.given_up_folders: set[str] = set() if given_up_folders is None else given_up_folders
+        GivenUpPushes.__init__(self, given_up_folders)
 
     def progressed(self, moved: int = 0) -> None:
         """Note that a transfer moved ``moved`` bytes (or a store request was answered) now; any thread."""
@@ -198,50 +192,8 @@ class CheckpointSync(LatestPointer):
                 overwrote it): push again once the newer commit is there.
             StoreError: The store could not be read or written.
         """
-        with self._lock:
-            with self._pushes_lock:
-                self._pushing = True
-            try:
-                return self._push_locked()
-            finally:
-                with self._pushes_lock:
-                    self._pushing = False
-                    ended_given_up = self.given_up
-                if ended_given_up:
-                    self._drop_behind_folder()
-                    self._hand_over()
-
-    def give_up(self) -> None:
-        """Note that :meth:`push_changed` was given up (its caller drops this sync): it ends late, if ever.
-
-        Once it has ended, the step folders this sync pushed go to ``given_up_folders``, which the next sync
-        of the folder prunes at once as its own: no writer points ``LATEST.json`` at them any more.
-        """
-        with self._pushes_lock:
-            self.given_up = True
-            ended = not self._pushing
-        if ended:  # it ended between the give-up and now
-            self._hand_over()
-
-    def _hand_over(self) -> None:
-        self.given_up_folders.update(self._own)
-
-    def _drop_behind_folder(self) -> None:
-        """Delete the folder of a given-up push that ended behind ``LATEST.json``: no push will name it.
-
-        Left to the next sync's prune, it stayed :data:`STALE_FOLDER_SECONDS` (6 h, billed) where the push
-        that moved ``LATEST.json`` past it was the job's last. No restore reads it either: ``LATEST.json``
-        names a later step, and never goes back. On the given-up push's own thread, which nothing waits on.
-        """
-        folder, self._behind_folder = self._behind_folder, None
-        if folder is None:
-            return
-        try:
-            self.store.delete_folder(folder)
-        except StoreError as e:  # left to the next sync of the folder, which prunes it as its own
-            log.warning("could not delete %s, which no push will name: %s", self.store.url(folder), e)
-            return
-        self._own.discard(folder)
+        with self._lock, self._pushing_now():
+            return self._push_locked()
 
     def _push_locked(self) -> int | None:
         self._behind_folder = None
