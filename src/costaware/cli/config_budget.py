@@ -63,7 +63,16 @@ BUDGET_COMMANDS = (
         "list",
         "list budgets",
         lazy_load_command(f"{_COMMANDS}.budget.budget_list"),
-        (ARG_FORMAT, ARG_LEDGER_URL),
+        (
+            Arg(
+                "--studies",
+                action="store_true",
+                help="list the tuning studies' own budgets (scope with study=<name>) only; the table "
+                "otherwise counts them in one line (json and csv list every budget)",
+            ),
+            ARG_FORMAT,
+            ARG_LEDGER_URL,
+        ),
     ),
     ActionCommand(
         "show",

@@ -14,8 +14,19 @@ from costaware.core.money import format_usd_exact
 
 
 def budget_list(args: argparse.Namespace) -> int:
-    """Print every budget."""
-    budgets = open_ledger(args, reading=True, read_only=True).budgets()
+    """Print the budgets; the table counts the tuning studies' own in one line, ``--studies`` lists those."""
+    from costaware.core.budget_listing import LIST_STUDY_BUDGETS, is_study_budget, study_budgets_counted
+
+    every = open_ledger(args, reading=True, read_only=True).budgets()
+    if args.studies:
+        budgets = [b for b in every if is_study_budget(b)]
+    elif args.format == "table":
+        # Each run of a tuning DAG that names its study after the run leaves a study budget (kept: its spend
+        # is reported by study): listed one by one, they buried the teams' budgets after a few nightly runs.
+        budgets = [b for b in every if not is_study_budget(b)]
+    else:
+        budgets = every  # json and csv list every budget, as before --studies: scripts read them whole
+    folded = len(every) - len(budgets) if not args.studies else 0
     rows = [
         [
             str(b.scope),
@@ -36,14 +47,24 @@ def budget_list(args: argparse.Namespace) -> int:
         )
         for b in budgets
     ]
+    studies = (
+        f"{study_budgets_counted(folded)} (a tuning study's own cap each): `{LIST_STUDY_BUDGETS}` lists them"
+    )
     if not budgets and args.format == "table":
-        print(
-            "no budgets; set one with "
-            "`costaware budget set --scope project=<name> --period month --cap-usd 100`"
-        )
+        if args.studies:
+            print("no study budgets (a tuning study sets one over its tags and study=<name>, period total)")
+        elif folded:
+            print(f"no budgets but {studies}")
+        else:
+            print(
+                "no budgets; set one with "
+                "`costaware budget set --scope project=<name> --period month --cap-usd 100`"
+            )
         return 0
     emit(rows, args.format, headers=["scope", "period", "cap", "GPU-hour cap", "time zone"], payload=payload)
-    labels = {b.label for b in budgets}
+    if folded:
+        print(f"and {studies}")
+    labels = {b.label for b in every}  # the budget a quoted one meant may be folded away
     for budget in budgets:
         _say_quoted(budget, labels)
         _say_unset(budget)

@@ -1,0 +1,75 @@
+"""Which budgets a listing or a refusal names: a tuning study's own budgets are counted, not named one by one.
+
+A study sets a budget over its tags plus ``study=<name>`` and keeps it: its spend stays reported by study,
+and a later run of the same study finds its cap. Where the study is named after its DAG run (the
+budgeted_tuning example), every run leaves one. Named one by one, they grew with every nightly run in
+``costaware budget list`` and in every "no budget covers scope" refusal, burying the budgets that mattered.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from costaware.core.budgets import Budget, Scope
+
+#: The tag of a tuning study's own budget (``project=churn,study=<name>``).
+STUDY_TAG = "study"
+#: The most budgets one refusal names; the rest are counted, with the command that lists them.
+NAMED_BUDGETS = 5
+LIST_BUDGETS = "costaware budget list"
+LIST_STUDY_BUDGETS = "costaware budget list --studies"
+
+
+def is_study_budget(budget: Budget) -> bool:
+    """Whether ``budget`` is a tuning study's own: its scope has a ``study=`` tag."""
+    return names_a_study(budget.scope)
+
+
+def names_a_study(scope: Scope) -> bool:
+    """Whether ``scope`` has a ``study=`` tag."""
+    return any(key == STUDY_TAG for key, _ in scope.tags)
+
+
+def study_budgets_counted(count: int) -> str:
+    """``1 study budget`` or ``12 study budgets``."""
+    return f"{count} study budget{'' if count == 1 else 's'}"
+
+
+def listing_command(budgets: Iterable[Budget]) -> str:
+    """The ``costaware budget list`` command(s) that list ``budgets``, in backquotes, with their verb."""
+    kinds = {is_study_budget(b) for b in budgets}
+    commands = [LIST_BUDGETS] * (False in kinds) + [LIST_STUDY_BUDGETS] * (True in kinds)
+    return " and ".join(f"`{command}`" for command in commands) + (" list" if len(commands) > 1 else " lists")
+
+
+def budgets_said(
+    budgets: Iterable[Budget],
+    wanted: Scope | None = None,
+    *,
+    fold_studies: bool | None = None,
+    limit: int = NAMED_BUDGETS,
+) -> str:
+    """The budgets a refusal about ``wanted`` names: ``'a/month', 'b/day' and 3 more (`...` lists them)``.
+
+    Study budgets are counted, not named (``fold_studies``), unless ``wanted`` names a study itself: then
+    they are the ones it may mean. Budgets sharing a tag with ``wanted`` come first, then those sharing a
+    tag name, each group in the order given; past ``limit`` the rest are counted with the command that
+    lists them. ``none`` when there is no budget at all.
+    """
+    budgets = list(budgets)
+    if fold_studies is None:
+        fold_studies = wanted is None or not names_a_study(wanted)
+    named = [b for b in budgets if not (fold_studies and is_study_budget(b))]
+    folded = len(budgets) - len(named)
+    asked = set(wanted.tags) if wanted is not None else set()
+    names = {key for key, _ in asked}
+    # Stable: the order given within each group (same tag, then same tag name: a mistyped study's value).
+    named.sort(key=lambda b: (not set(b.scope.tags) & asked, not {key for key, _ in b.scope.tags} & names))
+    said = ", ".join(f"'{b.label}'" for b in named[:limit])
+    rest = named[limit:]
+    if rest:
+        said += f" and {len(rest)} more ({listing_command(rest)} them)"
+    if not folded:
+        return said or "none"
+    studies = f"{study_budgets_counted(folded)} (`{LIST_STUDY_BUDGETS}` lists them)"
+    return f"{said}; and {studies}" if said else f"none but {studies}"

@@ -1,0 +1,74 @@
+from __future__ import annotations
+
+import pytest
+
+from costaware.core.budget_listing import budgets_said, is_study_budget, listing_command
+from costaware.core.budgets import Budget, Scope
+
+
+def budget(label: str) -> Budget:
+    scope, _, period = label.rpartition("/")
+    return Budget.create(scope, period, "5")
+
+
+CHURN, TEAM = budget("project=churn/month"), budget("team=ml/month")
+STUDIES = [budget(f"project=flight-delays,study=budgeted_tuning-manual__{n}/total") for n in range(12)]
+
+
+@pytest.mark.parametrize(
+    ("budgets", "wanted", "said"),
+    [
+        ([], "project=churn2", "none"),
+        ([CHURN, TEAM], "project=churn2", "'project=churn/month', 'team=ml/month'"),
+        # Each run of a tuning DAG named after its run leaves a study budget: counted, not named.
+        (
+            [CHURN, *STUDIES, TEAM],
+            "project=churn2",
+            "'project=churn/month', 'team=ml/month'; and 12 study budgets "
+            "(`costaware budget list --studies` lists them)",
+        ),
+        (
+            STUDIES[:1],
+            "project=churn2",
+            "none but 1 study budget (`costaware budget list --studies` lists them)",
+        ),
+        # A scope naming a study asks for one: the study budgets are the ones it may mean.
+        (
+            [CHURN, STUDIES[0]],
+            "project=flight-delays,study=typo",
+            f"'{STUDIES[0].label}', 'project=churn/month'",
+        ),
+        (
+            [CHURN, *STUDIES],
+            "study=typo",  # the study budgets (same tag name) first
+            ", ".join(f"'{b.label}'" for b in STUDIES[:5])
+            + " and 8 more (`costaware budget list` and `costaware budget list --studies` list them)",
+        ),
+    ],
+)
+def test_a_refusal_names_the_budgets_that_may_be_meant_and_counts_study_budgets(
+    budgets: list[Budget], wanted: str, said: str
+) -> None:
+    assert budgets_said(budgets, Scope.parse(wanted)) == said
+
+
+def test_past_the_limit_budgets_sharing_a_tag_come_first_and_the_rest_are_counted() -> None:
+    many = [budget(f"project=p{n}/month") for n in range(7)]
+    said = budgets_said([*many, budget("team=ml/month")], Scope.parse("team=ml,project=x"))
+    assert said == (
+        "'team=ml/month', 'project=p0/month', 'project=p1/month', 'project=p2/month', 'project=p3/month' "
+        "and 3 more (`costaware budget list` lists them)"
+    )
+    # Not folded where study budgets are the ones meant (those covering a scope with more tags).
+    assert budgets_said(STUDIES, Scope.parse("project=flight-delays"), fold_studies=False).endswith(
+        " and 7 more (`costaware budget list --studies` lists them)"
+    )
+
+
+def test_a_study_budget_is_one_with_a_study_tag() -> None:
+    assert [is_study_budget(b) for b in (CHURN, STUDIES[0], budget("study=s1/month"))] == [False, True, True]
+    assert listing_command([CHURN]) == "`costaware budget list` lists"
+    assert (
+        listing_command([STUDIES[0], CHURN])
+        == "`costaware budget list` and `costaware budget list --studies` list"
+    )
