@@ -436,6 +436,35 @@ def test_no_budget_is_an_error_naming_the_scope(any_ledger: Ledger) -> None:
     assert any_ledger.open_reservations() == []
 
 
+def test_a_refusal_counts_the_study_budgets_runs_left_instead_of_naming_each(any_ledger: Ledger) -> None:
+    # Each run of the budgeted_tuning example leaves its study's budget (study=<run id>): every "no budget
+    # covers" refusal named them all, a list that grew with every nightly run.
+    any_ledger.set_budget("project=churn", "month", "10")
+    runs = [f"budgeted_tuning-manual__2026-12-0{n}T09:37:35" for n in range(1, 8)]
+    for run in runs:
+        any_ledger.set_budget(f"project=flight-delays,study={run}", "total", "0.05")
+    with pytest.raises(BudgetNotFoundError) as refused:
+        any_ledger.reserve("project=churn2", "1")
+    assert "(did you mean 'project=churn'?) (budgets: 'project=churn/month'; and 7 study budgets " in str(
+        refused.value
+    )
+    assert "(`costaware budget list --studies` lists them)" in str(refused.value)
+    assert "study=" not in str(refused.value)
+    # Asked for by its project alone, the study budgets are the ones meant: a few named, the rest counted.
+    with pytest.raises(BudgetNotFoundError) as narrower:
+        any_ledger.usage("project=flight-delays")
+    assert str(narrower.value).count("study=budgeted_tuning") == 5 + 1  # and the one its hint gives
+    assert "and 2 more (`costaware budget list --studies` lists them) cover(s) it" in str(narrower.value)
+    # Alert settings for a budget there is not: the same.
+    with pytest.raises(ConfigurationError) as no_alerts:
+        set_alert_rule(any_ledger, "project=churn2/month", thresholds="90%", notifiers=None, actor="lead")
+    assert "(budgets: 'project=churn/month'; and 7 study budgets (`costaware budget list --studies`" in str(
+        no_alerts.value
+    )
+    # The budgets and what they counted stay: only what a refusal names is shorter.
+    assert len(any_ledger.budgets()) == 8
+
+
 def test_run_budget_is_per_run(any_ledger: Ledger) -> None:
     any_ledger.set_budget("project=churn", "run", "5")
     any_ledger.reserve("project=churn", "5", run_id="r1")

@@ -70,3 +70,28 @@ def test_a_ledger_with_only_study_budgets_or_none_says_so(
         "no study budgets (a tuning study sets one over its tags and study=<name>, period total)"
     )
     assert "study budget" not in listed(ledger_url, capsys)
+
+
+def test_the_budget_commands_refusals_count_study_budgets_instead_of_naming_each(
+    ledger_url: str, capsys: pytest.CaptureFixture[str], nightly_studies: list[str]
+) -> None:
+    # `budget show --scope '*'` and `budget delete` of a missing budget named every budget there was.
+    studies = "and 3 study budgets (`costaware budget list --studies` lists them)"
+    argv = ["--ledger-url", ledger_url, "budget"]
+    assert main([*argv, "show", "--scope", "*"]) == 2
+    err = capsys.readouterr().err
+    assert (
+        f"no budget has the catch-all scope '*' (budgets: 'project=churn/month'; {studies}): give one's "
+        "scope to see its spend (e.g. --scope 'project=churn')"
+    ) in err
+    assert "study=" not in err
+    assert main([*argv, "delete", "--scope", "project=churn2", "--period", "month"]) == 2
+    err = capsys.readouterr().err
+    assert f"no budget 'project=churn2/month' to delete (budgets: 'project=churn/month'; {studies}); " in err
+    assert "study=" not in err
+    # A study's budget to delete: the study budgets are the ones it may mean, named.
+    assert main([*argv, "delete", "--scope", "project=flight-delays,study=typo", "--period", "total"]) == 2
+    err = capsys.readouterr().err
+    assert all(f"'{scope}/total'" in err for scope in nightly_studies)
+    assert "as `costaware budget list --studies` shows them" in err
+    assert len(Ledger.from_url(ledger_url).budgets()) == 4

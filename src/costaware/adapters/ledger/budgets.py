@@ -18,6 +18,7 @@ from costaware.adapters.ledger import schema
 from costaware.adapters.ledger.audit import append_audit
 from costaware.adapters.ledger.engine import LedgerDatabase
 from costaware.adapters.ledger.queries import scope_conditions
+from costaware.core.budget_listing import budgets_said
 from costaware.core.budgets import (
     Budget,
     Period,
@@ -235,16 +236,19 @@ def applicable(
         window = period_window(budget.period, at or utcnow(), budget.timezone, run_id, dag_id)
         found.append((row["id"], budget, window))
     if not found:
-        known = ", ".join(f"'{budget_from_row(r).label}'" for r in rows) or "none"
+        every = [budget_from_row(r) for r in rows]
+        # A study's own budgets (one per run where the run names the study) are counted, not named: named,
+        # this list grew with every nightly tuning run.
+        known = budgets_said(every, wanted)
         unset = next(filter(None, (unset_problem(key, value) for key, value in wanted.tags)), None)
         if unset is not None:
             # `budget set` over it is refused for that reason: its hint gave a command that fails.
             raise BudgetNotFoundError(f"no budget covers scope '{wanted}' (budgets: {known}): {unset}")
         # A budget over this scope and more tags (a study's 'project=churn,study=s1'): that is the one asked
         # for; setting one over the shorter scope, as the generic hint says, would make a second budget.
-        narrower = [b for b in map(budget_from_row, rows) if wanted.covers(b.scope) and b.scope != wanted]
+        narrower = [b for b in every if wanted.covers(b.scope) and b.scope != wanted]
         if narrower:
-            labels = ", ".join(f"'{b.label}'" for b in narrower)
+            labels = budgets_said(narrower, wanted, fold_studies=False)
             raise BudgetNotFoundError(
                 f"no budget covers scope '{wanted}' alone; {labels} cover(s) it with more tags (to see one, "
                 f"give its whole scope, e.g. --scope '{narrower[0].scope}'); or set one with `costaware "
@@ -252,7 +256,7 @@ def applicable(
             )
         # A mistyped tag value (a DAG param 'flight_delays' for 'flight-delays') was told only to make a
         # budget for the typo.
-        close = _closest_scope(wanted, [budget_from_row(r).scope for r in rows])
+        close = _closest_scope(wanted, [b.scope for b in every])
         raise BudgetNotFoundError(
             f"no budget covers scope '{wanted}'{close} (budgets: {known}); set one with "
             f"`costaware budget set --scope '{wanted}' --period {suggested_period(wanted)} --cap-usd <USD>`"

@@ -35,6 +35,7 @@ from costaware.core.budget_forecast import (
     parse_thresholds,
     sort_thresholds,
 )
+from costaware.core.budget_listing import budgets_said
 from costaware.core.budgets import Budget, Period, PeriodWindow, Scope, period_window
 from costaware.core.errors import ConfigurationError
 from costaware.core.ledger import BudgetUsage, read_holder, utcnow
@@ -376,10 +377,15 @@ def set_alert_rule(
         ConfigurationError: no such budget, neither given, bad thresholds, or notifiers not
             ``[{"class": ..., "kwargs": {}}]``.
     """
-    known = {b.label for b in list_budgets(ledger)}
-    if budget not in known:
+    budgets = sorted(list_budgets(ledger), key=lambda b: b.label)
+    if budget not in {b.label for b in budgets}:
+        try:
+            wanted: Scope | None = Scope.parse(budget.rpartition("/")[0])
+        except ConfigurationError:
+            wanted = None  # not a scope: no tag to rank the budgets by
+        # The study budgets each tuning run leaves are counted, not named, unless a study's was asked for.
         raise ConfigurationError(
-            f"no budget {budget!r} (budgets: {', '.join(sorted(known)) or 'none'}); set it first with "
+            f"no budget {budget!r} (budgets: {budgets_said(budgets, wanted)}); set it first with "
             "`costaware budget set`"
         )
     if budget.endswith("/run"):

@@ -190,11 +190,21 @@ def budget_delete(args: argparse.Namespace) -> int:
     ledger = open_ledger(args, reading=True)  # a missing ledger has no budget to delete: not made for it
     deleted = ledger.delete_budget(args.scope, args.period, actor=current_actor())
     if deleted is None:
-        label = f"{Scope.parse(args.scope)}/{Period.parse(args.period).value}"
-        known = ", ".join(f"'{b.label}'" for b in ledger.budgets()) or "none"
+        from costaware.core.budget_listing import (
+            LIST_BUDGETS,
+            LIST_STUDY_BUDGETS,
+            budgets_said,
+            names_a_study,
+        )
+
+        scope = Scope.parse(args.scope)
+        label = f"{scope}/{Period.parse(args.period).value}"
+        # The study budgets each tuning run leaves are counted, not named, unless a study's is to go.
+        known = budgets_said(ledger.budgets(), scope)
+        listing = LIST_STUDY_BUDGETS if names_a_study(scope) else LIST_BUDGETS
         raise BudgetNotFoundError(
             f"no budget '{label}' to delete (budgets: {known}); give its --scope and --period as "
-            "`costaware budget list` shows them"
+            f"`{listing}` shows them"
         )
     print(
         f"budget '{deleted.label}' deleted (its cap was {format_usd_exact(deleted.cap_usd)}) with its alert "

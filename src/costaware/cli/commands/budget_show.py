@@ -151,14 +151,19 @@ def budget_show(args: argparse.Namespace) -> int:
                 f"only per-run budgets cover scope {str(scope)!r} ({', '.join(per_run)}): give --run-id RUN "
                 "to see a run against them"
             ) from e
-        others = [b.label for b in budgets]
-        if str(scope) == "*" and others:
+        if str(scope) == "*" and budgets:
             # Asked for everything: the answer is the list of budgets, not the reservation's hint to set a
             # catch-all budget, which would cap every run of every team.
-            labels = ", ".join(f"'{label}'" for label in others)
+            from costaware.core.budget_listing import NAMED_BUDGETS, budgets_said, is_study_budget
+
+            teams = [b for b in budgets if not is_study_budget(b)]
+            # Past a few, or with the study budgets each tuning run leaves, the list counts the rest with
+            # the command that lists them.
+            whole = len(teams) == len(budgets) <= NAMED_BUDGETS
             raise BudgetNotFoundError(
-                f"no budget has the catch-all scope '*' (budgets: {labels}): `costaware budget list` lists "
-                f"them all; give one's scope to see its spend (e.g. --scope '{budgets[0].scope}')"
+                f"no budget has the catch-all scope '*' (budgets: {budgets_said(budgets, scope)}): "
+                + ("`costaware budget list` lists them all; " if whole else "")
+                + f"give one's scope to see its spend (e.g. --scope '{(teams or budgets)[0].scope}')"
             ) from e
         raise
     forecasts = forecast_rows(ledger, usages, schedule=NoSchedule() if args.no_schedule else None)
