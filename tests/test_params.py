@@ -6,6 +6,7 @@ import re
 import sys
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Any
 
 import pytest
 from airflow.sdk.definitions.param import ParamsDict, ParamValidationError
@@ -307,3 +308,60 @@ def test_a_replay_date_out_of_2013_fails_without_retry_saying_what_to_give(given
         replay_date(None, given)
     assert "give a day from 2013-01-01 to 2013-12-30" in str(refused.value)
     assert str(replay_date(None, "2013-12-30")) == "2013-12-30"
+
+
+def _server_refusal(param: Any, value: object) -> str:
+    """The first line of Airflow's refusal of ``value`` on the server, where a trigger's conf is checked."""
+    from airflow.serialization.definitions.param import SerializedParam, SerializedParamsDict
+
+    served = SerializedParam(value, description=param.description, **param.schema)
+    with pytest.raises(ParamValidationError) as caught:
+        SerializedParamsDict({"project": served}).validate()
+    return str(caught.value).splitlines()[0]
+
+
+@pytest.mark.parametrize(
+    ("given", "said"),
+    [
+        ("flight-delays,team=x", "'flight-delays,team=x' should not be valid under {'pattern': '[,=]'}"),
+        ("a=b", "'a=b' should not be valid under {'pattern': '[,=]'}"),
+        (" null ", r"' null ' should not be valid under {'pattern': '^\\s*(None|null)\\s*$'}"),
+        ("   ", r"'   ' does not match '\\S'"),
+        ("", "'' should be non-empty"),
+    ],
+)
+def test_a_tag_param_s_refusal_names_the_rule_broken_not_one_long_regex(given: str, said: str) -> None:
+    # `dags test own_training -c '{"project": "flight-delays,team=x"}'` said "... does not match
+    # '^(?!\s*(?:None|null)\s*$)[^,=]*[^,=\s][^,=]*$'": jsonschema quotes the pattern that failed.
+    from costaware.params import tag_param
+
+    param = tag_param("churn", title="Project")
+    assert _server_refusal(param, given) == f"Invalid input for param project: {said}"
+    with pytest.raises(ParamValidationError, match="Invalid input for param project"):
+        ParamsDict({"project": tag_param("churn", title="Project")})["project"] = given  # the SDK's check
+
+
+@pytest.mark.parametrize(
+    "given",
+    ["Jane Doe", "ml-platform", "nullable", "None of them", " x ", "é", "a;b", "x" * 128, "a,b", "=", "None"],
+)
+def test_a_tag_param_takes_exactly_what_the_tag_pattern_takes(given: str) -> None:
+    from costaware.params import TAG_VALUE_PATTERN, tag_param
+
+    taken = tag_param("churn", title="Project").resolve(given, suppress_exception=True) == given
+    assert taken == bool(re.match(TAG_VALUE_PATTERN, given)), given
+
+
+def test_the_deadline_s_description_says_a_time_zone_is_needed_with_an_example_it_takes() -> None:
+    # -c '{"spot_deadline": "2026-12-02T12:00:00"}' is refused as "is not a 'date-time'" (jsonschema's
+    # words, format date-time kept for the form's picker): the field says why, and what to give.
+    from costaware.params import spot_deadline_param
+
+    param = spot_deadline_param()
+    assert param.schema["format"] == "date-time"
+    example = re.search(r"'(2026-12-02T12:00:00Z)'", param.description)
+    assert example and "a time zone" in param.description, param.description
+    assert param.resolve(example.group(1)) == example.group(1)
+    assert param.resolve("2026-12-02T12:00:00+01:00") == "2026-12-02T12:00:00+01:00"
+    with pytest.raises(ParamValidationError, match="is not a 'date-time'"):
+        param.resolve("2026-12-02T12:00:00")

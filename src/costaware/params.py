@@ -31,6 +31,20 @@ __all__ = [
 ]
 
 
+def _tag_value_schema() -> dict[str, Any]:
+    r"""``TAG_VALUE_PATTERN`` as one JSON-schema keyword per rule, each refusal naming its own rule.
+
+    Airflow refuses a trigger with jsonschema's message, on the server (a ``Param`` subclass does not run
+    there): the one pattern was quoted whole ("'a,b' does not match '^(?!\s*(?:None|null)..."); now it
+    reads "'a,b' should not be valid under {'pattern': '[,=]'}". Blank is refused by ``minLength`` and
+    ``\S``; a new dict each call, as every param keeps its own schema.
+    """
+    return {
+        "pattern": r"\S",
+        "allOf": [{"not": {"pattern": "[,=]"}}, {"not": {"pattern": r"^\s*(None|null)\s*$"}}],
+    }
+
+
 def tag_param(default: str, *, title: str, description: str = "", max_length: int = MAX_TAG_VALUE) -> Any:
     """An Airflow ``Param`` for a ledger tag's value: not blank, ``None`` or ``null``, no ``,`` or ``=``.
 
@@ -71,9 +85,9 @@ def tag_param(default: str, *, title: str, description: str = "", max_length: in
         type="string",
         minLength=1,
         maxLength=max_length,
-        pattern=TAG_VALUE_PATTERN,
         title=title,
         description=f"{description} {rule}".strip(),
+        **_tag_value_schema(),
     )
 
 
@@ -164,7 +178,9 @@ def spot_deadline_param() -> Any:
     """The trigger form's training deadline, for ``SpotWindowSensor(deadline="{{ params.spot_deadline }}")``.
 
     Without it a replayed day's run (a 2013 logical date) had a deadline long past: every attempt went
-    on-demand, and the form had no field to change that.
+    on-demand, and the form had no field to change that. ``format: date-time`` gives the form its picker;
+    jsonschema's refusal of a time without a zone says only "is not a 'date-time'", so the description
+    says that a zone is needed.
     """
     from airflow.sdk import Param
 
@@ -174,8 +190,10 @@ def spot_deadline_param() -> Any:
         format="date-time",
         title="Training deadline",
         description="When training must be done; until then the spot window may wait for a good price. "
-        "Read in the time zone chosen in the Airflow UI's user menu (UTC unless you changed it). Empty: the "
-        "end of the run's data interval (long past for a replayed day: on-demand at once).",
+        "Read in the time zone chosen in the Airflow UI's user menu (UTC unless you changed it). From "
+        "-c (dags trigger, dags test) give it with a time zone, e.g. '2026-12-02T12:00:00Z' (UTC) or "
+        "'2026-12-02T12:00:00+01:00': without one it is refused as \"not a 'date-time'\". Empty: the end "
+        "of the run's data interval (long past for a replayed day: on-demand at once).",
     )
 
 
