@@ -262,3 +262,18 @@ def test_an_option_repeated_with_the_same_value_is_read_once(
     argv = ["budget", "set", "--scope", "project=x", "--period", "month", "--cap-usd", "3", "--cap-usd=3"]
     assert main(["--ledger-url", ledger_url, *argv]) == 0
     assert [b.cap_usd for b in Ledger.from_url(ledger_url).budgets()] == [Decimal(3)]
+
+
+def test_a_group_s_help_names_as_commands_only_the_actions_it_has() -> None:
+    # `costaware --help` said "jobs: ... list them, stop and bill them": no `jobs list` exists (listing is
+    # `jobs reconcile --dry-run`), and "spool: list them, ..." where the action is `spool show`.
+    import re
+
+    groups = [cmd for cmd in COMMANDS if isinstance(cmd, GroupCommand)]
+    action_names = {sub.name for group in groups for sub in group.subcommands}
+    for group in groups:
+        own = {sub.name for sub in group.subcommands}
+        named = set(re.findall(r"[a-z]+", group.help)) & action_names
+        assert named <= own, (group.name, group.help, sorted(named - own))
+    jobs = next(group for group in groups if group.name == "jobs")
+    assert "reconcile" in jobs.help and "--dry-run" in jobs.help, jobs.help

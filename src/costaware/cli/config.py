@@ -81,8 +81,12 @@ COMMANDS: tuple[ActionCommand | GroupCommand, ...] = (
     GroupCommand("runs", "retrain runs: model outcome, cost and reproducibility record", RUNS_COMMANDS),
     GroupCommand(
         "spool",
-        "cost entries waiting for the ledger: list them, write them now, drop a kept one",
+        "cost entries waiting for the ledger: show them, drain them into it now, drop a kept one",
         SPOOL_COMMANDS,
     ),
-    GroupCommand("jobs", "remote training jobs nobody follows: list them, stop and bill them", JOBS_COMMANDS),
+    GroupCommand(
+        "jobs",
+        "remote training jobs nobody follows: reconcile stops and bills them (--dry-run lists them)",
+        JOBS_COMMANDS,
+    ),
 )
