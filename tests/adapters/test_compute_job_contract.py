@@ -35,13 +35,46 @@ def parse(data: Any) -> jc.JobResult:
         ("python train.py", r"must be a list of strings, got the string 'python train.py': split it, e\.g\."),
         ([], "must be a non-empty list of strings"),
         (None, "must be a non-empty list of strings"),
-        (["python", 3], r"has elements that are not non-empty strings: \[3\]"),
-        (["python", " "], r"has elements that are not non-empty strings: \[' '\]"),
+        (
+            ["python", 3],
+            r"has elements that are not non-empty strings: \[1\] 3: quote numbers \('3', not 3\)$",
+        ),
+        (["python", " "], r"not non-empty strings: \[1\] ' ': drop empty elements$"),
     ],
 )
 def test_a_command_must_be_a_list_of_strings(value: Any, message: str) -> None:
     with pytest.raises(ConfigurationError, match=message):
         jc.check_command(value)
+
+
+@pytest.mark.parametrize(
+    ("value", "written", "said"),
+    [
+        # A param left empty: it said "['']; quote numbers ('3', not 3) and drop empty ones", naming
+        # neither the element nor the template, and a hint about numbers where there were none.
+        (
+            ["/usr/bin/python", ""],
+            ["/usr/bin/python", "{{ params.script }}"],
+            "[1] '' rendered from '{{ params.script }}': give what it reads a value, or drop the element",
+        ),
+        (
+            ["python", "train.py", 3, ""],
+            None,
+            "[2] 3; [3] '': quote numbers ('3', not 3); drop empty elements",
+        ),
+        (["python", None], None, "[1] None (NoneType): give each element as a string"),
+        (["python", True], None, "[1] True (bool): give each element as a string"),
+        (["python", ""], ["python", ""], "[1] '': drop empty elements"),  # written empty: no template
+    ],
+)
+def test_a_bad_command_element_is_named_by_position_and_what_it_was_written_as(
+    value: list[Any], written: list[Any] | None, said: str
+) -> None:
+    with pytest.raises(ConfigurationError) as refused:
+        jc.check_command(value, owner="task 'train' command", written=written)
+    assert str(refused.value) == (
+        f"task 'train' command {value!r} has elements that are not non-empty strings: {said}"
+    ), str(refused.value)
 
 
 def test_a_good_command_is_kept_as_it_is() -> None:

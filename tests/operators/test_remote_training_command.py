@@ -376,6 +376,22 @@ def test_the_command_and_image_are_templated_element_by_element(tmp_path: Path) 
     assert store(tmp_path).get(result["version"]).params["image"] == "team/train:v7"
 
 
+def test_a_command_element_rendered_empty_is_named_with_its_template(tmp_path: Path, ledger: Any) -> None:
+    # It said "... has elements that are not non-empty strings: ['']; quote numbers ('3', not 3) and drop
+    # empty ones": not which element, not that a param left empty was the cause.
+    with DAG("empty_script", schedule=None, params={"script": Param("", type="string")}):
+        op = operator(tmp_path, "ok", command=[sys.executable, "{{ params.script }}"])
+    op.render_template_fields({**context_for(), "params": {"script": ""}})
+    with pytest.raises(AirflowFailException) as refused:
+        drive(op, context_for())
+    assert (
+        f"command [{sys.executable!r}, ''] has elements that are not non-empty strings: [1] '' rendered "
+        "from '{{ params.script }}': give what it reads a value, or drop the element"
+    ) in str(refused.value), str(refused.value)
+    assert "quote numbers" not in str(refused.value)
+    assert entries(ledger) == []  # refused before any job was bought
+
+
 def test_a_step_interval_is_refused_for_a_command(tmp_path: Path) -> None:
     # It was ignored in silence (a command saves on its own schedule), while trainer_params was refused.
     with pytest.raises(ConfigurationError, match="has command= and checkpoint_every_steps=100: a command"):

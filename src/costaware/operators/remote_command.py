@@ -67,12 +67,12 @@ def check_job_kind(owner: str, command: Any, given: Mapping[str, Any]) -> list[s
     return None
 
 
-def rendered_command(value: Any, owner: str) -> list[str]:
-    """The command after rendering, each element a string."""
+def rendered_command(value: Any, owner: str, written: Sequence[Any] | None = None) -> list[str]:
+    """The command after rendering, each element a string; ``written``: as the DAG wrote it, for messages."""
     if isinstance(value, Sequence) and not isinstance(value, str):
         # A DAG with render_template_as_native_obj turns "{{ params.epochs }}" into 5: a command line is text.
         value = [str(v) if isinstance(v, int | float) and not isinstance(v, bool) else v for v in value]
-    return job_contract.check_command(value, owner=f"{owner} command")
+    return job_contract.check_command(value, owner=f"{owner} command", written=written)
 
 
 def _attempt_key(state: Mapping[str, Any]) -> tuple[str, int, str]:

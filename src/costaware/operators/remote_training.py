@@ -294,6 +294,7 @@ class RemoteTrainingOperator(RemoteTrainingWait, WarnsOfDroppedDefaultArgs, Base
         }
         owner = f"{type(self).__name__} {self.task_id!r}"
         self.command = check_job_kind(owner, command, trainer_arguments)
+        self._command_written = self.command  # rendering replaces self.command; a message names the template
         if self.command is not None and checkpoint_every_steps is not None:
             raise ConfigurationError(
                 f"{owner} has command= and checkpoint_every_steps={checkpoint_every_steps!r}: a command "

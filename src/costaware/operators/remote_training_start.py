@@ -54,6 +54,7 @@ class RemoteTrainingStart(RemoteAttemptSteps, RemotePlanArguments, BuiltInTraini
     """A mixin of ``RemoteTrainingOperator``: the plan and spec of its training, before attempt 1."""
 
     command: Sequence[str] | None
+    _command_written: Sequence[str] | None
     spec_uri: str | None
     max_usd: str | float | None
 
@@ -184,7 +185,9 @@ class RemoteTrainingStart(RemoteAttemptSteps, RemotePlanArguments, BuiltInTraini
         )
         ckpt_store = expand_home(self.checkpoint_root(), "checkpoint_store")
         owner = f"{type(self).__name__} {self.task_id!r}"
-        command = rendered_command(self.command, owner) if self.command is not None else None
+        command = (
+            rendered_command(self.command, owner, self._command_written) if self.command is not None else None
+        )
         if command and args.backend == "local" and blank(self.image):
             self.log.info("image %r is not used: the local backend runs the command here", self.image)
         # A command has no spec: the contract's variables say it all.

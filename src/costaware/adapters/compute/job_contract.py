@@ -145,12 +145,19 @@ _HINTS = {
 }
 
 
-def check_command(value: Any, *, owner: str = "command") -> list[str]:
+def check_command(value: Any, *, owner: str = "command", written: Sequence[Any] | None = None) -> list[str]:
     """The user's command as a list of non-empty strings.
+
+    Args:
+        value: The command, rendered where it was templated.
+        owner: How messages name it (``RemoteTrainingOperator 'train' command``).
+        written: The command as the DAG wrote it, before rendering: an element that rendered empty is
+            named with its template (``'{{ params.script }}'``), as a param left empty is the usual cause.
 
     Raises:
         ConfigurationError: ``value`` is a string (it would be split wrongly), empty, or has a non-string or
-            empty element; the message names the value and shows the list form.
+            empty element; the message names the value and shows the list form, or each bad element by
+            position with what to do for its kind.
     """
     if isinstance(value, str):
         raise ConfigurationError(
@@ -161,11 +168,28 @@ def check_command(value: Any, *, owner: str = "command") -> list[str]:
         raise ConfigurationError(
             f"{owner} must be a non-empty list of strings such as ['python', 'train.py'], got {value!r}"
         )
-    bad = [item for item in value if not isinstance(item, str) or not item.strip()]
-    if bad:
+    templates = list(written) if written is not None and len(written) == len(value) else [None] * len(value)
+    problems: list[str] = []
+    hints: dict[str, None] = {}  # in the order first needed, each once
+    for position, (item, template) in enumerate(zip(value, templates, strict=True)):
+        if isinstance(item, str) and item.strip():
+            continue
+        if isinstance(template, str) and template != item:
+            problems.append(f"[{position}] {item!r} rendered from {template!r}")
+            hints["give what it reads a value, or drop the element"] = None
+        elif isinstance(item, str):
+            problems.append(f"[{position}] {item!r}")
+            hints["drop empty elements"] = None
+        elif isinstance(item, int | float) and not isinstance(item, bool):
+            problems.append(f"[{position}] {item!r}")
+            hints["quote numbers ('3', not 3)"] = None
+        else:
+            problems.append(f"[{position}] {item!r} ({type(item).__name__})")
+            hints["give each element as a string"] = None
+    if problems:
         raise ConfigurationError(
-            f"{owner} {list(value)!r} has elements that are not non-empty strings: {bad!r}; quote numbers "
-            "('3', not 3) and drop empty ones"
+            f"{owner} {list(value)!r} has elements that are not non-empty strings: {'; '.join(problems)}: "
+            + "; ".join(hints)
         )
     return list(value)
 
