@@ -113,6 +113,16 @@ def test_metrics_round_trip_with_numpy_scalars(tmp_path: Path) -> None:
         ({"rows": 10**400}, "metric 'rows' is an int of 401 digits, not a finite number"),
         ({"rmse": "3.2"}, "metric 'rmse' is '3.2' (str), not a number"),
         ({"": 1.0}, "metric name '' is not a non-empty string"),
+        # Taken before: the task log's "a,b=1, c=2" reads as metrics a, b and c.
+        (
+            {"a,b": 1.0},
+            "metric name 'a,b' holds ',' or '=': the task log lists metrics as name=value, name=value",
+        ),
+        (
+            {"lr=0.1": 1.0},
+            "metric name 'lr=0.1' holds ',' or '=': the task log lists metrics as name=value, name=value, "
+            "where it would read ambiguously; rename it, e.g. 'lr_0.1'",
+        ),
         ({}, "holds no metrics"),
         ({"loss": np.array([1.0, 2.0])}, "metric 'loss' is array([1., 2.]) (ndarray), not a number"),
         # AttributeError: 'list' object has no attribute 'items', before.
