@@ -149,7 +149,8 @@ def flight_delay_features(inputs: dict[str, Any], *, replay_date: str) -> Any:
             description="When training must be done. Pick a date and a time: they are read in the time "
             "zone chosen in the Airflow UI's user menu (UTC unless you changed it) and sent as UTC. Empty: "
             "the end of the run's off-peak window (22:00-06:00 New York time; a run triggered between "
-            "windows waits for the next one).",
+            "windows waits for the next one). Given with -c on the command line: write its time zone, "
+            "e.g. '2026-12-02T12:00:00Z' (without one it is not a 'date-time').",
         ),
         "priority": Param(
             "normal",

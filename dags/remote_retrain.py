@@ -129,7 +129,14 @@ def data_root() -> str:
             title="On-demand price (USD/hour)",
             description="On-demand price of the training instance; empty: the spot window's.",
         ),
-        "spot_deadline": Param(None, type=["null", "string"], format="date-time"),
+        "spot_deadline": Param(
+            None,
+            type=["null", "string"],
+            format="date-time",
+            title="Training deadline",
+            description="When training must be done; empty: the run's data interval end. Given with -c: "
+            "write its time zone, e.g. '2026-12-02T12:00:00Z' (without one it is not a 'date-time').",
+        ),
         "priority": Param(
             "normal",
             enum=["critical", "normal", "best_effort"],

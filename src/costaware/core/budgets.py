@@ -32,7 +32,8 @@ _STORABLE_TAG_VALUE = r"^[^,=]*[^,=\s][^,=]*$"
 TAG_VALUE_PATTERN = r"^(?!\s*(?:None|null)\s*$)" + _STORABLE_TAG_VALUE[1:]
 """A new tag value: not blank, not ``None`` or ``null`` (:func:`unset_problem`), without ``,`` or ``=``.
 
-DAG params that become tags carry it as their JSON-schema ``pattern``, so a trigger with such a value is
+DAG params that become tags carry the same rule, split into simpler JSON-schema keywords
+(:func:`costaware.params.tag_param`) so that the refusal names what is wrong; a trigger with such a value is
 refused before the run starts, naming the param: a trigger form's ``null`` was read as not given and the
 run's tag dropped without a word. (A lookahead is valid in JSON schema's ECMA-262 regexes and Python's.)
 """
