@@ -100,6 +100,28 @@ def test_promotion_keeps_the_top_fraction(
     assert promotable(value, competing, eta, direction) is expected
 
 
+@pytest.mark.parametrize(
+    ("value", "competing", "stopped", "eta", "expected"),
+    [
+        # The reported run: #0, cut at 16 with 0.61711, held the one place of 2; #2 (0.61708) was pruned.
+        (0.61708, [], [0.61711], 2, True),
+        # 3 results, keep 1: #2 went on from 16 and holds it; #7 moves up only ahead of #2.
+        (0.6169, [0.61708], [0.61711], 2, False),
+        (0.62, [0.61708], [0.61711], 2, True),
+        # The stopped count among the results: 4 results keep 2, the 2 that can go on.
+        (0.5, [0.6], [0.9, 0.8], 2, True),
+        # but a rung never moves up more than 1/eta of what it saw: 6 results, eta 3, keep 2 of the 4 going.
+        (0.6, [0.9, 0.8, 0.7], [0.95, 0.99], 3, False),
+        (0.85, [0.9, 0.8, 0.7], [0.95, 0.99], 3, True),
+        (0.5, [], [float("nan")], 2, True),  # a NaN stopped result counts for nothing
+    ],
+)
+def test_a_result_that_cannot_go_on_counts_but_holds_no_place_at_its_rung(
+    value: float, competing: list[float], stopped: list[float], eta: int, expected: bool
+) -> None:
+    assert promotable(value, competing, eta, "maximize", stopped=stopped) is expected
+
+
 def test_search_space_parses_all_kinds() -> None:
     specs = parse_search_space(
         {

@@ -8,6 +8,7 @@ import pytest
 from costaware.core.errors import ConfigurationError
 from costaware.training.tuning import PRUNING_ATTR, RungSuccessiveHalvingPruner, hyperband_pruner
 from costaware.training.tuning.optuna_glue import pruning_note
+from costaware.training.tuning.study import TRIAL_ATTR
 
 
 def _study() -> optuna.study.Study:
@@ -30,6 +31,35 @@ def test_the_top_half_moves_up_and_the_rest_is_pruned_with_the_reason() -> None:
     assert decisions[1][1] == "pruned at 1: 0.5000 is not in the top 1/2 of 2 result(s) at this rung"
     assert decisions[3][1] == "pruned at 1: 0.1000 is not in the top 1/2 of 4 result(s) at this rung"
     assert study.trials[1].user_attrs[PRUNING_ATTR] == decisions[1][1]
+
+
+def test_a_trial_cut_after_a_rung_holds_no_place_there_but_keeps_the_one_it_went_on_from() -> None:
+    study = _study()
+    cut = study.ask()
+    for rung, value in ((1, 0.9), (2, 0.9)):
+        cut.report(value, rung)
+        assert not cut.should_prune()
+    cut.set_user_attr(TRIAL_ATTR, {"state": "cut"})  # its money ran out before rung 4
+    study.tell(cut, state=optuna.trial.TrialState.PRUNED)
+
+    going = study.ask()
+    going.report(0.8, 1)
+    assert going.should_prune()  # at rung 1 the cut trial went on: it keeps its place
+    assert (
+        pruning_note(study, going) == "pruned at 1: 0.8000 is not in the top 1/2 of 2 result(s) at this rung"
+    )
+    study.tell(going, state=optuna.trial.TrialState.PRUNED)
+
+    decisions = []
+    for value in (0.7, 0.6):  # at rung 2 it cannot go on: the best of the others takes the place
+        trial = study.ask()
+        trial.report(value, 2)
+        decisions.append(trial.should_prune())
+    assert decisions == [False, True]
+    assert pruning_note(study, trial) == (
+        "pruned at 2: 0.6000 is not in the top 1/2 of 3 result(s) at this rung (1 of them cut before the "
+        "next rung for money or time, holding no place)"
+    )
 
 
 def test_the_last_rung_is_never_pruned() -> None:

@@ -8,6 +8,7 @@ import time
 from dataclasses import replace
 from datetime import timedelta
 from decimal import Decimal
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
@@ -1327,3 +1328,57 @@ def test_a_slot_whose_hold_went_unrecorded_as_the_study_opened_fails_with_a_clea
             storage_url=url, ledger=ledger, study_name=spec.study_name, trainer=InstantTrainer,
             holder="unrecorded/r1/trial/0", slot=0, run_id="r1",
         )  # fmt: skip
+
+
+def test_a_trial_cut_for_money_at_a_rung_holds_no_place_there_and_the_next_best_trains_in_full(
+    tmp_path: Path,
+) -> None:
+    """The reported run on a stepped clock: trial #0, cut for money after rung 2, had the best value there.
+
+    Its value held the one place of rung 2's top half, so #1 (second best at 2) was pruned: no trial could be
+    trained in full, and the study promoted nothing with money left. Cut, #0 cannot go on: #1 goes on instead.
+    """
+    url = f"sqlite:///{tmp_path / 'study.db'}"
+    ledger = Ledger.from_url(url)
+    spec = study_spec("cut", max_usd="1000.00", max_trials=2, fallback_trial_seconds=4.0)
+    create_study(url, ledger, spec)
+    meter = SteppedMeter()
+
+    class SlowFirst:  # 1 s a unit of resource, as on a loaded machine: rung 4 does not fit what #0 reserved
+        def __init__(self, params: dict[str, Any]) -> None:
+            self.trained = 0
+
+        def advance(self, resource: int) -> float:
+            meter.now += resource - self.trained
+            self.trained = resource
+            return {1: 0.50, 2: 0.61711}[resource]
+
+    class Instant:
+        def __init__(self, params: dict[str, Any]) -> None:
+            pass
+
+        def advance(self, resource: int) -> float:
+            return {1: 0.55, 2: 0.61708, 4: 0.63}[resource]
+
+    def slot(number: int, trainer: Any) -> Any:
+        result = run_trial(
+            storage_url=url,
+            ledger=ledger,
+            study_name=spec.study_name,
+            trainer=trainer,
+            holder=f"cut-slot-{number}",
+            slot=number,
+            settle_as=EntryOwner(dag_id="cut", run_id="r1", map_index=number),
+            meter=meter,
+        )
+        assert result.trial is not None
+        return result.trial
+
+    first = slot(0, SlowFirst)
+    assert (first.state, first.fidelity) == ("cut", 2), first.decision
+    assert first.decision.startswith("cut before 4: its reservation of $")
+    second = slot(1, Instant)
+    assert (second.state, second.fidelity, second.value) == ("promoted", 4, 0.63), second.decision
+    summary = summarize_study(url, ledger, spec.study_name)
+    assert summary["best"]["number"] == second.number
+    assert summary["states"] == {"cut": 1, "promoted": 1}

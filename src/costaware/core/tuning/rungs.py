@@ -75,15 +75,30 @@ class RungSchedule:
         return total
 
 
-def promotable(value: float, competing: Sequence[float], reduction_factor: int, direction: str) -> bool:
+def promotable(
+    value: float,
+    competing: Sequence[float],
+    reduction_factor: int,
+    direction: str,
+    *,
+    stopped: Sequence[float] = (),
+) -> bool:
     """Asynchronous successive halving: is ``value`` in the top ``1/eta`` of the results at its rung?
 
     ``competing`` holds the other trials' results at the same rung. With fewer than ``eta`` results in all,
     only the best so far moves up (ASHA cannot wait for the rest). NaN never moves up.
+
+    ``stopped`` holds the results of trials that stopped at this rung for want of money or time (cut before
+    the next rung). They count among the rung's results, so the rung still moves up its ``1/eta`` of all
+    results, but they hold none of those places: a promotion such a trial could not use goes to the next
+    best. Holding its place, one trial cut for budget kept every later trial from going on, and a study with
+    money left ended with nothing trained in full.
     """
     if math.isnan(value):
         return False
-    ordered = sorted([v for v in competing if not math.isnan(v)] + [value], reverse=direction == "maximize")
-    keep = max(len(ordered) // reduction_factor, 1)
+    going = [v for v in competing if not math.isnan(v)] + [value]
+    counted = len(going) + sum(not math.isnan(v) for v in stopped)
+    ordered = sorted(going, reverse=direction == "maximize")
+    keep = min(max(counted // reduction_factor, 1), len(ordered))
     cutoff = ordered[keep - 1]
     return value >= cutoff if direction == "maximize" else value <= cutoff

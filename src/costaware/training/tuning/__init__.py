@@ -38,6 +38,7 @@ from costaware.training.tuning.fidelity import (
 )
 from costaware.training.tuning.optuna_glue import (
     PRUNING_ATTR,
+    TRIAL_ATTR,
     RungSuccessiveHalvingPruner,
     hyperband_pruner,
     make_pruner,
@@ -49,7 +50,6 @@ from costaware.training.tuning.study import (
     SPEC_ATTR,
     STARTED_ATTR,
     STOP_ATTR,
-    TRIAL_ATTR,
     create_study,
     fail_stale_trials,
     load_study,

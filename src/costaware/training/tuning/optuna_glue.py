@@ -23,10 +23,12 @@ from optuna.distributions import (  # noqa: E402
 )
 
 from costaware.core.errors import ConfigurationError  # noqa: E402
-from costaware.core.tuning import StudySpec, promotable  # noqa: E402
+from costaware.core.tuning import StudySpec, TrialState, promotable  # noqa: E402
 
 #: The trial user attribute where the rung pruner writes its last decision and why.
 PRUNING_ATTR = "costaware_pruning"
+#: The trial user attribute where costaware keeps a trial's state (the pruner reads whether it was cut).
+TRIAL_ATTR = "costaware"
 
 _STORAGES: dict[str, optuna.storages.RDBStorage] = {}
 _STORAGES_LOCK = threading.Lock()
@@ -133,30 +135,47 @@ class RungSuccessiveHalvingPruner(optuna.pruners.BasePruner):
         if step is None or step not in self.rungs:
             return False
         value = trial.intermediate_values[step]
-        competing = _rung_results(study, step, exclude=trial.number)
-        keep = promotable(value, competing, self.reduction_factor, self.direction)
+        competing, stopped = _rung_results(study, step, exclude=trial.number)
+        keep = promotable(value, competing, self.reduction_factor, self.direction, stopped=stopped)
+        held_none = (
+            f" ({len(stopped)} of them cut before the next rung for money or time, holding no place)"
+            if stopped
+            else ""
+        )
         note = (
             f"{'promoted' if keep else 'pruned'} at {step}: {value:.4f} is "
-            f"{'' if keep else 'not '}in the top 1/{self.reduction_factor} of {len(competing) + 1} "
-            "result(s) at this rung"
+            f"{'' if keep else 'not '}in the top 1/{self.reduction_factor} of "
+            f"{len(competing) + len(stopped) + 1} result(s) at this rung{held_none}"
         )
         if not keep:  # one write, only for the decision that ends the trial (a rung costs no extra write)
             study._storage.set_trial_user_attr(trial._trial_id, PRUNING_ATTR, note)
         return not keep
 
 
-def _rung_results(study: optuna.study.Study, step: int, *, exclude: int) -> list[float]:
-    """The results at rung ``step`` of every other trial that reached it (finished or still running)."""
+def _rung_results(study: optuna.study.Study, step: int, *, exclude: int) -> tuple[list[float], list[float]]:
+    """The results at rung ``step`` of every other trial that reached it (finished or still running).
+
+    Split in two: of the trials that went on from it or may still go on, and of those cut right after it
+    (for money or the study's wall clock), which cannot go on and so hold no place in its top fraction.
+    """
     states = (
         optuna.trial.TrialState.COMPLETE,
         optuna.trial.TrialState.PRUNED,
         optuna.trial.TrialState.RUNNING,
     )
-    return [
-        t.intermediate_values[step]
-        for t in study.get_trials(deepcopy=False, states=states)
-        if t.number != exclude and step in t.intermediate_values
-    ]
+    going: list[float] = []
+    stopped: list[float] = []
+    for t in study.get_trials(deepcopy=False, states=states):
+        if t.number == exclude or step not in t.intermediate_values:
+            continue
+        # Cut before the rung after this one: its last report is this rung's. Cut later, it went on from here.
+        cut_here = (
+            t.state == optuna.trial.TrialState.PRUNED
+            and dict(t.user_attrs.get(TRIAL_ATTR) or {}).get("state") == TrialState.CUT.value
+            and t.last_step == step
+        )
+        (stopped if cut_here else going).append(t.intermediate_values[step])
+    return going, stopped
 
 
 def pruning_note(study: optuna.study.Study, trial: optuna.trial.Trial) -> str:

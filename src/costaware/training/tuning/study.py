@@ -26,7 +26,7 @@ from costaware.core.tuning import (
     trial_costs,
 )
 from costaware.core.tuning.study import check_study_scope
-from costaware.training.tuning.optuna_glue import make_pruner, make_sampler, open_storage
+from costaware.training.tuning.optuna_glue import TRIAL_ATTR, make_pruner, make_sampler, open_storage
 from costaware.training.tuning.reservations import study_usage
 
 if TYPE_CHECKING:
@@ -37,7 +37,6 @@ log = logging.getLogger(__name__)
 SPEC_ATTR = "costaware_spec"
 STARTED_ATTR = "costaware_started_at"
 STOP_ATTR = "costaware_stop"
-TRIAL_ATTR = "costaware"
 
 
 def create_study(

@@ -32,10 +32,10 @@ from costaware.core.tuning import (
 )
 from costaware.training.tuning.arbitration import WaitingSlots
 from costaware.training.tuning.fidelity import FidelityModel, TrainerFactory
-from costaware.training.tuning.optuna_glue import distributions, pruning_note
+from costaware.training.tuning.optuna_glue import TRIAL_ATTR, distributions, pruning_note
 from costaware.training.tuning.reservations import settle_trial
 from costaware.training.tuning.results import EntryOwner, SlotResult, TrialResult
-from costaware.training.tuning.study import TRIAL_ATTR, finish_failed, trial_info
+from costaware.training.tuning.study import finish_failed, trial_info
 
 if TYPE_CHECKING:
     from costaware.adapters.ledger.store import Ledger
