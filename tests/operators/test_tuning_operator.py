@@ -166,6 +166,20 @@ def test_plan_trials_and_summary_record_every_trial_in_the_ledger(env: Ledger) -
         _run_slot(6)
 
 
+def test_each_trial_is_logged_once_in_its_task_log(env: Ledger, caplog: pytest.LogCaptureFixture) -> None:
+    """run_trial's line (logging) and the operator's (self.log) said each trial twice in the task log."""
+    from structlog.testing import capture_logs
+
+    plan = _plan(slack_seconds=60)
+    plan.execute({"ti": _ti(plan)})
+    with caplog.at_level("INFO"), capture_logs() as operator_events:  # self.log is structlog's: not in caplog
+        result = _run_slot(0)
+    said = [r.getMessage() for r in caplog.records] + [str(e.get("event")) for e in operator_events]
+    lines = [line for line in said if line.startswith(f"trial {result['label']} ")]
+    assert len(lines) == 1, lines
+    assert result["decision"] in lines[0] and str(result["params"]) in lines[0]
+
+
 def test_a_project_budget_refusing_first_still_says_the_study_cap_is_max_usd(env: Ledger) -> None:
     env.set_budget("project=churn", "total", "0.01")
     plan = _plan(max_usd="0.04", fallback_trial_seconds=5)  # a trial reserves 5 + 2 s at $36/h = $0.07

@@ -154,7 +154,7 @@ class BudgetedTuningOperator(WarnsOfDroppedDefaultArgs, _StudyOperator):
                 )
             raise AirflowSkipException(f"study {self.study_name} stopped ({why}): {result.reason}")
         assert result.trial is not None
-        self.log.info("trial %s %s: %s", result.trial.label, result.trial.params, result.trial.decision)
+        # The trial's line (label, parameters, decision) is logged once, by run_trial, into this task's log.
         return result.trial.to_json()
 
     def _hold_slot_time(self, ti: Any, tags: dict[str, str], holder: str) -> tuple[str, Decimal] | None:
