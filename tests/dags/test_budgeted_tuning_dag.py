@@ -83,3 +83,90 @@ def test_tuning_dag_prunes_and_promotes_and_reports_each_trial(airflow_env: dict
     assert summary is not None
     spent = sum((r["usd"] for r in trials), Decimal(0))
     assert Decimal(summary.group(2)) == (spent / len(promoted)).quantize(Decimal("0.000001"))
+
+
+#: Rung 8 and 16 results of the example's trials in slot order, shaped as in a run on a loaded machine:
+#: #0 leads at 16 and is cut there for money; #2 is second at 16 by 0.00003.
+CURVES = [
+    {8: 0.6000, 16: 0.61711},
+    {8: 0.5950},
+    {8: 0.6100, 16: 0.61708, 32: 0.6230},
+    {8: 0.5900},
+    {8: 0.5800},
+    {8: 0.5700},
+    {8: 0.5600},
+    {8: 0.6050, 16: 0.6169, 32: 0.6200},
+]
+
+
+def test_the_example_study_promotes_a_trial_trained_in_full_on_a_slow_machine(tmp_path: Path) -> None:
+    """The example's own study settings, its trials on a clock slowed to 1.4 s a boosting round (load 9-11).
+
+    Trial #0 reserves the 30 s fallback guess and is cut before 32; its lead at 16 held the rung's one
+    place, and the run failed with nothing trained in full. Cut, it holds none: #2 goes on and is the best.
+    """
+    import copy
+
+    from airflow.dag_processing.dagbag import DagBag
+
+    from costaware.operators.tuning import TuningStudyCreateOperator
+    from costaware.training.tuning import EntryOwner, create_study, run_trial, summarize_study
+
+    bag = DagBag(dag_folder=str(ROOT / "dags" / "budgeted_tuning.py"))
+    dag = bag.dags["budgeted_tuning"]
+    plan = copy.copy(dag.get_task("tuning.plan"))
+    assert isinstance(plan, TuningStudyCreateOperator)
+    rendered = {  # what the run renders: the params' defaults, the right-sized m5.large of the reported run
+        "study_name": "budgeted_tuning-slow",
+        "max_usd": str(dag.params["max_usd"]),
+        "max_trials": dag.params["max_trials"],
+        "max_wall_seconds": int(dag.params["deadline_hours"] * 3600),
+        "scope": {"project": dag.params["project"]},
+        "instance_type": "m5.large",
+        "market": "on_demand",
+        "usd_per_hour": "0.096",
+    }
+    for name, value in rendered.items():
+        setattr(plan, name, value)
+    spec = plan.spec()
+    assert spec.schedule.rungs == (8, 16, 32) and spec.fallback_trial_seconds == 30
+    url = f"sqlite:///{tmp_path / 'study.db'}"
+    ledger = Ledger.from_url(url)
+    slots = create_study(url, ledger, spec)["slots"]
+    clock = [1000.0]
+    made: list[dict[int, float]] = []
+
+    class SlowBoosting:
+        def __init__(self, params: dict[str, object]) -> None:
+            self.curve, self.rounds = CURVES[len(made)], 0
+            made.append(self.curve)
+
+        def advance(self, rounds: int) -> float:
+            clock[0] += 1.4 * (rounds - self.rounds)
+            self.rounds = rounds
+            return self.curve[rounds]
+
+    results = []
+    for slot in slots:
+        result = run_trial(
+            storage_url=url,
+            ledger=ledger,
+            study_name=spec.study_name,
+            trainer=SlowBoosting,
+            holder=f"slow/{slot}",
+            slot=slot,
+            settle_as=EntryOwner(dag_id="budgeted_tuning", run_id="slow", map_index=slot),
+            meter=lambda: clock[0],
+        )
+        if not result.ran:
+            break
+        assert result.trial is not None
+        results.append(result.trial)
+    assert (results[0].state, results[0].fidelity) == ("cut", 16), results[0].decision
+    assert results[0].decision.startswith("cut before 32: its reservation of $")
+    assert [(t.state, t.fidelity) for t in results[1:3]] == [("pruned", 8), ("promoted", 32)], [
+        t.decision for t in results
+    ]
+    summary = summarize_study(url, ledger, spec.study_name)
+    assert summary["best"]["number"] == results[2].number and summary["best"]["value"] == 0.6230
+    assert Decimal(summary["spent_usd"]) <= Decimal(rendered["max_usd"])
