@@ -457,6 +457,89 @@ time.sleep(60)
     assert "had no handler" not in stderr
 
 
+SAVES_ON_THE_NOTICE = """
+def save_and_exit(signum, frame):
+    cr.save_bytes(b"on the notice", step=1)
+    cr.exit_preempted()
+
+signal.signal(signal.SIGTERM, save_and_exit)
+READY.touch()
+time.sleep(60)
+"""
+
+
+def start_under_a_shell(job: Job, *options: str) -> subprocess.Popen[str]:
+    """The launcher running the job's script from a shell that runs more after it (so it cannot exec it)."""
+    command = [sys.executable, "-m", "costaware_runtime", *options, "--"]
+    command += ["sh", "-c", f"{sys.executable} {job.script}; echo done"]
+    return subprocess.Popen(command, env=job.env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="reads /proc")
+@pytest.mark.parametrize("options", [("--signal-group",), ()], ids=["signal-group", "command-only"])
+def test_a_shell_the_notice_ends_is_named_not_said_to_have_lost_the_jobs_save(
+    make_job: MakeJob, options: tuple[str, ...]
+) -> None:
+    # The README's shell-script case: the shell has no handler and dies of the notice, the Python job under
+    # it saves on it. The launcher read only the shell's signal masks and said "nothing saved on the notice",
+    # telling the user to call preemption_requested(), which the job did, next to "after checkpoint step 1".
+    job = make_job(SAVES_ON_THE_NOTICE)
+    code, stderr = job.preempt(start_under_a_shell(job, *options))
+    assert code == 75, stderr
+    assert "preempted (job killed by SIGTERM) after checkpoint step 1" in stderr
+    assert job.latest()["step"] == 1
+    assert "nothing saved" not in stderr and "preemption_requested()" not in stderr
+    shell = re.search(r"the notice ended (\S+) \(pid \d+, the command's process\) at once", stderr)
+    assert shell is not None and shell[1] in ("sh", "dash", "bash", "busybox"), stderr
+    assert (
+        "it had no handler for SIGTERM, so what it started had at most 5 s to save once it was gone, not "
+        "the grace period: exec the training process from it (sh -c 'exec python train.py'), so that it is "
+        "the command's process"
+    ) in stderr
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="reads /proc")
+def test_a_shell_and_the_python_job_under_it_both_without_a_handler_are_both_said(make_job: MakeJob) -> None:
+    job = make_job("""
+READY.touch()
+time.sleep(60)  # no handler: SIGTERM ends the process
+""")
+    code, stderr = job.preempt(start_under_a_shell(job, "--signal-group"))
+    assert code == 77, stderr
+    assert re.search(r"the notice ended \S+ \(pid \d+, the command's process\) at once", stderr), stderr
+    assert (
+        "while the job had no handler for SIGTERM, which therefore ended it at once (nothing saved on the "
+        "notice): to save a checkpoint and exit 75 on a notice, call costaware_runtime.preemption_requested()"
+    ) in stderr
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="reads /proc")
+def test_a_job_without_a_handler_is_not_said_to_have_saved_nothing_when_its_group_saved(
+    make_job: MakeJob,
+) -> None:
+    # --signal-group: the job's process has no handler, a saver it started in its group has one and commits
+    # on the notice. "nothing saved on the notice" was said next to "after checkpoint step 1".
+    job = make_job("""
+import subprocess
+saver = subprocess.Popen([sys.executable, "-c", '''
+import pathlib, signal, sys, time
+import costaware_runtime as cr
+signal.signal(signal.SIGTERM, lambda *_: (cr.save_bytes(b"on the notice", step=1), sys.exit(0)))
+pathlib.Path(sys.argv[1]).touch()
+time.sleep(60)
+''', str(READY.parent / "saver-up")])
+while not (READY.parent / "saver-up").exists():
+    time.sleep(0.01)
+READY.touch()
+time.sleep(60)  # no handler: SIGTERM ends the process
+""")
+    code, stderr = job.preempt(job.start("--signal-group"))
+    assert code == 75, stderr
+    assert "preempted (job killed by SIGTERM) after checkpoint step 1" in stderr
+    assert job.latest()["step"] == 1
+    assert "had no handler" not in stderr and "nothing saved" not in stderr
+
+
 @pytest.mark.parametrize("how", ["option", "env"])
 def test_a_job_that_ignores_the_notice_is_killed_after_the_grace_period(make_job: MakeJob, how: str) -> None:
     job = make_job("""

@@ -11,14 +11,15 @@ import logging
 import signal
 import time
 from collections.abc import Callable
+from datetime import datetime
 from pathlib import Path
 
 from costaware_runtime import contract
 from costaware_runtime._bounded import run_bounded
 from costaware_runtime._job_process import _exit_words, _signal_name
-from costaware_runtime._signals import Notices
+from costaware_runtime._signals import GROUP_GRACE_SECONDS, Notices, Unheeding
 from costaware_runtime._watcher import last_commit_in_store, unpushed
-from costaware_runtime.checkpoints import Marker, latest_step, retired_marker
+from costaware_runtime.checkpoints import Marker, latest_step, read_marker, retired_marker
 from costaware_runtime.contract import JobEnvironment
 from costaware_runtime.errors import ContractError, CostawareRuntimeError, StoreStalledError
 from costaware_runtime.sync import CheckpointSync
@@ -65,7 +66,7 @@ class _AfterJob:
             return contract.EXIT_PREEMPTED_WITHOUT_CHECKPOINT
         if returncode == contract.EXIT_PREEMPTED or self.notices.notice_at is not None:
             if returncode == -signal.SIGTERM and self.notices.unheeded:
-                self._say_unheeded()
+                self._say_unheeded(self.notices.unheeded)
             if step is None:
                 log.error(
                     "preempted (%s) before any checkpoint: the next attempt starts over",
@@ -101,12 +102,21 @@ class _AfterJob:
         log.error("the job exited %s", returncode)
         return returncode
 
-    def _say_unheeded(self) -> None:
-        """Say that the notice ended the job before it had a handler for it (its first seconds, as a rule).
+    def _say_unheeded(self, unheeded: tuple[Unheeding, ...]) -> None:
+        """Say which process the notice ended at once, lacking a handler (in its first seconds, as a rule).
 
         "preempted (job killed by SIGTERM) before any checkpoint" alone read as a job that ignores the
-        contract, where one that was still importing its libraries had simply not called it yet.
+        contract, where one that was still importing its libraries had simply not called it yet. Only what
+        holds is said: the command may be a shell that died of the notice while the Python job under it saved.
         """
+        job = self.notices.process
+        command = next((ended for ended in unheeded if job is not None and ended.pid == job.pid), None)
+        if command is None:
+            return  # it had a handler, which ended it by SIGTERM itself (having saved, or not)
+        if not command.is_python:
+            self._say_command_ended(command)
+        if not any(ended.is_python for ended in unheeded) or self._committed_since_notice():
+            return
         notice_at, started_at = self.notices.notice_at, self.started_at
         when = (
             f"{notice_at - started_at:.1f} s after the job started"
@@ -120,6 +130,36 @@ class _AfterJob:
             when,
             contract.EXIT_PREEMPTED,
         )
+
+    def _say_command_ended(self, command: Unheeding) -> None:
+        """The command's process, not a Python job (a shell), died of the notice: its job had 5 s at most.
+
+        Once it is gone the launcher ends the rest of the job (``end_job``) after at most
+        :data:`GROUP_GRACE_SECONDS`, not the grace period, whether or not --signal-group passed the notice on:
+        so --signal-group is no cure here, only ``exec`` (or a shell that catches SIGTERM and waits).
+        """
+        log.warning(
+            "the notice ended %s (pid %s, the command's process) at once: it had no handler for SIGTERM, so "
+            "what it started had at most %g s to save once it was gone, not the grace period: exec the "
+            "training process from it (sh -c 'exec python train.py'), so that it is the command's process",
+            command.program,
+            command.pid,
+            min(self.notices.grace_seconds or GROUP_GRACE_SECONDS, GROUP_GRACE_SECONDS),
+        )
+
+    def _committed_since_notice(self) -> bool:
+        """Whether the checkpoint folder holds a commit made after the notice (None of it unread: True).
+
+        The marker's saved_at is the committing process's wall clock, on which the notice's time was taken.
+        """
+        notice = self.notices.notice_wall_at
+        try:
+            marker = read_marker(self.checkpoint_dir)
+            return marker is not None and (
+                notice is None or datetime.fromisoformat(marker.saved_at).timestamp() >= notice
+            )
+        except (ContractError, OSError, ValueError):
+            return True  # not known: "nothing saved" is said only where it holds
 
     def _committed_and_retired(self) -> bool:
         """Whether the job committed a checkpoint of its own and then retired it (deleted once done)."""

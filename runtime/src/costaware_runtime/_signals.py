@@ -15,6 +15,8 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Collection
+from dataclasses import dataclass
+from pathlib import Path
 from types import FrameType
 
 from costaware_runtime import _tree
@@ -29,20 +31,37 @@ GROUP_GRACE_SECONDS = 5.0
 _PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
 
+@dataclass(frozen=True, slots=True)
+class Unheeding:
+    """A process the notice reached while it had no handler for SIGTERM (nor ignored it): it ended at once."""
+
+    pid: int
+    #: The file it ran (``/proc/<pid>/exe``'s name, such as ``python3.12`` or ``dash``), else its ``comm``.
+    program: str
+
+    @property
+    def is_python(self) -> bool:
+        """Whether it is a Python process, which ``costaware_runtime.preemption_requested()`` can guard."""
+        return self.program.startswith("python")
+
+
 class Notices:
     """The launcher's signal handlers and what they have seen; they pass each notice on to the job."""
 
     def __init__(self) -> None:
         self.notice_at: float | None = None  # when the notice reached the launcher
+        #: The same on the wall clock, which a commit marker's saved_at is read on (time.time()).
+        self.notice_wall_at: float | None = None
         self.interrupted = False  # Ctrl-C came (taken as the notice)
         self.kill_now = False  # a second Ctrl-C: SIGKILL without waiting out the grace period
         self.pending: list[int] = []  # signals that came before the job started
         self.process: subprocess.Popen[bytes] | None = None  # the job, once started
         self.grace_seconds: float | None = None  # known once the options are read
         self.signal_group = False  # --signal-group
-        #: Whether the job's process had no handler for SIGTERM (nor ignored it) when the notice was passed
-        #: on, so that it ended the job at once; None where not known (no ``/proc``, no notice passed on).
-        self.unheeded: bool | None = None
+        #: The processes the first SIGTERM passed on reached with no handler for it (nor ignoring it), so
+        #: that it ended them at once: the job's, and with --signal-group the rest of its group; None where
+        #: not known (no ``/proc``, no notice passed on).
+        self.unheeded: tuple[Unheeding, ...] | None = None
 
     def install(self) -> None:
         for signum in NOTICES:
@@ -73,7 +92,7 @@ class Notices:
                 # before any checkpoint was retried, paid again).
                 log.warning("preemption notice after the job exited: finishing")
                 return
-            self.notice_at = time.monotonic()
+            self.notice_at, self.notice_wall_at = time.monotonic(), time.time()
             if process is None:
                 log.warning("preemption notice before the job started")
             else:
@@ -86,8 +105,7 @@ class Notices:
     def forward(self, signum: int) -> None:
         assert self.process is not None
         if signum == signal.SIGTERM and self.unheeded is None:
-            handled = handles_signal(self.process.pid, signum)
-            self.unheeded = None if handled is None else not handled
+            self.unheeded = unheeding(self.process.pid, self.signal_group)
         try:
             if self.signal_group:
                 os.killpg(self.process.pid, signum)
@@ -95,6 +113,30 @@ class Notices:
                 os.kill(self.process.pid, signum)
         except ProcessLookupError:
             pass  # it has just exited
+
+
+def unheeding(pid: int, whole_group: bool) -> tuple[Unheeding, ...] | None:
+    """The processes a SIGTERM to ``pid`` (to its process group with ``whole_group``) would end at once.
+
+    None where ``/proc`` does not say of ``pid`` itself. With --signal-group the job's command may be a shell
+    that has no handler while the Python job under it saves on the notice: only the whole group tells which.
+    """
+    reached = [pid, *(other for other in _tree.in_group(pid) if other != pid)] if whole_group else [pid]
+    handled = {other: handles_signal(other, signal.SIGTERM) for other in reached}
+    if handled[pid] is None:
+        return None
+    return tuple(Unheeding(other, _program(other)) for other in reached if handled[other] is False)
+
+
+def _program(pid: int) -> str:
+    """The name of the file process ``pid`` runs (a script run through its #! line: the interpreter's)."""
+    try:
+        return Path(f"/proc/{pid}/exe").readlink().name
+    except OSError:  # gone, or another user's
+        try:
+            return Path(f"/proc/{pid}/comm").read_text(errors="replace").strip()
+        except OSError:
+            return "?"
 
 
 def handles_signal(pid: int, signum: int) -> bool | None:

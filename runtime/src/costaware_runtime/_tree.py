@@ -77,6 +77,11 @@ def left_behind(group: int, spared: Collection[int]) -> list[int]:
     return [pid for pid in _under(roots, table) if _running(pid)]
 
 
+def in_group(group: int) -> list[int]:
+    """The processes of process group ``group``: those a ``killpg`` reaches (empty without ``/proc``)."""
+    return [pid for pid, (_, pgid) in _processes().items() if pgid == group]
+
+
 def kill_tree(group: int, spared: Collection[int]) -> None:
     """SIGKILL the job's process group and everything :func:`left_behind` finds, with none escaping.
 
