@@ -7,7 +7,7 @@ from datetime import datetime, timedelta, timezone
 from decimal import Decimal
 from typing import Any
 
-from costaware.training.attempt_duplicates import DuplicateCheck, billed_already
+from costaware.training.attempt_duplicates import DuplicateCheck, billed_already, stop_bill_keyed
 from costaware.training.remote import attempt_entry, attempt_key, attempt_uid
 
 TASK = {"dag_id": "d", "run_id": "r", "task_id": "train", "map_index": -1}
@@ -167,8 +167,6 @@ def test_a_bill_marking_this_run_is_its_bill_whatever_its_times_say(ledger: Any)
 def test_a_second_runs_stop_bill_is_keyed_by_its_run_where_another_run_holds_the_names_key(
     ledger: Any,
 ) -> None:
-    from costaware.training.attempt_duplicates import stop_bill_keyed
-
     name_key = attempt_uid(attempt_key(TASK, "train-a1", legacy=True))
     first = _marked(billed("train-a1", KILLED_AT, 600), "a" * 32, entry_uid=name_key, cause="killed")
     second = _marked(billed("train-a1", KILLED_AT + timedelta(hours=3), 300), "b" * 32, entry_uid=name_key)
@@ -186,6 +184,49 @@ def test_a_second_runs_stop_bill_is_keyed_by_its_run_where_another_run_holds_the
     # A row under the name's key that marks no run (an older release's) may be this run: left as it was.
     older = replace(first, note=billed("train-a1", KILLED_AT, 600).note, entry_uid=name_key)
     assert stop_bill_keyed(_Rows([older]), second, check) == (second, check)
+
+
+def _stop_bill(ended: datetime, seconds: float, run_token: str, **changes: Any) -> Any:
+    """A stop's bill of a ``local`` run marked ``run_token``: keyed by the name, its note gives no end."""
+    entry = billed("train-a1", ended, seconds)
+    head, reason = entry.note.split(": ", 1)
+    note = f"{head.split(', ended ')[0]}: {reason}"
+    return _marked(
+        replace(entry, note=note),
+        run_token,
+        entry_uid=attempt_uid(attempt_key(TASK, "train-a1", legacy=True)),
+        cause="killed",
+        incurred_at=ended,
+        **changes,
+    )
+
+
+def test_a_second_runs_stop_bill_keyed_by_its_run_is_found_by_a_check_that_marks_no_run(ledger: Any) -> None:
+    # Run 1 killed, billed under the name's key; a cleared task's new try ran run 2 under the same name, and
+    # its kill bill went under the name + run key (the name's key held by run 1). A retry that bills run 2's
+    # end with no mark of the run (its token read failed; a check of an older release) looked under the
+    # name's key only, found run 1's row (another run, by its times), and billed run 2 a second time.
+    first = _stop_bill(KILLED_AT, 600, "a" * 32)
+    assert ledger.record(first)
+    second_killed_at = KILLED_AT + timedelta(hours=1, seconds=900)
+    second = _stop_bill(second_killed_at, 930, "b" * 32)
+    check = _check_of(second, second_killed_at, 930, "b" * 32, keyed_by_name=True, ended_at=None)
+    keyed, _ = stop_bill_keyed(ledger, second, check)
+    assert keyed.entry_uid != first.entry_uid
+    assert ledger.record(keyed)
+    second_end = second_killed_at + timedelta(seconds=30)
+    end_bill = billed("train-a1", second_end, 930)
+    assert billed_already(ledger, _check_of(end_bill, second_end, 930, "b" * 32)) == keyed.usd
+    assert billed_already(ledger, _check_of(end_bill, second_end, 930, "")) == keyed.usd
+    # Run 1's own end billed with no mark: its row under the name's key, not run 2's.
+    first_end = billed("train-a1", KILLED_AT + timedelta(seconds=20), 620)
+    assert (
+        billed_already(ledger, _check_of(first_end, KILLED_AT + timedelta(seconds=20), 620, "")) == first.usd
+    )
+    # A later run 3 of the name, with no mark: neither run's bill.
+    third_end = second_end + timedelta(hours=2)
+    third = billed("train-a1", third_end, 930)
+    assert billed_already(ledger, _check_of(third, third_end, 930, "")) is None
 
 
 class _Rows:

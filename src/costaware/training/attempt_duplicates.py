@@ -102,6 +102,8 @@ def billed_already(ledger: Any, check: DuplicateCheck) -> Decimal | None:
     uids = dict.fromkeys([check.entry_uid, legacy, by_run, *([unended] if unended else [])])
     # A row whose note marks another run of the job's name is that run's bill, whatever its times say.
     rows = [r for r in ledger.entries_by_uid(list(uids)) if not other_run(check.run_token, _note(r))]
+    if not check.run_token:
+        rows += _stop_bills_keyed_by_run(ledger, check)
     quantity = Decimal(check.quantity)
     stored = next(
         (
@@ -142,6 +144,40 @@ def stop_bill_keyed(ledger: Any, entry: Any, check: DuplicateCheck) -> tuple[Any
         return entry, check
     uid = attempt_uid(attempt_key(check.identity, check.job_id, legacy=True, run_token=check.run_token))
     return replace(entry, entry_uid=uid), replace(check, entry_uid=uid)
+
+
+def _stop_bills_keyed_by_run(ledger: Any, check: DuplicateCheck) -> list[Mapping[str, Any]]:
+    """The task's stop bills of the job keyed by its name and run (:func:`stop_bill_keyed`).
+
+    A check that marks no run (its token read failed, or spooled by an older release) cannot derive their
+    key: they were keyed by the name alone before, and are read by the same rules of times as those.
+    Raises what the ledger's reads raise.
+    """
+    from costaware.training.remote import (
+        NAME_REUSING_BACKENDS,
+        attempt_key,
+        attempt_uid,
+        job_of_attempt_note,
+        run_of_attempt_note,
+    )
+
+    if check.backend not in NAME_REUSING_BACKENDS:
+        return []  # only a backend that reuses names marks its runs
+    ident = check.identity
+    found = []
+    for row in ledger.entries(dag_id=ident["dag_id"], run_id=ident["run_id"]):
+        note = _note(row)
+        token = run_of_attempt_note(note)
+        if (
+            token
+            and row["task_id"] == ident["task_id"]
+            and int(row["map_index"]) == int(ident["map_index"])
+            and job_of_attempt_note(note) == check.job_id
+            and row["entry_uid"]
+            == attempt_uid(attempt_key(ident, check.job_id, legacy=True, run_token=token))
+        ):
+            found.append(row)
+    return found
 
 
 def _note(row: Mapping[str, Any]) -> str:
