@@ -226,3 +226,63 @@ def test_a_spooled_stop_bill_of_a_second_run_under_the_name_is_written_under_its
     spool_entry(spool, second, "costaware_ledger", retrying=True, duplicate_check=check.to_json())
     assert drain(spool, lambda conn_id: ledger).billed_already == 1
     assert len(ledger.entries()) == 2
+
+
+def test_a_second_runs_stop_bill_kept_in_unsure_and_re_keyed_at_its_drain_settles_its_own_hold(
+    tmp_path: Path, ledger: Any
+) -> None:
+    # Run 2's stop bill was kept in spool/unsure under the name's key, with a hold for it under that key. A
+    # person marked it another_run; the drain keyed it by name + run (run 1's row holds the name's key) and
+    # looked for the hold under the new key: none, so the bill was recorded alone and its hold stayed open
+    # for 30 days, the bill counted spent and held.
+    from dataclasses import replace
+    from datetime import datetime, timedelta, timezone
+
+    from costaware.ledger_spool import drain, spool_entry
+    from costaware.spool_settle import unsure_holder
+    from costaware.training.attempt_duplicates import DuplicateCheck
+    from costaware.training.remote import attempt_entry, attempt_key, attempt_uid
+
+    task = {"dag_id": "d", "run_id": "r", "task_id": "train", "map_index": -1}
+    name_key = attempt_uid(attempt_key(task, "train-a1", legacy=True))
+
+    def stop_bill(at: datetime, seconds: float, run_token: str, **changes: Any) -> Any:
+        job = {"job_id": "train-a1", "ended_at": at.timestamp(), "billable_seconds": seconds,
+               "instance_type": "m5.large", "market": "spot", "state": "interrupted"}  # fmt: skip
+        entry = attempt_entry(
+            identity=task, attempt=1, job=job, usd_per_hour=Decimal("1.00"), on_demand_usd_per_hour=None,
+            region="us-east-1", backend="local", tags={"project": "churn"},
+        )  # fmt: skip
+        head, reason = entry.note.split(": ", 1)
+        mark = f", run {run_token}" if run_token else ""
+        note = f"{head.split(', ended ')[0]}{mark}: {reason}"
+        changes = {"entry_uid": name_key, "cause": "killed", "incurred_at": at, **changes}
+        return replace(entry, note=note, **changes)
+
+    ledger.set_budget("project=churn", "month", "100")
+    killed_at = datetime(2026, 12, 1, 9, 0, tzinfo=timezone.utc)
+    assert ledger.record(stop_bill(killed_at, 600, "a" * 32))
+    second_killed_at = killed_at + timedelta(hours=1, seconds=900)
+    second = stop_bill(second_killed_at, 930, "b" * 32)
+    # A row of the name that marks no run and gives no end, written after run 2's stop: unsure.
+    later = stop_bill(killed_at + timedelta(hours=3), 60, "", entry_uid="x" * 32)
+    assert ledger.record(later)
+    check = DuplicateCheck(
+        entry_uid=second.entry_uid, quantity=str(second.quantity), job_id="train-a1",
+        ended_at=(second_killed_at + timedelta(seconds=30)).timestamp(), billable_seconds=930, instances=1,
+        backend="local", identity=task, keyed_by_name=True, run_token="b" * 32,
+    )  # fmt: skip
+    spool = tmp_path / "spool"
+    spool_entry(spool, second, "costaware_ledger", retrying=True, duplicate_check=check.to_json())
+    assert drain(spool, lambda _conn_id: ledger).unsure == 1
+    kept = spool / UNSURE / f"{second.entry_uid}.json"
+    assert len(ledger.open_holds_of(unsure_holder(second))) == 1
+    kept.write_text(json.dumps({**json.loads(kept.read_text()), "another_run": True}))
+    kept.replace(spool / kept.name)
+    assert drain(spool, lambda _conn_id: ledger).written == 1
+    by_run = attempt_uid(attempt_key(task, "train-a1", legacy=True, run_token="b" * 32))
+    (written,) = [row for row in ledger.entries() if row["entry_uid"] == by_run]
+    assert written["usd"] == second.usd and written["reservation_id"] is not None
+    assert ledger.open_holds_of(unsure_holder(second)) == []
+    (usage,) = ledger.usage("project=churn")
+    assert usage.reserved_usd == 0

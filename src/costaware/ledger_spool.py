@@ -268,9 +268,10 @@ def drain(
                 _keep_unsure(claimed, path.name, data, unknown, ledger, entry)
                 result.unsure += 1
                 continue
-            entry = _keyed_for_its_run(ledger, entry, data)
+            as_kept, entry = entry, _keyed_for_its_run(ledger, entry, data)
             if data.get("another_run"):
-                record_unsure(ledger, entry)  # a person's from spool/unsure: never the task's hold
+                # A person's from spool/unsure: never the task's hold; its own hold is under its uid as kept.
+                record_unsure(ledger, entry, kept_as=as_kept)
             else:
                 record(ledger, entry, retrying=bool(data.get("retrying", False)))
             _say_if_past_cap(ledger, entry)

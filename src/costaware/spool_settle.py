@@ -153,15 +153,17 @@ def _say_unsure_past_caps(entry: Any, usages: list[Any], held: str) -> None:
     )
 
 
-def record_unsure(ledger: Any, entry: Any) -> None:
+def record_unsure(ledger: Any, entry: Any, *, kept_as: Any = None) -> None:
     """Record a bill a person moved back from ``spool/unsure`` (``another_run``): paid from its own hold.
 
     Its file says ``retrying`` (kept as a retry's bill is), but its try is long over: paid from the task's
     hold and the hold grown back (:func:`record_and_settle`), a finished task held money for a retry that
     never comes, and the bill's own hold counted it a second time. Settled from the hold kept for it
     (:func:`unsure_holder`) where there is one, else recorded alone: every dollar counted once.
+    ``kept_as``: the bill as it was kept, where the drain keyed it again since (a stop's bill keyed by its
+    run): the hold is under the uid it was kept with, and looked up under the new one it stayed open.
     """
-    hold = ledger.reservation_to_settle(unsure_holder(entry))
+    hold = ledger.reservation_to_settle(unsure_holder(entry if kept_as is None else kept_as))
     if hold is None:
         ledger.record(entry)
         return
