@@ -201,6 +201,35 @@ def test_a_retry_follows_an_earlier_job_in_its_own_zone(tmp_path: Path, ledger: 
     assert "moved from us-west-2 to us-east-1a" in move["note"]
 
 
+def test_a_retry_marks_the_job_it_follows_with_the_run_its_look_up_found(
+    tmp_path: Path, ledger: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The retry found the earlier try's job by its name, dropped the run token that look-up gave, and asked
+    # the backend again after its submit: where that second read failed, the run it followed was billed with
+    # no mark of it, and a bill of another run of the name could be read as its bill (billed twice).
+    (tmp_path / "capacity-us-east-1a").write_text("1")
+    first = operator(tmp_path, seconds=1.0, availability_zones=["us-east-1a"])
+    with pytest.raises(TaskDeferred):
+        first.execute(context_for())
+    assert first._live is not None and first._live.current is not None
+    token = first._live.current.run_token
+    assert token
+    finds: list[str] = []
+    found_by_name = LocalBackend.find
+
+    def first_find_only(backend: LocalBackend, job_name: str) -> FoundJob | None:
+        finds.append(job_name)
+        if len(finds) > 1:
+            raise OSError(f"cannot read the folder of job {job_name}")
+        return found_by_name(backend, job_name)
+
+    monkeypatch.setattr(LocalBackend, "find", first_find_only)
+    retry = operator(tmp_path, seconds=1.0, availability_zones=["us-east-1a"])
+    drive(retry, context_for(try_number=2))
+    (entry,) = [e for e in ledger.entries() if e["task_id"] == "train" and e["kind"] != "egress"]
+    assert f", run {token}: " in entry["note"]
+
+
 def test_a_moves_egress_is_billed_once_its_attempt_has_run_in_another_region(ledger: Any) -> None:
     # An attempt in a zone of another region reads its data and checkpoint across once it runs: one stopped
     # while it waited for capacity moved nothing, a retry billing the job again adds no second entry, and
@@ -1604,7 +1633,7 @@ def test_a_retry_reads_an_earlier_tries_job_again_where_its_first_poll_fails(
     monkeypatch.setattr(time, "sleep", slept.append)
     op = operator(tmp_path)
     op._retry = True
-    assert op._earlier_job(Backend(), "train-a1") == (ran_before, None)  # type: ignore[arg-type]
+    assert op._earlier_job(Backend(), "train-a1") == (ran_before, None, "")  # type: ignore[arg-type]
     assert slept == list(EARLIER_JOB_POLL_WAITS_SECONDS[:2])
     # Unread every time: followed as unknown, after the last wait, as before.
     answers.extend([ComputeBackendError("ThrottlingException")] * (len(EARLIER_JOB_POLL_WAITS_SECONDS) + 1))
@@ -1629,7 +1658,7 @@ def test_a_retry_follows_an_earlier_tries_job_from_its_look_up_where_that_read_i
 
     op = operator(tmp_path)
     op._retry = True
-    assert op._earlier_job(Backend(), "train-a1") == (seen, 1_700_000_000.0)  # type: ignore[arg-type]
+    assert op._earlier_job(Backend(), "train-a1") == (seen, 1_700_000_000.0, "")  # type: ignore[arg-type]
 
 
 def test_a_retry_reads_an_earlier_tries_job_once_where_the_read_is_refused(

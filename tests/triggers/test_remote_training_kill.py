@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import os
 import signal
@@ -1114,7 +1115,12 @@ def test_a_last_try_failing_while_it_takes_up_an_earlier_tries_job_stops_and_bil
     while not backend.poll(job).state.done:
         assert time.monotonic() < give_up, "the job runs on, watched by nobody"
         time.sleep(0.2)
-    assert [e["cause"] for e in train_entries(ledger)] == ["unwatched"]
+    (entry,) = train_entries(ledger)
+    assert entry["cause"] == "unwatched"
+    # Marked with the run the look-up found (unmarked, a drain could not key it apart from an earlier run's
+    # bill under the name, and dropped it on that key).
+    token = json.loads((tmp_path / "jobs" / job / "request.json").read_text())["run_token"]
+    assert f", run {token}: " in entry["note"]
 
 
 def test_a_deferred_try_failing_for_good_after_it_submitted_the_next_attempt_stops_and_bills_that_job(

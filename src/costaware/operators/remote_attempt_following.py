@@ -72,13 +72,14 @@ class RemoteAttemptFollowing(RemoteAttemptPlacement):
         return found.run_token if found is not None else ""
 
     def _follow(
-        self, state: AttemptState, job: JobStatus, market: str, market_reason: str
+        self, state: AttemptState, job: JobStatus, market: str, market_reason: str, *, run_token: str = ""
     ) -> tuple[AttemptState, str, str, str, int]:
         """The attempt a retry follows in ``job`` (an earlier try's): its state, market, zone, reason, bytes.
 
         The job's own market and zone, where the backend says (placing it again could name others and bill
         it there), at that zone's spot price where the plan prices its zones. Watched from here: a failure
-        before its submit returns stops it where this is the last try.
+        before its submit returns stops it where this is the last try, its bill marked ``run_token`` (the
+        run :meth:`_earlier_job` found).
         """
         from costaware.adapters.compute.base import placeable_zone
 
@@ -94,7 +95,12 @@ class RemoteAttemptFollowing(RemoteAttemptPlacement):
         moved = self._moved_bytes(state, following=True)
         reason = market_reason if market == "on_demand" else ""
         self._live = state.submitted(
-            job_id=job.job_id, market=market, zone=zone, market_reason=reason, moved_bytes=moved
+            job_id=job.job_id,
+            market=market,
+            zone=zone,
+            market_reason=reason,
+            moved_bytes=moved,
+            run_token=run_token,
         )
         return state, market, zone, market_reason, moved
 
@@ -151,10 +157,12 @@ class RemoteAttemptFollowing(RemoteAttemptPlacement):
 
     def _earlier_job(
         self, backend: ComputeBackend, name: str, *, instances: int = 1
-    ) -> tuple[JobStatus, float | None] | None:
+    ) -> tuple[JobStatus, float | None, str] | None:
         """The job an earlier try of this task submitted as ``name``, as the backend sees it now (IO).
 
-        With its creation time (epoch seconds, None where the backend does not say). None on a first try
+        With its creation time (epoch seconds, None where the backend does not say) and the backend's mark
+        of its run (``FoundJob.run_token``; read again after the submit, a failed read left the followed
+        run's bills unmarked, and a bill of another run of the name could be read as its). None on a first try
         (nothing to follow), and where the backend has no such job. A job found that cannot be read now
         says no zone: it is taken on the market its look-up says (else the one asked for), in the plan's
         first zone, as waiting with the time since its start (or creation) billed, where its backend's
@@ -168,13 +176,13 @@ class RemoteAttemptFollowing(RemoteAttemptPlacement):
         if found is None:
             return None
         if found.status is not None:  # the look-up read it as a poll would (SageMaker): not asked again
-            return found.status, found.created_at
+            return found.status, found.created_at, found.run_token
         job_id = found.job_id
         import time
 
         for wait in (*EARLIER_JOB_POLL_WAITS_SECONDS, None):
             try:
-                return backend.poll(job_id), found.created_at
+                return backend.poll(job_id), found.created_at, found.run_token
             except Exception as e:  # best effort: the wait polls it again, and fails there if it must
                 if wait is not None and not isinstance(e, ConfigurationError):  # that fails the same way
                     self.log.warning(
@@ -224,7 +232,7 @@ class RemoteAttemptFollowing(RemoteAttemptPlacement):
                         datetime.fromtimestamp(since, timezone.utc).isoformat(timespec="seconds"),
                     )
                 break  # the last read, or a configuration error that fails the same way each time
-        return _found_unread(found, now=utcnow(), instances=instances), found.created_at
+        return _found_unread(found, now=utcnow(), instances=instances), found.created_at, found.run_token
 
 
 def _found_unread(found: FoundJob, *, now: datetime, instances: int) -> JobStatus:

@@ -72,12 +72,14 @@ class RemoteAttemptSteps(RemoteAttemptHolds):
             job_name(plan.base_name, state.next_attempt),
             instances=billed_instances(plan.backend_options),
         )
-        followed, created_at = earlier if earlier is not None else (None, None)
+        followed, created_at, followed_token = earlier if earlier is not None else (None, None, "")
         found_at = utcnow()
         following = followed is not None
         zone, moved = "", None
         if followed is not None:
-            state, market, zone, market_reason, moved = self._follow(state, followed, market, market_reason)
+            state, market, zone, market_reason, moved = self._follow(
+                state, followed, market, market_reason, run_token=followed_token
+            )
             if not followed.market:
                 # Unread, and its look-up by name said no market either: billed (gone before the wait reads
                 # it) on the one it is followed on, as its attempt is; with none, its bill failed on ''.
@@ -138,7 +140,9 @@ class RemoteAttemptSteps(RemoteAttemptHolds):
         submitted_at = utcnow()
         self._submitting = (state, request.job_name, market, zone, submitted_at.isoformat(), moved)
         job_id = backend.submit(request)
-        run_token = self._run_token(backend, request.job_name)
+        # A followed job's run is the one its look-up found (a second read that failed left its bills
+        # unmarked); read only for a new submit, or where the look-up gave none.
+        run_token = followed_token or self._run_token(backend, request.job_name)
         submitted = state.submitted(
             job_id=job_id,
             market=market,
