@@ -491,11 +491,66 @@ def test_a_shell_the_notice_ends_is_named_not_said_to_have_lost_the_jobs_save(
     assert "nothing saved" not in stderr and "preemption_requested()" not in stderr
     shell = re.search(r"the notice ended (\S+) \(pid \d+, the command's process\) at once", stderr)
     assert shell is not None and shell[1] in ("sh", "dash", "bash", "busybox"), stderr
+    late = "" if options else ", and what it started got the notice only once it was gone"
     assert (
-        "it had no handler for SIGTERM, so what it started had at most 5 s to save once it was gone, not "
-        "the grace period: exec the training process from it (sh -c 'exec python train.py'), so that it is "
-        "the command's process"
+        f"it had no handler for SIGTERM, so the rest of its script did not run{late}: exec the training "
+        "process from it (sh -c 'exec python train.py'), so that it is the command's process"
     ) in stderr
+
+
+@pytest.mark.parametrize("options", [("--signal-group",), ()], ids=["signal-group", "command-only"])
+def test_a_job_under_a_shell_the_notice_ends_has_the_rest_of_the_grace_period_to_save(
+    make_job: MakeJob, options: tuple[str, ...]
+) -> None:
+    # The shell has no handler and dies of the notice at once; the Python job under it saves for longer than
+    # the 5 s the launcher gave what the command left behind: SIGKILLed, nothing saved, exit 77, under a
+    # 20 s grace period (with --signal-group too, the README's advice for shell scripts).
+    job = make_job("""
+cr.preemption_requested()  # the handler goes in first
+READY.touch()
+while not cr.preemption_requested():
+    time.sleep(0.01)
+time.sleep(6.5)  # a save that takes longer than 5 s
+cr.save_bytes(b"on the notice", step=1)
+cr.exit_preempted()
+""")
+    started = time.monotonic()
+    code, stderr = job.preempt(start_under_a_shell(job, "--grace-seconds", "20", *options))
+    assert code == 75, stderr
+    assert "preempted (job killed by SIGTERM) after checkpoint step 1" in stderr
+    assert job.latest()["step"] == 1
+    assert "did not exit on SIGTERM" not in stderr
+    assert time.monotonic() - started < 20  # the launcher did not wait out the grace period once it saved
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="reads /proc")
+def test_a_helper_that_ignores_the_notice_is_not_waited_on_for_the_grace_period(make_job: MakeJob) -> None:
+    # Only processes with a handler are taken to be saving: one that ignores SIGTERM would hold the final
+    # push until the grace period ended.
+    job = make_job("""
+import subprocess
+cr.preemption_requested()
+up = READY.parent / "helper-up"
+subprocess.Popen([sys.executable, "-c", '''
+import pathlib, signal, sys, time
+signal.signal(signal.SIGTERM, signal.SIG_IGN)
+pathlib.Path(sys.argv[1]).touch()
+time.sleep(60)
+''', str(up)])
+while not up.exists():
+    time.sleep(0.01)
+cr.save_bytes(b"state", step=1)
+READY.touch()
+while not cr.preemption_requested():
+    time.sleep(0.01)
+cr.exit_preempted()
+""")
+    started = time.monotonic()
+    code, stderr = job.preempt(job.start("--grace-seconds", "30"))
+    assert code == 75, stderr
+    assert "processes the job left behind did not exit on SIGTERM: SIGKILL" in stderr
+    assert "saving on the notice" not in stderr
+    assert time.monotonic() - started < 20, stderr
 
 
 @pytest.mark.skipif(sys.platform != "linux", reason="reads /proc")

@@ -17,7 +17,7 @@ from pathlib import Path
 from costaware_runtime import contract
 from costaware_runtime._bounded import run_bounded
 from costaware_runtime._job_process import _exit_words, _signal_name
-from costaware_runtime._signals import GROUP_GRACE_SECONDS, Notices, Unheeding
+from costaware_runtime._signals import Notices, Unheeding
 from costaware_runtime._watcher import last_commit_in_store, unpushed
 from costaware_runtime.checkpoints import Marker, latest_step, read_marker, retired_marker
 from costaware_runtime.contract import JobEnvironment
@@ -132,19 +132,18 @@ class _AfterJob:
         )
 
     def _say_command_ended(self, command: Unheeding) -> None:
-        """The command's process, not a Python job (a shell), died of the notice: its job had 5 s at most.
+        """The command's process, not a Python job (a shell), died of the notice: the rest of it never ran.
 
-        Once it is gone the launcher ends the rest of the job (``end_job``) after at most
-        :data:`GROUP_GRACE_SECONDS`, not the grace period, whether or not --signal-group passed the notice on:
-        so --signal-group is no cure here, only ``exec`` (or a shell that catches SIGTERM and waits).
+        What it started that handles SIGTERM had the rest of the grace period to save (``end_job``); without
+        --signal-group it got the notice only once the shell was gone. ``exec`` is still the cure.
         """
         log.warning(
             "the notice ended %s (pid %s, the command's process) at once: it had no handler for SIGTERM, so "
-            "what it started had at most %g s to save once it was gone, not the grace period: exec the "
-            "training process from it (sh -c 'exec python train.py'), so that it is the command's process",
+            "the rest of its script did not run%s: exec the training process from it (sh -c 'exec python "
+            "train.py'), so that it is the command's process",
             command.program,
             command.pid,
-            min(self.notices.grace_seconds or GROUP_GRACE_SECONDS, GROUP_GRACE_SECONDS),
+            "" if self.notices.signal_group else ", and what it started got the notice only once it was gone",
         )
 
     def _committed_since_notice(self) -> bool:

@@ -145,12 +145,29 @@ def handles_signal(pid: int, signum: int) -> bool | None:
     A job that has not yet installed its handler (the runtime's, or its framework's), still importing its
     libraries, is ended by the notice at once: the only way the launcher can tell that from a job that saved.
     """
+    masks = _signal_masks(pid)
+    return None if masks is None else any(mask >> (signum - 1) & 1 for mask in masks.values())
+
+
+def catches_signal(pid: int, signum: int) -> bool | None:
+    """Whether process ``pid`` has a handler for ``signum`` now (not ignoring it); None where not known."""
+    masks = _signal_masks(pid)
+    return None if masks is None else bool(masks["SigCgt"] >> (signum - 1) & 1)
+
+
+def _signal_masks(pid: int) -> dict[str, int] | None:
+    """``/proc/<pid>/status``'s SigCgt and SigIgn masks; None without ``/proc``, or once it is gone."""
     try:
         with open(f"/proc/{pid}/status", encoding="utf-8", errors="replace") as status:
-            masks = dict(line.split(":", 1) for line in status if line.startswith(("SigCgt:", "SigIgn:")))
-        return any(int(mask, 16) >> (signum - 1) & 1 for mask in masks.values()) if len(masks) == 2 else None
+            masks = {
+                name: int(mask, 16)
+                for name, mask in (
+                    line.split(":", 1) for line in status if line.startswith(("SigCgt:", "SigIgn:"))
+                )
+            }
     except (OSError, ValueError):
         return None
+    return masks if len(masks) == 2 else None
 
 
 def die_with_the_launcher() -> Callable[[], None] | None:
@@ -174,7 +191,9 @@ def die_with_the_launcher() -> Callable[[], None] | None:
     return preexec
 
 
-def end_job(group: int, grace_seconds: float, spared: Collection[int] = ()) -> None:
+def end_job(
+    group: int, grace_seconds: float, spared: Collection[int] = (), notices: Notices | None = None
+) -> None:
     """SIGTERM what the job left once its main process has exited; SIGKILL what is left after a while.
 
     What it left: its process group, and on Linux every process under it in a group or session of its own
@@ -182,6 +201,13 @@ def end_job(group: int, grace_seconds: float, spared: Collection[int] = ()) -> N
     their parent died). ``spared`` are children the launcher had before the job (a test's). SIGKILL after
     ``grace_seconds`` (at most :data:`GROUP_GRACE_SECONDS`): helpers the job left behind ran on past the
     attempt, perhaps still writing into its folders while they were uploaded.
+
+    After a notice (``notices``), processes left that have a handler for SIGTERM (read in ``/proc``) are
+    taken to be saving on it, as the command's process would: they get the rest of the grace period from
+    the notice. A shell that died of the notice at once left its Python job 5 s for a 7 s save, SIGKILLed
+    with nothing saved (exit 77) under a 60 s grace period, with --signal-group or without. Ones that ignore
+    SIGTERM or have no handler are not waited on longer: that would only take the final push's time. A
+    second Ctrl-C (``notices.kill_now``) still SIGKILLs at once. Without ``/proc``, as before.
     """
     left = _tree.left_behind(group, spared)
     _tree.signal_each(left, signal.SIGTERM)
@@ -192,7 +218,25 @@ def end_job(group: int, grace_seconds: float, spared: Collection[int] = ()) -> N
     except PermissionError:  # one it may not signal (another user's): left, not a launcher crash
         log.warning("processes the job left in its process group cannot be signalled: left running")
     deadline = time.monotonic() + min(grace_seconds, GROUP_GRACE_SECONDS)
-    while _still_running(group, spared) and time.monotonic() < deadline:
+    notice_at = notices.notice_at if notices is not None else None
+    saving_until = deadline if notice_at is None else max(deadline, notice_at + grace_seconds)
+    savers: set[int] = set()  # seen with a handler: waited on until they exit (Python resets it on exit)
+    while _still_running(group, spared) and not (notices is not None and notices.kill_now):
+        now = time.monotonic()
+        if now >= saving_until:
+            break
+        if now >= deadline:
+            left = _tree.left_behind(group, spared)
+            said_saving = bool(savers)
+            savers = (savers | {pid for pid in left if catches_signal(pid, signal.SIGTERM)}) & set(left)
+            if not savers:
+                break
+            if not said_saving:
+                log.warning(
+                    "processes the job left handle SIGTERM, saving on the notice: waiting for them up to "
+                    "%gs after it, the grace period",
+                    grace_seconds,
+                )
         time.sleep(0.02)
     if _still_running(group, spared):
         log.warning("processes the job left behind did not exit on SIGTERM: SIGKILL")

@@ -265,7 +265,7 @@ class Launcher(_AfterJob):
         finally:
             # Before the outputs are read and uploaded, and on the launcher's own failure: nothing of the job
             # (a torchrun rank in a session of its own either) outlives the attempt.
-            end_job(self.process.pid, self.grace_seconds, spared)
+            end_job(self.process.pid, self.grace_seconds, spared, self.notices)
         if watcher:
             # Bounded: a store that hangs on a push held the exit for good, the outputs never uploaded.
             self.push_hung = watcher.stop(self.env.store_stall_seconds)
