@@ -724,3 +724,10 @@ def test_a_grace_period_longer_than_the_spot_notice_is_warned_about_on_aws_backe
     assert "longer than the 120 s AWS leaves" in str(grace_warning("batch", 100000))
     assert grace_warning("sagemaker", 110) is None
     assert grace_warning("kubernetes", 600) is None  # its own terminationGracePeriodSeconds
+
+
+def test_the_task_logs_metrics_one_way_quoting_names_with_commas_equals_signs_or_blanks() -> None:
+    from costaware.operators.remote_command import format_metrics
+
+    said = format_metrics({"rmse": 0.5, "AP@IoU=0.50": 0.41, "prec@k=5,10": 0.7, "val loss": 1.25})
+    assert said == "'AP@IoU=0.50'=0.41, 'prec@k=5,10'=0.7, rmse=0.5, 'val loss'=1.25"

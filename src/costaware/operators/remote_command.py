@@ -220,5 +220,14 @@ def _store_outputs(store: Any, state: Mapping[str, Any], result: Any, usd: str, 
 
 
 def format_metrics(metrics: Mapping[str, float]) -> str:
-    """``name=value`` pairs for the task log, in name order."""
-    return ", ".join(f"{name}={value:g}" for name, value in sorted(metrics.items()))
+    """``name=value`` pairs for the task log, in name order.
+
+    A name holding ``,``, ``=`` or a blank is quoted (COCO's ``'AP@IoU=0.50'=0.41``), so the line reads one
+    way; such names are legal (the ledger and the model's metadata keep metrics as JSON).
+    """
+    return ", ".join(f"{_metric_name(name)}={value:g}" for name, value in sorted(metrics.items()))
+
+
+def _metric_name(name: str) -> str:
+    plain = name.isprintable() and not any(c in name for c in ",= '\"")
+    return name if plain else repr(name)
