@@ -72,3 +72,12 @@ def test_a_study_budget_is_one_with_a_study_tag() -> None:
         listing_command([STUDIES[0], CHURN])
         == "`costaware budget list` and `costaware budget list --studies` list"
     )
+
+
+def test_past_the_limit_the_budgets_closest_to_a_mistyped_value_come_first() -> None:
+    # Among eight project= budgets, the refusal of 'project=zurch' (delete, alerts set) named the first five
+    # in ledger order and left out 'project=zurich', the one the typo meant.
+    names = ["alpha", "beta", "gamma", "delta", "epsilon", "churn", "zeta", "zurich"]
+    said = budgets_said([budget(f"project={n}/month") for n in names], Scope.parse("project=zurch"))
+    assert said.startswith("'project=zurich/month', ")
+    assert said.endswith(" and 3 more (`costaware budget list` lists them)")

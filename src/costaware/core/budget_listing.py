@@ -8,6 +8,7 @@ budgeted_tuning example), every run leaves one. Named one by one, they grew with
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Iterable
 
 from costaware.core.budgets import Budget, Scope
@@ -63,8 +64,15 @@ def budgets_said(
     folded = len(budgets) - len(named)
     asked = set(wanted.tags) if wanted is not None else set()
     names = {key for key, _ in asked}
-    # Stable: the order given within each group (same tag, then same tag name: a mistyped study's value).
-    named.sort(key=lambda b: (not set(b.scope.tags) & asked, not {key for key, _ in b.scope.tags} & names))
+    # Same tag first, then same tag name (a mistyped value), the values closest to those asked first (among
+    # many project= budgets, the one a typo meant); stable: the order given where equally close.
+    named.sort(
+        key=lambda b: (
+            not set(b.scope.tags) & asked,
+            not {key for key, _ in b.scope.tags} & names,
+            -_closeness(dict(wanted.tags) if wanted is not None else {}, dict(b.scope.tags)),
+        )
+    )
     said = ", ".join(f"'{b.label}'" for b in named[:limit])
     rest = named[limit:]
     if rest:
@@ -73,3 +81,12 @@ def budgets_said(
         return said or "none"
     studies = f"{study_budgets_counted(folded)} (`{LIST_STUDY_BUDGETS}` lists them)"
     return f"{said}; and {studies}" if said else f"none but {studies}"
+
+
+def _closeness(asked: dict[str, str], theirs: dict[str, str]) -> float:
+    """How alike the values of the tag names both scopes have are (0 to 1; 0 where they share none)."""
+    shared = sorted(set(asked) & set(theirs))
+    if not shared:
+        return 0.0
+    ours, their = ",".join(asked[k] for k in shared), ",".join(theirs[k] for k in shared)
+    return difflib.SequenceMatcher(None, ours, their).ratio()
