@@ -230,6 +230,42 @@ def test_a_retry_marks_the_job_it_follows_with_the_run_its_look_up_found(
     assert f", run {token}: " in entry["note"]
 
 
+def test_a_retry_whose_followed_job_goes_before_its_submit_marks_the_new_run(
+    tmp_path: Path, ledger: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The followed job's folder went (a clean-up, a stop) between the retry's look-up and its submit, which
+    # started a new run under the name: marked with the look-up's token, the new run's end bill read the old
+    # run's bill as its own ("billed already") and the new run went unbilled.
+    import json
+    import shutil
+
+    from structlog.testing import capture_logs
+
+    (tmp_path / "capacity-us-east-1a").write_text("1")
+    first = operator(tmp_path, seconds=1.0, availability_zones=["us-east-1a"])
+    with pytest.raises(TaskDeferred):
+        first.execute(context_for())
+    assert first._live is not None and first._live.current is not None
+    old_token = first._live.current.run_token
+    submit = LocalBackend.submit
+
+    def submit_after_a_clean_up(backend: LocalBackend, request: Any) -> str:
+        shutil.rmtree(backend._dir(request.job_name), ignore_errors=True)
+        return submit(backend, request)
+
+    monkeypatch.setattr(LocalBackend, "submit", submit_after_a_clean_up)
+    retry = operator(tmp_path, seconds=1.0, availability_zones=["us-east-1a"])
+    with pytest.raises(TaskDeferred), capture_logs() as said:  # self.log is structlog's: not in caplog
+        retry.execute(context_for(try_number=2))
+    assert retry._live is not None and retry._live.current is not None
+    current = retry._live.current
+    folder = LocalBackend._dir(retry._backend(retry._live.plan), current.job_id)
+    new_token = json.loads((folder / "request.json").read_text())["run_token"]
+    assert new_token != old_token and current.run_token == new_token
+    warned = [e for e in said if "another run than the one this try followed" in str(e.get("event"))]
+    assert len(warned) == 1 and old_token in str(warned[0]) and new_token in str(warned[0])
+
+
 def test_a_moves_egress_is_billed_once_its_attempt_has_run_in_another_region(ledger: Any) -> None:
     # An attempt in a zone of another region reads its data and checkpoint across once it runs: one stopped
     # while it waited for capacity moved nothing, a retry billing the job again adds no second entry, and

@@ -140,9 +140,19 @@ class RemoteAttemptSteps(RemoteAttemptHolds):
         submitted_at = utcnow()
         self._submitting = (state, request.job_name, market, zone, submitted_at.isoformat(), moved)
         job_id = backend.submit(request)
-        # A followed job's run is the one its look-up found (a second read that failed left its bills
-        # unmarked); read only for a new submit, or where the look-up gave none.
-        run_token = followed_token or self._run_token(backend, request.job_name)
+        # The run the name holds after the submit: the followed job's, or a new one where it went between
+        # its look-up and the submit (marked with the look-up's token, the new run's bills read as the old
+        # run's and it went unbilled). The look-up's token only where this read fails (its bills unmarked).
+        run_token = self._run_token(backend, request.job_name) or followed_token
+        if followed_token and run_token != followed_token:
+            self.log.warning(
+                "job %s is another run than the one this try followed (run %s, now run %s): the job it "
+                "followed went before the submit, which started a new one; its bills carry the new run's "
+                "mark",
+                request.job_name,
+                followed_token,
+                run_token,
+            )
         submitted = state.submitted(
             job_id=job_id,
             market=market,
