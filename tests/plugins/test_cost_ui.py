@@ -752,3 +752,69 @@ def test_a_query_parameter_given_twice_is_compared_as_the_route_reads_it(
     assert response.status_code == 200, response.text
     answer = client.get(f"{path}?{query.split('&')[0]}")
     assert response.json() == answer.json()  # read as the value given once
+
+
+@pytest.fixture
+def thirty_studies(filled: Ledger) -> Ledger:
+    """The team budget ``project=churn/month`` and 30 nightly tuning studies' own budgets, each spent in."""
+    for night in range(30):
+        study = f"budgeted_tuning-scheduled__2026-11-{night + 1:02d}"
+        filled.set_budget(f"project=churn,study={study}", "total", "0.05")
+        filled.record(entry("0.01", run_id=f"n{night}", tags={"project": "churn", "study": study}))
+    return filled
+
+
+def budgets_section(page: str) -> str:
+    return page[page.index("<h2>Budgets</h2>") : page.index("<h2>Spend by tag</h2>")]
+
+
+def test_study_budgets_are_counted_on_the_page_not_drawn_one_by_one(
+    thirty_studies: Ledger, client: TestClient
+) -> None:
+    # Each nightly study's own budget had its chart, its usage and burn-down queries and its forecast: the
+    # page grew (and slowed) with every run, burying the team's budget.
+    from sqlalchemy import event
+    from sqlalchemy.engine import Engine
+
+    statements: list[str] = []
+
+    def count(*args: object) -> None:
+        statements.append(str(args[2]))
+
+    event.listen(Engine, "before_cursor_execute", count)
+    try:
+        section = budgets_section(client.get("/").text)
+    finally:
+        event.remove(Engine, "before_cursor_execute", count)
+    # The studies' figures are not read: the page's statements do not grow with them (30 per query before).
+    assert len(statements) < 60, len(statements)
+    assert section.count("<svg") == 1 and "Budget project=churn/month (" in section
+    assert "study=budgeted_tuning" not in section
+    assert "And 30 study budgets (a tuning study's own cap each):" in section
+    assert "<code>costaware budget list --studies</code>" in section
+
+
+def test_a_page_filtered_to_a_study_draws_that_study_s_budget(
+    thirty_studies: Ledger, client: TestClient
+) -> None:
+    study = "project=churn,study=budgeted_tuning-scheduled__2026-11-07"
+    section = budgets_section(client.get("/", params={"scope": study}).text)
+    # Its own budget, and the team's that counts its spend too; not the 29 other studies'.
+    assert section.count("<svg") == 2 and f"Budget {study}/total (total): $0.04 left" in section
+    assert "Budget project=churn/month (" in section
+    assert "study budget" not in section and "No budget applies" not in section
+
+
+def test_only_study_budgets_apply_says_so_not_that_none_does(
+    thirty_studies: Ledger, client: TestClient
+) -> None:
+    thirty_studies.delete_budget("project=churn", "month")
+    section = budgets_section(client.get("/").text)
+    assert "<svg" not in section and "No budget applies" not in section
+    assert "30 study budgets" in section
+
+
+def test_the_json_api_still_lists_every_budget(thirty_studies: Ledger, client: TestClient) -> None:
+    # Stable, as ``costaware budget list --format json`` is: a client reading study budgets finds them.
+    names = [b["name"] for b in client.get("/api/budgets").json()["budgets"]]
+    assert len(names) == 31 and sum(name.startswith("project=churn/month") for name in names) == 1

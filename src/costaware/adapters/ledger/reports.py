@@ -5,6 +5,7 @@ Every filter is a bound parameter of a SQLAlchemy expression; no SQL is built fr
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import date, datetime, timezone
 from decimal import Decimal
@@ -16,7 +17,7 @@ from sqlalchemy.sql.elements import ColumnElement
 from costaware.adapters.ledger import budgets, schema
 from costaware.adapters.ledger.engine import LedgerDatabase
 from costaware.adapters.ledger.queries import entry_conditions, group_column
-from costaware.core.budgets import Period, Scope, parse_timezone, period_window
+from costaware.core.budgets import Budget, Period, Scope, parse_timezone, period_window
 from costaware.core.ledger import UNPRICED, BudgetUsage, ReportRow, total_kg_co2e, utcnow
 from costaware.core.money import from_micros
 
@@ -338,11 +339,15 @@ class BurnDown:
     cumulative: list[tuple[date, Decimal]]
 
 
-def burn_down(ledger: LedgerDatabase) -> list[BurnDown]:
-    """Every day-, month- and total-period budget with its spend accumulated day by day this period."""
+def burn_down(ledger: LedgerDatabase, only: Iterable[Budget] | None = None) -> list[BurnDown]:
+    """Every day-, month- and total-period budget with its spend accumulated day by day this period.
+
+    ``only``: just these budgets (the Cost page reads no figures of the study budgets it folds); None: every
+    budget.
+    """
     out = []
     now = utcnow()
-    for budget in budgets.list_budgets(ledger):
+    for budget in budgets.list_budgets(ledger) if only is None else only:
         if budget.period is Period.RUN:
             continue  # per-run caps have no single period to draw
         window = period_window(budget.period, now, budget.timezone)

@@ -19,7 +19,8 @@ from sqlalchemy import and_, select, true
 from costaware.adapters.ledger import schema
 from costaware.adapters.ledger.queries import scope_conditions
 from costaware.adapters.ledger.reports import BurnDown, Filters, burn_down
-from costaware.core.budgets import Scope
+from costaware.core.budget_listing import is_study_budget, names_a_study
+from costaware.core.budgets import Budget, Period, Scope
 from costaware.core.errors import did_you_mean
 
 if TYPE_CHECKING:
@@ -168,22 +169,64 @@ def budget_views(
         dag_id: Only budgets this DAG has spent in.
         scope: Only budgets that count some of this scope's spend.
     """
-    from costaware.adapters.ledger.governance import budget_dags, budget_outlook, visible_budgets
-    from costaware.core.ledger import utcnow
+    return _views(ledger, schedule, _applying(ledger, readable, dag_id, scope))
+
+
+@dataclass(frozen=True, slots=True)
+class PageBudgets:
+    """The budgets the Cost page draws, and how many tuning studies' own budgets it counts instead."""
+
+    views: list[BudgetView]
+    folded_studies: int
+
+
+def page_budgets(
+    ledger: Ledger,
+    schedule: RunSchedule,
+    *,
+    readable: frozenset[str] | None,
+    dag_id: str | None = None,
+    scope: str = "*",
+) -> PageBudgets:
+    """The budgets of :func:`budget_views`, a tuning study's own ones counted rather than drawn.
+
+    A study named after its run leaves a budget every run: drawn one by one, each with its usage, burn-down
+    and forecast read, they grew the page (and its load time) with every nightly run. As in ``costaware
+    budget list``, they are counted, and none of their figures is read; a scope naming a study draws them
+    (it asks about them). Per-run budgets have no period to draw and are not counted either.
+    """
+    applying = [b for b in _applying(ledger, readable, dag_id, scope) if b.period is not Period.RUN]
+    fold = not names_a_study(Scope.parse(scope))
+    drawn = [b for b in applying if not (fold and is_study_budget(b))]
+    return PageBudgets(_views(ledger, schedule, drawn), folded_studies=len(applying) - len(drawn))
+
+
+def _applying(
+    ledger: Ledger, readable: frozenset[str] | None, dag_id: str | None, scope: str
+) -> list[Budget]:
+    """The budgets a user may see that apply to ``dag_id`` and ``scope`` (see :func:`budget_views`)."""
+    from costaware.adapters.ledger.governance import budget_dags, visible_budgets
 
     wanted = Scope.parse(scope).as_dict()
-    now = utcnow()
-    visible = {
-        b.label: b
+    return [
+        b
         for b in visible_budgets(ledger, readable)
         if all(wanted.get(key, value) == value for key, value in b.scope.tags)
         and (dag_id is None or dag_id in budget_dags(ledger, b))
-    }
+    ]
+
+
+def _views(ledger: Ledger, schedule: RunSchedule, budgets: list[Budget]) -> list[BudgetView]:
+    """Each of ``budgets`` but per-run ones in its current period, with its burn-down and forecast."""
+    from costaware.adapters.ledger.governance import budget_outlook
+    from costaware.core.ledger import utcnow
+
+    now = utcnow()
+    by_label = {b.label: b for b in budgets}
     return [
         # One instant for every budget: a DAG's runs in a window are counted once (see AirflowSchedule).
-        BudgetView(b, budget_outlook(ledger, visible[b.usage.label], schedule, at=now).forecast)
-        for b in burn_down(ledger)
-        if b.usage.label in visible
+        BudgetView(b, budget_outlook(ledger, by_label[b.usage.label], schedule, at=now).forecast)
+        for b in burn_down(ledger, budgets)
     ]
 
 

@@ -46,7 +46,7 @@ from costaware.plugins.ui.filters import DagId, GroupBy, ScopeQ
 if TYPE_CHECKING:
     from costaware.adapters.ledger.reports import Filters
     from costaware.adapters.ledger.store import Ledger
-    from costaware.adapters.ledger.views import BudgetView
+    from costaware.adapters.ledger.views import BudgetView, PageBudgets
     from costaware.core.budgets import Budget
 
 # A parameter or body key given twice with different values is refused: FastAPI would read the last alone.
@@ -139,6 +139,14 @@ def budgets_for(readable: frozenset[str] | None, dag_id: str | None, scope: str)
     from costaware.adapters.ledger.views import budget_views
 
     return budget_views(open_ledger(), AirflowSchedule(), readable=readable, dag_id=dag_id, scope=scope)
+
+
+def page_budgets_for(readable: frozenset[str] | None, dag_id: str | None, scope: str) -> PageBudgets:
+    """The budgets the page draws under the filters, tuning studies' own counted (see ``page_budgets``)."""
+    from costaware.adapters.airflow_schedule import AirflowSchedule
+    from costaware.adapters.ledger.views import page_budgets
+
+    return page_budgets(open_ledger(), AirflowSchedule(), readable=readable, dag_id=dag_id, scope=scope)
 
 
 @router.post(

@@ -61,7 +61,7 @@ def read_report(f: Filters, group_by: str) -> Report:
         top_groups,
     )
     from costaware.adapters.ledger.views import empty_filters_hint, gates_in, spend_by, untagged_grouping_hint
-    from costaware.plugins.ui.api import budgets_for
+    from costaware.plugins.ui.api import page_budgets_for
     from costaware.plugins.ui.efficiency import efficiency_data
     from costaware.plugins.ui.view import Report
 
@@ -69,6 +69,7 @@ def read_report(f: Filters, group_by: str) -> Report:
     by_group, rest = top_groups(spend_by(ledger, f, group_by))
     per_day, folded = fold_daily(daily_spend(ledger, f, group_by))
     totals = summary(ledger, f)
+    budgets = page_budgets_for(f.dag_ids, f.dag_id, f.scope)
     return Report(
         summary=totals,
         note=empty_filters_hint(ledger, f) if totals.entries == 0 else "",
@@ -83,7 +84,8 @@ def read_report(f: Filters, group_by: str) -> Report:
         by_project=spend_by(ledger, f, "tag:project"),
         by_run=spend_by(ledger, f, "run"),
         tries=costliest_tries(ledger, f, 10),
-        budgets=budgets_for(f.dag_ids, f.dag_id, f.scope),
+        budgets=budgets.views,
+        study_budgets=budgets.folded_studies,
         efficiency=efficiency_data(ledger, f),
         gates=gates_in(ledger, f),
     )

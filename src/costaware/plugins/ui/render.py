@@ -18,6 +18,7 @@ from typing import Any
 from jinja2 import Environment, PackageLoader, select_autoescape
 from markupsafe import Markup
 
+from costaware.core.budget_listing import LIST_STUDY_BUDGETS
 from costaware.core.money import format_usd_exact
 from costaware.plugins.ui import charts
 from costaware.plugins.ui.view import GATE_OUTCOMES, CostPage
@@ -54,6 +55,7 @@ def _environment() -> Environment:
         horizontal_bars=_svg(charts.horizontal_bars),
         burn_down_line=_svg(charts.burn_down_line),
         cost_vs_metric=_svg(charts.cost_vs_metric),
+        list_study_budgets=LIST_STUDY_BUDGETS,
     )
     return env
 

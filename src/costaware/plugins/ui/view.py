@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from costaware.core.budget_listing import study_budgets_counted
 from costaware.plugins.ui.filters import GROUP_BY_CHOICES, query_string
 
 if TYPE_CHECKING:
@@ -50,6 +51,12 @@ class Report:
     gates: list[GateRequest]
     note: str = ""  # with no entry in range: why the filters may be mistyped
     group_note: str = ""  # a tag grouping with every entry under "(none)": why the tag may be mistyped
+    study_budgets: int = 0  # tuning studies' own budgets counted, not drawn (see ``page_budgets``)
+
+    @property
+    def study_budgets_note(self) -> str:
+        """``12 study budgets`` as ``costaware budget list`` counts them; empty when none is folded."""
+        return study_budgets_counted(self.study_budgets) if self.study_budgets else ""
 
 
 @dataclass(frozen=True, slots=True)
