@@ -330,7 +330,7 @@ def test_a_second_import_merges_with_the_first(
     assert main(["carbon", "import", str(first), "--zone", "GB"]) == 0
     assert main(["carbon", "import", str(FIXTURES / "GB_2026-11.csv"), "--zone", "GB"]) == 0
     out = capsys.readouterr().out
-    assert "48 hour(s) added, 0 replaced, 4 kept from the earlier import" in out, out
+    assert "48 record(s) added, 0 replaced, 4 kept from the earlier import" in out, out
     # The next file overlaps the end of the earlier ones: its values win on the hours both hold.
     newer = tmp_path / "gb-newer.csv"
     newer.write_text(
@@ -338,7 +338,7 @@ def test_a_second_import_merges_with_the_first(
         "2026-11-21T23:00:00Z,10,99,false\n2026-11-22T00:00:00+00:00,11,98,false\n"
     )
     assert main(["carbon", "import", str(newer), "--zone", "GB"]) == 0
-    assert "1 hour(s) added, 1 replaced, 51 kept from the earlier import" in capsys.readouterr().out
+    assert "1 record(s) added, 1 replaced, 51 kept from the earlier import" in capsys.readouterr().out
     assert sorted(p.name for p in home.iterdir()) == [
         ".GB_imported.csv.lock",
         "GB_imported.csv",
@@ -393,7 +393,7 @@ def test_an_import_that_cannot_merge_keeps_the_earlier_one_whole(
         )
     )
     assert main(["carbon", "import", str(whole), "--zone", "GB"]) == 0
-    assert "0 hour(s) added, 48 replaced, 0 kept from the earlier import" in capsys.readouterr().out
+    assert "0 record(s) added, 48 replaced, 0 kept from the earlier import" in capsys.readouterr().out
     assert (home / "GB_imported.csv").read_text() == whole.read_text()
 
 
@@ -410,6 +410,37 @@ def test_half_hourly_records_are_counted_as_hours_and_an_empty_zone_is_refused(
     with pytest.raises(SystemExit, match="2"):
         main(["carbon", "show", "--zone", "", "--start", "2026-11-20T00:00:00Z"])
     assert "--zone: empty: give a value (grid zone" in capsys.readouterr().err
+
+
+def test_a_merge_counts_records_not_hours(
+    home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Counted by hour, appending 22:30 to a half-hourly import ending at 22:00 said "0 hour(s) added, 1
+    # replaced": its hour held the 22:00 record, which was kept, and nothing was replaced.
+    header = "timestamp_utc,g_co2eq_per_kwh_lca\n"
+    halves = tmp_path / "gb-halves.csv"
+    halves.write_text(
+        header + "2026-11-20T21:00:00Z,100\n2026-11-20T21:30:00Z,110\n2026-11-20T22:00:00Z,120\n"
+    )
+    assert main(["carbon", "import", str(halves), "--zone", "GB"]) == 0
+    latest = tmp_path / "gb-latest.csv"
+    latest.write_text(header + "2026-11-20T22:30:00Z,130\n")
+    assert main(["carbon", "import", str(latest), "--zone", "GB"]) == 0, capsys.readouterr().err
+    assert "1 record(s) added, 0 replaced, 3 kept from the earlier import" in capsys.readouterr().out
+    # Hourly over half-hourly: 23:00 replaced, and 23:30, inside its span with no record of its own, dropped.
+    hourly = tmp_path / "gb-hourly.csv"
+    hourly.write_text(header + "2026-11-20T22:00:00Z,500\n2026-11-20T23:00:00Z,501\n")
+    assert main(["carbon", "import", str(hourly), "--zone", "GB"]) == 0, capsys.readouterr().err
+    assert (
+        "1 record(s) added, 1 replaced, 1 dropped inside its span (2026-11-20 22:00 to 2026-11-21 00:00 "
+        "UTC), 2 kept from the earlier import" in capsys.readouterr().out
+    )
+    assert (home / "GB_imported.csv").read_text().splitlines()[1:] == [
+        "2026-11-20T21:00:00Z,100",
+        "2026-11-20T21:30:00Z,110",
+        "2026-11-20T22:00:00Z,500",
+        "2026-11-20T23:00:00Z,501",
+    ]
 
 
 def test_a_region_or_a_grids_everyday_name_is_steered_to_the_zone_id(
@@ -446,7 +477,7 @@ def test_a_merge_replaces_the_earlier_records_from_the_new_files_first_instant_n
     newer.write_text(header + "2026-11-01T23:30:00Z,500\n2026-11-02T00:00:00Z,501\n")
     assert main(["carbon", "import", str(half), "--zone", "GB"]) == 0
     assert main(["carbon", "import", str(newer), "--zone", "GB"]) == 0
-    assert "1 hour(s) added, 1 replaced, 1 kept from the earlier import" in capsys.readouterr().out
+    assert "1 record(s) added, 1 replaced, 3 kept from the earlier import" in capsys.readouterr().out
     eleven = datetime(2026, 11, 1, 23, tzinfo=timezone.utc)
     assert RecordedCarbon(home, bundled=False).covered_hours("GB", eleven, 1) == {eleven: Decimal("311.5")}
     (home / "GB_imported.csv").unlink()
@@ -454,7 +485,7 @@ def test_a_merge_replaces_the_earlier_records_from_the_new_files_first_instant_n
     hourly.write_text(header + "".join(f"2026-11-01T{h:02d}:00:00Z,{100 + h}\n" for h in range(24)))
     assert main(["carbon", "import", str(hourly), "--zone", "GB"]) == 0
     assert main(["carbon", "import", str(newer), "--zone", "GB"]) == 0, capsys.readouterr().err
-    assert "1 hour(s) added, 1 replaced, 23 kept from the earlier import" in capsys.readouterr().out
+    assert "2 record(s) added, 0 replaced, 24 kept from the earlier import" in capsys.readouterr().out
     merged = (home / "GB_imported.csv").read_text().splitlines()
     assert merged[-3:] == ["2026-11-01T23:00:00Z,123", "2026-11-01T23:30:00Z,500", "2026-11-02T00:00:00Z,501"]
 
@@ -512,7 +543,7 @@ def test_two_imports_of_one_zone_at_once_keep_both(
     for thread in threads:
         thread.join()
     assert codes == [0, 0]
-    assert "24 hour(s) added, 0 replaced, 24 kept from the earlier import" in capsys.readouterr().out
+    assert "24 record(s) added, 0 replaced, 24 kept from the earlier import" in capsys.readouterr().out
     start = datetime(2026, 11, 19, tzinfo=timezone.utc)
     assert len(RecordedCarbon(home, bundled=False).covered_hours("GB", start, 48)) == 48
 
@@ -548,7 +579,7 @@ def test_a_single_record_that_follows_the_earlier_import_takes_its_step(
     latest = tmp_path / "gb-latest.csv"
     latest.write_text(header + "2026-11-20T02:00:00Z,120\n")
     assert main(["carbon", "import", str(latest), "--zone", "GB"]) == 0, capsys.readouterr().err
-    assert "1 hour(s) added, 0 replaced, 2 kept from the earlier import" in capsys.readouterr().out
+    assert "1 record(s) added, 0 replaced, 2 kept from the earlier import" in capsys.readouterr().out
     assert (home / "GB_imported.csv").read_text().splitlines()[1:] == [
         "2026-11-20T00:00:00Z,100",
         "2026-11-20T01:00:00Z,110",
@@ -640,7 +671,7 @@ def test_an_import_keeps_the_earlier_files_mode_and_a_new_one_gets_the_umask_def
         assert main(["carbon", "import", str(latest), "--zone", "GB"]) == 0, capsys.readouterr().err
     finally:
         os.umask(mask)
-    assert "2 hour(s) added" in capsys.readouterr().out
+    assert "2 record(s) added" in capsys.readouterr().out
     assert stat.S_IMODE(target.stat().st_mode) == 0o640  # the mode its owner gave it, kept by the merge
 
 
@@ -667,7 +698,7 @@ def test_a_merge_by_another_user_keeps_the_earlier_files_owner_where_it_may(
     latest = tmp_path / "gb-latest.csv"
     latest.write_text(header + "2026-11-20T02:00:00Z,120\n2026-11-20T03:00:00Z,130\n")
     assert main(["carbon", "import", str(latest), "--zone", "GB"]) == 0, capsys.readouterr().err
-    assert "2 hour(s) added" in capsys.readouterr().out
+    assert "2 record(s) added" in capsys.readouterr().out
     merged = target.stat()
     assert (merged.st_uid, merged.st_gid, stat.S_IMODE(merged.st_mode)) == (*owner, 0o640)
 
@@ -705,7 +736,7 @@ def test_a_merge_where_the_earlier_owner_cannot_be_given_keeps_the_writers(
     latest.write_text(header + "2026-11-20T02:00:00Z,120\n2026-11-20T03:00:00Z,130\n")
     with caplog.at_level(logging.DEBUG, logger="costaware.adapters.carbon_source"):
         assert main(["carbon", "import", str(latest), "--zone", "GB"]) == 0, capsys.readouterr().err
-    assert "2 hour(s) added" in capsys.readouterr().out
+    assert "2 record(s) added" in capsys.readouterr().out
     owner = target.stat()
     assert tried == [(owner.st_uid, owner.st_gid), (-1, owner.st_gid)]  # the owner, then the group alone
     assert (owner.st_uid, owner.st_gid, stat.S_IMODE(owner.st_mode)) == (os.geteuid(), os.getegid(), 0o640)
@@ -742,7 +773,7 @@ def test_a_merge_by_root_in_a_user_namespace_where_the_owner_is_unmapped_succeed
     command = ["unshare", "-U", "-r", sys.executable, "-c", merge, "carbon", "import", str(latest)]
     done = subprocess.run([*command, "--zone", "GB"], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
-    assert "2 hour(s) added" in done.stdout
+    assert "2 record(s) added" in done.stdout
     assert target.read_text().count("\n") == 5  # the header and four hours
     assert (target.stat().st_uid, target.stat().st_gid) == (0, 0)  # the merging root's, as far as it could
 

@@ -15,6 +15,7 @@ import io
 import re
 import stat
 import sys
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -115,9 +116,7 @@ def import_file(args: argparse.Namespace) -> int:
                 raise _one_record_error(path.name, series, zone, folder)
             new_end = series.start + one_step
         # A second import of the zone replaced the first: imported month by month, earlier months were lost.
-        merged, added, replaced, kept = _merged_import(
-            target, earlier_text, text, path.name, series, new_end=new_end
-        )
+        merged, counts = _merged_import(target, earlier_text, text, path.name, series, new_end=new_end)
         # The mode and owner it had: the temporary file's 0600 kept other users of the group out, and a merge
         # by another user left the file theirs (their group's), which a 0640 import's group could not read.
         earlier_stat = target.stat()
@@ -127,8 +126,34 @@ def import_file(args: argparse.Namespace) -> int:
             mode=stat.S_IMODE(earlier_stat.st_mode),
             owner=(earlier_stat.st_uid, earlier_stat.st_gid),
         )
-    print(f"{imported}: {added} hour(s) added, {replaced} replaced, {kept} kept from the earlier import")
+    print(f"{imported}: {counts.summary(series.start, new_end)}")
     return 0
+
+
+@dataclass(frozen=True, slots=True)
+class _MergeCounts:
+    """What a merge did to the earlier import, record by record (by time: a repeated row counts once).
+
+    Counted by hour, appending 22:30 to a half-hourly import ending at 22:00 was "0 hour(s) added, 1
+    replaced": the 22:00 record, which was kept, shared the new record's hour.
+    """
+
+    added: int  # new records at a time the earlier import had none at
+    replaced: int  # new records at a time the earlier import had one at
+    dropped: int  # earlier records inside the new file's span at a time it has none at
+    kept: int  # earlier records outside that span
+
+    def summary(self, start: datetime, end: datetime) -> str:
+        # Only a file sparser than the earlier records over its span (hourly over half-hourly) drops any.
+        dropped = (
+            f", {self.dropped} dropped inside its span ({start:%Y-%m-%d %H:%M} to {end:%Y-%m-%d %H:%M} UTC)"
+            if self.dropped
+            else ""
+        )
+        return (
+            f"{self.added} record(s) added, {self.replaced} replaced{dropped}, {self.kept} kept from the "
+            "earlier import"
+        )
 
 
 def _write(target: Path, data: bytes, *, mode: int, owner: tuple[int, int] | None = None) -> None:
@@ -277,10 +302,6 @@ def _instant(timestamp: str) -> datetime:
     return parse_instant(timestamp, name="timestamp_utc")
 
 
-def _hour(instant: datetime) -> datetime:
-    return instant.replace(minute=0, second=0, microsecond=0)
-
-
 def _merged_import(
     target: Path,
     earlier_text: str,
@@ -289,17 +310,17 @@ def _merged_import(
     series: PriceSeries,
     *,
     new_end: datetime,
-) -> tuple[str, int, int, int]:
+) -> tuple[str, _MergeCounts]:
     """The earlier import at ``target`` (``earlier_text``, checked) merged with the checked ``text``.
 
     The new file replaces the earlier records from its first record up to its end (its last record plus its
     own step), record by record: merged hour by hour, a half-hourly file starting at :30 dropped the earlier
     :00 record of that hour, and an hourly import followed by a file starting 23:30 lost 23:00 to a gap.
-    Returns the merged CSV and the hours added, replaced (given a new value) and kept whole from the earlier
-    import. Raises, writing nothing, where the merged file would not be a valid import (a gap between the
-    two, or hours without a value of an intensity column only one of them has). ``new_end`` is the new
-    file's end: its recorded end, or where its records cannot tell it (one record where the bundled year
-    ends), that record plus the year's step.
+    Returns the merged CSV and what it did to the earlier import's records (:class:`_MergeCounts`).
+    Raises, writing nothing, where the merged file would not be a valid import (a gap between the two, or
+    hours without a value of an intensity column only one of them has). ``new_end`` is the new file's end:
+    its recorded end, or where its records cannot tell it (one record where the bundled year ends), that
+    record plus the year's step.
     """
     from costaware.adapters.carbon_data import INTENSITY_COLUMNS
     from costaware.core.errors import InvalidPriceDataError
@@ -311,8 +332,6 @@ def _merged_import(
     earlier_rows = [(_instant(row["timestamp_utc"]), row) for row in earlier]
     newer_rows = [(_instant(row["timestamp_utc"]), row) for row in newer]
     earlier_columns, newer_columns = list(earlier.fieldnames or []), list(newer.fieldnames or [])
-    new_hours = {_hour(at) for at, _ in newer_rows}
-    old_hours = {_hour(at) for at, _ in earlier_rows}
     kept_rows = [(at, row) for at, row in earlier_rows if not series.start <= at < new_end]
     intensity = set(INTENSITY_COLUMNS.values())
     differ = sorted((set(earlier_columns) ^ set(newer_columns)) & intensity)
@@ -341,4 +360,12 @@ def _merged_import(
             f"into {target.parent} as {target.name.partition('_')[0]}_<name>.csv (every such file is read), "
             f"{start_over}"
         ) from e
-    return merged, len(new_hours - old_hours), len(new_hours & old_hours), len(old_hours - new_hours)
+    new_times, old_times = {at for at, _ in newer_rows}, {at for at, _ in earlier_rows}
+    kept_times = {at for at, _ in kept_rows}
+    counts = _MergeCounts(
+        added=len(new_times - old_times),
+        replaced=len(new_times & old_times),
+        dropped=len(old_times - kept_times - new_times),
+        kept=len(kept_times),
+    )
+    return merged, counts
