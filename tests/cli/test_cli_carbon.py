@@ -294,6 +294,26 @@ def test_a_bad_file_writes_nothing(home: Path, tmp_path: Path, capsys: pytest.Ca
     assert not home.exists()
 
 
+def test_a_file_with_a_header_and_no_rows_is_told_as_a_file(
+    home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # It was "intensity series 'carbon GB_rows.csv (gCO2e/kWh, lca)' has no records; check the file and its
+    # filters": a CSV has no filters, and the series named was the file.
+    said = (
+        "GB_rows.csv: the file has a header but no rows; a carbon intensity CSV has a row per hour under its "
+        "header timestamp_utc,g_co2eq_per_kwh_lca"
+    )
+    empty = tmp_path / "GB_rows.csv"
+    for text in ("timestamp_utc,g_co2eq_per_kwh_lca\n", "timestamp_utc,g_co2eq_per_kwh_lca\n\n\n"):
+        empty.write_text(text)
+        assert main(["carbon", "import", str(empty), "--zone", "GB"]) == 2
+        err = capsys.readouterr().err
+        assert f"{said}; nothing was imported" in err and "filters" not in err, err
+        assert main(["carbon", "show", "--zone", "GB", "--source", str(empty), "--start", "2026-11-20"]) == 2
+        assert said in (err := capsys.readouterr().err) and "filters" not in err, err
+    assert not home.exists()
+
+
 def test_every_intensity_column_the_file_has_is_checked(
     home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -60,6 +60,12 @@ def carbon_from_text(text: str, *, source: str, basis: str = "lca") -> PriceSeri
     for row in reader:
         points.append((row["timestamp_utc"], row[column]))
         lines.append(reader.line_num)  # the file's line, as an editor shows it (the header is line 1)
+    if not points:
+        # The series' own message spoke of "its filters", which a file has none of.
+        raise InvalidPriceDataError(
+            f"{source}: the file has a header but no rows; a carbon intensity CSV has a row per hour under "
+            f"its header timestamp_utc,{column}"
+        )
     series = PriceSeries.from_points(
         points,
         name=f"carbon {source} (gCO2e/kWh, {basis})",
