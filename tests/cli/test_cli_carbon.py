@@ -1724,6 +1724,26 @@ def test_show_of_a_zone_whose_only_file_is_one_record_nothing_places_points_to_n
     assert "--start" not in err
 
 
+def test_why_a_lone_one_record_file_is_left_out_is_said_once(
+    home: Path, capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
+) -> None:
+    # Said twice: in the warning that it is left out, then again in full inside the error that followed it.
+    home.mkdir(parents=True)
+    (home / "PL_lone.csv").write_text("timestamp_utc,g_co2eq_per_kwh_lca\n2026-11-20T22:30:00Z,150\n")
+    argv = ["carbon", "show", "--zone", "PL", "--start", "2026-11-20T22:00Z", "--hours", "2"]
+    warned = caplog.at_level("WARNING", logger="costaware.adapters.carbon_source")
+    with warned, time_machine.travel("2026-11-30T00:00:00Z", tick=False):
+        assert main(argv) == 2
+    error = capsys.readouterr().err
+    why = "one record cannot tell an hour from half an hour"
+    assert caplog.text.count(why) == 1 and why not in error, error
+    assert "PL_lone.csv holds one record (2026-11-20 22:30 UTC) and no other PL file ends" in caplog.text
+    assert error.rstrip().endswith(
+        "no PL file is read; import a file that covers it. PL_lone.csv holds one record (2026-11-20 22:30 "
+        "UTC) and is not read: see the warning above"
+    ), error
+
+
 def test_a_source_not_covering_a_zone_without_a_typical_year_says_how_its_hour_is_shown(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

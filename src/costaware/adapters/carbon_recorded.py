@@ -40,8 +40,11 @@ _warned_left_out: set[tuple[Path, int]] = set()
 _warned_lock = threading.Lock()
 
 
-def _warn_left_out_once(file: Path, why: str) -> None:
-    """Log ``why`` the one-record ``file`` is left out, once per process for each version of the file."""
+def _warn_left_out_once(file: Path, why: str) -> bool:
+    """Log ``why`` the one-record ``file`` is left out, once per process for each version of the file.
+
+    Returns whether it was logged now.
+    """
     try:
         key: tuple[Path, int] | None = (file.resolve(), file.stat().st_mtime_ns)
     except OSError:  # gone since it was read: say it, there is no version to remember
@@ -49,9 +52,10 @@ def _warn_left_out_once(file: Path, why: str) -> None:
     if key is not None:
         with _warned_lock:
             if key in _warned_left_out:
-                return
+                return False
             _warned_left_out.add(key)
     log.warning("costaware: %s", why)
+    return True
 
 
 def carbon_folder() -> Path:
@@ -122,7 +126,8 @@ class RecordedCarbon:
         self.basis = basis
         self._loaded: dict[Path, PriceSeries] = {}
         self._of_zone: dict[str, list[PriceSeries]] = {}
-        #: Per zone, the one-record files :meth:`zone_files` left out: their record's time and why.
+        #: Per zone, the one-record files :meth:`zone_files` left out: their record's time and what an error
+        #: says of them (why, or where this source just warned why, that it did).
         self._left_out: dict[str, list[tuple[datetime, str]]] = {}
 
     @property
@@ -220,8 +225,12 @@ class RecordedCarbon:
                     "from half an hour, so where it ends is unknown; not read: add the record after it (the "
                     "next hour or half hour) to the file, or put it beside the file it follows"
                 )
-                _warn_left_out_once(file, why)
-                left_out.append((one.start, why))
+                # Warned of by this read, an error it raises names the file and points to the warning, where
+                # it said the reason again in full; warned of before (another read, another log), it says all.
+                pointer = f"{file.name} holds one record ({one.start:%Y-%m-%d %H:%M} UTC) and is not read: "
+                left_out.append(
+                    (one.start, pointer + "see the warning above" if _warn_left_out_once(file, why) else why)
+                )
                 del loaded[file]
                 continue
             loaded[file] = _OneRecord(one, step)
