@@ -214,6 +214,7 @@ def test_a_malformed_result_names_the_job_the_field_and_what_to_do(data: Any, me
     assert message in text
     assert "result 's3://r.json' of training job 'train-0123456789-a2'" in text
     assert "run the command under costaware-run" in text
+    assert text.endswith("; nothing was registered")  # as a missing result or one that is not JSON says
 
 
 def test_the_provider_and_the_runtime_agree_on_the_contract() -> None:

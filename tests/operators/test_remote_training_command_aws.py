@@ -114,6 +114,7 @@ def test_a_malformed_result_fails_naming_it_and_registers_nothing(
     with pytest.raises(AirflowFailException, match=message) as failed:
         resume(op, deferred.value, context)
     assert f"result 's3://{bucket}/{key}' of training job" in str(failed.value)
+    assert "nothing was registered" in str(failed.value)
     assert models(bucket, moto_endpoint).version_ids() == []
 
 

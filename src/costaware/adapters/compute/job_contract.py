@@ -402,14 +402,15 @@ def parse_result(data: Any, *, job: str, where: str, attempt: int, output_uri: s
 
     Raises:
         ConfigurationError: a field is missing or holds what the launcher never writes; the message names
-            the job, the result's location, the field and its value.
+            the job, the result's location, the field and its value, and that nothing was registered (the
+            operator checks before it stores anything).
     """
 
     def bad(what: str) -> ConfigurationError:
         return ConfigurationError(
             f"result {where!r} of training job {job!r} {what}: it is written by costaware-run on exit 0, "
             "so run the command under costaware-run (the same costaware-runtime version as the provider's "
-            "docs) and do not write that file yourself"
+            "docs) and do not write that file yourself; nothing was registered"
         )
 
     if not isinstance(data, Mapping):
