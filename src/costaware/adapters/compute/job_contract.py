@@ -19,15 +19,15 @@ The built-in trainers run on the same contract: ``costaware-run --no-outputs [--
 costaware.training.entrypoint --spec URI`` with the same variables but the output and result ones (the
 training stores its model version itself and writes its summary to the spec's ``result_uri``).
 
-It lives with the compute backends, which set it up for a job; the training side reads the same names.
+It lives with the compute backends, which set it up for a job; the training side reads the same names. The
+check of the launcher's result (``COSTAWARE_RESULT_URI``) is in ``job_result``, re-exported here.
 """
 
 from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 from typing import Any
 
 # One spelling of the contract: the runtime's (a dependency of the provider, standard library only).
@@ -53,6 +53,8 @@ from costaware_runtime.contract import (
     S3_ENDPOINT_URL,
 )
 
+# The result file's check has its own module; callers and tests keep importing it from here.
+from costaware.adapters.compute.job_result import JobResult, parse_result
 from costaware.core.errors import ConfigurationError
 
 __all__ = [
@@ -367,86 +369,4 @@ def _not_found_hint(reason: str) -> str:
         f"a program was not found (exit 127): {LAUNCHER} itself (install costaware-runtime in the image) or "
         f"the command's first element (fix it, or the image's PATH); the job's last log lines say which: "
         f"{LAUNCHER}'s own begin with '{LAUNCHER}:', and there are none where it is missing"
-    )
-
-
-@dataclass(frozen=True, slots=True)
-class JobResult:
-    """What the launcher reported for a successful attempt, checked.
-
-    Attributes:
-        metrics: The job's metrics by name (finite numbers).
-        output_uri: Where the outputs were uploaded.
-        files: How many files.
-        bytes: How many bytes in all.
-        attempt: The attempt that wrote it.
-        checkpoint_step: The newest committed checkpoint step (None: the job never committed one).
-    """
-
-    metrics: Mapping[str, float | int]
-    output_uri: str
-    files: int
-    bytes: int
-    attempt: int
-    checkpoint_step: int | None
-    #: What the launcher warned of (a job that never checkpointed): the task log says it too.
-    warnings: tuple[str, ...] = ()
-
-
-def _same_location(a: str, b: str) -> bool:
-    return a.rstrip("/") == b.rstrip("/")
-
-
-def parse_result(data: Any, *, job: str, where: str, attempt: int, output_uri: str) -> JobResult:
-    """Check the result the launcher wrote for ``job``'s attempt ``attempt`` (pure).
-
-    Raises:
-        ConfigurationError: a field is missing or holds what the launcher never writes; the message names
-            the job, the result's location, the field and its value, and that nothing was registered (the
-            operator checks before it stores anything).
-    """
-
-    def bad(what: str) -> ConfigurationError:
-        return ConfigurationError(
-            f"result {where!r} of training job {job!r} {what}: it is written by costaware-run on exit 0, "
-            "so run the command under costaware-run (the same costaware-runtime version as the provider's "
-            "docs) and do not write that file yourself; nothing was registered"
-        )
-
-    if not isinstance(data, Mapping):
-        raise bad(f"holds a {type(data).__name__}, not a JSON object")
-    metrics = data.get("metrics")
-    if not isinstance(metrics, Mapping) or not metrics:
-        raise bad(f"has no metrics (got {metrics!r})")
-    for name, value in metrics.items():
-        number = isinstance(value, int | float) and not isinstance(value, bool)
-        if not isinstance(name, str) or not name.strip() or not number or not math.isfinite(value):
-            raise bad(f"has metric {name!r} = {value!r}, not a named finite number")
-    uri = data.get("output_uri")
-    if not isinstance(uri, str) or not _same_location(uri, output_uri):
-        raise bad(f"names output_uri {uri!r}, not this attempt's {output_uri!r}")
-    counts: dict[str, int] = {}
-    for key in ("files", "bytes", "attempt"):
-        value = data.get(key)
-        if type(value) is not int or value < 0:
-            raise bad(f"has {key} = {value!r}, not a whole number")
-        counts[key] = value
-    if counts["files"] == 0:
-        raise bad("lists no output files")
-    if counts["attempt"] != attempt:
-        raise bad(f"was written by attempt {counts['attempt']}, not by attempt {attempt}")
-    step = data.get("checkpoint_step")
-    if step is not None and (type(step) is not int or step < 0):
-        raise bad(f"has checkpoint_step = {step!r}, not a step number or null")
-    warnings = data.get("warnings") or []  # absent from an older launcher's result
-    if not isinstance(warnings, list) or not all(isinstance(w, str) for w in warnings):
-        raise bad(f"has warnings = {warnings!r}, not a list of texts")
-    return JobResult(
-        metrics=dict(metrics),
-        output_uri=uri,
-        files=counts["files"],
-        bytes=counts["bytes"],
-        attempt=counts["attempt"],
-        checkpoint_step=step,
-        warnings=tuple(warnings),
     )
