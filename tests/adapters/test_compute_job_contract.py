@@ -195,6 +195,9 @@ def test_a_good_result_is_parsed() -> None:
         (result(metrics={"rmse": "3.2"}), "has metric 'rmse' = '3.2', not a named finite number"),
         (result(metrics={"rmse": math.nan}), "has metric 'rmse' = nan"),
         (result(metrics={"ok": True}), "has metric 'ok' = True"),
+        # JSON holds ints past a float's range: refused by name, not an OverflowError's traceback
+        (result(metrics={"rmse": 10**400}), "has metric 'rmse' = an int of 401 digits, not a named finite"),
+        (result(metrics={"rmse": -(10**400)}), "has metric 'rmse' = an int of 401 digits"),
         (
             result(output_uri="s3://elsewhere/out"),
             "names output_uri 's3://elsewhere/out', not this attempt's",

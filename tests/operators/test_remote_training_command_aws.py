@@ -94,6 +94,8 @@ def test_a_job_that_left_no_result_fails_naming_it_and_registers_nothing(
     ("result", "message"),
     [
         ({"metrics": {}}, "has no metrics"),
+        # an OverflowError before: not a config error, so a retry read the same file again
+        ({"metrics": {"rmse": 10**400}}, "has metric 'rmse' = an int of 401 digits"),
         ("not json", "is not JSON"),
         (
             {"metrics": {"rmse": 3.0}, "output_uri": "s3://x/y", "files": 1, "bytes": 1, "attempt": 1},

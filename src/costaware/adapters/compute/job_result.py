@@ -44,6 +44,20 @@ def _same_location(a: str, b: str) -> bool:
     return a.rstrip("/") == b.rstrip("/")
 
 
+def _finite(value: float | int) -> bool:
+    try:
+        return math.isfinite(value)
+    except OverflowError:  # an int past a float's range (JSON holds 10**400): refused, not a traceback
+        return False
+
+
+def _shown(value: Any) -> str:
+    """``value`` for a message; an int of hundreds of digits by its size (as costaware-run shows it)."""
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 10**30:
+        return f"an int of {len(str(abs(value)))} digits"
+    return repr(value)
+
+
 def parse_result(data: Any, *, job: str, where: str, attempt: int, output_uri: str) -> JobResult:
     """Check the result the launcher wrote for ``job``'s attempt ``attempt`` (pure).
 
@@ -67,8 +81,8 @@ def parse_result(data: Any, *, job: str, where: str, attempt: int, output_uri: s
         raise bad(f"has no metrics (got {metrics!r})")
     for name, value in metrics.items():
         number = isinstance(value, int | float) and not isinstance(value, bool)
-        if not isinstance(name, str) or not name.strip() or not number or not math.isfinite(value):
-            raise bad(f"has metric {name!r} = {value!r}, not a named finite number")
+        if not isinstance(name, str) or not name.strip() or not number or not _finite(value):
+            raise bad(f"has metric {name!r} = {_shown(value)}, not a named finite number")
     uri = data.get("output_uri")
     if not isinstance(uri, str) or not _same_location(uri, output_uri):
         raise bad(f"names output_uri {uri!r}, not this attempt's {output_uri!r}")
