@@ -527,10 +527,11 @@ def test_a_one_record_file_that_follows_no_file_is_not_read_and_named_where_aske
     warned = caplog.at_level("WARNING", logger="costaware.adapters.carbon_source")
     with warned, pytest.raises(PriceNotFoundError) as caught:
         source.intensity("PL", T0 + timedelta(hours=3), T0 + timedelta(hours=4))
-    # Warned of by this read, the error points to the warning: it said the reason a second time, in full.
+    # Warned of by this read, the error says it short (it said the reason a second time, in full), and never
+    # 'see the warning above': the ledger keeps the error's text where no warning is.
     assert str(caught.value).endswith(
         "import a file that covers it. PL_latest.csv holds one record (2026-11-20 03:00 UTC) and is not "
-        "read: see the warning above"
+        "read: where it ends is unknown; add the record after it to the file"
     )
     assert f"costaware: {why}" in caplog.text
     # Warned of by an earlier read (once per process: maybe in another task's log), the error says it all.

@@ -452,8 +452,8 @@ def test_a_merge_counts_records_not_hours(
     hourly.write_text(header + "2026-11-20T22:00:00Z,500\n2026-11-20T23:00:00Z,501\n")
     assert main(["carbon", "import", str(hourly), "--zone", "GB"]) == 0, capsys.readouterr().err
     assert (
-        "1 record(s) added, 1 replaced, 1 dropped inside its span (2026-11-20 22:00 to 2026-11-21 00:00 "
-        "UTC), 2 kept from the earlier import" in capsys.readouterr().out
+        "1 record(s) added, 1 replaced, 1 dropped inside the span it replaced (2026-11-20 22:00 to "
+        "2026-11-21 00:00 UTC), 2 kept from the earlier import" in capsys.readouterr().out
     )
     assert (home / "GB_imported.csv").read_text().splitlines()[1:] == [
         "2026-11-20T21:00:00Z,100",
@@ -1740,7 +1740,7 @@ def test_why_a_lone_one_record_file_is_left_out_is_said_once(
     assert "PL_lone.csv holds one record (2026-11-20 22:30 UTC) and no other PL file ends" in caplog.text
     assert error.rstrip().endswith(
         "no PL file is read; import a file that covers it. PL_lone.csv holds one record (2026-11-20 22:30 "
-        "UTC) and is not read: see the warning above"
+        "UTC) and is not read: where it ends is unknown; add the record after it to the file"
     ), error
 
 

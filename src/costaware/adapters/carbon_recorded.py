@@ -225,12 +225,14 @@ class RecordedCarbon:
                     "from half an hour, so where it ends is unknown; not read: add the record after it (the "
                     "next hour or half hour) to the file, or put it beside the file it follows"
                 )
-                # Warned of by this read, an error it raises names the file and points to the warning, where
-                # it said the reason again in full; warned of before (another read, another log), it says all.
-                pointer = f"{file.name} holds one record ({one.start:%Y-%m-%d %H:%M} UTC) and is not read: "
-                left_out.append(
-                    (one.start, pointer + "see the warning above" if _warn_left_out_once(file, why) else why)
+                # Warned of by this read, an error it raises says it short, where it said the reason again in
+                # full; never "see the warning above": the error's text is kept where no warning is (the
+                # ledger's carbon_method). Warned of before (another read, another log), it says all.
+                short = (
+                    f"{file.name} holds one record ({one.start:%Y-%m-%d %H:%M} UTC) and is not read: "
+                    "where it ends is unknown; add the record after it to the file"
                 )
+                left_out.append((one.start, short if _warn_left_out_once(file, why) else why))
                 del loaded[file]
                 continue
             loaded[file] = _OneRecord(one, step)

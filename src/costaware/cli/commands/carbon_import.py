@@ -146,7 +146,8 @@ class _MergeCounts:
     def summary(self, start: datetime, end: datetime) -> str:
         # Only a file sparser than the earlier records over its span (hourly over half-hourly) drops any.
         dropped = (
-            f", {self.dropped} dropped inside its span ({start:%Y-%m-%d %H:%M} to {end:%Y-%m-%d %H:%M} UTC)"
+            f", {self.dropped} dropped inside the span it replaced ({start:%Y-%m-%d %H:%M} to "
+            f"{end:%Y-%m-%d %H:%M} UTC)"
             if self.dropped
             else ""
         )
