@@ -554,6 +554,32 @@ cr.exit_preempted()
 
 
 @pytest.mark.skipif(sys.platform != "linux", reason="reads /proc")
+def test_a_job_that_exits_on_the_notice_is_not_held_by_a_worker_that_inherited_its_handler(
+    make_job: MakeJob,
+) -> None:
+    # A worker forked after the handler went in (a fork-based pool) inherits the runtime's flag-only handler
+    # and never exits on SIGTERM; the job itself saved and exited 75. Taken to be saving, the worker held
+    # the launcher (and the final push) until the grace period's end.
+    job = make_job("""
+import os
+cr.preemption_requested()
+if os.fork() == 0:
+    while True:
+        time.sleep(0.05)
+cr.save_bytes(b"state", step=1)
+READY.touch()
+while not cr.preemption_requested():
+    time.sleep(0.01)
+cr.exit_preempted()
+""")
+    started = time.monotonic()
+    code, stderr = job.preempt(job.start("--grace-seconds", "30"))
+    assert code == 75, stderr
+    assert "saving on the notice" not in stderr
+    assert time.monotonic() - started < 20, stderr
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="reads /proc")
 def test_a_shell_and_the_python_job_under_it_both_without_a_handler_are_both_said(make_job: MakeJob) -> None:
     job = make_job("""
 READY.touch()

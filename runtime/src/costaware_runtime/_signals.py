@@ -202,11 +202,12 @@ def end_job(
     ``grace_seconds`` (at most :data:`GROUP_GRACE_SECONDS`): helpers the job left behind ran on past the
     attempt, perhaps still writing into its folders while they were uploaded.
 
-    After a notice (``notices``), processes left that have a handler for SIGTERM (read in ``/proc``) are
-    taken to be saving on it, as the command's process would: they get the rest of the grace period from
-    the notice. A shell that died of the notice at once left its Python job 5 s for a 7 s save, SIGKILLed
-    with nothing saved (exit 77) under a 60 s grace period, with --signal-group or without. Ones that ignore
-    SIGTERM or have no handler are not waited on longer: that would only take the final push's time. A
+    After a notice (``notices``) that ended the command's process, processes left that have a handler for
+    SIGTERM (read in ``/proc``) are taken to be saving on it, as the command's process would: they get the
+    rest of the grace period from the notice. A shell that died of the notice at once left its Python job
+    5 s for a 7 s save, SIGKILLed with nothing saved (exit 77) under a 60 s grace period, with
+    --signal-group or without. Ones that ignore SIGTERM or have no handler are not waited on longer: that
+    would only take the final push's time; nor is anything left by a command that exited on its own. A
     second Ctrl-C (``notices.kill_now``) still SIGKILLs at once. Without ``/proc``, as before.
     """
     left = _tree.left_behind(group, spared)
@@ -218,7 +219,12 @@ def end_job(
     except PermissionError:  # one it may not signal (another user's): left, not a launcher crash
         log.warning("processes the job left in its process group cannot be signalled: left running")
     deadline = time.monotonic() + min(grace_seconds, GROUP_GRACE_SECONDS)
-    notice_at = notices.notice_at if notices is not None else None
+    # Only where the command's process died of the notice (a shell with no handler): one that exited on its
+    # own (75 after its save, 0) is done, and what it left with a handler is not saving (a forked worker that
+    # inherited the runtime's flag-only handler): waited on, it held the final push until the grace end.
+    command = notices.process if notices is not None else None
+    died_of_notice = command is not None and command.returncode == -signal.SIGTERM
+    notice_at = notices.notice_at if notices is not None and died_of_notice else None
     saving_until = deadline if notice_at is None else max(deadline, notice_at + grace_seconds)
     savers: set[int] = set()  # seen with a handler: waited on until they exit (Python resets it on exit)
     while _still_running(group, spared) and not (notices is not None and notices.kill_now):
