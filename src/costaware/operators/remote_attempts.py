@@ -153,6 +153,9 @@ class RemoteAttemptSteps(RemoteAttemptHolds):
                 followed_token,
                 run_token,
             )
+            # A new run, not the followed one: its kill bill added the old run's seconds (billed already)
+            # and its time limit ran from the old run's creation.
+            followed, following, stop_by_poll = None, False, False
         submitted = state.submitted(
             job_id=job_id,
             market=market,
