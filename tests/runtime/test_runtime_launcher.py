@@ -554,6 +554,31 @@ cr.exit_preempted()
 
 
 @pytest.mark.skipif(sys.platform != "linux", reason="reads /proc")
+def test_a_job_under_a_shell_that_traps_the_notice_to_exit_143_has_the_rest_of_the_grace_period(
+    make_job: MakeJob,
+) -> None:
+    # A wrapper trapping SIGTERM to exit 143 ended by its own exit, not by the signal: its saving job got 5 s.
+    job = make_job("""
+cr.preemption_requested()
+READY.touch()
+while not cr.preemption_requested():
+    time.sleep(0.01)
+time.sleep(6.5)  # a save that takes longer than 5 s
+cr.save_bytes(b"on the notice", step=1)
+cr.exit_preempted()
+""")
+    command = [sys.executable, "-m", "costaware_runtime", "--grace-seconds", "20", "--"]
+    command += ["sh", "-c", f'trap "exit 143" TERM; {sys.executable} {job.script} & wait']
+    launcher = subprocess.Popen(
+        command, env=job.env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    code, stderr = job.preempt(launcher)
+    assert code == 75, stderr
+    assert job.latest()["step"] == 1
+    assert "did not exit on SIGTERM" not in stderr
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="reads /proc")
 def test_a_job_that_exits_on_the_notice_is_not_held_by_a_worker_that_inherited_its_handler(
     make_job: MakeJob,
 ) -> None:

@@ -223,7 +223,8 @@ def end_job(
     # own (75 after its save, 0) is done, and what it left with a handler is not saving (a forked worker that
     # inherited the runtime's flag-only handler): waited on, it held the final push until the grace end.
     command = notices.process if notices is not None else None
-    died_of_notice = command is not None and command.returncode == -signal.SIGTERM
+    # Killed by it, or a shell trapping it to exit 128 + 15 (`trap "exit 143" TERM`) while its job saves.
+    died_of_notice = command is not None and command.returncode in (-signal.SIGTERM, 128 + signal.SIGTERM)
     notice_at = notices.notice_at if notices is not None and died_of_notice else None
     saving_until = deadline if notice_at is None else max(deadline, notice_at + grace_seconds)
     savers: set[int] = set()  # seen with a handler: waited on until they exit (Python resets it on exit)
