@@ -154,8 +154,11 @@ class RemoteAttemptSteps(RemoteAttemptHolds):
                 run_token,
             )
             # A new run, not the followed one: its kill bill added the old run's seconds (billed already)
-            # and its time limit ran from the old run's creation.
-            followed, following, stop_by_poll = None, False, False
+            # and its time limit ran from the old run's creation. Still stopped by the poll at what the cap
+            # allows (from this submit: with no followed record; the cap may allow under a minute, which a
+            # fresh submit would have refused), and billed for the data and checkpoint it reads across.
+            followed, following = None, False
+            moved = self._moved_bytes(state)
         submitted = state.submitted(
             job_id=job_id,
             market=market,
