@@ -268,6 +268,38 @@ def test_a_retry_whose_followed_job_goes_before_its_submit_marks_the_new_run(
     assert len(warned) == 1 and old_token in str(warned[0]) and new_token in str(warned[0])
 
 
+@pytest.mark.parametrize("allowed", [0, 30])
+def test_a_new_run_started_where_the_followed_job_went_is_still_stopped_at_what_the_cap_allows(
+    tmp_path: Path, ledger: Any, monkeypatch: pytest.MonkeyPatch, allowed: int
+) -> None:
+    # The followed job went before the retry's submit, which started a new run: with under a minute of
+    # max_usd left (a fresh submit refuses), it got a 1 s backend limit and no recorded stop, and billed its
+    # grace period past a cap with nothing left.
+    import shutil
+
+    import costaware.training.attempt_effects as effects
+
+    (tmp_path / "capacity-us-east-1a").write_text("1")
+    first = operator(tmp_path, seconds=1.0, availability_zones=["us-east-1a"], max_usd=50)
+    with pytest.raises(TaskDeferred):
+        first.execute(context_for())
+    monkeypatch.setattr(effects, "capped_seconds", lambda state, rate: allowed)
+    submit = LocalBackend.submit
+
+    def submit_after_a_clean_up(backend: LocalBackend, request: Any) -> str:
+        shutil.rmtree(backend._dir(request.job_name), ignore_errors=True)
+        return submit(backend, request)
+
+    monkeypatch.setattr(LocalBackend, "submit", submit_after_a_clean_up)
+    retry = operator(tmp_path, seconds=1.0, availability_zones=["us-east-1a"], max_usd=50)
+    with pytest.raises(TaskDeferred):
+        retry.execute(context_for(try_number=2))
+    assert retry._live is not None and retry._live.current is not None
+    current = retry._live.current
+    assert current.followed is None and current.run_token != first._live.current.run_token  # type: ignore[union-attr]
+    assert current.stop_by_poll and current.stop_after_seconds == allowed
+
+
 def test_a_moves_egress_is_billed_once_its_attempt_has_run_in_another_region(ledger: Any) -> None:
     # An attempt in a zone of another region reads its data and checkpoint across once it runs: one stopped
     # while it waited for capacity moved nothing, a retry billing the job again adds no second entry, and
