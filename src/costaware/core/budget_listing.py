@@ -54,8 +54,8 @@ def budgets_said(
 
     Study budgets are counted, not named (``fold_studies``), unless ``wanted`` names a study itself: then
     they are the ones it may mean. Budgets sharing a tag with ``wanted`` come first, then those sharing a
-    tag name, each group in the order given; past ``limit`` the rest are counted with the command that
-    lists them. ``none`` when there is no budget at all.
+    tag name, each group with the values closest to those asked first (stable where equally close); past
+    ``limit`` the rest are counted with the command that lists them. ``none`` when there is no budget at all.
     """
     budgets = list(budgets)
     if fold_studies is None:

@@ -160,13 +160,13 @@ class RemoteAttemptFollowing(RemoteAttemptPlacement):
     ) -> tuple[JobStatus, float | None, str] | None:
         """The job an earlier try of this task submitted as ``name``, as the backend sees it now (IO).
 
-        With its creation time (epoch seconds, None where the backend does not say) and the backend's mark
-        of its run (``FoundJob.run_token``; read again after the submit, a failed read left the followed
-        run's bills unmarked, and a bill of another run of the name could be read as its). None on a first try
-        (nothing to follow), and where the backend has no such job. A job found that cannot be read now
-        says no zone: it is taken on the market its look-up says (else the one asked for), in the plan's
-        first zone, as waiting with the time since its start (or creation) billed, where its backend's
-        listing says when that was: a wait that never reads it bills what it ran under the earlier try.
+        With its creation time (epoch seconds, None where the backend does not say) and the backend's mark of
+        its run (``FoundJob.run_token``: kept for where the read after the submit fails, which left the
+        followed run's bills unmarked, and a bill of another run of the name could be read as its). None on a
+        first try (nothing to follow), and where the backend has no such job. A job found that cannot be read
+        now says no zone: it is taken on the market its look-up says (else the one asked for), in the plan's
+        first zone, as waiting with the time since its start (or creation) billed, where its backend's listing
+        says when that was: a wait that never reads it bills what it ran under the earlier try.
         """
         from costaware.core.errors import ConfigurationError
 

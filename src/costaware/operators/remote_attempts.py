@@ -141,8 +141,8 @@ class RemoteAttemptSteps(RemoteAttemptHolds):
         self._submitting = (state, request.job_name, market, zone, submitted_at.isoformat(), moved)
         job_id = backend.submit(request)
         # The run the name holds after the submit: the followed job's, or a new one where it went between
-        # its look-up and the submit (marked with the look-up's token, the new run's bills read as the old
-        # run's and it went unbilled). The look-up's token only where this read fails (its bills unmarked).
+        # its look-up and the submit (marked with the look-up's token, as before ea48333a, the new run's bills
+        # read as the old run's and it went unbilled). The look-up's token only where this read fails.
         run_token = self._run_token(backend, request.job_name) or followed_token
         if followed_token and run_token != followed_token:
             self.log.warning(

@@ -222,8 +222,9 @@ def _store_outputs(store: Any, state: Mapping[str, Any], result: Any, usd: str, 
 def format_metrics(metrics: Mapping[str, float]) -> str:
     """``name=value`` pairs for the task log, in name order.
 
-    A name holding ``,``, ``=`` or a blank is quoted (COCO's ``'AP@IoU=0.50'=0.41``), so the line reads one
-    way; such names are legal (the ledger and the model's metadata keep metrics as JSON).
+    A name holding ``,``, ``=``, a blank, a quote or an unprintable character is quoted (COCO's
+    ``'AP@IoU=0.50'=0.41``), so the line reads one way; such names are legal (the ledger and the model's
+    metadata keep metrics as JSON).
     """
     return ", ".join(f"{_metric_name(name)}={value:g}" for name, value in sorted(metrics.items()))
 

@@ -155,7 +155,8 @@ class Current:
     market_reason: str = ""  # see Attempt.market_reason
     stop_after_seconds: int | None = None  # what was left of max_usd when it was submitted (None: no cap)
     # A job an earlier try submitted keeps the time limit it got then, whatever the cap is now: the wait
-    # stops it once it has run ``stop_after_seconds`` (its backend does not).
+    # stops it once it has run ``stop_after_seconds`` (its backend does not). So is a new run a retry
+    # started where the job it followed went before its submit (its request was sized as a follow's).
     stop_by_poll: bool = False
     submitted_at: str | None = None  # ISO time of the submit (older states: None)
     # The data and checkpoint bytes (at the submit) a run in another region than the plan's reads across,

@@ -117,7 +117,8 @@ class AttemptState:
         ``restored_step``: the newest pushed checkpoint's step at the submit, where it was read;
         ``market_reason``: why it runs on on-demand, where something chose that (see
         :attr:`Attempt.market_reason`); ``stop_after_seconds``: when ``max_usd`` stops it (``stop_by_poll``:
-        the wait stops it there, not its backend: a job an earlier try submitted under another limit);
+        the wait stops it there, not its backend: a job an earlier try submitted under another limit, or a
+        new run a retry started where the job it followed went before its submit, counted from this submit);
         ``submitted_at``: when (ISO), the most a job the backend has not priced yet can have run;
         ``moved_bytes``: what a run in another region would read across (see :attr:`Current.moved_bytes`);
         ``followed``: the status of a job an earlier try submitted, as found (see :attr:`Current.followed`);

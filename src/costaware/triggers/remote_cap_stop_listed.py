@@ -107,18 +107,21 @@ class ListedCapStopping(CapStopping):
             if ran < float(limit):
                 self._cap_stop_due_after(float(limit) - ran)
                 return
+        # A followed job, or a new run its retry started where the followed one went before the submit.
+        whose = ", which an earlier try submitted," if current.get("followed") else ""
         if no_room and status.state != JobState.RUNNING:
             self.log.warning(
-                "job %s, which an earlier try submitted, is %s and what is left of max_usd buys no run: "
-                "stopping it before it starts",
+                "job %s%s is %s and what is left of max_usd buys no run: stopping it before it starts",
                 job_id,
+                whose,
                 status.state.value,
             )
         else:
             self.log.warning(
-                "job %s, which an earlier try submitted, has run %.0f s, what is left of max_usd now buys: "
+                "job %s%s has run %.0f s, what is left of max_usd now buys: "
                 "stopping it (it checkpoints in its grace period)",
                 job_id,
+                whose,
                 ran,
             )
         # Stopped short of its limit (nothing left to run on): its end is recorded as stopped by max_usd,
