@@ -42,7 +42,9 @@ class _Flaky(LocalObjectStore):
 def test_a_failed_renewal_is_retried_and_the_lease_kept(tmp_path: Path, written: bool) -> None:
     store = _Flaky(open_store(str(tmp_path / "cache")).root, wanted=3)
     store.failures, store.written = frozenset({1}), written
-    with hold_lease(store, KEY, timedelta(seconds=1.5)) as lease:
+    # 6 s: the retry of the failed renewal has 4 s before the lease expires (at 1.5 s, a loaded machine's
+    # scheduling delays let it expire first, and the test failed in a CI rehearsal under load).
+    with hold_lease(store, KEY, timedelta(seconds=6)) as lease:
         assert lease is not None
         assert store.reached.wait(timeout=30), f"the renewal thread stopped after {store.calls} call(s)"
         assert not lease.lost.is_set()
