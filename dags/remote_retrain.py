@@ -34,7 +34,7 @@ from airflow.sdk.exceptions import AirflowFailException
 from costaware.core.errors import ConfigurationError
 from costaware.operators.promote import ModelPromoteOperator
 from costaware.operators.remote_training import RemoteTrainingOperator
-from costaware.params import check_run_conf, tag_param, usd_param
+from costaware.params import check_run_conf, spot_deadline_param, tag_param, usd_param
 from costaware.sensors.spend_cap import SpendCapSensor
 from costaware.sensors.spot_window import SpotWindowSensor
 from costaware.timetables import OffPeakTimetable
@@ -129,14 +129,7 @@ def data_root() -> str:
             title="On-demand price (USD/hour)",
             description="On-demand price of the training instance; empty: the spot window's.",
         ),
-        "spot_deadline": Param(
-            None,
-            type=["null", "string"],
-            format="date-time",
-            title="Training deadline",
-            description="When training must be done; empty: the run's data interval end. Given with -c: "
-            "write its time zone, e.g. '2026-12-02T12:00:00Z' (without one it is not a 'date-time').",
-        ),
+        "spot_deadline": spot_deadline_param(),
         "priority": Param(
             "normal",
             enum=["critical", "normal", "best_effort"],
