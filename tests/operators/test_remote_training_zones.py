@@ -230,6 +230,19 @@ def test_a_retry_marks_the_job_it_follows_with_the_run_its_look_up_found(
     assert f", run {token}: " in entry["note"]
 
 
+def _the_job_goes_before_each_submit(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A local job's folder removed (a clean-up, a stop) between a retry's look-up and its submit."""
+    import shutil
+
+    submit = LocalBackend.submit
+
+    def submit_after_a_clean_up(backend: LocalBackend, request: Any) -> str:
+        shutil.rmtree(backend._dir(request.job_name), ignore_errors=True)
+        return submit(backend, request)
+
+    monkeypatch.setattr(LocalBackend, "submit", submit_after_a_clean_up)
+
+
 def test_a_retry_whose_followed_job_goes_before_its_submit_marks_the_new_run(
     tmp_path: Path, ledger: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -237,7 +250,6 @@ def test_a_retry_whose_followed_job_goes_before_its_submit_marks_the_new_run(
     # started a new run under the name: marked with the look-up's token, the new run's end bill read the old
     # run's bill as its own ("billed already") and the new run went unbilled.
     import json
-    import shutil
 
     from structlog.testing import capture_logs
 
@@ -247,13 +259,7 @@ def test_a_retry_whose_followed_job_goes_before_its_submit_marks_the_new_run(
         first.execute(context_for())
     assert first._live is not None and first._live.current is not None
     old_token = first._live.current.run_token
-    submit = LocalBackend.submit
-
-    def submit_after_a_clean_up(backend: LocalBackend, request: Any) -> str:
-        shutil.rmtree(backend._dir(request.job_name), ignore_errors=True)
-        return submit(backend, request)
-
-    monkeypatch.setattr(LocalBackend, "submit", submit_after_a_clean_up)
+    _the_job_goes_before_each_submit(monkeypatch)
     retry = operator(tmp_path, seconds=1.0, availability_zones=["us-east-1a"])
     with pytest.raises(TaskDeferred), capture_logs() as said:  # self.log is structlog's: not in caplog
         retry.execute(context_for(try_number=2))
@@ -275,8 +281,6 @@ def test_a_new_run_started_where_the_followed_job_went_is_still_stopped_at_what_
     # The followed job went before the retry's submit, which started a new run: with under a minute of
     # max_usd left (a fresh submit refuses), it got a 1 s backend limit and no recorded stop, and billed its
     # grace period past a cap with nothing left.
-    import shutil
-
     import costaware.training.attempt_effects as effects
 
     (tmp_path / "capacity-us-east-1a").write_text("1")
@@ -284,13 +288,7 @@ def test_a_new_run_started_where_the_followed_job_went_is_still_stopped_at_what_
     with pytest.raises(TaskDeferred):
         first.execute(context_for())
     monkeypatch.setattr(effects, "capped_seconds", lambda state, rate: allowed)
-    submit = LocalBackend.submit
-
-    def submit_after_a_clean_up(backend: LocalBackend, request: Any) -> str:
-        shutil.rmtree(backend._dir(request.job_name), ignore_errors=True)
-        return submit(backend, request)
-
-    monkeypatch.setattr(LocalBackend, "submit", submit_after_a_clean_up)
+    _the_job_goes_before_each_submit(monkeypatch)
     retry = operator(tmp_path, seconds=1.0, availability_zones=["us-east-1a"], max_usd=50)
     with pytest.raises(TaskDeferred):
         retry.execute(context_for(try_number=2))
