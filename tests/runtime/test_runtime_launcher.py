@@ -524,6 +524,28 @@ cr.exit_preempted()
 
 
 @pytest.mark.skipif(sys.platform != "linux", reason="reads /proc")
+def test_with_signal_group_a_job_under_a_shell_gets_the_notice_once(make_job: MakeJob) -> None:
+    # The notice went to the whole group; once the shell had died of it, the launcher sent what the shell left
+    # behind (the same group) SIGTERM again: a handler that saves on each SIGTERM started a second save.
+    job = make_job("""
+heard = READY.parent / "sigterms"
+def count(signum, frame):
+    with heard.open("a") as file:
+        file.write("x")
+signal.signal(signal.SIGTERM, count)
+READY.touch()
+while not heard.exists():
+    time.sleep(0.01)
+time.sleep(1.5)  # long after the shell died: what the launcher sends then is heard meanwhile
+cr.save_bytes(b"on the notice", step=1)
+cr.exit_preempted()
+""")
+    code, stderr = job.preempt(start_under_a_shell(job, "--grace-seconds", "20", "--signal-group"))
+    assert code == 75, stderr
+    assert (job.root / "sigterms").read_text() == "x", stderr
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="reads /proc")
 def test_a_helper_that_ignores_the_notice_is_not_waited_on_for_the_grace_period(make_job: MakeJob) -> None:
     # Only processes with a handler are taken to be saving: one that ignores SIGTERM would hold the final
     # push until the grace period ended.

@@ -14,7 +14,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
@@ -62,6 +62,12 @@ class Notices:
         #: that it ended them at once: the job's, and with --signal-group the rest of its group; None where
         #: not known (no ``/proc``, no notice passed on).
         self.unheeded: tuple[Unheeding, ...] | None = None
+        #: Whether the first SIGTERM went to the job's whole process group (--signal-group), and the
+        #: processes it reached, as ``(pid, start time)`` (none without ``/proc``): :func:`end_job` does not
+        #: send them SIGTERM again (a handler that saves on each one started a second save).
+        self.group_noticed = False
+        self.noticed: frozenset[tuple[int, int]] = frozenset()
+        self._passed_on = False  # a SIGTERM was passed on to the job
 
     def install(self) -> None:
         for signum in NOTICES:
@@ -104,24 +110,33 @@ class Notices:
 
     def forward(self, signum: int) -> None:
         assert self.process is not None
-        if signum == signal.SIGTERM and self.unheeded is None:
-            self.unheeded = unheeding(self.process.pid, self.signal_group)
+        pid = self.process.pid
+        if signum == signal.SIGTERM and not self._passed_on:
+            self._passed_on = True
+            # Read before the signal: a process forked meanwhile may get SIGTERM once more, never none.
+            reached = (
+                [pid, *(other for other in _tree.in_group(pid) if other != pid)]
+                if self.signal_group
+                else [pid]
+            )
+            self.noticed = _tree.identities(reached)
+            self.unheeded = unheeding(pid, reached)
         try:
             if self.signal_group:
-                os.killpg(self.process.pid, signum)
+                os.killpg(pid, signum)
+                self.group_noticed = self.group_noticed or signum == signal.SIGTERM
             else:
-                os.kill(self.process.pid, signum)
+                os.kill(pid, signum)
         except ProcessLookupError:
             pass  # it has just exited
 
 
-def unheeding(pid: int, whole_group: bool) -> tuple[Unheeding, ...] | None:
-    """The processes a SIGTERM to ``pid`` (to its process group with ``whole_group``) would end at once.
+def unheeding(pid: int, reached: Sequence[int]) -> tuple[Unheeding, ...] | None:
+    """The processes among ``reached`` (the job's ``pid`` first) a SIGTERM would end at once.
 
     None where ``/proc`` does not say of ``pid`` itself. With --signal-group the job's command may be a shell
     that has no handler while the Python job under it saves on the notice: only the whole group tells which.
     """
-    reached = [pid, *(other for other in _tree.in_group(pid) if other != pid)] if whole_group else [pid]
     handled = {other: handles_signal(other, signal.SIGTERM) for other in reached}
     if handled[pid] is None:
         return None
@@ -209,15 +224,22 @@ def end_job(
     --signal-group or without. Ones that ignore SIGTERM or have no handler are not waited on longer: that
     would only take the final push's time; nor is anything left by a command that exited on its own. A
     second Ctrl-C (``notices.kill_now``) still SIGKILLs at once. Without ``/proc``, as before.
+
+    With --signal-group, the processes the notice reached (``notices.noticed``) are not sent SIGTERM again,
+    nor is the group (without ``/proc`` nothing tells them from ones started since: none is).
     """
-    left = _tree.left_behind(group, spared)
-    _tree.signal_each(left, signal.SIGTERM)
-    try:
-        os.killpg(group, signal.SIGTERM)
-    except ProcessLookupError:
-        pass  # none left in the group
-    except PermissionError:  # one it may not signal (another user's): left, not a launcher crash
-        log.warning("processes the job left in its process group cannot be signalled: left running")
+    # With --signal-group the notice reached the whole group already: a second SIGTERM had a handler that
+    # saves on each one start a second save. Without /proc none of it is known: the group is not signalled.
+    group_noticed = notices is not None and notices.group_noticed
+    noticed = _tree.still_running(notices.noticed) if notices is not None and group_noticed else set()
+    _tree.signal_each([pid for pid in _tree.left_behind(group, spared) if pid not in noticed], signal.SIGTERM)
+    if not group_noticed:
+        try:
+            os.killpg(group, signal.SIGTERM)
+        except ProcessLookupError:
+            pass  # none left in the group
+        except PermissionError:  # one it may not signal (another user's): left, not a launcher crash
+            log.warning("processes the job left in its process group cannot be signalled: left running")
     deadline = time.monotonic() + min(grace_seconds, GROUP_GRACE_SECONDS)
     # Only where the command's process died of the notice (a shell with no handler): one that exited on its
     # own (75 after its save, 0) is done, and what it left with a handler is not saving (a forked worker that

@@ -82,6 +82,24 @@ def in_group(group: int) -> list[int]:
     return [pid for pid, (_, pgid) in _processes().items() if pgid == group]
 
 
+def identities(pids: Iterable[int]) -> frozenset[tuple[int, int]]:
+    """Each of ``pids`` still running as ``(pid, start time)``: the same process, never one reusing its pid.
+
+    Empty without ``/proc``.
+    """
+    found: set[tuple[int, int]] = set()
+    for pid in pids:
+        started = _start_time(pid)
+        if started is not None:
+            found.add((pid, started))
+    return frozenset(found)
+
+
+def still_running(known: Collection[tuple[int, int]]) -> set[int]:
+    """The pids of the processes ``known`` (from :func:`identities`) that still run as themselves."""
+    return {pid for pid, started in known if _start_time(pid) == started and _running(pid)}
+
+
 def kill_tree(group: int, spared: Collection[int]) -> None:
     """SIGKILL the job's process group and everything :func:`left_behind` finds, with none escaping.
 
@@ -152,6 +170,14 @@ def _processes() -> dict[int, tuple[int, int]]:
             with contextlib.suppress(IndexError, ValueError):
                 table[int(entry.name)] = (int(fields[1]), int(fields[2]))
     return table
+
+
+def _start_time(pid: int) -> int | None:
+    """When process ``pid`` started (ticks after boot: ``/proc/<pid>/stat``'s 22nd field); None once gone."""
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19])
+    except (OSError, IndexError, ValueError):
+        return None
 
 
 def _running(pid: int) -> bool:
