@@ -567,6 +567,20 @@ def test_a_stall_bound_that_is_no_number_of_seconds_is_refused_before_the_check(
     require_usable_locations("local", model_store="s3://ml/models")  # no folder here: nothing bounded
 
 
+def test_a_stall_bound_a_local_task_sets_for_its_job_is_the_one_its_check_reads(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The job gets backend_options["env"] over the worker's environment: the check reads what the job gets.
+    from costaware.adapters.compute.base import require_usable_locations
+
+    monkeypatch.setenv("COSTAWARE_STORE_STALL_SECONDS", "5m")  # the worker's, which this job does not get
+    store = str(tmp_path / "models")
+    options = {"env": {"COSTAWARE_STORE_STALL_SECONDS": "60"}}
+    require_usable_locations("local", backend_options=options, model_store=store)
+    with pytest.raises(ConfigurationError, match="this worker's environment sets it"):
+        require_usable_locations("local", backend_options={"env": {}}, model_store=store)
+
+
 @pytest.mark.parametrize("launcher_reads", [(), ("checkpoint_store",)])
 def test_a_local_path_holding_a_scheme_separator_is_a_local_folder(
     tmp_path: Path, launcher_reads: tuple[str, ...]

@@ -547,6 +547,54 @@ def test_a_checkpoint_store_on_a_hung_mount_is_retried_before_any_money_or_job(
     assert entries(ledger) == [] and ledger.open_reservations() == []  # nothing billed or held
 
 
+def job_env_options(tmp: Path, **env: str) -> dict[str, Any]:
+    """The local backend's options of :func:`operator`, with ``env`` added to what its jobs get."""
+    options = command_operator_args(tmp, "ok")["backend_options"]
+    return {**options, "env": {**options["env"], **env}}
+
+
+@pytest.mark.timeout(60)
+def test_a_stall_bound_the_task_sets_for_its_job_bounds_the_start_check_too(
+    tmp_path: Path, ledger: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # COSTAWARE_STORE_STALL_SECONDS in backend_options["env"] reached the job's launcher, while the check as
+    # the task starts read the worker's own (here 30 s; unset, the default 300 s): held that long on a hung
+    # mount, said to be bounded by a value the task had not asked for.
+    mount = tmp_path / "nfs"
+    mount.mkdir()
+    monkeypatch.setenv("COSTAWARE_STORE_STALL_SECONDS", "30")
+    options = job_env_options(tmp_path, COSTAWARE_STORE_STALL_SECONDS="1")
+    train = operator(tmp_path, "ok", checkpoint_store=str(mount / "ckpt"), backend_options=options)
+    started = time.monotonic()
+    with hung_mount(monkeypatch, mount), pytest.raises(StoreUnavailableError) as caught:
+        drive(train, context_for())
+    assert time.monotonic() - started < 20
+    assert f"{str(mount / 'ckpt')!r} has not answered for 1 s (COSTAWARE_STORE_STALL_SECONDS" in str(
+        caught.value
+    )
+    assert not (tmp_path / "jobs").exists()  # no job was started
+    assert entries(ledger) == [] and ledger.open_reservations() == []  # nothing billed or held
+
+
+@pytest.mark.parametrize("value", ["5m", "0", "-1"])
+def test_a_stall_bound_the_task_sets_badly_for_its_job_is_refused_naming_it(
+    tmp_path: Path, ledger: Any, monkeypatch: pytest.MonkeyPatch, value: str
+) -> None:
+    # The job's launcher refuses it (exit 2); the check as the task starts read the worker's (unset) instead.
+    monkeypatch.delenv("COSTAWARE_STORE_STALL_SECONDS", raising=False)
+    options = job_env_options(tmp_path, COSTAWARE_STORE_STALL_SECONDS=value)
+    train = operator(tmp_path, "ok", backend_options=options)
+    with pytest.raises(AirflowFailException) as failed:
+        drive(train, context_for())
+    assert (
+        f"COSTAWARE_STORE_STALL_SECONDS={value!r} is not a number of seconds > 0: give how long a checkpoint "
+        "push or restore may move nothing before it is given up (default 300); the task's "
+        "backend_options['env'] sets it for its job: fix it there"
+    ) in str(failed.value)
+    assert not (tmp_path / "jobs").exists()  # no job was started
+    assert entries(ledger) == [] and ledger.open_reservations() == []  # nothing billed or held
+
+
 def test_a_typo_in_backend_options_fails_before_any_money_or_job(tmp_path: Path, ledger: Any) -> None:
     # Options as JSON text (a template's) are checked once rendered; written out, when the DAG is parsed.
     options = json.dumps({"roott": str(tmp_path / "jobs")})

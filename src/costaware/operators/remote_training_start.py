@@ -200,6 +200,7 @@ class RemoteTrainingStart(RemoteAttemptSteps, RemotePlanArguments, BuiltInTraini
         require_usable_locations(
             args.backend,
             launcher_reads=launcher_reads(command),
+            backend_options=args.backend_options,  # a stall bound the task sets for its job bounds these too
             checkpoint_store=ckpt_store,
             model_store=model_store,
             spec_uri=spec_uri,

@@ -6,9 +6,9 @@ A remote backend's job (SageMaker, Batch, Kubernetes) runs on another machine an
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Mapping
 from functools import partial
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from costaware.core.errors import ConfigurationError, StoreUnavailableError
 from costaware.core.given import names_nothing, not_given
@@ -91,6 +91,7 @@ def require_usable_locations(
     *,
     on_this_machine: bool = True,
     launcher_reads: Collection[str] = (),
+    backend_options: Mapping[str, Any] | None = None,
     **uris: str | None,
 ) -> None:
     """Refuse, before any job is bought, a store location no job of ``backend`` could use.
@@ -108,6 +109,8 @@ def require_usable_locations(
         on_this_machine: Check local folders on this machine's disk (False when a DAG is parsed: the
             worker that runs the task may be another machine, with another home: ``~...`` is not checked).
         launcher_reads: The names among ``uris`` that ``costaware-run`` itself reads or writes.
+        backend_options: The backend's options: a ``local`` job's ``env`` that sets
+            ``COSTAWARE_STORE_STALL_SECONDS`` bounds the checks of local folders, as it bounds the job's own.
         **uris: The locations by the argument name a user sets; empty ones are not checked.
 
     Raises:
@@ -172,31 +175,53 @@ def require_usable_locations(
             _check_local_folder, what, text, folder, backend=backend, on_this_machine=on_this_machine
         )
         if on_this_machine:
-            _within_stall_bound(check, what, text, folder)
+            # A bad value fails before the disk is asked.
+            bound = _stall_seconds(_job_env(backend, backend_options))
+            _within_stall_bound(check, what, text, folder, bound)
         else:
             check()  # follows no link and writes nothing: this machine's disk is not asked
 
 
-def _stall_seconds() -> float:
-    """``COSTAWARE_STORE_STALL_SECONDS`` of this worker, which a local job inherits (the runtime's default).
+def _job_env(backend: str, backend_options: Mapping[str, Any] | None) -> Mapping[str, Any]:
+    """The variables a ``local`` task sets for its job over this worker's (its ``backend_options["env"]``).
+
+    Only a local job runs here, and only its folders are checked on this disk. An ``env`` that is no mapping
+    is refused by the backend itself, when it is made.
+    """
+    env = (backend_options or {}).get("env") if backend == "local" else None
+    return env if isinstance(env, Mapping) else {}
+
+
+def _stall_seconds(job_env: Mapping[str, Any]) -> float:
+    """``COSTAWARE_STORE_STALL_SECONDS`` as a local job gets it (the runtime's default when unset).
+
+    ``job_env``'s where the task sets it there (its ``backend_options["env"]``), else this worker's, which
+    the job inherits. Read from the worker's alone, a hung mount held the task for the worker's bound (300 s
+    by default) where the task had asked its job for less, and a bad value of the task's bought a job that
+    failed with exit 2.
 
     Raises:
-        ConfigurationError: it is not a number of seconds > 0, named with its value.
+        ConfigurationError: it is not a number of seconds > 0, named with its value and where it is set.
     """
     import os
 
     from costaware_runtime.contract import STORE_STALL_SECONDS, parse_store_stall_seconds
     from costaware_runtime.errors import ContractError
 
+    set_by_task = STORE_STALL_SECONDS in job_env
+    value = str(job_env[STORE_STALL_SECONDS]) if set_by_task else os.environ.get(STORE_STALL_SECONDS, "")
     try:
-        return parse_store_stall_seconds(os.environ.get(STORE_STALL_SECONDS, "").strip() or None)
+        return parse_store_stall_seconds(value.strip() or None)
     except ContractError as e:
-        raise ConfigurationError(
-            f"{e}; this worker's environment sets it, which a local job inherits: fix it there"
-        ) from e
+        where = (
+            "the task's backend_options['env'] sets it for its job: fix it there"
+            if set_by_task
+            else "this worker's environment sets it, which a local job inherits: fix it there"
+        )
+        raise ConfigurationError(f"{e}; {where}") from e
 
 
-def _within_stall_bound(check: Callable[[], None], what: str, text: str, folder: Path) -> None:
+def _within_stall_bound(check: Callable[[], None], what: str, text: str, folder: Path, bound: float) -> None:
     """``check()`` of the local ``folder``, given up once its filesystem has not answered for the stall bound.
 
     A hung NFS mount blocks each call in the kernel, where no signal reaches it: unbounded, the Airflow task
@@ -204,14 +229,13 @@ def _within_stall_bound(check: Callable[[], None], what: str, text: str, folder:
     a daemon thread, left blocked when given up: it holds nothing, and does not hold the worker's exit.
 
     Raises:
-        StoreUnavailableError: the filesystem did not answer for the bound (retried: it may again).
-        ConfigurationError: the bound is not a number of seconds, or what ``check`` raised.
+        StoreUnavailableError: the filesystem did not answer for ``bound`` seconds (retried: it may again).
+        ConfigurationError: what ``check`` raised.
     """
     import threading
 
     from costaware_runtime.contract import STORE_STALL_SECONDS
 
-    bound = _stall_seconds()  # a bad value fails before the disk is asked
     outcome: list[BaseException | None] = []
 
     def run() -> None:
