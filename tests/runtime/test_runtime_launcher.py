@@ -546,6 +546,37 @@ cr.exit_preempted()
 
 
 @pytest.mark.skipif(sys.platform != "linux", reason="reads /proc")
+def test_with_signal_group_a_process_started_after_the_notice_still_gets_sigterm(make_job: MakeJob) -> None:
+    # Only the processes the notice reached are spared a second SIGTERM: one the job starts on the notice (an
+    # uploader of its own) never had it, and is asked to exit before it is SIGKILLed.
+    job = make_job("""
+import subprocess
+cr.preemption_requested()
+READY.touch()
+while not cr.preemption_requested():
+    time.sleep(0.01)
+up = READY.parent / "helper-up"
+subprocess.Popen([sys.executable, "-c", '''
+import pathlib, signal, sys, time
+def heard(signum, frame):
+    pathlib.Path(sys.argv[1]).write_text("x")
+    sys.exit(0)
+signal.signal(signal.SIGTERM, heard)
+pathlib.Path(sys.argv[2]).touch()
+time.sleep(60)
+''', str(READY.parent / "helper-sigterm"), str(up)])
+while not up.exists():
+    time.sleep(0.01)
+cr.save_bytes(b"on the notice", step=1)
+cr.exit_preempted()
+""")
+    code, stderr = job.preempt(job.start("--signal-group"))
+    assert code == 75, stderr
+    assert (job.root / "helper-sigterm").read_text() == "x", stderr
+    assert "did not exit on SIGTERM" not in stderr
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="reads /proc")
 def test_a_helper_that_ignores_the_notice_is_not_waited_on_for_the_grace_period(make_job: MakeJob) -> None:
     # Only processes with a handler are taken to be saving: one that ignores SIGTERM would hold the final
     # push until the grace period ended.
