@@ -286,3 +286,98 @@ def test_a_second_runs_stop_bill_kept_in_unsure_and_re_keyed_at_its_drain_settle
     assert ledger.open_holds_of(unsure_holder(second)) == []
     (usage,) = ledger.usage("project=churn")
     assert usage.reserved_usd == 0
+
+
+def _spooled_bill(usd: str, note: str = "try 1") -> Any:
+    from costaware.core.ledger import Kind, LedgerEntry
+
+    return LedgerEntry(
+        dag_id="retrain", run_id="r1", task_id="train", kind=Kind.COMPUTE, usd=Decimal(usd), note=note,
+        tags={"project": "churn"}, entry_uid="bill-1",
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("held", "retrying"),
+    [(False, False), (True, False), (True, True)],
+    ids=["recorded-alone", "settling-the-hold", "paid-from-the-retry-hold"],
+)
+def test_a_spooled_entry_the_ledger_has_already_is_said_so_not_said_written(
+    tmp_path: Path, ledger: Any, caplog: pytest.LogCaptureFixture, held: bool, retrying: bool
+) -> None:
+    # The ledger keeps one entry per uid, so a spooled entry written meanwhile (the listener's own write
+    # that timed out after its commit, a spool file copied back) was dropped: the drain still said "wrote
+    # spooled ledger entry", as record_and_settle told it nothing either way.
+    from costaware.ledger_spool import drain, spool_entry
+
+    # A $1 cap the stored row passed already: nor is the entry said to have taken the budget past it.
+    ledger.set_budget("project=churn", "month", "1")
+    if held:
+        ledger.reserve("project=churn", "1", holder="retrain/r1/train/-1", run_id="r1", dag_id="retrain")
+    assert ledger.record(_spooled_bill("1.25"))
+    spool = tmp_path / "spool"
+    spool_entry(spool, _spooled_bill("1.25"), "costaware_ledger", retrying=retrying)
+    with caplog.at_level(logging.INFO, logger="costaware.ledger_spool"):
+        drain(spool, lambda _conn_id: ledger)
+    said = [(r.levelno, r.getMessage()) for r in caplog.records if r.name == "costaware.ledger_spool"]
+    assert said == [
+        (
+            logging.INFO,
+            "costaware: spooled entry bill-1.json is in the ledger already as bill-1: not written again",
+        ),
+    ]
+    assert [row["usd"] for row in ledger.entries()] == [Decimal("1.25")]
+    assert list(spool.glob("*.json")) == []  # done with: nothing waits to be written again
+
+
+def test_a_spooled_entry_the_ledger_has_at_another_figure_is_warned_of_with_both(
+    tmp_path: Path, ledger: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The same uid at another amount or note is two costs keyed alike, or one priced twice: the stored row
+    # stands, and the drain said it wrote the other.
+    from costaware.ledger_spool import drain, spool_entry
+
+    assert ledger.record(_spooled_bill("1.25"))
+    spool = tmp_path / "spool"
+    spool_entry(spool, _spooled_bill("3.50", note="try 1, repriced"), "costaware_ledger", retrying=False)
+    with caplog.at_level(logging.INFO, logger="costaware.ledger_spool"):
+        drain(spool, lambda _conn_id: ledger)
+    said = [(r.levelno, r.getMessage()) for r in caplog.records if r.name == "costaware.ledger_spool"]
+    assert said == [
+        (
+            logging.WARNING,
+            "costaware: spooled entry bill-1.json ($3.50, note 'try 1, repriced') is not written: the "
+            "ledger has bill-1 already at $1.25 (note 'try 1'), which it keeps. Two costs keyed alike, or "
+            "one priced twice: compare them, and record the difference by hand if both were spent",
+        )
+    ]
+    assert [(row["usd"], row["note"]) for row in ledger.entries()] == [(Decimal("1.25"), "try 1")]
+
+
+def test_a_spooled_entry_the_ledger_lacks_is_said_written(
+    tmp_path: Path, ledger: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    from costaware.ledger_spool import drain, spool_entry
+
+    spool = tmp_path / "spool"
+    spool_entry(spool, _spooled_bill("1.25"), "costaware_ledger", retrying=False)
+    with caplog.at_level(logging.INFO, logger="costaware.ledger_spool"):
+        assert drain(spool, lambda _conn_id: ledger).written == 1
+    said = [(r.levelno, r.getMessage()) for r in caplog.records if r.name == "costaware.ledger_spool"]
+    assert said == [(logging.INFO, "costaware: wrote spooled ledger entry bill-1.json")]
+
+
+@pytest.mark.parametrize(
+    ("held", "retrying"),
+    [(False, False), (True, False), (True, True)],
+    ids=["recorded-alone", "settling-the-hold", "paid-from-the-retry-hold"],
+)
+def test_record_and_settle_tells_whether_the_entry_was_new(ledger: Any, held: bool, retrying: bool) -> None:
+    from costaware.ledger_spool import record_and_settle
+
+    ledger.set_budget("project=churn", "month", "100")
+    if held:
+        ledger.reserve("project=churn", "5", holder="retrain/r1/train/-1", run_id="r1", dag_id="retrain")
+    assert record_and_settle(ledger, _spooled_bill("1.25"), retrying=retrying) is True
+    assert record_and_settle(ledger, _spooled_bill("1.25"), retrying=retrying) is False
+    assert [row["usd"] for row in ledger.entries()] == [Decimal("1.25")]

@@ -213,7 +213,7 @@ def drain(
     ledger_for: Callable[[str], Any],
     *,
     only_ledger_conn_id: str | None = None,
-    record: Callable[..., None] = record_and_settle,
+    record: Callable[..., bool] = record_and_settle,
 ) -> DrainResult:
     """Write the entries spooled in ``folder``; never raises for an entry (each is kept somewhere).
 
@@ -222,7 +222,7 @@ def drain(
         ledger_for: the ledger of a connection id (raising: that ledger cannot be opened, its entries wait).
         only_ledger_conn_id: write only this ledger's entries (the others stay for a drain of their own),
             and stop at the first sign that it is down; None: every ledger's.
-        record: writes one entry (:func:`record_and_settle`).
+        record: writes one entry, returning whether it was new to the ledger (:func:`record_and_settle`).
     """
     from sqlalchemy.exc import DataError
 
@@ -271,10 +271,11 @@ def drain(
             as_kept, entry = entry, _keyed_for_its_run(ledger, entry, data)
             if data.get("another_run"):
                 # A person's from spool/unsure: never the task's hold; its own hold is under its uid as kept.
-                record_unsure(ledger, entry, kept_as=as_kept)
+                written = record_unsure(ledger, entry, kept_as=as_kept)
             else:
-                record(ledger, entry, retrying=bool(data.get("retrying", False)))
-            _say_if_past_cap(ledger, entry)
+                written = record(ledger, entry, retrying=bool(data.get("retrying", False)))
+            if written:
+                _say_if_past_cap(ledger, entry)
         except LEDGER_UNREADABLE as e:
             # Down again, or its database not made (the deployment's to fix, not the entry's fault): the
             # rest of its entries wait with it.
@@ -295,8 +296,51 @@ def drain(
             continue
         claimed.unlink(missing_ok=True)
         result.written += 1
-        log.info("costaware: wrote spooled ledger entry %s", path.name)
+        if written:
+            log.info("costaware: wrote spooled ledger entry %s", path.name)
+        else:
+            _say_in_the_ledger_already(ledger, path.name, entry)
     return result
+
+
+def _say_in_the_ledger_already(ledger: Any, spooled_as: str, entry: Any) -> None:
+    """Say that the ledger had ``entry``'s ``entry_uid`` already and kept its own row, not ``entry``.
+
+    Said "wrote", it read as this bill billed: a spooled entry the listener's own write had committed (its
+    answer lost), or a spool file copied back. At INFO where the row is the same cost; at WARNING, naming
+    both, where its amount or note differ: two costs keyed alike, or one priced twice, one left unbilled.
+    """
+    from costaware.core.money import format_usd_exact
+
+    try:
+        (stored,) = ledger.entries_by_uid([entry.entry_uid])
+    except Exception as e:  # nothing to compare with: what the write told is still true
+        log.info(
+            "costaware: spooled entry %s is in the ledger already as %s: not written again (its row could "
+            "not be read to compare: %s)",
+            spooled_as,
+            entry.entry_uid,
+            e,
+        )
+        return
+    if stored["usd"] == entry.usd and stored["note"] == entry.note:
+        log.info(
+            "costaware: spooled entry %s is in the ledger already as %s: not written again",
+            spooled_as,
+            entry.entry_uid,
+        )
+        return
+    log.warning(
+        "costaware: spooled entry %s (%s, note %r) is not written: the ledger has %s already at %s "
+        "(note %r), which it keeps. Two costs keyed alike, or one priced twice: compare them, and record "
+        "the difference by hand if both were spent",
+        spooled_as,
+        format_usd_exact(entry.usd),
+        entry.note,
+        entry.entry_uid,
+        format_usd_exact(stored["usd"]),
+        stored["note"],
+    )
 
 
 def _say_if_past_cap(ledger: Any, entry: Any) -> None:

@@ -153,7 +153,7 @@ def _say_unsure_past_caps(entry: Any, usages: list[Any], held: str) -> None:
     )
 
 
-def record_unsure(ledger: Any, entry: Any, *, kept_as: Any = None) -> None:
+def record_unsure(ledger: Any, entry: Any, *, kept_as: Any = None) -> bool:
     """Record a bill a person moved back from ``spool/unsure`` (``another_run``): paid from its own hold.
 
     Its file says ``retrying`` (kept as a retry's bill is), but its try is long over: paid from the task's
@@ -162,15 +162,15 @@ def record_unsure(ledger: Any, entry: Any, *, kept_as: Any = None) -> None:
     (:func:`unsure_holder`) where there is one, else recorded alone: every dollar counted once.
     ``kept_as``: the bill as it was kept, where the drain keyed it again since (a stop's bill keyed by its
     run): the hold is under the uid it was kept with, and looked up under the new one it stayed open.
+    Returns whether the entry was written (False: the ledger had its ``entry_uid`` already).
     """
     hold = ledger.reservation_to_settle(unsure_holder(entry if kept_as is None else kept_as))
     if hold is None:
-        ledger.record(entry)
-        return
-    ledger.settle(hold.id, entry.usd, entry=replace(entry, reservation_id=hold.id))
+        return bool(ledger.record(entry))
+    return bool(ledger.settle_with_entry(hold.id, replace(entry, reservation_id=hold.id)))
 
 
-def record_and_settle(ledger: Any, entry: Any, *, retrying: bool = False) -> None:
+def record_and_settle(ledger: Any, entry: Any, *, retrying: bool = False) -> bool:
     """Record ``entry``, settling its task's reservation with it where the task holds one.
 
     ``retrying``: the try failed and the task will run again: its entry is paid from the task's hold, which
@@ -181,7 +181,9 @@ def record_and_settle(ledger: Any, entry: Any, *, retrying: bool = False) -> Non
     hold past its ttl is not grown (it counts nothing): the entry is recorded alone and a WARNING says so.
 
     Recorded alone beside an open hold, its cost counted twice in the budgets (spent and held) until the run
-    ended; the ledger keeps one entry per ``entry_uid``, so a second write adds nothing.
+    ended; the ledger keeps one entry per ``entry_uid``, so a second write adds nothing. Returns whether the
+    entry was written (False: the ledger had its ``entry_uid`` already, and keeps that row; the hold is
+    settled all the same), as the write itself told it: a drain says which it was.
     """
     from costaware.core.ledger import reservation_holder
 
@@ -191,15 +193,16 @@ def record_and_settle(ledger: Any, entry: Any, *, retrying: bool = False) -> Non
     reservation = ledger.reservation_to_settle(holder, entry.tags)
     if reservation is None:
         # Not linked to a hold past its ttl, as a last try's entry is not: that hold counts nothing.
-        if ledger.record(entry) and retrying:
+        written = bool(ledger.record(entry))
+        if written and retrying:
             _say_if_hold_lapsed(ledger, holder, entry)
-    elif retrying and reservation.status == "open":
-        hold_again_for_retry(ledger, reservation, entry)
-    else:
-        ledger.settle(reservation.id, entry.usd, entry=replace(entry, reservation_id=reservation.id))
+        return written
+    if retrying and reservation.status == "open":
+        return hold_again_for_retry(ledger, reservation, entry)
+    return bool(ledger.settle_with_entry(reservation.id, replace(entry, reservation_id=reservation.id)))
 
 
-def hold_again_for_retry(ledger: Any, reservation: Any, entry: Any) -> None:
+def hold_again_for_retry(ledger: Any, reservation: Any, entry: Any) -> bool:
     """Record ``entry`` paid from a retried task's hold, growing the hold by what the entry paid from it.
 
     The hold was sized for one try: left paid in part, the retry (which no gate checks again, and no
@@ -210,14 +213,15 @@ def hold_again_for_retry(ledger: Any, reservation: Any, entry: Any) -> None:
     GPU-hours), and where it falls short in either a WARNING names the budgets and why: the retry may pass
     them by up to the shortfall (a hold past its ttl as the entry is written is not grown, and its WARNING
     says it expired). The same entry written again (a drain) pays nothing more, so grows nothing more. Only
-    a failed growth is logged, not raised: the task's try is over (a listener cannot fail it).
+    a failed growth is logged, not raised: the task's try is over (a listener cannot fail it). Returns
+    whether the entry was written (False: the ledger had its ``entry_uid`` already).
     """
     paid_entry = replace(entry, reservation_id=reservation.id)  # paid from the hold, which stays
     try:
         regrowth = ledger.record_and_regrow(paid_entry)
     except Exception as e:
         # Not written with its growth: write it alone (an error here is the ledger's, for the spool).
-        ledger.record(paid_entry)
+        written = bool(ledger.record(paid_entry))
         log.warning(
             "costaware: the hold %s of %s.%s was not held again for its retry (%s): the retry spends from "
             "what is left of it unchecked against the caps",
@@ -226,7 +230,13 @@ def hold_again_for_retry(ledger: Any, reservation: Any, entry: Any) -> None:
             entry.task_id,
             e,
         )
-        return
+        return written
+    _say_if_held_short(ledger, reservation, entry, regrowth)
+    return bool(regrowth.new)
+
+
+def _say_if_held_short(ledger: Any, reservation: Any, entry: Any, regrowth: Any) -> None:
+    """Warn where :func:`hold_again_for_retry` grew ``reservation`` back short, or found it expired."""
     grown = regrowth.held
     if regrowth.new and regrowth.expired:
         # Not "too little room": the budgets may have plenty, the hold just stopped counting.

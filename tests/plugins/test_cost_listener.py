@@ -359,10 +359,10 @@ def test_a_spooled_entry_another_process_takes_mid_drain_is_left_to_it(
     _, second = _spool(tmp_path / "spool", "a", "b")
     record = listener_module._record_and_settle
 
-    def the_other_process_takes_the_second(ledger: Any, entry: Any, **kwargs: Any) -> None:
+    def the_other_process_takes_the_second(ledger: Any, entry: Any, **kwargs: Any) -> bool:
         if entry.task_id == "a":  # this process is writing the first: the other takes the second
             second.rename(tmp_path / "taken")
-        record(ledger, entry, **kwargs)
+        return record(ledger, entry, **kwargs)
 
     monkeypatch.setattr(listener_module, "_record_and_settle", the_other_process_takes_the_second)
     ti = fake_ti(task_id="train")

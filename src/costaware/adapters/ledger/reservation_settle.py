@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 from decimal import Decimal
+from typing import NamedTuple
 
 from sqlalchemy import Connection, func, select
 
@@ -24,6 +25,13 @@ from costaware.core.money import format_usd_exact, parse_usd
 log = logging.getLogger("costaware.adapters.ledger.reservations")
 
 
+class Settled(NamedTuple):
+    """What :func:`settle_telling` did: the reservation as it now stands, and whether ``entry`` was new."""
+
+    reservation: Reservation
+    entry_new: bool  # False: no entry given, or the ledger had its entry_uid already (and keeps that row)
+
+
 def settle(
     ledger: LedgerDatabase,
     reservation_id: str,
@@ -37,7 +45,22 @@ def settle(
     ``already_recorded``: the cost was recorded before (no entry given, none paid from the hold), so no
     warning that the budgets count nothing of ``actual_usd``.
     """
+    return settle_telling(
+        ledger, reservation_id, actual_usd, entry=entry, already_recorded=already_recorded
+    ).reservation
+
+
+def settle_telling(
+    ledger: LedgerDatabase,
+    reservation_id: str,
+    actual_usd: object,
+    *,
+    entry: LedgerEntry | None = None,
+    already_recorded: bool = False,
+) -> Settled:
+    """:func:`settle`, telling also whether ``entry`` was new to the ledger (read from its own insert)."""
     actual = parse_usd(actual_usd, name="actual cost")
+    entry_new = False
     with ledger.transaction() as conn:
         current = reservation(conn, reservation_id)
         if entry is not None and not current.scope.matches(entry.tags):
@@ -54,7 +77,7 @@ def settle(
         if entry is not None:
             # Recorded even when the reservation is settled already (a second live try of the task, a
             # settlement racing this one): the entry is the money, the reservation only its hold.
-            insert_entry(conn, entry)
+            entry_new = insert_entry(conn, entry)
         # Its status read again with its row locked, after the entry (record_and_regrow's order, entry then
         # row): read once above, a release that committed in between on PostgreSQL was settled over as if
         # the hold were open, and a budget it left past its cap went without the error below.
@@ -62,7 +85,7 @@ def settle(
         if entry is not None and current.status == "released":
             _say_budgets_passed_after_release(conn, current, entry)
         if current.status == "settled":
-            return current
+            return Settled(current, entry_new)
         # A replaced hold too: settled with no entry, its cost was counted nowhere, and nothing said so.
         if entry is None and actual > 0 and not already_recorded:
             _say_nothing_counted(conn, current, actual)
@@ -71,7 +94,7 @@ def settle(
         standing = reservation(conn, reservation_id)
         if standing.status == "replaced":  # before this, or by a gate at once (close leaves it so)
             _say_replaced(conn, standing, actual, entry_given=entry is not None)
-        return standing
+        return Settled(standing, entry_new)
 
 
 def _say_replaced(conn: Connection, replaced: Reservation, actual: Decimal, *, entry_given: bool) -> None:

@@ -11,7 +11,15 @@ from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
-from costaware.adapters.ledger import budgets, entries, migrate, regrowth, reports, reservations
+from costaware.adapters.ledger import (
+    budgets,
+    entries,
+    migrate,
+    regrowth,
+    reports,
+    reservation_settle,
+    reservations,
+)
 from costaware.adapters.ledger.engine import LedgerDatabase, ledger_engine
 from costaware.adapters.ledger.reservations import DEFAULT_RESERVATION_TTL
 from costaware.core.budgets import Budget, Period, Scope
@@ -251,6 +259,16 @@ class Ledger(LedgerDatabase):
         return reservations.settle(
             self, reservation_id, actual_usd, entry=entry, already_recorded=already_recorded
         )
+
+    def settle_with_entry(self, reservation_id: str, entry: LedgerEntry) -> bool:
+        """:meth:`settle` the hold with ``entry`` (its ``usd`` what was spent); returns whether it was new.
+
+        False: the ledger had the entry's ``entry_uid`` already and keeps that row; the hold is settled all
+        the same. Told by the write itself, in the settle's transaction: a look-up before it could be
+        answered wrong by another process writing the same entry in between.
+        """
+        settled = reservation_settle.settle_telling(self, reservation_id, entry.usd, entry=entry)
+        return settled.entry_new
 
     def extend(self, reservation_id: str, until: datetime) -> Reservation:
         """Keep an open reservation counting until ``until``: a task that outlives its hold's time limit.
