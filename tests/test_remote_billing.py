@@ -700,3 +700,66 @@ def test_a_later_tries_take_up_is_never_lowered_by_an_earlier_ones(billed_ledger
     assert billed_ledger.take_up_holds("d/r/train/-1", 2) == 1
     assert billed_ledger.take_up_holds("d/r/train/-1", 1) == 0  # a late call of try 1
     assert billed_ledger.take_up_holds("d/r/train/-1", 3) == 1
+
+
+def _egress_bill(ledger: Ledger, monkeypatch: pytest.MonkeyPatch, ledger_url: str) -> Any:
+    """A bill of attempt 3 of job ``train-380335d228-a3`` run in us-west-2a (3 GB read across) by a run."""
+    from attempt_states import CAPTURED  # tests/support/
+
+    from costaware.remote_billing import KilledTrainingBilling
+    from costaware.training.attempts import AttemptState
+    from costaware.training.plan import RemotePlan
+    from costaware.training.plan.remote_plan import Placement
+
+    monkeypatch.setenv("COSTAWARE_LEDGER_URL", ledger_url)
+    plan = RemotePlan.from_json(CAPTURED)  # local (a backend that reuses names), in us-east-1
+    placement = Placement(zones=("us-east-1a", "us-west-2a"), usd_per_gb={"us-west-2": "0.02"})
+    state = AttemptState(plan=replace(plan, placement=placement), spot_usd_per_hour="0.05", first_attempt=3)
+    billing = KilledTrainingBilling(
+        ledger_conn_id="costaware_ledger", aws_conn_id=None, log=logging.getLogger(__name__)
+    )
+
+    def bill(run_token: str, ended_at: float) -> list[dict[str, Any]]:
+        running = state.submitted(
+            job_id="train-380335d228-a3", market="spot", zone="us-west-2a", moved_bytes=3 * 2**30,
+            run_token=run_token,
+        )  # fmt: skip
+        job = {"job_id": "train-380335d228-a3", "state": "interrupted", "market": "spot",
+               "instance_type": "m5.large", "ended_at": ended_at, "billable_seconds": 120.0}  # fmt: skip
+        billing._bill_attempt(running, job, None)
+        return sorted((e for e in ledger.entries() if e["cause"] == "zone_move"), key=lambda e: e["id"])
+
+    return bill
+
+
+def test_a_second_run_under_the_job_name_bills_its_own_egress_and_each_run_once(
+    ledger: Ledger, ledger_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A cleared task's new try runs `<stem>-a<attempt>` again with its own run token: its egress, keyed
+    # `egress:<job name>` as the first run's was, was dropped by the ledger as that run's duplicate.
+    bill = _egress_bill(ledger, monkeypatch, ledger_url)
+    first, second = "a" * 32, "b" * 32
+    (move,) = bill(first, time.time() - 3600)
+    assert move["entry_uid"] == "egress:train-380335d228-a3"  # the name's key, as before
+    assert len(bill(first, time.time() - 3600)) == 1  # the same run billed again (a retry following it)
+    moves = bill(second, time.time())
+    assert [(m["usd"], m["region"]) for m in moves] == [(Decimal("0.06"), "us-west-2")] * 2
+    assert moves[0]["entry_uid"] == "egress:train-380335d228-a3"  # the first run's row keeps its key
+    assert moves[1]["entry_uid"] != moves[0]["entry_uid"]
+    assert [f", run {token}:" in m["note"] for m, token in zip(moves, (first, second), strict=True)] == [
+        True,
+        True,
+    ]
+    assert len(bill(second, time.time())) == 2  # the second run billed again: still its one row
+    assert len(bill(first, time.time() - 3600)) == 2  # and the first run's
+
+
+def test_a_runs_egress_under_the_name_written_with_no_run_mark_is_not_billed_again(
+    ledger: Ledger, ledger_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Written by the name's key with no mark of its run (before bills marked it, or its token unread): the
+    # same run's retry, its token known now, must not read it as another run's and bill the egress twice.
+    bill = _egress_bill(ledger, monkeypatch, ledger_url)
+    (move,) = bill("", time.time())
+    assert move["entry_uid"] == "egress:train-380335d228-a3" and ", run " not in move["note"]
+    assert len(bill("a" * 32, time.time())) == 1

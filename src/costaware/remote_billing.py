@@ -8,6 +8,7 @@ bills it with the same code (``RemoteTrainingJobTrigger.stop_and_bill``).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import replace
 from datetime import datetime, timedelta, timezone
@@ -24,6 +25,9 @@ if TYPE_CHECKING:
     from costaware.training.attempt_duplicates import DuplicateCheck
     from costaware.training.attempts import AttemptState
     from costaware.training.plan import RemotePlan
+
+#: The run an egress entry's note marks (``attempt 3 moved from us-east-1 to us-west-2a, run 3f2a...: ...``).
+_EGRESS_NOTE_RUN = re.compile(r"^attempt \d+ moved from \S+ to \S+, run ([\w-]+): ")
 
 
 class AttemptBilling:
@@ -409,8 +413,9 @@ class AttemptBilling:
         """Record the egress of the running attempt where it ran in another region: its data and checkpoint.
 
         At the price the zone choice weighed; for an attempt that ran (one stopped before it started read
-        nothing). Keyed by the attempt's job name, so that a retry following the job adds nothing. The
-        egress counts in the budgets as spend; ``max_usd`` caps the attempts' compute only.
+        nothing). Keyed by the attempt's job name (by name and run where another run holds that key:
+        :meth:`_egress_uid`), so that a retry following the job adds nothing. The egress counts in the
+        budgets as spend; ``max_usd`` caps the attempts' compute only.
         """
         from costaware.adapters.regions import BYTES_PER_BILLED_GB
         from costaware.core.ledger import Kind, LedgerEntry
@@ -427,6 +432,9 @@ class AttemptBilling:
             return
         gigabytes = Decimal(current.moved_bytes) / BYTES_PER_BILLED_GB
         ident = plan.identity
+        ledger = self.ledger_hook.get_conn()
+        name = job_name(plan.base_name, current.attempt)
+        run_note = f", run {current.run_token}" if current.run_token else ""
         entry = LedgerEntry(
             dag_id=ident["dag_id"],
             run_id=ident["run_id"],
@@ -442,13 +450,13 @@ class AttemptBilling:
             cause="zone_move",
             price_source="bundled AWS transfer prices",
             note=(
-                f"attempt {current.attempt} moved from {plan.region} to {current.zone}: its data and the "
-                f"checkpoint it restored, if any ({current.moved_bytes} B)"
+                f"attempt {current.attempt} moved from {plan.region} to {current.zone}{run_note}: its data "
+                f"and the checkpoint it restored, if any ({current.moved_bytes} B)"
             ),
             tags=dict(plan.tags),
-            entry_uid=f"egress:{job_name(plan.base_name, current.attempt)}"[:64],
+            entry_uid=self._egress_uid(ledger, name, current.run_token),
         )
-        if self.ledger_hook.get_conn().record(entry):
+        if ledger.record(entry):
             self.log.info(
                 "attempt %d: its run in %s read %.6f GB across regions: $%s of egress",
                 current.attempt,
@@ -456,6 +464,32 @@ class AttemptBilling:
                 gigabytes,
                 entry.usd,
             )
+
+    @staticmethod
+    def _egress_uid(ledger: Any, name: str, run_token: str) -> str:
+        """The key of the egress of job ``name``'s run ``run_token``: the name's, unless another run has it.
+
+        The stop bill's rule (``stop_bill_keyed``): a cleared task's new try runs the job again under its
+        name with a run of its own, and its egress under the name's key was dropped as the first run's. By
+        name and run only where the row under the name's key marks another run; one that marks none (written
+        before egress marked its run, or its token unread) is left to the key, never billed beside what may
+        be this run. Rows already written keep their keys. Raises what the ledger's reads raise.
+        """
+        from costaware.training.remote import attempt_uid
+
+        by_name = f"egress:{name}"[:64]
+        if not run_token:
+            return by_name
+        held = ledger.entries_by_uid([by_name])
+        if not held or not all(_egress_of_another_run(run_token, row) for row in held):
+            return by_name
+        return f"egress:{attempt_uid(f'{name}:run={run_token}')}"
+
+
+def _egress_of_another_run(run_token: str, row: Mapping[str, Any]) -> bool:
+    """Whether the egress ``row`` marks a run of the job's name other than ``run_token``'s."""
+    found = _EGRESS_NOTE_RUN.match(str(row.get("note") or ""))
+    return found is not None and found.group(1) != run_token
 
 
 class KilledTrainingBilling(AttemptBilling):
