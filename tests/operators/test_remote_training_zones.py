@@ -298,6 +298,31 @@ def test_a_new_run_started_where_the_followed_job_went_is_still_stopped_at_what_
     assert current.stop_by_poll and current.stop_after_seconds == allowed
 
 
+@pytest.mark.parametrize("goes", [False, True], ids=["followed", "new run"])
+def test_a_retrys_new_run_where_the_followed_job_went_reads_the_checkpoint_across_as_a_new_submit(
+    tmp_path: Path, ledger: Any, monkeypatch: pytest.MonkeyPatch, goes: bool
+) -> None:
+    # Attempt 1 of a followed job read its data across at its start and has pushed its own checkpoints
+    # since: none is counted. A new run the retry started where the followed job went restores the old
+    # run's checkpoint: counted as the followed job's bytes (data only), its egress was billed short.
+    checkpoint_bytes = 7_000_000  # the newest checkpoint's files, sized here: the first job's run varies
+    (tmp_path / "capacity-us-east-1a").write_text("1")
+    first = operator(tmp_path, seconds=1.0, availability_zones=["us-east-1a"])
+    with pytest.raises(TaskDeferred):
+        first.execute(context_for())
+    monkeypatch.setattr(RemoteTrainingOperator, "_checkpoint_bytes", lambda self, uri: checkpoint_bytes)
+    if goes:
+        _the_job_goes_before_each_submit(monkeypatch)
+    retry = operator(tmp_path, seconds=1.0, availability_zones=["us-east-1a"])
+    with pytest.raises(TaskDeferred):
+        retry.execute(context_for(try_number=2))
+    assert retry._live is not None and retry._live.current is not None
+    current, data_bytes = retry._live.current, retry._live.plan.placement.data_bytes
+    assert data_bytes > 0 and current.zone == "us-east-1a"  # in another region than the plan's us-west-2
+    assert (current.followed is None) == goes
+    assert current.moved_bytes == data_bytes + (checkpoint_bytes if goes else 0)
+
+
 def test_a_moves_egress_is_billed_once_its_attempt_has_run_in_another_region(ledger: Any) -> None:
     # An attempt in a zone of another region reads its data and checkpoint across once it runs: one stopped
     # while it waited for capacity moved nothing, a retry billing the job again adds no second entry, and
