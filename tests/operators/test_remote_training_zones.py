@@ -1993,3 +1993,33 @@ def test_a_followed_job_that_had_ended_when_found_unread_is_billed_to_its_end_on
     recorded = op._bill_attempt(followed, event["job"], None)
     assert [e["entry_uid"] for e in ledger.entries() if e["task_id"] == "train"] == [earlier["entry_uid"]]
     assert Decimal(recorded.attempts[-1].usd) == Decimal(str(earlier["usd"]))  # counted, not billed again
+
+
+@pytest.mark.parametrize("goes", [False, True], ids=["followed", "new run"])
+def test_a_retrys_cap_line_says_an_earlier_try_started_the_job_only_where_it_follows_one(
+    tmp_path: Path, ledger: Any, monkeypatch: pytest.MonkeyPatch, goes: bool
+) -> None:
+    # Said before the submit, the line told of the job the look-up found: where that job went and the
+    # submit started a new run, it read "attempt 1 was started by an earlier try ... under the time limit
+    # of that try" of a run this try started, right before the warning that it is another run.
+    from structlog.testing import capture_logs
+
+    import costaware.training.attempt_effects as effects
+
+    (tmp_path / "capacity-us-east-1a").write_text("1")
+    first = operator(tmp_path, seconds=1.0, availability_zones=["us-east-1a"], max_usd=50)
+    with pytest.raises(TaskDeferred):
+        first.execute(context_for())
+    monkeypatch.setattr(effects, "capped_seconds", lambda state, rate: 30)
+    if goes:
+        _the_job_goes_before_each_submit(monkeypatch)
+    retry = operator(tmp_path, seconds=1.0, availability_zones=["us-east-1a"], max_usd=50)
+    with pytest.raises(TaskDeferred), capture_logs() as said:  # self.log is structlog's: not in caplog
+        retry.execute(context_for(try_number=2))
+    lines = [str(e.get("event")) for e in said if "left of max_usd" in str(e.get("event"))]
+    assert len(lines) == 1, lines
+    if goes:
+        assert lines[0].startswith("attempt 1 is stopped after 30 s at the latest: $"), lines
+    else:
+        assert lines[0].startswith("attempt 1 was started by an earlier try as train-"), lines
+        assert "under the time limit of that try" in lines[0] and "stopped after 30 s of running" in lines[0]

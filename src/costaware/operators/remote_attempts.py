@@ -111,26 +111,6 @@ class RemoteAttemptSteps(RemoteAttemptHolds):
         # budgets may have lowered the cap since. The wait stops it at what is left now, as the dearer
         # type's stop does (a job that has ended is only billed).
         stop_by_poll = following and allowed is not None and not (followed and followed.state.done)
-        if stop_by_poll and left is not None:
-            self.log.warning(
-                "attempt %d was started by an earlier try as %s under the time limit of that try: %s is left "
-                "of max_usd now, at %s/hour%s, so it is stopped after %d s of running",
-                request.attempt,
-                followed.job_id if followed is not None else request.job_name,
-                format_usd_exact(left),
-                format_usd_exact(rate),
-                f" on {sized_on}" if sized_on else "",
-                allowed,
-            )
-        elif allowed is not None and left is not None and not following:
-            self.log.info(
-                "attempt %d is stopped after %d s at the latest: %s is left of max_usd, at %s/hour%s",
-                request.attempt,
-                allowed,
-                format_usd_exact(left),
-                format_usd_exact(rate),
-                f" on {sized_on}, the type attempt {state.attempts[-1].attempt} ran on" if sized_on else "",
-            )
         # The stop the cap sets, where it is the limit the job got (an earlier deadline limit is not it):
         # an attempt that ran into it is recorded as stopped by max_usd, not preempted.
         binding = allowed is not None and request.max_runtime_seconds == allowed
@@ -159,6 +139,28 @@ class RemoteAttemptSteps(RemoteAttemptHolds):
             # fresh submit would have refused), and billed for the data and checkpoint it reads across.
             followed, following = None, False
             moved = self._moved_bytes(state)
+        # Said once the submit tells whether the job is the followed one: said before it, a new run read as
+        # "started by an earlier try ... under the time limit of that try", which this try started.
+        if stop_by_poll and following and left is not None:
+            self.log.warning(
+                "attempt %d was started by an earlier try as %s under the time limit of that try: %s is left "
+                "of max_usd now, at %s/hour%s, so it is stopped after %d s of running",
+                request.attempt,
+                followed.job_id if followed is not None else request.job_name,
+                format_usd_exact(left),
+                format_usd_exact(rate),
+                f" on {sized_on}" if sized_on else "",
+                allowed,
+            )
+        elif allowed is not None and left is not None and not following:
+            self.log.info(
+                "attempt %d is stopped after %d s at the latest: %s is left of max_usd, at %s/hour%s",
+                request.attempt,
+                allowed,
+                format_usd_exact(left),
+                format_usd_exact(rate),
+                f" on {sized_on}, the type attempt {state.attempts[-1].attempt} ran on" if sized_on else "",
+            )
         submitted = state.submitted(
             job_id=job_id,
             market=market,
