@@ -303,6 +303,16 @@ def test_unknown_names_are_reported_with_what_is_known() -> None:
     ("text", "message"),
     [
         ("time,price\n", "electricity CSV lacks column"),
+        # Header only (blank lines after it too): "price series ... has no records; check the file and its
+        # filters", of a file that has no filters.
+        *[
+            (
+                text,
+                "^power.csv: the file has a header but no rows; an electricity price CSV has a row per hour "
+                r"under its header timestamp_utc,usd_per_mwh \(e.g. 2023-01-01T00:00:00Z,42.5\)$",
+            )
+            for text in ("timestamp_utc,usd_per_mwh\n", "timestamp_utc,usd_per_mwh\n\n\n")
+        ],
         (
             "timestamp_utc,usd_per_mwh\n2023-01-01T00:00:00Z,10\n2023-01-01T03:00:00Z,10\n",
             r"no price from .* \(3 h; records must be at most 1:00:00 apart\)",

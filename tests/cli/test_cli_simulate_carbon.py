@@ -205,3 +205,20 @@ def test_a_missing_jobs_price_or_trace_file_names_where_it_was_looked_for(
         f"cannot read {what} 'typo.json' (a relative path, read as {tmp_path / 'typo.json'}): No such file "
         "or directory; check the name, or give the file's full path"
     ) in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("text", ["timestamp_utc,usd_per_mwh\n", "\ufefftimestamp_utc,usd_per_mwh\n\n"])
+def test_an_electricity_file_with_a_header_and_no_rows_is_told_as_a_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str
+) -> None:
+    # It was "price series 'electricity power.csv (USD/MWh)' has no records; check the file and its
+    # filters": a CSV has no filters, and the series named was the file.
+    f = _files(tmp_path)
+    Path(f["prices"]).write_text(text, encoding="utf-8")
+    assert main(["simulate", "--jobs", f["jobs"], "--prices", f["prices"]]) == 2
+    err = capsys.readouterr().err
+    assert (
+        "power.csv: the file has a header but no rows; an electricity price CSV has a row per hour under its "
+        "header timestamp_utc,usd_per_mwh (e.g. 2023-01-01T00:00:00Z,42.5)" in err
+    ), err
+    assert "filters" not in err

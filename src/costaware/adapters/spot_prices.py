@@ -348,7 +348,7 @@ def electricity_from_text(text: str, *, source: str) -> PriceSeries:
     """Hourly electricity prices in USD/MWh as a series (gaps over one hour are rejected; may be negative).
 
     Raises:
-        InvalidPriceDataError: missing columns, bad values, duplicate hours with two prices, gaps.
+        InvalidPriceDataError: missing columns, no rows, bad values, duplicate hours with two prices, gaps.
     """
     reader = csv.DictReader(io.StringIO(text.lstrip("\ufeff")))
     missing = [c for c in ELECTRICITY_COLUMNS if c not in (reader.fieldnames or [])]
@@ -361,6 +361,12 @@ def electricity_from_text(text: str, *, source: str) -> PriceSeries:
     for row in reader:
         points.append((row["timestamp_utc"], row["usd_per_mwh"]))
         lines.append(reader.line_num)  # the file's line, as an editor shows it (the header is line 1)
+    if not points:
+        # The series' own message said "check the file and its filters": a CSV has no filters.
+        raise InvalidPriceDataError(
+            f"{source}: the file has a header but no rows; an electricity price CSV has a row per hour "
+            f"under its header {','.join(ELECTRICITY_COLUMNS)} (e.g. 2023-01-01T00:00:00Z,42.5)"
+        )
     return PriceSeries.from_points(
         points,
         name=f"electricity {source} (USD/MWh)",
