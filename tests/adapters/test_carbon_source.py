@@ -169,6 +169,17 @@ class _Api(http.server.BaseHTTPRequestHandler):
         if self.path.startswith("/badjson/"):
             self._answer(200, (FIXTURES / "bad_json.txt").read_bytes())
             return
+        if self.path.startswith("/empty/"):  # the API's answer for half hours it has nothing for
+            self._answer(200, b'{"data": []}')
+            return
+        if self.path.startswith("/nulls/"):  # a half hour whose actual and forecast are both unknown
+            record = {"from": "2026-11-20T06:00Z", "to": "2026-11-20T06:30Z"}
+            self._answer(200, json.dumps({"data": [record | {"intensity": {"forecast": None}}]}).encode())
+            return
+        if self.path.startswith("/late/"):  # a forecast that begins three hours after the half hour asked
+            record = {"from": "2026-11-20T09:00Z", "to": "2026-11-20T09:30Z", "intensity": {"forecast": 90}}
+            self._answer(200, json.dumps({"data": [record]}).encode())
+            return
         if self.path.startswith("/negative/"):  # one half hour's intensity below zero, actual and forecast
             record = {"from": "2026-11-20T06:00Z", "to": "2026-11-20T06:30Z", "intensity": {"forecast": -5}}
             self._answer(
@@ -282,6 +293,75 @@ def test_live_bad_intensity_is_told_in_gco2e_per_kwh(
         with pytest.raises(InvalidPriceDataError, match=r"intensity .*-5.*\(gCO2e per kWh\)$") as caught:
             read()
         assert "USD" not in str(caught.value)
+
+
+def test_an_empty_live_answer_names_the_request_the_hours_asked_and_what_to_do(
+    api: http.server.ThreadingHTTPServer, tmp_path: Path
+) -> None:
+    # It said "<base URL>: no actual intensity in the answer" (no hours, nothing to do), and a forecast that
+    # began after the hours asked "price series 'carbon GB forecast ...' has no records; check the file and
+    # its filters", of an API.
+    base = _base(api)
+    at = T0 + timedelta(hours=6)
+    asked = "GB from 2026-11-20T06:00:00+00:00 to 2026-11-20T08:00:00+00:00"
+    then = "or use the recorded source, which needs no network"
+    for prefix, found in (
+        ("empty", "no records"),
+        ("nulls", "1 record(s), each with its {} intensity null (unknown to the API)"),
+    ):
+        live = LiveCarbon(base_url=f"{base}/{prefix}", cache_dir=tmp_path, ttl_seconds=0)
+        for forecast, url, key in (
+            (False, "2026-11-20T08:00Z", "actual or forecast"),
+            (True, "fw48h", "forecast"),
+        ):
+            with pytest.raises(InvalidPriceDataError) as caught:
+                if forecast:
+                    live.forecast("GB", at, 2)
+                else:
+                    live.intensity("GB", at, at + timedelta(hours=2))
+            assert str(caught.value).startswith(
+                f"carbon intensity API answered {base}/{prefix}/intensity/2026-11-20T06:00Z/{url} with "
+                f"{found.format(key)}: it has no intensity for {asked}; ask for other hours or try again "
+                f"later, {then}"
+            ), caught.value
+    late = LiveCarbon(base_url=f"{base}/late", cache_dir=tmp_path, ttl_seconds=0)
+    with pytest.raises(InvalidPriceDataError) as caught:
+        late.forecast("GB", at, 2)
+    assert str(caught.value).startswith(
+        f"carbon intensity API answered {base}/late/intensity/2026-11-20T06:00Z/fw48h with a forecast from "
+        f"2026-11-20T09:00:00+00:00 only, after the 2 hour(s) asked ({asked}): ask for more hours (up to 48) "
+        f"or try again later, {then}"
+    ), caught.value
+    assert late.forecast("GB", at, 4).points == [(at + timedelta(hours=3), Decimal(90))]  # the part it has
+
+
+def test_carbon_show_of_an_empty_live_answer_says_the_hours_asked(
+    api: http.server.ThreadingHTTPServer, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from costaware.cli import main
+
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_COSTAWARE_CARBON", json.dumps({"conn_type": "http", "host": f"{_base(api)}/empty"})
+    )
+    argv = [
+        "carbon",
+        "show",
+        "--zone",
+        "GB",
+        "--source",
+        "live",
+        "--start",
+        "2026-11-20T06:00Z",
+        "--hours",
+        "2",
+    ]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert (
+        "with no records: it has no intensity for GB from 2026-11-20T06:00:00+00:00 to "
+        "2026-11-20T08:00:00+00:00; ask for other hours" in err.replace("\n", " ")
+    ), err
+    assert "filters" not in err and "--source recorded" in err
 
 
 def test_live_refuses_other_zones_and_horizons(tmp_path: Path) -> None:

@@ -8,7 +8,7 @@ import logging
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
@@ -140,13 +140,15 @@ class LiveCarbon:
         if end <= start:
             raise ConfigurationError(f"end {end.isoformat()} is not after start {start.isoformat()}")
         records: list[dict[str, Any]] = []
+        urls: list[str] = []
         cursor = _floor_half_hour(start)
         while cursor < end:
             upto = min(cursor + _MAX_SPAN, end)
-            url = f"{self.base_url}/intensity/{_api_time(cursor)}/{_api_time(upto)}"
-            records.extend(self._data(url))
+            urls.append(f"{self.base_url}/intensity/{_api_time(cursor)}/{_api_time(upto)}")
+            records.extend(self._data(urls[-1]))
             cursor = upto
-        points = _points(records, "actual", fallback="forecast", url=self.base_url)
+        asked = f"{zone} from {start.isoformat()} to {end.isoformat()}"
+        points = _points(records, "actual", fallback="forecast", asked=asked, urls=urls)
         series = PriceSeries.from_points(
             points,
             name=f"carbon {zone} live {self.base_url} (gCO2e/kWh, actual, else forecast)",
@@ -172,14 +174,23 @@ class LiveCarbon:
                 f"the GB Carbon Intensity API forecasts {FORECAST_HOURS} hours ahead, not {hours}"
             )
         start = _floor_half_hour(_utc(now, "now"))
+        end = start + hours * _HOUR
         url = f"{self.base_url}/intensity/{_api_time(start)}/fw48h"
-        points = _points(self._data(url), "forecast", url=url)
+        asked = f"{zone} from {start.isoformat()} to {end.isoformat()}"
+        points = _points(self._data(url), "forecast", asked=asked, urls=[url])
         series = PriceSeries.from_points(
             points,
             name=f"carbon {zone} forecast {self.base_url} (gCO2e/kWh, forecast)",
             value_name="intensity",
         )
-        return _window(series, max(start, series.start), start + hours * _HOUR, name=series.name)
+        if series.start >= end:
+            # Nothing left in the window: the series' own message said "check the file and its filters".
+            raise InvalidPriceDataError(
+                f"carbon intensity API answered {url} with a forecast from {series.start.isoformat()} only, "
+                f"after the {hours} hour(s) asked ({asked}): ask for more hours (up to {FORECAST_HOURS}) "
+                f"or try again later, {_OFFLINE}"
+            )
+        return _window(series, max(start, series.start), end, name=series.name)
 
     # -- HTTP and the cache ---------------------------------------------------------------------------------
 
@@ -265,13 +276,27 @@ def _document(text: str, url: str) -> list[dict[str, Any]]:
 
 
 def _points(
-    records: Iterable[dict[str, Any]], key: str, *, url: str, fallback: str | None = None
+    records: Sequence[dict[str, Any]],
+    key: str,
+    *,
+    asked: str,
+    urls: Sequence[str],
+    fallback: str | None = None,
 ) -> list[tuple[object, object]]:
+    """The ``(from, value)`` of each record with a ``key`` (else ``fallback``) intensity.
+
+    Raises:
+        InvalidPriceDataError: a record without ``from`` or ``intensity``; no record has a value (the
+            message names ``asked``, the zone and span, and the ``urls`` asked).
+    """
+    answered = urls[0] if len(urls) == 1 else f"{urls[0]} and {len(urls) - 1} more request(s)"
     points: list[tuple[object, object]] = []
     for number, record in enumerate(records):
         values = record.get("intensity")
         if "from" not in record or not isinstance(values, dict):
-            raise InvalidPriceDataError(f"{url}: record {number} lacks 'from' or 'intensity': {record!r}")
+            raise InvalidPriceDataError(
+                f"{answered}: record {number} lacks 'from' or 'intensity': {record!r}"
+            )
         value = values.get(key)
         if value is None and fallback is not None:
             value = values.get(fallback)
@@ -279,5 +304,15 @@ def _points(
             continue
         points.append((record["from"], value))
     if not points:
-        raise InvalidPriceDataError(f"{url}: no {key} intensity in the answer")
+        # It said "<base URL>: no actual intensity in the answer": neither the hours asked nor what to do.
+        wanted = f"{key} or {fallback}" if fallback else key
+        found = (
+            "no records"
+            if not records
+            else f"{len(records)} record(s), each with its {wanted} intensity null (unknown to the API)"
+        )
+        raise InvalidPriceDataError(
+            f"carbon intensity API answered {answered} with {found}: it has no intensity for {asked}; "
+            f"ask for other hours or try again later, {_OFFLINE}"
+        )
     return points
