@@ -41,7 +41,13 @@ def test_exact_duplicates_are_dropped_and_conflicts_rejected() -> None:
 @pytest.mark.parametrize(
     ("points", "kwargs", "message"),
     [
-        ([], {}, "has no records"),
+        # It added "check the file and its filters", of series that came from no file.
+        ([], {}, r"^price series 's' has no records: give it at least one \(time, price\) record$"),
+        (
+            [],
+            {"value_name": "intensity"},
+            r"^intensity series 's' has no records: give it at least one \(time, intensity\) record$",
+        ),
         ([(datetime(2021, 3, 1), "1")], {}, "2021-03-01T00:00:00 has no time zone"),
         ([("yesterday", "1")], {}, "time 'yesterday' is not ISO-8601"),
         ([(T0, "abc")], {}, "price 'abc' is not a number"),

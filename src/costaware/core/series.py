@@ -195,8 +195,11 @@ class PriceSeries:
             for at, (t, p) in zip(where, points, strict=True)
         ]
         if not records:
+            # Readers that know the file or the answer say so first; "check the file and its filters" was
+            # wrong for the callers this reaches (an API's answer, a window, a list built in code).
             raise InvalidPriceDataError(
-                f"{value_name} series {name!r} has no records; check the file and its filters"
+                f"{value_name} series {name!r} has no records: give it at least one "
+                f"(time, {value_name}) record"
             )
         notes: list[str] = []
         out_of_order = sum(1 for a, b in itertools.pairwise(records) if b[0] < a[0])
