@@ -879,7 +879,7 @@ def test_a_single_record_where_the_bundled_year_ends_is_imported_as_reading_plac
     one = tmp_path / "GB_one.csv"
     one.write_text("timestamp_utc,g_co2eq_per_kwh_lca\n2024-01-01T00:00:00Z,150\n")
     assert main(["carbon", "import", "--zone", "GB", str(one)]) == 0, capsys.readouterr().err
-    assert "imported 1 hour(s) of GB carbon intensity from GB_one.csv" in capsys.readouterr().out
+    assert "imported 1 record of GB carbon intensity from GB_one.csv" in capsys.readouterr().out
     start = datetime(2024, 1, 1, tzinfo=timezone.utc)
     for source in (RecordedCarbon(home), RecordedCarbon(one)):
         assert source.intensity("GB", start, start + timedelta(hours=1)).points == [(start, Decimal(150))]
@@ -896,6 +896,67 @@ def test_a_single_record_where_the_bundled_year_ends_is_imported_as_reading_plac
         "2024-01-01T01:00:00Z,160",
         "2024-01-01T02:00:00Z,170",
     ]
+
+
+def test_an_import_summary_spans_to_the_end_of_its_last_record(
+    home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # One record said "(2024-01-01 00:00 to 2024-01-01 00:00 UTC)", a span of nothing, and a file's span
+    # stopped at its last record's start: two hourly records were "22:00 to 23:00" for 2 hour(s).
+    header = "timestamp_utc,g_co2eq_per_kwh_lca\n"
+    cases = [
+        # The bundled year's step places a lone record after it: the hour it covers.
+        (
+            "GB",
+            "GB_one.csv",
+            "2024-01-01T00:00:00Z,150\n",
+            "1 record",
+            "2024-01-01 00:00 to 2024-01-01 01:00",
+        ),
+        (
+            "PL",
+            "pl-hours.csv",
+            "2026-11-20T22:00:00Z,150\n2026-11-20T23:00:00Z,160\n",
+            "2 hour(s)",
+            "2026-11-20 22:00 to 2026-11-21 00:00",
+        ),
+        # Appended to an import, as the merged file reads it: an hour after hourly records...
+        (
+            "PL",
+            "pl-next.csv",
+            "2026-11-21T00:00:00Z,170\n",
+            "1 record",
+            "2026-11-21 00:00 to 2026-11-21 01:00",
+        ),
+        (
+            "IT",
+            "it-halves.csv",
+            "2026-11-20T22:00:00Z,150\n2026-11-20T22:30:00Z,160\n",
+            "1 hour(s) in 2 records",
+            "2026-11-20 22:00 to 2026-11-20 23:00",
+        ),
+        # ...and half an hour after half-hourly ones, not the hour a lone record is given.
+        (
+            "IT",
+            "it-next.csv",
+            "2026-11-20T23:00:00Z,170\n",
+            "1 record",
+            "2026-11-20 23:00 to 2026-11-20 23:30",
+        ),
+    ]
+    for zone, name, rows, what, span in cases:
+        (tmp_path / name).write_text(header + rows)
+        assert main(["carbon", "import", str(tmp_path / name), "--zone", zone]) == 0, capsys.readouterr().err
+        out = capsys.readouterr().out
+        target = home / f"{zone}_imported.csv"
+        assert out.startswith(
+            f"imported {what} of {zone} carbon intensity from {name} ({span} UTC) into {target}"
+        ), out
+    from costaware.adapters.carbon_data import carbon_from_text
+    from costaware.adapters.carbon_source import recorded_end
+
+    merged = carbon_from_text((home / "IT_imported.csv").read_text(), source="IT_imported.csv")
+    assert recorded_end(merged) == datetime(2026, 11, 20, 23, 30, tzinfo=timezone.utc)  # as the summary said
 
 
 def test_a_single_record_just_before_another_file_is_refused_with_the_way_to_keep_it(

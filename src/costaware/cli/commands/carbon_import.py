@@ -94,17 +94,24 @@ def import_file(args: argparse.Namespace) -> int:
     except OSError as e:
         raise cannot_make_folder(folder, e) from e
     hours = len({at.replace(minute=0, second=0) for at, _ in series.points})  # half-hourly rows are not hours
-    records = "" if hours == len(series) else f" in {len(series)} records"
-    imported = (
-        f"imported {hours} hour(s){records} of {zone} carbon intensity from {path.name} "
-        f"({series.start:%Y-%m-%d %H:%M} to {series.last:%Y-%m-%d %H:%M} UTC) into {target}"
-    )
+    if len(series) == 1:  # an hour or half an hour: the span says which
+        what = "1 record"
+    else:
+        what = f"{hours} hour(s)" + ("" if hours == len(series) else f" in {len(series)} records")
+
+    def imported(end: datetime) -> str:
+        # To the end of the last record, not its start: one record was "from 00:00 to 00:00".
+        return (
+            f"imported {what} of {zone} carbon intensity from {path.name} "
+            f"({series.start:%Y-%m-%d %H:%M} to {end:%Y-%m-%d %H:%M} UTC) into {target}"
+        )
+
     with _locked(target):
         if not target.exists():
             if unplaced:  # the earlier import was there before the lock
                 raise _one_record_error(path.name, series, zone, folder)
             _write(target, data, mode=_new_file_mode())
-            print(imported)
+            print(imported(series.start + one_step if one_step is not None else recorded_end(series)))
             return 0
         # Read and checked under the lock, once: checked before it, the one-record check could pass on an
         # end that another import of the zone moved before the merge read the file again.
@@ -115,6 +122,10 @@ def import_file(args: argparse.Namespace) -> int:
                 # Its end was guessed an hour on: merged into a half-hourly import at 23:30, it took 00:00.
                 raise _one_record_error(path.name, series, zone, folder)
             new_end = series.start + one_step
+        elif len(series) == 1:
+            # Appended where the earlier import ends: the merged file reads it with that import's last step
+            # (half an hour after a half-hourly import), not the hour a lone record is given.
+            new_end = series.start + (series.start - earlier.last)
         # A second import of the zone replaced the first: imported month by month, earlier months were lost.
         merged, counts = _merged_import(target, earlier_text, text, path.name, series, new_end=new_end)
         # The mode and owner it had: the temporary file's 0600 kept other users of the group out, and a merge
@@ -126,7 +137,7 @@ def import_file(args: argparse.Namespace) -> int:
             mode=stat.S_IMODE(earlier_stat.st_mode),
             owner=(earlier_stat.st_uid, earlier_stat.st_gid),
         )
-    print(f"{imported}: {counts.summary(series.start, new_end)}")
+    print(f"{imported(new_end)}: {counts.summary(series.start, new_end)}")
     return 0
 
 
