@@ -294,6 +294,29 @@ def test_a_bad_file_writes_nothing(home: Path, tmp_path: Path, capsys: pytest.Ca
     assert not home.exists()
 
 
+@pytest.mark.parametrize(
+    ("text", "said"),
+    [
+        # A spreadsheet's time, told as "time 2026-11-20T00:00:00 has no time zone": text the file lacks.
+        pytest.param(
+            "timestamp_utc,g_co2eq_per_kwh_lca\n2026-11-20 00:00,150\n2026-11-20 01:00,160\n",
+            "line 2: time '2026-11-20 00:00' has no time zone; write it with one, e.g. "
+            "'2026-11-20T00:00:00Z' for UTC; nothing was imported",
+            id="time-without-zone-as-written",
+        ),
+    ],
+)
+def test_a_hurried_users_file_is_told_with_its_bad_value_and_what_to_do(
+    home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str, said: str
+) -> None:
+    hurried = tmp_path / "GB_hurried.csv"
+    hurried.write_bytes(text.encode("utf-8"))
+    assert main(["carbon", "import", str(hurried), "--zone", "GB"]) == 2
+    err = capsys.readouterr().err
+    assert said in err, err
+    assert not home.exists()
+
+
 def test_a_file_with_a_header_and_no_rows_is_told_as_a_file(
     home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -49,6 +49,14 @@ def test_exact_duplicates_are_dropped_and_conflicts_rejected() -> None:
             r"^intensity series 's' has no records: give it at least one \(time, intensity\) record$",
         ),
         ([(datetime(2021, 3, 1), "1")], {}, "2021-03-01T00:00:00 has no time zone"),
+        # As written, where Python prints it back otherwise: it was told as "2021-03-01T00:00:00".
+        (
+            [("2021-03-01 00:00", "1")],
+            {},
+            r"record 0: time '2021-03-01 00:00' has no time zone; write it with one, e.g. "
+            "'2021-03-01T00:00:00Z'",
+        ),
+        ([("2021-03-01T00:00:00", "1")], {}, r"record 0: time 2021-03-01T00:00:00 has no time zone"),
         ([("yesterday", "1")], {}, "time 'yesterday' is not ISO-8601"),
         ([(T0, "abc")], {}, "price 'abc' is not a number"),
         ([(T0, "-1")], {}, r"price '-1' must be a finite number >= 0 \(USD per hour\)"),

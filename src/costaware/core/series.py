@@ -96,6 +96,7 @@ def parse_instant(
     value: object, *, name: str, error: type[ConfigurationError] = ConfigurationError
 ) -> datetime:
     """An aware UTC datetime from a datetime or ISO-8601 text; naive values are rejected with ``error``."""
+    written = value
     if isinstance(value, str):
         try:
             value = datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
@@ -113,9 +114,13 @@ def parse_instant(
     if not isinstance(value, datetime):
         raise error(f"{name} must be a datetime or ISO-8601 text, got {value!r}")
     if value.tzinfo is None or value.utcoffset() is None:
+        # As written where that is not how Python prints it back: a file's "2026-11-20 00:00" was told as
+        # "2026-11-20T00:00:00", a text the file does not hold.
+        shown = (
+            repr(written) if isinstance(written, str) and written != value.isoformat() else value.isoformat()
+        )
         raise error(
-            f"{name} {value.isoformat()} has no time zone; write it with one, "
-            f"e.g. '{value.isoformat()}Z' for UTC"
+            f"{name} {shown} has no time zone; write it with one, e.g. '{value.isoformat()}Z' for UTC"
         )
     # Airflow's context holds pendulum DateTimes, which do not compare with stdlib ones: make it plain.
     return datetime.fromisoformat(value.isoformat()).astimezone(timezone.utc)
