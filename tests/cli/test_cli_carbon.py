@@ -304,6 +304,32 @@ def test_a_bad_file_writes_nothing(home: Path, tmp_path: Path, capsys: pytest.Ca
             "'2026-11-20T00:00:00Z' for UTC; nothing was imported",
             id="time-without-zone-as-written",
         ),
+        # Blank lines alone were "lacks column(s) timestamp_utc, g_co2eq_per_kwh_lca; its header is []".
+        pytest.param(
+            "\n\n",
+            "GB_hurried.csv: the file is empty; a carbon intensity CSV starts with the header "
+            "timestamp_utc,g_co2eq_per_kwh_lca and has a row per hour; nothing was imported",
+            id="blank-lines-only",
+        ),
+        pytest.param(
+            "\ntimestamp_utc,g_co2eq_per_kwh_lca\n2026-11-20T00:00:00Z,150\n",
+            "GB_hurried.csv: line 1 is blank; a carbon intensity CSV starts with its header "
+            "timestamp_utc,g_co2eq_per_kwh_lca on line 1: delete the blank line(s) above it; nothing was "
+            "imported",
+            id="blank-line-before-the-header",
+        ),
+        # A decimal-comma spreadsheet's ';' was told only as a header of one odd column.
+        pytest.param(
+            "timestamp_utc;g_co2eq_per_kwh_lca\n2026-11-20T00:00:00Z;150\n",
+            "(expected timestamp_utc,g_co2eq_per_kwh_lca): its columns are separated by ';'; save it with "
+            "commas between them; nothing was imported",
+            id="semicolons",
+        ),
+        pytest.param(
+            "\ufefftimestamp_utc\tg_co2eq_per_kwh_lca\n2026-11-20T00:00:00Z\t150\n",
+            "its columns are separated by '\\t'; save it with commas between them",
+            id="tabs-after-a-bom",
+        ),
     ],
 )
 def test_a_hurried_users_file_is_told_with_its_bad_value_and_what_to_do(

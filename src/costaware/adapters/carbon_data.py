@@ -45,16 +45,29 @@ def carbon_from_text(text: str, *, source: str, basis: str = "lca") -> PriceSeri
     if column is None:
         raise ConfigurationError(f"carbon basis {basis!r} is not one of {', '.join(INTENSITY_COLUMNS)}")
     reader = csv.DictReader(io.StringIO(text.lstrip("\ufeff")))
-    if reader.fieldnames is None:
+    if not text.lstrip("\ufeff").strip():  # blank lines alone were "its header is []"
         raise InvalidPriceDataError(
             f"{source}: the file is empty; a carbon intensity CSV starts with the header "
             f"timestamp_utc,{column} and has a row per hour"
         )
+    if not reader.fieldnames:
+        # The header is the first line: a blank one before it was read as a header of no columns.
+        raise InvalidPriceDataError(
+            f"{source}: line 1 is blank; a carbon intensity CSV starts with its header "
+            f"timestamp_utc,{column} on line 1: delete the blank line(s) above it"
+        )
     missing = [c for c in ("timestamp_utc", column) if c not in reader.fieldnames]
     if missing:
+        separated = next((mark for mark in ";\t" if mark in "".join(reader.fieldnames)), None)
+        # A spreadsheet in a decimal-comma locale saves ';'-separated "CSV": the header was one column.
+        hint = (
+            f": its columns are separated by {separated!r}; save it with commas between them"
+            if separated and len(reader.fieldnames) == 1
+            else ""
+        )
         raise InvalidPriceDataError(
             f"{source}: carbon intensity CSV lacks column(s) {', '.join(missing)}; its header is "
-            f"{reader.fieldnames!r} (expected timestamp_utc,{column})"
+            f"{reader.fieldnames!r} (expected timestamp_utc,{column}){hint}"
         )
     points, lines = [], []
     for row in reader:
