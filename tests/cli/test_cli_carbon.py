@@ -190,6 +190,22 @@ def test_an_unknown_zone_is_not_told_to_move_its_start(capsys: pytest.CaptureFix
         assert said in err and "--start" not in err, err
 
 
+@pytest.mark.parametrize(
+    ("zone", "meant"),
+    [("DE_LU", "DE-LU"), ("AU_NSW", "AU-NSW"), ("US-CAL-CAISO", "US-CAL-CISO"), ("GV", "GB")],
+)
+def test_a_zone_typo_is_told_the_zone_meant(
+    capsys: pytest.CaptureFixture[str], zone: str, meant: str
+) -> None:
+    # A two-letter typo got "did you mean", a longer one (an underscore for the hyphen, a letter too many)
+    # only the list of zones and "import a file with --zone DE_LU", which the import refuses.
+    assert main(["carbon", "show", "--zone", zone, "--source", "bundled", "--start", "2023-06-14"]) == 2
+    err = capsys.readouterr().err
+    assert f"no recorded carbon intensity for grid zone {zone!r}: did you mean {meant!r}? If not, " in err, (
+        err
+    )
+
+
 def test_an_imported_zone_without_a_bundled_year_is_told_its_recorded_hours(
     home: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -7,6 +7,7 @@ carbon import``'s files is in :mod:`.carbon_imported`.
 
 from __future__ import annotations
 
+import difflib
 import logging
 import threading
 from collections.abc import Sequence
@@ -151,8 +152,7 @@ class RecordedCarbon:
                 raise PriceNotFoundError(
                     f"no recorded carbon intensity for grid zone {zone!r}: {hint.strip()}"
                 )
-            # zone_hint's look-up needs three letters: a two-letter typo (PK for PL, GN for GB) got no advice.
-            near = [z for z in self.zones if len(z) == len(zone) == 2 and _one_letter_apart(z, zone)]
+            near = near_zones(zone, self.zones)
             meant = f"did you mean {' or '.join(map(repr, near))}? If not, " if near else ""
             raise PriceNotFoundError(
                 f"no recorded carbon intensity for grid zone {zone!r}: {meant}recorded zones are "
@@ -360,6 +360,17 @@ class RecordedCarbon:
             name=name,
             notes=recorded.notes,
         )
+
+
+def near_zones(zone: str, zones: Sequence[str]) -> list[str]:
+    """The zones of ``zones`` that ``zone`` is likely a typo of (``PK`` for ``PL``, ``DE_LU`` for ``DE-LU``).
+
+    zone_hint's look-up needs three letters: a two-letter typo (PK for PL, GN for GB) got no advice, and
+    one of a longer id (US-CAL-CAISO, DE_LU) none either: those are matched by similarity.
+    """
+    if len(zone) == 2:
+        return [z for z in zones if len(z) == 2 and _one_letter_apart(z, zone)]
+    return difflib.get_close_matches(zone, [z for z in zones if len(z) > 2], n=1)
 
 
 def _one_letter_apart(known: str, given: str) -> bool:
