@@ -206,6 +206,40 @@ def test_a_zone_typo_is_told_the_zone_meant(
     )
 
 
+def test_an_import_under_a_zone_typo_warns_of_the_zone_meant(
+    home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # "--zone US-CAL-CAISO" imported in silence into a zone no task reads; the zone meant stayed without it.
+    hourly = tmp_path / "hourly.csv"
+    hourly.write_text(
+        "timestamp_utc,g_co2eq_per_kwh_lca\n2026-11-20T00:00:00Z,150\n2026-11-20T01:00:00Z,160\n"
+    )
+    assert main(["carbon", "import", str(hourly), "--zone", "PL"]) == 0
+    for zone, meant in (
+        ("US-CAL-CAISO", "US-CAL-CISO"),
+        ("GV", "GB"),
+        ("PK", "PL"),
+    ):  # PK: an earlier import's
+        assert main(["carbon", "import", str(hourly), "--zone", zone]) == 0
+        captured = capsys.readouterr()
+        target = home / f"{zone}_imported.csv"
+        assert captured.err.replace("\n", " ").startswith(
+            f"costaware: warning: zone {zone!r} is new to costaware (no bundled year, region or earlier "
+            f"import has it): did you mean {meant!r}? It is imported as {zone!r}, as --zone says, and only "
+            f"carbon={zone!r} reads it; if it was a typo, delete {target} and import the file again with "
+            f"--zone {meant}"
+        ), captured.err
+        assert target.is_file() and "imported 2 hour(s)" in captured.out
+    # No warning for a zone known, imported before, new and near none, or refused anyway.
+    for zone in ("GB", "PK", "FR"):
+        assert main(["carbon", "import", str(hourly), "--zone", zone]) == 0
+        assert "warning" not in capsys.readouterr().err
+    one = tmp_path / "one.csv"
+    one.write_text("timestamp_utc,g_co2eq_per_kwh_lca\n2026-11-20T00:00:00Z,150\n")
+    assert main(["carbon", "import", str(one), "--zone", "GN"]) == 2
+    assert "warning" not in capsys.readouterr().err
+
+
 def test_an_imported_zone_without_a_bundled_year_is_told_its_recorded_hours(
     home: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -24,7 +24,7 @@ from costaware.cli.commands.carbon_import_access import ACCESS_REFUSED, cannot_m
 from costaware.core.errors import ConfigurationError
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import Iterable, Iterator
 
     from costaware.core.series import PriceSeries
 
@@ -89,6 +89,7 @@ def import_file(args: argparse.Namespace) -> int:
     unplaced = len(series) == 1 and one_step is None  # one record nothing gives a step to, yet
     if unplaced and not target.exists():
         raise _one_record_error(path.name, series, zone, folder)
+    _warn_of_a_typo(zone, known.values(), folder, target)  # once the file is known to go in
     try:
         folder.mkdir(parents=True, exist_ok=True)
     except OSError as e:
@@ -165,6 +166,29 @@ class _MergeCounts:
         return (
             f"{self.added} record(s) added, {self.replaced} replaced{dropped}, {self.kept} kept from the "
             "earlier import"
+        )
+
+
+def _warn_of_a_typo(zone: str, known: Iterable[str], folder: Path, target: Path) -> None:
+    """Warn where ``zone`` is new to costaware and close to a zone it knows or has imported (``GV``, ``GB``).
+
+    Such an import succeeded in silence, into a zone that no task reads, while the zone meant stayed
+    without the file. A warning, not a refusal: a new zone may be one letter from another (GR, GB).
+    """
+    from costaware.adapters.carbon_recorded import near_zones
+    from costaware.adapters.carbon_source import zone_of
+
+    if zone in known or target.exists():
+        return
+    imported = {zone_of(file) for file in folder.glob("*_imported.csv")} if folder.is_dir() else set()
+    near = near_zones(zone, sorted({*known, *imported}))
+    if near:
+        print(
+            f"costaware: warning: zone {zone!r} is new to costaware (no bundled year, region or earlier "
+            f"import has it): did you mean {near[0]!r}? It is imported as {zone!r}, as --zone says, and only "
+            f"carbon={zone!r} reads it; if it was a typo, delete {target} and import the file again with "
+            f"--zone {near[0]}",
+            file=sys.stderr,
         )
 
 
