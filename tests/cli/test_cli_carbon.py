@@ -380,17 +380,35 @@ def test_a_bad_file_writes_nothing(home: Path, tmp_path: Path, capsys: pytest.Ca
             "its columns are separated by '\\t'; save it with commas between them",
             id="tabs-after-a-bom",
         ),
+        # Excel's "Unicode Text": "is not UTF-8 text", with no way to save it; `carbon show --source` raised
+        # a UnicodeDecodeError traceback.
+        pytest.param(
+            "timestamp_utc,g_co2eq_per_kwh_lca\n2026-11-20T00:00:00Z,150\n".encode("utf-16"),
+            "GB_hurried.csv is UTF-16 text, as Excel's 'Unicode Text' saves: a carbon intensity CSV is read "
+            "as UTF-8; save it as 'CSV UTF-8' (comma-separated)",
+            id="utf-16",
+        ),
+        pytest.param(
+            "timestamp_utc,g_co2eq_per_kwh_lca\n2026-11-20T00:00:00Z,150 \u00b5\n".encode("cp1252"),
+            "GB_hurried.csv is not UTF-8 text (byte 0xb5 on line 2; Latin-1 or Windows-1252, perhaps): a "
+            "carbon intensity CSV is read as UTF-8; save it as 'CSV UTF-8' (comma-separated)",
+            id="windows-1252",
+        ),
     ],
 )
 def test_a_hurried_users_file_is_told_with_its_bad_value_and_what_to_do(
-    home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str, said: str
+    home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str | bytes, said: str
 ) -> None:
     hurried = tmp_path / "GB_hurried.csv"
-    hurried.write_bytes(text.encode("utf-8"))
+    hurried.write_bytes(text.encode("utf-8") if isinstance(text, str) else text)
     assert main(["carbon", "import", str(hurried), "--zone", "GB"]) == 2
     err = capsys.readouterr().err
-    assert said in err, err
+    assert said in err and "nothing was imported" in err, err
     assert not home.exists()
+    # Read where it is, the file is told alike (the import's "nothing was imported" aside).
+    assert main(["carbon", "show", "--zone", "GB", "--source", str(hurried), "--start", "2026-11-20"]) == 2
+    err = capsys.readouterr().err
+    assert said.removesuffix("; nothing was imported") in err, err
 
 
 def test_a_file_with_a_header_and_no_rows_is_told_as_a_file(

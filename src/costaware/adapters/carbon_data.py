@@ -122,13 +122,33 @@ def load_carbon(path: str | Path, *, basis: str = "lca") -> PriceSeries:
     """Read a recorded carbon intensity CSV (the format of ``shared/data/carbon_intensity``).
 
     Raises:
-        InvalidPriceDataError: the file cannot be read (named, with where it was looked for), or is malformed.
+        InvalidPriceDataError: the file cannot be read (named, with where it was looked for), is not UTF-8, or
+            is malformed.
     """
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        data = Path(path).read_bytes()
     except OSError as e:
         raise unreadable_carbon_file(path, e, zone_instead=True) from e
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:  # a traceback in `carbon show --source`, in every reader of the folder
+        raise InvalidPriceDataError(not_utf8_carbon_file(Path(path).name, data, e.start)) from e
     return carbon_from_text(text, source=Path(path).name, basis=basis)
+
+
+def not_utf8_carbon_file(name: str, data: bytes, at: int) -> str:
+    """Why a carbon file is not read, its bytes not UTF-8 from ``at`` on: what it is, and how to save it."""
+    # Excel's "Unicode Text" and PowerShell 5's default redirect write UTF-16, with its byte-order mark.
+    utf16 = data.startswith((b"\xff\xfe", b"\xfe\xff"))
+    line = data[:at].count(b"\n") + 1
+    what = (
+        "UTF-16 text, as Excel's 'Unicode Text' saves"
+        if utf16
+        else f"not UTF-8 text (byte 0x{data[at]:02x} on line {line}; Latin-1 or Windows-1252, perhaps)"
+    )
+    return (
+        f"{name} is {what}: a carbon intensity CSV is read as UTF-8; save it as 'CSV UTF-8' (comma-separated)"
+    )
 
 
 def bundled_zones() -> list[str]:

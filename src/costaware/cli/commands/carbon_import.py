@@ -33,6 +33,7 @@ def import_file(args: argparse.Namespace) -> int:
     """Check a recorded intensity CSV and copy it into the carbon folder as the zone's imported file."""
     from costaware.adapters.carbon_data import (
         known_grid_zones,
+        not_utf8_carbon_file,
         unreadable_carbon_file,
         zone_hint,
     )
@@ -77,7 +78,9 @@ def import_file(args: argparse.Namespace) -> int:
     except OSError as e:
         raise unreadable_carbon_file(path, e, zone_instead=False) from e
     except UnicodeDecodeError as e:
-        raise InvalidPriceDataError(f"{path.name} is not UTF-8 text: nothing was imported") from e
+        raise InvalidPriceDataError(
+            f"{not_utf8_carbon_file(path.name, data, e.start)}; nothing was imported"
+        ) from e
     try:
         series = _check_columns(text, path.name)
     except InvalidPriceDataError as e:
