@@ -222,3 +222,20 @@ def test_an_electricity_file_with_a_header_and_no_rows_is_told_as_a_file(
         "header timestamp_utc,usd_per_mwh (e.g. 2023-01-01T00:00:00Z,42.5)" in err
     ), err
     assert "filters" not in err
+
+
+@pytest.mark.parametrize("text", ["", "\n\n", "\ufeff"])
+def test_an_empty_price_file_is_told_as_empty(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str
+) -> None:
+    # It was "power.csv: spot CSV lacks column(s) timestamp, ...; its header is []".
+    f = _files(tmp_path)
+    Path(f["prices"]).write_text(text, encoding="utf-8")
+    assert main(["simulate", "--jobs", f["jobs"], "--prices", f["prices"]]) == 2
+    err = capsys.readouterr().err
+    assert (
+        "power.csv: the file is empty; a spot price file is DescribeSpotPriceHistory JSON "
+        '({"SpotPriceHistory": [...]}) or a CSV with the header '
+        "timestamp,availability_zone,instance_type,product_description,usd_per_hour" in err
+    ), err
+    assert "[]" not in err

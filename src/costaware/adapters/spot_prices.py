@@ -208,6 +208,12 @@ def spot_history_from_text(text: str, *, source: str, products: Sequence[str] = 
     # A byte-order mark first (Excel's "CSV UTF-8", PowerShell's utf8): a JSON file was read as a CSV.
     text = text.lstrip("\ufeff")
     stripped = text.lstrip()
+    if not stripped:
+        # It was "spot CSV lacks column(s) timestamp, ...; its header is []": a header no file has.
+        raise InvalidPriceDataError(
+            f"{source}: the file is empty; a spot price file is DescribeSpotPriceHistory JSON "
+            f'({{"SpotPriceHistory": [...]}}) or a CSV with the header {",".join(SPOT_CSV_COLUMNS)}'
+        )
     if stripped.startswith(("{", "[")):
         records: list[Mapping[str, Any]] = []
         for document in _json_documents(text, source):
