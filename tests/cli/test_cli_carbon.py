@@ -192,7 +192,7 @@ def test_an_unknown_zone_is_not_told_to_move_its_start(capsys: pytest.CaptureFix
 
 @pytest.mark.parametrize(
     ("zone", "meant"),
-    [("DE_LU", "DE-LU"), ("AU_NSW", "AU-NSW"), ("US-CAL-CAISO", "US-CAL-CISO"), ("GV", "GB")],
+    [("DE_LU", "DE-LU"), ("AU_NSW", "AU-NSW"), ("US-CAL-CAISO", "US-CAL-CISO"), ("GV", "GB"), (" GB", "GB")],
 )
 def test_a_zone_typo_is_told_the_zone_meant(
     capsys: pytest.CaptureFixture[str], zone: str, meant: str

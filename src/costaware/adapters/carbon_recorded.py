@@ -363,11 +363,13 @@ class RecordedCarbon:
 
 
 def near_zones(zone: str, zones: Sequence[str]) -> list[str]:
-    """The zones of ``zones`` that ``zone`` is likely a typo of (``PK`` for ``PL``, ``DE_LU`` for ``DE-LU``).
+    """The zones of ``zones`` that ``zone`` is likely a typo of (``PK`` for ``PL``, ``DE_LU``, `` GB``).
 
     zone_hint's look-up needs three letters: a two-letter typo (PK for PL, GN for GB) got no advice, and
     one of a longer id (US-CAL-CAISO, DE_LU) none either: those are matched by similarity.
     """
+    if zone.strip() != zone and zone.strip() in zones:  # ' GB', pasted with a space: no list showed it
+        return [zone.strip()]
     if len(zone) == 2:
         return [z for z in zones if len(z) == 2 and _one_letter_apart(z, zone)]
     return difflib.get_close_matches(zone, [z for z in zones if len(z) > 2], n=1)
