@@ -240,6 +240,29 @@ def test_an_import_under_a_zone_typo_warns_of_the_zone_meant(
     assert "warning" not in capsys.readouterr().err
 
 
+def test_a_source_file_named_for_no_zone_is_told_why_it_was_not_read(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # "--source carbon.csv" showed the bundled year with "(no GB_*.csv file)": the file given was left out
+    # for its name, which the note did not say (the error of a zone with no bundled year did).
+    given = tmp_path / "carbon.csv"
+    given.write_text(
+        "timestamp_utc,g_co2eq_per_kwh_lca\n2026-11-20T00:00:00Z,150\n2026-11-20T01:00:00Z,160\n"
+    )
+    argv = ["carbon", "show", "--zone", "GB", "--source", str(given), "--start", "2026-11-20", "--hours", "1"]
+    assert main(argv) == 0
+    err = capsys.readouterr().err
+    assert err.rstrip().endswith(
+        "the fallback of a recorded source. Not read for GB: carbon.csv (zone 'carbon'); a file's zone is "
+        "the start of its name, <ZONE>_<anything>.csv: name it GB_<anything>.csv"
+    ), err
+    assert main([*argv, "--format", "json"]) == 0
+    assert "Not read for GB: carbon.csv" in json.loads(capsys.readouterr().out)["note"]
+    (tmp_path / "GB_carbon.csv").write_bytes(given.read_bytes())
+    assert main([*argv[:5], str(tmp_path / "GB_carbon.csv"), *argv[6:]]) == 0
+    assert "Not read" not in capsys.readouterr().err
+
+
 def test_an_imported_zone_without_a_bundled_year_is_told_its_recorded_hours(
     home: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -335,13 +335,18 @@ class RecordedCarbon:
         return parts
 
     def _not_read(self, zone: str) -> str:
+        """``. Not read for <zone>: ...`` where :meth:`not_read` says it, else ""."""
+        why = self.not_read(zone)
+        return f". {why}" if why else ""
+
+    def not_read(self, zone: str) -> str:
         """Why a file named one by one was not read for ``zone`` (its name names another), or ""."""
         others = [f for f in self.named_files if zone_of(f) != zone]
         if not others:
             return ""
         names = ", ".join(f"{f.name} (zone {zone_of(f)!r})" for f in others)
         return (
-            f". Not read for {zone}: {names}; a file's zone is the start of its name, <ZONE>_<anything>.csv: "
+            f"Not read for {zone}: {names}; a file's zone is the start of its name, <ZONE>_<anything>.csv: "
             f"name it {zone}_<anything>.csv"
         )
 

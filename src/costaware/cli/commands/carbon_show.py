@@ -255,7 +255,10 @@ def _fallback_note(source: object, args: argparse.Namespace, start: datetime) ->
         if args.zone in bundled_zones()
         else f"they are their recorded part and the files' profile ({args.zone} has no bundled typical year)"
     )
+    # A file given by name and left out for its name: "(no GB_*.csv file)" alone did not say it was.
+    not_read = source.not_read(args.zone)
     return (
         f"{args.source} does not cover {args.zone} over {missing} of these {args.hours} hour(s) ({names}): "
         + shown_as
+        + (f". {not_read}" if not_read else "")
     )
