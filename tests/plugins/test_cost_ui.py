@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta, timezone
 from decimal import Decimal
 from html import escape
@@ -818,3 +818,43 @@ def test_the_json_api_still_lists_every_budget(thirty_studies: Ledger, client: T
     # Stable, as ``costaware budget list --format json`` is: a client reading study budgets finds them.
     names = [b["name"] for b in client.get("/api/budgets").json()["budgets"]]
     assert len(names) == 31 and sum(name.startswith("project=churn/month") for name in names) == 1
+
+
+def statements_of(call: Callable[[], object]) -> int:
+    """How many SQL statements ``call`` runs."""
+    from sqlalchemy import event
+    from sqlalchemy.engine import Engine
+
+    statements: list[str] = []
+
+    def count(*args: object) -> None:
+        statements.append(str(args[2]))
+
+    event.listen(Engine, "before_cursor_execute", count)
+    try:
+        call()
+    finally:
+        event.remove(Engine, "before_cursor_execute", count)
+    return len(statements)
+
+
+def test_a_user_with_some_dags_does_not_cost_statements_per_study_budget(
+    thirty_studies: Ledger, client: TestClient
+) -> None:
+    # Which budgets such a user may see was read per budget (its DAGs, its holds: 4 statements each), for
+    # the study budgets the page then folds too; so was the DAGs of each for /api/budgets?dag_id=.
+    thirty_studies.record(entry("0.20", dag_id="features", tags={"project": "churn"}))
+    cost_app.dependency_overrides[readable_dags] = lambda: frozenset({"retrain", "features"})
+    page = statements_of(lambda: client.get("/"))
+    by_dag = statements_of(lambda: client.get("/api/budgets", params={"dag_id": "features"}))
+    assert page < 60 and by_dag < 30, (page, by_dag)
+    (budget,) = client.get("/api/budgets", params={"dag_id": "features"}).json()["budgets"]
+    assert budget["budget"] == "project=churn/month"
+    assert len(client.get("/api/budgets").json()["budgets"]) == 31
+    assert "30 study budgets" in budgets_section(client.get("/").text)
+    cost_app.dependency_overrides[readable_dags] = lambda: frozenset({"retrain"})  # not features': hidden
+    assert "Budget project=churn/month" not in budgets_section(client.get("/").text)
+    assert "30 study budgets" in budgets_section(client.get("/").text)
+    cost_app.dependency_overrides[readable_dags] = lambda: frozenset({"other"})
+    assert client.get("/api/budgets").json()["budgets"] == []
+    assert "study budget" not in budgets_section(client.get("/").text)

@@ -205,15 +205,19 @@ def _applying(
     ledger: Ledger, readable: frozenset[str] | None, dag_id: str | None, scope: str
 ) -> list[Budget]:
     """The budgets a user may see that apply to ``dag_id`` and ``scope`` (see :func:`budget_views`)."""
-    from costaware.adapters.ledger.governance import budget_dags, visible_budgets
+    from costaware.adapters.ledger.budget_figures import budgets_dags
+    from costaware.adapters.ledger.governance import visible_budgets
 
     wanted = Scope.parse(scope).as_dict()
-    return [
+    found = [
         b
         for b in visible_budgets(ledger, readable)
         if all(wanted.get(key, value) == value for key, value in b.scope.tags)
-        and (dag_id is None or dag_id in budget_dags(ledger, b))
     ]
+    if dag_id is None:
+        return found
+    # The DAGs of every budget in one statement, not one per budget.
+    return [b for b, dags in zip(found, budgets_dags(ledger, found), strict=True) if dag_id in dags]
 
 
 def _views(ledger: Ledger, schedule: RunSchedule, budgets: list[Budget]) -> list[BudgetView]:
