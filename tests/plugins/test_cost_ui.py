@@ -858,3 +858,29 @@ def test_a_user_with_some_dags_does_not_cost_statements_per_study_budget(
     cost_app.dependency_overrides[readable_dags] = lambda: frozenset({"other"})
     assert client.get("/api/budgets").json()["budgets"] == []
     assert "study budget" not in budgets_section(client.get("/").text)
+
+
+def test_the_json_api_reads_every_budget_s_figures_in_a_few_statements(
+    thirty_studies: Ledger, client: TestClient
+) -> None:
+    # /api/budgets lists every budget, so each study's figures are read; they were read per budget (its
+    # usage twice, each time with the team budget's that covers it too, its burn-down, its recent runs):
+    # 12 statements for each, so the answer slowed with every nightly tuning run.
+    thirty_studies.reserve("project=churn", "2", holder="retrain/r9/spend_gate/-1")
+    before = client.get("/api/budgets").json()["budgets"]
+    assert statements_of(lambda: client.get("/api/budgets")) < 30
+    by_name = {b["budget"]: b for b in before}
+    team = by_name["project=churn/month"]
+    # The team's figures count every study's spend, and the hold; a study's, its own spend only.
+    assert (team["spent_usd"], team["reserved_usd"], team["left_usd"]) == (
+        "6.800000",
+        "2.000000",
+        "91.200000",
+    )
+    study = by_name["project=churn,study=budgeted_tuning-scheduled__2026-11-07/total"]
+    assert (study["spent_usd"], study["left_usd"], study["forecast_usd"]) == (
+        "0.010000",
+        "0.040000",
+        "0.010000",
+    )
+    assert [p["spent_usd"] for p in study["burn_down"]] == ["0.010000"]

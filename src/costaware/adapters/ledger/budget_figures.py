@@ -8,15 +8,24 @@ grow with every nightly run. The conditions are the ones the single-budget reads
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from datetime import datetime, timedelta
+from decimal import Decimal
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import Integer, Select, and_, func, literal, select, text, true, union_all
 
 from costaware.adapters.ledger import schema
+from costaware.adapters.ledger.budgets import held_in, spent_in, usage_of
 from costaware.adapters.ledger.engine import LedgerDatabase
-from costaware.core.budgets import Budget
-from costaware.core.ledger import INDEXED_TAGS, read_holder
+from costaware.adapters.ledger.queries import scope_conditions
+from costaware.core.budgets import Budget, period_window
+from costaware.core.ledger import INDEXED_TAGS, BudgetUsage, read_holder
+from costaware.core.money import from_micros
+
+#: Budgets per statement: SQLite takes at most 500 selects in one UNION ALL, and each budget's binds count
+#: towards the driver's limit (32,766 on SQLite, 65,535 on PostgreSQL).
+BUDGETS_PER_STATEMENT = 100
 
 
 def budgets_dags(ledger: LedgerDatabase, budgets: Sequence[Budget]) -> list[set[str]]:
@@ -65,3 +74,88 @@ def budgets_holding_dags(ledger: LedgerDatabase, budgets: Sequence[Budget]) -> l
         for scope, period, holder in conn.execute(query):
             held.setdefault((scope, period), set()).add(holding_dag(holder))
     return [set(held.get((str(budget.scope), budget.period.value), ())) for budget in budgets]
+
+
+def each_budget(
+    ledger: LedgerDatabase, count: int, query_of: Callable[[int], Select[Any]]
+) -> list[list[tuple[Any, ...]]]:
+    """The rows of ``query_of(i)`` for each ``i < count``: a UNION ALL per ``BUDGETS_PER_STATEMENT`` of them.
+
+    Each query's rows come back in the order the database gives them: sort them where the order matters.
+    """
+    found: list[list[tuple[Any, ...]]] = [[] for _ in range(count)]
+    with ledger.reading() as conn:
+        for first in range(0, count, BUDGETS_PER_STATEMENT):
+            numbered = [
+                query_of(i).add_columns(literal(i, Integer).label("budget_number"))
+                for i in range(first, min(first + BUDGETS_PER_STATEMENT, count))
+            ]
+            for row in conn.execute(union_all(*numbered)):
+                found[row[-1]].append(tuple(row[:-1]))
+    return found
+
+
+def budgets_usage(
+    ledger: LedgerDatabase, budgets: Sequence[Budget], at: datetime
+) -> list[BudgetUsage | None]:
+    """Where each of ``budgets`` (none per run) stands at ``at``, as ``Ledger.usage`` reads each one.
+
+    ``budgets.usage`` of a budget's scope read every budget covering it (a study's: the team's too) and was
+    read per budget. None for a budget no longer in the ledger (deleted since it was listed).
+    """
+    b = schema.budgets
+    with ledger.reading() as conn:
+        ids = {(row[1], row[2]): row[0] for row in conn.execute(select(b.c.id, b.c.scope, b.c.period))}
+    present = [
+        (i, ids[key]) for i, key in enumerate((str(x.scope), x.period.value) for x in budgets) if key in ids
+    ]
+    windows = [period_window(x.period, at, x.timezone) for x in budgets]
+
+    def usage_query(n: int) -> Select[Any]:
+        i, budget_id = present[n]
+        spent = spent_in(budgets[i], windows[i]).subquery()
+        held = held_in(budget_id, budgets[i], windows[i], at).subquery()
+        # Spent and held in one select, as budget_usage reads them (one instant on PostgreSQL).
+        return select(*spent.c, *held.c).select_from(spent.join(held, text("1 = 1")))
+
+    usages: list[BudgetUsage | None] = [None] * len(budgets)
+    for (i, _), rows in zip(present, each_budget(ledger, len(present), usage_query), strict=True):
+        (row,) = rows
+        usages[i] = usage_of(budgets[i], windows[i], row)
+    return usages
+
+
+def recent_runs_query(budget: Budget, at: datetime, lookback: timedelta) -> Select[Any]:
+    """Each (DAG, run) with actual spend in the budget's scope in ``[at - lookback, at]``: USD, last entry."""
+    e = schema.entries
+    return (
+        select(e.c.dag_id, e.c.run_id, func.sum(e.c.usd_micros), func.max(e.c.incurred_at))
+        .where(
+            and_(
+                true(),
+                e.c.estimated.is_(False),
+                e.c.incurred_at >= at - lookback,
+                e.c.incurred_at <= at,
+                *scope_conditions(budget.scope),
+            )
+        )
+        .group_by(e.c.dag_id, e.c.run_id)
+    )
+
+
+def latest_run_costs(rows: Sequence[tuple[Any, ...]], runs: int) -> dict[str, list[Decimal]]:
+    """Of ``recent_runs_query``'s rows, newest run first, each DAG's last ``runs`` runs' costs."""
+    out: dict[str, list[Decimal]] = {}
+    for dag_id, _run_id, usd, _ in sorted(rows, key=lambda row: row[3], reverse=True):
+        costs = out.setdefault(dag_id, [])
+        if len(costs) < runs:
+            costs.append(from_micros(usd))
+    return out
+
+
+def budgets_recent_run_costs(
+    ledger: LedgerDatabase, budgets: Sequence[Budget], *, at: datetime, runs: int, lookback: timedelta
+) -> list[dict[str, list[Decimal]]]:
+    """``recent_run_costs`` of each of ``budgets``."""
+    found = each_budget(ledger, len(budgets), lambda i: recent_runs_query(budgets[i], at, lookback))
+    return [latest_run_costs(rows, runs) for rows in found]

@@ -329,24 +329,17 @@ def budget_usage(
     What entries paid from it stays spent. Added back by hand instead (its amount, or what every entry
     paid from it), the room was wrong where an entry paid from it is outside this budget's scope.
     """
-    e = schema.entries
-    conditions = [e.c.estimated.is_(False), *scope_conditions(budget.scope)]
-    if is_run_key(window.key):
-        # 'run@<dag>/<run>' (a run of one DAG), or 'run:<run>' where the DAG was not given
-        dag_id, run_id = run_of_key(window.key)
-        conditions.append(e.c.run_id == run_id)
-        if dag_id:
-            conditions.append(e.c.dag_id == dag_id)
-    if window.start is not None and window.end is not None:
-        conditions += [e.c.incurred_at >= window.start, e.c.incurred_at < window.end]
     held = held_in(budget_id, budget, window, at, without=without)
-    spent = select(
-        func.coalesce(func.sum(e.c.usd_micros), 0), func.coalesce(func.sum(e.c.gpu_hours_micros), 0)
-    ).where(and_(true(), *conditions))
+    spent = spent_in(budget, window)
     # One statement, so PostgreSQL's READ COMMITTED sees spent and held at the same instant.
     spent_cte, held_cte = spent.cte("spent"), held.cte("held")
     both = spent_cte.join(held_cte, text("1 = 1"))
     row = conn.execute(select(*spent_cte.c, *held_cte.c).select_from(both)).one()
+    return usage_of(budget, window, row)
+
+
+def usage_of(budget: Budget, window: PeriodWindow, row: Any) -> BudgetUsage:
+    """The usage of ``budget`` from a row of micros: spent USD and GPU-hours, then held USD and GPU-hours."""
     return BudgetUsage(
         label=budget.label,
         period_key=window.key,
@@ -357,6 +350,23 @@ def budget_usage(
         spent_gpu_hours=from_micros(row[1]),
         reserved_gpu_hours=from_micros(row[3]),
     )
+
+
+def spent_in(budget: Budget, window: PeriodWindow) -> Select[tuple[Any, Any]]:
+    """What the budget's scope spent in ``window``: one row of USD and GPU-hour micros."""
+    e = schema.entries
+    conditions = [e.c.estimated.is_(False), *scope_conditions(budget.scope)]
+    if is_run_key(window.key):
+        # 'run@<dag>/<run>' (a run of one DAG), or 'run:<run>' where the DAG was not given
+        dag_id, run_id = run_of_key(window.key)
+        conditions.append(e.c.run_id == run_id)
+        if dag_id:
+            conditions.append(e.c.dag_id == dag_id)
+    if window.start is not None and window.end is not None:
+        conditions += [e.c.incurred_at >= window.start, e.c.incurred_at < window.end]
+    return select(
+        func.coalesce(func.sum(e.c.usd_micros), 0), func.coalesce(func.sum(e.c.gpu_hours_micros), 0)
+    ).where(and_(true(), *conditions))
 
 
 def held_in(

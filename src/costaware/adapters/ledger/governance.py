@@ -17,12 +17,19 @@ from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any, Protocol
 
-from sqlalchemy import String, and_, func, select, true
+from sqlalchemy import String, and_, select, true
 from sqlalchemy.exc import IntegrityError
 
 from costaware.adapters.ledger import schema
 from costaware.adapters.ledger.audit import append_audit
-from costaware.adapters.ledger.budget_figures import budgets_dags, budgets_holding_dags, holding_dag
+from costaware.adapters.ledger.budget_figures import (
+    budgets_dags,
+    budgets_holding_dags,
+    budgets_recent_run_costs,
+    holding_dag,
+    latest_run_costs,
+    recent_runs_query,
+)
 from costaware.adapters.ledger.budgets import list_budgets
 from costaware.adapters.ledger.budgets import usage as budget_usages
 from costaware.adapters.ledger.engine import LedgerDatabase
@@ -40,7 +47,6 @@ from costaware.core.budget_listing import budgets_said
 from costaware.core.budgets import Budget, Period, PeriodWindow, Scope, period_window
 from costaware.core.errors import ConfigurationError
 from costaware.core.ledger import BudgetUsage, utcnow
-from costaware.core.money import from_micros
 
 RECENT_RUNS = 10
 LOOKBACK = timedelta(days=60)
@@ -170,29 +176,9 @@ def recent_run_costs(
     lookback: timedelta = LOOKBACK,
 ) -> dict[str, list[Decimal]]:
     """Actual cost of each DAG's last ``runs`` runs in the budget's scope, in ``[at - lookback, at]``."""
-    e = schema.entries
-    last = func.max(e.c.incurred_at)
-    query = (
-        select(e.c.dag_id, e.c.run_id, func.sum(e.c.usd_micros), last)
-        .where(
-            and_(
-                true(),
-                e.c.estimated.is_(False),
-                e.c.incurred_at >= at - lookback,
-                e.c.incurred_at <= at,
-                *scope_conditions(budget.scope),
-            )
-        )
-        .group_by(e.c.dag_id, e.c.run_id)
-        .order_by(last.desc())
-    )
-    out: dict[str, list[Decimal]] = {}
+    query = recent_runs_query(budget, at, lookback)
     with ledger.reading() as conn:
-        for dag_id, _run_id, usd, _ in conn.execute(query):
-            costs = out.setdefault(dag_id, [])
-            if len(costs) < runs:
-                costs.append(from_micros(usd))
-    return out
+        return latest_run_costs(conn.execute(query).all(), runs)
 
 
 @dataclass(frozen=True, slots=True)
@@ -229,12 +215,41 @@ def budget_outlook(
         u for u in budget_usages(ledger, budget.scope, at=at, without=without) if u.label == budget.label
     ]
     costs = recent_run_costs(ledger, budget, at=at)
+    return BudgetOutlook(budget, usage, window, _forecast(usage, window, costs, schedule, at))
+
+
+def budgets_forecast(
+    ledger: LedgerDatabase,
+    budgets: Sequence[Budget],
+    usages: Sequence[BudgetUsage],
+    schedule: RunSchedule,
+    *,
+    at: datetime,
+) -> list[SpendForecast]:
+    """The period-end forecast of each of ``budgets`` (none per run) from its usage at ``at``.
+
+    ``budget_outlook``'s, with the recent runs of every budget read in one statement (per hundred budgets).
+    """
+    costs = budgets_recent_run_costs(ledger, budgets, at=at, runs=RECENT_RUNS, lookback=LOOKBACK)
+    return [
+        _forecast(usage, period_window(budget.period, at, budget.timezone), cost, schedule, at)
+        for budget, usage, cost in zip(budgets, usages, costs, strict=True)
+    ]
+
+
+def _forecast(
+    usage: BudgetUsage,
+    window: PeriodWindow,
+    costs: dict[str, list[Decimal]],
+    schedule: RunSchedule,
+    at: datetime,
+) -> SpendForecast:
+    """What ``usage`` will reach by the end of ``window``: committed, plus its DAGs' runs still scheduled."""
     runs_left: dict[str, int] = {}
     if window.end is not None:
         for dag_id in costs:
             runs_left[dag_id] = schedule.runs_between(dag_id, at, window.end)
-    forecast = forecast_spend(usage.spent_usd + usage.reserved_usd, outlooks_from(costs, runs_left))
-    return BudgetOutlook(budget, usage, window, forecast)
+    return forecast_spend(usage.spent_usd + usage.reserved_usd, outlooks_from(costs, runs_left))
 
 
 def outlooks(

@@ -222,16 +222,16 @@ def _applying(
 
 def _views(ledger: Ledger, schedule: RunSchedule, budgets: list[Budget]) -> list[BudgetView]:
     """Each of ``budgets`` but per-run ones in its current period, with its burn-down and forecast."""
-    from costaware.adapters.ledger.governance import budget_outlook
+    from costaware.adapters.ledger.governance import budgets_forecast
     from costaware.core.ledger import utcnow
 
+    # One instant for every budget: a DAG's runs in a window are counted once (see AirflowSchedule).
     now = utcnow()
     by_label = {b.label: b for b in budgets}
-    return [
-        # One instant for every budget: a DAG's runs in a window are counted once (see AirflowSchedule).
-        BudgetView(b, budget_outlook(ledger, by_label[b.usage.label], schedule, at=now).forecast)
-        for b in burn_down(ledger, budgets)
-    ]
+    downs = burn_down(ledger, budgets, at=now)
+    drawn = [by_label[down.usage.label] for down in downs]
+    forecasts = budgets_forecast(ledger, drawn, [down.usage for down in downs], schedule, at=now)
+    return [BudgetView(down, forecast) for down, forecast in zip(downs, forecasts, strict=True)]
 
 
 def gates_in(ledger: Ledger, filters: Filters, limit: int = 50) -> list[GateRequest]:
