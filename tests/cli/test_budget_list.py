@@ -2,6 +2,11 @@ from __future__ import annotations
 
 import json
 import shlex
+import subprocess
+import sys
+import time
+from decimal import Decimal
+from pathlib import Path
 
 import pytest
 
@@ -95,3 +100,97 @@ def test_the_budget_commands_refusals_count_study_budgets_instead_of_naming_each
     assert all(f"'{scope}/total'" in err for scope in nightly_studies)
     assert "as `costaware budget list --studies` shows them" in err
     assert len(Ledger.from_url(ledger_url).budgets()) == 4
+
+
+CRASHING_SEARCH = """
+import sys, time
+from decimal import Decimal
+from pathlib import Path
+
+import optuna
+
+from costaware import Ledger
+from costaware.training.search import budgeted_search
+
+
+class Hangs:
+    def __init__(self, params):
+        pass
+
+    def advance(self, resource):
+        Path(sys.argv[2]).write_text("training")
+        time.sleep(120)  # killed here, as an OOM killer or a lost machine does
+        return 0.0
+
+
+budgeted_search(
+    Hangs,
+    space={"a": optuna.distributions.CategoricalDistribution([0, 1])},
+    rungs=[1, 3],
+    ledger=Ledger.from_url(sys.argv[1]),
+    scope={"project": "churn"},
+    cap_usd=Decimal("5"),
+    usd_per_hour=Decimal("3.6"),
+    first_rung_seconds=1.0,
+)
+"""
+
+
+def test_a_search_killed_mid_rung_leaves_its_budget_and_the_table_counts_it_with_the_study_budgets(
+    ledger_url: str, capsys: pytest.CaptureFixture[str], nightly_studies: list[str], tmp_path: Path
+) -> None:
+    # A search deletes its own budget (search=<id>) as it ends, even on KeyboardInterrupt; killed, it cannot,
+    # and each such budget stayed a row of the table, named in every refusal that lists the budgets.
+    training = tmp_path / "training"
+    process = subprocess.Popen([sys.executable, "-c", CRASHING_SEARCH, ledger_url, str(training)])
+    try:
+        for _ in range(600):
+            if training.exists() or process.poll() is not None:
+                break
+            time.sleep(0.1)
+        assert training.exists(), "the search never started training"
+    finally:
+        process.kill()
+        process.wait()
+    (left,) = [b for b in Ledger.from_url(ledger_url).budgets() if "search=" in str(b.scope)]
+    assert str(left.scope).startswith("project=churn,search=")
+
+    table = listed(ledger_url, capsys)
+    assert "search=" not in table and "project=churn " in table
+    assert table.rstrip().endswith(
+        "and 4 study budgets (a tuning study's own cap each; 1 left by a budgeted_search that did not end): "
+        "`costaware budget list --studies` lists them"
+    )
+    assert str(left.scope) in listed(ledger_url, capsys, "--studies")
+    assert len(json.loads(listed(ledger_url, capsys, "--format", "json"))) == 5  # json lists all, as before
+    # A refusal that lists the budgets counts it too, instead of naming it.
+    assert main(["--ledger-url", ledger_url, "budget", "show", "--scope", "project=fraud"]) != 0
+    refusal = capsys.readouterr().err
+    assert "search=" not in refusal and "4 study budgets" in refusal, refusal
+
+
+def test_a_search_interrupted_from_the_keyboard_deletes_its_own_budget(ledger_url: str) -> None:
+    import optuna
+
+    from costaware.training.search import budgeted_search
+
+    class Interrupted:
+        def __init__(self, params: object) -> None:
+            pass
+
+        def advance(self, resource: int) -> float:
+            raise KeyboardInterrupt
+
+    ledger = Ledger.from_url(ledger_url)
+    with pytest.raises(KeyboardInterrupt):
+        budgeted_search(
+            Interrupted,  # type: ignore[arg-type]
+            space={"a": optuna.distributions.CategoricalDistribution([0, 1])},
+            rungs=[1, 3],
+            ledger=ledger,
+            scope={"project": "churn"},
+            cap_usd=Decimal("5"),
+            usd_per_hour=Decimal("3.6"),
+            first_rung_seconds=1.0,
+        )
+    assert ledger.budgets() == []  # nothing to fold: only a killed search leaves one

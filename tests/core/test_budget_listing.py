@@ -81,3 +81,31 @@ def test_past_the_limit_the_budgets_closest_to_a_mistyped_value_come_first() -> 
     said = budgets_said([budget(f"project={n}/month") for n in names], Scope.parse("project=zurch"))
     assert said.startswith("'project=zurich/month', ")
     assert said.endswith(" and 3 more (`costaware budget list` lists them)")
+
+
+@pytest.mark.parametrize(
+    ("label", "folded"),
+    [
+        ("project=churn,study=s1/total", True),
+        # A budgeted_search's own (search=<uuid4 hex[:8]>, total): one a killed search left is folded too.
+        ("project=churn,search=3e772c5c/total", True),
+        ("search=0123abcd/total", True),
+        # A team's own search= budget: not the shape a search gives its id, or not for all time.
+        ("project=churn,search=ranking/total", False),
+        ("project=churn,search=3E772C5C/total", False),
+        ("project=churn,search=3e772c5c/month", False),
+        ("project=churn/total", False),
+    ],
+)
+def test_which_budgets_a_listing_folds(label: str, folded: bool) -> None:
+    assert is_study_budget(budget(label)) is folded
+
+
+def test_the_fold_line_says_how_many_a_search_left() -> None:
+    from costaware.core.budget_listing import folded_budgets_said
+
+    assert folded_budgets_said(STUDIES[:2]) == "2 study budgets (a tuning study's own cap each)"
+    searches = [budget("project=churn,search=3e772c5c/total")]
+    assert folded_budgets_said(STUDIES[:1] + searches) == (
+        "2 study budgets (a tuning study's own cap each; 1 left by a budgeted_search that did not end)"
+    )

@@ -67,8 +67,9 @@ BUDGET_COMMANDS = (
             Arg(
                 "--studies",
                 action="store_true",
-                help="list the tuning studies' own budgets (scope with study=<name>) only; the table "
-                "otherwise counts them in one line (json and csv list every budget)",
+                help="list the tuning studies' own budgets (scope with study=<name>, or search=<id> that "
+                "a killed budgeted_search left) only; the table otherwise counts them in one line (json and "
+                "csv list every budget)",
             ),
             ARG_FORMAT,
             ARG_LEDGER_URL,

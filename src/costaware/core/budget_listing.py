@@ -4,17 +4,24 @@ A study sets a budget over its tags plus ``study=<name>`` and keeps it: its spen
 and a later run of the same study finds its cap. Where the study is named after its DAG run (the
 budgeted_tuning example), every run leaves one. Named one by one, they grew with every nightly run in
 ``costaware budget list`` and in every "no budget covers scope" refusal, burying the budgets that mattered.
+A ``budgeted_search`` deletes its own budget (``search=<id>``) as it ends; killed (out of memory, a lost
+machine), it cannot, and each one left joins them here.
 """
 
 from __future__ import annotations
 
 import difflib
+import re
 from collections.abc import Iterable
 
 from costaware.core.budgets import Budget, Scope
 
 #: The tag of a tuning study's own budget (``project=churn,study=<name>``).
 STUDY_TAG = "study"
+#: The tag of a ``budgeted_search``'s own budget, and the shape of the id it gives (``uuid4().hex[:8]`` in
+#: ``training/search.py``): a team's own ``search=`` budget, of another shape, is listed as any other.
+SEARCH_TAG = "search"
+SEARCH_ID = re.compile(r"[0-9a-f]{8}")
 #: The most budgets one refusal names; the rest are counted, with the command that lists them.
 NAMED_BUDGETS = 5
 LIST_BUDGETS = "costaware budget list"
@@ -22,18 +29,33 @@ LIST_STUDY_BUDGETS = "costaware budget list --studies"
 
 
 def is_study_budget(budget: Budget) -> bool:
-    """Whether ``budget`` is a tuning study's own: its scope has a ``study=`` tag."""
-    return names_a_study(budget.scope)
+    """Whether ``budget`` is a tuning study's own (a ``study=`` tag) or one a killed search left behind."""
+    return any(key == STUDY_TAG for key, _ in budget.scope.tags) or is_search_budget(budget)
+
+
+def is_search_budget(budget: Budget) -> bool:
+    """Whether ``budget`` is a ``budgeted_search``'s own: ``search=<its id>``, for all time."""
+    return budget.period.value == "total" and any(
+        key == SEARCH_TAG and SEARCH_ID.fullmatch(value) for key, value in budget.scope.tags
+    )
 
 
 def names_a_study(scope: Scope) -> bool:
-    """Whether ``scope`` has a ``study=`` tag."""
-    return any(key == STUDY_TAG for key, _ in scope.tags)
+    """Whether ``scope`` has a ``study=`` or ``search=`` tag: it asks about such budgets, not folded then."""
+    return any(key in (STUDY_TAG, SEARCH_TAG) for key, _ in scope.tags)
 
 
 def study_budgets_counted(count: int) -> str:
     """``1 study budget`` or ``12 study budgets``."""
     return f"{count} study budget{'' if count == 1 else 's'}"
+
+
+def folded_budgets_said(folded: Iterable[Budget]) -> str:
+    """What ``costaware budget list``'s table counts instead of listing: ``3 study budgets (...)``."""
+    folded = list(folded)
+    searches = sum(is_search_budget(b) for b in folded)
+    left = f"; {searches} left by a budgeted_search that did not end" if searches else ""
+    return f"{study_budgets_counted(len(folded))} (a tuning study's own cap each{left})"
 
 
 def listing_command(budgets: Iterable[Budget]) -> str:

@@ -15,7 +15,7 @@ from costaware.core.money import format_usd_exact
 
 def budget_list(args: argparse.Namespace) -> int:
     """Print the budgets; the table counts the tuning studies' own in one line, ``--studies`` lists those."""
-    from costaware.core.budget_listing import LIST_STUDY_BUDGETS, is_study_budget, study_budgets_counted
+    from costaware.core.budget_listing import LIST_STUDY_BUDGETS, folded_budgets_said, is_study_budget
 
     every = open_ledger(args, reading=True, read_only=True).budgets()
     if args.studies:
@@ -26,7 +26,8 @@ def budget_list(args: argparse.Namespace) -> int:
         budgets = [b for b in every if not is_study_budget(b)]
     else:
         budgets = every  # json and csv list every budget, as before --studies: scripts read them whole
-    folded = len(every) - len(budgets) if not args.studies else 0
+    # A killed budgeted_search's own budget (search=<id>) is folded with them (see core/budget_listing).
+    folded = [] if args.studies or args.format != "table" else [b for b in every if is_study_budget(b)]
     rows = [
         [
             str(b.scope),
@@ -47,9 +48,7 @@ def budget_list(args: argparse.Namespace) -> int:
         )
         for b in budgets
     ]
-    studies = (
-        f"{study_budgets_counted(folded)} (a tuning study's own cap each): `{LIST_STUDY_BUDGETS}` lists them"
-    )
+    studies = f"{folded_budgets_said(folded)}: `{LIST_STUDY_BUDGETS}` lists them"
     if not budgets and args.format == "table":
         if args.studies:
             print("no study budgets (a tuning study sets one over its tags and study=<name>, period total)")
