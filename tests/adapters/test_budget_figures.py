@@ -93,3 +93,53 @@ def test_a_budget_deleted_since_it_was_listed_is_left_out(any_ledger: Ledger) ->
     ledger.delete_budget("project=a", "month")
     assert [d.usage.label.split(" (")[0] for d in burn_down(ledger, listed)] == ["project=b/month"]
     assert burn_down(ledger, []) == [] and budgets_forecast(ledger, [], [], NoSchedule(), at=utcnow()) == []
+
+
+def test_many_budgets_fit_the_binds_of_an_sqlite_before_3_32(ledger_url: str) -> None:
+    # SQLite before 3.32 (Ubuntu 20.04's 3.31, Debian 10's 3.27) takes at most 999 bound values in one
+    # statement; a hundred budgets' usages in one UNION ALL bound 2,800 and the Cost page failed there.
+    import sqlite3
+
+    from sqlalchemy import event
+    from sqlalchemy.engine import Engine
+
+    def as_old_sqlite(dbapi_connection: sqlite3.Connection, _record: object) -> None:
+        dbapi_connection.setlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER, 999)
+
+    event.listen(Engine, "connect", as_old_sqlite)
+    try:
+        ledger = Ledger.from_url(ledger_url)
+        # Eight tags each: what one budget binds grows with its tags (three times each).
+        tags = ",".join(f"t{n}=v" for n in range(7))
+        for n in range(45):
+            ledger.set_budget(f"{tags},study=s{n}", "total", "1")
+        spend(ledger, "0.5", "tune", {**{f"t{n}": "v" for n in range(7)}, "study": "s3"})
+        downs = burn_down(ledger)
+        forecasts = budgets_forecast(
+            ledger, ledger.budgets(), [d.usage for d in downs], NoSchedule(), at=utcnow()
+        )
+        assert [d.usage.spent_usd for d in downs].count(Decimal("0.5")) == 1 and len(forecasts) == 45
+        ledger.dispose()
+    finally:
+        event.remove(Engine, "connect", as_old_sqlite)
+
+
+@pytest.mark.parametrize(
+    "scope", ["*", "project=a", "study=a", "project=a,team=b,owner=c", ",".join(f"t{n}=v" for n in range(9))]
+)
+@pytest.mark.parametrize("period", ["total", "month", "day"])
+def test_what_a_budget_binds_is_never_more_than_counted(scope: str, period: str) -> None:
+    from sqlalchemy import Integer, literal, select, text
+    from sqlalchemy.dialects import sqlite
+
+    from costaware.adapters.ledger.budgets import held_in, spent_in
+    from costaware.core.budgets import Budget, period_window
+
+    budget, now = Budget.create(scope, period, "5"), utcnow()
+    window = period_window(budget.period, now, budget.timezone)
+    spent, held = spent_in(budget, window).subquery(), held_in(1, budget, window, now).subquery()
+    usage = select(*spent.c, *held.c).select_from(spent.join(held, text("1 = 1")))
+    usage = usage.add_columns(literal(0, Integer))
+    # SQLite binds by position: a value used twice is bound twice.
+    binds = usage.compile(dialect=sqlite.dialect()).string.count("?")
+    assert 0 < binds <= budget_figures.binds_of(budget)

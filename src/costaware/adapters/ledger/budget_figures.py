@@ -23,9 +23,19 @@ from costaware.core.budgets import Budget, period_window
 from costaware.core.ledger import INDEXED_TAGS, BudgetUsage, read_holder
 from costaware.core.money import from_micros
 
-#: Budgets per statement: SQLite takes at most 500 selects in one UNION ALL, and each budget's binds count
-#: towards the driver's limit (32,766 on SQLite, 65,535 on PostgreSQL).
+#: The most values one statement binds: SQLite before 3.32 (Ubuntu 20.04's, Debian 10's) takes 999.
+MAX_BINDS = 900
+#: SQLite takes at most 500 selects in one UNION ALL.
 BUDGETS_PER_STATEMENT = 100
+
+
+def binds_of(budget: Budget) -> int:
+    """At most how many values one budget's select binds: its usage's 18, and 10 for each tag of its scope.
+
+    A tag is compared five times (in the spent, and twice in each of the USD and GPU-hours still held, which
+    a CASE renders twice), a tag outside the indexed columns with its JSON path bound too.
+    """
+    return 18 + 10 * len(budget.scope.tags)
 
 
 def budgets_dags(ledger: LedgerDatabase, budgets: Sequence[Budget]) -> list[set[str]]:
@@ -77,21 +87,33 @@ def budgets_holding_dags(ledger: LedgerDatabase, budgets: Sequence[Budget]) -> l
 
 
 def each_budget(
-    ledger: LedgerDatabase, count: int, query_of: Callable[[int], Select[Any]]
+    ledger: LedgerDatabase, budgets: Sequence[Budget], query_of: Callable[[int], Select[Any]]
 ) -> list[list[tuple[Any, ...]]]:
-    """The rows of ``query_of(i)`` for each ``i < count``: a UNION ALL per ``BUDGETS_PER_STATEMENT`` of them.
+    """The rows of ``query_of(i)`` for the ``i``-th of ``budgets``, in one UNION ALL for as many as it fits.
 
-    Each query's rows come back in the order the database gives them: sort them where the order matters.
+    A statement holds at most ``BUDGETS_PER_STATEMENT`` budgets binding at most ``MAX_BINDS`` values (see
+    :func:`binds_of`). Each query's rows come back in the order the database gives them: sort them where the
+    order matters.
     """
-    found: list[list[tuple[Any, ...]]] = [[] for _ in range(count)]
+    found: list[list[tuple[Any, ...]]] = [[] for _ in budgets]
     with ledger.reading() as conn:
-        for first in range(0, count, BUDGETS_PER_STATEMENT):
+        first = 0
+        while first < len(budgets):
+            last, binds = first + 1, binds_of(budgets[first])
+            while (
+                last < len(budgets)
+                and last - first < BUDGETS_PER_STATEMENT
+                and binds + binds_of(budgets[last]) <= MAX_BINDS
+            ):
+                binds += binds_of(budgets[last])
+                last += 1
             numbered = [
                 query_of(i).add_columns(literal(i, Integer).label("budget_number"))
-                for i in range(first, min(first + BUDGETS_PER_STATEMENT, count))
+                for i in range(first, last)
             ]
             for row in conn.execute(union_all(*numbered)):
                 found[row[-1]].append(tuple(row[:-1]))
+            first = last
     return found
 
 
@@ -119,7 +141,8 @@ def budgets_usage(
         return select(*spent.c, *held.c).select_from(spent.join(held, text("1 = 1")))
 
     usages: list[BudgetUsage | None] = [None] * len(budgets)
-    for (i, _), rows in zip(present, each_budget(ledger, len(present), usage_query), strict=True):
+    read = each_budget(ledger, [budgets[i] for i, _ in present], usage_query)
+    for (i, _), rows in zip(present, read, strict=True):
         (row,) = rows
         usages[i] = usage_of(budgets[i], windows[i], row)
     return usages
@@ -157,5 +180,5 @@ def budgets_recent_run_costs(
     ledger: LedgerDatabase, budgets: Sequence[Budget], *, at: datetime, runs: int, lookback: timedelta
 ) -> list[dict[str, list[Decimal]]]:
     """``recent_run_costs`` of each of ``budgets``."""
-    found = each_budget(ledger, len(budgets), lambda i: recent_runs_query(budgets[i], at, lookback))
+    found = each_budget(ledger, budgets, lambda i: recent_runs_query(budgets[i], at, lookback))
     return [latest_run_costs(rows, runs) for rows in found]

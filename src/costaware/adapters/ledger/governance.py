@@ -228,7 +228,7 @@ def budgets_forecast(
 ) -> list[SpendForecast]:
     """The period-end forecast of each of ``budgets`` (none per run) from its usage at ``at``.
 
-    ``budget_outlook``'s, with the recent runs of every budget read in one statement (per hundred budgets).
+    ``budget_outlook``'s, with the recent runs of every budget read at once (``budget_figures.each_budget``).
     """
     costs = budgets_recent_run_costs(ledger, budgets, at=at, runs=RECENT_RUNS, lookback=LOOKBACK)
     return [

@@ -360,7 +360,7 @@ def burn_down(
     filters = [
         Filters(since=w.start, until=w.end, scope=str(b.scope)) for b, w in zip(chosen, windows, strict=True)
     ]
-    spends = each_budget(ledger, len(chosen), lambda i: _quarter_hour_query(ledger, filters[i]))
+    spends = each_budget(ledger, chosen, lambda i: _quarter_hour_query(ledger, filters[i]))
     out = []
     for budget, window, usage, spend in zip(chosen, windows, usages, spends, strict=True):
         if usage is None:
