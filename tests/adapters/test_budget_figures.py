@@ -8,17 +8,19 @@ from decimal import Decimal
 
 import pytest
 from services import fresh_postgres_database
+from sqlalchemy import and_, select, true
 
 from costaware import Ledger
-from costaware.adapters.ledger import budget_figures
+from costaware.adapters.ledger import budget_figures, schema
 from costaware.adapters.ledger.governance import (
     NoSchedule,
-    budget_dags,
     budget_outlook,
     budgets_forecast,
     holding_dags,
 )
+from costaware.adapters.ledger.queries import scope_conditions
 from costaware.adapters.ledger.reports import burn_down
+from costaware.core.budgets import Budget
 from costaware.core.ledger import Kind, LedgerEntry, reservation_holder, utcnow
 
 
@@ -36,6 +38,14 @@ def any_ledger(request: pytest.FixtureRequest, tmp_path) -> Iterator[Ledger]:  #
 class TwoRunsLeft:
     def runs_between(self, dag_id: str, start: object, end: object) -> int:
         return 2
+
+
+def budget_dags(ledger: Ledger, budget: Budget) -> set[str]:
+    """Every DAG with an entry in the budget's scope, read alone (as the Cost page read it per budget)."""
+    e = schema.entries
+    query = select(e.c.dag_id).where(and_(true(), *scope_conditions(budget.scope))).distinct()
+    with ledger.reading() as conn:
+        return {row[0] for row in conn.execute(query)}
 
 
 def spend(ledger: Ledger, usd: str, dag_id: str, tags: dict[str, str], **more: object) -> None:

@@ -39,7 +39,7 @@ def binds_of(budget: Budget) -> int:
 
 
 def budgets_dags(ledger: LedgerDatabase, budgets: Sequence[Budget]) -> list[set[str]]:
-    """For each of ``budgets``, every DAG that has ever had an entry in its scope (``budget_dags`` of each).
+    """For each of ``budgets``, every DAG that has ever had an entry in its scope.
 
     One statement: the distinct DAG and values of the tags the budgets name, matched to each scope here.
     """

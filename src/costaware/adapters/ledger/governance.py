@@ -17,7 +17,7 @@ from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any, Protocol
 
-from sqlalchemy import String, and_, select, true
+from sqlalchemy import String, select
 from sqlalchemy.exc import IntegrityError
 
 from costaware.adapters.ledger import schema
@@ -33,7 +33,6 @@ from costaware.adapters.ledger.budget_figures import (
 from costaware.adapters.ledger.budgets import list_budgets
 from costaware.adapters.ledger.budgets import usage as budget_usages
 from costaware.adapters.ledger.engine import LedgerDatabase
-from costaware.adapters.ledger.queries import scope_conditions
 from costaware.core.budget_forecast import (
     MAX_THRESHOLD_DECIMALS,
     SpendForecast,
@@ -264,14 +263,6 @@ def outlooks(
     ]
 
 
-def budget_dags(ledger: LedgerDatabase, budget: Budget) -> set[str]:
-    """Every DAG that has ever had an entry inside the budget's scope."""
-    e = schema.entries
-    query = select(e.c.dag_id).where(and_(true(), *scope_conditions(budget.scope))).distinct()
-    with ledger.reading() as conn:
-        return {row[0] for row in conn.execute(query)}
-
-
 def holding_dags(ledger: LedgerDatabase, budget: Budget | None = None) -> set[str]:
     """The DAGs whose reservations hold money now (in ``budget``, or in any); a hold with no holder: none.
 
@@ -306,26 +297,14 @@ def _gate_scopes(ledger: LedgerDatabase) -> list[tuple[str, Scope]]:
     return asked
 
 
-def involved_dags(
-    ledger: LedgerDatabase, budget: Budget, gate_scopes: list[tuple[str, Scope]] | None = None
-) -> set[str]:
-    """The DAGs a budget's figures tell about: it shows a user nothing more than all of them may read.
-
-    Those that spent in its scope, those holding money in it now (a spend gate's reservation: its
-    ``reserved_usd``, before anything is spent), and those whose spend gates asked for money in its scope
-    (``gate_scopes``, read once by a caller that asks for many budgets; None: read here).
-    """
-    if gate_scopes is None:
-        gate_scopes = _gate_scopes(ledger)
-    asked = {dag_id for dag_id, scope in gate_scopes if budget.scope.covers(scope)}
-    return budget_dags(ledger, budget) | holding_dags(ledger, budget) | asked
-
-
 def visible_budgets(ledger: LedgerDatabase, dag_ids: frozenset[str] | None) -> list[Budget]:
     """The budgets a user who may read ``dag_ids`` may see: those whose involved DAGs are all readable.
 
+    A budget's figures tell about its involved DAGs, so it shows a user nothing more than all of them may
+    read: those that spent in its scope, those holding money in it now (a spend gate's reservation: its
+    ``reserved_usd``, before anything is spent), and those whose spend gates asked for money in its scope.
     ``None`` means every DAG (all budgets are visible). A budget no DAG has spent in, holds money in or asked
-    for money in yet reveals no DAG's cost, so it is visible to every user (see :func:`involved_dags`). The
+    for money in yet reveals no DAG's cost, so it is visible to every user. The
     feature cache's storage bills count as the budget's other DAGs' (see below); DAGs Airflow no longer knows
     still count: their spend is in the budget's figures, and only those who could read them may see it.
     """
@@ -341,7 +320,7 @@ def visible_budgets(ledger: LedgerDatabase, dag_ids: frozenset[str] | None) -> l
     visible = []
     for budget, spent, held in zip(budgets, spent_by, holding, strict=True):
         asked = {dag_id for dag_id, scope in gate_scopes if budget.scope.covers(scope)}
-        dags = spent | held | asked  # as involved_dags says
+        dags = spent | held | asked
         if len(dags) > 1:
             # The feature cache's storage bills have a DAG id of their own, which no per-DAG grant names (FAB
             # refused it to every user without access to all DAGs). The task that bills them records its own

@@ -48,7 +48,7 @@ def ledger_dag_ids(ledger: Ledger) -> set[str]:
     """Every DAG the ledger holds something of: a priced entry, a spend gate's request, money held now.
 
     A DAG whose gate refused its first run has no priced entry yet, and its users must still see the gate;
-    a budget another DAG's gate holds money in is shown to those who may read that DAG (``involved_dags``).
+    a budget another DAG's gate holds money in is shown to those who may read that DAG (``visible_budgets``).
     """
     from costaware.adapters.ledger.governance import holding_dags
 
