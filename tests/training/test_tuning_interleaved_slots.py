@@ -221,7 +221,7 @@ def test_a_slot_does_not_wait_for_a_spare_the_other_slot_cannot_give_back_at_its
     assert_within_caps(ledger, spec)
 
 
-@pytest.mark.parametrize("max_gpu_hours", ["0.1086", "0.109"])
+@pytest.mark.parametrize("max_gpu_hours", ["0.108", "0.1086", "0.109"])
 def test_a_slot_gives_back_the_whole_spare_it_recorded_though_its_ask_between_two_polls_took_time(
     tmp_path: Any, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, max_gpu_hours: str
 ) -> None:
@@ -229,7 +229,11 @@ def test_a_slot_gives_back_the_whole_spare_it_recorded_though_its_ask_between_tw
     # ask at 200 s: that ask taking 3 s (a wait for the ledger's lock), its need at the trim was 3 s longer,
     # the trim kept its whole margin and gave back 3 s less than the spare, and slot 1, which waited for the
     # spare, gave way ("0.029794 GPU-hours of room ... for the 0.030195 GPU-hours its trial needs" at
-    # 0.1086). The trim now takes its margin down to give back the whole spare.
+    # 0.1086). The trim now takes its margin down to give back the whole spare. Given back whole but 3 s
+    # late, slot 1's need had grown by those 3 s meanwhile: at 0.108 it waited and gave way 0.000168
+    # GPU-hours short. The trim gives back the GPU time it is late by too.
+    from costaware.training.tuning.reservations import gpu_hours_for
+
     _, spec, url, ledger, results = run_two_slots(
         tmp_path, monkeypatch, caplog, max_gpu_hours, slot_0_ask_seconds_at_200=3.0
     )
@@ -238,7 +242,26 @@ def test_a_slot_gives_back_the_whole_spare_it_recorded_though_its_ask_between_tw
     assert waited_for is not None, caplog.text
     held = [h["gpu_hours"] for h in slot_holds(url, "slot-0")]
     given_back = [before - after for before, after in pairwise(held) if after < before]
-    assert given_back == [Decimal(waited_for.group(1))]  # the trim gave back the whole spare
+    # The whole spare, and the 3 s its trim came late by (due at 200 s, its poll after the 5 s pause at 195)
+    assert given_back == [Decimal(waited_for.group(1)) + gpu_hours_for(3.0, spec.gpus)]
     assert results["slot-1"].ran, results["slot-1"].reason
+    assert results["slot-0"].ran, results["slot-0"].reason
+    assert_within_caps(ledger, spec)
+
+
+@pytest.mark.parametrize("max_gpu_hours", ["0.1072", "0.1074"])
+def test_a_slot_waits_for_a_spare_only_where_its_need_at_the_trim_fits(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, max_gpu_hours: str
+) -> None:
+    # Slot 1, refused at 199.5 s, compared slot 0's spare with its need then; the spare comes back at slot
+    # 0's poll at 200 s, and slot 1 asks again at 200.5 s, its need a second longer. Its trial fitted by
+    # 0.6 s (0.1072) and 0.7 s (0.1074): it waited, got the whole spare back, and gave way anyway, "0.029227
+    # GPU-hours of room ... for the 0.0295 GPU-hours its trial needs". Counted at the trim and its next
+    # poll after it, its need does not fit: it gives way at its first refusal, and slot 0 runs.
+    _, spec, _, ledger, results = run_two_slots(tmp_path, monkeypatch, caplog, max_gpu_hours)
+
+    assert "waits: its trial fits once the other waiting slots give up" not in caplog.text
+    assert not results["slot-1"].ran
+    assert "slot 1 runs no trial and gives way" in results["slot-1"].reason
     assert results["slot-0"].ran, results["slot-0"].reason
     assert_within_caps(ledger, spec)

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from costaware.core.ledger import utcnow
 from costaware.training.tuning.reservations import LATE_POLL_SECONDS
+from costaware.training.tuning.wait_refusals import RecordedSpare
 
 if TYPE_CHECKING:
     import optuna
@@ -67,6 +68,8 @@ class WaitingSlots:
     since: datetime | None = None
     #: GPU-hours the recorded hold holds past the slot's need, which it gives up while others wait.
     spare_gpu_hours: Decimal = Decimal(0)
+    #: On :attr:`clock`: when the slot's next poll is due, whose trim gives that spare back.
+    spare_due: datetime | None = None
 
     @property
     def _key(self) -> str:
@@ -77,23 +80,32 @@ class WaitingSlots:
         """How long a record counts from its renewal: the longest wait before the next, and the grace."""
         return timedelta(seconds=max(LATE_POLL_SECONDS, self.poll_seconds) + SLOT_RECORD_GRACE_SECONDS)
 
-    def mark(self, hold_id: str, spare_gpu_hours: Decimal | None = None) -> None:
+    def mark(
+        self, hold_id: str, spare_gpu_hours: Decimal | None = None, *, spare_due_seconds: float | None = None
+    ) -> None:
         """Record ``hold_id`` as this slot's, or renew its record (once per renewal interval at most).
 
         Written once per :data:`SLOT_RECORD_RENEWED_EVERY_SECONDS` at most, not at each call, unless its
-        spare changed. ``spare_gpu_hours``: the GPU-hours the hold holds past the slot's need (see
-        :meth:`spares`); None: as last recorded for the same hold, none for a new one.
+        spare changed or was given a new time. ``spare_gpu_hours``: the GPU-hours the hold holds past the
+        slot's need (see :meth:`spares`); None: as last recorded for the same hold, none for a new one.
+        ``spare_due_seconds``: from now to the slot's next poll, whose trim gives that spare back (recorded
+        as a time; None: as last recorded for the same hold).
         """
         here = utcnow()
         if spare_gpu_hours is None:
             spare_gpu_hours = self.spare_gpu_hours if hold_id == self.marked else Decimal(0)
         renewed_every = timedelta(seconds=SLOT_RECORD_RENEWED_EVERY_SECONDS)
         recent = self.written_at is not None and here - self.written_at < renewed_every
-        if hold_id == self.marked and spare_gpu_hours == self.spare_gpu_hours and recent:
+        unchanged = hold_id == self.marked and spare_gpu_hours == self.spare_gpu_hours
+        if unchanged and spare_due_seconds is None and recent:
             return
         now = self._now()
         since = self.since or now
         counts_until = now + self._renewed_for
+        if spare_due_seconds is not None:
+            spare_due: datetime | None = now + timedelta(seconds=spare_due_seconds)
+        else:
+            spare_due = self.spare_due if hold_id == self.marked else None
         record = {
             "holder": self.holder,
             "hold": hold_id,
@@ -101,9 +113,11 @@ class WaitingSlots:
             "since": since.isoformat(),
             "spare_gpu_hours": str(spare_gpu_hours),
         }
+        if spare_due is not None:
+            record["spare_due_at"] = spare_due.isoformat()
         self._write(record)
         self.marked, self.counts_until, self.written_at, self.since = hold_id, counts_until, here, since
-        self.spare_gpu_hours = spare_gpu_hours
+        self.spare_gpu_hours, self.spare_due = spare_gpu_hours, spare_due
 
     def _write(self, record: dict[str, Any]) -> None:
         """Write this slot's record, once more where another slot's :meth:`forget` deleted it meanwhile."""
@@ -138,20 +152,25 @@ class WaitingSlots:
                 continue
         return places
 
-    def spares(self) -> dict[str, Decimal]:
+    def spares(self) -> dict[str, RecordedSpare]:
         """The GPU-hours other slots' counted holds hold past their need, by hold id (none recorded: 0).
 
         A waiting slot outside Airflow holds headroom past its need so that it is held again rarely; it gives
-        it up while other slots wait. A slot whose trial fits once that spare is given up waits for it.
+        it up while other slots wait, at its next poll. A slot whose trial fits once that spare is given up
+        waits for it; each spare says when that poll is due, from now (see :class:`RecordedSpare`).
         """
+        now = self._now()
         spares = {}
         for value in self._counted():
             if value.get("holder") == self.holder:
                 continue
             try:
-                spares[str(value["hold"])] = Decimal(str(value.get("spare_gpu_hours", "0")))
-            except InvalidOperation:
+                gpu_hours = Decimal(str(value.get("spare_gpu_hours", "0")))
+                due = value.get("spare_due_at")
+                due_in = 0.0 if due is None else (datetime.fromisoformat(str(due)) - now).total_seconds()
+            except (InvalidOperation, ValueError):
                 continue
+            spares[str(value["hold"])] = RecordedSpare(gpu_hours, due_in)
         return spares
 
     def _counted(self) -> list[dict[str, Any]]:
@@ -203,7 +222,7 @@ class WaitingSlots:
             return 0
         finally:
             self.marked = self.counts_until = self.written_at = self.since = None
-            self.spare_gpu_hours = Decimal(0)
+            self.spare_gpu_hours, self.spare_due = Decimal(0), None
 
     def _now(self) -> datetime:
         if self.clock is None:

@@ -42,6 +42,7 @@ from costaware.training.tuning.wait_refusals import RAISE_THOSE_CAPS as RAISE_TH
 from costaware.training.tuning.wait_refusals import SLOT_HOLD_SECONDS as SLOT_HOLD_SECONDS
 from costaware.training.tuning.wait_refusals import SLOT_WAIT_MARGIN_SECONDS as SLOT_WAIT_MARGIN_SECONDS
 from costaware.training.tuning.wait_refusals import HoldNotHeldAgain as HoldNotHeldAgain
+from costaware.training.tuning.wait_refusals import RecordedSpare as RecordedSpare
 from costaware.training.tuning.wait_refusals import SlotYields as SlotYields
 from costaware.training.tuning.wait_refusals import WaitNotHeld as WaitNotHeld
 from costaware.training.tuning.wait_refusals import _has_room_now, _may_come_back
@@ -59,7 +60,9 @@ LATE_POLL_SECONDS = 30.0
 class MarkWaiting(Protocol):
     """Records a waiting slot's hold for the other slots (:meth:`~.arbitration.WaitingSlots.mark`)."""
 
-    def __call__(self, hold_id: str, spare_gpu_hours: Decimal | None = None) -> None: ...
+    def __call__(
+        self, hold_id: str, spare_gpu_hours: Decimal | None = None, *, spare_due_seconds: float | None = None
+    ) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,11 +70,12 @@ class WaitingRecords:
     """Readers of the waiting slots' records (:class:`~.arbitration.WaitingSlots`), asked at each refusal.
 
     ``places``: when each waiting slot (this one too) first recorded its wait, by its hold's id.
-    ``spares``: the GPU-hours other waiting slots' holds hold past their need and margin, by hold id.
+    ``spares``: the GPU-hours other waiting slots' holds hold past their need and margin, and when each is
+    given up, by hold id.
     """
 
     places: Callable[[], Mapping[str, datetime]]
-    spares: Callable[[], Mapping[str, Decimal]]
+    spares: Callable[[], Mapping[str, RecordedSpare]]
 
 
 def reserve_trial_cost(
@@ -165,6 +169,9 @@ def reserve_trial_cost(
     # taken down where needed. Counting the last poll's ask time into the spare instead guesses the next
     # ask's (a lock wait of 0 s, then 3 s, still broke the promise); the trim knows its need as it gives back.
     spare_recorded = Decimal(0)
+    # When (on the monotonic clock) the next poll is due, whose trim gives the spare back: where asks make
+    # that trim late, the others' needs grew meanwhile, and it gives back that GPU time too.
+    spare_due_at: float | None = None
     while True:
         usd = usd_for_seconds(seconds, spec.usd_per_hour)
         gpu_hours = gpu_hours_for(seconds, spec.gpus)
@@ -215,7 +222,17 @@ def reserve_trial_cost(
                 # to give theirs up; they run no trial and leave the study going on.
                 places = waiting_records.places() if waiting_records else {}
                 spares = waiting_records.spares() if waiting_records else {}
-                _wait_first_or_yield(ledger, own, replacing, waits, slot, usd, gpu_hours, places, spares)
+                # Its next ask after the spare's trim comes a pause after it at most.
+                within_lease = time.monotonic() - waiting_since < own_wait
+                next_pause = poll_seconds if within_lease else max(LATE_POLL_SECONDS, poll_seconds)
+
+                def need_after(ahead: float, pause_after: float = next_pause) -> tuple[Decimal, Decimal]:
+                    then = max(seconds_needed() + ahead + pause_after, 0.0)
+                    return usd_for_seconds(then, spec.usd_per_hour), gpu_hours_for(then, spec.gpus)
+
+                _wait_first_or_yield(
+                    ledger, own, replacing, waits, slot, usd, gpu_hours, places, spares, need_after
+                )
             if bill_tags and not _other_budgets_may_come_back(
                 ledger, spec, scope, holder, run_id, replacing, usd, gpu_hours
             ):
@@ -266,6 +283,9 @@ def reserve_trial_cost(
                     # over, the pause grew to 30 s: trimmed with 10 of those (300 s), the hold kept part of
                     # the spare, and a slot whose trial fit once the spare was given up gave way.
                     margin_poll = pause if spare_poll_seconds is None else min(pause, spare_poll_seconds)
+                    give_back = spare_recorded
+                    if spare_recorded > 0 and spare_due_at is not None:
+                        give_back += gpu_hours_for(time.monotonic() - spare_due_at, spec.gpus)
                     replacing, spare_gpu_hours = hold_wait_gpu_hours(
                         ledger,
                         replacing,
@@ -275,7 +295,7 @@ def reserve_trial_cost(
                         spec.gpus,
                         others_wait=others_wait,
                         poll_seconds=margin_poll,
-                        spare_recorded=spare_recorded,
+                        spare_recorded=give_back,
                     )
                     # The trim comes at the next poll, whose need is longer by that poll's pause: the spare is
                     # recorded past the longest pause the slot may take (30 s once its own lease is over),
@@ -285,8 +305,10 @@ def reserve_trial_cost(
                     spare_gpu_hours = max(spare_gpu_hours - next_pause_gpu_hours, Decimal(0))
                     spare_poll_seconds = margin_poll if spare_gpu_hours > 0 else None
                     spare_recorded = spare_gpu_hours
+                    spare_due_at = time.monotonic() + pause if spare_gpu_hours > 0 else None
                 if mark_waiting is not None:
-                    mark_waiting(replacing, spare_gpu_hours)
+                    due_in = pause if spare_gpu_hours else None
+                    mark_waiting(replacing, spare_gpu_hours, spare_due_seconds=due_in)
             time.sleep(pause)
             seconds = seconds_needed()
 

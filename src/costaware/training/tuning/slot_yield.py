@@ -6,7 +6,7 @@ Split from :mod:`.reservations`, which re-exports the public names (callers impo
 from __future__ import annotations
 
 import logging
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import replace
 from datetime import datetime
 from decimal import Decimal
@@ -16,6 +16,7 @@ from costaware.core.money import format_gpu_hours, format_usd_exact
 from costaware.training.tuning.wait_refusals import (
     RAISE_THAT_CAP,
     RAISE_THOSE_CAPS,
+    RecordedSpare,
     SlotYields,
     WaitNotHeld,
     _has_room_now,
@@ -85,15 +86,18 @@ def _wait_first_or_yield(
     usd: Decimal,
     gpu_hours: Decimal,
     places: Mapping[str, datetime] | None = None,
-    spares: Mapping[str, Decimal] | None = None,
+    spares: Mapping[str, RecordedSpare] | None = None,
+    need_after: Callable[[float], tuple[Decimal, Decimal]] | None = None,
 ) -> None:
     """Return if this slot's hold (``hold_id``) is the first of the waiting slots' (``waits``), else yield.
 
     The first keeps waiting: the others give their holds up at their next ask, settled at what they ran.
     ``places``: when each slot first recorded its wait, by hold id; used where every hold compared has one
     (one clock), else the holds' own times are. ``spares``: GPU-hours the other slots' holds hold past their
-    need and margin (the margin is kept, :func:`hold_wait_gpu_hours`), by hold id: where the trial fits once
-    they are given up, the slot waits for the first to trim its hold instead of giving way.
+    need and margin (the margin is kept, :func:`hold_wait_gpu_hours`), by hold id, and when each is given
+    up: where the trial fits once they are given up, the slot waits for the first to trim its hold instead
+    of giving way. ``need_after``: the trial's dollars and GPU-hours as the slot will ask for them a number
+    of seconds from now, at its first ask after the last of those trims (None: ``usd`` and ``gpu_hours``).
 
     Raises:
         SlotYields: another slot waited first (first recorded its wait, else its hold was made first).
@@ -111,17 +115,23 @@ def _wait_first_or_yield(
         first = min(compared, key=lambda r: (r.created_at, r.id))
     if first.id == mine.id:
         return
-    spare = sum(((spares or {}).get(r.id, Decimal(0)) for r in others), Decimal(0))
-    if spare > 0 and _has_room_now(
-        replace(own, reserved_gpu_hours=own.reserved_gpu_hours - spare), usd, gpu_hours
-    ):
-        log.info(
-            "slot %d waits: its trial fits once the other waiting slots give up the %s GPU-hours their holds "
-            "hold past their need and margin",
-            slot,
-            format_gpu_hours(spare),
-        )
-        return
+    given_up = [s for r in others if (s := (spares or {}).get(r.id)) is not None and s.gpu_hours > 0]
+    spare = sum((s.gpu_hours for s in given_up), Decimal(0))
+    if spare > 0:
+        # The spare comes back at the trim, and this slot's need grows until it asks after it: compared
+        # with its need now, a slot whose trial fitted by a second waited for the spare and gave way anyway.
+        due_in = max(s.due_in_seconds for s in given_up)
+        usd_then, gpu_hours_then = (usd, gpu_hours) if need_after is None else need_after(due_in)
+        if _has_room_now(
+            replace(own, reserved_gpu_hours=own.reserved_gpu_hours - spare), usd_then, gpu_hours_then
+        ):
+            log.info(
+                "slot %d waits: its trial fits once the other waiting slots give up the %s GPU-hours their "
+                "holds hold past their need and margin",
+                slot,
+                format_gpu_hours(spare),
+            )
+            return
     raise SlotYields(
         f"slot {slot} runs no trial and gives way: budget '{own.label}' has "
         f"{_room_said(own, others, usd, gpu_hours)}; the slot that waited first ({first.holder}) goes on "

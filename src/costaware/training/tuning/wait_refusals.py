@@ -5,6 +5,7 @@ Split from :mod:`.reservations`, which re-exports the public names (callers impo
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from decimal import Decimal
 from typing import TYPE_CHECKING, Self
 
@@ -23,6 +24,19 @@ SLOT_WAIT_MARGIN_SECONDS = 30.0
 RAISE_THAT_CAP = "raise that budget's cap with `costaware budget set`"
 #: The same, where several budgets are short.
 RAISE_THOSE_CAPS = "raise those budgets' caps with `costaware budget set`"
+
+
+@dataclass(frozen=True, slots=True)
+class RecordedSpare:
+    """GPU-hours a waiting slot's hold holds past its need and margin, and when it gives them up.
+
+    ``due_in_seconds``: from now to the recording slot's next poll, whose trim gives the spare back (less
+    than 0 where that poll is late; 0 for a record that names no time). A trim later than that gives back
+    the GPU time it is late by too, so a waiting slot counts its need as it will be at the due poll.
+    """
+
+    gpu_hours: Decimal
+    due_in_seconds: float = 0.0
 
 
 class WaitNotHeld(BudgetExceededError):
