@@ -1330,17 +1330,20 @@ def test_a_slot_whose_hold_went_unrecorded_as_the_study_opened_fails_with_a_clea
         )  # fmt: skip
 
 
+@pytest.mark.parametrize("pruner", ["successive_halving", "hyperband"])
 def test_a_trial_cut_for_money_at_a_rung_holds_no_place_there_and_the_next_best_trains_in_full(
-    tmp_path: Path,
+    tmp_path: Path, pruner: str
 ) -> None:
     """The reported run on a stepped clock: trial #0, cut for money after rung 2, had the best value there.
 
     Its value held the one place of rung 2's top half, so #1 (second best at 2) was pruned: no trial could be
     trained in full, and the study promoted nothing with money left. Cut, #0 cannot go on: #1 goes on instead.
+    Optuna's Hyperband (its successive halving in the bracket both trials fall in, 0 for study 'cut') kept
+    #0's place too, in the rung value it records with the trial.
     """
     url = f"sqlite:///{tmp_path / 'study.db'}"
     ledger = Ledger.from_url(url)
-    spec = study_spec("cut", max_usd="1000.00", max_trials=2, fallback_trial_seconds=4.0)
+    spec = study_spec("cut", max_usd="1000.00", max_trials=2, fallback_trial_seconds=4.0, pruner=pruner)
     create_study(url, ledger, spec)
     meter = SteppedMeter()
 

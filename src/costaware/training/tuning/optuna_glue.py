@@ -6,6 +6,7 @@ Optuna is imported here at module level; this module needs the ``tuning`` extra.
 from __future__ import annotations
 
 import hashlib
+import math
 import threading
 from collections.abc import Sequence
 from typing import Any
@@ -176,6 +177,31 @@ def _rung_results(study: optuna.study.Study, step: int, *, exclude: int) -> tupl
         )
         (stopped if cut_here else going).append(t.intermediate_values[step])
     return going, stopped
+
+
+#: Where Optuna's own successive halving (each of Hyperband's brackets) records a trial's value at a rung it
+#: passed, as a trial system attribute ``completed_rung_<n>``: the results later trials compete with there.
+OPTUNA_RUNG_PREFIX = "completed_rung_"
+
+
+def optuna_rung_records(study: optuna.study.Study, trial: optuna.trial.Trial) -> frozenset[str]:
+    """The rungs Optuna's own successive halving recorded ``trial`` at (its ``completed_rung_<n>`` keys)."""
+    attrs = study._storage.get_trial_system_attrs(trial._trial_id)
+    return frozenset(key for key in attrs if key.startswith(OPTUNA_RUNG_PREFIX))
+
+
+def give_up_rung_places(study: optuna.study.Study, trial: optuna.trial.Trial, rungs: Sequence[str]) -> None:
+    """A running trial cut right after the rungs Optuna recorded it at (``rungs``) holds no place in them.
+
+    Optuna's successive halving promotes a trial that is in the top ``1/eta`` of the values recorded at its
+    rung, the cut one's among them: a trial cut for money with the best value there kept the next best from
+    going on, as :class:`RungSuccessiveHalvingPruner` did before it told cut trials apart. Recorded as the
+    worst value, the cut result still counts among the rung's results, but holds none of its places (the
+    trial's reported values, which the summary reads, are left as they are).
+    """
+    worst = -math.inf if study.direction == optuna.study.StudyDirection.MAXIMIZE else math.inf
+    for key in rungs:
+        study._storage.set_trial_system_attr(trial._trial_id, key, worst)
 
 
 def pruning_note(study: optuna.study.Study, trial: optuna.trial.Trial) -> str:

@@ -32,7 +32,13 @@ from costaware.core.tuning import (
 )
 from costaware.training.tuning.arbitration import WaitingSlots
 from costaware.training.tuning.fidelity import FidelityModel, TrainerFactory
-from costaware.training.tuning.optuna_glue import TRIAL_ATTR, distributions, pruning_note
+from costaware.training.tuning.optuna_glue import (
+    TRIAL_ATTR,
+    distributions,
+    give_up_rung_places,
+    optuna_rung_records,
+    pruning_note,
+)
 from costaware.training.tuning.reservations import settle_trial
 from costaware.training.tuning.results import EntryOwner, SlotResult, TrialResult
 from costaware.training.tuning.study import finish_failed, trial_info
@@ -82,6 +88,8 @@ class _Training:
     marginal: float | None = None
     state: TrialState = TrialState.PROMOTED
     decision: str = ""
+    #: The rungs Optuna's own successive halving (Hyperband's) recorded the trial at at its last decision.
+    optuna_rungs: frozenset[str] = frozenset()
 
     @property
     def fidelity(self) -> int:
@@ -247,6 +255,10 @@ def _train_rungs(
         # reservation's estimate keeps a slow rung from running past what was reserved.
         needed = (rate * (rung - previous) + 2 * t.bookkeeping) * spec.safety_factor
         if (meter() - started) + needed > limit:
+            if t.optuna_rungs:
+                # Right after the rung it last passed: that place goes to the next best (as in
+                # RungSuccessiveHalvingPruner), not kept by a trial that cannot go on from it.
+                give_up_rung_places(s.study, trial, sorted(t.optuna_rungs))
             t.state = TrialState.CUT
             t.decision = (
                 # The study's wall clock, not the money, decided: say which.
@@ -305,7 +317,12 @@ def _train_rungs(
         if rung == spec.schedule.max_resource:
             t.decision = f"promoted to {rung}: trained in full, {value:.4f}"
             break
+        # Optuna's Hyperband records the rungs a trial passes with the trial: those of this decision are given
+        # up if the trial is cut before the next rung (the study's own pruner reads the cut from its state).
+        recorded = optuna_rung_records(s.study, trial) if spec.pruner == "hyperband" else frozenset()
         prune = trial.should_prune()
+        if spec.pruner == "hyperband":
+            t.optuna_rungs = optuna_rung_records(s.study, trial) - recorded
         t.bookkeeping = max(t.bookkeeping, meter() - tick)
         if prune:
             t.state = TrialState.PRUNED
