@@ -1182,3 +1182,50 @@ def test_what_a_search_cannot_clean_up_is_logged_under_the_searchs_own_logger(
         search(ledger, "40", Clock())
     (stays,) = [r for r in caplog.records if "stays: a rung still holds money in it" in r.getMessage()]
     assert stays.name == "costaware.training.search"
+
+
+class Scripted:
+    """A model whose value at each rung and time per unit of resource are given (one entry per trial)."""
+
+    def __init__(self, clock: Clock, values: dict[int, float], seconds_per_unit: float) -> None:
+        self.clock, self.values, self.pace, self.trained = clock, values, seconds_per_unit, 0
+
+    def advance(self, resource: int) -> float:
+        self.clock.now += self.pace * (resource - self.trained)
+        self.trained = resource
+        return self.values[resource]
+
+
+def test_a_trial_cut_for_money_right_after_a_rung_holds_no_place_there(ledger: Any, monkeypatch: Any) -> None:
+    """Every early rung trusted (as the fair evidence does once it ranks them above chance), eta 3, rungs
+    1/3/9, brackets 0, 1, 0, 2, 0: #2 (bracket 0) leads rung 1 with 0.9 at 10 s a unit, goes on from it, and
+    is cut before rung 3 (its 30 s do not fit the 27 left). #4 (bracket 0, 0.7 at rung 1, second of three
+    results) was pruned there: #2 held rung 1's one place, which it could not use. Cut, #2's result counts
+    but holds no place: #4 goes on and is trained in full."""
+    import costaware.training.search as search_module
+
+    monkeypatch.setattr(search_module, "trusted_rungs", lambda pairs, early, *args, **kwargs: tuple(early))
+    clock = Clock()
+    rising = {1: 0.5, 3: 0.6, 9: 0.7}
+    scripts = iter(
+        [
+            (rising, 1.0),  # #0, bracket 0: completes (nothing judged before a trial completes)
+            (rising, 1.0),  # #1, bracket 1: judged at 3 only
+            ({1: 0.9, 3: 0.95, 9: 0.99}, 10.0),  # #2, bracket 0: the best at 1, too slow for what is left
+            (rising, 1.0),  # #3, bracket 2: never judged
+            ({1: 0.7, 3: 0.8, 9: 0.9}, 1.0),  # #4, bracket 0: second at rung 1
+        ]
+    )
+    space = {"a": optuna.distributions.CategoricalDistribution(list(range(10)))}
+
+    def make_model(params: dict[str, Any]) -> Scripted:
+        values, pace = next(scripts)
+        return Scripted(clock, values, pace)
+
+    result = search(ledger, "55", clock, make_model=make_model, space=space, max_trials=5)
+
+    assert [(t.bracket, t.state) for t in result.trials][:3] == [(0, "complete"), (1, "complete"), (0, "cut")]
+    assert result.trials[2].rungs == ((1, 0.9),)
+    assert (result.trials[4].bracket, result.trials[4].state) == (0, "complete"), result.trials[4]
+    assert result.best_params == result.trials[4].params
+    assert result.spent_usd <= Decimal(55)

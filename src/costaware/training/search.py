@@ -223,11 +223,22 @@ def budgeted_search(
         return prune_rungs is not None and rung in prune_rungs and early.index(rung) >= bracket
 
     def goes_on(bracket: int, rung: int, value: float, number: int) -> bool:
-        """Hyperband: is ``value`` in the top ``1/eta`` of the trial's bracket at ``rung``?"""
-        competing = [
-            v for t in trials if t.bracket == bracket and t.number != number for r, v in t.rungs if r == rung
-        ]
-        return promotable(value, competing, reduction_factor, direction)
+        """Hyperband: is ``value`` in the top ``1/eta`` of the trial's bracket at ``rung``?
+
+        A trial cut for money right after ``rung`` (its last) cannot go on from it: its result counts among
+        the rung's, but holds none of its places (as in the study's pruner, ``promotable``'s ``stopped``).
+        Holding one, a cut trial with the best value there had the next best pruned.
+        """
+        competing: list[float] = []
+        stopped: list[float] = []
+        for t in trials:
+            if t.bracket != bracket or t.number == number:
+                continue
+            for r, v in t.rungs:
+                if r == rung:
+                    cut_here = t.state == "cut" and t.rungs[-1][0] == rung
+                    (stopped if cut_here else competing).append(v)
+        return promotable(value, competing, reduction_factor, direction, stopped=stopped)
 
     # The rung reserved and not billed yet: (its reservation, trial number, rung).
     running: tuple[str, int, int] | None = None
