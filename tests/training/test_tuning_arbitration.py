@@ -427,3 +427,23 @@ def test_a_slot_held_again_keeps_its_place_as_the_first_to_wait(
 
     assert "the slot that waited first (slot-0) goes on waiting" in str(gave_way.value)
     assert first.places()[again.id] < second.places()[second_id]
+
+
+def test_a_recorded_spare_says_when_the_recording_slots_next_poll_gives_it_back(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from costaware.training.tuning.reservations import RecordedSpare
+
+    clock = _clock(monkeypatch)
+    url = f"sqlite:///{tmp_path / 'study.db'}"
+    create_study(url, Ledger.from_url(url), study_spec("due", max_usd="4", max_trials=5))
+    study = optuna.load_study(study_name="due", storage=url)
+    waiting, behind = WaitingSlots(study, "due/r1/trial/0"), WaitingSlots(study, "due/r1/trial/1")
+    waiting.mark("hold-A", Decimal("0.003902"), spare_due_seconds=5.0)
+    clock.seconds += 2.0
+    assert behind.spares() == {"hold-A": RecordedSpare(Decimal("0.003902"), 3.0)}
+    waiting.mark("hold-A")  # renewed before an ask: the spare and its time stay as recorded
+    clock.seconds += 4.5  # the poll is late (its ask waits for a lock): the time is past
+    assert behind.spares() == {"hold-A": RecordedSpare(Decimal("0.003902"), -1.5)}
+    waiting.mark("hold-B", Decimal("0.001"), spare_due_seconds=30.0)  # held again: the next pause is 30 s
+    assert behind.spares() == {"hold-B": RecordedSpare(Decimal("0.001"), 30.0)}

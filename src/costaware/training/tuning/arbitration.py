@@ -161,7 +161,7 @@ class WaitingSlots:
         """
         now = self._now()
         spares = {}
-        for value in self._counted():
+        for value in self._counted(now):
             if value.get("holder") == self.holder:
                 continue
             try:
@@ -173,9 +173,12 @@ class WaitingSlots:
             spares[str(value["hold"])] = RecordedSpare(gpu_hours, due_in)
         return spares
 
-    def _counted(self) -> list[dict[str, Any]]:
-        """The records that count: a hold named, renewed in time (a record with no renewal time counts)."""
-        now = self._now()
+    def _counted(self, now: datetime | None = None) -> list[dict[str, Any]]:
+        """The records that count: a hold named, renewed in time (a record with no renewal time counts).
+
+        ``now``: on :attr:`clock`, where the caller read it already (on PostgreSQL each read is a query).
+        """
+        now = self._now() if now is None else now
         counted = []
         for key, value in self._records().items():
             if not value.get("hold"):

@@ -130,7 +130,9 @@ def reserve_trial_cost(
     slot (this one too) first recorded its wait, by its hold's id: where each slot has one, the first to
     wait is the one whose place is first, not whose hold was made first (a hold held again is made anew);
     its ``spares``, the GPU-hours other waiting slots' holds hold past their need (headroom, outside
-    Airflow), by hold id: a slot whose trial fits once they are given up waits instead of giving way, and
+    Airflow), by hold id, and when each is given up (that slot's next poll): a slot whose trial fits once
+    they are given up, its need counted as it will ask a pause after that poll, waits instead of giving
+    way (a trim later than its poll gives back the GPU time it is late by too), and
     a waiting slot that sees other slots wait trims its hold to its need (its margin never more than the one
     its recorded spare was worked out with, and the spare recorded past its need at the next poll after the
     longest pause it may take, so the whole spare comes back at that poll's trim; where the asks between the
