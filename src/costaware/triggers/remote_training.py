@@ -58,6 +58,7 @@ from costaware.triggers.inline_wait import take_kill_outside_inline_wait as take
 from costaware.triggers.remote_cap_stop import CAP_STOP_RETRY_MAX_SECONDS as CAP_STOP_RETRY_MAX_SECONDS
 from costaware.triggers.remote_cap_stop import CAP_STOP_RETRY_SECONDS as CAP_STOP_RETRY_SECONDS
 from costaware.triggers.remote_cap_stop import MIN_CAP_STOP_WAIT_SECONDS as MIN_CAP_STOP_WAIT_SECONDS
+from costaware.triggers.remote_cap_stop_unlisted import UnlistedCapStopping
 from costaware.triggers.remote_job_status import NOT_LISTED_GRACE_SECONDS as NOT_LISTED_GRACE_SECONDS
 from costaware.triggers.remote_job_status import ended_when_found, job_event, vanished_job_status
 from costaware.triggers.remote_job_status import stopped_job_status as stopped_job_status
@@ -77,7 +78,7 @@ from costaware.triggers.remote_wait_state import WAIT_STATE_XCOM_KEY as WAIT_STA
 # tests import them from here, where they were before the wait's parts moved to sibling modules.
 
 
-class RemoteTrainingJobTrigger(KilledJobBilling, WaitInterrupting, BaseTrigger):
+class RemoteTrainingJobTrigger(KilledJobBilling, UnlistedCapStopping, WaitInterrupting, BaseTrigger):
     """Fires when a training job on a compute backend ended (or must fall back, pause or resume).
 
     See docs/remote-training.md.
