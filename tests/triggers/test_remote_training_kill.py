@@ -1362,7 +1362,7 @@ def test_a_killed_followed_job_that_does_not_answer_is_billed_with_what_it_ran_b
 
     from attempt_states import CAPTURED  # tests/support/
 
-    import costaware.triggers.remote_kill_billing as kill_billing  # where the kill reads the clock
+    import costaware.triggers.remote_kill_stop as kill_stop  # where the kill reads the clock
     from costaware.adapters.compute.base import JobStatus
     from costaware.adapters.compute.local import LocalBackend
     from costaware.core.errors import ComputeBackendError
@@ -1376,7 +1376,7 @@ def test_a_killed_followed_job_that_does_not_answer_is_billed_with_what_it_ran_b
     monkeypatch.setattr(LocalBackend, "poll", poll)
     monkeypatch.setattr(LocalBackend, "stop", lambda self, job_id: None)
     now = datetime(2026, 3, 1, 9, tzinfo=timezone.utc)
-    monkeypatch.setattr(kill_billing, "utcnow", lambda: now)
+    monkeypatch.setattr(kill_stop, "utcnow", lambda: now)
     found_at = now - timedelta(seconds=60)
     ran_before = JobStatus(job_id="train-a1", state=JobState.RUNNING, market="spot", billable_seconds=7200.0)
     state = AttemptState(plan=RemotePlan.from_json(CAPTURED)).submitted(
@@ -1404,7 +1404,7 @@ def test_a_killed_batch_job_is_billed_with_its_copies_to_their_stop_and_one_unst
     from attempt_states import CAPTURED  # tests/support/
 
     import costaware.adapters.compute.base as compute
-    import costaware.triggers.remote_kill_billing as kill_billing  # where the kill reads the clock
+    import costaware.triggers.remote_kill_stop as kill_stop  # where the kill reads the clock
     from costaware.adapters.compute.base import JobStatus
     from costaware.adapters.compute.batch import with_copies
     from costaware.training.attempt_effects import stop_seconds
@@ -1412,7 +1412,7 @@ def test_a_killed_batch_job_is_billed_with_its_copies_to_their_stop_and_one_unst
     from costaware.training.plan import RemotePlan
 
     now = datetime(2026, 3, 1, 9, tzinfo=timezone.utc)
-    monkeypatch.setattr(kill_billing, "utcnow", lambda: now)
+    monkeypatch.setattr(kill_stop, "utcnow", lambda: now)
     now_ms = int(now.timestamp() * 1000)
     own = JobStatus(
         job_id="j", state=JobState.RUNNING, market="spot", instance_type="m5.large", billable_seconds=1000.0
@@ -1462,7 +1462,7 @@ def test_a_killed_batch_job_describejobs_misses_is_billed_as_gone_to_its_latest_
     from attempt_states import CAPTURED  # tests/support/
 
     import costaware.adapters.compute.base as compute
-    import costaware.triggers.remote_kill_billing as kill_billing  # where the kill reads the clock
+    import costaware.triggers.remote_kill_stop as kill_stop  # where the kill reads the clock
     from costaware.core.errors import ComputeBackendError, JobNotFoundError
     from costaware.training.attempt_effects import stop_seconds
     from costaware.training.attempts import AttemptState
@@ -1481,7 +1481,7 @@ def test_a_killed_batch_job_describejobs_misses_is_billed_as_gone_to_its_latest_
 
     monkeypatch.setattr(compute, "open_backend", lambda name, options: Lagging())
     now = datetime(2026, 11, 26, 10, tzinfo=timezone.utc)
-    monkeypatch.setattr(kill_billing, "utcnow", lambda: now)
+    monkeypatch.setattr(kill_stop, "utcnow", lambda: now)
     submitted = now - timedelta(seconds=3600)
     plan = RemotePlan.from_json({**CAPTURED, "backend": "batch", "backend_options": {}})
     state = AttemptState(plan=plan).submitted(job_id="j", market="spot", submitted_at=submitted.isoformat())
@@ -1503,7 +1503,7 @@ def test_a_killed_job_describejobs_misses_is_billed_from_the_status_the_wait_saw
     from attempt_states import CAPTURED  # tests/support/
 
     import costaware.adapters.compute.base as compute
-    import costaware.triggers.remote_kill_billing as kill_billing  # where the kill reads the clock
+    import costaware.triggers.remote_kill_stop as kill_stop  # where the kill reads the clock
     from costaware.adapters.compute.base import JobState, JobStatus
     from costaware.core.errors import JobNotFoundError
     from costaware.training.attempt_effects import stop_seconds
@@ -1527,7 +1527,7 @@ def test_a_killed_job_describejobs_misses_is_billed_from_the_status_the_wait_saw
             stops.append(job_id)
 
     monkeypatch.setattr(compute, "open_backend", lambda name, options: Lagging())
-    monkeypatch.setattr(kill_billing, "utcnow", lambda: now)
+    monkeypatch.setattr(kill_stop, "utcnow", lambda: now)
     plan = RemotePlan.from_json({**CAPTURED, "backend": "batch", "backend_options": {}})
     state = AttemptState(plan=plan).submitted(job_id="j", market="spot", submitted_at=submitted.isoformat())
     trigger = RemoteTrainingJobTrigger(backend="batch", backend_options={}, job_id="j", state=state.to_json())
