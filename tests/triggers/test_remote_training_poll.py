@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 
 from costaware.core.errors import ComputeBackendError, ConfigurationError
+from costaware.triggers import MAX_POLL_ERRORS
 from costaware.triggers.remote_training import (
     BILL_PATIENCE_SECONDS,
-    MAX_POLL_ERRORS,
     RemoteTrainingJobTrigger,
 )
 
