@@ -111,7 +111,8 @@ class Notices:
     def forward(self, signum: int) -> None:
         assert self.process is not None
         pid = self.process.pid
-        if signum == signal.SIGTERM and not self._passed_on:
+        first_notice = signum == signal.SIGTERM and not self._passed_on
+        if first_notice:
             self._passed_on = True
             # Read before the signal: a process forked meanwhile may get SIGTERM once more, never none.
             reached = (
@@ -125,6 +126,11 @@ class Notices:
             if self.signal_group:
                 os.killpg(pid, signum)
                 self.group_noticed = self.group_noticed or signum == signal.SIGTERM
+                if first_notice:
+                    # One that left the group (setsid) between the read and the killpg was not reached: it is
+                    # end_job's to signal. One that left it just after gets a second SIGTERM, never none.
+                    still_in_group = set(_tree.in_group(pid))
+                    self.noticed = frozenset(known for known in self.noticed if known[0] in still_in_group)
             else:
                 os.kill(pid, signum)
         except ProcessLookupError:
