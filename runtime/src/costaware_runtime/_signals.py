@@ -232,14 +232,16 @@ def end_job(
     second Ctrl-C (``notices.kill_now``) still SIGKILLs at once. Without ``/proc``, as before.
 
     With --signal-group, the processes the notice reached (``notices.noticed``) are not sent SIGTERM again,
-    nor is the group (without ``/proc`` nothing tells them from ones started since: none is).
+    nor is the group. Without ``/proc`` nothing tells them from ones started since (an uploader the job
+    started on the notice): the group gets SIGTERM again, a second one being the lesser harm.
     """
     # With --signal-group the notice reached the whole group already: a second SIGTERM had a handler that
-    # saves on each one start a second save. Without /proc none of it is known: the group is not signalled.
+    # saves on each one start a second save. Without /proc the group is signalled again all the same: spared,
+    # what the job started after the notice heard no SIGTERM, only the SIGKILL at the grace end.
     group_noticed = notices is not None and notices.group_noticed
     noticed = _tree.still_running(notices.noticed) if notices is not None and group_noticed else set()
     _tree.signal_each([pid for pid in _tree.left_behind(group, spared) if pid not in noticed], signal.SIGTERM)
-    if not group_noticed:
+    if not group_noticed or not _tree.PROC:
         try:
             os.killpg(group, signal.SIGTERM)
         except ProcessLookupError:
