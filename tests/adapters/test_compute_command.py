@@ -9,6 +9,7 @@ from __future__ import annotations
 import errno
 import os
 import re
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -565,6 +566,26 @@ def test_a_stall_bound_that_is_no_number_of_seconds_is_refused_before_the_check(
     )
     assert list(tmp_path.iterdir()) == []  # nothing was checked, nor written
     require_usable_locations("local", model_store="s3://ml/models")  # no folder here: nothing bounded
+
+
+@pytest.mark.parametrize("value", ["1e10", "1e300"])
+def test_a_stall_bound_longer_than_a_wait_may_be_is_refused_before_the_check(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, value: str
+) -> None:
+    # Taken as a number of seconds > 0, it crashed the check's thread.join(bound) with a bare OverflowError.
+    from costaware.adapters.compute.base import require_usable_locations
+
+    monkeypatch.delenv("COSTAWARE_STORE_STALL_SECONDS", raising=False)
+    options = {"env": {"COSTAWARE_STORE_STALL_SECONDS": value}}
+    with pytest.raises(ConfigurationError) as caught:
+        require_usable_locations("local", backend_options=options, model_store=str(tmp_path / "models"))
+    assert str(caught.value) == (
+        f"COSTAWARE_STORE_STALL_SECONDS={value!r} is more than the longest wait allowed, "
+        f"{threading.TIMEOUT_MAX:.0f} s: give how long a checkpoint push or restore may move nothing before "
+        "it is given up, at most that (default 300); the task's backend_options['env'] sets it for its job: "
+        "fix it there"
+    )
+    assert list(tmp_path.iterdir()) == []  # nothing was checked, nor written
 
 
 def test_a_stall_bound_a_local_task_sets_for_its_job_is_the_one_its_check_reads(

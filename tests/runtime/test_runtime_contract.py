@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import math
+import threading
 from collections.abc import Callable
 from pathlib import Path
 
@@ -87,6 +88,13 @@ def test_from_env_defaults() -> None:
         ),
         ({"COSTAWARE_STORE_STALL_SECONDS": "5m"}, "COSTAWARE_STORE_STALL_SECONDS='5m' is not a number of"),
         ({"COSTAWARE_STORE_STALL_SECONDS": "inf"}, "COSTAWARE_STORE_STALL_SECONDS='inf' is not a number of"),
+        # Taken, then every bounded transfer crashed on thread.join(bound) with OverflowError.
+        (
+            {"COSTAWARE_STORE_STALL_SECONDS": "1e10"},
+            f"COSTAWARE_STORE_STALL_SECONDS='1e10' is more than the longest wait allowed, "
+            f"{threading.TIMEOUT_MAX:.0f} s: give how long a checkpoint push or restore may move nothing",
+        ),
+        ({"COSTAWARE_STORE_STALL_SECONDS": "1e300"}, "COSTAWARE_STORE_STALL_SECONDS='1e300' is more than"),
         (
             {"COSTAWARE_RESULT_PATH": "/a.json", "COSTAWARE_RESULT_URI": "/b.json"},
             "COSTAWARE_RESULT_PATH='/a.json' and COSTAWARE_RESULT_URI='/b.json' disagree: set only one",
@@ -97,6 +105,12 @@ def test_from_env_names_the_bad_value(variables: dict[str, str], message: str) -
     with pytest.raises(ContractError) as caught:
         JobEnvironment.from_env(variables)
     assert message in str(caught.value)
+
+
+def test_the_longest_wait_allowed_is_a_stall_bound_taken() -> None:
+    from costaware_runtime.contract import parse_store_stall_seconds
+
+    assert parse_store_stall_seconds(repr(threading.TIMEOUT_MAX)) == threading.TIMEOUT_MAX
 
 
 def test_metrics_round_trip_with_numpy_scalars(tmp_path: Path) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 import os
 import re
+import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -302,16 +303,23 @@ def parse_store_stall_seconds(value: str | None) -> float:
     """How long a checkpoint transfer may move no bytes, from ``value`` (the default when unset).
 
     Raises:
-        ContractError: ``value`` is not a finite number of seconds above 0 (0 gave up every push at once).
+        ContractError: ``value`` is not a finite number of seconds above 0 (0 gave up every push at once),
+            or is more than ``threading.TIMEOUT_MAX``, the longest a thread may be waited on (taken, each
+            transfer's wait crashed with ``OverflowError``).
     """
     if value is None:
         return DEFAULT_STORE_STALL_SECONDS
     seconds = _seconds_above_zero(value)
+    what = "give how long a checkpoint push or restore may move nothing before it is given up"
     if seconds is None:
         raise ContractError(
-            f"{STORE_STALL_SECONDS}={value!r} is not a number of seconds > 0: give how long a checkpoint "
-            "push or restore may move nothing before it is given up "
+            f"{STORE_STALL_SECONDS}={value!r} is not a number of seconds > 0: {what} "
             f"(default {DEFAULT_STORE_STALL_SECONDS:g})"
+        )
+    if seconds > threading.TIMEOUT_MAX:
+        raise ContractError(
+            f"{STORE_STALL_SECONDS}={value!r} is more than the longest wait allowed, "
+            f"{threading.TIMEOUT_MAX:.0f} s: {what}, at most that (default {DEFAULT_STORE_STALL_SECONDS:g})"
         )
     return seconds
 
