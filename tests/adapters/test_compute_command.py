@@ -602,6 +602,62 @@ def test_a_stall_bound_a_local_task_sets_for_its_job_is_the_one_its_check_reads(
         require_usable_locations("local", backend_options={"env": {}}, model_store=store)
 
 
+@pytest.mark.parametrize(
+    ("env", "given"),
+    [
+        ([("COSTAWARE_STORE_STALL_SECONDS", "5m")], "the list [('COSTAWARE_STORE_STALL_SECONDS', '5m')]"),
+        ("COSTAWARE_STORE_STALL_SECONDS=5m", "the str 'COSTAWARE_STORE_STALL_SECONDS=5m'"),
+    ],
+)
+def test_a_local_jobs_env_that_is_no_dict_is_refused_by_the_check_and_the_backend_alike(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, env: object, given: str
+) -> None:
+    # A list of pairs, which the backend's dict(env) took, was passed over by the start check's read of the
+    # stall bound (the job it bought then failed with exit 2); a string was a bare ValueError from dict().
+    from costaware.adapters.compute.base import check_backend_options, require_usable_locations
+    from costaware.adapters.compute.local import LocalBackend
+
+    monkeypatch.delenv("COSTAWARE_STORE_STALL_SECONDS", raising=False)
+    root = str(tmp_path / "jobs")
+    refusals = {
+        "start check": lambda: require_usable_locations(
+            "local", backend_options={"env": env}, model_store=str(tmp_path / "models")
+        ),
+        "options check": lambda: check_backend_options("local", {"root": root, "env": env}),
+        "backend": lambda: LocalBackend(root=root, env=env),  # type: ignore[arg-type]  # a user's
+    }
+    for where, refuse in refusals.items():
+        with pytest.raises(ConfigurationError) as caught:
+            refuse()
+        assert str(caught.value) == (
+            "backend_options['env'] of the local backend must be a dict of variable name to string value, "
+            f"such as {{'PYTHONPATH': '/srv/trainer'}}: got {given}"
+        ), where
+    assert list(tmp_path.iterdir()) == []  # nothing was checked, nor written
+
+
+def test_a_local_jobs_env_given_as_a_dict_reaches_its_job_as_text() -> None:
+    from costaware.adapters.compute.base import check_backend_options
+
+    env = {"COSTAWARE_STORE_STALL_SECONDS": 60, "PYTHONPATH": "/srv/trainer"}
+    check_backend_options("local", {"env": env})
+    assert open_backend("local", {"env": env}).env == {  # type: ignore[attr-defined]
+        "COSTAWARE_STORE_STALL_SECONDS": "60",
+        "PYTHONPATH": "/srv/trainer",
+    }
+    assert open_backend("local", {"env": None}).env == {}  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("backend", ["sagemaker", "batch", "kubernetes"])
+@pytest.mark.parametrize("env", [{"COSTAWARE_STORE_STALL_SECONDS": "5m"}, "COSTAWARE_STORE_STALL_SECONDS=5m"])
+def test_the_start_check_reads_no_env_of_a_remote_backend(backend: str, env: object) -> None:
+    # Its job runs on another machine, whose folders are not checked here: no stall bound to read, no env
+    # (an option of the local backend alone: the options check names it unknown there).
+    from costaware.adapters.compute.base import require_usable_locations
+
+    require_usable_locations(backend, backend_options={"env": env}, model_store="s3://ml-team/models")
+
+
 @pytest.mark.parametrize("launcher_reads", [(), ("checkpoint_store",)])
 def test_a_local_path_holding_a_scheme_separator_is_a_local_folder(
     tmp_path: Path, launcher_reads: tuple[str, ...]

@@ -595,6 +595,27 @@ def test_a_stall_bound_the_task_sets_badly_for_its_job_is_refused_naming_it(
     assert entries(ledger) == [] and ledger.open_reservations() == []  # nothing billed or held
 
 
+@pytest.mark.parametrize("shape", ["list of pairs", "text"])
+def test_a_jobs_env_that_is_no_dict_fails_before_any_money_or_job(
+    tmp_path: Path, ledger: Any, monkeypatch: pytest.MonkeyPatch, shape: str
+) -> None:
+    # A list of pairs (which the local backend's dict(env) took) was passed over by the start check, which
+    # read its stall bound from the worker's environment; text was a bare ValueError at the first submit.
+    monkeypatch.delenv("COSTAWARE_STORE_STALL_SECONDS", raising=False)
+    options = job_env_options(tmp_path)
+    pairs = [*options["env"].items(), ("COSTAWARE_STORE_STALL_SECONDS", "5m")]
+    env = pairs if shape == "list of pairs" else "COSTAWARE_STORE_STALL_SECONDS=5m"
+    train = operator(tmp_path, "ok", backend_options={**options, "env": env})
+    with pytest.raises(AirflowFailException) as failed:
+        drive(train, context_for())
+    assert (
+        "backend_options['env'] of the local backend must be a dict of variable name to string value, such "
+        f"as {{'PYTHONPATH': '/srv/trainer'}}: got the {type(env).__name__} {env!r}"
+    ) in str(failed.value)
+    assert not (tmp_path / "jobs").exists()  # no job was started
+    assert entries(ledger) == [] and ledger.open_reservations() == []  # nothing billed or held
+
+
 def test_a_typo_in_backend_options_fails_before_any_money_or_job(tmp_path: Path, ledger: Any) -> None:
     # Options as JSON text (a template's) are checked once rendered; written out, when the DAG is parsed.
     options = json.dumps({"roott": str(tmp_path / "jobs")})

@@ -38,6 +38,7 @@ from costaware.adapters.compute.store_locations import (
     FILE_LOCATIONS,
     REMOTE_BACKENDS,
     expand_home,
+    local_job_env,
     require_ec2_instance_type,
     require_object_store,
     require_s3,
@@ -83,6 +84,7 @@ __all__ = [
     "closest_regions",
     "expand_home",
     "is_aws_region",
+    "local_job_env",
     "open_backend",
     "placeable_zone",
     "require_ec2_instance_type",
@@ -243,13 +245,15 @@ def check_backend_options(name: str, options: Mapping[str, Any]) -> None:
     """Refuse an option backend ``name`` does not take, naming it, the closest option and all of them.
 
     Raises:
-        ConfigurationError: an unknown option (a typo would otherwise be a bare ``__init__`` TypeError), or
-            a required one left out.
+        ConfigurationError: an unknown option (a typo would otherwise be a bare ``__init__`` TypeError), a
+            required one left out, or a local job's ``env`` that is no mapping.
     """
     import inspect
 
     cls = backend_class(name)
     check_keywords(cls, options, field="backend_options", of=f"the {name} backend")
+    if name == "local":
+        local_job_env(options.get("env"))
     parameters = inspect.signature(cls).parameters
     if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()):
         return

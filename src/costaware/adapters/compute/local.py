@@ -49,6 +49,7 @@ from costaware.adapters.compute.base import (
     JobRequest,
     JobState,
     JobStatus,
+    local_job_env,
 )
 
 # The job folder's files, the supervisor process and its process handling live in modules of their own;
@@ -133,7 +134,7 @@ class LocalBackend:
         self.root = Path(root or default_root())
         self.capacity_file = capacity_file
         self.python = python or sys.executable
-        self.env = {str(k): str(v) for k, v in dict(env or {}).items()}
+        self.env = local_job_env(env)
 
     @property
     def per_zone(self) -> bool:

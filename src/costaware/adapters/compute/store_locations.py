@@ -182,17 +182,38 @@ def require_usable_locations(
             check()  # follows no link and writes nothing: this machine's disk is not asked
 
 
-def _job_env(backend: str, backend_options: Mapping[str, Any] | None) -> Mapping[str, Any]:
+def local_job_env(env: object) -> dict[str, str]:
+    """The local backend's ``env`` option as its job gets it: each variable's name and value as text.
+
+    The one reading of it, by the backend, ``check_backend_options`` and the start check of a local job's
+    folders: a list of pairs, which ``dict()`` took, was passed over by the start check (its stall bound read
+    from the worker's environment instead), and a string was a bare ``ValueError``.
+
+    Raises:
+        ConfigurationError: ``env`` is neither a mapping nor None, named with what was given.
+    """
+    if env is None:
+        return {}
+    if not isinstance(env, Mapping):
+        raise ConfigurationError(
+            "backend_options['env'] of the local backend must be a dict of variable name to string value, "
+            f"such as {{'PYTHONPATH': '/srv/trainer'}}: got the {type(env).__name__} {env!r}"
+        )
+    return {str(name): str(value) for name, value in env.items()}
+
+
+def _job_env(backend: str, backend_options: Mapping[str, Any] | None) -> Mapping[str, str]:
     """The variables a ``local`` task sets for its job over this worker's (its ``backend_options["env"]``).
 
-    Only a local job runs here, and only its folders are checked on this disk. An ``env`` that is no mapping
-    is refused by the backend itself, when it is made.
+    Only a local job runs here, and only its folders are checked on this disk.
+
+    Raises:
+        ConfigurationError: an ``env`` that is no mapping (:func:`local_job_env`).
     """
-    env = (backend_options or {}).get("env") if backend == "local" else None
-    return env if isinstance(env, Mapping) else {}
+    return local_job_env((backend_options or {}).get("env")) if backend == "local" else {}
 
 
-def _stall_seconds(job_env: Mapping[str, Any]) -> float:
+def _stall_seconds(job_env: Mapping[str, str]) -> float:
     """``COSTAWARE_STORE_STALL_SECONDS`` as a local job gets it (the runtime's default when unset).
 
     ``job_env``'s where the task sets it there (its ``backend_options["env"]``), else this worker's, which
@@ -209,7 +230,7 @@ def _stall_seconds(job_env: Mapping[str, Any]) -> float:
     from costaware_runtime.errors import ContractError
 
     set_by_task = STORE_STALL_SECONDS in job_env
-    value = str(job_env[STORE_STALL_SECONDS]) if set_by_task else os.environ.get(STORE_STALL_SECONDS, "")
+    value = job_env[STORE_STALL_SECONDS] if set_by_task else os.environ.get(STORE_STALL_SECONDS, "")
     try:
         return parse_store_stall_seconds(value.strip() or None)
     except ContractError as e:
