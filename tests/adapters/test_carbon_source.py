@@ -120,6 +120,34 @@ def test_a_bad_recorded_file_is_named() -> None:
         RecordedCarbon(FIXTURES / "GB_bad.csv").intensity("GB", T0, T0 + timedelta(hours=1))
 
 
+LINE_ENDS = [
+    pytest.param("\r", "", id="cr"),
+    pytest.param("\r\n", "", id="crlf"),
+    pytest.param("\n", "\ufeff", id="lf-bom"),
+    pytest.param("\r", "\ufeff", id="cr-bom"),
+]
+
+
+@pytest.mark.parametrize(("line_end", "bom"), LINE_ENDS)
+def test_a_recorded_file_reads_alike_whatever_its_line_ends(tmp_path: Path, line_end: str, bom: str) -> None:
+    # Read as bytes and decoded, a CR-only file (Excel for Mac's "CSV (Macintosh)") kept its '\r' and csv
+    # refused it ("new-line character seen in unquoted field"): the folder's reader, and so every read of it.
+    lines = (FIXTURES / "GB_2026-11.csv").read_text(encoding="utf-8").splitlines()
+    (tmp_path / "GB_saved.csv").write_bytes((bom + line_end.join(lines) + line_end).encode("utf-8"))
+    window = (T0, T0 + timedelta(hours=48))
+    expected = RecordedCarbon(FIXTURES / "GB_2026-11.csv", bundled=False).intensity("GB", *window).points
+    assert RecordedCarbon(tmp_path, bundled=False).intensity("GB", *window).points == expected
+    direct = RecordedCarbon(tmp_path, basis="direct", bundled=False).intensity("GB", *window)
+    assert direct.points[0] == (T0, Decimal(100))
+    # A bad value is named by the line an editor shows it on, whatever ends the lines.
+    lines[2] = lines[2].replace(",121,", ",abc,")
+    (tmp_path / "GB_saved.csv").write_bytes((bom + line_end.join(lines) + line_end).encode("utf-8"))
+    with pytest.raises(
+        InvalidPriceDataError, match=r"GB_saved\.csv .*line 3: intensity 'abc' is not a number"
+    ):
+        RecordedCarbon(tmp_path, bundled=False).intensity("GB", *window)
+
+
 def test_factory_specs(tmp_path: Path) -> None:
     assert isinstance(carbon_source("recorded"), RecordedCarbon)
     bundled = carbon_source("bundled")

@@ -352,6 +352,44 @@ def test_an_electricity_csv_is_told_by_either_of_its_columns(header: str, electr
     assert is_electricity_csv(f"{header}\n2023-01-01T00:00:00Z,1\n") is electricity
 
 
+@pytest.mark.parametrize(
+    ("line_end", "bom"),
+    [
+        pytest.param("\r", "", id="cr"),
+        pytest.param("\r\n", "", id="crlf"),
+        pytest.param("\n", "\ufeff", id="lf-bom"),
+        pytest.param("\r", "\ufeff", id="cr-bom"),
+    ],
+)
+def test_price_files_read_alike_whatever_their_line_ends(tmp_path: Path, line_end: str, bom: str) -> None:
+    # The carbon reader refused CR-only files (Excel for Mac's "CSV (Macintosh)") once it decoded bytes:
+    # the spot and electricity readers read them as their LF twins, and name a bad row's line alike.
+    spot = [
+        "timestamp,availability_zone,instance_type,product_description,usd_per_hour",
+        "2021-03-01T00:00:00Z,us-east-1a,m5.large,Linux/UNIX,0.30",
+        "2021-03-01T01:00:00Z,us-east-1a,m5.large,Linux/UNIX,0.31",
+    ]
+    electricity = ["timestamp_utc,usd_per_mwh", "2023-01-01T00:00:00Z,42.5", "2023-01-01T01:00:00Z,-3"]
+
+    def saved(name: str, lines: list[str]) -> Path:
+        path = tmp_path / name
+        path.write_bytes((bom + line_end.join(lines) + line_end).encode("utf-8"))
+        return path
+
+    history = load_spot_history(saved("spot.csv", spot))
+    lf = spot_history_from_text("\n".join(spot) + "\n", source="spot.csv")
+    series = history.series("m5.large", "us-east-1", "us-east-1a")
+    assert series.points == lf.series("m5.large", "us-east-1", "us-east-1a").points and len(series) == 2
+    prices = load_electricity(saved("power.csv", electricity))
+    assert prices.points == electricity_from_text("\n".join(electricity) + "\n", source="power.csv").points
+    with pytest.raises(InvalidPriceDataError, match="line 3: price 'abc' is not a number"):
+        load_electricity(saved("power.csv", [*electricity[:2], "2023-01-01T01:00:00Z,abc"]))
+    with pytest.raises(InvalidPriceDataError, match="line 3"):
+        load_spot_history(
+            saved("spot.csv", [*spot[:2], "2021-03-01T01:00:00Z,us-east-1a,m5.large,Linux/UNIX,x"])
+        )
+
+
 # -- live prices ----------------------------------------------------------------------------------------
 
 

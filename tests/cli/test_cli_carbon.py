@@ -417,6 +417,12 @@ def test_a_bad_file_writes_nothing(home: Path, tmp_path: Path, capsys: pytest.Ca
             "carbon intensity CSV is read as UTF-8; save it as 'CSV UTF-8' (comma-separated)",
             id="windows-1252",
         ),
+        # Lines ended by CR alone (Excel for Mac's "CSV (Macintosh)"): the byte was said to be on line 1.
+        pytest.param(
+            "timestamp_utc,g_co2eq_per_kwh_lca\r2026-11-20T00:00:00Z,150 \u00b5\r".encode("cp1252"),
+            "GB_hurried.csv is not UTF-8 text (byte 0xb5 on line 2; Latin-1 or Windows-1252, perhaps)",
+            id="windows-1252-cr-line-ends",
+        ),
     ],
 )
 def test_a_hurried_users_file_is_told_with_its_bad_value_and_what_to_do(
@@ -432,6 +438,34 @@ def test_a_hurried_users_file_is_told_with_its_bad_value_and_what_to_do(
     assert main(["carbon", "show", "--zone", "GB", "--source", str(hurried), "--start", "2026-11-20"]) == 2
     err = capsys.readouterr().err
     assert said.removesuffix("; nothing was imported") in err, err
+
+
+@pytest.mark.parametrize(
+    "line_end",
+    [pytest.param("\r", id="cr"), pytest.param("\r\n", id="crlf"), pytest.param("\n", id="lf")],
+)
+@pytest.mark.parametrize("bom", [pytest.param("", id="no-bom"), pytest.param("\ufeff", id="bom")])
+def test_a_file_is_read_and_imported_alike_whatever_its_line_ends(
+    home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], line_end: str, bom: str
+) -> None:
+    # Read as bytes and decoded, a CR-only file (Excel for Mac's "CSV (Macintosh)") kept its '\r' and csv
+    # refused it: "new-line character seen in unquoted field", in show --source, the import and its merge.
+    lines = RECORDED.read_text(encoding="utf-8").splitlines()
+    first, second = tmp_path / "GB_first.csv", tmp_path / "GB_second.csv"
+    first.write_bytes((bom + line_end.join(lines[:25]) + line_end).encode("utf-8"))
+    second.write_bytes((bom + line_end.join(lines[:1] + lines[25:]) + line_end).encode("utf-8"))
+    show = ["carbon", "show", "--zone", "GB", "--start", "2026-11-20T22:00Z", "--format", "json", "--hours"]
+    assert main([*show, "2", "--source", str(first)]) == 0, capsys.readouterr()
+    shown = json.loads(capsys.readouterr().out)
+    assert [h["g_co2e_per_kwh"] for h in shown["hours"]] == ["142", "143"]
+    assert main(["carbon", "import", str(first), "--zone", "GB"]) == 0, capsys.readouterr().err
+    assert "imported 24 hour(s) of GB carbon intensity from GB_first.csv" in capsys.readouterr().out
+    assert main(["carbon", "import", str(second), "--zone", "GB"]) == 0, capsys.readouterr().err
+    assert "24 record(s) added, 0 replaced, 24 kept from the earlier import" in capsys.readouterr().out
+    assert main([*show, "4", "--source", "recorded"]) == 0, capsys.readouterr()
+    shown = json.loads(capsys.readouterr().out)
+    assert [h["g_co2e_per_kwh"] for h in shown["hours"]] == ["142", "143", "144", "145"]
+    assert shown["series"].startswith("carbon GB_imported.csv"), shown["series"]
 
 
 def test_a_file_with_a_header_and_no_rows_is_told_as_a_file(

@@ -44,8 +44,9 @@ def carbon_from_text(text: str, *, source: str, basis: str = "lca") -> PriceSeri
     column = INTENSITY_COLUMNS.get(basis)
     if column is None:
         raise ConfigurationError(f"carbon basis {basis!r} is not one of {', '.join(INTENSITY_COLUMNS)}")
-    reader = csv.DictReader(io.StringIO(text.lstrip("\ufeff")))
-    if not text.lstrip("\ufeff").strip():  # blank lines alone were "its header is []"
+    text = with_lf_line_ends(text.lstrip("\ufeff"))
+    reader = csv.DictReader(io.StringIO(text))
+    if not text.strip():  # blank lines alone were "its header is []"
         raise InvalidPriceDataError(
             f"{source}: the file is empty; a carbon intensity CSV starts with the header "
             f"timestamp_utc,{column} and has a row per hour"
@@ -102,6 +103,15 @@ def carbon_from_text(text: str, *, source: str, basis: str = "lca") -> PriceSeri
     return series
 
 
+def with_lf_line_ends(text: str) -> str:
+    r"""``text`` with its CRLF and CR-only line ends as ``\n``, as ``Path.read_text`` returns a file.
+
+    Text decoded from bytes keeps its ``\r``: the csv module refuses a CR-only file (Excel for Mac's "CSV
+    (Macintosh)") with "new-line character seen in unquoted field".
+    """
+    return text.replace("\r\n", "\n").replace("\r", "\n")
+
+
 def unreadable_carbon_file(path: str | Path, error: OSError, *, zone_instead: bool) -> InvalidPriceDataError:
     """The error for a carbon intensity file that cannot be read, saying where it was looked for.
 
@@ -140,7 +150,7 @@ def not_utf8_carbon_file(name: str, data: bytes, at: int) -> str:
     """Why a carbon file is not read, its bytes not UTF-8 from ``at`` on: what it is, and how to save it."""
     # Excel's "Unicode Text" and PowerShell 5's default redirect write UTF-16, with its byte-order mark.
     utf16 = data.startswith((b"\xff\xfe", b"\xfe\xff"))
-    line = data[:at].count(b"\n") + 1
+    line = with_lf_line_ends(data[:at].decode("latin-1")).count("\n") + 1  # a CR-only file's lines too
     what = (
         "UTF-16 text, as Excel's 'Unicode Text' saves"
         if utf16

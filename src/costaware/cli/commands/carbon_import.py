@@ -35,6 +35,7 @@ def import_file(args: argparse.Namespace) -> int:
         known_grid_zones,
         not_utf8_carbon_file,
         unreadable_carbon_file,
+        with_lf_line_ends,
         zone_hint,
     )
     from costaware.adapters.carbon_source import (
@@ -74,7 +75,8 @@ def import_file(args: argparse.Namespace) -> int:
         )
     try:
         data = path.read_bytes()
-        text = data.decode("utf-8")
+        # As the carbon folder's reader reads it: the header check and a merge read a CR-only file too.
+        text = with_lf_line_ends(data.decode("utf-8"))
     except OSError as e:
         raise unreadable_carbon_file(path, e, zone_instead=False) from e
     except UnicodeDecodeError as e:
