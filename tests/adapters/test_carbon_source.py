@@ -61,18 +61,20 @@ def test_bundled_fallback_for_zones_without_a_file(tmp_path: Path) -> None:
         source.intensity("de-lu", start, start + timedelta(hours=1))  # not "import a file as de-lu"
 
 
-def test_a_two_letter_zone_one_letter_off_is_asked_whether_the_recorded_one_was_meant(tmp_path: Path) -> None:
-    # zone_hint looks from three letters on: PK for an imported PL, GN for GB got no "did you mean".
+def test_a_two_letter_zone_is_asked_about_only_where_its_spaces_differ(tmp_path: Path) -> None:
+    # One letter off was asked about: "did you mean 'PL'?" for PK (Pakistan), 'GB' for GR (Greece), GN
+    # (Guinea). Any two letters may be a real zone; a space around the recorded one's may not.
     (tmp_path / "PL_2026-11.csv").write_bytes((FIXTURES / "GB_2026-11.csv").read_bytes())
     source = RecordedCarbon(tmp_path)
-    for typed, meant in (("PK", "'PL'"), ("GN", "'GB'"), ("gn", "'GB'")):
+    for typed, meant in ((" PL", "'PL'"), ("GB ", "'GB'")):
         with pytest.raises(PriceNotFoundError) as caught:
             source.intensity(typed, T0, T0 + timedelta(hours=1))
         assert f"grid zone {typed!r}: did you mean {meant}? If not, recorded zones are " in str(caught.value)
+    for typed in ("PK", "GR", "GN", "gn", "XX"):
+        with pytest.raises(PriceNotFoundError) as caught:
+            source.intensity(typed, T0, T0 + timedelta(hours=1))
+        assert "did you mean" not in str(caught.value), typed
         assert f"costaware carbon import FILE --zone {typed}" in str(caught.value)
-    with pytest.raises(PriceNotFoundError) as caught:
-        source.intensity("XX", T0, T0 + timedelta(hours=1))
-    assert "did you mean" not in str(caught.value)
 
 
 def test_a_zone_file_comes_first_and_the_bundled_year_serves_the_rest(tmp_path: Path) -> None:

@@ -192,7 +192,15 @@ def test_an_unknown_zone_is_not_told_to_move_its_start(capsys: pytest.CaptureFix
 
 @pytest.mark.parametrize(
     ("zone", "meant"),
-    [("DE_LU", "DE-LU"), ("AU_NSW", "AU-NSW"), ("US-CAL-CAISO", "US-CAL-CISO"), ("GV", "GB"), (" GB", "GB")],
+    [
+        ("DE_LU", "DE-LU"),
+        ("AU_NSW", "AU-NSW"),
+        ("au_nsw", "AU-NSW"),
+        ("US-CAL-CAISO", "US-CAL-CISO"),
+        ("DE-LUX", "DE-LU"),
+        ("AU-NSWW", "AU-NSW"),
+        (" GB", "GB"),
+    ],
 )
 def test_a_zone_typo_is_told_the_zone_meant(
     capsys: pytest.CaptureFixture[str], zone: str, meant: str
@@ -206,6 +214,34 @@ def test_a_zone_typo_is_told_the_zone_meant(
     )
 
 
+#: Real grid zones (Electricity Maps ids) near a known one: GR is Greece, not a typo of GB; PK Pakistan.
+REAL_ZONES_NEAR_KNOWN = (
+    "GR",
+    "GN",
+    "PK",
+    "US-MIDW-MISO",
+    "US-MIDA-PJM",  # after US-MIDW-MISO: the import test's earlier import, which it was taken for
+    "US-CAL-LDWP",
+    "US-CAL-IID",
+    "AU-TAS",
+    "AU-SA",
+    "AU-WA",
+    "AU-NSW-LHI",
+)
+
+
+@pytest.mark.parametrize("zone", REAL_ZONES_NEAR_KNOWN)
+def test_a_real_zone_near_a_known_one_is_not_asked_whether_that_one_was_meant(
+    capsys: pytest.CaptureFixture[str], zone: str
+) -> None:
+    # "did you mean 'GB'?" for GR, 'US-CAL-CISO' for US-MIDW-MISO, 'AU-NSW' for AU-TAS: a difflib cutoff
+    # of 0.6 (these real zones score 0.61-0.76), and any other letter of a two-letter id.
+    assert main(["carbon", "show", "--zone", zone, "--source", "bundled", "--start", "2023-06-14"]) == 2
+    err = capsys.readouterr().err
+    assert f"no recorded carbon intensity for grid zone {zone!r}: recorded zones are " in err, err
+    assert "did you mean" not in err, err
+
+
 def test_an_import_under_a_zone_typo_warns_of_the_zone_meant(
     home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -214,12 +250,12 @@ def test_an_import_under_a_zone_typo_warns_of_the_zone_meant(
     hourly.write_text(
         "timestamp_utc,g_co2eq_per_kwh_lca\n2026-11-20T00:00:00Z,150\n2026-11-20T01:00:00Z,160\n"
     )
-    assert main(["carbon", "import", str(hourly), "--zone", "PL"]) == 0
+    assert main(["carbon", "import", str(hourly), "--zone", "DK-DK1"]) == 0
     for zone, meant in (
         ("US-CAL-CAISO", "US-CAL-CISO"),
-        ("GV", "GB"),
-        ("PK", "PL"),
-    ):  # PK: an earlier import's
+        ("DE-LUX", "DE-LU"),
+        ("DK-DKK1", "DK-DK1"),
+    ):  # DK-DKK1: an earlier import's
         assert main(["carbon", "import", str(hourly), "--zone", zone]) == 0
         captured = capsys.readouterr()
         target = home / f"{zone}_imported.csv"
@@ -230,8 +266,9 @@ def test_an_import_under_a_zone_typo_warns_of_the_zone_meant(
             f"--zone {meant}"
         ), captured.err
         assert target.is_file() and "imported 2 hour(s)" in captured.out
-    # No warning for a zone known, imported before, new and near none, or refused anyway.
-    for zone in ("GB", "PK", "FR"):
+    # No warning for a zone known, imported before, new and near none, a real zone near a known or imported
+    # one (it warned "did you mean 'GB'?" for GR, 'DK-DK1' for DK-DK2), or refused anyway.
+    for zone in ("GB", "DK-DKK1", "FR", "DK-DK2", *REAL_ZONES_NEAR_KNOWN):
         assert main(["carbon", "import", str(hourly), "--zone", zone]) == 0
         assert "warning" not in capsys.readouterr().err
     one = tmp_path / "one.csv"

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import difflib
 import logging
+import re
 import threading
 from collections.abc import Sequence
 from datetime import datetime, timedelta
@@ -367,22 +368,29 @@ class RecordedCarbon:
         )
 
 
+#: How alike (difflib's ratio) a zone id of three characters or more must be to a known one to be asked
+#: about: typos score 0.91-0.96 (US-CAL-CAISO, DE-LUX, AU-NSWW), real zones 0.61-0.83 (AU-SA, AU-TAS and
+#: AU-NSW-LHI for AU-NSW, US-CAL-LDWP and US-MIDW-MISO for US-CAL-CISO, DK-DK2 for DK-DK1).
+TYPO_RATIO = 0.85
+
+
 def near_zones(zone: str, zones: Sequence[str]) -> list[str]:
-    """The zones of ``zones`` that ``zone`` is likely a typo of (``PK`` for ``PL``, ``DE_LU``, `` GB``).
+    """The zone of ``zones`` that ``zone`` is likely a typo of (``DE_LU``, `` GB``, ``US-CAL-CAISO``), or [].
 
-    zone_hint's look-up needs three letters: a two-letter typo (PK for PL, GN for GB) got no advice, and
-    one of a longer id (US-CAL-CAISO, DE_LU) none either: those are matched by similarity.
+    zone_hint's look-up needs three letters, and a typo of a longer id got none. Asked for a real zone, the
+    hint misleads ("did you mean 'GB'?" for Greece's GR): two letters are asked about only where spaces,
+    underscores or case alone differ (any other two letters may be a country's zone), a longer id also where
+    it scores :data:`TYPO_RATIO`.
     """
-    if zone.strip() != zone and zone.strip() in zones:  # ' GB', pasted with a space: no list showed it
-        return [zone.strip()]
-    if len(zone) == 2:
-        return [z for z in zones if len(z) == 2 and _one_letter_apart(z, zone)]
-    return difflib.get_close_matches(zone, [z for z in zones if len(z) > 2], n=1)
-
-
-def _one_letter_apart(known: str, given: str) -> bool:
-    """Whether ``given`` is ``known`` with one letter changed, in any case (``PK``, ``pk`` for ``PL``)."""
-    return sum(a != b for a, b in zip(known.upper(), given.upper(), strict=True)) == 1
+    by_spelling = {z.upper(): z for z in zones}
+    # A space pasted around it, '_' for '-', lower case: marks and a case no zone id is written with.
+    spelled = re.sub(r"[_\s]+", "-", zone.strip()).upper()
+    if spelled in by_spelling:
+        return [by_spelling[spelled]]
+    if len(spelled) <= 2:
+        return []
+    longer = [spelling for spelling in by_spelling if len(spelling) > 2]
+    return [by_spelling[z] for z in difflib.get_close_matches(spelled, longer, n=1, cutoff=TYPO_RATIO)]
 
 
 def _or_live(zone: str) -> str:

@@ -54,7 +54,6 @@ from costaware.adapters.carbon_live import (
 )
 from costaware.adapters.carbon_recorded import (
     RecordedCarbon,
-    _one_letter_apart,  # noqa: F401
     _or_live,  # noqa: F401
     bundled_year_end_step,
     carbon_folder,

@@ -175,10 +175,11 @@ class _MergeCounts:
 
 
 def _warn_of_a_typo(zone: str, known: Iterable[str], folder: Path, target: Path) -> None:
-    """Warn where ``zone`` is new to costaware and close to a zone it knows or has imported (``GV``, ``GB``).
+    """Warn where ``zone`` is new to costaware and likely a typo of one it knows or has imported.
 
     Such an import succeeded in silence, into a zone that no task reads, while the zone meant stayed
-    without the file. A warning, not a refusal: a new zone may be one letter from another (GR, GB).
+    without the file. A warning, not a refusal, and only for a likely typo (``US-CAL-CAISO``, ``DE-LUX``;
+    :func:`near_zones`): a real zone may be one letter from another (GR, GB).
     """
     from costaware.adapters.carbon_recorded import near_zones
     from costaware.adapters.carbon_source import zone_of
