@@ -288,6 +288,17 @@ def test_a_second_runs_stop_bill_kept_in_unsure_and_re_keyed_at_its_drain_settle
     assert usage.reserved_usd == 0
 
 
+#: The hold of the task ``_spooled_bill`` bills.
+TASK_HOLDER = "retrain/r1/train/-1"
+
+
+def _holds_of_the_task(ledger: Any) -> list[tuple[Decimal, Decimal]]:
+    """The open holds of ``TASK_HOLDER``: what each holds and what entries paid from it."""
+    holds = ledger.open_holds_of(TASK_HOLDER)
+    paid = ledger.paid_from([hold.id for hold in holds])
+    return [(hold.usd, paid.get(hold.id, Decimal(0))) for hold in holds]
+
+
 def _spooled_bill(usd: str, note: str = "try 1") -> Any:
     from costaware.core.ledger import Kind, LedgerEntry
 
@@ -313,7 +324,7 @@ def test_a_spooled_entry_the_ledger_has_already_is_said_so_not_said_written(
     # A $1 cap the stored row passed already: nor is the entry said to have taken the budget past it.
     ledger.set_budget("project=churn", "month", "1")
     if held:
-        ledger.reserve("project=churn", "1", holder="retrain/r1/train/-1", run_id="r1", dag_id="retrain")
+        ledger.reserve("project=churn", "1", holder=TASK_HOLDER, run_id="r1", dag_id="retrain")
     assert ledger.record(_spooled_bill("1.25"))
     spool = tmp_path / "spool"
     spool_entry(spool, _spooled_bill("1.25"), "costaware_ledger", retrying=retrying)
@@ -328,6 +339,9 @@ def test_a_spooled_entry_the_ledger_has_already_is_said_so_not_said_written(
     ]
     assert [row["usd"] for row in ledger.entries()] == [Decimal("1.25")]
     assert list(spool.glob("*.json")) == []  # done with: nothing waits to be written again
+    # The hold as record_and_settle leaves it, the entry new or not: settled with a duplicate (the task is
+    # over, its cost in the ledger), else held open for a retry at what it held (the duplicate paid nothing).
+    assert _holds_of_the_task(ledger) == ([(Decimal("1"), Decimal("0"))] if retrying else [])
 
 
 def test_a_spooled_entry_the_ledger_has_at_another_figure_is_warned_of_with_both(
@@ -368,16 +382,42 @@ def test_a_spooled_entry_the_ledger_lacks_is_said_written(
 
 
 @pytest.mark.parametrize(
-    ("held", "retrying"),
-    [(False, False), (True, False), (True, True)],
-    ids=["recorded-alone", "settling-the-hold", "paid-from-the-retry-hold"],
+    ("held", "retrying", "written_before"),
+    [
+        (False, False, False),
+        (True, False, False),
+        (True, True, False),
+        (True, False, True),
+        (True, True, True),
+    ],
+    ids=[
+        "recorded-alone",
+        "settling-the-hold",
+        "paid-from-the-retry-hold",
+        "settling-the-hold-with-a-row-written-before",
+        "retry-hold-beside-a-row-written-before",
+    ],
 )
-def test_record_and_settle_tells_whether_the_entry_was_new(ledger: Any, held: bool, retrying: bool) -> None:
+def test_record_and_settle_tells_whether_the_entry_was_new(
+    ledger: Any, held: bool, retrying: bool, written_before: bool
+) -> None:
     from costaware.ledger_spool import record_and_settle
 
     ledger.set_budget("project=churn", "month", "100")
     if held:
-        ledger.reserve("project=churn", "5", holder="retrain/r1/train/-1", run_id="r1", dag_id="retrain")
-    assert record_and_settle(ledger, _spooled_bill("1.25"), retrying=retrying) is True
+        ledger.reserve("project=churn", "5", holder=TASK_HOLDER, run_id="r1", dag_id="retrain")
+    if written_before:
+        # The listener's own write that committed, its answer lost before it settled: the row alone.
+        assert ledger.record(_spooled_bill("1.25"))
+    assert record_and_settle(ledger, _spooled_bill("1.25"), retrying=retrying) is not written_before
+    after_first = _holds_of_the_task(ledger)
     assert record_and_settle(ledger, _spooled_bill("1.25"), retrying=retrying) is False
     assert [row["usd"] for row in ledger.entries()] == [Decimal("1.25")]
+    if not held or not retrying:
+        # Settled by the entry, or by its duplicate where the row was written before: the task is over.
+        assert _holds_of_the_task(ledger) == []
+        return
+    # Held open for the retry; the duplicate pays nothing from it and grows it no further.
+    paid = Decimal("0") if written_before else Decimal("1.25")
+    assert after_first == [(Decimal("5") + paid, paid)]
+    assert _holds_of_the_task(ledger) == after_first
