@@ -719,14 +719,14 @@ def _egress_bill(ledger: Ledger, monkeypatch: pytest.MonkeyPatch, ledger_url: st
         ledger_conn_id="costaware_ledger", aws_conn_id=None, log=logging.getLogger(__name__)
     )
 
-    def bill(run_token: str, ended_at: float) -> list[dict[str, Any]]:
+    def bill(run_token: str, ended_at: float, **how: Any) -> list[dict[str, Any]]:
         running = state.submitted(
             job_id="train-380335d228-a3", market="spot", zone="us-west-2a", moved_bytes=3 * 2**30,
             run_token=run_token,
         )  # fmt: skip
         job = {"job_id": "train-380335d228-a3", "state": "interrupted", "market": "spot",
                "instance_type": "m5.large", "ended_at": ended_at, "billable_seconds": 120.0}  # fmt: skip
-        billing._bill_attempt(running, job, None)
+        billing._bill_attempt(running, job, None, **how)
         return sorted((e for e in ledger.entries() if e["cause"] == "zone_move"), key=lambda e: e["id"])
 
     return bill
@@ -763,3 +763,103 @@ def test_a_runs_egress_under_the_name_written_with_no_run_mark_is_not_billed_aga
     (move,) = bill("", time.time())
     assert move["entry_uid"] == "egress:train-380335d228-a3" and ", run " not in move["note"]
     assert len(bill("a" * 32, time.time())) == 1
+
+
+EGRESS_BY_NAME = "egress:train-380335d228-a3"
+EGRESS_LOG = "costaware.ledger_spool_egress"
+
+
+def test_an_earlier_runs_egress_with_no_run_mark_leaves_a_later_run_its_own_egress(
+    billed_ledger: Ledger,
+    any_ledger_url: str,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # Run A's egress row marks no run (an older release's, or A's token unread), written as A ended an hour
+    # ago; run B (a cleared task's new try, 120 s long) began after it. B's egress took the name's key too and
+    # the ledger dropped it as A's, logging nothing.
+    from datetime import datetime, timezone
+
+    import time_machine
+
+    bill = _egress_bill(billed_ledger, monkeypatch, any_ledger_url)
+    earlier = time.time() - 3600
+    with time_machine.travel(datetime.fromtimestamp(earlier, tz=timezone.utc), tick=True):
+        (move,) = bill("", earlier)
+    assert move["entry_uid"] == EGRESS_BY_NAME and ", run " not in move["note"]
+    second = "b" * 32
+    with caplog.at_level(logging.INFO, logger="costaware"):
+        moves = bill(second, time.time())
+    assert [m["usd"] for m in moves] == [Decimal("0.06")] * 2
+    assert moves[0]["entry_uid"] == EGRESS_BY_NAME and moves[1]["entry_uid"] != EGRESS_BY_NAME
+    assert f", run {second}:" in moves[1]["note"]
+    assert not [r for r in caplog.records if r.name == EGRESS_LOG and r.levelno >= logging.WARNING]
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="costaware"):
+        assert len(bill(second, time.time())) == 2  # B's retry finds its own row: billed once
+    said = [(r.levelno, r.getMessage()) for r in caplog.records if r.name == EGRESS_LOG]
+    assert said == [
+        (
+            logging.INFO,
+            f"costaware: the egress of job train-380335d228-a3, run {second}, is in the ledger already as "
+            f"{moves[1]['entry_uid']}: not billed again",
+        )
+    ]
+
+
+def test_an_egress_dropped_beside_a_row_that_may_be_another_runs_is_warned_of(
+    billed_ledger: Ledger,
+    any_ledger_url: str,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # An unmarked row written after this run began may be this run's (its token unread then): not billed
+    # beside it, but said, as the drop was silent (only a written egress was logged).
+    bill = _egress_bill(billed_ledger, monkeypatch, any_ledger_url)
+    bill("", time.time())
+    run = "b" * 32
+    with caplog.at_level(logging.INFO, logger="costaware"):
+        assert len(bill(run, time.time())) == 1
+    (said,) = [
+        r.getMessage() for r in caplog.records if r.name == EGRESS_LOG and r.levelno == logging.WARNING
+    ]
+    assert f"the egress of job train-380335d228-a3, run {run} ($0.06), is not billed" in said
+    assert f"the ledger has {EGRESS_BY_NAME} already ($0.06, note 'attempt 3 moved" in said
+    assert "record $0.06 of egress for it" in said
+
+
+@pytest.mark.parametrize("direct_first", [False, True], ids=["drained", "written-directly-then-drained"])
+def test_a_spooled_kill_bills_egress_is_spooled_with_it_and_billed_once(
+    direct_first: bool,
+    billed_ledger: Ledger,
+    any_ledger_url: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A kill's bill the ledger could not take was spooled and BillSpooledError raised before the egress was
+    # recorded; the drain wrote the attempt's entry alone: the cross-region bytes were never billed.
+    from costaware.core.errors import BillSpooledError
+    from costaware.ledger_spool import drain
+
+    monkeypatch.setenv("AIRFLOW_HOME", str(tmp_path / "airflow"))
+    spool = tmp_path / "airflow" / "costaware" / "spool"
+    bill = _egress_bill(billed_ledger, monkeypatch, any_ledger_url)
+    billed_ledger.set_budget("project=churn", "month", "10")
+    run, ended = "a" * 32, time.time()
+
+    def down(self: Any, entry: Any) -> Any:
+        raise OSError("disk I/O error")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(Ledger, "record", down)
+        with pytest.raises(BillSpooledError):
+            bill(run, ended, spool_unwritten=True)
+    assert len(list(spool.glob("*.json"))) == 2  # the attempt's bill and its egress
+    if direct_first:  # the ledger back, a retry following the job bills it before the drain
+        assert len(bill(run, ended)) == 1
+    for _ in range(2):  # written once, however often drained
+        drain(spool, lambda conn_id: billed_ledger)
+    (move,) = [e for e in billed_ledger.entries() if e["cause"] == "zone_move"]
+    assert move["entry_uid"] == EGRESS_BY_NAME and move["usd"] == Decimal("0.06")
+    assert f", run {run}:" in move["note"] and move["reservation_id"] is None  # alone, as written directly
+    assert list(spool.glob("*.json")) == []

@@ -87,18 +87,34 @@ def spool_dirs_to_drain(spool: Path | None = None) -> list[Path]:
 
 
 def spool_record(
-    entry: Any, ledger_conn_id: str, *, retrying: bool, duplicate_check: dict[str, Any] | None = None
+    entry: Any,
+    ledger_conn_id: str,
+    *,
+    retrying: bool,
+    duplicate_check: dict[str, Any] | None = None,
+    egress_run: dict[str, Any] | None = None,
 ) -> str:
     """A spool file's JSON for ``entry``: saved as ``<entry_uid>.json`` in a spool, it is drained.
 
     ``duplicate_check``: a remote attempt's bill (a ``DuplicateCheck``'s JSON): the drain drops it where a
     try billed the attempt meanwhile under another key, which the ledger's own key check cannot see.
+    ``egress_run``: a remote attempt's egress (an ``EgressRun``'s JSON): the drain keys it as the direct
+    write does (:mod:`costaware.ledger_spool_egress`) and records it alone, from no hold.
     """
-    return json.dumps(_spool_data(entry, ledger_conn_id, retrying=retrying, duplicate_check=duplicate_check))
+    return json.dumps(
+        _spool_data(
+            entry, ledger_conn_id, retrying=retrying, duplicate_check=duplicate_check, egress_run=egress_run
+        )
+    )
 
 
 def _spool_data(
-    entry: Any, ledger_conn_id: str, *, retrying: bool, duplicate_check: dict[str, Any] | None
+    entry: Any,
+    ledger_conn_id: str,
+    *,
+    retrying: bool,
+    duplicate_check: dict[str, Any] | None,
+    egress_run: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """What :func:`spool_record` writes, as a dict (JSON primitives only)."""
     from costaware.core.ledger import entry_to_json
@@ -111,6 +127,8 @@ def _spool_data(
     }
     if duplicate_check is not None:
         spooled["duplicate_check"] = duplicate_check
+    if egress_run is not None:
+        spooled["egress_run"] = egress_run
     return spooled
 
 
@@ -121,9 +139,12 @@ def spool_entry(
     *,
     retrying: bool,
     duplicate_check: dict[str, Any] | None = None,
+    egress_run: dict[str, Any] | None = None,
 ) -> Path:
     """Keep ``entry`` in ``folder`` for a later drain; returns its file (written whole, then renamed)."""
-    record = spool_record(entry, ledger_conn_id, retrying=retrying, duplicate_check=duplicate_check)
+    record = spool_record(
+        entry, ledger_conn_id, retrying=retrying, duplicate_check=duplicate_check, egress_run=egress_run
+    )
     return _write_spool_file(folder, entry.entry_uid, record)
 
 
@@ -258,6 +279,17 @@ def drain(
                 unavailable[conn_id] = str(e)
                 result.waiting += 1
                 continue
+            egress_run = data.get("egress_run")
+            if isinstance(egress_run, dict):
+                # A remote attempt's egress: keyed and written alone as its direct write is, once per run; a
+                # duplicate is said by the write (at WARNING where it may be another run's).
+                entry, written = _record_spooled_egress(ledger, entry, egress_run)
+                claimed.unlink(missing_ok=True)
+                result.written += 1
+                if written:
+                    _say_if_past_cap(ledger, entry)
+                    log.info("costaware: wrote spooled ledger entry %s", path.name)
+                continue
             stored = _billed_meanwhile(ledger, data)
             if stored is not None:
                 _keep_billed(claimed, path.name, data, stored)
@@ -390,6 +422,19 @@ def _say_if_past_cap(ledger: Any, entry: Any) -> None:
                 format_gpu_hours(usage.spent_gpu_hours),
                 format_gpu_hours(gpu_cap),
             )
+
+
+def _record_spooled_egress(ledger: Any, entry: Any, egress_run: dict[str, Any]) -> tuple[Any, bool]:
+    """Record a spooled egress under its run's key (as written directly); the entry keyed, and if written.
+
+    Never through the task's hold (a drain's ``record``): the direct write pays from none, and settled
+    with it a task's hold closed on its egress. Raises what the ledger's reads and writes raise.
+    """
+    from costaware.ledger_spool_egress import EgressRun, egress_keyed, record_egress
+
+    run = EgressRun.from_json(egress_run)
+    keyed = egress_keyed(ledger, entry, run)
+    return keyed, record_egress(ledger, keyed, run)
 
 
 def _billed_meanwhile(ledger: Any, data: dict[str, Any]) -> Decimal | None:

@@ -8,7 +8,6 @@ bills it with the same code (``RemoteTrainingJobTrigger.stop_and_bill``).
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from dataclasses import replace
 from datetime import datetime, timedelta, timezone
@@ -25,9 +24,6 @@ if TYPE_CHECKING:
     from costaware.training.attempt_duplicates import DuplicateCheck
     from costaware.training.attempts import AttemptState
     from costaware.training.plan import RemotePlan
-
-#: The run an egress entry's note marks (``attempt 3 moved from us-east-1 to us-west-2a, run 3f2a...: ...``).
-_EGRESS_NOTE_RUN = re.compile(r"^attempt \d+ moved from \S+ to \S+, run ([\w-]+): ")
 
 
 class AttemptBilling:
@@ -302,12 +298,17 @@ class AttemptBilling:
             spooled = self._spool(entry, check) if spool_unwritten else None
             if spooled is None:
                 raise
+            if float(job["billable_seconds"]) > 0:
+                # Its egress too: raised before it, it was lost (the drain writes only what it holds).
+                self._spool_move_egress(state, job)
             raise BillSpooledError(f"{type(e).__name__}: {e}", spooled) from e
         if float(job["billable_seconds"]) > 0:
             try:
-                self._record_move_egress(state)
+                self._record_move_egress(state, job)
             except Exception:  # the attempt's own entry is what must not be lost
                 self.log.exception("could not record the egress of attempt %d", attempt.attempt)
+                if spool_unwritten:  # nothing follows a kill to bill it again
+                    self._spool_move_egress(state, job)
         return state.recorded(attempt)
 
     @staticmethod
@@ -409,32 +410,91 @@ class AttemptBilling:
             )
         return attempt
 
-    def _record_move_egress(self, state: AttemptState) -> None:
+    def _record_move_egress(self, state: AttemptState, job: Mapping[str, Any]) -> None:
         """Record the egress of the running attempt where it ran in another region: its data and checkpoint.
 
         At the price the zone choice weighed; for an attempt that ran (one stopped before it started read
-        nothing). Keyed by the attempt's job name (by name and run where another run holds that key:
-        :meth:`_egress_uid`), so that a retry following the job adds nothing. The egress counts in the
-        budgets as spend; ``max_usd`` caps the attempts' compute only.
+        nothing). Keyed by the attempt's job name, or by name and run where the row under the name's key is
+        another run's (:func:`~costaware.ledger_spool_egress.egress_uid`), so that a retry following the
+        job adds nothing. The egress counts in the budgets as spend; ``max_usd`` caps the attempts' compute
+        only.
         """
+        from costaware.ledger_spool_egress import egress_keyed, record_egress
+
+        egress = self._move_egress(state, job)
+        if egress is None:
+            return
+        entry, run = egress
+        ledger = self.ledger_hook.get_conn()
+        entry = egress_keyed(ledger, entry, run)
+        if record_egress(ledger, entry, run) and state.current is not None:
+            self.log.info(
+                "attempt %d: its run in %s read %s GB across regions: $%s of egress",
+                state.current.attempt,
+                state.current.zone,
+                entry.quantity,
+                entry.usd,
+            )
+
+    def _spool_move_egress(self, state: AttemptState, job: Mapping[str, Any]) -> None:
+        """Keep the running attempt's egress (:meth:`_record_move_egress`) in the spool, the ledger down.
+
+        The drain keys it by the same rule as the direct write, so a run's egress is billed once whichever
+        comes first. Not kept either: logged whole, as :meth:`_spool` logs a bill.
+        """
+        import costaware.ledger_spool as ledger_spool
+        from costaware.ledger_spool_egress import spool_uid
+
+        egress = self._move_egress(state, job)
+        if egress is None:
+            return
+        entry, run = egress
+        entry = replace(entry, entry_uid=spool_uid(run))
+        kept_run = run.to_json()
+        try:
+            ledger_spool.spool_entry(
+                ledger_spool.spool_dir(), entry, self.ledger_conn_id, retrying=False, egress_run=kept_run
+            )
+        except Exception as e:
+            self.log.error(
+                "could not keep the egress (entry %s) in the spool either (%s): save the JSON that ends this "
+                "line as %s.json in $AIRFLOW_HOME/costaware/spool and run `costaware spool drain`: %s",
+                entry.entry_uid,
+                e,
+                entry.entry_uid,
+                ledger_spool.spool_record(
+                    entry, self.ledger_conn_id, retrying=False, egress_run=run.to_json()
+                ),
+            )
+
+    def _move_egress(self, state: AttemptState, job: Mapping[str, Any]) -> tuple[Any, Any] | None:
+        """The running attempt's egress entry (keyed by its job name) and its run; None: nothing across."""
         from costaware.adapters.regions import BYTES_PER_BILLED_GB
         from costaware.core.ledger import Kind, LedgerEntry
         from costaware.core.money import MICRO_USD
         from costaware.core.zone_choice import region_of
+        from costaware.ledger_spool_egress import EgressRun
+        from costaware.training.attempt_effects import instances
         from costaware.training.remote import job_name
 
         plan, current = state.plan, state.current
         if current is None or not current.moved_bytes or not current.zone:
-            return
+            return None
         region = region_of(current.zone, plan.region)
         price = plan.placement.usd_per_gb.get(region)
         if region == plan.region or price is None:
-            return
+            return None
         gigabytes = Decimal(current.moved_bytes) / BYTES_PER_BILLED_GB
         ident = plan.identity
-        ledger = self.ledger_hook.get_conn()
         name = job_name(plan.base_name, current.attempt)
         run_note = f", run {current.run_token}" if current.run_token else ""
+        ended = job.get("ended_at")
+        # SageMaker never reuses a name: no start, so an unmarked row under the name is never another run's.
+        started_at = (
+            None
+            if ended is None or plan.backend == "sagemaker"
+            else float(ended) - float(job["billable_seconds"]) / instances(plan)
+        )
         entry = LedgerEntry(
             dag_id=ident["dag_id"],
             run_id=ident["run_id"],
@@ -454,42 +514,9 @@ class AttemptBilling:
                 f"and the checkpoint it restored, if any ({current.moved_bytes} B)"
             ),
             tags=dict(plan.tags),
-            entry_uid=self._egress_uid(ledger, name, current.run_token),
+            entry_uid=f"egress:{name}"[:64],
         )
-        if ledger.record(entry):
-            self.log.info(
-                "attempt %d: its run in %s read %.6f GB across regions: $%s of egress",
-                current.attempt,
-                current.zone,
-                gigabytes,
-                entry.usd,
-            )
-
-    @staticmethod
-    def _egress_uid(ledger: Any, name: str, run_token: str) -> str:
-        """The key of the egress of job ``name``'s run ``run_token``: the name's, unless another run has it.
-
-        The stop bill's rule (``stop_bill_keyed``): a cleared task's new try runs the job again under its
-        name with a run of its own, and its egress under the name's key was dropped as the first run's. By
-        name and run only where the row under the name's key marks another run; one that marks none (written
-        before egress marked its run, or its token unread) is left to the key, never billed beside what may
-        be this run. Rows already written keep their keys. Raises what the ledger's reads raise.
-        """
-        from costaware.training.remote import attempt_uid
-
-        by_name = f"egress:{name}"[:64]
-        if not run_token:
-            return by_name
-        held = ledger.entries_by_uid([by_name])
-        if not held or not all(_egress_of_another_run(run_token, row) for row in held):
-            return by_name
-        return f"egress:{attempt_uid(f'{name}:run={run_token}')}"
-
-
-def _egress_of_another_run(run_token: str, row: Mapping[str, Any]) -> bool:
-    """Whether the egress ``row`` marks a run of the job's name other than ``run_token``'s."""
-    found = _EGRESS_NOTE_RUN.match(str(row.get("note") or ""))
-    return found is not None and found.group(1) != run_token
+        return entry, EgressRun(job_name=name, run_token=current.run_token, started_at=started_at)
 
 
 class KilledTrainingBilling(AttemptBilling):
