@@ -121,7 +121,12 @@ def _wait_first_or_yield(
         # The spare comes back at the trim, and this slot's need grows until it asks after it: compared
         # with its need now, a slot whose trial fitted by a second waited for the spare and gave way anyway.
         due_in = max(s.due_in_seconds for s in given_up)
-        usd_then, gpu_hours_then = (usd, gpu_hours) if need_after is None else need_after(due_in)
+        usd_then, gpu_hours_then = (usd, gpu_hours)
+        if need_after is not None:
+            # A late trim (due_in < 0) gives back the GPU time it is late by, never dollars: the dollars are
+            # counted as due now at the earliest, or a slot the dollars refuse waited for a GPU spare.
+            usd_then = need_after(max(due_in, 0.0))[0]
+            gpu_hours_then = need_after(due_in)[1]
         if _has_room_now(
             replace(own, reserved_gpu_hours=own.reserved_gpu_hours - spare), usd_then, gpu_hours_then
         ):
