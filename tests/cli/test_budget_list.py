@@ -102,6 +102,20 @@ def test_the_budget_commands_refusals_count_study_budgets_instead_of_naming_each
     assert len(Ledger.from_url(ledger_url).budgets()) == 4
 
 
+def test_a_teams_own_search_budget_to_delete_is_pointed_to_the_plain_listing(
+    ledger_url: str, capsys: pytest.CaptureFixture[str], nightly_studies: list[str]
+) -> None:
+    # A team's own search=ranking budget is listed by `budget list`: its refusal pointed to `--studies`,
+    # which does not list it, and named the study budgets instead of counting them.
+    argv = ["--ledger-url", ledger_url, "budget"]
+    assert main([*argv, "set", "--scope", "search=ranking", "--period", "month", "--cap-usd", "5"]) == 0
+    capsys.readouterr()
+    assert main([*argv, "delete", "--scope", "search=ranking", "--period", "day"]) == 2
+    err = capsys.readouterr().err
+    assert "'search=ranking/month'" in err and "and 3 study budgets" in err
+    assert err.rstrip().endswith("as `costaware budget list` shows them")
+
+
 CRASHING_SEARCH = """
 import sys, time
 from decimal import Decimal

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from costaware.core.budget_listing import budgets_said, is_study_budget, listing_command
+from costaware.core.budget_listing import budgets_said, is_study_budget, listing_command, names_a_study
 from costaware.core.budgets import Budget, Scope
 
 
@@ -109,3 +109,18 @@ def test_the_fold_line_says_how_many_a_search_left() -> None:
     assert folded_budgets_said(STUDIES[:1] + searches) == (
         "2 study budgets (a tuning study's own cap each; 1 left by a budgeted_search that did not end)"
     )
+
+
+@pytest.mark.parametrize(
+    ("scope", "asks"),
+    [
+        ("project=churn,study=nightly", True),
+        ("search=3e772c5c", True),
+        # A team's own search= scope asks about its own budget: the study budgets stay folded around it.
+        ("search=ranking", False),
+        ("project=churn,search=Ranking-2", False),
+        ("project=churn", False),
+    ],
+)
+def test_which_scopes_ask_about_the_folded_budgets(scope: str, asks: bool) -> None:
+    assert names_a_study(Scope.parse(scope)) is asks

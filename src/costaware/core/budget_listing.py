@@ -41,8 +41,14 @@ def is_search_budget(budget: Budget) -> bool:
 
 
 def names_a_study(scope: Scope) -> bool:
-    """Whether ``scope`` has a ``study=`` or ``search=`` tag: it asks about such budgets, not folded then."""
-    return any(key in (STUDY_TAG, SEARCH_TAG) for key, _ in scope.tags)
+    """Whether ``scope`` asks about folded budgets: a ``study=`` tag, or a ``search=`` tag shaped as an id.
+
+    A team's own ``search=ranking`` scope asks about its own budget, which is listed, not about the study
+    budgets: those stay folded around it.
+    """
+    return any(
+        key == STUDY_TAG or (key == SEARCH_TAG and SEARCH_ID.fullmatch(value)) for key, value in scope.tags
+    )
 
 
 def study_budgets_counted(count: int) -> str:
