@@ -828,6 +828,40 @@ def test_an_egress_dropped_beside_a_row_that_may_be_another_runs_is_warned_of(
     assert "record $0.06 of egress for it" in said
 
 
+@pytest.mark.parametrize("backend_ahead_seconds", [0, 300, 599])
+def test_a_runs_own_unmarked_egress_is_not_billed_again_with_the_backends_clock_ahead(
+    backend_ahead_seconds: int, billed_ledger: Ledger, any_ledger_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The row's time is the worker's clock, the run's start (its end less its billed 120 s) the backend's:
+    # with the backend 10 minutes ahead, this run's own unmarked row looked older than the run, and its retry
+    # billed the egress a second time under the run's key. Within the margin the row keeps the key.
+    bill = _egress_bill(billed_ledger, monkeypatch, any_ledger_url)
+    now = time.time()
+    bill("", now)  # this run's egress, its token unread then
+    assert len(bill("a" * 32, now + backend_ahead_seconds)) == 1
+
+
+def test_an_egress_an_older_drain_wrote_under_the_runs_key_is_not_billed_again(
+    billed_ledger: Ledger, any_ledger_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A spooled egress waits under its run's key; an older release's drain (which knows nothing of egress)
+    # writes it under that key as it is. A retry of the run looked only under the name's key, found nothing
+    # and billed the egress again.
+    from costaware.ledger_spool_egress import EgressRun, spool_uid
+
+    bill = _egress_bill(billed_ledger, monkeypatch, any_ledger_url)
+    run, ended = "a" * 32, time.time()
+    (move,) = bill(run, ended)
+    by_run = spool_uid(EgressRun(job_name="train-380335d228-a3", run_token=run, started_at=None))
+    assert by_run != EGRESS_BY_NAME
+    from costaware.adapters.ledger.schema import entries
+
+    with billed_ledger.engine.begin() as conn:  # as the older drain left it: under the run's key
+        conn.execute(entries.update().where(entries.c.id == move["id"]).values(entry_uid=by_run))
+    moves = bill(run, ended)
+    assert [m["entry_uid"] for m in moves] == [by_run]
+
+
 @pytest.mark.parametrize("direct_first", [False, True], ids=["drained", "written-directly-then-drained"])
 def test_a_spooled_kill_bills_egress_is_spooled_with_it_and_billed_once(
     direct_first: bool,

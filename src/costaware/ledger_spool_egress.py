@@ -13,10 +13,14 @@ import logging
 import re
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, replace
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 log = logging.getLogger(__name__)
+
+#: How far the backend's clock may run ahead of the workers' before an unmarked egress row written before a
+#: run's start is taken as another run's (nearer: kept under the name's key, this run's drop warned of).
+CLOCK_SKEW_MARGIN_SECONDS = 600.0
 
 #: The run an egress entry's note marks (``attempt 3 moved from us-east-1 to us-west-2a, run 3f2a...: ...``).
 _EGRESS_NOTE_RUN = re.compile(r"^attempt \d+ moved from \S+ to \S+, run ([\w-]+): ")
@@ -58,10 +62,15 @@ def egress_uid(ledger: Any, run: EgressRun) -> str:
     by_name = f"egress:{run.job_name}"[:64]
     if not run.run_token:
         return by_name
-    held = ledger.entries_by_uid([by_name])
+    by_run = _by_run_uid(run)
+    held = ledger.entries_by_uid([by_name, by_run])
+    if any(row["entry_uid"] == by_run for row in held):
+        # Billed under the run's key already: by this release, or by an older release's drain of a spooled
+        # egress, which writes the key the file names and knows nothing of the name's.
+        return by_run
     if not held or not all(_of_another_run(run, row) for row in held):
         return by_name
-    return _by_run_uid(run)
+    return by_run
 
 
 def egress_keyed(ledger: Any, entry: Any, run: EgressRun) -> Any:
@@ -148,5 +157,8 @@ def _of_another_run(run: EgressRun, row: Mapping[str, Any]) -> bool:
         return marked != run.run_token
     if run.started_at is None:
         return False
+    # The row's time is the worker's clock, the run's start the backend's: a backend clock ahead made this
+    # run's own unmarked row look older than the run (billed twice). Within the margin it may be this run's.
     written = aware_utc(row["incurred_at"])
-    return written <= datetime.fromtimestamp(run.started_at, tz=timezone.utc)
+    started = datetime.fromtimestamp(run.started_at, tz=timezone.utc)
+    return written <= started - timedelta(seconds=CLOCK_SKEW_MARGIN_SECONDS)
