@@ -91,8 +91,8 @@ def operator(tmp: Path, price_file: Path, **kwargs: Any) -> RemoteTrainingOperat
 class PriceMover:
     """Spikes the price once the first job trains; drops it back once that job has stopped."""
 
-    def __init__(self, prices: Path, jobs: Path) -> None:
-        self.prices, self.jobs = prices, jobs
+    def __init__(self, prices: Path, jobs: Path, progress: Path) -> None:
+        self.prices, self.jobs, self.progress = prices, jobs, progress
         self.spiked_at: float | None = None
         self.dropped_at: float | None = None
         self._stop = threading.Event()
@@ -102,7 +102,10 @@ class PriceMover:
         while not self._stop.is_set():
             firsts = sorted(self.jobs.glob("*-a1")) if self.jobs.exists() else []
             job = firsts[0] if firsts else None
-            if self.spiked_at is None and job is not None and (job / "started").exists():
+            # Its first step logged, not its process started: on a loaded machine the job's imports took
+            # longer than the wait below, and the pause ended it before any step (nothing to resume from).
+            trains = job is not None and self.progress.exists() and self.progress.stat().st_size > 0
+            if self.spiked_at is None and trains:
                 time.sleep(6 * STEP_SECONDS)  # a checkpoint or so in
                 record(self.prices, "3.00")
                 self.spiked_at = time.time()
@@ -135,7 +138,7 @@ def test_a_price_spike_pauses_the_spot_job_and_it_resumes_from_its_checkpoint(
 ) -> None:
     # Deferrable; the in-worker wait (deferrable=False) polls through the same trigger.poll_once and acts
     # through the same _on_event, so one run covers both (each run costs about 20 s of real training).
-    with PriceMover(prices, tmp_path / "jobs") as mover:
+    with PriceMover(prices, tmp_path / "jobs", tmp_path / "progress.txt") as mover:
         result, deferrals = drive(operator(tmp_path, prices), context_for(), timeout=120)
     assert deferrals == 4  # running (pause), stopping, paused (resume), running again
     assert mover.spiked_at is not None and mover.dropped_at is not None
