@@ -192,3 +192,19 @@ def make_batch_queues(aws: str) -> dict[str, str]:
         "on_demand_queue": names["EC2"],
         "job_definition": definition["jobDefinitionName"],
     }
+
+
+class ScriptedPolls:
+    """A backend whose polls answer ``answers`` in turn (an exception is raised), its stops kept."""
+
+    def __init__(self, answers: list[Any]) -> None:
+        self.answers, self.stops = answers, []  # type: list[Any], list[str]
+
+    def poll(self, job_id: str) -> Any:
+        answer = self.answers.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    def stop(self, job_id: str) -> None:
+        self.stops.append(job_id)

@@ -11,26 +11,11 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+from remote_support import ScriptedPolls
 
 from costaware.triggers.remote_training import RemoteTrainingJobTrigger
 
 SUBMITTED = datetime(2026, 11, 26, 9, tzinfo=UTC)
-
-
-class _Listing:
-    """A backend whose polls answer ``answers`` in turn (an exception is raised), its stops kept."""
-
-    def __init__(self, answers: list[Any]) -> None:
-        self.answers, self.stops = answers, []  # type: list[Any], list[str]
-
-    def poll(self, job_id: str) -> Any:
-        answer = self.answers.pop(0)
-        if isinstance(answer, Exception):
-            raise answer
-        return answer
-
-    def stop(self, job_id: str) -> None:
-        self.stops.append(job_id)
 
 
 def _said_at_the_cap_stop(
@@ -53,7 +38,7 @@ def _said_at_the_cap_stop(
         job_id="j", market="spot", submitted_at=SUBMITTED.isoformat(), stop_after_seconds=cap_seconds,
         stop_by_poll=True, followed=followed,
     )  # fmt: skip
-    listing = _Listing([status])
+    listing = ScriptedPolls([status])
     monkeypatch.setattr(compute, "open_backend", lambda name, options: listing)
     watch = RemoteTrainingJobTrigger(
         backend="batch", backend_options={}, job_id="j", state=state.to_json(), poll_interval=300

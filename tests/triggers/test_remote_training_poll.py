@@ -13,6 +13,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
+from remote_support import ScriptedPolls
 
 from costaware.core.errors import ComputeBackendError, ConfigurationError
 from costaware.triggers import MAX_POLL_ERRORS
@@ -110,7 +111,7 @@ def test_a_job_deleted_under_the_watch_is_an_interruption_billed_from_what_was_s
     running = JobStatus(
         job_id="j", state=JobState.RUNNING, market="spot", instance_type="g5.xlarge", billable_seconds=600.0
     )
-    listing = _Listing([running, JobNotFoundError("404")])
+    listing = ScriptedPolls([running, JobNotFoundError("404")])
     monkeypatch.setattr(compute, "open_backend", lambda name, options: listing)
     watch = RemoteTrainingJobTrigger(backend="kubernetes", backend_options={}, job_id="j", state=STATE)
     t0 = datetime(2026, 3, 1, 12, tzinfo=timezone.utc)
@@ -166,7 +167,7 @@ def test_a_job_seen_waiting_then_deleted_is_billed_from_when_it_was_seen_not_its
 
     submitted = datetime(2026, 3, 1, 9, tzinfo=timezone.utc)
     waiting = JobStatus(job_id="j", state=JobState.PENDING, market="spot", instance_type="")
-    listing = _Listing([waiting, JobNotFoundError("404")])
+    listing = ScriptedPolls([waiting, JobNotFoundError("404")])
     monkeypatch.setattr(compute, "open_backend", lambda name, options: listing)
     state = {**STATE, "current": {**STATE["current"], "submitted_at": submitted.isoformat()}}  # type: ignore[dict-item]
     watch = RemoteTrainingJobTrigger(backend="kubernetes", backend_options={}, job_id="j", state=state)
@@ -254,22 +255,6 @@ def test_a_signal_long_into_a_hung_stop_and_bill_goes_through_and_says_what_is_u
     assert "job j on 'local'" in gave_up and "not billed" in gave_up and "clear the task" in gave_up
 
 
-class _Listing:
-    """A backend whose polls answer ``answers`` in turn (an exception is raised), its stops kept."""
-
-    def __init__(self, answers: list[Any]) -> None:
-        self.answers, self.stops = answers, []  # type: list[Any], list[str]
-
-    def poll(self, job_id: str) -> Any:
-        answer = self.answers.pop(0)
-        if isinstance(answer, Exception):
-            raise answer
-        return answer
-
-    def stop(self, job_id: str) -> None:
-        self.stops.append(job_id)
-
-
 @pytest.mark.parametrize(("backend", "stopped"), [("batch", ["j"]), ("sagemaker", ["j"]), ("kubernetes", [])])
 def test_a_job_seen_and_then_not_listed_is_stopped_unless_its_backend_deleted_it(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], backend: str, stopped: list[str]
@@ -286,7 +271,7 @@ def test_a_job_seen_and_then_not_listed_is_stopped_unless_its_backend_deleted_it
     submitted = datetime(2026, 3, 1, 9, tzinfo=timezone.utc)
     state = {**STATE, "current": {**STATE["current"], "submitted_at": submitted.isoformat()}}  # type: ignore[dict-item]
     waiting = JobStatus(job_id="j", state=JobState.PENDING, market="spot")
-    listing = _Listing([waiting, *[JobNotFoundError("DescribeJobs does not list it")] * 2])
+    listing = ScriptedPolls([waiting, *[JobNotFoundError("DescribeJobs does not list it")] * 2])
     monkeypatch.setattr(compute, "open_backend", lambda name, options: listing)
     watch = RemoteTrainingJobTrigger(backend=backend, backend_options={}, job_id="j", state=state)
     seen = submitted + timedelta(seconds=10)
@@ -313,7 +298,7 @@ def test_a_job_seen_and_then_not_listed_is_stopped_unless_its_backend_deleted_it
         assert "a drain or a reclaim deleted it" in event["job"]["reason"]
 
 
-class _FailingStops(_Listing):
+class _FailingStops(ScriptedPolls):
     def stop(self, job_id: str) -> None:
         self.stops.append(job_id)
         raise ComputeBackendError("AccessDenied batch:TerminateJob")
@@ -342,7 +327,7 @@ def test_a_batch_job_billed_as_gone_is_billed_to_its_latest_end(
     state = AttemptState(plan=plan).submitted(job_id="j", market="spot", submitted_at=t0.isoformat())
     running = JobStatus(job_id="j", state=JobState.RUNNING, market="spot", billable_seconds=3600.0)
     gone = [JobNotFoundError("DescribeJobs does not list it")] * 2
-    listing = (_FailingStops if stop_fails else _Listing)([running, *gone])
+    listing = (_FailingStops if stop_fails else ScriptedPolls)([running, *gone])
     monkeypatch.setattr(compute, "open_backend", lambda name, options: listing)
     watch = RemoteTrainingJobTrigger(backend="batch", backend_options={}, job_id="j", state=state.to_json())
     seen = t0 + timedelta(seconds=3700)
@@ -370,7 +355,7 @@ def test_a_job_never_listed_is_stopped_when_it_is_billed_as_gone(
 
     submitted = datetime(2026, 3, 1, 9, tzinfo=timezone.utc)
     state = {**STATE, "current": {**STATE["current"], "submitted_at": submitted.isoformat()}}  # type: ignore[dict-item]
-    listing = _Listing([JobNotFoundError("404")])
+    listing = ScriptedPolls([JobNotFoundError("404")])
     monkeypatch.setattr(compute, "open_backend", lambda name, options: listing)
     watch = RemoteTrainingJobTrigger(backend="kubernetes", backend_options={}, job_id="j", state=state)
     assert watch.poll_once(submitted + timedelta(seconds=NOT_LISTED_GRACE_SECONDS + 60)) is not None
@@ -379,7 +364,7 @@ def test_a_job_never_listed_is_stopped_when_it_is_billed_as_gone(
     assert "stopping job j, which kubernetes has not listed in the 660 s since its submit" in said
 
 
-class _RefusingStops(_Listing):
+class _RefusingStops(ScriptedPolls):
     """A backend whose stops fail (a throttled or refused TerminateJob)."""
 
     def stop(self, job_id: str) -> None:
@@ -452,7 +437,7 @@ def test_a_dearer_type_whose_price_is_unknown_is_asked_again_soon(monkeypatch: p
 
     monkeypatch.setattr(KilledTrainingBilling, "_ran_on_scale", unreadable)
     on_dearer = JobStatus(job_id="j", state=JobState.RUNNING, market="spot", instance_type="p4d.24xlarge")
-    listing = _Listing([on_dearer])
+    listing = ScriptedPolls([on_dearer])
     monkeypatch.setattr(compute, "open_backend", lambda name, options: listing)
     plan = RemotePlan.from_json({**CAPTURED, "max_usd": "5"})
     state = AttemptState(plan=plan).submitted(
@@ -484,7 +469,7 @@ def test_a_stop_at_the_cap_that_falls_due_while_the_job_is_not_listed_is_sent_by
         "stop_by_poll": True,
     }  # type: ignore[dict-item]
     due = JobStatus(job_id="j", state=JobState.RUNNING, market="spot", billable_seconds=590.0)
-    listing = _Listing([due, JobNotFoundError("DescribeJobs lags")])
+    listing = ScriptedPolls([due, JobNotFoundError("DescribeJobs lags")])
     monkeypatch.setattr(compute, "open_backend", lambda name, options: listing)
     watch = RemoteTrainingJobTrigger(
         backend="batch",
@@ -556,7 +541,7 @@ def test_a_wait_rebuilt_by_another_triggerer_gives_a_job_it_has_not_seen_its_own
 
     submitted = datetime(2026, 3, 1, 9, tzinfo=timezone.utc)
     state = {**STATE, "current": {**STATE["current"], "submitted_at": submitted.isoformat()}}  # type: ignore[dict-item]
-    listing = _Listing([JobNotFoundError("DescribeJobs lags")] * 3)
+    listing = ScriptedPolls([JobNotFoundError("DescribeJobs lags")] * 3)
     monkeypatch.setattr(compute, "open_backend", lambda name, options: listing)
     _, kwargs = RemoteTrainingJobTrigger(
         backend="batch", backend_options={}, job_id="j", state=state
@@ -602,7 +587,7 @@ def test_a_batch_job_billed_as_gone_bills_and_stops_its_copies_too(
         job_id="j", state=JobState.RUNNING, market="spot", billable_seconds=3600.0 + 5000.0, metrics=metrics
     )
     gone = [JobNotFoundError("DescribeJobs does not list it")]
-    listing = (_FailingStops if stop_fails else _Listing)([running, *gone])
+    listing = (_FailingStops if stop_fails else ScriptedPolls)([running, *gone])
     monkeypatch.setattr(compute, "open_backend", lambda name, options: listing)
     watch = RemoteTrainingJobTrigger(backend="batch", backend_options={}, job_id="j", state=state.to_json())
     seen = t0 + timedelta(seconds=3700)
@@ -639,7 +624,7 @@ def test_a_job_billed_as_gone_past_its_cap_stop_is_a_preemption_unless_it_was_se
         job_id="j", market="spot", submitted_at=t0.isoformat(), stop_after_seconds=3000
     )
     running = JobStatus(job_id="j", state=JobState.RUNNING, market="spot", billable_seconds=seen_run)
-    listing = _Listing([running, *[JobNotFoundError("DescribeJobs does not list it")] * 2])
+    listing = ScriptedPolls([running, *[JobNotFoundError("DescribeJobs does not list it")] * 2])
     monkeypatch.setattr(compute, "open_backend", lambda name, options: listing)
     watch = RemoteTrainingJobTrigger(backend="batch", backend_options={}, job_id="j", state=state.to_json())
     seen = t0 + timedelta(seconds=seen_run + 60)
@@ -675,7 +660,7 @@ def test_a_job_stopped_at_the_cap_while_not_listed_and_then_gone_ends_stopped_at
         job_id="j", market="spot", submitted_at=t0.isoformat(), stop_after_seconds=600, stop_by_poll=True
     )
     due = JobStatus(job_id="j", state=JobState.RUNNING, market="spot", billable_seconds=590.0)
-    listing = _Listing([due, *[JobNotFoundError("DescribeJobs lags")] * 3])
+    listing = ScriptedPolls([due, *[JobNotFoundError("DescribeJobs lags")] * 3])
     monkeypatch.setattr(compute, "open_backend", lambda name, options: listing)
     watch = RemoteTrainingJobTrigger(
         backend="batch", backend_options={}, job_id="j", state=state.to_json(), poll_interval=300
@@ -744,7 +729,7 @@ def test_a_stop_at_the_cap_survives_a_triggerer_restart(
 
     gone = JobNotFoundError("DescribeJobs does not list it")
     after_restart = [running(620.0)] if seen_again else []
-    listing = _Listing([running(590.0), running(600.0), *after_restart, *[gone] * 3])
+    listing = ScriptedPolls([running(590.0), running(600.0), *after_restart, *[gone] * 3])
     monkeypatch.setattr(compute, "open_backend", lambda name, options: listing)
     deferred = {"backend": "batch", "backend_options": {}, "job_id": "j", "state": state.to_json()}
     task = SimpleNamespace(dag_id="remote_dag", task_id="train", run_id="r", map_index=-1)
@@ -803,7 +788,7 @@ def test_a_stop_at_the_cap_whose_kept_state_a_re_created_wait_fails_to_read_once
         return JobStatus(job_id="j", state=JobState.RUNNING, market="spot", billable_seconds=seconds)
 
     gone = JobNotFoundError("DescribeJobs does not list it")
-    listing = _Listing([running(590.0), running(600.0), *[gone] * 3])
+    listing = ScriptedPolls([running(590.0), running(600.0), *[gone] * 3])
     monkeypatch.setattr(compute, "open_backend", lambda name, options: listing)
     deferred = {"backend": "batch", "backend_options": {}, "job_id": "j", "state": state.to_json()}
     task = SimpleNamespace(dag_id="remote_dag", task_id="train", run_id="r", map_index=-1)
@@ -861,7 +846,7 @@ def _cap_stopped_then_rebuilt(
     def running(seconds: float) -> JobStatus:
         return JobStatus(job_id="j", state=JobState.RUNNING, market="spot", billable_seconds=seconds)
 
-    listing = _Listing([running(590.0), running(600.0), *answers_after_stop])
+    listing = ScriptedPolls([running(590.0), running(600.0), *answers_after_stop])
     monkeypatch.setattr(compute, "open_backend", lambda name, options: listing)
     deferred = {"backend": "batch", "backend_options": {}, "job_id": "j", "state": state.to_json()}
     task = SimpleNamespace(dag_id="remote_dag", task_id="train", run_id="r", map_index=-1)
@@ -1041,7 +1026,7 @@ def test_a_followed_job_never_read_and_gone_past_its_cap_stop_is_a_preemption(
         stop_by_poll=True,
         followed={"job": followed.to_dict(), "seen_at": found_at.isoformat()},
     )
-    listing = _Listing([JobNotFoundError("pod 'p' is not in namespace 'ml'")])
+    listing = ScriptedPolls([JobNotFoundError("pod 'p' is not in namespace 'ml'")])
     monkeypatch.setattr(compute, "open_backend", lambda name, options: listing)
     watch = RemoteTrainingJobTrigger(
         backend="kubernetes", backend_options={}, job_id="p", state=state.to_json()
@@ -1104,7 +1089,7 @@ def test_a_job_billed_as_gone_whose_stop_went_through_is_billed_within_its_time_
         job_id="j", market="spot", submitted_at=t0.isoformat(), stop_after_seconds=3000
     )
     running = JobStatus(job_id="j", state=JobState.RUNNING, market="spot", billable_seconds=2500.0)
-    listing = _Listing([running, *[JobNotFoundError("DescribeJobs does not list it")] * 2])
+    listing = ScriptedPolls([running, *[JobNotFoundError("DescribeJobs does not list it")] * 2])
     monkeypatch.setattr(compute, "open_backend", lambda name, options: listing)
     watch = RemoteTrainingJobTrigger(backend="batch", backend_options={}, job_id="j", state=state.to_json())
     seen = t0 + timedelta(seconds=2560)
@@ -1115,7 +1100,7 @@ def test_a_job_billed_as_gone_whose_stop_went_through_is_billed_within_its_time_
     assert event["job"]["billable_seconds"] == 3000 + stop_seconds(state)
     # Short of its limit, it is billed up to the poll and the grace period after the stop, as before.
     running = JobStatus(job_id="j", state=JobState.RUNNING, market="spot", billable_seconds=1000.0)
-    listing = _Listing([running, *[JobNotFoundError("DescribeJobs does not list it")] * 2])
+    listing = ScriptedPolls([running, *[JobNotFoundError("DescribeJobs does not list it")] * 2])
     monkeypatch.setattr(compute, "open_backend", lambda name, options: listing)
     watch = RemoteTrainingJobTrigger(backend="batch", backend_options={}, job_id="j", state=state.to_json())
     assert watch.poll_once(seen) is None
@@ -1152,7 +1137,7 @@ def test_a_cancelled_waits_poll_still_running_sends_no_stop_and_keeps_no_state(
     )
     polling, answer = threading.Event(), threading.Event()
 
-    class SlowListing(_Listing):
+    class SlowListing(ScriptedPolls):
         def poll(self, job_id: str) -> Any:
             polling.set()
             answer.wait(30)
@@ -1215,7 +1200,7 @@ def test_a_cancelled_waits_stop_at_the_cap_still_under_way_keeps_no_state_over_a
     )
     stopping, stop_answers = threading.Event(), threading.Event()
 
-    class SlowStop(_Listing):
+    class SlowStop(ScriptedPolls):
         def stop(self, job_id: str) -> None:
             stopping.set()
             stop_answers.wait(30)
@@ -1352,7 +1337,7 @@ def _stop_by_poll_wait(
         stop_by_poll=True,
         followed=followed,
     )
-    listing = _Listing(answers)
+    listing = ScriptedPolls(answers)
     monkeypatch.setattr(compute, "open_backend", lambda name, options: listing)
     deferred = {"backend": backend, "backend_options": {}, "job_id": "j", "state": state.to_json()}
     wait = RemoteTrainingJobTrigger(**deferred, poll_interval=300)  # type: ignore[arg-type]
