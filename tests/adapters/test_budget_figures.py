@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import timedelta
 from decimal import Decimal
 
 import pytest
-from services import fresh_postgres_database
 from sqlalchemy import and_, select, true
 
 from costaware import Ledger
@@ -22,17 +20,6 @@ from costaware.adapters.ledger.queries import scope_conditions
 from costaware.adapters.ledger.reports import burn_down
 from costaware.core.budgets import Budget
 from costaware.core.ledger import Kind, LedgerEntry, reservation_holder, utcnow
-
-
-@pytest.fixture(params=["sqlite", "postgres"])
-def any_ledger(request: pytest.FixtureRequest, tmp_path) -> Iterator[Ledger]:  # type: ignore[no-untyped-def]
-    if request.param == "sqlite":
-        url = f"sqlite:///{tmp_path / 'ledger.db'}"
-    else:
-        url = fresh_postgres_database(request.getfixturevalue("postgres_url"))
-    ledger = Ledger.from_url(url)
-    yield ledger
-    ledger.dispose()
 
 
 class TwoRunsLeft:

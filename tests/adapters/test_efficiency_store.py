@@ -1,11 +1,9 @@
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
 from decimal import Decimal
 
 import pytest
-from services import fresh_postgres_database
 
 from costaware import Ledger
 from costaware.adapters.ledger.efficiency import (
@@ -21,17 +19,6 @@ from costaware.core.ledger import Kind, LedgerEntry
 from costaware.core.outcomes import ReproRecord, RunOutcome
 
 T0 = datetime(2026, 11, 2, 3, 0, tzinfo=timezone.utc)
-
-
-@pytest.fixture(params=["sqlite", "postgres"])
-def any_ledger(request: pytest.FixtureRequest, tmp_path) -> Iterator[Ledger]:  # type: ignore[no-untyped-def]
-    if request.param == "sqlite":
-        url = f"sqlite:///{tmp_path / 'ledger.db'}"
-    else:
-        url = fresh_postgres_database(request.getfixturevalue("postgres_url"))
-    ledger = Ledger.from_url(url)
-    yield ledger
-    ledger.dispose()
 
 
 def compute(run: str, usd: str, task: str = "retrain", outcome: str = "success") -> LedgerEntry:

@@ -1,6 +1,5 @@
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
 from decimal import Decimal
 from typing import Any
@@ -21,17 +20,6 @@ from costaware.core.errors import (
     ReservationNotFoundError,
 )
 from costaware.core.ledger import Kind, LedgerEntry, Reservation
-
-
-@pytest.fixture(params=["sqlite", "postgres"])
-def any_ledger(request: pytest.FixtureRequest, tmp_path) -> Iterator[Ledger]:  # type: ignore[no-untyped-def]
-    if request.param == "sqlite":
-        url = f"sqlite:///{tmp_path / 'ledger.db'}"
-    else:
-        url = fresh_postgres_database(request.getfixturevalue("postgres_url"))
-    ledger = Ledger.from_url(url)
-    yield ledger
-    ledger.dispose()
 
 
 def entry(usd: str, **overrides: object) -> LedgerEntry:
