@@ -1229,3 +1229,54 @@ def test_a_trial_cut_for_money_right_after_a_rung_holds_no_place_there(ledger: A
     assert (result.trials[4].bracket, result.trials[4].state) == (0, "complete"), result.trials[4]
     assert result.best_params == result.trials[4].params
     assert result.spent_usd <= Decimal(55)
+
+
+def test_a_trial_worse_at_a_trusted_rung_than_all_its_evidence_gets_no_verdict_there(
+    ledger: Any, monkeypatch: Any
+) -> None:
+    """A rung is trusted on the trials that ran through it unjudged, and only as far as their values reach.
+    Every early rung trusted, eta 3, rungs 1/3/9, brackets 0, 1, 0, 2, 0, ...: the evidence at rung 1 starts
+    at 0.60 (fast starters). #4 (bracket 0) is a slow learner, 0.30 at rung 1 and the best at 9: last of its
+    bracket there, it was pruned; below every value the rung was trusted on, it is not judged there (nor at
+    rung 3, where the evidence starts at 0.64), trains on, and wins. Completed, it is evidence: #5 (bracket 1,
+    judged from rung 3 on), 0.61 at rung 3, within #4's reach now, is judged there like any trial and
+    pruned, last of its bracket."""
+    import costaware.training.search as search_module
+
+    monkeypatch.setattr(search_module, "trusted_rungs", lambda pairs, early, *args, **kwargs: tuple(early))
+    clock = Clock()
+    scripts = iter(
+        [
+            {1: 0.60, 3: 0.65, 9: 0.62},  # #0, bracket 0: completes (nothing judged before a trial completes)
+            {1: 0.62, 3: 0.66, 9: 0.63},  # #1, bracket 1: unjudged at rung 1: evidence there
+            {1: 0.64, 3: 0.67, 9: 0.64},  # #2, bracket 0: judged at 1, first of its bracket: goes on
+            {1: 0.61, 3: 0.64, 9: 0.61},  # #3, bracket 2: never judged
+            {1: 0.30, 3: 0.60, 9: 0.90},  # #4, bracket 0: the slow learner
+            {1: 0.31, 3: 0.61, 9: 0.95},  # #5, bracket 1
+        ]
+    )
+    space = {"a": optuna.distributions.CategoricalDistribution(list(range(10)))}
+
+    def make_model(params: dict[str, Any]) -> Scripted:
+        return Scripted(clock, next(scripts), 1.0)
+
+    result = search(ledger, "10000", clock, make_model=make_model, space=space, max_trials=6)
+
+    slow = result.trials[4]
+    assert (slow.bracket, slow.state, slow.judged) == (0, "complete", ()), slow
+    assert result.trials[2].judged == (1, 3) and result.trials[2].state == "complete"
+    late = result.trials[5]
+    assert (late.bracket, late.state, late.judged, late.rungs[-1]) == (1, "pruned", (3,), (3, 0.61)), late
+    assert result.best_params == slow.params
+
+
+def test_the_reach_of_a_rungs_evidence_is_its_worst_value_in_the_search_direction() -> None:
+    from costaware.training.search_rungs import within_evidence
+
+    evidence = [(0.2, 0.1), (0.4, 0.3)]  # (value at the rung, value at full fidelity)
+    assert within_evidence(evidence, 0.2, "maximize")
+    assert not within_evidence(evidence, 0.19, "maximize")
+    # Minimising, "worse" is higher: the reach is the highest value of the evidence.
+    assert within_evidence(evidence, 0.4, "minimize")
+    assert not within_evidence(evidence, 0.41, "minimize")
+    assert not within_evidence([], 0.5, "maximize")

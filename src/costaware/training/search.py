@@ -55,7 +55,13 @@ from costaware.training.search_holds import (
     short_budget,
 )
 from costaware.training.search_results import SearchResult, SearchTrial, search_result
-from costaware.training.search_rungs import bracket_weights, next_bracket, trusted_rungs
+from costaware.training.search_rungs import (
+    bracket_weights,
+    next_bracket,
+    rung_evidence,
+    trusted_rungs,
+    within_evidence,
+)
 
 require("tuning", needed_by=__name__)  # with the pip line, not an import error inside a search
 
@@ -120,7 +126,9 @@ def budgeted_search(
             rung is judged at only while those of them that completed (at least ``reduction_factor``) rank
             it above chance against full fidelity (Kendall's tau > 0) and judging them there would have
             kept the best of them at full fidelity
-            (:func:`~costaware.training.search_rungs.trusted_rungs`; ``SearchResult.prune_rungs``). Where
+            (:func:`~costaware.training.search_rungs.trusted_rungs`; ``SearchResult.prune_rungs``), and
+            only as far as their values reach: a trial worse at the rung than all of them gets no verdict
+            there (:func:`~costaware.training.search_rungs.within_evidence`). Where
             short training ranks configurations the other way (a high learning rate ahead after a few
             epochs, behind at the end), pruning there drops the configurations that win; the survivors of
             pruning cannot show it (they span a narrow range at the rung), the unjudged trials can.
@@ -407,7 +415,11 @@ def budgeted_search(
                     pruned = False
                 elif prune_rungs is None:
                     pruned = trial.should_prune()
-                elif judged_at(bracket, rung):
+                elif judged_at(bracket, rung) and within_evidence(
+                    rung_evidence(((t.judged, t.rungs) for t in trials if t.value is not None), rung),
+                    value,
+                    direction,
+                ):
                     judged.append(rung)
                     pruned = not goes_on(bracket, rung, value, trial.number)
                 else:
