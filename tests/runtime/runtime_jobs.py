@@ -122,6 +122,8 @@ MakeJob = Callable[[str], Job]
 
 
 # Saves steps up to 5 (stopping with exit 75 after STOP_AT), records what it resumed from, leaves a model.
+# With PUSHED_BEFORE_NEXT it waits, after saving that step, until the local-folder store's LATEST.json names
+# it: the launcher's watcher pushed it before the next save, as on a machine slow enough for a poll between.
 RESUMING_JOB = """
 start = cr.latest_step() or 0
 saved = cr.load_bytes()
@@ -132,6 +134,12 @@ for step in range(start, 5):
     cr.save_bytes(f"state after {step + 1}".encode(), step=step + 1)
     if step + 1 == int(os.environ.get("STOP_AT", "0")):
         cr.exit_preempted()
+    if step + 1 == int(os.environ.get("PUSHED_BEFORE_NEXT", "0")):
+        latest, deadline = Path(os.environ["COSTAWARE_CHECKPOINT_URI"]) / "LATEST.json", time.monotonic() + 60
+        while json.loads(latest.read_text())["step"] != step + 1:
+            if time.monotonic() > deadline:
+                sys.exit(f"step {step + 1} was not pushed within 60 s")
+            time.sleep(0.02)
 (cr.output_dir() / "model.bin").write_bytes(b"model")
 (cr.output_dir() / "sub").mkdir(exist_ok=True)
 (cr.output_dir() / "sub" / "config.json").write_text("{}")

@@ -295,18 +295,49 @@ def test_a_folder_whose_age_cannot_be_read_is_kept_and_the_push_stands(
 ) -> None:
     # Listing another writer's folder failed (S3 credentials that may not list unfinished uploads): the push,
     # whose LATEST.json was already written, failed with it, and was retried for nothing.
-    save_bytes(b"other", step=1, directory=tmp_path / "other")
-    push(tmp_path / "other", str(remote))
     sync = CheckpointSync(str(remote), local, clock=lambda: time.time() + STALE_FOLDER_SECONDS + 1)
 
     def unreadable(folder: str) -> float | None:
         raise StoreError(f"could not list {folder}: AccessDenied")
 
     monkeypatch.setattr(sync.store, "modified", unreadable)
-    for step in (2, 3):  # at 3, step 1 is no longer the folder LATEST.json named before the push
-        save_bytes(b"mine", step=step, directory=local)
-        assert sync.push_changed() == step
+    save_bytes(b"mine", step=2, directory=local)
+    assert sync.push_changed() == 2
+    # The other writer is behind: its step 1 is never named by LATEST.json, which this sync would prune as
+    # its own (a folder the pointer names is whole), so only its age could tell whether its writer is done.
+    save_bytes(b"other", step=1, directory=tmp_path / "other")
+    push(tmp_path / "other", str(remote))
+    save_bytes(b"mine", step=3, directory=local)
+    assert sync.push_changed() == 3
     assert steps_held(remote) == [1, 2, 3] and "AccessDenied" in caplog.text
+
+
+def test_the_folder_resumed_from_goes_once_a_newer_one_is_pushed_and_a_half_written_one_stays(
+    local: Path, remote: Path, tmp_path: Path
+) -> None:
+    # The step folder an attempt resumed from, its predecessor's, stayed 6 h as another writer's (billed, and
+    # a third folder where the one before the latest was promised): LATEST.json names a folder only once it
+    # is whole, so no writer is still writing into it.
+    save_bytes(b"earlier 1", step=1, directory=tmp_path / "earlier attempt")
+    push(tmp_path / "earlier attempt", str(remote))
+    resumed_from = folder_of(remote, 1)
+    # A live writer's push in flight: files, no marker yet, never named by LATEST.json.
+    uploading = remote / "step-2-0be5"
+    (uploading / "checkpoint-2").mkdir(parents=True)
+    (uploading / "checkpoint-2" / "state.bin").write_bytes(b"half")
+    sync = CheckpointSync(str(remote), local)
+    assert sync.restore() == 1
+
+    save_bytes(b"mine 2", step=2, directory=local)
+    sync.push_changed()
+    assert resumed_from.exists()  # the folder LATEST.json named before this push: a restore may read it
+    save_bytes(b"mine 3", step=3, directory=local)
+    sync.push_changed()
+    assert not resumed_from.exists()
+    assert (uploading / "checkpoint-2" / "state.bin").read_bytes() == b"half"
+    # Its own step 2, the one LATEST.json named before this push, the live writer's folder, and step 3.
+    assert steps_held(remote) == [2, 2, 3]
+    assert json.loads((remote / "LATEST.json").read_text())["prefix"] == folder_of(remote, 3).name
 
 
 def test_the_same_step_saved_again_never_overwrites_what_latest_names(local: Path, remote: Path) -> None:

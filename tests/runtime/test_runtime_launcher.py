@@ -35,13 +35,15 @@ def remote_steps(job: Job) -> list[int]:
 def test_preempted_attempt_resumes_and_the_next_uploads_the_model(make_job: MakeJob) -> None:
     job = make_job(RESUMING_JOB)
 
-    first = job.run(env=job.env(attempt=1, STOP_AT="3"))
+    # The pushes' timing made explicit, as it was left to the machine's load: the first attempt's watcher
+    # never looks (its one push is the launcher's on exit), the second's pushes step 4 before step 5 is saved.
+    first = job.run("--poll-seconds", "3600", env=job.env(attempt=1, STOP_AT="3"))
     assert first.returncode == 75, first.stderr
     assert "preempted (job exit 75) after checkpoint step 3" in first.stderr
-    assert job.latest()["step"] == 3
+    assert job.latest()["step"] == 3 and remote_steps(job) == [3]
     assert not job.outputs.exists() and not job.result.exists()
 
-    second = job.run(env=job.env(attempt=2))
+    second = job.run("--poll-seconds", "0.05", env=job.env(attempt=2, PUSHED_BEFORE_NEXT="4"))
     assert second.returncode == 0, second.stderr
     resumed = seen(job, 2)
     assert (resumed["attempt"], resumed["market"], resumed["start"]) == (2, "spot", 3)
@@ -60,9 +62,10 @@ def test_preempted_attempt_resumes_and_the_next_uploads_the_model(make_job: Make
     assert [(f["path"], f["bytes"]) for f in manifest["files"]] == [("model.bin", 5), ("sub/config.json", 2)]
     assert manifest["files"][0]["sha256"] == hashlib.sha256(b"model").hexdigest()
     assert manifest["metrics"] == {"rmse": 3.25, "rows": 100} and manifest["checkpoint_step"] == 5
-    # The newest step is LATEST, and at most the one before it is kept.
+    # The newest step is LATEST, and only the one before it is kept: step 3, the first attempt's, which
+    # LATEST.json named when this attempt resumed, is pruned as this attempt's own once it pushed a newer one.
     assert job.latest()["step"] == 5
-    assert 5 in remote_steps(job) and len(remote_steps(job)) <= 2
+    assert remote_steps(job) == [4, 5]
     assert (job.pushed(5) / "checkpoint-5" / "state.bin").read_bytes() == b"state after 5"
 
 

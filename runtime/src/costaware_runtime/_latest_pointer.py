@@ -28,6 +28,8 @@ class LatestPointer:
     store: Store
     #: The identity (step, saved_at) of the checkpoint the remote holds as latest, once known.
     synced: tuple[int, str] | None
+    #: The step folders this sync saw ``LATEST.json`` name: whole, as the pointer is a folder's last write.
+    named_seen: set[str]
     progressed: Callable[[], None]
 
     def remote_latest(self) -> tuple[Marker, str] | None:
@@ -51,6 +53,8 @@ class LatestPointer:
                 f"costaware_runtime.clear_checkpoints({self.store.location()!r}) (deleting {LATEST_NAME} "
                 "alone resumes the newest whole step folder)"
             ) from e
+        # Every read of the pointer comes here: a folder it names is whole, and the prune may take it.
+        self.named_seen.add(prefix)
         return marker, prefix
 
     def _repoint(self, marker: Marker, prefix: str, latest: tuple[Marker, str] | None) -> tuple[Marker, str]:

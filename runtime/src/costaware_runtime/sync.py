@@ -26,10 +26,15 @@ it), nor the one it names when read again just before pruning:
   writer ever points it at a folder it did not write; so does one that a sync of the same folder given up
   earlier in this process pushed, once that push has ended (one that ended behind ``LATEST.json`` deletes
   its own folder then, as no push may come after it);
-* another writer's goes only once nothing in it changed for :data:`STALE_FOLDER_SECONDS`. That writer may be
-  alive, between uploading its files and pointing ``LATEST.json`` at them: deleting its folder then left
-  ``LATEST.json`` naming files that were gone, and the next attempt could not resume. A killed attempt's
-  folders stay until then, or until the run's checkpoints are deleted with the run's end.
+* so does another writer's that this sync saw ``LATEST.json`` name (the earlier attempt's it resumed from, a
+  leftover writer's that moved the pointer): pointing the pointer at a folder is the last write into it, so
+  the folder is whole and no writer writes into it again; left to the rule below, the step an attempt
+  resumed from stayed 6 h beside the two it keeps;
+* another writer's that ``LATEST.json`` never named while this sync looked goes only once nothing in it
+  changed for :data:`STALE_FOLDER_SECONDS`. That writer may be alive, between uploading its files and
+  pointing ``LATEST.json`` at them: deleting its folder then left ``LATEST.json`` naming files that were
+  gone, and the next attempt could not resume. A killed attempt's other folders (a push cut short, the step
+  before its last) stay until then, or until the run's checkpoints are deleted with the run's end.
 
 A push killed in the middle of a file left an S3 multipart upload open, its parts billed for good: the
 unfinished uploads under ``step-`` that received nothing (no start, no part) for :data:`STALE_UPLOAD_SECONDS`
@@ -77,8 +82,9 @@ from costaware_runtime.stores import open_store
 
 log = logging.getLogger(__name__)
 
-#: How long another writer's step folder must have been left unchanged before a sync deletes it: longer than
-#: any one file's upload takes, so a live writer's folder is never taken from under it.
+#: How long another writer's step folder, never seen named by ``LATEST.json``, must have been left unchanged
+#: before a sync deletes it: longer than any one file's upload takes, so a live writer's folder is never taken
+#: from under it.
 STALE_FOLDER_SECONDS = 6 * 3600.0
 #: How long an unfinished upload (an S3 multipart upload) under ``step-`` must have received no part (nor
 #: begun) to be aborted.
@@ -108,6 +114,8 @@ class CheckpointSync(LatestPointer, GivenUpPushes):
         self.clock = clock
         #: The step folders this sync pushed, which it alone may point ``LATEST.json`` at.
         self._own: set[str] = set()
+        #: The step folders this sync saw ``LATEST.json`` name, which it prunes as its own.
+        self.named_seen: set[str] = set()
         self._abort_refused = False  # said once: credentials without s3:AbortMultipartUpload
         #: The identity (step, saved_at) of the checkpoint the remote holds as latest, once known.
         self.synced: tuple[int, str] | None = None
@@ -357,19 +365,26 @@ class CheckpointSync(LatestPointer, GivenUpPushes):
             log.warning("not pruning %s: %s", self.store.uri, e)
             return
         named = None if latest is None else latest[1]
-        known = self._own | self.given_up_folders  # before the listing: a hand-over meanwhile is kept
+        # Before the listing: a hand-over meanwhile is kept.
+        known = self._own | self.given_up_folders | self.named_seen
         folders = self.store.folders("step-")
         self.progressed()
         # A push that failed before its first file named a folder no listing shows, so no prune forgot it:
-        # one name more for good at each such push (each give-up too, in the set the process keeps).
+        # one name more for good at each such push (each give-up too, in the set the process keeps); so
+        # did a folder LATEST.json named that was deleted since (by its writer's prune, or by hand).
         never_made = known.difference(folders)
         self._own.difference_update(never_made)
         self.given_up_folders.difference_update(never_made)
+        self.named_seen.difference_update(never_made)
         for folder in folders:
             found = _STEP_FOLDER.fullmatch(folder)
             if not found or folder in keep or folder == named or int(found.group(1)) > newer_than:
                 continue
-            if folder not in self._own and folder not in self.given_up_folders:
+            if (
+                folder not in self._own
+                and folder not in self.given_up_folders
+                and folder not in self.named_seen
+            ):
                 try:
                     changed = self.store.modified(folder)
                     self.progressed()
@@ -382,6 +397,7 @@ class CheckpointSync(LatestPointer, GivenUpPushes):
             self.progressed()
             self._own.discard(folder)
             self.given_up_folders.discard(folder)
+            self.named_seen.discard(folder)
 
     def _complete(self, marker: Marker) -> bool:
         for file in marker.files:
