@@ -535,6 +535,72 @@ def test_sagemaker_number_options_are_checked_naming_them(options: dict[str, Any
         open_backend("sagemaker", {**base, "instance_count": 1.5})
 
 
+@pytest.mark.parametrize(
+    ("environment", "message"),
+    [
+        (
+            "EPOCHS=5",
+            "backend_options['environment'] of the sagemaker backend must be a dict of variable name to "
+            "string value, such as {'PYTHONPATH': '/opt/ml/code'}: got the str 'EPOCHS=5'",
+        ),
+        (
+            [("EPOCHS", "5")],
+            "backend_options['environment'] of the sagemaker backend must be a dict of variable name to "
+            "string value, such as {'PYTHONPATH': '/opt/ml/code'}: got the list [('EPOCHS', '5')]",
+        ),
+        (
+            {"EPOCHS": 5},
+            "backend_options['environment'] of the sagemaker backend gives 'EPOCHS' the int 5: SageMaker "
+            "takes only string values; write it as '5'",
+        ),
+        (
+            {7: "x"},
+            "backend_options['environment'] of the sagemaker backend names a variable with the int 7: "
+            "SageMaker takes only string names; write it as '7'",
+        ),
+    ],
+)
+def test_a_sagemaker_environment_that_is_no_dict_of_strings_is_refused_before_any_job(
+    aws: str, environment: object, message: str
+) -> None:
+    # Text was a bare ValueError from dict() once the task had reserved its money, a list of pairs went
+    # through as it came, and a number was refused by botocore only at the create.
+    from costaware.adapters.compute.base import check_backend_options
+
+    refused = request(job_name="train-0123456789-a1-environment")
+    options = {
+        "role_arn": ROLE,
+        "image_uri": "i",
+        "output_s3_uri": "s3://ml/out",
+        "aws_conn_id": "moto_aws",
+        "environment": environment,
+    }
+    for where, refuse in {
+        "options check": lambda: check_backend_options("sagemaker", options),
+        "backend": lambda: open_backend("sagemaker", options).submit(refused),
+    }.items():
+        with pytest.raises(ConfigurationError) as caught:
+            refuse()
+        assert str(caught.value) == message, where
+    assert sagemaker_backend().find(refused.job_name) is None  # nothing was submitted
+
+
+def test_a_sagemaker_environment_of_strings_reaches_the_job(aws: str) -> None:
+    options = {
+        "role_arn": ROLE,
+        "image_uri": "i",
+        "output_s3_uri": "s3://ml/out",
+        "aws_conn_id": "moto_aws",
+        "environment": {"EPOCHS": "5"},
+    }
+    backend = open_backend("sagemaker", options)
+    config = sagemaker.training_job_request(
+        request(), role_arn=ROLE, image_uri="i", output_s3_uri="s3://ml/out", environment=backend.environment
+    )
+    assert config["Environment"]["EPOCHS"] == "5"  # moto's server keeps no Environment to describe
+    assert backend.submit(request()) == request().job_name
+
+
 def test_a_sagemaker_create_whose_job_was_taken_after_all_returns_that_job(
     aws: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -82,6 +82,7 @@ __all__ = [
     "check_market",
     "check_zone",
     "closest_regions",
+    "container_environment",
     "expand_home",
     "is_aws_region",
     "local_job_env",
@@ -246,7 +247,8 @@ def check_backend_options(name: str, options: Mapping[str, Any]) -> None:
 
     Raises:
         ConfigurationError: an unknown option (a typo would otherwise be a bare ``__init__`` TypeError), a
-            required one left out, or a local job's ``env`` that is no mapping.
+            required one left out, a local job's ``env`` that is no mapping, or a SageMaker job's
+            ``environment`` that is no mapping of strings.
     """
     import inspect
 
@@ -254,6 +256,8 @@ def check_backend_options(name: str, options: Mapping[str, Any]) -> None:
     check_keywords(cls, options, field="backend_options", of=f"the {name} backend")
     if name == "local":
         local_job_env(options.get("env"))
+    if name == "sagemaker":
+        container_environment(options.get("environment"))
     parameters = inspect.signature(cls).parameters
     if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()):
         return
@@ -270,3 +274,36 @@ def check_backend_options(name: str, options: Mapping[str, Any]) -> None:
             f"the {name} backend needs backend_options {', '.join(repr(n) for n in missing)} (see "
             "docs/remote-training.md)"
         )
+
+
+def container_environment(environment: object) -> dict[str, str]:
+    """The ``environment`` option as SageMaker's ``Environment`` takes it: each name and value a string.
+
+    Checked before anything is submitted: a string raised a bare ``ValueError`` from ``dict()`` after the
+    task had reserved its money, a list of pairs was taken as it came, and a number was refused by botocore
+    only at the create.
+
+    Raises:
+        ConfigurationError: ``environment`` is neither a mapping nor None, or has a name or value that is no
+            string, named with what was given and what to write instead.
+    """
+    if environment is None:
+        return {}
+    what = "backend_options['environment'] of the sagemaker backend"
+    if not isinstance(environment, Mapping):
+        raise ConfigurationError(
+            f"{what} must be a dict of variable name to string value, such as {{'PYTHONPATH': "
+            f"'/opt/ml/code'}}: got the {type(environment).__name__} {environment!r}"
+        )
+    for name, value in environment.items():
+        if not isinstance(name, str):
+            raise ConfigurationError(
+                f"{what} names a variable with the {type(name).__name__} {name!r}: SageMaker takes only "
+                f"string names; write it as {str(name)!r}"
+            )
+        if not isinstance(value, str):
+            raise ConfigurationError(
+                f"{what} gives {name!r} the {type(value).__name__} {value!r}: SageMaker takes only string "
+                f"values; write it as {str(value)!r}"
+            )
+    return dict(environment)

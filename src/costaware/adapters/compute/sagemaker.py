@@ -31,6 +31,7 @@ from costaware.adapters.compute.base import (
     JobRequest,
     JobState,
     JobStatus,
+    container_environment,
     require_object_store,
     whole_number,
 )
@@ -296,7 +297,7 @@ class SageMakerBackend:
         self.aws_conn_id, self.region_name = aws_conn_id, region_name
         self.instance_count = whole_number(instance_count, "instance_count", low=1, high=1000)
         self.volume_size_gb = whole_number(volume_size_gb, "volume_size_gb", low=1, high=16384)
-        self.environment, self.tags = dict(environment or {}), dict(tags or {})
+        self.environment, self.tags = container_environment(environment), dict(tags or {})
 
     @property
     def client(self) -> Any:
