@@ -548,6 +548,59 @@ cr.exit_preempted()
     assert (job.root / "sigterms").read_text() == "x", stderr
 
 
+def test_a_notice_sent_again_after_the_first_is_not_passed_on_again(make_job: MakeJob) -> None:
+    # A second SIGTERM or SIGHUP to the launcher (a supervisor's retry, a terminal gone on top of a stop) was
+    # passed on too: a handler that saves on each SIGTERM started a second save.
+    job = make_job("""
+heard = READY.parent / "sigterms"
+def count(signum, frame):
+    with heard.open("a") as file:
+        file.write("x")
+signal.signal(signal.SIGTERM, count)
+READY.touch()
+while not (READY.parent / "all-sent").exists():
+    time.sleep(0.01)
+cr.save_bytes(b"on the notice", step=1)
+cr.exit_preempted()
+""")
+    launcher = job.start("--grace-seconds", "30")
+    job.wait_ready(launcher)
+    launcher.send_signal(signal.SIGTERM)
+    deadline = time.monotonic() + 30
+    while not (job.root / "sigterms").exists():
+        assert time.monotonic() < deadline, "the notice never reached the job"
+        time.sleep(0.02)
+    for signum in (signal.SIGTERM, signal.SIGHUP, signal.SIGTERM):
+        launcher.send_signal(signum)
+        time.sleep(0.2)
+    time.sleep(0.5)  # what the launcher passes on meanwhile is heard before the job saves
+    (job.root / "all-sent").touch()
+    _, stderr = launcher.communicate(timeout=30)
+    assert launcher.returncode == 75, stderr
+    assert (job.root / "sigterms").read_text() == "x", stderr
+    # Said once, for the first of the three; the hang-up is not taken as a notice of its own.
+    assert stderr.count("after the preemption notice: not passed on again") == 1, stderr
+    assert "SIGTERM after the preemption notice: not passed on again, the job has the notice" in stderr
+    assert "hang-up (SIGHUP)" not in stderr
+
+
+def test_a_job_that_ignores_notices_sent_again_is_still_killed_at_the_end_of_the_grace_period(
+    make_job: MakeJob,
+) -> None:
+    job = make_job("""
+signal.signal(signal.SIGTERM, signal.SIG_IGN)
+READY.touch()
+time.sleep(60)
+""")
+    started = time.monotonic()
+    code, stderr = job.preempt(
+        job.start("--grace-seconds", "1"), signals=(signal.SIGTERM, signal.SIGTERM, signal.SIGHUP)
+    )
+    assert code == 77, stderr
+    assert "did not exit within 1s of the notice: SIGKILL" in stderr
+    assert time.monotonic() - started < 30
+
+
 @pytest.mark.skipif(sys.platform != "linux", reason="reads /proc")
 def test_with_signal_group_a_process_started_after_the_notice_still_gets_sigterm(make_job: MakeJob) -> None:
     # Only the processes the notice reached are spared a second SIGTERM: one the job starts on the notice (an

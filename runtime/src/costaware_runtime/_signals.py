@@ -68,6 +68,7 @@ class Notices:
         self.group_noticed = False
         self.noticed: frozenset[tuple[int, int]] = frozenset()
         self._passed_on = False  # a SIGTERM was passed on to the job
+        self._repeat_said = False  # a notice after the first was logged (once)
 
     def install(self) -> None:
         for signum in NOTICES:
@@ -88,6 +89,16 @@ class Notices:
                 return
             log.warning("interrupted (Ctrl-C): taken as a preemption notice; Ctrl-C again kills the job now")
             signum = signal.SIGTERM
+        elif self.notice_at is not None:
+            # SIGTERM or SIGHUP once the job has the notice (or gets it as it starts): passed on again, a
+            # handler that saves on each SIGTERM started a second save. The SIGKILL at the grace end stands.
+            if not self._repeat_said:
+                self._repeat_said = True
+                log.warning(
+                    "%s after the preemption notice: not passed on again, the job has the notice",
+                    signal.Signals(signum).name,
+                )
+            return
         elif signum == signal.SIGHUP:
             log.warning("hang-up (SIGHUP): taken as a preemption notice")
             signum = signal.SIGTERM
