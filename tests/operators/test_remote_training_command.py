@@ -604,8 +604,11 @@ def test_a_jobs_env_that_is_no_dict_fails_before_any_money_or_job(
     monkeypatch.delenv("COSTAWARE_STORE_STALL_SECONDS", raising=False)
     options = job_env_options(tmp_path)
     pairs = [*options["env"].items(), ("COSTAWARE_STORE_STALL_SECONDS", "5m")]
-    env = pairs if shape == "list of pairs" else "COSTAWARE_STORE_STALL_SECONDS=5m"
-    train = operator(tmp_path, "ok", backend_options={**options, "env": env})
+    written = pairs if shape == "list of pairs" else "COSTAWARE_STORE_STALL_SECONDS=5m"
+    # As JSON text, what a template of the options renders: written out, it is refused as the DAG is parsed.
+    text = json.dumps({**options, "env": written})
+    env = json.loads(text)["env"]
+    train = operator(tmp_path, "ok", backend_options=text)
     with pytest.raises(AirflowFailException) as failed:
         drive(train, context_for())
     assert (
@@ -614,6 +617,77 @@ def test_a_jobs_env_that_is_no_dict_fails_before_any_money_or_job(
     ) in str(failed.value)
     assert not (tmp_path / "jobs").exists()  # no job was started
     assert entries(ledger) == [] and ledger.open_reservations() == []  # nothing billed or held
+
+
+LOCAL_ENV_REFUSED = (
+    "backend_options['env'] of the local backend must be a dict of variable name to string value, such as "
+    "{'PYTHONPATH': '/srv/trainer'}: got the "
+)
+SAGEMAKER_OPTIONS = {"role_arn": "arn:aws:iam::123456789012:role/train", "output_s3_uri": "s3://ml/out"}
+
+
+@pytest.mark.parametrize(
+    ("backend", "options", "message"),
+    [
+        ("local", {"env": "OWN_TRAIN_LOG=/tmp/seen"}, LOCAL_ENV_REFUSED + "str 'OWN_TRAIN_LOG=/tmp/seen'"),
+        ("local", {"env": [("A", "1")]}, LOCAL_ENV_REFUSED + "list [('A', '1')]"),
+        (
+            "sagemaker",
+            {**SAGEMAKER_OPTIONS, "environment": [("A", "1")]},
+            "backend_options['environment'] of the sagemaker backend must be a dict of variable name to "
+            "string value, such as {'PYTHONPATH': '/opt/ml/code'}: got the list [('A', '1')]",
+        ),
+        (
+            "sagemaker",
+            {**SAGEMAKER_OPTIONS, "environment": {"EPOCHS": 5, "RUN": "{{ run_id }}"}},
+            "backend_options['environment'] of the sagemaker backend gives 'EPOCHS' the int 5: SageMaker "
+            "takes only string values; write it as '5'",
+        ),
+    ],
+)
+def test_a_jobs_env_written_out_as_no_dict_is_refused_when_the_dag_is_parsed(
+    tmp_path: Path, backend: str, options: dict[str, Any], message: str
+) -> None:
+    # It passed the parse and failed the task only as it started, after its spot window wait: a DAG whose
+    # every run fails, shown nowhere in `airflow dags list-import-errors`.
+    with pytest.raises(ConfigurationError) as caught:
+        operator(tmp_path, "ok", backend=backend, backend_options=options)
+    assert str(caught.value) == message
+
+
+@pytest.mark.parametrize(
+    ("backend", "options"),
+    [
+        ("local", {"env": "{{ params.job_env }}"}),
+        ("local", {"env": {"RUN": "{{ run_id }}"}}),
+        ("sagemaker", {**SAGEMAKER_OPTIONS, "environment": "{{ params.job_env }}"}),
+        ("sagemaker", {**SAGEMAKER_OPTIONS, "environment": {"EPOCHS": "{{ params.epochs }}"}}),
+    ],
+)
+def test_a_jobs_env_airflow_renders_is_left_to_the_task(
+    tmp_path: Path, backend: str, options: dict[str, Any]
+) -> None:
+    # A template renders as the task runs (a dict param, a value of its own): checked then, once rendered.
+    train = operator(tmp_path, "ok", backend=backend, backend_options=options)
+    assert train.backend_options == options
+
+
+def test_a_dag_with_a_local_jobs_env_written_as_text_does_not_import(tmp_path: Path) -> None:
+    from airflow.dag_processing.dagbag import DagBag
+
+    dag_file = tmp_path / "env_as_text.py"
+    dag_file.write_text(
+        "from airflow.sdk import DAG\n"
+        "from costaware.operators.remote_training import RemoteTrainingOperator\n"
+        "with DAG('env_as_text', schedule=None):\n"
+        "    RemoteTrainingOperator(task_id='train', command=['python', 'train.py'], model_store='/srv/m',\n"
+        "        checkpoint_store='/srv/c', instance_type='m5.xlarge', market='on_demand',\n"
+        "        backend_options={'env': 'PYTHONPATH=/srv/trainer'})\n"
+    )
+    bag = DagBag(dag_folder=str(dag_file))
+    assert "env_as_text" not in bag.dags
+    (error,) = bag.import_errors.values()
+    assert LOCAL_ENV_REFUSED + "str 'PYTHONPATH=/srv/trainer'" in error
 
 
 def test_a_typo_in_backend_options_fails_before_any_money_or_job(tmp_path: Path, ledger: Any) -> None:

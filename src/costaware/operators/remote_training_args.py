@@ -75,6 +75,38 @@ def backend_grace_seconds(
     return launcher_grace_seconds(stop)
 
 
+def check_written_job_env(backend: str, backend_options: Mapping[str, Any]) -> None:
+    """The job's environment option (local ``env``, SageMaker ``environment``) as the DAG writes it out.
+
+    Checked when the DAG is parsed, so that a list of pairs or a ``"NAME=value"`` string shows as an import
+    error, not as a task that fails when it starts. Airflow renders a template (``"{{ params.env }}"``),
+    an ``XComArg`` or a ``dag.param`` as the task runs: the option is checked then, once rendered. A dict
+    stays a dict when rendered (its values may be templates: a SageMaker value is checked here only where
+    it is written out), and so does a list, a number or text with no template.
+
+    Raises:
+        ConfigurationError: the option, or a SageMaker value written out, is of a kind the backend refuses.
+    """
+    from costaware.adapters.compute.base import container_environment, local_job_env
+
+    name = {"local": "env", "sagemaker": "environment"}.get(backend)
+    if name is None:
+        return
+    value = backend_options.get(name)
+    written_out = isinstance(value, Mapping | list | tuple | set | frozenset | int | float | Decimal) or (
+        isinstance(value, str) and is_literal(value)
+    )
+    if not written_out:
+        return  # None (no variables), or resolved as the task runs
+    if backend == "local":
+        local_job_env(value)
+    elif isinstance(value, Mapping):
+        # Airflow renders the values, never the names: a value it resolves is checked once rendered.
+        container_environment({key: item for key, item in value.items() if is_literal(item)})
+    else:
+        container_environment(value)
+
+
 class RemotePlanArguments:
     """A mixin of ``RemoteTrainingOperator``: the plan's arguments and the spot decision they fall back to."""
 
@@ -191,6 +223,7 @@ class RemotePlanArguments:
                 field="backend_options",
                 of=f"the {backend or 'local'} backend",
             )
+            check_written_job_env(str(backend or "local"), backend_options)
         if instance_type is None and spot_decision is None and not spot_task_id:
             # Nothing could name it once rendered: say so as the DAG is parsed, not when the task starts.
             raise ConfigurationError(
