@@ -1232,7 +1232,7 @@ def test_a_trial_cut_for_money_right_after_a_rung_holds_no_place_there(ledger: A
 
 
 def test_a_trial_worse_at_a_trusted_rung_than_all_its_evidence_gets_no_verdict_there(
-    ledger: Any, monkeypatch: Any
+    ledger: Any, monkeypatch: Any, caplog: Any
 ) -> None:
     """A rung is trusted on the trials that ran through it unjudged, and only as far as their values reach.
     Every early rung trusted, eta 3, rungs 1/3/9, brackets 0, 1, 0, 2, 0, ...: the evidence at rung 1 starts
@@ -1260,8 +1260,10 @@ def test_a_trial_worse_at_a_trusted_rung_than_all_its_evidence_gets_no_verdict_t
     def make_model(params: dict[str, Any]) -> Scripted:
         return Scripted(clock, next(scripts), 1.0)
 
-    result = search(ledger, "10000", clock, make_model=make_model, space=space, max_trials=6)
+    with caplog.at_level(logging.INFO, logger="costaware.training.search"):
+        result = search(ledger, "10000", clock, make_model=make_model, space=space, max_trials=6)
 
+    assert "trial 4: 0.3000 at rung 1 is worse than all 3 trials the rung is trusted on" in caplog.text
     slow = result.trials[4]
     assert (slow.bracket, slow.state, slow.judged) == (0, "complete", ()), slow
     assert result.trials[2].judged == (1, 3) and result.trials[2].state == "complete"

@@ -415,13 +415,23 @@ def budgeted_search(
                     pruned = False
                 elif prune_rungs is None:
                     pruned = trial.should_prune()
-                elif judged_at(bracket, rung) and within_evidence(
-                    rung_evidence(((t.judged, t.rungs) for t in trials if t.value is not None), rung),
-                    value,
-                    direction,
-                ):
-                    judged.append(rung)
-                    pruned = not goes_on(bracket, rung, value, trial.number)
+                elif judged_at(bracket, rung):
+                    evidence = rung_evidence(
+                        ((t.judged, t.rungs) for t in trials if t.value is not None), rung
+                    )
+                    if within_evidence(evidence, value, direction):
+                        judged.append(rung)
+                        pruned = not goes_on(bracket, rung, value, trial.number)
+                    else:
+                        pruned = False
+                        log.info(
+                            "trial %d: %.4f at rung %d is worse than all %d trials the rung is trusted "
+                            "on: no verdict there, it trains on",
+                            trial.number,
+                            value,
+                            rung,
+                            len(evidence),
+                        )
                 else:
                     pruned = False
                 note = f"{dict(trial.params)}: {value:.4f}"

@@ -23,7 +23,8 @@ class SearchTrial:
     state: str
     #: Its Hyperband bracket: judged from early rung ``bracket`` on (as many as early rungs: never judged).
     bracket: int = 0
-    #: The rungs it was judged at (its bracket's, where pruning was trusted when it passed them).
+    #: The rungs it was judged at: its bracket's, where pruning was trusted when it passed them and its value
+    #: lay within the reach of the rung's evidence (``search_rungs.within_evidence``; below it: no verdict).
     judged: tuple[int, ...] = ()
 
     @property
