@@ -15,13 +15,16 @@ from costaware.ledger_spool import UNSURE, DrainResult, Kept, UnsureBill, combin
 
 def test_drain_results_sum_field_by_field_and_merge_what_was_unavailable() -> None:
     current = DrainResult(
-        written=2, refused=1, waiting=3, billed_already=1, unsure=0, unavailable={"a": "down", "b": "no file"}
-    )
+        written=2, already_in_ledger=1, refused=1, waiting=3, billed_already=1, unsure=0,
+        unavailable={"a": "down", "b": "no file"},
+    )  # fmt: skip
     earlier = DrainResult(
-        written=5, refused=0, waiting=1, billed_already=2, unsure=4, unavailable={"b": "gone"}
-    )
+        written=5, already_in_ledger=6, refused=0, waiting=1, billed_already=2, unsure=4,
+        unavailable={"b": "gone"},
+    )  # fmt: skip
     assert current + earlier == DrainResult(
         written=7,
+        already_in_ledger=7,
         refused=1,
         waiting=4,
         billed_already=3,
@@ -329,7 +332,7 @@ def test_a_spooled_entry_the_ledger_has_already_is_said_so_not_said_written(
     spool = tmp_path / "spool"
     spool_entry(spool, _spooled_bill("1.25"), "costaware_ledger", retrying=retrying)
     with caplog.at_level(logging.INFO, logger="costaware.ledger_spool"):
-        drain(spool, lambda _conn_id: ledger)
+        result = drain(spool, lambda _conn_id: ledger)
     said = [(r.levelno, r.getMessage()) for r in caplog.records if r.name == "costaware.ledger_spool"]
     assert said == [
         (
@@ -337,6 +340,8 @@ def test_a_spooled_entry_the_ledger_has_already_is_said_so_not_said_written(
             "costaware: spooled entry bill-1.json is in the ledger already as bill-1: not written again",
         ),
     ]
+    # Counted apart: as "1 written", `costaware spool drain` said a bill the ledger had was billed now.
+    assert (result.written, result.already_in_ledger) == (0, 1)
     assert [row["usd"] for row in ledger.entries()] == [Decimal("1.25")]
     assert list(spool.glob("*.json")) == []  # done with: nothing waits to be written again
     # The hold as record_and_settle leaves it, the entry new or not: settled with a duplicate (the task is
@@ -366,6 +371,31 @@ def test_a_spooled_entry_the_ledger_has_at_another_figure_is_warned_of_with_both
         )
     ]
     assert [(row["usd"], row["note"]) for row in ledger.entries()] == [(Decimal("1.25"), "try 1")]
+
+
+def test_a_spooled_egress_the_ledger_has_already_is_counted_as_such_not_as_written(
+    tmp_path: Path, ledger: Any
+) -> None:
+    # A killed try's egress spooled while its direct write's answer was lost: the ledger has its key.
+    from dataclasses import replace
+
+    from costaware.core.ledger import Kind
+    from costaware.ledger_spool import drain, spool_entry
+    from costaware.ledger_spool_egress import EgressRun
+
+    run = EgressRun(job_name="train-a1", run_token="", started_at=None)
+    egress = replace(_spooled_bill("0.06"), kind=Kind.EGRESS, entry_uid="egress:train-a1")
+    assert ledger.record(egress)
+    spool = tmp_path / "spool"
+    spool_entry(spool, egress, "costaware_ledger", retrying=False, egress_run=run.to_json())
+    result = drain(spool, lambda _conn_id: ledger)
+    assert (result.written, result.already_in_ledger) == (0, 1)
+    assert [row["entry_uid"] for row in ledger.entries()] == ["egress:train-a1"]
+    assert list(spool.glob("*.json")) == []
+    spool_entry(spool, replace(egress, entry_uid="egress:train-a2"), "costaware_ledger", retrying=False,
+                egress_run=replace(run, job_name="train-a2").to_json())  # fmt: skip
+    result = drain(spool, lambda _conn_id: ledger)
+    assert (result.written, result.already_in_ledger) == (1, 0)
 
 
 def test_a_spooled_entry_the_ledger_lacks_is_said_written(

@@ -199,7 +199,11 @@ def workers_ledger(conn_id: str) -> Any:
 class DrainResult:
     """What one drain did: entries written, set aside as refused, and left waiting for their ledger."""
 
+    #: Entries new to the ledger (only these moved a budget).
     written: int = 0
+    #: Entries whose ``entry_uid`` the ledger had already (it keeps its row): done with, not written again.
+    #: Counted as written, a spool file copied back or a write whose answer was lost read as money billed.
+    already_in_ledger: int = 0
     refused: int = 0
     waiting: int = 0
     #: Remote attempts' bills dropped: a try billed the same attempt meanwhile, under another key.
@@ -213,6 +217,7 @@ class DrainResult:
         """Both drains' counts, field by field; a ledger both found unavailable keeps ``other``'s why."""
         return DrainResult(
             written=self.written + other.written,
+            already_in_ledger=self.already_in_ledger + other.already_in_ledger,
             refused=self.refused + other.refused,
             waiting=self.waiting + other.waiting,
             billed_already=self.billed_already + other.billed_already,
@@ -285,10 +290,12 @@ def drain(
                 # duplicate is said by the write (at WARNING where it may be another run's).
                 entry, written = _record_spooled_egress(ledger, entry, egress_run)
                 claimed.unlink(missing_ok=True)
-                result.written += 1
                 if written:
+                    result.written += 1
                     _say_if_past_cap(ledger, entry)
                     log.info("costaware: wrote spooled ledger entry %s", path.name)
+                else:
+                    result.already_in_ledger += 1
                 continue
             stored = _billed_meanwhile(ledger, data)
             if stored is not None:
@@ -327,10 +334,11 @@ def drain(
             result.refused += 1
             continue
         claimed.unlink(missing_ok=True)
-        result.written += 1
         if written:
+            result.written += 1
             log.info("costaware: wrote spooled ledger entry %s", path.name)
         else:
+            result.already_in_ledger += 1
             _say_in_the_ledger_already(ledger, path.name, entry)
     return result
 

@@ -262,6 +262,30 @@ def test_a_spool_dir_in_an_unknown_users_home_is_named_not_a_traceback(
     assert "Traceback" not in err and "RuntimeError" not in err
 
 
+def test_drain_says_entries_the_ledger_had_already_apart_from_those_written(
+    spool: Path,
+    ledger: Ledger,
+    ledger_url: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # A spooled entry whose write had committed (its answer lost), or a spool file copied back: the ledger
+    # keeps its own row, and the command said "1 written" of a bill it billed no more.
+    monkeypatch.setenv("COSTAWARE_LEDGER_URL", ledger_url)
+    prep, train = _entry("prep"), _entry("train")
+    assert ledger.record(prep)
+    spool_entry(spool, prep, "costaware_ledger", retrying=False)
+    spool_entry(spool, train, "costaware_ledger", retrying=False)
+    assert main(["spool", "drain"]) == 0  # nothing left unwritten
+    said = f"spool {spool}: 1 written, 0 still waiting, 0 refused, 1 already in the ledger: not written again"
+    assert said in capsys.readouterr().out
+    assert sorted(r["task_id"] for r in ledger.entries(dag_id="retrain")) == ["prep", "train"]
+    spool_entry(spool, train, "costaware_ledger", retrying=False)  # copied back
+    assert main(["spool", "drain", "--format", "json"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert (summary["written"], summary["already_in_ledger"]) == (0, 1)
+
+
 def test_drain_says_how_many_bills_it_dropped_as_billed_meanwhile(
     spool: Path,
     ledger: Ledger,

@@ -276,6 +276,7 @@ def drain(args: argparse.Namespace) -> int:
         "spool": str(folder),
         "also_drained": [str(f) for f in folders[1:]],
         "written": result.written,
+        "already_in_ledger": result.already_in_ledger,
         "still_waiting": waiting,
         "refused": result.refused,
         "billed_already": result.billed_already,
@@ -286,6 +287,9 @@ def drain(args: argparse.Namespace) -> int:
         f"spool {folder}{_also(folders)}: {result.written} written, {waiting} still waiting, "
         f"{result.refused} refused"
     )
+    if result.already_in_ledger:
+        # Not billed now: the ledger had each one's entry_uid (the log names any at another figure).
+        sentence += f", {result.already_in_ledger} already in the ledger: not written again"
     if result.billed_already:
         # Not written, not waiting, not refused: said, or a bill gone from the spool is unaccounted for.
         moved_to = " and ".join(str(f) for f in billed_in)
