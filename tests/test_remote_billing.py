@@ -897,3 +897,48 @@ def test_a_spooled_kill_bills_egress_is_spooled_with_it_and_billed_once(
     assert move["entry_uid"] == EGRESS_BY_NAME and move["usd"] == Decimal("0.06")
     assert f", run {run}:" in move["note"] and move["reservation_id"] is None  # alone, as written directly
     assert list(spool.glob("*.json")) == []
+
+
+def test_a_normal_bills_egress_the_ledger_would_not_take_is_spooled_and_drained_from_no_hold(
+    billed_ledger: Ledger,
+    any_ledger_url: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The operator's own bill (no kill: spool_unwritten left False) wrote the attempt's entry, then the
+    # ledger failed the egress write: it was logged and lost, as the attempt is recorded and billed no more
+    # (the kill path spooled it). A `costaware spool drain` found nothing to write.
+    from attempt_states import CAPTURED  # tests/support/
+
+    from costaware.ledger_spool import drain
+    from costaware.training.attempt_effects import task_holder
+    from costaware.training.plan import RemotePlan
+
+    monkeypatch.setenv("AIRFLOW_HOME", str(tmp_path / "airflow"))
+    spool = tmp_path / "airflow" / "costaware" / "spool"
+    bill = _egress_bill(billed_ledger, monkeypatch, any_ledger_url)
+    billed_ledger.set_budget("project=churn", "month", "10")
+    hold = billed_ledger.reserve("project=churn", "5", holder=task_holder(RemotePlan.from_json(CAPTURED)))
+    written_alone = Ledger.record
+
+    def egress_refused(self: Ledger, entry: Any) -> Any:
+        if entry.kind == Kind.EGRESS:
+            raise OSError("disk I/O error")
+        return written_alone(self, entry)
+
+    run, ended = "a" * 32, time.time()
+    with monkeypatch.context() as patched:
+        patched.setattr(Ledger, "record", egress_refused)
+        assert bill(run, ended) == []  # the attempt billed, no exception: the egress alone not written
+    (attempt_row,) = billed_ledger.entries()
+    assert attempt_row["reservation_id"] == hold.id  # the attempt paid from the task's hold
+    assert len(list(spool.glob("*.json"))) == 1  # its egress kept for the drain
+    for _ in range(2):  # written once, however often drained
+        drain(spool, lambda conn_id: billed_ledger)
+    (move,) = [e for e in billed_ledger.entries() if e["cause"] == "zone_move"]
+    assert move["entry_uid"] == EGRESS_BY_NAME and move["usd"] == Decimal("0.06")
+    assert f", run {run}:" in move["note"]
+    assert move["reservation_id"] is None  # alone, from no hold, as written directly
+    (still_held,) = billed_ledger.open_holds_of(hold.holder or "")
+    assert still_held.id == hold.id  # the egress neither settled nor paid from the task's hold
+    assert list(spool.glob("*.json")) == []

@@ -307,8 +307,9 @@ class AttemptBilling:
                 self._record_move_egress(state, job)
             except Exception:  # the attempt's own entry is what must not be lost
                 self.log.exception("could not record the egress of attempt %d", attempt.attempt)
-                if spool_unwritten:  # nothing follows a kill to bill it again
-                    self._spool_move_egress(state, job)
+                # Spooled on every path, not a kill's alone: the attempt is recorded now, so nothing bills
+                # it, nor its egress, again. Drained alone (egress_run), never paid from the task's hold.
+                self._spool_move_egress(state, job)
         return state.recorded(attempt)
 
     @staticmethod
