@@ -10,7 +10,8 @@ from typing import Any
 
 import pytest
 
-from costaware.ledger_spool import UNSURE, DrainResult, Kept, UnsureBill, combined, keep_unsure
+from costaware.ledger_spool import UNSURE, Kept, UnsureBill, keep_unsure
+from costaware.ledger_spool_drain import DrainResult, combined
 
 
 def test_drain_results_sum_field_by_field_and_merge_what_was_unavailable() -> None:
@@ -195,7 +196,8 @@ def test_a_spooled_stop_bill_of_a_second_run_under_the_name_is_written_under_its
     from dataclasses import replace
     from datetime import datetime, timezone
 
-    from costaware.ledger_spool import drain, spool_entry
+    from costaware.ledger_spool import spool_entry
+    from costaware.ledger_spool_drain import drain
     from costaware.training.attempt_duplicates import DuplicateCheck
     from costaware.training.remote import attempt_entry, attempt_key, attempt_uid
 
@@ -241,7 +243,8 @@ def test_a_second_runs_stop_bill_kept_in_unsure_and_re_keyed_at_its_drain_settle
     from dataclasses import replace
     from datetime import datetime, timedelta, timezone
 
-    from costaware.ledger_spool import drain, spool_entry
+    from costaware.ledger_spool import spool_entry
+    from costaware.ledger_spool_drain import drain
     from costaware.spool_settle import unsure_holder
     from costaware.training.attempt_duplicates import DuplicateCheck
     from costaware.training.remote import attempt_entry, attempt_key, attempt_uid
@@ -322,7 +325,8 @@ def test_a_spooled_entry_the_ledger_has_already_is_said_so_not_said_written(
     # The ledger keeps one entry per uid, so a spooled entry written meanwhile (the listener's own write
     # that timed out after its commit, a spool file copied back) was dropped: the drain still said "wrote
     # spooled ledger entry", as record_and_settle told it nothing either way.
-    from costaware.ledger_spool import drain, spool_entry
+    from costaware.ledger_spool import spool_entry
+    from costaware.ledger_spool_drain import drain
 
     # A $1 cap the stored row passed already: nor is the entry said to have taken the budget past it.
     ledger.set_budget("project=churn", "month", "1")
@@ -354,7 +358,8 @@ def test_a_spooled_entry_the_ledger_has_at_another_figure_is_warned_of_with_both
 ) -> None:
     # The same uid at another amount or note is two costs keyed alike, or one priced twice: the stored row
     # stands, and the drain said it wrote the other.
-    from costaware.ledger_spool import drain, spool_entry
+    from costaware.ledger_spool import spool_entry
+    from costaware.ledger_spool_drain import drain
 
     assert ledger.record(_spooled_bill("1.25"))
     spool = tmp_path / "spool"
@@ -380,7 +385,8 @@ def test_a_spooled_egress_the_ledger_has_already_is_counted_as_such_not_as_writt
     from dataclasses import replace
 
     from costaware.core.ledger import Kind
-    from costaware.ledger_spool import drain, spool_entry
+    from costaware.ledger_spool import spool_entry
+    from costaware.ledger_spool_drain import drain
     from costaware.ledger_spool_egress import EgressRun
 
     run = EgressRun(job_name="train-a1", run_token="", started_at=None)
@@ -401,7 +407,8 @@ def test_a_spooled_egress_the_ledger_has_already_is_counted_as_such_not_as_writt
 def test_a_spooled_entry_the_ledger_lacks_is_said_written(
     tmp_path: Path, ledger: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
-    from costaware.ledger_spool import drain, spool_entry
+    from costaware.ledger_spool import spool_entry
+    from costaware.ledger_spool_drain import drain
 
     spool = tmp_path / "spool"
     spool_entry(spool, _spooled_bill("1.25"), "costaware_ledger", retrying=False)

@@ -102,7 +102,7 @@ def test_a_direct_bill_beside_a_row_of_the_job_that_gives_no_end_is_kept_for_a_p
     # The attempt still counts what it ran against max_usd.
     assert Decimal(billed.attempts[-1].usd) == Decimal("1")
     # Marked as another run's and moved back, as the log says, the drain writes it.
-    from costaware.ledger_spool import drain
+    from costaware.ledger_spool_drain import drain
 
     kept.write_text(json.dumps({**data, "another_run": True}))
     kept.replace(spool / kept.name)
@@ -163,7 +163,8 @@ def test_a_kill_whose_bill_is_kept_for_a_person_settles_the_hold_and_its_drain_h
     # again.
     from attempt_states import CAPTURED  # tests/support/
 
-    from costaware.ledger_spool import drain, record_and_settle
+    from costaware.ledger_spool import record_and_settle
+    from costaware.ledger_spool_drain import drain
     from costaware.training.attempt_effects import task_holder
     from costaware.training.attempts import AttemptState
     from costaware.training.plan import RemotePlan
@@ -210,7 +211,8 @@ def test_a_drain_that_writes_an_entry_past_a_budgets_cap_says_so(
 ) -> None:
     # A bill that waited in the spool counted in no budget; others spent meanwhile. Written, the budget
     # read $2.50 spent of a $2 cap, and the drain said INFO "wrote spooled ledger entry" only.
-    from costaware.ledger_spool import drain, spool_entry
+    from costaware.ledger_spool import spool_entry
+    from costaware.ledger_spool_drain import drain
 
     billed_ledger.set_budget("project=churn", "month", "2")
     tags = {"project": "churn"}
@@ -255,7 +257,8 @@ def test_a_drain_says_nothing_of_a_cap_the_entry_it_writes_did_not_pass(
     # The drain's WARNING fired wherever spent > cap after a write: of a budget already past its cap, and of
     # an entry its own hold paid, neither moved past the cap by the money that waited in the spool.
     from costaware.core.ledger import reservation_holder
-    from costaware.ledger_spool import drain, spool_entry
+    from costaware.ledger_spool import spool_entry
+    from costaware.ledger_spool_drain import drain
 
     billed_ledger.set_budget("project=churn", "month", "2")
     tags = {"project": "churn"}
@@ -362,7 +365,8 @@ def test_a_drain_that_writes_an_entry_past_a_budgets_gpu_hour_cap_says_so(
 ) -> None:
     # The drain's WARNING read dollar caps only: under a $100 cap with a 10 GPU-hour cap, a spooled entry of
     # 4 GPU-hours ($1) took the budget from 8 to 12 GPU-hours, and was written with an INFO line alone.
-    from costaware.ledger_spool import drain, spool_entry
+    from costaware.ledger_spool import spool_entry
+    from costaware.ledger_spool_drain import drain
 
     billed_ledger.set_budget("project=churn", "month", "100", cap_gpu_hours="10")
     tags = {"project": "churn"}
@@ -394,7 +398,7 @@ def test_a_drained_unsure_bill_is_recorded_once_and_never_grows_its_tasks_hold_b
     # that never comes ($5 held -> $6 committed).
     from attempt_states import CAPTURED  # tests/support/
 
-    from costaware.ledger_spool import drain
+    from costaware.ledger_spool_drain import drain
     from costaware.remote_billing import KilledTrainingBilling
     from costaware.training.attempt_effects import task_holder
     from costaware.training.attempts import AttemptState
@@ -462,7 +466,7 @@ def test_a_bill_kept_unsure_is_held_in_its_budgets_until_drained_and_then_counte
     # A bill kept in spool/unsure was counted by no budget until a person drained it: other runs spent its
     # room meanwhile, and the budget was passed by money spent long before.
     from costaware.core.ledger import utcnow
-    from costaware.ledger_spool import drain
+    from costaware.ledger_spool_drain import drain
     from costaware.spool_settle import UNSURE_HOLD_TTL, unsure_holder
 
     billed_ledger.set_budget("project=churn", "month", "2.50")
@@ -504,7 +508,7 @@ def test_a_drain_that_keeps_a_spooled_bill_unsure_holds_it_in_its_budgets(
     # A bill spooled while the ledger was down and kept unsure by the drain: the drain has the ledger, and
     # held nothing for it.
     from costaware.core.ledger import entry_from_json
-    from costaware.ledger_spool import drain
+    from costaware.ledger_spool_drain import drain
     from costaware.spool_settle import unsure_holder
 
     billed_ledger.set_budget("project=churn", "month", "10")
@@ -528,7 +532,7 @@ def test_a_bill_the_drain_keeps_unsure_dropped_as_its_hold_is_taken_leaves_no_ho
     from costaware import ledger_spool
     from costaware.cli import main
     from costaware.core.ledger import entry_from_json
-    from costaware.ledger_spool import drain
+    from costaware.ledger_spool_drain import drain
     from costaware.spool_settle import unsure_holder
 
     billed_ledger.set_budget("project=churn", "month", "10")
@@ -653,7 +657,7 @@ def test_a_drained_kill_bill_grows_the_hold_back_only_for_a_later_try_that_took_
     from attempt_states import CAPTURED  # tests/support/
 
     from costaware.core.errors import BillSpooledError
-    from costaware.ledger_spool import drain
+    from costaware.ledger_spool_drain import drain
     from costaware.remote_billing import KilledTrainingBilling
     from costaware.training.attempt_effects import task_holder
     from costaware.training.attempts import AttemptState
@@ -873,7 +877,7 @@ def test_a_spooled_kill_bills_egress_is_spooled_with_it_and_billed_once(
     # A kill's bill the ledger could not take was spooled and BillSpooledError raised before the egress was
     # recorded; the drain wrote the attempt's entry alone: the cross-region bytes were never billed.
     from costaware.core.errors import BillSpooledError
-    from costaware.ledger_spool import drain
+    from costaware.ledger_spool_drain import drain
 
     monkeypatch.setenv("AIRFLOW_HOME", str(tmp_path / "airflow"))
     spool = tmp_path / "airflow" / "costaware" / "spool"
@@ -910,7 +914,7 @@ def test_a_normal_bills_egress_the_ledger_would_not_take_is_spooled_and_drained_
     # (the kill path spooled it). A `costaware spool drain` found nothing to write.
     from attempt_states import CAPTURED  # tests/support/
 
-    from costaware.ledger_spool import drain
+    from costaware.ledger_spool_drain import drain
     from costaware.training.attempt_effects import task_holder
     from costaware.training.plan import RemotePlan
 

@@ -250,6 +250,7 @@ def test_an_entry_neither_the_ledger_nor_the_spool_takes_is_logged_whole_to_be_r
     # The ledger down and no spool folder either (an AIRFLOW_HOME under a home nobody has, or empty):
     # spool_dir() raised out of write_entry's fallback, and the try's cost was in no ledger, spool or log.
     import costaware.ledger_spool as ledger_spool
+    import costaware.ledger_spool_drain as ledger_spool_drain
 
     good_url = str(ledger_env.engine.url)
     monkeypatch.setenv("COSTAWARE_LEDGER_URL", "postgresql://nobody@127.0.0.1:1/ledger")
@@ -266,7 +267,7 @@ def test_an_entry_neither_the_ledger_nor_the_spool_takes_is_logged_whole_to_be_r
     (tmp_path / "by-hand").mkdir()
     (tmp_path / "by-hand" / "prep.json").write_text(record)
     monkeypatch.setenv("COSTAWARE_LEDGER_URL", good_url)
-    ledger_spool.drain(tmp_path / "by-hand", lambda conn_id: Ledger.from_url(good_url))
+    ledger_spool_drain.drain(tmp_path / "by-hand", lambda conn_id: Ledger.from_url(good_url))
     assert [r["task_id"] for r in ledger_env.entries(dag_id="retrain")] == ["prep"]
 
 
@@ -1043,7 +1044,7 @@ def test_a_ledger_whose_database_is_missing_keeps_its_spooled_entries_waiting(
 ) -> None:
     # LedgerDatabaseMissingError is a configuration error, not LedgerUnavailableError: the entries went to
     # spool/refused, out of every later drain, for a database the deployment had yet to create.
-    from costaware.ledger_spool import drain
+    from costaware.ledger_spool_drain import drain
 
     folder = tmp_path / "spool"
     spooled = _spool(folder, "a", "b")
@@ -1298,7 +1299,8 @@ def test_an_entry_still_in_the_spool_at_the_runs_end_finds_the_freed_hold_and_is
     import logging
 
     from costaware.core.ledger import LedgerEntry
-    from costaware.ledger_spool import drain, spool_entry
+    from costaware.ledger_spool import spool_entry
+    from costaware.ledger_spool_drain import drain
     from costaware.plugins.reservation_release import release_reservations
 
     ledger_env.set_budget("project=churn", "month", "10")

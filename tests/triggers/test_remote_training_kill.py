@@ -1824,6 +1824,7 @@ def test_a_worker_kills_bill_neither_the_ledger_nor_the_spool_takes_is_logged_wh
     import json
 
     import costaware.ledger_spool as ledger_spool
+    import costaware.ledger_spool_drain as ledger_spool_drain
 
     def no_spool() -> Path:
         raise OSError("read-only file system")
@@ -1848,7 +1849,7 @@ def test_a_worker_kills_bill_neither_the_ledger_nor_the_spool_takes_is_logged_wh
     spool = tmp_path / "saved"
     spool.mkdir()
     (spool / f"{kept['entry']['entry_uid']}.json").write_text(json.dumps(kept))
-    assert ledger_spool.drain(spool, lambda conn_id: ledger).written == 1
+    assert ledger_spool_drain.drain(spool, lambda conn_id: ledger).written == 1
     (entry,) = train_entries(ledger)
     assert entry["entry_uid"] == kept["entry"]["entry_uid"]
 
@@ -1864,6 +1865,7 @@ def test_a_worker_kill_whose_ledger_write_fails_keeps_the_bill_in_the_spool(
     # A worker's wait keeps no wait state: its bill that the ledger refused was lost ("record what it ran by
     # hand"). It is spooled now and written when the ledger is back; the trigger's is left to the reconcile.
     import costaware.ledger_spool as ledger_spool
+    import costaware.ledger_spool_drain as ledger_spool_drain
 
     spool = tmp_path / "spool"
     monkeypatch.setattr(ledger_spool, "spool_dir", lambda: spool)
@@ -1892,7 +1894,7 @@ def test_a_worker_kill_whose_ledger_write_fails_keeps_the_bill_in_the_spool(
     assert len(kept) == 1 and f"kept in {kept[0]} and written when the ledger is back" in said
     assert "record what it ran by hand" not in said
     for _ in range(2):  # the ledger back: written once, however often drained
-        ledger_spool.drain(spool, lambda conn_id: ledger)
+        ledger_spool_drain.drain(spool, lambda conn_id: ledger)
     (entry,) = train_entries(ledger)
     assert entry["entry_uid"] == kept[0].stem and entry["cause"] == "killed" and Decimal(entry["usd"]) > 0
     assert list(spool.glob("*.json")) == []
@@ -1909,6 +1911,7 @@ def test_a_spooled_kill_bill_is_dropped_at_the_drain_where_a_new_try_billed_the_
     from datetime import timedelta
 
     import costaware.ledger_spool as ledger_spool
+    import costaware.ledger_spool_drain as ledger_spool_drain
     from costaware.core.ledger import entry_from_json
     from costaware.training.remote import attempt_key, attempt_uid
 
@@ -1943,7 +1946,7 @@ def test_a_spooled_kill_bill_is_dropped_at_the_drain_where_a_new_try_billed_the_
     )
     assert ledger.record(new_try)
 
-    result = ledger_spool.drain(spool, lambda conn_id: ledger)
+    result = ledger_spool_drain.drain(spool, lambda conn_id: ledger)
     (entry,) = train_entries(ledger)
     assert entry["entry_uid"] == new_try.entry_uid and result.billed_already == 1 and result.written == 0
     assert list(spool.glob("*.json")) == []
@@ -1965,6 +1968,7 @@ def test_a_spooled_kill_bill_is_written_where_a_later_run_under_the_same_job_nam
     from datetime import datetime, timedelta, timezone
 
     import costaware.ledger_spool as ledger_spool
+    import costaware.ledger_spool_drain as ledger_spool_drain
     from costaware.core.ledger import entry_from_json
     from costaware.training.remote import attempt_key, attempt_uid
 
@@ -2002,7 +2006,7 @@ def test_a_spooled_kill_bill_is_written_where_a_later_run_under_the_same_job_nam
     )
     assert ledger.record(later_run)
 
-    result = ledger_spool.drain(spool, lambda conn_id: ledger)
+    result = ledger_spool_drain.drain(spool, lambda conn_id: ledger)
     if not note_gives_end:
         # A row that gives no end reads as a later run only by its writing, as a new try's bill of this run
         # written hours later does: kept for a person, not written (see the test below).
@@ -2012,7 +2016,7 @@ def test_a_spooled_kill_bill_is_written_where_a_later_run_under_the_same_job_nam
         # The person finds the row bills a later run: marked so and moved back, the bill is written.
         held_back.replace(kept)
         kept.write_text(json.dumps({**data, "another_run": True}))
-        result = ledger_spool.drain(spool, lambda conn_id: ledger)
+        result = ledger_spool_drain.drain(spool, lambda conn_id: ledger)
     assert result.written == 1 and result.billed_already == 0
     billed = {row["entry_uid"]: row["usd"] for row in train_entries(ledger)}
     assert billed == {later_run.entry_uid: Decimal("1.00"), killed.entry_uid: killed.usd}
@@ -2036,6 +2040,7 @@ def test_a_spooled_kill_bill_is_dropped_where_a_new_try_billed_the_same_run_hour
     from datetime import timedelta
 
     import costaware.ledger_spool as ledger_spool
+    import costaware.ledger_spool_drain as ledger_spool_drain
     from costaware.core.ledger import entry_from_json
     from costaware.training.remote import attempt_entry, end_of_attempt_note
 
@@ -2084,7 +2089,7 @@ def test_a_spooled_kill_bill_is_dropped_where_a_new_try_billed_the_same_run_hour
         assert end_of_attempt_note(new_try.note) is None
     assert new_try.entry_uid != killed.entry_uid and ledger.record(new_try)
 
-    result = ledger_spool.drain(spool, lambda conn_id: ledger)
+    result = ledger_spool_drain.drain(spool, lambda conn_id: ledger)
     (entry,) = train_entries(ledger)
     assert entry["entry_uid"] == new_try.entry_uid
     if note_gives_end:

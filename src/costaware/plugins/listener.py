@@ -45,8 +45,6 @@ from costaware.glue import (
 from costaware.glue import try_key as _key
 from costaware.ledger_spool import (
     STALE_CLAIM_SECONDS,
-    combined,
-    drain,
     spool_dir,
     spool_dirs_to_drain,
     spool_entry,
@@ -54,6 +52,7 @@ from costaware.ledger_spool import (
     workers_ledger,
 )
 from costaware.ledger_spool import record_and_settle as _record_and_settle
+from costaware.ledger_spool_drain import combined, drain
 from costaware.plugins.reservation_release import (
     end_waiting_gate,
     in_own_thread,
@@ -158,7 +157,7 @@ def write_entry(
 
 
 def _drain_spool(ledger: Any, ledger_conn_id: str) -> None:
-    """Write the entries spooled for ``ledger_conn_id`` (see :func:`costaware.ledger_spool.drain`).
+    """Write the entries spooled for ``ledger_conn_id`` (see :func:`costaware.ledger_spool_drain.drain`).
 
     Never raises: the entry just written stays written, and each spooled one is kept somewhere.
     """

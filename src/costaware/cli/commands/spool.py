@@ -232,10 +232,10 @@ def drain(args: argparse.Namespace) -> int:
         BILLED,
         REFUSED,
         UNSURE,
-        combined,
         workers_ledger,
     )
-    from costaware.ledger_spool import drain as drain_spool
+    from costaware.ledger_spool_drain import combined
+    from costaware.ledger_spool_drain import drain as drain_spool
 
     if getattr(args, "ledger_url", None):
         # Written to another ledger than its task's, an entry counts against budgets that never held it.
