@@ -239,3 +239,47 @@ def test_an_empty_price_file_is_told_as_empty(
         "timestamp,availability_zone,instance_type,product_description,usd_per_hour" in err
     ), err
     assert "[]" not in err
+
+
+@pytest.mark.parametrize(
+    ("encoding", "said"),
+    [
+        # Excel's "Unicode Text", PowerShell 5's "aws ... > prices.json": a UnicodeDecodeError traceback.
+        pytest.param(
+            "utf-16",
+            "{name} is UTF-16 text, as Excel's 'Unicode Text' or PowerShell 5's '>' saves: {kind} is ",
+            id="utf-16",
+        ),
+        pytest.param(
+            "cp1252",
+            "{name} is not UTF-8 text (byte 0xe9 on line {line}; Latin-1 or Windows-1252, perhaps): ",
+            id="windows-1252",
+        ),
+    ],
+)
+@pytest.mark.parametrize(
+    ("flag", "kind", "line"),
+    [("--jobs", "a jobs file", 3), ("--prices", "a price file", 2)],
+    ids=["jobs", "prices"],
+)
+def test_a_jobs_or_price_file_that_is_not_utf8_is_told_what_it_is_and_how_to_save_it(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    encoding: str,
+    said: str,
+    flag: str,
+    kind: str,
+    line: int,
+) -> None:
+    f = _files(tmp_path)
+    given = {"--jobs": f["jobs"], "--prices": f["prices"]}
+    hurried = Path(given[flag])
+    lines = hurried.read_text(encoding="utf-8").splitlines(keepends=True)
+    # A non-ASCII letter where a hurried user types one: in a job's name, after a price.
+    lines[line - 1] = lines[line - 1].replace("cloud", "cl\u00e9ud").replace("\n", " \u00e9\n")
+    hurried.write_bytes("".join(lines).encode(encoding))
+    assert main(["simulate", *[arg for pair in given.items() for arg in pair]]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    assert said.format(name=hurried.name, kind=kind, line=line) in err, err
+    assert f"{kind} is read as UTF-8; save it as UTF-8 (Excel: 'CSV UTF-8')" in err, err

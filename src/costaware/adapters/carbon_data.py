@@ -19,7 +19,7 @@ from importlib import resources
 from pathlib import Path
 
 from costaware.core.carbon import Machine, PowerModel
-from costaware.core.errors import ConfigurationError, InvalidPriceDataError, unreadable_file
+from costaware.core.errors import ConfigurationError, InvalidPriceDataError, not_utf8_text, unreadable_file
 from costaware.core.prices import InstanceOffer
 from costaware.core.series import PriceSeries
 
@@ -148,16 +148,13 @@ def load_carbon(path: str | Path, *, basis: str = "lca") -> PriceSeries:
 
 def not_utf8_carbon_file(name: str, data: bytes, at: int) -> str:
     """Why a carbon file is not read, its bytes not UTF-8 from ``at`` on: what it is, and how to save it."""
-    # Excel's "Unicode Text" and PowerShell 5's default redirect write UTF-16, with its byte-order mark.
-    utf16 = data.startswith((b"\xff\xfe", b"\xfe\xff"))
-    line = with_lf_line_ends(data[:at].decode("latin-1")).count("\n") + 1  # a CR-only file's lines too
-    what = (
-        "UTF-16 text, as Excel's 'Unicode Text' saves"
-        if utf16
-        else f"not UTF-8 text (byte 0x{data[at]:02x} on line {line}; Latin-1 or Windows-1252, perhaps)"
-    )
-    return (
-        f"{name} is {what}: a carbon intensity CSV is read as UTF-8; save it as 'CSV UTF-8' (comma-separated)"
+    return not_utf8_text(
+        name,
+        data,
+        at,
+        kind="a carbon intensity CSV",
+        save_as="'CSV UTF-8' (comma-separated)",
+        utf16_writers="Excel's 'Unicode Text'",
     )
 
 

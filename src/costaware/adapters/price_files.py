@@ -6,7 +6,7 @@ import functools
 from importlib import resources
 from pathlib import Path
 
-from costaware.core.errors import InvalidPriceDataError, unreadable_file
+from costaware.core.errors import InvalidPriceDataError, not_utf8_text, unreadable_file
 from costaware.core.prices import PriceCatalog
 
 ONDEMAND_FILE = "aws_ondemand_prices.csv"
@@ -37,10 +37,7 @@ def catalog_from_files(
     def read(path: str | Path | None) -> str | None:
         if path is None:
             return None
-        try:
-            return Path(path).read_text(encoding="utf-8")
-        except OSError as e:
-            raise InvalidPriceDataError(unreadable_file("price file", path, e)) from e
+        return read_recorded_file(path, "price file")
 
     text = read(ondemand)
     assert text is not None  # ondemand is required by the signature
@@ -48,3 +45,22 @@ def catalog_from_files(
         return PriceCatalog.from_csv_text(text, read(spot_advisor), read(transfer))
     except InvalidPriceDataError as e:
         raise InvalidPriceDataError(f"{ondemand}: {e}") from e
+
+
+def read_recorded_file(path: str | Path, what: str, *, save_as: str = "UTF-8 (Excel: 'CSV UTF-8')") -> str:
+    """The text of a recorded file (``what``: "price file"), read as UTF-8 as ``Path.read_text`` reads it.
+
+    Raises:
+        InvalidPriceDataError: the file cannot be read (where it was looked for), or is not UTF-8 (what it is
+            and how to save it: UTF-16 or Windows-1252 text was a UnicodeDecodeError traceback).
+    """
+    try:
+        data = Path(path).read_bytes()
+    except OSError as e:
+        raise InvalidPriceDataError(unreadable_file(what, path, e)) from e
+    try:
+        return data.decode("utf-8").replace("\r\n", "\n").replace("\r", "\n")
+    except UnicodeDecodeError as e:
+        raise InvalidPriceDataError(
+            not_utf8_text(Path(path).name, data, e.start, kind=f"a {what}", save_as=save_as)
+        ) from e

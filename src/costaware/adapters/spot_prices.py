@@ -20,11 +20,11 @@ from decimal import Decimal
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from costaware.adapters.price_files import read_recorded_file
 from costaware.core.errors import (
     ConfigurationError,
     InvalidPriceDataError,
     PriceNotFoundError,
-    unreadable_file,
 )
 from costaware.core.series import AvailabilityTrace, PriceSeries
 
@@ -175,13 +175,6 @@ class SpotPriceHistory:
 # -- recorded files -----------------------------------------------------------------------------------------
 
 
-def _read(path: str | Path, what: str) -> str:
-    try:
-        return Path(path).read_text(encoding="utf-8")
-    except OSError as e:
-        raise InvalidPriceDataError(unreadable_file(what, path, e)) from e
-
-
 def _json_documents(text: str, source: str) -> list[Any]:
     """All JSON documents in ``text`` (the AWS CLI's paged output can hold several back to back)."""
     decoder = json.JSONDecoder()
@@ -330,7 +323,9 @@ def _spot_csv_records(reader: CsvReader, header: list[str], source: str) -> Iter
 
 def load_spot_history(path: str | Path, *, products: Sequence[str] = LINUX) -> SpotPriceHistory:
     """Read a recorded spot price file (JSON or CSV)."""
-    return spot_history_from_text(_read(path, "spot price file"), source=Path(path).name, products=products)
+    return spot_history_from_text(
+        read_recorded_file(path, "spot price file"), source=Path(path).name, products=products
+    )
 
 
 def is_electricity_csv(text: str) -> bool:
@@ -385,7 +380,7 @@ def electricity_from_text(text: str, *, source: str) -> PriceSeries:
 
 def load_electricity(path: str | Path) -> PriceSeries:
     """Read an hourly electricity price CSV (``timestamp_utc,usd_per_mwh``)."""
-    return electricity_from_text(_read(path, "electricity price file"), source=Path(path).name)
+    return electricity_from_text(read_recorded_file(path, "electricity price file"), source=Path(path).name)
 
 
 def electricity_usd_per_hour(usd_per_mwh: PriceSeries, power_kw: Decimal) -> PriceSeries:
@@ -417,7 +412,9 @@ def availability_from_text(text: str, *, source: str, start: datetime) -> Availa
 
 def load_availability(path: str | Path, *, start: datetime) -> AvailabilityTrace:
     """Read a spot availability trace; ``start`` is the instant of its first sample."""
-    return availability_from_text(_read(path, "availability trace"), source=Path(path).name, start=start)
+    return availability_from_text(
+        read_recorded_file(path, "availability trace", save_as="UTF-8"), source=Path(path).name, start=start
+    )
 
 
 # -- live prices --------------------------------------------------------------------------------------------

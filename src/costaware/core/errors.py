@@ -152,6 +152,31 @@ def unreadable_file(what: str, path: str | PathLike[str], error: OSError) -> str
     return f"cannot read {what} {text!r}{where}: {error.strerror or error}; {advice}"
 
 
+#: Who writes UTF-16 text: Excel's "Unicode Text", and PowerShell 5's default redirect (``aws ... > f.json``).
+UTF16_WRITERS = "Excel's 'Unicode Text' or PowerShell 5's '>'"
+
+
+def not_utf8_text(
+    name: str,
+    data: bytes,
+    at: int,
+    *,
+    kind: str,
+    save_as: str = "UTF-8 (Excel: 'CSV UTF-8')",
+    utf16_writers: str = UTF16_WRITERS,
+) -> str:
+    """Why file ``name`` is not read, its bytes not UTF-8 from ``at`` on: what it is, and how to save it.
+
+    ``kind``: what the file is read as ("a jobs file"); ``save_as``: the encoding (and format) to save it in.
+    """
+    if data.startswith((b"\xff\xfe", b"\xfe\xff")):  # UTF-16's byte-order mark
+        what = f"UTF-16 text, as {utf16_writers} saves"
+    else:
+        line = data[:at].replace(b"\r\n", b"\n").replace(b"\r", b"\n").count(b"\n") + 1  # CR-only too
+        what = f"not UTF-8 text (byte 0x{data[at]:02x} on line {line}; Latin-1 or Windows-1252, perhaps)"
+    return f"{name} is {what}: {kind} is read as UTF-8; save it as {save_as}"
+
+
 def _unreadable_advice(error: OSError, relative: bool) -> str:
     """What to do about ``error``: "check the name" was the advice for a folder or a file not allowed too."""
     if error.errno == errno.EISDIR:

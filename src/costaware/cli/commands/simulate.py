@@ -20,7 +20,7 @@ from typing import Any
 from costaware.cli.arguments import midnight_utc
 from costaware.cli.output import emit
 from costaware.core.carbon import OBJECTIVES, Objective
-from costaware.core.errors import ConfigurationError, PriceNotFoundError, unreadable_file
+from costaware.core.errors import ConfigurationError, PriceNotFoundError, not_utf8_text, unreadable_file
 from costaware.core.given import not_given
 from costaware.core.money import format_usd_exact
 from costaware.core.series import PriceSeries
@@ -41,9 +41,13 @@ def read_jobs(path: str | Path) -> list[Job]:
         ConfigurationError: unreadable file, wrong shape, or a bad job (the message names it).
     """
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        data = Path(path).read_bytes()
     except OSError as e:
         raise ConfigurationError(unreadable_file("jobs file", path, e)) from e
+    try:
+        text = data.decode("utf-8").replace("\r\n", "\n").replace("\r", "\n")  # as read_text reads it
+    except UnicodeDecodeError as e:  # Excel's "Unicode Text" was a UnicodeDecodeError traceback
+        raise ConfigurationError(not_utf8_text(Path(path).name, data, e.start, kind="a jobs file")) from e
     rows: Any
     if text.lstrip().startswith(("[", "{")):
         try:
@@ -73,7 +77,7 @@ def _market(
     args: argparse.Namespace, jobs: Sequence[Job], availability_file: str | None = None
 ) -> tuple[MarketData, list[str]]:
     from costaware.adapters import spot_prices
-    from costaware.adapters.price_files import bundled_catalog, catalog_from_files
+    from costaware.adapters.price_files import bundled_catalog, catalog_from_files, read_recorded_file
 
     if not jobs:  # said before the traces are read (they start at the first job: a traceback, before)
         raise ConfigurationError("no jobs to simulate; the jobs file has no rows")
@@ -81,10 +85,7 @@ def _market(
     histories: list[spot_prices.SpotPriceHistory] = []
     electricity: PriceSeries | None = None
     for file in args.prices or ():
-        try:
-            text = Path(file).read_text(encoding="utf-8")
-        except OSError as e:
-            raise ConfigurationError(unreadable_file("price file", file, e)) from e
+        text = read_recorded_file(file, "price file")
         if spot_prices.is_electricity_csv(text):
             if electricity is not None:
                 raise ConfigurationError(f"{file}: give one electricity price file, not several")
