@@ -179,7 +179,17 @@ def test_a_carbon_source_the_scheduler_could_not_read_fails_when_the_dag_is_pars
         ),
         ("carbon", "", r"lacks column\(s\) timestamp_utc, .* \(the file is empty\)"),
         ("electricity", "timestamp_utc,g_co2eq_per_kwh_lca\n", r"lacks column\(s\) usd_per_mwh"),
-        ("electricity", '"timestamp_utc","usd_per_mwh"\n', None),  # quoted, as the reader takes it
+        ("electricity", '"timestamp_utc","usd_per_mwh"\n2023-01-01T00:00:00Z,42.5\n', None),  # quoted
+        # A header alone passed, and the scheduler's reader refused it, said in its log only: each run then
+        # started when its window opened.
+        (
+            "electricity",
+            "timestamp_utc,usd_per_mwh\n",
+            r"electricity='.*wrong\.csv' has a header but no rows: add a row per hour under its header "
+            r"\(timestamp_utc,usd_per_mwh\), or pass a recorded hourly electricity price CSV",
+        ),
+        ("electricity", "\ufefftimestamp_utc,usd_per_mwh\n\n \n", "has a header but no rows"),
+        ("carbon", "timestamp_utc,g_co2eq_per_kwh_lca\n", r"carbon='.*wrong\.csv' has a header but no rows"),
     ],
 )
 def test_a_file_of_another_format_fails_when_the_dag_is_parsed(
@@ -217,7 +227,7 @@ def test_the_parse_checks_are_for_ranked_runs_and_not_for_a_rebuilt_timetable(tm
     # The scheduler and API server rebuild it from its serialized form: the DAG processor's files need not
     # be there too (the scheduler reads them only when it asks for the next run).
     csv = tmp_path / "GB.csv"
-    csv.write_text("timestamp_utc,g_co2eq_per_kwh_lca\n")
+    csv.write_text("timestamp_utc,g_co2eq_per_kwh_lca\n2023-01-01T00:00:00Z,200\n")
     tt = OffPeakTimetable(["22:00-06:00"], objective="carbon", carbon=str(csv), run_hours=2)
     csv.unlink()
     assert OffPeakTimetable.deserialize(tt.serialize()) == tt

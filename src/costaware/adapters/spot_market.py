@@ -383,13 +383,13 @@ def check_grid_zone(zone: str) -> None:
 def check_local_file(path: str, name: str, what: str, *, columns: Sequence[Sequence[str]] = ()) -> None:
     """Refuse a ``path`` that is no local file, or whose header lacks ``columns``.
 
-    ``columns``: for each, the names of which the header must have one. Only the first line is read: the
-    rows are the reader's, when the series is needed.
+    ``columns``: for each, the names of which the header must have one. Only the header and the first row
+    are read: the rows' values are the reader's, when the series is needed.
 
     Raises:
         ConfigurationError: ``name=path is not a file`` (a URI too: the carbon and electricity readers read
-            local files, and an s3:// one passed here, then failed every run as "No such file"), or lacks
-            a column, with ``what`` to pass instead.
+            local files, and an s3:// one passed here, then failed every run as "No such file"), lacks a
+            column, or (given ``columns``) has no row under its header, with ``what`` to pass instead.
     """
     if "://" in path:
         raise ConfigurationError(
@@ -409,6 +409,8 @@ def check_local_file(path: str, name: str, what: str, *, columns: Sequence[Seque
             # As the readers read it: a quoted header ("timestamp_utc","usd_per_mwh") is a good one.
             first = handle.readline().lstrip("\ufeff")
             header = [c.strip() for c in next(csv.reader([first]), [""])] or [""]
+            # Blank lines are no rows to the readers either; the first row ends the read.
+            has_rows = any(line.strip() for line in handle)
     except (OSError, UnicodeDecodeError) as e:
         raise ConfigurationError(f"{name}={path!r} cannot be read ({e}): pass {what}") from e
     missing = [" or ".join(names) for names in columns if not any(n in header for n in names)]
@@ -417,6 +419,12 @@ def check_local_file(path: str, name: str, what: str, *, columns: Sequence[Seque
         shown = "the file is empty" if header == [""] else f"its header is {','.join(header)[:120]!r}"
         raise ConfigurationError(
             f"{name}={path!r} lacks column(s) {', '.join(missing)} ({shown}): pass {what}"
+        )
+    if not has_rows:
+        # Passed here, the reader refused it when the scheduler asked for a run: said only in its log.
+        raise ConfigurationError(
+            f"{name}={path!r} has a header but no rows: add a row per hour under its header "
+            f"({','.join(header)[:120]}), or pass {what}"
         )
 
 
