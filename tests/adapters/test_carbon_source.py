@@ -69,7 +69,9 @@ def test_a_two_letter_zone_is_asked_about_only_where_its_spaces_differ(tmp_path:
     for typed, meant in ((" PL", "'PL'"), ("GB ", "'GB'")):
         with pytest.raises(PriceNotFoundError) as caught:
             source.intensity(typed, T0, T0 + timedelta(hours=1))
-        assert f"grid zone {typed!r}: did you mean {meant}? If not, recorded zones are " in str(caught.value)
+        assert f"grid zone {typed!r}: did you mean {meant}? Zone ids are written with '-'," in str(
+            caught.value
+        )
     for typed in ("PK", "GR", "GN", "gn", "XX"):
         with pytest.raises(PriceNotFoundError) as caught:
             source.intensity(typed, T0, T0 + timedelta(hours=1))

@@ -209,9 +209,34 @@ def test_a_zone_typo_is_told_the_zone_meant(
     # only the list of zones and "import a file with --zone DE_LU", which the import refuses.
     assert main(["carbon", "show", "--zone", zone, "--source", "bundled", "--start", "2023-06-14"]) == 2
     err = capsys.readouterr().err
-    assert f"no recorded carbon intensity for grid zone {zone!r}: did you mean {meant!r}? If not, " in err, (
-        err
-    )
+    assert f"no recorded carbon intensity for grid zone {zone!r}: did you mean {meant!r}?" in err, err
+    # Written alike but for '_', spaces or case, it is the zone meant: no other zone is typed so, and the
+    # import of one under the id as typed (--zone DE_LU) was advised, which the import refuses.
+    spelled_alike = zone.strip().replace("_", "-").upper() == meant
+    assert ("If not, " in err) is not spelled_alike and ("carbon import" in err) is not spelled_alike, err
+
+
+@pytest.mark.parametrize(
+    ("source", "zone", "advised"),
+    [
+        ("bundled", "XX_YY", "XX-YY"),
+        ("bundled", "xx yy", "xx-yy"),
+        ("bundled", ".XX", "XX"),
+        ("bundled", "AU/TAS", "AU-TAS"),
+        ("live", "DE_LU", "DE-LU"),
+        ("live", "de lu", "DE-LU"),
+        ("live", "PL", "PL"),
+    ],
+)
+def test_the_import_an_unknown_zone_is_advised_is_one_the_import_takes(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, source: str, zone: str, advised: str
+) -> None:
+    # "import a file with `costaware carbon import FILE --zone DE_LU`", which the import refuses ("not a grid
+    # zone name (... no '_', '/', space or leading '.')").
+    assert main(["carbon", "show", "--zone", zone, "--source", source, "--start", "2023-06-14"]) == 2
+    err = capsys.readouterr().err
+    assert f"`costaware carbon import FILE --zone {advised}`" in err, err
+    assert main(["carbon", "import", str(RECORDED), "--zone", advised]) == 0, capsys.readouterr().err
 
 
 #: Real grid zones (Electricity Maps ids) near a known one: GR is Greece, not a typo of GB; PK Pakistan.

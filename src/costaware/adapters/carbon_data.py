@@ -247,6 +247,16 @@ def zone_hint(name: str) -> str:
     return ""
 
 
+def importable_zone(zone: str) -> str:
+    """``zone`` as ``costaware carbon import --zone`` takes it (``DE_LU``, ``de lu`` -> ``DE-LU``).
+
+    The import refuses '_', '/', spaces and a leading '.' in a zone id, and a known zone in another case; an
+    error that told it to import under the id as typed (``--zone DE_LU``) sent the user to that refusal.
+    """
+    dashed = re.sub(r"[_/\s]+", "-", str(zone).strip()).strip("-").lstrip(".")
+    return next((z for z in known_grid_zones() if z.upper() == dashed.upper()), dashed)
+
+
 def known_grid_zones() -> list[str]:
     """The grid zones costaware knows by name: the bundled years' and those of data/region_grids.csv."""
     return sorted({*bundled_zones(), *_region_grids().values()})

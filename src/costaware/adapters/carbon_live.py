@@ -121,9 +121,11 @@ class LiveCarbon:
     @staticmethod
     def _check_zone(zone: str) -> None:
         if zone not in LIVE_ZONES:
+            from costaware.adapters.carbon_data import importable_zone
+
             raise ConfigurationError(
                 f"the live carbon source (GB Carbon Intensity API) covers zone GB only, not {zone!r}: "
-                f"import a recorded file with `costaware carbon import FILE --zone {zone}` "
+                f"import a recorded file with `costaware carbon import FILE --zone {importable_zone(zone)}` "
                 "(or wait for a provider that covers it)"
             )
 

@@ -16,7 +16,13 @@ from datetime import datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
 
-from costaware.adapters.carbon_data import bundled_carbon, bundled_zones, load_carbon, zone_hint
+from costaware.adapters.carbon_data import (
+    bundled_carbon,
+    bundled_zones,
+    importable_zone,
+    load_carbon,
+    zone_hint,
+)
 from costaware.adapters.carbon_live import LIVE_ZONES
 from costaware.adapters.carbon_window import (
     _HOUR,
@@ -154,11 +160,17 @@ class RecordedCarbon:
                     f"no recorded carbon intensity for grid zone {zone!r}: {hint.strip()}"
                 )
             near = near_zones(zone, self.zones)
+            importable = importable_zone(zone)
+            if near == [importable]:  # DE_LU, ' GB': the zone meant, as written; no other is typed so
+                raise PriceNotFoundError(
+                    f"no recorded carbon intensity for grid zone {zone!r}: did you mean {near[0]!r}? "
+                    "Zone ids are written with '-', without '_' or spaces, and are case-sensitive"
+                )
             meant = f"did you mean {' or '.join(map(repr, near))}? If not, " if near else ""
             raise PriceNotFoundError(
                 f"no recorded carbon intensity for grid zone {zone!r}: {meant}recorded zones are "
                 f"{', '.join(self.zones) or 'none'}; import a file with "
-                f"`costaware carbon import FILE --zone {zone}`{_or_live(zone)}{self._not_read(zone)}"
+                f"`costaware carbon import FILE --zone {importable}`{_or_live(zone)}{self._not_read(zone)}"
             )
         # An imported file of a few hours used to hide the zone's bundled 2023 data for every other hour.
         return self.zone_files(zone) + bundled
