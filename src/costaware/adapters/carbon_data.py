@@ -257,6 +257,13 @@ def importable_zone(zone: str) -> str:
     return next((z for z in known_grid_zones() if z.upper() == dashed.upper()), dashed)
 
 
+@functools.cache
+def real_grid_zones() -> frozenset[str]:
+    """Every grid zone id that exists (Electricity Maps' ids, ``data/grid_zone_ids.txt``), in capitals."""
+    text = (resources.files("costaware") / _DATA / "grid_zone_ids.txt").read_text(encoding="utf-8")
+    return frozenset(line.strip().upper() for line in text.splitlines() if line.strip()[:1] not in ("", "#"))
+
+
 def known_grid_zones() -> list[str]:
     """The grid zones costaware knows by name: the bundled years' and those of data/region_grids.csv."""
     return sorted({*bundled_zones(), *_region_grids().values()})

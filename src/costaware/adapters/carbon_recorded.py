@@ -21,6 +21,7 @@ from costaware.adapters.carbon_data import (
     bundled_zones,
     importable_zone,
     load_carbon,
+    real_grid_zones,
     zone_hint,
 )
 from costaware.adapters.carbon_live import LIVE_ZONES
@@ -381,28 +382,46 @@ class RecordedCarbon:
 
 
 #: How alike (difflib's ratio) a zone id of three characters or more must be to a known one to be asked
-#: about: typos score 0.91-0.96 (US-CAL-CAISO, DE-LUX, AU-NSWW), real zones 0.61-0.83 (AU-SA, AU-TAS and
-#: AU-NSW-LHI for AU-NSW, US-CAL-LDWP and US-MIDW-MISO for US-CAL-CISO, DK-DK2 for DK-DK1).
+#: about beside one edit away: typos score 0.91-0.96 (US-CAL-CAISO, DE-LUX, AU-NSWW).
 TYPO_RATIO = 0.85
 
 
 def near_zones(zone: str, zones: Sequence[str]) -> list[str]:
-    """The zone of ``zones`` that ``zone`` is likely a typo of (``DE_LU``, `` GB``, ``US-CAL-CAISO``), or [].
+    """The zone of ``zones`` that ``zone`` is likely a typo of (``DE_LU``, ``AU-NSV``, ``GV``), or [].
 
-    zone_hint's look-up needs three letters, and a typo of a longer id got none. Asked for a real zone, the
-    hint misleads ("did you mean 'GB'?" for Greece's GR): two letters are asked about only where spaces,
-    underscores or case alone differ (any other two letters may be a country's zone), a longer id also where
-    it scores :data:`TYPO_RATIO`.
+    Written alike but for spaces, '_' or case, it is the zone meant. Otherwise a zone id that exists
+    (:func:`real_grid_zones`: GR, PK, AU-TAS, DK-DK2) is never asked about, however close to a known one:
+    "did you mean 'GB'?" for Greece misled. Any other id one letter changed, swapped, left out or added
+    away from a known one (``AU-NSV``, ``GV`` for GB), or scoring :data:`TYPO_RATIO`, is.
     """
     by_spelling = {z.upper(): z for z in zones}
     # A space pasted around it, '_' for '-', lower case: marks and a case no zone id is written with.
     spelled = re.sub(r"[_\s]+", "-", zone.strip()).upper()
     if spelled in by_spelling:
         return [by_spelling[spelled]]
-    if len(spelled) <= 2:
+    if spelled in real_grid_zones():
         return []
-    longer = [spelling for spelling in by_spelling if len(spelling) > 2]
+    one_edit = [z for z in by_spelling if _one_edit_apart(spelled, z)]
+    if one_edit:
+        return [by_spelling[max(one_edit, key=lambda z: difflib.SequenceMatcher(None, spelled, z).ratio())]]
+    longer = [spelling for spelling in by_spelling if len(spelling) > 2] if len(spelled) > 2 else []
     return [by_spelling[z] for z in difflib.get_close_matches(spelled, longer, n=1, cutoff=TYPO_RATIO)]
+
+
+def _one_edit_apart(a: str, b: str) -> bool:
+    """Whether ``a`` is ``b`` with one character changed, two neighbours swapped, or one left out or added."""
+    if a == b or abs(len(a) - len(b)) > 1:
+        return False
+    if len(a) == len(b):
+        diffs = [i for i, (x, y) in enumerate(zip(a, b, strict=True)) if x != y]
+        swapped = (
+            len(diffs) == 2
+            and diffs[1] == diffs[0] + 1
+            and a[diffs[0]] + a[diffs[1]] == b[diffs[1]] + b[diffs[0]]
+        )
+        return len(diffs) == 1 or swapped
+    short, long = sorted((a, b), key=len)
+    return any(long[:i] + long[i + 1 :] == short for i in range(len(long)))
 
 
 def _or_live(zone: str) -> str:
