@@ -150,6 +150,21 @@ def test_a_carbon_written_as_none_is_refused_not_read_as_not_given(written: str,
         ),
         ({"objective": "carbon", "carbon": "XX"}, "no bundled carbon intensity for grid zone 'XX': bundled"),
         ({"objective": "carbon", "carbon": "gb"}, "grid zone 'gb': did you mean 'GB'\\?"),
+        # Only the bundled zones were listed for these, where carbon show asks about the zone meant.
+        (
+            {"objective": "carbon", "carbon": "DE_LU"},
+            "grid zone 'DE_LU': did you mean 'DE-LU'\\? Zone ids are written with '-'",
+        ),
+        (
+            {"objective": "carbon", "carbon": "AU-NSV"},
+            "grid zone 'AU-NSV': did you mean 'AU-NSW'\\? If not, .* `costaware carbon import FILE "
+            "--zone AU-NSV`",
+        ),
+        ({"objective": "carbon", "carbon": "GV"}, "grid zone 'GV': did you mean 'GB'\\? If not"),
+        (
+            {"objective": "carbon", "carbon": "GR"},
+            "no bundled carbon intensity for grid zone 'GR': bundled are",
+        ),
         ({"objective": "carbon", "carbon": "/no/such/GB.csv"}, "carbon='/no/such/GB.csv' is not a file"),
         ({"electricity": "caiso.csv"}, "electricity='caiso.csv' is not a file"),
         # Passed at parse, then every run failed "No such file": the readers read local files only.

@@ -365,7 +365,8 @@ def check_grid_zone(zone: str) -> None:
         ConfigurationError: the zone, the imported or bundled name where only its case differs, and the
             zones that are bundled.
     """
-    from costaware.adapters.carbon_data import check_bundled_zone
+    from costaware.adapters.carbon_data import bundled_zones, check_bundled_zone, importable_zone, zone_hint
+    from costaware.adapters.carbon_recorded import near_zones
     from costaware.adapters.carbon_source import imported_zones
 
     imported = imported_zones()
@@ -376,6 +377,21 @@ def check_grid_zone(zone: str) -> None:
         raise ConfigurationError(
             f"no carbon intensity for grid zone {zone!r}: did you mean {same[0]!r}, imported with "
             "`costaware carbon import`? Zone names are case-sensitive"
+        )
+    # DE_LU, AU-NSV got the bundled zones' list alone, where carbon show asks whether the one close was meant.
+    near = (
+        [] if zone in bundled_zones() or zone_hint(zone) else near_zones(zone, [*imported, *bundled_zones()])
+    )
+    if near == [importable_zone(zone)]:
+        raise ConfigurationError(
+            f"no carbon intensity for grid zone {zone!r}: did you mean {near[0]!r}? Zone ids are written "
+            "with '-', without '_' or spaces, and are case-sensitive"
+        )
+    if near:
+        raise ConfigurationError(
+            f"no carbon intensity for grid zone {zone!r}: did you mean {near[0]!r}? If not, pass the path of "
+            f"a recorded carbon intensity CSV, or import one with `costaware carbon import FILE --zone "
+            f"{importable_zone(zone)}`"
         )
     check_bundled_zone(zone)
 
