@@ -101,11 +101,14 @@ def test_carbon_takes_a_bundled_zone_as_the_operators_do(
     bundled = Path(costaware.__file__).parent / "data" / "carbon_intensity" / "GB_2023.csv"
     by_file = _run(capsys, ["--jobs", f["jobs"], "--carbon", str(bundled), "--objective", "carbon"])
     assert by_zone == by_file and by_zone["policies"]["oracle"]["kg_co2e"] is not None
-    # A zone typed in lower case was "cannot read carbon intensity file 'gb'".
-    assert main(["simulate", "--jobs", f["jobs"], "--carbon", "gb", "--objective", "carbon"]) == 2
-    assert "--carbon 'gb' is neither a file nor a bundled grid zone: did you mean 'GB'?" in (
-        capsys.readouterr().err
-    )
+    # A zone typed in lower case was "cannot read carbon intensity file 'gb'"; with '_' or a letter changed
+    # (DE_LU, AU-NSV, GV) it was told the bundled zones alone; a real zone (GR) still is.
+    for typed, meant in (("gb", "GB"), ("DE_LU", "DE-LU"), ("AU-NSV", "AU-NSW"), ("GV", "GB"), ("GR", None)):
+        assert main(["simulate", "--jobs", f["jobs"], "--carbon", typed, "--objective", "carbon"]) == 2
+        said = f"--carbon {typed!r} is neither a file nor a bundled grid zone: " + (
+            f"did you mean {meant!r}? " if meant else "bundled are"
+        )
+        assert said in capsys.readouterr().err, typed
 
 
 def test_the_table_shows_kg_co2e(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -243,11 +243,13 @@ def carbon_inputs(args: argparse.Namespace) -> tuple[Objective, PriceSeries | No
     if file in bundled_zones() and not Path(file).exists():  # a zone, as the operators take it
         return objective, bundled_carbon(file)
     if not Path(file).exists() and "/" not in file and "." not in file:
-        # Neither a file nor a bundled zone: most likely a zone typed wrong ("gb" for "GB"); said as such,
-        # with the zones there are, rather than "cannot read carbon intensity file 'gb'".
+        # Neither a file nor a bundled zone: most likely a zone typed wrong ("gb", "DE_LU", "AU-NSV"); said as
+        # such, with the zones there are, rather than "cannot read carbon intensity file 'gb'".
+        from costaware.adapters.carbon_recorded import near_zones
+
         zones = bundled_zones()
-        same = [z for z in zones if z.lower() == file.lower()]
-        meant = f"did you mean {same[0]!r}? " if same else ""
+        near = near_zones(file, zones)
+        meant = f"did you mean {near[0]!r}? " if near else ""
         raise ConfigurationError(
             f"--carbon {file!r} is neither a file nor a bundled grid zone: {meant}bundled are "
             f"{', '.join(zones)} (case-sensitive); or give the path of an hourly carbon intensity CSV"
