@@ -355,6 +355,29 @@ def test_a_file_the_scheduler_cannot_read_starts_the_run_when_its_window_opens(
     assert "cannot rank the hours of the window" in caplog.text and str(csv) in caplog.text
 
 
+def test_a_file_saved_as_windows_1252_past_its_first_lines_starts_the_run_and_says_what_it_is(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The parse check reads the header and first row; a Windows-1252 byte further on passed it, and the
+    # scheduler's reader raised a UnicodeDecodeError, which the timetable's fallback (CostawareError, OSError)
+    # let through: the scheduler's next_dagrun_info failed.
+    csv = tmp_path / "power.csv"
+    rows = [
+        f"2025-06-{d:02d}T{h:02d}:00:00Z,{10 if h in (3, 4) else 90}\n"
+        for d in range(1, 30)
+        for h in range(24)
+    ]
+    rows[-1] = rows[-1].replace("\n", " \u20ac\n")  # a euro sign, typed after the last price
+    csv.write_bytes(("timestamp_utc,usd_per_mwh\n" + "".join(rows)).encode("cp1252"))
+    timetable = OffPeakTimetable(["00:00-06:00"], timezone="UTC", run_hours=2, electricity=str(csv))
+    window = TimeRestriction(earliest=pendulum.datetime(2025, 6, 11, tz="UTC"), latest=None, catchup=True)
+    info = timetable.next_dagrun_info(last_automated_data_interval=None, restriction=window)
+    assert info is not None and info.run_after == pendulum.datetime(2025, 6, 11, tz="UTC")
+    assert (
+        "power.csv is not UTF-8 text (byte 0x80 on line 697; Latin-1 or Windows-1252, perhaps)" in caplog.text
+    )
+
+
 def test_the_timetable_follows_an_import_as_far_as_its_window(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
