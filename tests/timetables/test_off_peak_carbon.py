@@ -222,6 +222,35 @@ def test_a_file_of_another_format_fails_when_the_dag_is_parsed(
         OffPeakTimetable(["22:00-06:00"], run_hours=2, **kwargs)  # type: ignore[arg-type]
 
 
+@pytest.mark.parametrize("argument", ["electricity", "carbon"])
+@pytest.mark.parametrize(
+    ("encoding", "said"),
+    [
+        ("utf-16", "power.csv is UTF-16 text, as Excel's 'Unicode Text' or PowerShell 5's '>' saves"),
+        ("cp1252", "power.csv is not UTF-8 text (byte 0xe9 on line 2; Latin-1 or Windows-1252, perhaps)"),
+    ],
+    ids=["utf-16", "windows-1252"],
+)
+def test_a_file_that_is_not_utf8_is_told_what_it_is_when_the_dag_is_parsed(
+    tmp_path: Path, argument: str, encoding: str, said: str
+) -> None:
+    # It was "cannot be read ('utf-8' codec can't decode byte 0xff in position 0: invalid start byte)".
+    csv = tmp_path / "power.csv"
+    header = "timestamp_utc,usd_per_mwh" if argument == "electricity" else "timestamp_utc,g_co2eq_per_kwh_lca"
+    csv.write_bytes(f"{header}\n2023-01-01T00:00:00Z,42.5 \u00e9\n".encode(encoding))
+    kwargs = (
+        {"electricity": str(csv)}
+        if argument == "electricity"
+        else {"objective": "carbon", "carbon": str(csv)}
+    )
+    with pytest.raises(ConfigurationError) as caught:
+        OffPeakTimetable(["22:00-06:00"], run_hours=2, **kwargs)  # type: ignore[arg-type]
+    assert str(caught.value) == (
+        f"{argument}={str(csv)!r}: {said}: the {argument} file is read as UTF-8; save it as UTF-8 (Excel: "
+        "'CSV UTF-8')"
+    )
+
+
 @pytest.mark.parametrize(("name", "value"), [("run_hours", "2h"), ("power_kw", "6.5kW")])
 def test_a_length_or_power_with_a_unit_is_named(name: str, value: str) -> None:
     with pytest.raises(ConfigurationError, match=rf"{name}='{value}' is not a number of"):

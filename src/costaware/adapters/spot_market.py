@@ -427,8 +427,10 @@ def check_local_file(path: str, name: str, what: str, *, columns: Sequence[Seque
             header = [c.strip() for c in next(csv.reader([first]), [""])] or [""]
             # Blank lines are no rows to the readers either; the first row ends the read.
             has_rows = any(line.strip() for line in handle)
-    except (OSError, UnicodeDecodeError) as e:
+    except OSError as e:
         raise ConfigurationError(f"{name}={path!r} cannot be read ({e}): pass {what}") from e
+    except UnicodeDecodeError as e:  # said as the readers say it: what the file is, and how to save it
+        raise ConfigurationError(f"{name}={path!r}: {_not_utf8_head(file, name, e)}") from e
     missing = [" or ".join(names) for names in columns if not any(n in header for n in names)]
     if missing:
         # Found by the scheduler instead, the error stopped the DAG's schedule with nothing in the UI.
@@ -442,6 +444,22 @@ def check_local_file(path: str, name: str, what: str, *, columns: Sequence[Seque
             f"{name}={path!r} has a header but no rows: add a row per hour under its header "
             f"({','.join(header)[:120]}), or pass {what}"
         )
+
+
+def _not_utf8_head(file: Path, name: str, error: UnicodeDecodeError) -> str:
+    """Why ``file``'s first bytes are not UTF-8: ``error.start`` counts from the chunk being decoded."""
+    import codecs
+
+    from costaware.core.errors import not_utf8_text
+
+    with file.open("rb") as raw:
+        head = raw.read(1 << 16)
+    try:  # an incremental decoder lets a character cut at the end of the head pass
+        codecs.getincrementaldecoder("utf-8")().decode(head)
+        at = error.start
+    except UnicodeDecodeError as found:
+        at = found.start
+    return not_utf8_text(file.name, head, min(at, len(head) - 1), kind=f"the {name} file")
 
 
 def check_carbon_source(carbon: str | None, *, region: str | None, objective: Objective) -> None:
