@@ -286,3 +286,28 @@ def test_a_jobs_or_price_file_that_is_not_utf8_is_told_what_it_is_and_how_to_sav
     assert "Traceback" not in err
     assert said.format(name=hurried.name, kind=kind, line=line) in err, err
     assert f"{kind} is read as UTF-8; save it as UTF-8 (Excel: 'CSV UTF-8')" in err, err
+
+
+def test_a_json_jobs_file_with_a_byte_order_mark_is_read_as_json(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # PowerShell 5's "Out-File -Encoding utf8" writes a byte-order mark: the file was read as a CSV and
+    # refused as "no jobs to simulate; the jobs file has no rows".
+    f = _files(tmp_path)
+    job = {
+        "name": "own",
+        "instance_type": "on-prem",
+        "region": "on-prem",
+        "submit_time": "2023-03-09T00:00:00Z",
+        "runtime_hours": 3,
+        "deadline_hours": 20,
+        "checkpoint_minutes": 30,
+        "restart_overhead_minutes": 0,
+        "power_kw": 10,
+    }
+    plain, marked = tmp_path / "plain.json", tmp_path / "marked.json"
+    plain.write_text(json.dumps([job]), encoding="utf-8")
+    marked.write_text(json.dumps([job]), encoding="utf-8-sig")
+    assert marked.read_bytes().startswith(b"\xef\xbb\xbf")
+    args = ["--carbon", f["carbon"], "--objective", "carbon"]
+    assert _run(capsys, ["--jobs", str(marked), *args]) == _run(capsys, ["--jobs", str(plain), *args])

@@ -49,6 +49,8 @@ def read_jobs(path: str | Path) -> list[Job]:
     except UnicodeDecodeError as e:  # Excel's "Unicode Text" was a UnicodeDecodeError traceback
         raise ConfigurationError(not_utf8_text(Path(path).name, data, e.start, kind="a jobs file")) from e
     rows: Any
+    # A byte-order mark (PowerShell 5's 'Out-File -Encoding utf8') made a JSON file a CSV of no rows.
+    text = text.lstrip("\ufeff")
     if text.lstrip().startswith(("[", "{")):
         try:
             document = json.loads(text)
@@ -60,7 +62,7 @@ def read_jobs(path: str | Path) -> list[Job]:
         if not isinstance(rows, list) or not all(isinstance(r, dict) for r in rows):
             raise ConfigurationError(f"jobs file {str(path)!r} must hold a list of job objects")
     else:
-        reader = csv.DictReader(io.StringIO(text.lstrip("\ufeff")))
+        reader = csv.DictReader(io.StringIO(text))
         rows = []
         for row in reader:
             if None in row:  # csv's key for the fields past the header's: they would be dropped in silence
