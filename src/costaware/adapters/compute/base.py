@@ -17,6 +17,7 @@ from typing import Any, Protocol, runtime_checkable
 
 # The job contract, the zone names and the store locations live in modules of their own; every name stays
 # importable from here, where DAGs, docs and other modules name it.
+from costaware.adapters.compute.job_tags import job_tags
 from costaware.adapters.compute.jobs import (
     BILLED_AT_ON_DEMAND,
     COPY_SECONDS_BY_TYPE,
@@ -85,6 +86,7 @@ __all__ = [
     "container_environment",
     "expand_home",
     "is_aws_region",
+    "job_tags",
     "local_job_env",
     "open_backend",
     "placeable_zone",
@@ -247,8 +249,8 @@ def check_backend_options(name: str, options: Mapping[str, Any]) -> None:
 
     Raises:
         ConfigurationError: an unknown option (a typo would otherwise be a bare ``__init__`` TypeError), a
-            required one left out, a local job's ``env`` that is no mapping, or a SageMaker job's
-            ``environment`` that is no mapping of strings.
+            required one left out, a local job's ``env`` that is no mapping, a SageMaker job's
+            ``environment`` that is no mapping of strings, or SageMaker or Batch ``tags`` that AWS refuses.
     """
     import inspect
 
@@ -258,6 +260,8 @@ def check_backend_options(name: str, options: Mapping[str, Any]) -> None:
         local_job_env(options.get("env"))
     if name == "sagemaker":
         container_environment(options.get("environment"))
+    if name in ("sagemaker", "batch"):
+        job_tags(options.get("tags"), name)
     parameters = inspect.signature(cls).parameters
     if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()):
         return

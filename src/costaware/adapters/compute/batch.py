@@ -39,6 +39,7 @@ from costaware.adapters.compute.base import (
     JobRequest,
     JobStatus,
     check_aws_zone,
+    job_tags,
     require_ec2_instance_type,
     require_object_store,
     whole_number,
@@ -167,7 +168,7 @@ class BatchBackend(BatchJobCopies, BatchJobDefinitions):
         self.aws_conn_id, self.region_name = aws_conn_id, region_name
         # A templated option arrives as text ("2"); True is no count (it read as 1).
         self.reclaim_retries = whole_number(reclaim_retries, "reclaim_retries", low=0, high=9)
-        self.tags = dict(tags or {})
+        self.tags = job_tags(tags, "batch")
         self.work_dir = work_dir
         try:
             self.stop_timeout_seconds = float(stop_timeout_seconds)

@@ -32,6 +32,7 @@ from costaware.adapters.compute.base import (
     JobState,
     JobStatus,
     container_environment,
+    job_tags,
     require_object_store,
     whole_number,
 )
@@ -297,7 +298,7 @@ class SageMakerBackend:
         self.aws_conn_id, self.region_name = aws_conn_id, region_name
         self.instance_count = whole_number(instance_count, "instance_count", low=1, high=1000)
         self.volume_size_gb = whole_number(volume_size_gb, "volume_size_gb", low=1, high=16384)
-        self.environment, self.tags = container_environment(environment), dict(tags or {})
+        self.environment, self.tags = container_environment(environment), job_tags(tags, "sagemaker")
 
     @property
     def client(self) -> Any:
