@@ -672,6 +672,71 @@ def test_a_jobs_env_airflow_renders_is_left_to_the_task(
     assert train.backend_options == options
 
 
+BATCH_OPTIONS = {"spot_queue": "s", "on_demand_queue": "o", "job_definition": "d"}
+SAGEMAKER_TAGS = "backend_options['tags'] of the sagemaker backend "
+
+
+@pytest.mark.parametrize(
+    ("backend", "options", "message"),
+    [
+        (
+            "sagemaker",
+            {**SAGEMAKER_OPTIONS, "tags": "team=ml"},
+            SAGEMAKER_TAGS + "must be a dict of tag key to string value, such as {'team': 'ml'}: got the str "
+            "'team=ml'",
+        ),
+        (
+            "sagemaker",
+            {**SAGEMAKER_OPTIONS, "tags": [{"Key": "team", "Value": "{{ params.team }}"}]},
+            SAGEMAKER_TAGS + "must be a dict of tag key to string value: got the list [{'Key': 'team', "
+            "'Value': '{{ params.team }}'}]; write it as {'team': '{{ params.team }}'}",
+        ),
+        (
+            "sagemaker",
+            {**SAGEMAKER_OPTIONS, "tags": {"epochs": 5, "run": "{{ run_id }}"}},
+            SAGEMAKER_TAGS + "gives 'epochs' the int 5: AWS takes only string values; write it as '5'",
+        ),
+        (
+            "sagemaker",
+            {**SAGEMAKER_OPTIONS, "tags": {"{{ params.key }}": "ml"}},  # Airflow never renders a key
+            SAGEMAKER_TAGS
+            + "has the key '{{ params.key }}' with '{', '}', which SageMaker refuses in tags: use "
+            "letters, digits, spaces and _ . : / = + - @ only",
+        ),
+        (
+            "batch",
+            {**BATCH_OPTIONS, "tags": {f"t{n}": "{{ params.team }}" for n in range(48)}},
+            "backend_options['tags'] of the batch backend has 48 tags: a job takes 50 and keeps 3 for "
+            "costaware's own, so at most 47; drop 1 of them",
+        ),
+    ],
+)
+def test_job_tags_written_out_that_aws_refuses_are_refused_when_the_dag_is_parsed(
+    tmp_path: Path, backend: str, options: dict[str, Any], message: str
+) -> None:
+    # They passed the parse and failed every run only as its task started (or at the submit, with its money
+    # reserved), shown nowhere in `airflow dags list-import-errors`.
+    with pytest.raises(ConfigurationError) as caught:
+        operator(tmp_path, "ok", backend=backend, backend_options=options)
+    assert str(caught.value) == message
+
+
+@pytest.mark.parametrize(
+    ("backend", "options"),
+    [
+        ("sagemaker", {**SAGEMAKER_OPTIONS, "tags": "{{ params.tags }}"}),
+        ("sagemaker", {**SAGEMAKER_OPTIONS, "tags": {"run": "{{ run_id }}", "team": "ml"}}),
+        ("batch", {**BATCH_OPTIONS, "tags": {f"t{n}": "{{ params.team }}" for n in range(47)}}),
+    ],
+)
+def test_job_tags_airflow_renders_are_left_to_the_task(
+    tmp_path: Path, backend: str, options: dict[str, Any]
+) -> None:
+    # A value rendered as the task runs ('{{ run_id }}' has characters SageMaker refuses) is checked then.
+    train = operator(tmp_path, "ok", backend=backend, backend_options=options)
+    assert train.backend_options == options
+
+
 def test_a_dag_with_a_local_jobs_env_written_as_text_does_not_import(tmp_path: Path) -> None:
     from airflow.dag_processing.dagbag import DagBag
 

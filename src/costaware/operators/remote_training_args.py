@@ -107,6 +107,30 @@ def check_written_job_env(backend: str, backend_options: Mapping[str, Any]) -> N
         container_environment(value)
 
 
+def check_written_job_tags(backend: str, backend_options: Mapping[str, Any]) -> None:
+    """SageMaker's and Batch's ``tags`` option as the DAG writes it out, like :func:`check_written_job_env`.
+
+    Checked when the DAG is parsed: text, a list, a number, a key AWS refuses or too many tags show as an
+    import error, not as a task that fails when it starts. A template, an ``XComArg`` or a ``dag.param`` is
+    checked once rendered; of a dict, the keys are checked here (Airflow never renders them) and a value it
+    renders stands in as ``''`` until then.
+
+    Raises:
+        ConfigurationError: the option, a key or a value written out, or the number of tags, AWS refuses.
+    """
+    from costaware.adapters.compute.base import job_tags
+
+    if backend not in ("sagemaker", "batch"):
+        return
+    tags = backend_options.get("tags")
+    if isinstance(tags, Mapping):
+        job_tags({key: value if is_literal(value) else "" for key, value in tags.items()}, backend)
+    elif isinstance(tags, list | tuple | set | frozenset | int | float | Decimal) or (
+        isinstance(tags, str) and is_literal(tags)
+    ):
+        job_tags(tags, backend)
+
+
 class RemotePlanArguments:
     """A mixin of ``RemoteTrainingOperator``: the plan's arguments and the spot decision they fall back to."""
 
@@ -224,6 +248,7 @@ class RemotePlanArguments:
                 of=f"the {backend or 'local'} backend",
             )
             check_written_job_env(str(backend or "local"), backend_options)
+            check_written_job_tags(str(backend or "local"), backend_options)
         if instance_type is None and spot_decision is None and not spot_task_id:
             # Nothing could name it once rendered: say so as the DAG is parsed, not when the task starts.
             raise ConfigurationError(
