@@ -774,3 +774,89 @@ def test_a_pod_evicted_or_preempted_is_not_said_asked_to_stop(reason: str) -> No
     assert f"{reason}, not a stop asked here" in evicted.reason
     cleared = {**pod, "status": {**pod["status"], "conditions": [{**disruption, "status": "False"}]}}
     assert STOP_REQUESTED_AT in status_from_pod(cleared, now=deleted_at - timedelta(seconds=30)).metrics
+
+
+class _RecordingApi:
+    """Takes every pod create (the API server's validation is what the backend must do before it)."""
+
+    def __init__(self) -> None:
+        self.created: list[dict[str, Any]] = []
+
+    def create_namespaced_pod(self, namespace: str, body: dict[str, Any]) -> None:
+        self.created.append(body)
+
+
+SELECTOR = "backend_options['node_selector'] of the kubernetes backend "
+LABEL_KEY_RULE = (
+    "which is no Kubernetes label: a name of 1 to 63 letters, digits, '-', '_' or '.' that starts and ends "
+    "with a letter or digit, after an optional lowercase DNS subdomain and '/' (e.g. 'example.com/team')"
+)
+LABEL_VALUE_RULE = (
+    "which is no Kubernetes label value: '' or up to 63 letters, digits, '-', '_' or '.' that start and end "
+    "with a letter or digit"
+)
+
+
+@pytest.mark.parametrize(
+    ("selector", "message"),
+    [
+        # dict() raised a bare ValueError once the task had reserved its money.
+        ("team=ml", "must be a dict of node label to value, such as {'team': 'ml'}: got the str 'team=ml'"),
+        (
+            [("team", "ml")],
+            "must be a dict of node label to value: got the list [('team', 'ml')]; write it as "
+            "{'team': 'ml'}",
+        ),
+        # The rest reached the pod's create, where the API server refuses them (ValidatePodSpec checks
+        # nodeSelector as labels): after the money was reserved.
+        ({"gpus": 1}, "gives 'gpus' the int 1: node label values are strings; write it as '1'"),
+        ({7: "x"}, "has the int 7 as a key: node labels are strings; write it as '7'"),
+        ({"team ml": "x"}, f"has the key 'team ml', {LABEL_KEY_RULE}"),
+        ({"": "x"}, f"has the key '', {LABEL_KEY_RULE}"),
+        ({"Example.com/team": "x"}, f"has the key 'Example.com/team', {LABEL_KEY_RULE}"),
+        ({"a/b/c": "x"}, f"has the key 'a/b/c', {LABEL_KEY_RULE}"),
+        ({"/team": "x"}, f"has the key '/team', {LABEL_KEY_RULE}"),
+        ({"t" * 64: "x"}, f"has the key {'t' * 64!r}, {LABEL_KEY_RULE}"),
+        ({"team": "ml team"}, f"gives 'team' the value 'ml team', {LABEL_VALUE_RULE}"),
+        ({"team": "-ml"}, f"gives 'team' the value '-ml', {LABEL_VALUE_RULE}"),
+        ({"team": "v" * 64}, f"gives 'team' the value {'v' * 64!r}, {LABEL_VALUE_RULE}"),
+    ],
+)
+def test_a_node_selector_of_no_labels_is_refused_before_any_pod(
+    monkeypatch: pytest.MonkeyPatch, selector: object, message: str
+) -> None:
+    from costaware.adapters.compute.base import check_backend_options
+    from costaware.adapters.compute.kubernetes import KubernetesBackend
+
+    api = _RecordingApi()
+    monkeypatch.setattr(KubernetesBackend, "_api", lambda self: api)
+    options = {"image": "costaware:1", "node_selector": selector}
+    for where, refuse in {
+        "options check": lambda: check_backend_options("kubernetes", options),
+        "backend": lambda: open_backend("kubernetes", options).submit(request()),
+    }.items():
+        with pytest.raises(ConfigurationError) as caught:
+            refuse()
+        assert str(caught.value) == SELECTOR + message, where
+    assert api.created == []  # no pod was created
+
+
+def test_a_node_selector_of_labels_reaches_the_pod(monkeypatch: pytest.MonkeyPatch) -> None:
+    from costaware.adapters.compute.kubernetes import KubernetesBackend
+
+    api = _RecordingApi()
+    monkeypatch.setattr(KubernetesBackend, "_api", lambda self: api)
+    # The edges Kubernetes' IsLabelKey and IsLabelValue take: a prefix, 63 characters, an empty value.
+    selector = {
+        "example.com/team": "ML_team-1.0",
+        "n" * 63: "v" * 63,
+        f"{'a' * 63}.{'b' * 63}.{'c' * 63}.{'d' * 61}/x": "",
+        "pool": "A",
+    }
+    open_backend("kubernetes", {"image": "costaware:1", "node_selector": selector}).submit(request())
+    (pod,) = api.created
+    assert pod["spec"]["nodeSelector"] == {
+        **selector,
+        "karpenter.sh/capacity-type": "spot",
+        "node.kubernetes.io/instance-type": "g5.xlarge",
+    }

@@ -35,6 +35,7 @@ from costaware.adapters.compute.jobs import (
     check_market,
     with_copies_run_out,
 )
+from costaware.adapters.compute.node_labels import node_selector_labels
 from costaware.adapters.compute.store_locations import (
     FILE_LOCATIONS,
     REMOTE_BACKENDS,
@@ -88,6 +89,7 @@ __all__ = [
     "is_aws_region",
     "job_tags",
     "local_job_env",
+    "node_selector_labels",
     "open_backend",
     "placeable_zone",
     "require_ec2_instance_type",
@@ -250,7 +252,8 @@ def check_backend_options(name: str, options: Mapping[str, Any]) -> None:
     Raises:
         ConfigurationError: an unknown option (a typo would otherwise be a bare ``__init__`` TypeError), a
             required one left out, a local job's ``env`` that is no mapping, a SageMaker job's
-            ``environment`` that is no mapping of strings, or SageMaker or Batch ``tags`` that AWS refuses.
+            ``environment`` that is no mapping of strings, SageMaker or Batch ``tags`` that AWS refuses, or
+            a Kubernetes ``node_selector`` of no labels.
     """
     import inspect
 
@@ -262,6 +265,8 @@ def check_backend_options(name: str, options: Mapping[str, Any]) -> None:
         container_environment(options.get("environment"))
     if name in ("sagemaker", "batch"):
         job_tags(options.get("tags"), name)
+    if name == "kubernetes":
+        node_selector_labels(options.get("node_selector"))
     parameters = inspect.signature(cls).parameters
     if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()):
         return

@@ -30,6 +30,7 @@ from costaware.adapters.compute.base import (
     FoundJob,
     JobRequest,
     JobStatus,
+    node_selector_labels,
     whole_number,
 )
 
@@ -192,7 +193,8 @@ class KubernetesBackend:
         self.image, self.namespace, self.kubernetes_conn_id = image, namespace, kubernetes_conn_id
         self.capacity_label, self.capacity_values = capacity_label, _checked_capacity_values(capacity_values)
         self.resources, self.tolerations = dict(resources or {}), [dict(t) for t in tolerations]
-        self.node_selector, self.service_account = dict(node_selector or {}), service_account
+        self.node_selector = node_selector_labels(node_selector)
+        self.service_account = service_account
         self.termination_grace_seconds = whole_number(
             termination_grace_seconds, "termination_grace_seconds", low=1, high=119
         )
