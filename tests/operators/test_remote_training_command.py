@@ -704,6 +704,19 @@ SAGEMAKER_TAGS = "backend_options['tags'] of the sagemaker backend "
             "letters, digits, spaces and _ . : / = + - @ only",
         ),
         (
+            "kubernetes",
+            {"image": "i", "node_selector": {"gpus": 1, "pool": "{{ params.pool }}"}},
+            "backend_options['node_selector'] of the kubernetes backend gives 'gpus' the int 1: node label "
+            "values are strings; write it as '1'",
+        ),
+        (
+            "kubernetes",
+            {"image": "i", "node_selector": {"team ml": "{{ params.team }}"}},
+            "backend_options['node_selector'] of the kubernetes backend has the key 'team ml', which is no "
+            "Kubernetes label: a name of 1 to 63 letters, digits, '-', '_' or '.' that starts and ends with "
+            "a letter or digit, after an optional lowercase DNS subdomain and '/' (e.g. 'example.com/team')",
+        ),
+        (
             "batch",
             {**BATCH_OPTIONS, "tags": {f"t{n}": "{{ params.team }}" for n in range(48)}},
             "backend_options['tags'] of the batch backend has 48 tags: a job takes 50 and keeps 3 for "
@@ -711,7 +724,7 @@ SAGEMAKER_TAGS = "backend_options['tags'] of the sagemaker backend "
         ),
     ],
 )
-def test_job_tags_written_out_that_aws_refuses_are_refused_when_the_dag_is_parsed(
+def test_tags_or_node_labels_written_out_that_would_be_refused_fail_the_dag_parse(
     tmp_path: Path, backend: str, options: dict[str, Any], message: str
 ) -> None:
     # They passed the parse and failed every run only as its task started (or at the submit, with its money
@@ -727,9 +740,11 @@ def test_job_tags_written_out_that_aws_refuses_are_refused_when_the_dag_is_parse
         ("sagemaker", {**SAGEMAKER_OPTIONS, "tags": "{{ params.tags }}"}),
         ("sagemaker", {**SAGEMAKER_OPTIONS, "tags": {"run": "{{ run_id }}", "team": "ml"}}),
         ("batch", {**BATCH_OPTIONS, "tags": {f"t{n}": "{{ params.team }}" for n in range(47)}}),
+        ("kubernetes", {"image": "i", "node_selector": "{{ params.node_selector }}"}),
+        ("kubernetes", {"image": "i", "node_selector": {"pool": "{{ params.pool }}"}}),
     ],
 )
-def test_job_tags_airflow_renders_are_left_to_the_task(
+def test_tags_or_node_labels_airflow_renders_are_left_to_the_task(
     tmp_path: Path, backend: str, options: dict[str, Any]
 ) -> None:
     # A value rendered as the task runs ('{{ run_id }}' has characters SageMaker refuses) is checked then.

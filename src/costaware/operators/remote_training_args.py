@@ -108,27 +108,32 @@ def check_written_job_env(backend: str, backend_options: Mapping[str, Any]) -> N
 
 
 def check_written_job_tags(backend: str, backend_options: Mapping[str, Any]) -> None:
-    """SageMaker's and Batch's ``tags`` option as the DAG writes it out, like :func:`check_written_job_env`.
+    """SageMaker's and Batch's ``tags``, Kubernetes' ``node_selector``, as the DAG writes them out.
 
-    Checked when the DAG is parsed: text, a list, a number, a key AWS refuses or too many tags show as an
-    import error, not as a task that fails when it starts. A template, an ``XComArg`` or a ``dag.param`` is
-    checked once rendered; of a dict, the keys are checked here (Airflow never renders them) and a value it
-    renders stands in as ``''`` until then.
+    Like :func:`check_written_job_env`, checked when the DAG is parsed: text, a list, a number, a key AWS
+    or Kubernetes refuses or too many tags show as an import error, not as a task that fails when it
+    starts. A template, an ``XComArg`` or a ``dag.param`` is checked once rendered; of a dict, the keys are
+    checked here (Airflow never renders them) and a value it renders stands in as ``''`` until then.
 
     Raises:
-        ConfigurationError: the option, a key or a value written out, or the number of tags, AWS refuses.
+        ConfigurationError: the option, a key or a value written out, or the number of tags, the backend's
+            service refuses.
     """
-    from costaware.adapters.compute.base import job_tags
+    from costaware.adapters.compute.base import job_tags, node_selector_labels
 
-    if backend not in ("sagemaker", "batch"):
+    if backend in ("sagemaker", "batch"):
+        name, check = "tags", lambda labels: job_tags(labels, backend)
+    elif backend == "kubernetes":
+        name, check = "node_selector", node_selector_labels
+    else:
         return
-    tags = backend_options.get("tags")
-    if isinstance(tags, Mapping):
-        job_tags({key: value if is_literal(value) else "" for key, value in tags.items()}, backend)
-    elif isinstance(tags, list | tuple | set | frozenset | int | float | Decimal) or (
-        isinstance(tags, str) and is_literal(tags)
+    labels = backend_options.get(name)
+    if isinstance(labels, Mapping):
+        check({key: value if is_literal(value) else "" for key, value in labels.items()})
+    elif isinstance(labels, list | tuple | set | frozenset | int | float | Decimal) or (
+        isinstance(labels, str) and is_literal(labels)
     ):
-        job_tags(tags, backend)
+        check(labels)
 
 
 class RemotePlanArguments:
