@@ -860,3 +860,31 @@ def test_a_node_selector_of_labels_reaches_the_pod(monkeypatch: pytest.MonkeyPat
         "karpenter.sh/capacity-type": "spot",
         "node.kubernetes.io/instance-type": "g5.xlarge",
     }
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        (
+            {"capacity_label": "capacity type"},
+            "capacity_label 'capacity type' is no Kubernetes label: " + LABEL_KEY_RULE.split(": ", 1)[1],
+        ),
+        (
+            {"capacity_values": {"spot": "spot", "on_demand": "on demand"}},
+            f"capacity_values gives 'on_demand' the value 'on demand', {LABEL_VALUE_RULE}",
+        ),
+    ],
+)
+def test_a_capacity_label_or_value_that_is_no_label_is_refused_before_any_pod(
+    monkeypatch: pytest.MonkeyPatch, options: dict[str, Any], message: str
+) -> None:
+    # Every pod's nodeSelector carries them: the API server refused the pod at its create, an on-demand
+    # fallback's only after the spot attempts had been paid for.
+    from costaware.adapters.compute.kubernetes import KubernetesBackend
+
+    api = _RecordingApi()
+    monkeypatch.setattr(KubernetesBackend, "_api", lambda self: api)
+    with pytest.raises(ConfigurationError) as caught:
+        open_backend("kubernetes", {"image": "costaware:1", **options}).submit(request("on_demand"))
+    assert str(caught.value) == message
+    assert api.created == []  # no pod was created

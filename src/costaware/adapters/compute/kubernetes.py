@@ -66,6 +66,12 @@ from costaware.adapters.compute.kubernetes_status import (
     status_from_pod,
     stop_asked_at,
 )
+from costaware.adapters.compute.node_labels import (
+    LABEL_KEY_RULE,
+    LABEL_VALUE_RULE,
+    is_label_key,
+    is_label_value,
+)
 from costaware.core.errors import ComputeBackendError, ConfigurationError, JobNotFoundError
 from costaware.core.ledger import utcnow
 
@@ -111,8 +117,9 @@ def _checked_capacity_values(values: Mapping[str, str] | None) -> dict[str, str]
     """``capacity_values`` with a label value for each market, or None (the label's defaults).
 
     Raises:
-        ConfigurationError: a market without a value, or a key that is no market: a pod of that market
-            failed at its submit, an on-demand fallback after the spot attempts had been paid for.
+        ConfigurationError: a market without a value, a key that is no market, or a value that is no label
+            value: a pod of that market failed at its submit, an on-demand fallback after the spot attempts
+            had been paid for.
     """
     if not values:
         return None
@@ -129,6 +136,12 @@ def _checked_capacity_values(values: Mapping[str, str] | None) -> dict[str, str]
             f"capacity_values {given!r} must give a node label value for each of {', '.join(MARKETS)} "
             f"(missing: {', '.join(missing) or 'none'}; not a market: {', '.join(unknown) or 'none'})"
         )
+    for market, value in given.items():
+        if not is_label_value(value):
+            raise ConfigurationError(
+                f"capacity_values gives {market!r} the value {value!r}, which is no Kubernetes label value: "
+                f"{LABEL_VALUE_RULE}"
+            )
     return given
 
 
@@ -191,6 +204,11 @@ class KubernetesBackend:
         image: str = "",
     ) -> None:
         self.image, self.namespace, self.kubernetes_conn_id = image, namespace, kubernetes_conn_id
+        if not (isinstance(capacity_label, str) and is_label_key(capacity_label)):
+            # Every pod's nodeSelector carries it: the API server refused each at its create.
+            raise ConfigurationError(
+                f"capacity_label {capacity_label!r} is no Kubernetes label: {LABEL_KEY_RULE}"
+            )
         self.capacity_label, self.capacity_values = capacity_label, _checked_capacity_values(capacity_values)
         self.resources, self.tolerations = dict(resources or {}), [dict(t) for t in tolerations]
         self.node_selector = node_selector_labels(node_selector)

@@ -21,11 +21,12 @@ LABEL_MAX_CHARS = 63
 DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 DNS_SUBDOMAIN_MAX_CHARS = 253
 
-_KEY_RULE = (
+#: What a label key and a label value may be, for messages.
+LABEL_KEY_RULE = (
     "a name of 1 to 63 letters, digits, '-', '_' or '.' that starts and ends with a letter or digit, after "
     "an optional lowercase DNS subdomain and '/' (e.g. 'example.com/team')"
 )
-_VALUE_RULE = "'' or up to 63 letters, digits, '-', '_' or '.' that start and end with a letter or digit"
+LABEL_VALUE_RULE = "'' or up to 63 letters, digits, '-', '_' or '.' that start and end with a letter or digit"
 
 
 def node_selector_labels(selector: object) -> dict[str, str]:
@@ -64,10 +65,13 @@ def node_selector_labels(selector: object) -> dict[str, str]:
                 f"write it as {'' if value is None else str(value)!r}"
             )
         if not is_label_key(key):
-            raise ConfigurationError(f"{what} has the key {key!r}, which is no Kubernetes label: {_KEY_RULE}")
+            raise ConfigurationError(
+                f"{what} has the key {key!r}, which is no Kubernetes label: {LABEL_KEY_RULE}"
+            )
         if not is_label_value(value):
             raise ConfigurationError(
-                f"{what} gives {key!r} the value {value!r}, which is no Kubernetes label value: {_VALUE_RULE}"
+                f"{what} gives {key!r} the value {value!r}, which is no Kubernetes label value: "
+                f"{LABEL_VALUE_RULE}"
             )
     return dict(selector)
 
