@@ -585,6 +585,43 @@ def test_a_sagemaker_environment_that_is_no_dict_of_strings_is_refused_before_an
     assert sagemaker_backend().find(refused.job_name) is None  # nothing was submitted
 
 
+def test_a_sagemaker_job_an_older_release_submitted_with_environment_pairs_can_still_be_polled_and_stopped(
+    aws: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # dict() took a list of pairs before the environment was checked. The triggers build a running job's
+    # backend from the options as written to poll, stop or find it: refused there, such a job ran on
+    # unstopped and unbilled. Only a new submit of them is refused.
+    from botocore.stub import Stubber
+
+    running = request(job_name="train-0123456789-a1-pairs")
+    assert sagemaker_backend().submit(running) == running.job_name  # as the older release submitted it
+    options = {
+        "role_arn": ROLE,
+        "image_uri": "i",
+        "output_s3_uri": "s3://ml/out",
+        "aws_conn_id": "moto_aws",
+        "environment": [["PYTHONPATH", "/x"]],
+    }
+    backend = open_backend("sagemaker", options)
+    assert backend.poll(running.job_name).state is JobState.SUCCEEDED
+    found = backend.find(running.job_name)
+    assert found is not None and found.job_id == running.job_name
+    refused = request(job_name="train-0123456789-a1-pairs-new")
+    with pytest.raises(ConfigurationError) as caught:
+        backend.submit(refused)
+    assert str(caught.value) == (
+        "backend_options['environment'] of the sagemaker backend must be a dict of variable name to string "
+        "value, such as {'PYTHONPATH': '/opt/ml/code'}: got the list [['PYTHONPATH', '/x']]"
+    )
+    assert backend.find(refused.job_name) is None  # nothing was submitted
+    client = backend.client  # type: ignore[attr-defined]
+    monkeypatch.setattr(type(backend), "client", property(lambda self: client))
+    with Stubber(client) as stub:  # moto's server has no StopTrainingJob
+        stub.add_response("stop_training_job", {}, {"TrainingJobName": running.job_name})
+        backend.stop(running.job_name)
+        stub.assert_no_pending_responses()
+
+
 def test_a_sagemaker_environment_of_strings_reaches_the_job(aws: str) -> None:
     options = {
         "role_arn": ROLE,

@@ -238,7 +238,10 @@ def backend_class(name: str) -> type:
 def open_backend(name: str, options: Mapping[str, Any] | None = None) -> ComputeBackend:
     """The backend ``name`` (``local``, ``sagemaker``, ``batch``, ``kubernetes``) built with ``options``."""
     given = dict(options or {})
-    check_backend_options(name, given)
+    # Not the job's environment: a trigger opens a running job's backend from its options as written to
+    # poll, stop or find it, and one an older release submitted must stay stoppable (the task's start and
+    # the backend's submit check it).
+    _check_option_names(name, given)
     try:
         backend: ComputeBackend = backend_class(name)(**given)
     except TypeError as e:
@@ -255,10 +258,7 @@ def check_backend_options(name: str, options: Mapping[str, Any]) -> None:
             ``environment`` that is no mapping of strings, SageMaker or Batch ``tags`` that AWS refuses, or
             a Kubernetes ``node_selector`` of no labels.
     """
-    import inspect
-
-    cls = backend_class(name)
-    check_keywords(cls, options, field="backend_options", of=f"the {name} backend")
+    _check_option_names(name, options)
     if name == "local":
         local_job_env(options.get("env"))
     if name == "sagemaker":
@@ -267,6 +267,14 @@ def check_backend_options(name: str, options: Mapping[str, Any]) -> None:
         job_tags(options.get("tags"), name)
     if name == "kubernetes":
         node_selector_labels(options.get("node_selector"))
+
+
+def _check_option_names(name: str, options: Mapping[str, Any]) -> None:
+    """Refuse an option backend ``name`` does not take, or a required one left out (its values unread)."""
+    import inspect
+
+    cls = backend_class(name)
+    check_keywords(cls, options, field="backend_options", of=f"the {name} backend")
     parameters = inspect.signature(cls).parameters
     if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()):
         return

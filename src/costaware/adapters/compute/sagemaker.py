@@ -104,7 +104,7 @@ def training_job_request(
         },
         "StoppingCondition": stopping,
         "Environment": {
-            **dict(environment or {}),
+            **container_environment(environment),
             **request.environment(work_dir=WORK_DIR, checkpoint_dir=CHECKPOINT_DIR),
         },
         "Tags": [{"Key": k, "Value": v} for k, v in sorted(dict(tags or {}).items())],
@@ -298,7 +298,8 @@ class SageMakerBackend:
         self.aws_conn_id, self.region_name = aws_conn_id, region_name
         self.instance_count = whole_number(instance_count, "instance_count", low=1, high=1000)
         self.volume_size_gb = whole_number(volume_size_gb, "volume_size_gb", low=1, high=16384)
-        self.environment, self.tags = container_environment(environment), job_tags(tags, "sagemaker")
+        # Kept as written, checked at the submit: a poll or stop never reads it (see open_backend).
+        self.environment, self.tags = environment, job_tags(tags, "sagemaker")
 
     @property
     def client(self) -> Any:
