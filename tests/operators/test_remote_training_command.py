@@ -752,6 +752,46 @@ def test_tags_or_node_labels_airflow_renders_are_left_to_the_task(
     assert train.backend_options == options
 
 
+def test_a_local_jobs_env_from_a_dict_param_reaches_its_job(tmp_path: Path, ledger: Any) -> None:
+    # Without render_template_as_native_obj the param renders to its dict's text, which every start
+    # refused as no dict: a DAG that parsed and failed each run.
+    job_env = {"OWN_TRAIN_LOG": str(tmp_path / "seen.jsonl")}
+    with DAG("env_from_param", schedule=None, params={"job_env": Param(job_env, type="object")}):
+        train = operator(
+            tmp_path, "ok", backend_options={"root": str(tmp_path / "jobs"), "env": "{{ params.job_env }}"}
+        )
+    train.render_template_fields({**context_for(), "params": {"job_env": job_env}})
+    assert train.backend_options["env"] == repr(job_env)  # as Airflow renders it
+    result, _ = drive(train, context_for())
+    assert result["metrics"]["steps"] == 6
+    assert [attempt["attempt"] for attempt in seen(tmp_path)] == [1]  # OWN_TRAIN_LOG reached the job
+
+
+def test_a_sagemaker_environment_from_a_dict_param_is_read_as_the_dict(tmp_path: Path) -> None:
+    from costaware.adapters.compute.base import check_backend_options
+
+    environment = {"EPOCHS": "5", "PYTHONPATH": "/opt/ml/code"}
+    options = {**SAGEMAKER_OPTIONS, "environment": "{{ params.env }}"}
+    with DAG("environment_from_param", schedule=None, params={"env": Param(environment, type="object")}):
+        train = operator(tmp_path, "ok", backend="sagemaker", backend_options=options)
+    train.render_template_fields({**context_for(), "params": {"env": environment}})
+    args = train._plan_arguments()
+    assert args.backend_options["environment"] == environment
+    check_backend_options("sagemaker", args.backend_options)  # as the task starts: no error
+
+
+def test_a_jobs_env_template_that_renders_no_dict_is_refused_naming_the_text(tmp_path: Path) -> None:
+    from costaware.adapters.compute.base import check_backend_options
+
+    with DAG("env_param_text", schedule=None, params={"job_env": Param("A=1", type="string")}):
+        train = operator(tmp_path, "ok", backend_options={"env": "{{ params.job_env }}"})
+    train.render_template_fields({**context_for(), "params": {"job_env": "A=1"}})
+    args = train._plan_arguments()
+    with pytest.raises(ConfigurationError) as caught:
+        check_backend_options("local", args.backend_options)
+    assert str(caught.value) == LOCAL_ENV_REFUSED + "str 'A=1'"
+
+
 def test_a_dag_with_a_local_jobs_env_written_as_text_does_not_import(tmp_path: Path) -> None:
     from airflow.dag_processing.dagbag import DagBag
 

@@ -31,6 +31,7 @@ from costaware.core.series import parse_instant
 from costaware.core.spot_window import given_priority
 from costaware.glue import as_bool, check_tags
 from costaware.operators.remote_instance_type import check_written_instance_type
+from costaware.operators.rendered_values import JOB_ENV_OPTIONS, rendered_job_env
 
 # Moved to rendered_values (read by the spot window sensor too); importable from here as before.
 from costaware.operators.rendered_values import parse_decision as parse_decision
@@ -89,7 +90,7 @@ def check_written_job_env(backend: str, backend_options: Mapping[str, Any]) -> N
     """
     from costaware.adapters.compute.base import container_environment, local_job_env
 
-    name = {"local": "env", "sagemaker": "environment"}.get(backend)
+    name = JOB_ENV_OPTIONS.get(backend)
     if name is None:
         return
     value = backend_options.get(name)
@@ -144,6 +145,7 @@ class RemotePlanArguments:
     preemption_grace_seconds: float | str | None
     backend: str
     backend_options: Mapping[str, Any] | str
+    _backend_options_written: Mapping[str, Any] | str
     spot_decision: Any
     spot_task_id: str | None
     job_market: str | None
@@ -243,6 +245,8 @@ class RemotePlanArguments:
         self.backend_options = (
             backend_options if isinstance(backend_options, str) else dict(backend_options or {})
         )
+        # Rendering sets a new value: this one tells which options were templates (rendered_job_env).
+        self._backend_options_written = self.backend_options
         if is_literal(backend) and isinstance(backend_options, Mapping):
             # A misspelt option written out ('spot_queu') failed only when the task started, after the
             # spend gate and the spot window; the options the backend needs are checked then, once rendered.
@@ -370,7 +374,11 @@ class RemotePlanArguments:
         check_aws_regions(regions)
         return PlanArguments(
             backend=str(self.backend),
-            backend_options=parse_mapping(self.backend_options, name="backend_options"),
+            backend_options=rendered_job_env(
+                str(self.backend),
+                self._backend_options_written,
+                parse_mapping(self.backend_options, name="backend_options"),
+            ),
             market=self.job_market,
             instance_type=self.job_instance_type,
             region=self.job_region,

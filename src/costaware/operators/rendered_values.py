@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 from costaware.adapters.compute.base import check_aws_zone
 from costaware.core.errors import ConfigurationError
 from costaware.core.given import blank
-from costaware.operators.templating import literal_text
+from costaware.operators.templating import is_template, literal_text
 
 if TYPE_CHECKING:
     from costaware.core.spot_decision import SpotDecision
@@ -37,6 +37,35 @@ def parse_mapping(value: Any, *, name: str = "spot decision") -> dict[str, Any]:
     if not isinstance(parsed, dict):
         raise ConfigurationError(f"{name} must be a mapping, got {type(parsed).__name__}")
     return parsed
+
+
+#: The option of each backend that holds its job's environment variables.
+JOB_ENV_OPTIONS = {"local": "env", "sagemaker": "environment"}
+
+
+def rendered_job_env(backend: str, written: Any, options: dict[str, Any]) -> dict[str, Any]:
+    """``options`` (rendered) with the job's environment option read back where a template rendered it.
+
+    Without ``render_template_as_native_obj`` a template of a dict param (``"{{ params.job_env }}"``)
+    renders to the dict's text, which the backends refuse as no dict: read as :func:`parse_mapping` reads
+    whole options. Text that is no dict is left for the backend's check to name.
+
+    Args:
+        backend: The rendered backend name.
+        written: ``backend_options`` as the DAG wrote it.
+        options: ``backend_options`` rendered and parsed.
+    """
+    name = JOB_ENV_OPTIONS.get(backend)
+    if name is None or not isinstance(written, Mapping) or not is_template(written.get(name)):
+        return options
+    value = options.get(name)
+    if not isinstance(value, str):
+        return options
+    try:
+        parsed = literal_text(value)
+    except ValueError:
+        return options
+    return {**options, name: parsed} if isinstance(parsed, Mapping) else options
 
 
 def parse_names(value: Any, *, name: str) -> tuple[str, ...]:
