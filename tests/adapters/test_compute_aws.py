@@ -558,6 +558,16 @@ def test_sagemaker_number_options_are_checked_naming_them(options: dict[str, Any
             "backend_options['environment'] of the sagemaker backend names a variable with the int 7: "
             "SageMaker takes only string names; write it as '7'",
         ),
+        (
+            {"DEBUG": None},
+            "backend_options['environment'] of the sagemaker backend gives 'DEBUG' None: SageMaker takes "
+            "only string values; leave the variable out to have it unset, or give it a string",
+        ),
+        (
+            {"DEBUG": False},
+            "backend_options['environment'] of the sagemaker backend gives 'DEBUG' the bool False: SageMaker "
+            "takes only string values; write it as the text the job reads, such as 'true' or 'false'",
+        ),
     ],
 )
 def test_a_sagemaker_environment_that_is_no_dict_of_strings_is_refused_before_any_job(

@@ -643,6 +643,18 @@ SAGEMAKER_OPTIONS = {"role_arn": "arn:aws:iam::123456789012:role/train", "output
             "backend_options['environment'] of the sagemaker backend gives 'EPOCHS' the int 5: SageMaker "
             "takes only string values; write it as '5'",
         ),
+        (
+            "sagemaker",
+            {**SAGEMAKER_OPTIONS, "environment": {"DEBUG": None}},
+            "backend_options['environment'] of the sagemaker backend gives 'DEBUG' None: SageMaker takes "
+            "only string values; leave the variable out to have it unset, or give it a string",
+        ),
+        (
+            "sagemaker",
+            {**SAGEMAKER_OPTIONS, "environment": {"DEBUG": True}},
+            "backend_options['environment'] of the sagemaker backend gives 'DEBUG' the bool True: SageMaker "
+            "takes only string values; write it as the text the job reads, such as 'true' or 'false'",
+        ),
     ],
 )
 def test_a_jobs_env_written_out_as_no_dict_is_refused_when_the_dag_is_parsed(
@@ -790,6 +802,33 @@ def test_a_jobs_env_template_that_renders_no_dict_is_refused_naming_the_text(tmp
     with pytest.raises(ConfigurationError) as caught:
         check_backend_options("local", args.backend_options)
     assert str(caught.value) == LOCAL_ENV_REFUSED + "str 'A=1'"
+
+
+def test_a_sagemaker_environment_value_a_native_template_renders_as_a_number_is_taken_as_text(
+    tmp_path: Path,
+) -> None:
+    # The DAG wrote a string ("{{ params.epochs }}"); render_template_as_native_obj rendered the int 5, and
+    # the start refused it: "write it as '5'", which the DAG had done.
+    from costaware.adapters.compute.base import check_backend_options
+
+    written = {
+        "EPOCHS": "{{ params.epochs }}",
+        "RATE": "{{ params.rate }}",
+        "DEBUG": "{{ params.debug }}",
+        "NAME": "{{ params.name }}",
+    }
+    params = {"epochs": 5, "rate": 0.5, "debug": True, "name": "churn"}
+    with DAG("native_environment", schedule=None, params=params, render_template_as_native_obj=True):
+        train = operator(
+            tmp_path, "ok", backend="sagemaker", backend_options={**SAGEMAKER_OPTIONS, "environment": written}
+        )
+    train.render_template_fields({**context_for(), "params": params})
+    native = {"EPOCHS": 5, "RATE": 0.5, "DEBUG": True, "NAME": "churn"}
+    assert train.backend_options["environment"] == native
+    args = train._plan_arguments()
+    as_text = {"EPOCHS": "5", "RATE": "0.5", "DEBUG": "True", "NAME": "churn"}  # as text rendering gives them
+    assert args.backend_options["environment"] == as_text
+    check_backend_options("sagemaker", args.backend_options)  # as the task starts: no error
 
 
 def test_a_dag_with_a_local_jobs_env_written_as_text_does_not_import(tmp_path: Path) -> None:

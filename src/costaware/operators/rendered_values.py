@@ -8,6 +8,7 @@ plan arguments and by the spot window sensor (its zones).
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
 from costaware.adapters.compute.base import check_aws_zone
@@ -48,7 +49,10 @@ def rendered_job_env(backend: str, written: Any, options: dict[str, Any]) -> dic
 
     Without ``render_template_as_native_obj`` a template of a dict param (``"{{ params.job_env }}"``)
     renders to the dict's text, which the backends refuse as no dict: read as :func:`parse_mapping` reads
-    whole options. Text that is no dict is left for the backend's check to name.
+    whole options. Text that is no dict is left for the backend's check to name. With it, a variable the DAG
+    wrote as a template string (``{"EPOCHS": "{{ params.epochs }}"}``) may render to a number or bool: it is
+    taken as its text, as without it. A number or bool written out, and None, are left for the check to
+    refuse.
 
     Args:
         backend: The rendered backend name.
@@ -56,16 +60,26 @@ def rendered_job_env(backend: str, written: Any, options: dict[str, Any]) -> dic
         options: ``backend_options`` rendered and parsed.
     """
     name = JOB_ENV_OPTIONS.get(backend)
-    if name is None or not isinstance(written, Mapping) or not is_template(written.get(name)):
+    if name is None or not isinstance(written, Mapping):
         return options
-    value = options.get(name)
-    if not isinstance(value, str):
+    value, written_env = options.get(name), written.get(name)
+    if isinstance(written_env, Mapping) and isinstance(value, Mapping):
+        env = {key: _rendered_text(written_env.get(key), item) for key, item in value.items()}
+        return {**options, name: env}
+    if not is_template(written_env) or not isinstance(value, str):
         return options
     try:
         parsed = literal_text(value)
     except ValueError:
         return options
     return {**options, name: parsed} if isinstance(parsed, Mapping) else options
+
+
+def _rendered_text(written: Any, rendered: Any) -> Any:
+    """``rendered`` as text where the DAG wrote a template string and it rendered to a number or bool."""
+    if is_template(written) and isinstance(rendered, bool | int | float | Decimal):
+        return str(rendered)
+    return rendered
 
 
 def parse_names(value: Any, *, name: str) -> tuple[str, ...]:

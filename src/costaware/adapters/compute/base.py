@@ -318,6 +318,18 @@ def container_environment(environment: object) -> dict[str, str]:
                 f"{what} names a variable with the {type(name).__name__} {name!r}: SageMaker takes only "
                 f"string names; write it as {str(name)!r}"
             )
+        if value is None:
+            # "write it as 'None'" would set the text None.
+            raise ConfigurationError(
+                f"{what} gives {name!r} None: SageMaker takes only string values; leave the variable out to "
+                "have it unset, or give it a string"
+            )
+        if isinstance(value, bool):
+            # What the job reads as true is its own: 'True' (str()) may not be it.
+            raise ConfigurationError(
+                f"{what} gives {name!r} the bool {value!r}: SageMaker takes only string values; write it as "
+                "the text the job reads, such as 'true' or 'false'"
+            )
         if not isinstance(value, str):
             raise ConfigurationError(
                 f"{what} gives {name!r} the {type(value).__name__} {value!r}: SageMaker takes only string "
