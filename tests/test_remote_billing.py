@@ -706,8 +706,13 @@ def test_a_later_tries_take_up_is_never_lowered_by_an_earlier_ones(billed_ledger
     assert billed_ledger.take_up_holds("d/r/train/-1", 3) == 1
 
 
-def _egress_bill(ledger: Ledger, monkeypatch: pytest.MonkeyPatch, ledger_url: str) -> Any:
-    """A bill of attempt 3 of job ``train-380335d228-a3`` run in us-west-2a (3 GB read across) by a run."""
+def _egress_bill(
+    ledger: Ledger, monkeypatch: pytest.MonkeyPatch, ledger_url: str, *, usd_per_gb: str = "0.02"
+) -> Any:
+    """A bill of attempt 3 of job ``train-380335d228-a3`` run in us-west-2a (3 GB read across) by a run.
+
+    ``usd_per_gb``: the plan's transfer price from us-east-1 to us-west-2.
+    """
     from attempt_states import CAPTURED  # tests/support/
 
     from costaware.remote_billing import KilledTrainingBilling
@@ -717,7 +722,7 @@ def _egress_bill(ledger: Ledger, monkeypatch: pytest.MonkeyPatch, ledger_url: st
 
     monkeypatch.setenv("COSTAWARE_LEDGER_URL", ledger_url)
     plan = RemotePlan.from_json(CAPTURED)  # local (a backend that reuses names), in us-east-1
-    placement = Placement(zones=("us-east-1a", "us-west-2a"), usd_per_gb={"us-west-2": "0.02"})
+    placement = Placement(zones=("us-east-1a", "us-west-2a"), usd_per_gb={"us-west-2": usd_per_gb})
     state = AttemptState(plan=replace(plan, placement=placement), spot_usd_per_hour="0.05", first_attempt=3)
     billing = KilledTrainingBilling(
         ledger_conn_id="costaware_ledger", aws_conn_id=None, log=logging.getLogger(__name__)
@@ -946,3 +951,62 @@ def test_a_normal_bills_egress_the_ledger_would_not_take_is_spooled_and_drained_
     (still_held,) = billed_ledger.open_holds_of(hold.holder or "")
     assert still_held.id == hold.id  # the egress neither settled nor paid from the task's hold
     assert list(spool.glob("*.json")) == []
+
+
+def test_an_egress_that_cannot_be_worked_out_is_logged_never_raised_past_the_written_attempt(
+    billed_ledger: Ledger,
+    any_ledger_url: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # A transfer price that is no number: working the egress out raised, its write's except block spooled
+    # it, working it out again outside any try, and the error escaped with the attempt's entry written. The
+    # bill raised (it logged before), and each retry, finding the attempt billed, raised the same way.
+    monkeypatch.setenv("AIRFLOW_HOME", str(tmp_path / "airflow"))
+    spool = tmp_path / "airflow" / "costaware" / "spool"
+    bill = _egress_bill(billed_ledger, monkeypatch, any_ledger_url, usd_per_gb="n/a")
+    run, ended = "a" * 32, time.time()
+    with caplog.at_level(logging.ERROR, logger=__name__):
+        assert bill(run, ended) == []  # the attempt billed, no exception
+        assert bill(run, ended) == []  # a retry following the job: the same
+    (attempt_row,) = billed_ledger.entries()
+    assert attempt_row["cause"] != "zone_move"
+    assert list(spool.glob("*.json")) == []  # nothing to drain: it has no figure
+    said = [r for r in caplog.records if r.name == __name__ and r.levelno == logging.ERROR]
+    assert len(said) == 2
+    assert said[0].getMessage() == (
+        "could not work out the egress of attempt 3 (moved from us-east-1 to us-west-2a, 3221225472 B): "
+        "it is neither billed nor kept in the spool (the attempt's own bill goes on without it): record it "
+        "by hand (Ledger.record, kind egress, cause zone_move) at the transfer price to us-west-2 (the error "
+        "follows)"
+    )
+    assert said[0].exc_info is not None and "n/a" not in said[0].getMessage()
+
+
+def test_a_spooled_kill_bill_whose_egress_cannot_be_worked_out_still_says_it_was_spooled(
+    billed_ledger: Ledger,
+    any_ledger_url: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # A kill's bill spooled, the ledger down: its egress, spooled with it, was worked out outside any try,
+    # and its error replaced BillSpooledError: the kill read its bill as not kept, though it waits.
+    from costaware.core.errors import BillSpooledError
+
+    monkeypatch.setenv("AIRFLOW_HOME", str(tmp_path / "airflow"))
+    spool = tmp_path / "airflow" / "costaware" / "spool"
+    bill = _egress_bill(billed_ledger, monkeypatch, any_ledger_url, usd_per_gb="n/a")
+
+    def down(self: Any, entry: Any) -> Any:
+        raise OSError("disk I/O error")
+
+    with monkeypatch.context() as patched, caplog.at_level(logging.ERROR, logger=__name__):
+        patched.setattr(Ledger, "record", down)
+        with pytest.raises(BillSpooledError) as spooled:
+            bill("a" * 32, time.time(), spool_unwritten=True)
+    assert [p.name for p in spool.glob("*.json")] == [Path(spooled.value.path).name]  # the attempt's alone
+    (said,) = [r.getMessage() for r in caplog.records if r.name == __name__ and r.levelno == logging.ERROR]
+    assert "could not work out the egress of attempt 3 (" in said
+    assert "neither billed nor kept in the spool (the attempt's own bill goes on without it)" in said

@@ -105,17 +105,57 @@ class AttemptBilling(AttemptPricing):
                 raise
             if float(job["billable_seconds"]) > 0:
                 # Its egress too: raised before it, it was lost (the drain writes only what it holds).
-                self._spool_move_egress(state, job)
+                egress = self._worked_out_egress(state, job, attempt.attempt)
+                if egress is not None:
+                    self._spool_move_egress(egress)
             raise BillSpooledError(f"{type(e).__name__}: {e}", spooled) from e
         if float(job["billable_seconds"]) > 0:
-            try:
-                self._record_move_egress(state, job)
-            except Exception:  # the attempt's own entry is what must not be lost
-                self.log.exception("could not record the egress of attempt %d", attempt.attempt)
-                # Spooled on every path, not a kill's alone: the attempt is recorded now, so nothing bills
-                # it, nor its egress, again. Drained alone (egress_run), never paid from the task's hold.
-                self._spool_move_egress(state, job)
+            self._bill_move_egress(state, job, attempt.attempt)
         return state.recorded(attempt)
+
+    def _bill_move_egress(self, state: AttemptState, job: Mapping[str, Any], attempt_number: int) -> None:
+        """Record the running attempt's egress, else keep it in the spool; never raises.
+
+        The attempt's entry is written by then: an error raised here failed the task with its attempt billed,
+        and each retry, finding the attempt billed, failed the same way.
+        """
+        egress = self._worked_out_egress(state, job, attempt_number)
+        if egress is None:
+            return
+        try:
+            self._record_move_egress(state, egress)
+        except Exception:  # the attempt's own entry is what must not be lost
+            self.log.exception("could not record the egress of attempt %d", attempt_number)
+            # Spooled on every path, not a kill's alone: the attempt is recorded now, so nothing bills
+            # it, nor its egress, again. Drained alone (egress_run), never paid from the task's hold.
+            self._spool_move_egress(egress)
+
+    def _worked_out_egress(
+        self, state: AttemptState, job: Mapping[str, Any], attempt_number: int
+    ) -> tuple[Any, Any] | None:
+        """:meth:`_move_egress`, worked out once; None where nothing moved, or where it raised (logged).
+
+        Raised, it left the bill (and the spool) without a figure to write: said with what to bill by hand.
+        """
+        try:
+            return self._move_egress(state, job)
+        except Exception:
+            from costaware.core.zone_choice import region_of
+
+            plan, current = state.plan, state.current
+            zone = current.zone if current else ""
+            self.log.exception(
+                "could not work out the egress of attempt %d (moved from %s to %s, %s B): it is neither "
+                "billed nor kept in the spool (the attempt's own bill goes on without it): record it by hand "
+                "(Ledger.record, kind egress, cause zone_move) at the transfer price to %s (the error "
+                "follows)",
+                attempt_number,
+                plan.region,
+                zone,
+                current.moved_bytes if current else "?",
+                region_of(zone, plan.region),
+            )
+            return None
 
     @staticmethod
     def _duplicate_check(
@@ -216,8 +256,8 @@ class AttemptBilling(AttemptPricing):
             )
         return attempt
 
-    def _record_move_egress(self, state: AttemptState, job: Mapping[str, Any]) -> None:
-        """Record the egress of the running attempt where it ran in another region: its data and checkpoint.
+    def _record_move_egress(self, state: AttemptState, egress: tuple[Any, Any]) -> None:
+        """Record ``egress`` (:meth:`_move_egress`'s), the running attempt's: its data and checkpoint.
 
         At the price the zone choice weighed; for an attempt that ran (one stopped before it started read
         nothing). Keyed by the attempt's job name, or by name and run where the row under the name's key is
@@ -227,9 +267,6 @@ class AttemptBilling(AttemptPricing):
         """
         from costaware.ledger_spool_egress import egress_keyed, record_egress
 
-        egress = self._move_egress(state, job)
-        if egress is None:
-            return
         entry, run = egress
         ledger = self.ledger_hook.get_conn()
         entry = egress_keyed(ledger, entry, run)
@@ -242,8 +279,8 @@ class AttemptBilling(AttemptPricing):
                 entry.usd,
             )
 
-    def _spool_move_egress(self, state: AttemptState, job: Mapping[str, Any]) -> None:
-        """Keep the running attempt's egress (:meth:`_record_move_egress`) in the spool, the ledger down.
+    def _spool_move_egress(self, egress: tuple[Any, Any]) -> None:
+        """Keep ``egress`` (:meth:`_move_egress`'s) in the spool, the ledger down.
 
         The drain keys it by the same rule as the direct write, so a run's egress is billed once whichever
         comes first. Not kept either: logged whole, as :meth:`_spool` logs a bill.
@@ -251,9 +288,6 @@ class AttemptBilling(AttemptPricing):
         import costaware.ledger_spool as ledger_spool
         from costaware.ledger_spool_egress import spool_uid
 
-        egress = self._move_egress(state, job)
-        if egress is None:
-            return
         entry, run = egress
         entry = replace(entry, entry_uid=spool_uid(run))
         kept_run = run.to_json()
