@@ -1010,3 +1010,82 @@ def test_a_spooled_kill_bill_whose_egress_cannot_be_worked_out_still_says_it_was
     (said,) = [r.getMessage() for r in caplog.records if r.name == __name__ and r.levelno == logging.ERROR]
     assert "could not work out the egress of attempt 3 (" in said
     assert "neither billed nor kept in the spool (the attempt's own bill goes on without it)" in said
+
+
+def _egress_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The ledger takes every entry but an egress (it fails: disk I/O error)."""
+    written_alone = Ledger.record
+
+    def egress_refused(self: Ledger, entry: Any) -> Any:
+        if entry.kind == Kind.EGRESS:
+            raise OSError("disk I/O error")
+        return written_alone(self, entry)
+
+    monkeypatch.setattr(Ledger, "record", egress_refused)
+
+
+def test_an_egress_kept_in_the_spool_is_said_kept_there_not_lost(
+    billed_ledger: Ledger,
+    any_ledger_url: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # Kept in the spool, the egress was said only as "ERROR could not record the egress of attempt 3" with
+    # a traceback: read as money lost, though the next drain writes it.
+    monkeypatch.setenv("AIRFLOW_HOME", str(tmp_path / "airflow"))
+    spool = tmp_path / "airflow" / "costaware" / "spool"
+    bill = _egress_bill(billed_ledger, monkeypatch, any_ledger_url)
+    with monkeypatch.context() as patched, caplog.at_level(logging.INFO, logger=__name__):
+        _egress_refused(patched)
+        bill("a" * 32, time.time())
+    (kept,) = spool.glob("*.json")
+    said = [
+        (r.levelno, r.getMessage())
+        for r in caplog.records
+        if r.name == __name__ and "egress" in r.getMessage()
+    ]
+    assert said == [
+        (
+            logging.WARNING,
+            f"could not record the egress of attempt 3 ($0.06): kept in the spool {kept}; the next drain (or "
+            "`costaware spool drain`) writes it (OSError: disk I/O error)",
+        )
+    ]
+
+
+def test_an_egress_the_spool_cannot_keep_either_is_logged_whole_as_an_error(
+    billed_ledger: Ledger,
+    any_ledger_url: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    from costaware.core.ledger import entry_from_json
+    from costaware.ledger_spool_drain import drain
+
+    monkeypatch.setenv("AIRFLOW_HOME", str(tmp_path / "airflow"))
+    spool = tmp_path / "airflow" / "costaware" / "spool"
+    spool.parent.mkdir(parents=True)
+    spool.write_text("")  # a file where the spool's folder goes: nothing can be kept in it
+    bill = _egress_bill(billed_ledger, monkeypatch, any_ledger_url)
+    with monkeypatch.context() as patched, caplog.at_level(logging.INFO, logger=__name__):
+        _egress_refused(patched)
+        bill("a" * 32, time.time())
+    (said,) = [r for r in caplog.records if r.name == __name__ and "egress" in r.getMessage()]
+    assert said.levelno == logging.ERROR
+    message = said.getMessage()
+    assert message.startswith(
+        "could not record the egress of attempt 3 ($0.06: OSError: disk I/O error), nor keep it (entry "
+        "egress:"
+    )
+    assert "in the spool either (FileExistsError: " in message
+    assert "save the JSON that ends this line as egress:" in message
+    # The JSON, saved as it says, is drained into the ledger: the egress is billed.
+    record = json.loads(message[message.index(": {") + 2 :])
+    assert entry_from_json(record["entry"]).usd == Decimal("0.06")
+    spool.unlink()
+    spool.mkdir()
+    (spool / f"{record['entry']['entry_uid']}.json").write_text(json.dumps(record))
+    assert drain(spool, lambda conn_id: billed_ledger).written == 1
+    assert [e["usd"] for e in billed_ledger.entries() if e["cause"] == "zone_move"] == [Decimal("0.06")]

@@ -124,11 +124,26 @@ class AttemptBilling(AttemptPricing):
             return
         try:
             self._record_move_egress(state, egress)
-        except Exception:  # the attempt's own entry is what must not be lost
-            self.log.exception("could not record the egress of attempt %d", attempt_number)
+        except Exception as e:  # the attempt's own entry is what must not be lost
+            from costaware.core.money import format_usd_exact
+
+            unrecorded = f"could not record the egress of attempt {attempt_number}"
+            usd = format_usd_exact(egress[0].usd)
             # Spooled on every path, not a kill's alone: the attempt is recorded now, so nothing bills
             # it, nor its egress, again. Drained alone (egress_run), never paid from the task's hold.
-            self._spool_move_egress(egress)
+            kept = self._spool_move_egress(
+                egress, unrecorded=f"{unrecorded} ({usd}: {type(e).__name__}: {e}), nor keep it"
+            )
+            if kept is not None:  # not lost: said so, where an ERROR read as money gone
+                self.log.warning(
+                    "%s (%s): kept in the spool %s; the next drain (or `costaware spool drain`) writes it "
+                    "(%s: %s)",
+                    unrecorded,
+                    usd,
+                    kept,
+                    type(e).__name__,
+                    e,
+                )
 
     def _worked_out_egress(
         self, state: AttemptState, job: Mapping[str, Any], attempt_number: int
@@ -279,11 +294,12 @@ class AttemptBilling(AttemptPricing):
                 entry.usd,
             )
 
-    def _spool_move_egress(self, egress: tuple[Any, Any]) -> None:
-        """Keep ``egress`` (:meth:`_move_egress`'s) in the spool, the ledger down.
+    def _spool_move_egress(self, egress: tuple[Any, Any], *, unrecorded: str = "") -> str | None:
+        """Keep ``egress`` (:meth:`_move_egress`'s) in the spool, the ledger down: its file (None: not kept).
 
         The drain keys it by the same rule as the direct write, so a run's egress is billed once whichever
-        comes first. Not kept either: logged whole, as :meth:`_spool` logs a bill.
+        comes first. Not kept either: logged whole, as :meth:`_spool` logs a bill, led by ``unrecorded``
+        (what the failed write was) where given.
         """
         import costaware.ledger_spool as ledger_spool
         from costaware.ledger_spool_egress import spool_uid
@@ -292,20 +308,24 @@ class AttemptBilling(AttemptPricing):
         entry = replace(entry, entry_uid=spool_uid(run))
         kept_run = run.to_json()
         try:
-            ledger_spool.spool_entry(
+            path = ledger_spool.spool_entry(
                 ledger_spool.spool_dir(), entry, self.ledger_conn_id, retrying=False, egress_run=kept_run
             )
         except Exception as e:
             self.log.error(
-                "could not keep the egress (entry %s) in the spool either (%s): save the JSON that ends this "
-                "line as %s.json in $AIRFLOW_HOME/costaware/spool and run `costaware spool drain`: %s",
+                "%s (entry %s) in the spool either (%s: %s): save the JSON that ends this line as %s.json in "
+                "$AIRFLOW_HOME/costaware/spool and run `costaware spool drain`: %s",
+                unrecorded or "could not keep the egress",
                 entry.entry_uid,
+                type(e).__name__,
                 e,
                 entry.entry_uid,
                 ledger_spool.spool_record(
                     entry, self.ledger_conn_id, retrying=False, egress_run=run.to_json()
                 ),
             )
+            return None
+        return str(path)
 
     def _move_egress(self, state: AttemptState, job: Mapping[str, Any]) -> tuple[Any, Any] | None:
         """The running attempt's egress entry (keyed by its job name) and its run; None: nothing across."""
