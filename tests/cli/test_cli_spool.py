@@ -286,6 +286,37 @@ def test_drain_says_entries_the_ledger_had_already_apart_from_those_written(
     assert (summary["written"], summary["already_in_ledger"]) == (0, 1)
 
 
+def test_drain_csv_adds_its_new_column_last_and_its_help_says_exactly_when_it_exits_1(
+    spool: Path,
+    ledger: Ledger,
+    ledger_url: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # already_in_ledger went in between written and still_waiting: a script reading the row by position
+    # read the duplicates as entries still waiting. The help said "exits 1 when any was not written",
+    # though the entries the ledger had already, not written, exit 0.
+    import csv
+
+    monkeypatch.setenv("COSTAWARE_LEDGER_URL", ledger_url)
+    prep = _entry("prep")
+    assert ledger.record(prep)
+    spool_entry(spool, prep, "costaware_ledger", retrying=False)
+    assert main(["spool", "drain", "--format", "csv"]) == 0
+    header, row = csv.reader(capsys.readouterr().out.splitlines())
+    before = ["spool", "also_drained", "written", "still_waiting", "refused", "billed_already", "unsure"]
+    assert header == [*before, "unavailable_ledgers", "already_in_ledger"]
+    assert (row[2], row[3], row[-1]) == ("0", "0", "1")
+    with pytest.raises(SystemExit):
+        main(["spool", "drain", "--help"])
+    said = " ".join(capsys.readouterr().out.split())
+    assert "exits 1 when any was not written" not in said
+    assert (
+        "exits 1 when any still waits, was refused by this drain or was kept for a person, else 0 (an entry "
+        "in the ledger already, or a bill billed meanwhile, is not lost)."
+    ) in said
+
+
 def test_drain_says_how_many_bills_it_dropped_as_billed_meanwhile(
     spool: Path,
     ledger: Ledger,

@@ -165,7 +165,9 @@ SPOOL_COMMANDS = (
             "were not written as billed meanwhile by a new try (moved to billed/ in the spool) or kept "
             "for a person as the ledger cannot tell whether they are billed (moved to unsure/ in the "
             "spool; the log says what to do), both listed by 'costaware spool show'; exits 1 when any "
-            "was not written. A bill kept in unsure/ is held in its budgets meanwhile (a hold of its own, "
+            "still waits, was refused by this drain or was kept for a person, else 0 (an entry in the "
+            "ledger already, or a bill billed meanwhile, is not lost). A bill kept in unsure/ is held in "
+            "its budgets meanwhile (a hold of its own, "
             "30 days, taken as it is kept where the ledger answers: one spooled while the ledger was down "
             'gets it as the drain keeps it); marked "another_run": true and moved back, the drain pays '
             "it from that hold."

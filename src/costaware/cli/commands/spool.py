@@ -221,7 +221,7 @@ def _waiting_conn_ids(folder: Path) -> set[str]:
 
 
 def drain(args: argparse.Namespace) -> int:
-    """Write every spooled entry to the ledger its task used; 1 when some could not be written.
+    """Write every spooled entry to the ledger its task used; 1 when any waits, was refused or kept unsure.
 
     Raises:
         CostawareError: ``--ledger-url`` given (each entry names its own ledger), a bad ``--spool-dir``, or
@@ -276,12 +276,13 @@ def drain(args: argparse.Namespace) -> int:
         "spool": str(folder),
         "also_drained": [str(f) for f in folders[1:]],
         "written": result.written,
-        "already_in_ledger": result.already_in_ledger,
         "still_waiting": waiting,
         "refused": result.refused,
         "billed_already": result.billed_already,
         "unsure": result.unsure,
         "unavailable_ledgers": unavailable,
+        # Last, as any later one: a script reads the CSV row's columns by position.
+        "already_in_ledger": result.already_in_ledger,
     }
     sentence = (
         f"spool {folder}{_also(folders)}: {result.written} written, {waiting} still waiting, "
