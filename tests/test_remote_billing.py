@@ -707,11 +707,17 @@ def test_a_later_tries_take_up_is_never_lowered_by_an_earlier_ones(billed_ledger
 
 
 def _egress_bill(
-    ledger: Ledger, monkeypatch: pytest.MonkeyPatch, ledger_url: str, *, usd_per_gb: str = "0.02"
+    ledger: Ledger,
+    monkeypatch: pytest.MonkeyPatch,
+    ledger_url: str,
+    *,
+    usd_per_gb: str = "0.02",
+    opened: Ledger | None = None,
 ) -> Any:
     """A bill of attempt 3 of job ``train-380335d228-a3`` run in us-west-2a (3 GB read across) by a run.
 
-    ``usd_per_gb``: the plan's transfer price from us-east-1 to us-west-2.
+    ``usd_per_gb``: the plan's transfer price from us-east-1 to us-west-2. ``opened``: billed in this
+    ledger, opened by the caller (`costaware jobs reconcile`'s ``--ledger-url``).
     """
     from attempt_states import CAPTURED  # tests/support/
 
@@ -725,7 +731,7 @@ def _egress_bill(
     placement = Placement(zones=("us-east-1a", "us-west-2a"), usd_per_gb={"us-west-2": usd_per_gb})
     state = AttemptState(plan=replace(plan, placement=placement), spot_usd_per_hour="0.05", first_attempt=3)
     billing = KilledTrainingBilling(
-        ledger_conn_id="costaware_ledger", aws_conn_id=None, log=logging.getLogger(__name__)
+        ledger_conn_id="costaware_ledger", aws_conn_id=None, log=logging.getLogger(__name__), ledger=opened
     )
 
     def bill(run_token: str, ended_at: float, **how: Any) -> list[dict[str, Any]]:
@@ -1089,3 +1095,45 @@ def test_an_egress_the_spool_cannot_keep_either_is_logged_whole_as_an_error(
     (spool / f"{record['entry']['entry_uid']}.json").write_text(json.dumps(record))
     assert drain(spool, lambda conn_id: billed_ledger).written == 1
     assert [e["usd"] for e in billed_ledger.entries() if e["cause"] == "zone_move"] == [Decimal("0.06")]
+
+
+def test_an_egress_billed_in_a_ledger_the_caller_opened_is_logged_for_a_person_not_spooled_for_another(
+    billed_ledger: Ledger,
+    any_ledger_url: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # `costaware jobs reconcile --ledger-url` bills in the ledger it opened; an egress that ledger would not
+    # take was spooled under the connection costaware_ledger, which this machine's drain reads as another
+    # ledger (here COSTAWARE_LEDGER_URL's): `costaware spool drain` wrote it there, or it waited for good.
+    from costaware.cli import main
+    from costaware.core.ledger import entry_from_json
+
+    monkeypatch.setenv("AIRFLOW_HOME", str(tmp_path / "airflow"))
+    monkeypatch.delenv("AIRFLOW_CONN_COSTAWARE_LEDGER", raising=False)
+    spool = tmp_path / "airflow" / "costaware" / "spool"
+    bill = _egress_bill(billed_ledger, monkeypatch, any_ledger_url, opened=billed_ledger)
+    elsewhere = Ledger.from_url(f"sqlite:///{tmp_path / 'this-machines-default.db'}")
+    monkeypatch.setenv("COSTAWARE_LEDGER_URL", f"sqlite:///{tmp_path / 'this-machines-default.db'}")
+    with monkeypatch.context() as patched, caplog.at_level(logging.INFO, logger=__name__):
+        _egress_refused(patched)
+        assert bill("a" * 32, time.time()) == []
+    assert main(["spool", "drain"]) == 0
+    assert [e for e in elsewhere.entries() if e["cause"] == "zone_move"] == []
+    elsewhere.dispose()
+    assert list(spool.glob("*.json")) == []
+    (said,) = [r for r in caplog.records if r.name == __name__ and "egress" in r.getMessage()]
+    assert said.levelno == logging.ERROR
+    message = said.getMessage()
+    assert message.startswith(
+        "could not record the egress of attempt 3 ($0.06) in the ledger given (OSError: disk I/O error): "
+        "not kept in the spool, whose drain writes to the ledger connection 'costaware_ledger' names on "
+        "this machine, which may be another; record it in the ledger given with "
+        "Ledger.record(entry_from_json(<the JSON that ends this line>)): {"
+    )
+    # Recorded as it says, the egress is billed there, once.
+    entry = entry_from_json(json.loads(message[message.index(": {") + 2 :]))
+    assert billed_ledger.record(entry)
+    (move,) = [e for e in billed_ledger.entries() if e["cause"] == "zone_move"]
+    assert move["usd"] == Decimal("0.06") and move["reservation_id"] is None

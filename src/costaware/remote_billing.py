@@ -8,6 +8,7 @@ bills it with the same code (``RemoteTrainingJobTrigger.stop_and_bill``).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import replace
 from decimal import Decimal
@@ -27,6 +28,10 @@ class AttemptBilling(AttemptPricing):
 
     A base of ``RemoteAttemptSteps`` (the operator) and of :class:`KilledTrainingBilling` (its trigger).
     """
+
+    #: Whether this machine's drain of ``ledger_conn_id`` writes to the ledger billed in, so that an entry
+    #: it would not take can wait in the spool: not so for a ledger the caller opened (the CLI's).
+    _spool_reaches_the_ledger = True
 
     def _settle(self, state: AttemptState) -> None:
         """Settle this task's reservation (the spend gate's, or our own) with the attempts' total."""
@@ -129,6 +134,9 @@ class AttemptBilling(AttemptPricing):
 
             unrecorded = f"could not record the egress of attempt {attempt_number}"
             usd = format_usd_exact(egress[0].usd)
+            if not self._spool_reaches_the_ledger:
+                self._log_egress_to_record_by_hand(egress, f"{unrecorded} ({usd})", e)
+                return
             # Spooled on every path, not a kill's alone: the attempt is recorded now, so nothing bills
             # it, nor its egress, again. Drained alone (egress_run), never paid from the task's hold.
             kept = self._spool_move_egress(
@@ -144,6 +152,31 @@ class AttemptBilling(AttemptPricing):
                     type(e).__name__,
                     e,
                 )
+
+    def _log_egress_to_record_by_hand(
+        self, egress: tuple[Any, Any], unrecorded: str, error: Exception
+    ) -> None:
+        """Log ``egress``, which the ledger given would not take, whole, for a person to record there.
+
+        Spooled, it waited under ``ledger_conn_id``, which this machine's drain reads as its own ledger
+        (the hook's fallback, outside a worker): written there, or waiting for good.
+        """
+        from costaware.core.ledger import entry_to_json
+        from costaware.ledger_spool_egress import spool_uid
+
+        entry, run = egress
+        # The run's key, as the spool's: a retry following the run finds it and bills it no second time.
+        entry = replace(entry, entry_uid=spool_uid(run))
+        self.log.error(
+            "%s in the ledger given (%s: %s): not kept in the spool, whose drain writes to the ledger "
+            "connection %r names on this machine, which may be another; record it in the ledger given with "
+            "Ledger.record(entry_from_json(<the JSON that ends this line>)): %s",
+            unrecorded,
+            type(error).__name__,
+            error,
+            self.ledger_conn_id,
+            json.dumps(entry_to_json(entry)),
+        )
 
     def _worked_out_egress(
         self, state: AttemptState, job: Mapping[str, Any], attempt_number: int
@@ -386,6 +419,7 @@ class KilledTrainingBilling(AttemptBilling):
         self.ledger_conn_id = ledger_conn_id
         self.aws_conn_id = aws_conn_id
         self._log = log
+        self._spool_reaches_the_ledger = ledger is None
         #: What became of the last bill for a person, not written (:meth:`_keep_unsure`), None where none
         #: was. The kill says so: "billed", it read as in the ledger.
         self.unsure_bill: UnsureBill | None = None
