@@ -13,7 +13,7 @@ from remote_support import aws_client, make_batch_queues
 from test_compute_aws import ROLE, request
 
 from costaware.adapters.compute import job_tags
-from costaware.adapters.compute.base import check_backend_options, open_backend
+from costaware.adapters.compute.base import JobState, check_backend_options, open_backend
 from costaware.core.errors import ConfigurationError
 
 SAGEMAKER = {"role_arn": ROLE, "image_uri": "i", "output_s3_uri": "s3://ml/out", "aws_conn_id": "moto_aws"}
@@ -149,3 +149,57 @@ def test_batch_own_tags_are_those_the_backend_sets() -> None:
     )
     assert (*body["tags"], batch.COPY_OF_TAG) == job_tags.BATCH_OWN_TAGS
     assert job_tags.job_tags({"costaware:team": "ml"}, "batch") == {"costaware:team": "ml"}  # not one of them
+
+
+# An older release took both through dict(): the list form became the one tag Key=Value, pairs a dict.
+OLDER_TAGS = [[{"Key": "team", "Value": "ml"}], [("team", "ml")]]
+
+
+@pytest.mark.parametrize("tags", OLDER_TAGS)
+def test_a_sagemaker_job_an_older_release_submitted_with_tags_it_took_can_still_be_polled_and_stopped(
+    aws: str, monkeypatch: pytest.MonkeyPatch, tags: object
+) -> None:
+    # The triggers build a running job's backend from its options as written to poll, stop or find it:
+    # refused there, such a job ran on unstopped and unbilled. Only a new submit of them is refused.
+    from botocore.stub import Stubber
+
+    running = request(job_name=f"train-0123456789-a1-{uuid.uuid4().hex[:8]}")
+    open_backend("sagemaker", SAGEMAKER).submit(running)  # as the older release submitted it
+    backend = open_backend("sagemaker", {**SAGEMAKER, "tags": tags})
+    assert backend.poll(running.job_name).state is JobState.SUCCEEDED
+    found = backend.find(running.job_name)
+    assert found is not None and found.job_id == running.job_name
+    refused = request(job_name=f"train-0123456789-a1-{uuid.uuid4().hex[:8]}")
+    with pytest.raises(ConfigurationError) as caught:
+        backend.submit(refused)
+    assert str(caught.value).startswith(REFUSED.format(backend="sagemaker") + NO_DICT + ": got the list")
+    assert backend.find(refused.job_name) is None  # nothing was submitted
+    with pytest.raises(ConfigurationError):
+        check_backend_options("sagemaker", {**SAGEMAKER, "tags": tags})  # the task's start, before money
+    client = backend.client  # type: ignore[attr-defined]
+    monkeypatch.setattr(type(backend), "client", property(lambda self: client))
+    with Stubber(client) as stub:  # moto's server has no StopTrainingJob
+        stub.add_response("stop_training_job", {}, {"TrainingJobName": running.job_name})
+        backend.stop(running.job_name)
+        stub.assert_no_pending_responses()
+
+
+@pytest.mark.parametrize("tags", OLDER_TAGS)
+def test_a_batch_job_an_older_release_submitted_with_tags_it_took_can_still_be_polled_and_stopped(
+    aws: str, tags: object
+) -> None:
+    queues = make_batch_queues(aws)
+    running = request(job_name=f"train-0123456789-a1-{uuid.uuid4().hex[:8]}", instance_type="m5.large")
+    job_id = open_backend("batch", {**queues, "aws_conn_id": "moto_aws"}).submit(running)
+    backend = open_backend("batch", {**queues, "aws_conn_id": "moto_aws", "tags": tags})
+    assert backend.poll(job_id).state is JobState.SUCCEEDED  # moto's batch_simple runs it at once
+    found = backend.find(running.job_name)
+    assert found is not None and found.job_id == job_id
+    backend.stop(job_id)  # reaches TerminateJob
+    refused = request(job_name=f"train-0123456789-a1-{uuid.uuid4().hex[:8]}", instance_type="m5.large")
+    with pytest.raises(ConfigurationError) as caught:
+        backend.submit(refused)
+    assert str(caught.value).startswith(REFUSED.format(backend="batch") + NO_DICT + ": got the list")
+    assert backend.find(refused.job_name) is None  # nothing was submitted
+    with pytest.raises(ConfigurationError):
+        check_backend_options("batch", {**queues, "aws_conn_id": "moto_aws", "tags": tags})

@@ -168,7 +168,8 @@ class BatchBackend(BatchJobCopies, BatchJobDefinitions):
         self.aws_conn_id, self.region_name = aws_conn_id, region_name
         # A templated option arrives as text ("2"); True is no count (it read as 1).
         self.reclaim_retries = whole_number(reclaim_retries, "reclaim_retries", low=0, high=9)
-        self.tags = job_tags(tags, "batch")
+        # Kept as written, checked at the submit: a poll, stop or find never reads it (see open_backend).
+        self.tags = tags
         self.work_dir = work_dir
         try:
             self.stop_timeout_seconds = float(stop_timeout_seconds)
@@ -255,7 +256,8 @@ class BatchBackend(BatchJobCopies, BatchJobDefinitions):
         return None
 
     def submit(self, request: JobRequest) -> str:
-        require_object_store(request, "batch")  # before any request to AWS
+        tags = job_tags(self.tags, "batch")  # before any request to AWS, as the checks below
+        require_object_store(request, "batch")
         require_ec2_instance_type(request, "batch")
         if self.reclaim_retries:
             log.warning(
@@ -299,7 +301,7 @@ class BatchBackend(BatchJobCopies, BatchJobDefinitions):
                 spot_queue=self.spot_queue,
                 on_demand_queue=self.on_demand_queue,
                 job_definition=definition,
-                tags=self.tags,
+                tags=tags,
                 work_dir=self.work_dir,
                 spot_queues=self.spot_queues,
                 stop_timeout_seconds=self.stop_timeout_seconds,

@@ -298,8 +298,8 @@ class SageMakerBackend:
         self.aws_conn_id, self.region_name = aws_conn_id, region_name
         self.instance_count = whole_number(instance_count, "instance_count", low=1, high=1000)
         self.volume_size_gb = whole_number(volume_size_gb, "volume_size_gb", low=1, high=16384)
-        # Kept as written, checked at the submit: a poll or stop never reads it (see open_backend).
-        self.environment, self.tags = environment, job_tags(tags, "sagemaker")
+        # Both kept as written, checked at the submit: a poll or stop never reads them (see open_backend).
+        self.environment, self.tags = environment, tags
 
     @property
     def client(self) -> Any:
@@ -333,7 +333,7 @@ class SageMakerBackend:
             instance_count=self.instance_count,
             volume_size_gb=self.volume_size_gb,
             environment=self.environment,
-            tags=self.tags,
+            tags=job_tags(self.tags, "sagemaker"),
         )
         if self._describe(request.job_name) is not None:
             return request.job_name  # submitted before (an Airflow retry)
