@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 from hung_mount import hung_mount
 from remote_support import aws_client, make_batch_queues
+from test_compute_zones import local_request, wait_for
 
 from costaware.adapters.compute import batch, kubernetes, sagemaker
 from costaware.adapters.compute.base import JobRequest, JobState, open_backend
@@ -624,7 +625,9 @@ def test_a_local_jobs_env_that_is_no_dict_is_refused_by_the_check_and_the_backen
             "local", backend_options={"env": env}, model_store=str(tmp_path / "models")
         ),
         "options check": lambda: check_backend_options("local", {"root": root, "env": env}),
-        "backend": lambda: LocalBackend(root=root, env=env),  # type: ignore[arg-type]  # a user's
+        "backend": lambda: LocalBackend(root=root, env=env).submit(  # type: ignore[arg-type]  # a user's
+            local_request(tmp_path, "env-a1")
+        ),
     }
     for where, refuse in refusals.items():
         with pytest.raises(ConfigurationError) as caught:
@@ -636,16 +639,60 @@ def test_a_local_jobs_env_that_is_no_dict_is_refused_by_the_check_and_the_backen
     assert list(tmp_path.iterdir()) == []  # nothing was checked, nor written
 
 
-def test_a_local_jobs_env_given_as_a_dict_reaches_its_job_as_text() -> None:
+def test_a_local_jobs_env_given_as_a_dict_reaches_its_job_as_text(tmp_path: Path) -> None:
+    import json
+
     from costaware.adapters.compute.base import check_backend_options
 
     env = {"COSTAWARE_STORE_STALL_SECONDS": 60, "PYTHONPATH": "/srv/trainer"}
     check_backend_options("local", {"env": env})
-    assert open_backend("local", {"env": env}).env == {  # type: ignore[attr-defined]
+    (tmp_path / "capacity").write_text("0")  # the spot jobs wait for capacity: they never run
+    written = {}
+    for name, given in [("env-a1", env), ("env-a2", None)]:
+        options = {"root": str(tmp_path / "jobs"), "env": given, "capacity_file": str(tmp_path / "capacity")}
+        backend = open_backend("local", options)
+        job = backend.submit(local_request(tmp_path, name))
+        backend.stop(job)
+        written[name] = json.loads((tmp_path / "jobs" / job / "request.json").read_text())["env"]
+    assert {k: written["env-a1"][k] for k in env} == {
         "COSTAWARE_STORE_STALL_SECONDS": "60",
         "PYTHONPATH": "/srv/trainer",
     }
-    assert open_backend("local", {"env": None}).env == {}  # type: ignore[attr-defined]
+    assert "PYTHONPATH" not in written["env-a2"]
+
+
+@pytest.mark.parametrize("env", [[("PYTHONPATH", "/srv/trainer")], [["PYTHONPATH", "/srv/trainer"]]])
+def test_a_local_job_an_older_release_submitted_with_env_pairs_can_still_be_polled_and_stopped(
+    tmp_path: Path, env: object
+) -> None:
+    # dict() took a list of pairs before the env was checked. The triggers build a running job's backend
+    # from its options as written to poll, stop or find it: refused there, such a job ran on unstopped and
+    # unbilled. Only a new submit of them is refused.
+    from costaware.adapters.compute.base import check_backend_options
+
+    root = str(tmp_path / "jobs")
+    running = open_backend("local", {"root": root}).submit(
+        local_request(tmp_path, "older-a1", market="on_demand")
+    )
+    backend = open_backend("local", {"root": root, "env": env})
+    try:
+        wait_for(backend, running, {JobState.RUNNING})  # a real process, polled
+        found = backend.find(running)
+        assert found is not None and found.job_id == running
+    finally:
+        backend.stop(running)
+    assert wait_for(backend, running, {JobState.INTERRUPTED, JobState.FAILED, JobState.SUCCEEDED}).exit_code
+    with pytest.raises(ConfigurationError) as caught:
+        backend.submit(local_request(tmp_path, "older-a2", market="on_demand"))
+    assert str(caught.value) == (
+        "backend_options['env'] of the local backend must be a dict of variable name to string value, "
+        f"such as {{'PYTHONPATH': '/srv/trainer'}}: got the list {env!r}"
+    )
+    assert backend.find("older-a2") is None and sorted(p.name for p in (tmp_path / "jobs").iterdir()) == [
+        "older-a1"
+    ]  # nothing was submitted
+    with pytest.raises(ConfigurationError):
+        check_backend_options("local", {"root": root, "env": env})  # the task's start, before money
 
 
 @pytest.mark.parametrize("backend", ["sagemaker", "batch", "kubernetes"])

@@ -134,7 +134,8 @@ class LocalBackend:
         self.root = Path(root or default_root())
         self.capacity_file = capacity_file
         self.python = python or sys.executable
-        self.env = local_job_env(env)
+        # Kept as written, checked at the submit: a poll, stop or find never reads it (see open_backend).
+        self.env = env
 
     @property
     def per_zone(self) -> bool:
@@ -191,6 +192,7 @@ class LocalBackend:
         return [*self.launcher(), *request.command(python=self.python)[1:]]
 
     def submit(self, request: JobRequest) -> str:
+        env = local_job_env(self.env)  # before the folder, as the launcher below
         folder = self._dir(request.job_name)
         command = self._command(request)  # before the folder: a missing launcher leaves nothing behind
         capacity = self.capacity_path(request.availability_zone) if request.market == "spot" else None
@@ -206,7 +208,7 @@ class LocalBackend:
                 "market": request.market,
                 "instance_type": request.instance_type,
                 "availability_zone": request.availability_zone,
-                "env": {**self.env, **request.environment(work_dir=str(folder / "work"))},
+                "env": {**env, **request.environment(work_dir=str(folder / "work"))},
                 "capacity_file": capacity,
                 "grace_seconds": request.grace_seconds,
                 "stop_after_seconds": request.stop_after_seconds,
