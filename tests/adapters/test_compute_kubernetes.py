@@ -470,14 +470,23 @@ def test_capacity_values_without_a_market_are_refused_before_any_pod(
     values: dict[str, str], message: str
 ) -> None:
     # Accepted, the spot attempts ran and were paid for, and the on-demand fallback failed at its submit.
-    with pytest.raises(
-        ConfigurationError, match=rf"capacity_values .* must give a node label value .*{message}"
-    ):
-        open_backend("kubernetes", {"image": "costaware:1", "capacity_values": values})
+    from costaware.adapters.compute.base import check_backend_options
+
+    options = {"image": "costaware:1", "capacity_values": values}
+    for refuse in (lambda: check_backend_options("kubernetes", options), lambda: render_of(options)):
+        with pytest.raises(
+            ConfigurationError, match=rf"capacity_values .* must give a node label value .*{message}"
+        ):
+            refuse()
     both = {"spot": "SPOT", "on_demand": "ON_DEMAND"}
     backend = open_backend("kubernetes", {"image": "costaware:1", "capacity_values": both})
     pod = backend.render(request("on_demand"))  # type: ignore[attr-defined]
     assert pod["spec"]["nodeSelector"]["karpenter.sh/capacity-type"] == "ON_DEMAND"
+
+
+def render_of(options: dict[str, Any], market: str = "spot") -> dict[str, Any]:
+    pod: dict[str, Any] = open_backend("kubernetes", options).render(request(market))  # type: ignore[attr-defined]
+    return pod
 
 
 def _unknown_pod(**status: Any) -> dict[str, Any]:
@@ -880,11 +889,73 @@ def test_a_capacity_label_or_value_that_is_no_label_is_refused_before_any_pod(
 ) -> None:
     # Every pod's nodeSelector carries them: the API server refused the pod at its create, an on-demand
     # fallback's only after the spot attempts had been paid for.
+    from costaware.adapters.compute.base import check_backend_options
     from costaware.adapters.compute.kubernetes import KubernetesBackend
 
     api = _RecordingApi()
     monkeypatch.setattr(KubernetesBackend, "_api", lambda self: api)
-    with pytest.raises(ConfigurationError) as caught:
-        open_backend("kubernetes", {"image": "costaware:1", **options}).submit(request("on_demand"))
-    assert str(caught.value) == message
+    given = {"image": "costaware:1", **options}
+    for where, refuse in {
+        "options check": lambda: check_backend_options("kubernetes", given),
+        "backend": lambda: open_backend("kubernetes", given).submit(request("on_demand")),
+    }.items():
+        with pytest.raises(ConfigurationError) as caught:
+            refuse()
+        assert str(caught.value) == message, where
+    assert api.created == []  # no pod was created
+
+
+class _RunningPodApi(_RecordingApi, _OnePodApi):
+    """A running spot pod an older release created, its node, the deletes asked and the creates taken."""
+
+    def __init__(self) -> None:
+        _OnePodApi.__init__(self, {**_pod("Running"), "metadata": {"name": "train-1", "uid": "u1"}})
+        _RecordingApi.__init__(self)
+        self.pod["metadata"]["labels"] = {"costaware/market": "spot"}
+
+    def read_node(self, name: str) -> Any:
+        return {"metadata": {"labels": {"node.kubernetes.io/instance-type": "g5.xlarge"}}}
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        # dict() took pairs; the pod was created with them.
+        (
+            {"node_selector": [("team", "ml")]},
+            SELECTOR + "must be a dict of node label to value: got the list [('team', 'ml')]; write it as "
+            "{'team': 'ml'}",
+        ),
+        # Its spot pods were created; only the on-demand fallback's create was refused.
+        (
+            {"capacity_values": {"spot": "spot", "on_demand": "on demand"}},
+            f"capacity_values gives 'on_demand' the value 'on demand', {LABEL_VALUE_RULE}",
+        ),
+    ],
+)
+def test_a_pod_an_older_release_created_with_node_labels_it_took_can_still_be_polled_and_stopped(
+    monkeypatch: pytest.MonkeyPatch, options: dict[str, Any], message: str
+) -> None:
+    # The triggers build a running job's backend from its options as written to poll, stop or find it:
+    # refused there, such a pod ran on unstopped and unbilled. Only a new submit of them is refused.
+    from costaware.adapters.compute.base import check_backend_options
+    from costaware.adapters.compute.kubernetes import KubernetesBackend
+
+    api = _RunningPodApi()
+    monkeypatch.setattr(KubernetesBackend, "_api", lambda self: api)
+    given = {"image": "costaware:1", **options}
+    backend = open_backend("kubernetes", given)
+    status = backend.poll("train-1")
+    assert (status.state, status.market, status.instance_type) == (JobState.RUNNING, "spot", "g5.xlarge")
+    found = backend.find("train-1")
+    assert found is not None and (found.job_id, found.run_token) == ("train-1", "u1")
+    backend.stop("train-1")
+    assert api.deleted == ["train-1"]
+    for where, refuse in {
+        "options check": lambda: check_backend_options("kubernetes", given),
+        "backend": lambda: backend.submit(request("on_demand")),
+    }.items():
+        with pytest.raises(ConfigurationError) as caught:
+            refuse()
+        assert str(caught.value) == message, where
     assert api.created == []  # no pod was created

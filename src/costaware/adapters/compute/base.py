@@ -198,7 +198,8 @@ class ComputeBackend(Protocol):
 
     Each backend class also sets ``places_zones``: whether it honours ``JobRequest.availability_zone``
     (:func:`require_zone_placement` reads it), and may have a static ``check_zones(options, zones)`` that
-    refuses zones its options do not place.
+    refuses zones its options do not place, and a static ``check_option_values(options)`` that
+    :func:`check_backend_options` asks (values only a submit reads, so not its constructor).
     """
 
     name: str
@@ -256,7 +257,7 @@ def check_backend_options(name: str, options: Mapping[str, Any]) -> None:
         ConfigurationError: an unknown option (a typo would otherwise be a bare ``__init__`` TypeError), a
             required one left out, a local job's ``env`` that is no mapping, a SageMaker job's
             ``environment`` that is no mapping of strings, SageMaker or Batch ``tags`` that AWS refuses, or
-            a Kubernetes ``node_selector`` of no labels.
+            a Kubernetes ``node_selector``, ``capacity_label`` or ``capacity_values`` of no labels.
     """
     _check_option_names(name, options)
     if name == "local":
@@ -265,8 +266,10 @@ def check_backend_options(name: str, options: Mapping[str, Any]) -> None:
         container_environment(options.get("environment"))
     if name in ("sagemaker", "batch"):
         job_tags(options.get("tags"), name)
-    if name == "kubernetes":
-        node_selector_labels(options.get("node_selector"))
+    # Kubernetes' node labels: its module imports this one, so its class is asked (as for check_zones).
+    check_values = getattr(backend_class(name), "check_option_values", None)
+    if check_values is not None:
+        check_values(options)
 
 
 def _check_option_names(name: str, options: Mapping[str, Any]) -> None:

@@ -93,6 +93,7 @@ __all__ = [
     "WORK_DIR",
     "ZONE_LABEL",
     "KubernetesBackend",
+    "check_node_labels",
     "failed_pod_end",
     "interrupted_while_running_from",
     "out_of_contact_since",
@@ -145,6 +146,31 @@ def _checked_capacity_values(values: Mapping[str, str] | None) -> dict[str, str]
     return given
 
 
+def _checked_capacity_label(label: object) -> str:
+    """``capacity_label`` if it is a label key: every pod's nodeSelector carries it.
+
+    Raises:
+        ConfigurationError: no label key; the API server refused each pod at its create.
+    """
+    if not (isinstance(label, str) and is_label_key(label)):
+        raise ConfigurationError(f"capacity_label {label!r} is no Kubernetes label: {LABEL_KEY_RULE}")
+    return label
+
+
+def check_node_labels(options: Mapping[str, Any]) -> None:
+    """Refuse ``capacity_label``, ``capacity_values`` or ``node_selector`` of ``options`` that are no labels.
+
+    The task's start asks it (``check_backend_options``), before any money, and each submit reads them the
+    same way; opening a running pod's backend to poll, find or stop it does not, as none of these read them.
+
+    Raises:
+        ConfigurationError: the first of them that is no Kubernetes label, named with the rule.
+    """
+    _checked_capacity_label(options.get("capacity_label", KARPENTER_LABEL))
+    _checked_capacity_values(options.get("capacity_values"))
+    node_selector_labels(options.get("node_selector"))
+
+
 class KubernetesBackend:
     """Pods on a Kubernetes cluster with spot and on-demand node pools.
 
@@ -188,6 +214,11 @@ class KubernetesBackend:
                 f"attempts move across zones, or allow only {pinned!r}"
             )
 
+    @staticmethod
+    def check_option_values(options: Mapping[str, Any]) -> None:
+        """:func:`check_node_labels`, asked by ``check_backend_options`` at the task's start."""
+        check_node_labels(options)
+
     def __init__(
         self,
         *,
@@ -204,14 +235,11 @@ class KubernetesBackend:
         image: str = "",
     ) -> None:
         self.image, self.namespace, self.kubernetes_conn_id = image, namespace, kubernetes_conn_id
-        if not (isinstance(capacity_label, str) and is_label_key(capacity_label)):
-            # Every pod's nodeSelector carries it: the API server refused each at its create.
-            raise ConfigurationError(
-                f"capacity_label {capacity_label!r} is no Kubernetes label: {LABEL_KEY_RULE}"
-            )
-        self.capacity_label, self.capacity_values = capacity_label, _checked_capacity_values(capacity_values)
+        # The node labels are kept as written, checked at the render of each pod: a poll, find or stop never
+        # reads them, and must reach a pod an older release created with labels it took (see open_backend).
+        self.capacity_label, self.capacity_values = capacity_label, capacity_values
         self.resources, self.tolerations = dict(resources or {}), [dict(t) for t in tolerations]
-        self.node_selector = node_selector_labels(node_selector)
+        self.node_selector = node_selector
         self.service_account = service_account
         self.termination_grace_seconds = whole_number(
             termination_grace_seconds, "termination_grace_seconds", low=1, high=119
@@ -220,6 +248,9 @@ class KubernetesBackend:
 
     def render(self, request: JobRequest) -> dict[str, Any]:
         """The pod of ``request``; the request's image (the operator's ``image=``) wins over ``image``."""
+        capacity_label = _checked_capacity_label(self.capacity_label)
+        capacity_values = _checked_capacity_values(self.capacity_values)
+        node_selector = node_selector_labels(self.node_selector)
         if not (request.image or self.image):
             raise ConfigurationError(
                 f"pod {request.job_name!r} has no image: pass image= to the operator or set image in "
@@ -229,11 +260,11 @@ class KubernetesBackend:
             request,
             image=self.image,
             namespace=self.namespace,
-            capacity_label=self.capacity_label,
-            capacity_values=self.capacity_values,
+            capacity_label=capacity_label,
+            capacity_values=capacity_values,
             resources=self.resources,
             tolerations=self.tolerations,
-            node_selector=self.node_selector,
+            node_selector=node_selector,
             service_account=self.service_account,
             termination_grace_seconds=self.termination_grace_seconds,
             work_dir=self.work_dir,
