@@ -252,6 +252,9 @@ REAL_ZONES_NEAR_KNOWN = (
     "PK",
     "BG",  # Bulgaria, GB's letters swapped
     "GE",
+    # ISO 3166-1 countries Electricity Maps has no zone file of (Grenada, Chile: it has CL-SEN): GD was GB's.
+    "GD",
+    "CL",
     "US-MIDW-MISO",
     "US-MIDA-PJM",  # after US-MIDW-MISO: the import test's earlier import, which it was taken for
     "US-CAL-LDWP",
@@ -273,6 +276,26 @@ def test_a_real_zone_near_a_known_one_is_not_asked_whether_that_one_was_meant(
     err = capsys.readouterr().err
     assert f"no recorded carbon intensity for grid zone {zone!r}: recorded zones are " in err, err
     assert "did you mean" not in err, err
+
+
+@pytest.mark.parametrize("zone", ["CL", "BL", "PN"])
+def test_a_country_one_letter_from_an_imported_zone_is_not_taken_for_its_typo(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], zone: str
+) -> None:
+    # With PL imported, Chile, Saint Barthelemy and the Pitcairn Islands were asked "did you mean 'PL'?",
+    # and the import of one warned to delete it: real ISO 3166 codes that no Electricity Maps zone is named.
+    hourly = tmp_path / "hourly.csv"
+    hourly.write_text(
+        "timestamp_utc,g_co2eq_per_kwh_lca\n2026-11-20T00:00:00Z,150\n2026-11-20T01:00:00Z,160\n"
+    )
+    assert main(["carbon", "import", str(hourly), "--zone", "PL"]) == 0
+    capsys.readouterr()
+    assert main(["carbon", "show", "--zone", zone, "--start", "2023-06-14"]) == 2
+    err = capsys.readouterr().err
+    assert f"no recorded carbon intensity for grid zone {zone!r}: recorded zones are " in err, err
+    assert "did you mean" not in err, err
+    assert main(["carbon", "import", str(hourly), "--zone", zone]) == 0
+    assert "warning" not in capsys.readouterr().err
 
 
 def test_an_import_under_a_zone_typo_warns_of_the_zone_meant(

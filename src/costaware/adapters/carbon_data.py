@@ -259,9 +259,21 @@ def importable_zone(zone: str) -> str:
 
 @functools.cache
 def real_grid_zones() -> frozenset[str]:
-    """Every grid zone id that exists (Electricity Maps' ids, ``data/grid_zone_ids.txt``), in capitals."""
-    text = (resources.files("costaware") / _DATA / "grid_zone_ids.txt").read_text(encoding="utf-8")
-    return frozenset(line.strip().upper() for line in text.splitlines() if line.strip()[:1] not in ("", "#"))
+    """Every grid zone id that exists, in capitals: Electricity Maps' ids and every ISO 3166-1 country code.
+
+    Electricity Maps names no zone for 32 countries (GD, CL: it has CL-SEN), which were then taken for a
+    typo of a known zone ("did you mean 'GB'?" for Grenada): ``data/iso3166.tab`` adds them.
+    """
+    ids = _data_lines("grid_zone_ids.txt")
+    countries = [line.split("\t", 1)[0] for line in _data_lines("iso3166.tab")]
+    return frozenset(code.upper() for code in (*ids, *countries))
+
+
+def _data_lines(name: str) -> list[str]:
+    """The lines of the bundled data file ``name``, stripped, without blank lines and ``#`` comments."""
+    text = (resources.files("costaware") / _DATA / name).read_text(encoding="utf-8")
+    lines = (line.strip() for line in text.splitlines())
+    return [line for line in lines if line[:1] not in ("", "#")]
 
 
 def known_grid_zones() -> list[str]:

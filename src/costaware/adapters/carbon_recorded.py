@@ -390,7 +390,7 @@ def near_zones(zone: str, zones: Sequence[str]) -> list[str]:
     """The zone of ``zones`` that ``zone`` is likely a typo of (``DE_LU``, ``AU-NSV``, ``GV``), or [].
 
     Written alike but for spaces, '_' or case, it is the zone meant. Otherwise a zone id that exists
-    (:func:`real_grid_zones`: GR, PK, AU-TAS, DK-DK2) is never asked about, however close to a known one:
+    (:func:`real_grid_zones`: GR, PK, GD, AU-TAS, DK-DK2) is never asked about, however close to a known one:
     "did you mean 'GB'?" for Greece misled. Any other id one letter changed, swapped, left out or added
     away from a known one (``AU-NSV``, ``GV`` for GB), or scoring :data:`TYPO_RATIO`, is.
     """
