@@ -251,6 +251,28 @@ def test_a_file_that_is_not_utf8_is_told_what_it_is_when_the_dag_is_parsed(
     )
 
 
+@pytest.mark.parametrize(
+    ("after_blank_lines", "said"),
+    [
+        ("2023-01-01T00:00:00Z,42.5\n\u00e9\n", "byte 0xe9 on line 70003"),
+        # Alone at the file's end, a lead byte is found bad only when the decoder is told the file is over.
+        ("\u00e9", "byte 0xe9 on line 70002"),
+    ],
+    ids=["after-a-row", "at-the-end"],
+)
+def test_a_byte_not_utf8_past_the_first_64_kib_is_named_with_its_line(
+    tmp_path: Path, after_blank_lines: str, said: str
+) -> None:
+    # Past the first 64 KiB the decoder's position counts from its chunk: "byte 0x0a on line 4492" was said
+    # of a file whose bad byte is 0xe9 on line 70003.
+    csv = tmp_path / "power.csv"
+    text = "timestamp_utc,usd_per_mwh\n" + "\n" * 70_000 + after_blank_lines
+    csv.write_bytes(text.encode("cp1252"))
+    with pytest.raises(ConfigurationError) as caught:
+        OffPeakTimetable(["22:00-06:00"], run_hours=2, electricity=str(csv))
+    assert f"power.csv is not UTF-8 text ({said}; Latin-1 or Windows-1252, perhaps)" in str(caught.value)
+
+
 @pytest.mark.parametrize(("name", "value"), [("run_hours", "2h"), ("power_kw", "6.5kW")])
 def test_a_length_or_power_with_a_unit_is_named(name: str, value: str) -> None:
     with pytest.raises(ConfigurationError, match=rf"{name}='{value}' is not a number of"):

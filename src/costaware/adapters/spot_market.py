@@ -430,7 +430,7 @@ def check_local_file(path: str, name: str, what: str, *, columns: Sequence[Seque
     except OSError as e:
         raise ConfigurationError(f"{name}={path!r} cannot be read ({e}): pass {what}") from e
     except UnicodeDecodeError as e:  # said as the readers say it: what the file is, and how to save it
-        raise ConfigurationError(f"{name}={path!r}: {_not_utf8_head(file, name, e)}") from e
+        raise ConfigurationError(f"{name}={path!r}: {_not_utf8_file(file, name, e)}") from e
     missing = [" or ".join(names) for names in columns if not any(n in header for n in names)]
     if missing:
         # Found by the scheduler instead, the error stopped the DAG's schedule with nothing in the UI.
@@ -446,20 +446,38 @@ def check_local_file(path: str, name: str, what: str, *, columns: Sequence[Seque
         )
 
 
-def _not_utf8_head(file: Path, name: str, error: UnicodeDecodeError) -> str:
-    """Why ``file``'s first bytes are not UTF-8: ``error.start`` counts from the chunk being decoded."""
+def _not_utf8_file(file: Path, name: str, error: UnicodeDecodeError) -> str:
+    """Why ``file`` is not UTF-8, naming its first bad byte and that byte's line.
+
+    ``error.start`` counts from the chunk the text reader decoded: past the first chunk it named another
+    byte on another line ("0x0a on line 4492" for 0xe9 on line 70003). The file is decoded again from its
+    start, up to the chunk that holds that byte.
+    """
     import codecs
 
     from costaware.core.errors import not_utf8_text
 
+    kind = f"the {name} file"
+    decoder = codecs.getincrementaldecoder("utf-8")()
+    read = bytearray()
     with file.open("rb") as raw:
-        head = raw.read(1 << 16)
-    try:  # an incremental decoder lets a character cut at the end of the head pass
-        codecs.getincrementaldecoder("utf-8")().decode(head)
-        at = error.start
-    except UnicodeDecodeError as found:
-        at = found.start
-    return not_utf8_text(file.name, head, min(at, len(head) - 1), kind=f"the {name} file")
+        while True:
+            chunk = raw.read(1 << 16)
+            # The decoder's position counts from the bytes it held back (a character cut at the last chunk's
+            # end) and this chunk.
+            held = len(decoder.getstate()[0])
+            try:
+                decoder.decode(chunk, final=not chunk)
+            except UnicodeDecodeError as found:
+                read += chunk
+                return not_utf8_text(
+                    file.name, bytes(read), len(read) - len(chunk) - held + found.start, kind=kind
+                )
+            if not chunk:
+                break
+            read += chunk
+    # UTF-8 now: written again since it was read. The byte that failed, counted in its chunk, is still right.
+    return not_utf8_text(file.name, error.object, error.start, kind=kind)
 
 
 def check_carbon_source(carbon: str | None, *, region: str | None, objective: Objective) -> None:
