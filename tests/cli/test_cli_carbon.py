@@ -228,7 +228,9 @@ def test_a_zone_typo_is_told_the_zone_meant(
         ("bundled", "XX_YY", "XX-YY"),
         ("bundled", "xx yy", "xx-yy"),
         ("bundled", ".XX", "XX"),
+        ("bundled", "._XX", "XX"),  # was --zone -XX, which argparse takes for an option and refuses
         ("bundled", "AU/TAS", "AU-TAS"),
+        ("bundled", "gr", "GR"),  # a real zone in its case: imported as gr, carbon show --zone GR missed it
         ("live", "DE_LU", "DE-LU"),
         ("live", "de lu", "DE-LU"),
         ("live", "PL", "PL"),
@@ -243,6 +245,8 @@ def test_the_import_an_unknown_zone_is_advised_is_one_the_import_takes(
     err = capsys.readouterr().err
     assert f"`costaware carbon import FILE --zone {advised}`" in err, err
     assert main(["carbon", "import", str(RECORDED), "--zone", advised]) == 0, capsys.readouterr().err
+    argv = ["carbon", "show", "--zone", advised, "--start", "2026-11-20T01:00Z", "--hours", "1"]
+    assert main(argv) == 0, capsys.readouterr().err  # the import is read under the zone's id
 
 
 #: Real grid zones (Electricity Maps ids) near a known one: GR is Greece, not a typo of GB; PK Pakistan.

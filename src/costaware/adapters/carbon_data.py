@@ -252,9 +252,15 @@ def importable_zone(zone: str) -> str:
 
     The import refuses '_', '/', spaces and a leading '.' in a zone id, and a known zone in another case; an
     error that told it to import under the id as typed (``--zone DE_LU``) sent the user to that refusal.
+    Marks are stripped from both ends together: ``._XX`` was advised as ``--zone -XX``, which argparse takes
+    for an option. A real zone id is given in its own case: ``gr`` imported as ``gr``, which ``--zone GR``
+    does not read.
     """
-    dashed = re.sub(r"[_/\s]+", "-", str(zone).strip()).strip("-").lstrip(".")
-    return next((z for z in known_grid_zones() if z.upper() == dashed.upper()), dashed)
+    dashed = re.sub(r"[_/\s]+", "-", str(zone).strip()).strip(".-")
+    known = next((z for z in known_grid_zones() if z.upper() == dashed.upper()), None)
+    if known is not None:
+        return known
+    return dashed.upper() if dashed.upper() in real_grid_zones() else dashed
 
 
 @functools.cache
