@@ -249,6 +249,17 @@ def test_the_import_an_unknown_zone_is_advised_is_one_the_import_takes(
     assert main(argv) == 0, capsys.readouterr().err  # the import is read under the zone's id
 
 
+@pytest.mark.parametrize("zone", ["_", "._", " - "])
+def test_a_zone_with_no_letters_is_advised_to_give_an_id_not_an_empty_one(
+    capsys: pytest.CaptureFixture[str], zone: str
+) -> None:
+    # "import a file with `costaware carbon import FILE --zone `": nothing after --zone, no line to run.
+    assert main(["carbon", "show", "--zone", zone, "--source", "bundled", "--start", "2023-06-14"]) == 2
+    err = capsys.readouterr().err
+    advice = "`costaware carbon import FILE --zone ZONE (an Electricity Maps id such as GB or DE-LU)`"
+    assert advice in err, err
+
+
 #: Real grid zones (Electricity Maps ids) near a known one: GR is Greece, not a typo of GB; PK Pakistan.
 REAL_ZONES_NEAR_KNOWN = (
     "GR",

@@ -257,6 +257,8 @@ def importable_zone(zone: str) -> str:
     does not read.
     """
     dashed = re.sub(r"[_/\s]+", "-", str(zone).strip()).strip(".-")
+    if not dashed:  # "_" or "._": advised `--zone ` (nothing), which no shell line can give
+        return "ZONE (an Electricity Maps id such as GB or DE-LU)"
     known = next((z for z in known_grid_zones() if z.upper() == dashed.upper()), None)
     if known is not None:
         return known
