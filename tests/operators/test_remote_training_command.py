@@ -787,7 +787,7 @@ def test_a_sagemaker_environment_from_a_dict_param_is_read_as_the_dict(tmp_path:
     with DAG("environment_from_param", schedule=None, params={"env": Param(environment, type="object")}):
         train = operator(tmp_path, "ok", backend="sagemaker", backend_options=options)
     train.render_template_fields({**context_for(), "params": {"env": environment}})
-    args = train._plan_arguments()
+    args = train._plan_arguments(context_for())
     assert args.backend_options["environment"] == environment
     check_backend_options("sagemaker", args.backend_options)  # as the task starts: no error
 
@@ -798,7 +798,7 @@ def test_a_jobs_env_template_that_renders_no_dict_is_refused_naming_the_text(tmp
     with DAG("env_param_text", schedule=None, params={"job_env": Param("A=1", type="string")}):
         train = operator(tmp_path, "ok", backend_options={"env": "{{ params.job_env }}"})
     train.render_template_fields({**context_for(), "params": {"job_env": "A=1"}})
-    args = train._plan_arguments()
+    args = train._plan_arguments(context_for())
     with pytest.raises(ConfigurationError) as caught:
         check_backend_options("local", args.backend_options)
     assert str(caught.value) == LOCAL_ENV_REFUSED + "str 'A=1'"
@@ -822,13 +822,33 @@ def test_a_sagemaker_environment_value_a_native_template_renders_as_a_number_is_
         train = operator(
             tmp_path, "ok", backend="sagemaker", backend_options={**SAGEMAKER_OPTIONS, "environment": written}
         )
-    train.render_template_fields({**context_for(), "params": params})
+    context = {**context_for(), "params": params}
+    train.render_template_fields(context)
     native = {"EPOCHS": 5, "RATE": 0.5, "DEBUG": True, "NAME": "churn"}
     assert train.backend_options["environment"] == native
-    args = train._plan_arguments()
+    args = train._plan_arguments(context)
     as_text = {"EPOCHS": "5", "RATE": "0.5", "DEBUG": "True", "NAME": "churn"}  # as text rendering gives them
     assert args.backend_options["environment"] == as_text
     check_backend_options("sagemaker", args.backend_options)  # as the task starts: no error
+
+
+@pytest.mark.parametrize("version", ["1.10", "1e3", "0x10"])
+def test_a_native_template_of_a_number_like_text_reaches_the_job_as_the_text_the_param_holds(
+    tmp_path: Path, version: str
+) -> None:
+    # Native rendering reads '1.10' as the float 1.1; str() of it set MODEL_VERSION=1.1 without a word
+    # ('1e3' became '1000.0', '0x10' '16'). The written template rendered as text gives the param's text.
+    params = {"version": Param(version, type="string")}
+    written = {"MODEL_VERSION": "{{ params.version }}", "TAG": "v{{ params.version }}"}
+    with DAG("native_version", schedule=None, params=params, render_template_as_native_obj=True):
+        train = operator(
+            tmp_path, "ok", backend="sagemaker", backend_options={**SAGEMAKER_OPTIONS, "environment": written}
+        )
+    context = {**context_for(), "params": {"version": version}}
+    train.render_template_fields(context)
+    assert train.backend_options["environment"]["MODEL_VERSION"] != version  # what native rendering gives
+    args = train._plan_arguments(context)
+    assert args.backend_options["environment"] == {"MODEL_VERSION": version, "TAG": f"v{version}"}
 
 
 def test_a_dag_with_a_local_jobs_env_written_as_text_does_not_import(tmp_path: Path) -> None:

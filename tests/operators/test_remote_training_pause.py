@@ -292,7 +292,7 @@ def test_with_prices_a_spot_attempt_is_billed_at_the_mean_price_over_its_run(
     ended = datetime.now(timezone.utc).replace(microsecond=0) + timedelta(hours=2)
     record(prices, "1.50", ended - timedelta(minutes=30))
     op = operator(tmp_path, prices, pause_on_price=pause_on_price)
-    args = op._plan_arguments()
+    args = op._plan_arguments(context_for())
     plan = RemotePlan(
         backend="local",
         instance_type="m5.large",

@@ -355,7 +355,7 @@ def test_a_templated_grace_period_is_read_rendered_and_blank_is_the_backends(
             on_demand_usd_per_hour="0.1",
         )
     rendered(op, context_for(), {"grace": grace, "backend": backend, "options": options})
-    assert op._plan_arguments().grace_seconds == seconds
+    assert op._plan_arguments(context_for()).grace_seconds == seconds
     if backend == "batch":  # nothing for the submit to cut, nor to warn of
         assert cut_grace(seconds, float(options.get("stop_timeout_seconds", 30))) is None
 
@@ -388,13 +388,13 @@ def test_a_grace_period_rendered_from_an_unset_param_is_the_backends(
     tmp_path: Path, template: str, value: Any
 ) -> None:
     op = _rendered_unset(tmp_path, template, value, preemption_grace_seconds=True)
-    assert op._plan_arguments().grace_seconds == 110.0  # the local backend's default
+    assert op._plan_arguments(context_for()).grace_seconds == 110.0  # the local backend's default
 
 
 @pytest.mark.parametrize(("template", "value"), UNSET_RENDERINGS)
 def test_prices_rendered_from_an_unset_param_are_not_given(tmp_path: Path, template: str, value: Any) -> None:
     op = _rendered_unset(tmp_path, template, value, prices=True)
-    assert op._plan_arguments().prices is None
+    assert op._plan_arguments(context_for()).prices is None
 
 
 def test_a_templated_grace_period_that_renders_no_number_is_named(tmp_path: Path) -> None:
@@ -412,7 +412,7 @@ def test_a_templated_grace_period_that_renders_no_number_is_named(tmp_path: Path
     with pytest.raises(
         ConfigurationError, match="preemption_grace_seconds must be a number of seconds > 0, got 'soon'"
     ):
-        op._plan_arguments()
+        op._plan_arguments(context_for())
 
 
 @pytest.mark.parametrize("deadline", [" ", "None", "null"])

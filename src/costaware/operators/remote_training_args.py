@@ -31,7 +31,7 @@ from costaware.core.series import parse_instant
 from costaware.core.spot_window import given_priority
 from costaware.glue import as_bool, check_tags
 from costaware.operators.remote_instance_type import check_written_instance_type
-from costaware.operators.rendered_values import JOB_ENV_OPTIONS, rendered_job_env
+from costaware.operators.rendered_values import JOB_ENV_OPTIONS, rendered_job_env, text_renderer
 
 # Moved to rendered_values (read by the spot window sensor too); importable from here as before.
 from costaware.operators.rendered_values import parse_decision as parse_decision
@@ -178,6 +178,8 @@ class RemotePlanArguments:
 
         @property
         def log(self) -> Any: ...
+
+        def get_dag(self) -> Any: ...
 
     def _keep_plan_arguments(
         self,
@@ -365,8 +367,8 @@ class RemotePlanArguments:
             return str(prices)
         return check_prices(prices)
 
-    def _plan_arguments(self) -> PlanArguments:
-        """The rendered arguments as one value (call after Airflow rendered the templates)."""
+    def _plan_arguments(self, context: Mapping[str, Any]) -> PlanArguments:
+        """The rendered arguments as one value (after Airflow rendered the templates with ``context``)."""
         from costaware.training.plan import PlanArguments
 
         # The zones are checked as the backend checks them, by the plan (require_zone_placement).
@@ -378,6 +380,7 @@ class RemotePlanArguments:
                 str(self.backend),
                 self._backend_options_written,
                 parse_mapping(self.backend_options, name="backend_options"),
+                text_renderer(self.get_dag(), context),
             ),
             market=self.job_market,
             instance_type=self.job_instance_type,

@@ -167,7 +167,7 @@ class RemoteTrainingStart(RemoteAttemptSteps, RemotePlanArguments, BuiltInTraini
         from costaware.training.plan import blank, make_plan
         from costaware.training.remote import job_base_name
 
-        args = self._plan_arguments()
+        args = self._plan_arguments(context)
         decision = self._decision(context)
         self._check_rendered_instance_type(decision)
         if blank(self.deadline) is None and not is_literal(self._deadline_written):

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from decimal import Decimal
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from costaware.adapters.compute.base import check_aws_zone
 from costaware.core.errors import ConfigurationError
@@ -17,6 +17,8 @@ from costaware.core.given import blank
 from costaware.operators.templating import is_template, literal_text
 
 if TYPE_CHECKING:
+    from airflow.sdk.definitions.context import Context
+
     from costaware.core.spot_decision import SpotDecision
 
 
@@ -44,27 +46,45 @@ def parse_mapping(value: Any, *, name: str = "spot decision") -> dict[str, Any]:
 JOB_ENV_OPTIONS = {"local": "env", "sagemaker": "environment"}
 
 
-def rendered_job_env(backend: str, written: Any, options: dict[str, Any]) -> dict[str, Any]:
+def text_renderer(dag: Any, context: Mapping[str, Any]) -> Callable[[str], str]:
+    """Render a template to text as Airflow does without ``render_template_as_native_obj``.
+
+    In the DAG's Jinja environment built for text (its macros, filters, undefined and template search path),
+    else Airflow's bare sandbox, as an operator without a DAG renders.
+    """
+    from airflow.sdk.definitions._internal.templater import SandboxedEnvironment
+    from airflow.sdk.definitions.context import render_template_to_string
+
+    env = (
+        dag.get_template_env(force_sandboxed=True) if dag is not None else SandboxedEnvironment(cache_size=0)
+    )
+    return lambda template: render_template_to_string(env.from_string(template), cast("Context", context))
+
+
+def rendered_job_env(
+    backend: str, written: Any, options: dict[str, Any], render_text: Callable[[str], str]
+) -> dict[str, Any]:
     """``options`` (rendered) with the job's environment option read back where a template rendered it.
 
     Without ``render_template_as_native_obj`` a template of a dict param (``"{{ params.job_env }}"``)
     renders to the dict's text, which the backends refuse as no dict: read as :func:`parse_mapping` reads
     whole options. Text that is no dict is left for the backend's check to name. With it, a variable the DAG
-    wrote as a template string (``{"EPOCHS": "{{ params.epochs }}"}``) may render to a number or bool: it is
-    taken as its text, as without it. A number or bool written out, and None, are left for the check to
-    refuse.
+    wrote as a template string (``{"EPOCHS": "{{ params.epochs }}"}``) may render to a number or bool: its
+    template is rendered again as text, as without it (``str()`` of the number would turn ``'1.10'`` into
+    ``'1.1'``). A number or bool written out, and None, are left for the check to refuse.
 
     Args:
         backend: The rendered backend name.
         written: ``backend_options`` as the DAG wrote it.
         options: ``backend_options`` rendered and parsed.
+        render_text: Renders a template to text (:func:`text_renderer`).
     """
     name = JOB_ENV_OPTIONS.get(backend)
     if name is None or not isinstance(written, Mapping):
         return options
     value, written_env = options.get(name), written.get(name)
     if isinstance(written_env, Mapping) and isinstance(value, Mapping):
-        env = {key: _rendered_text(written_env.get(key), item) for key, item in value.items()}
+        env = {key: _rendered_text(written_env.get(key), item, render_text) for key, item in value.items()}
         return {**options, name: env}
     if not is_template(written_env) or not isinstance(value, str):
         return options
@@ -75,10 +95,10 @@ def rendered_job_env(backend: str, written: Any, options: dict[str, Any]) -> dic
     return {**options, name: parsed} if isinstance(parsed, Mapping) else options
 
 
-def _rendered_text(written: Any, rendered: Any) -> Any:
-    """``rendered`` as text where the DAG wrote a template string and it rendered to a number or bool."""
+def _rendered_text(written: Any, rendered: Any, render_text: Callable[[str], str]) -> Any:
+    """``written`` rendered as text where it is a template string that natively rendered a number or bool."""
     if is_template(written) and isinstance(rendered, bool | int | float | Decimal):
-        return str(rendered)
+        return render_text(written)
     return rendered
 
 
