@@ -851,6 +851,58 @@ def test_a_native_template_of_a_number_like_text_reaches_the_job_as_the_text_the
     assert args.backend_options["environment"] == {"MODEL_VERSION": version, "TAG": f"v{version}"}
 
 
+LABEL_OPTIONS = [
+    ("sagemaker", "tags", SAGEMAKER_OPTIONS),
+    ("batch", "tags", BATCH_OPTIONS),
+    ("kubernetes", "node_selector", {"image": "i"}),
+]
+
+
+@pytest.mark.parametrize(("backend", "name", "options"), LABEL_OPTIONS)
+def test_tags_or_node_labels_from_a_dict_param_are_read_as_the_dict(
+    tmp_path: Path, backend: str, name: str, options: dict[str, Any]
+) -> None:
+    # Without render_template_as_native_obj the param renders to its dict's text, which the start refused
+    # as no dict: a DAG that parsed and failed every run.
+    from costaware.adapters.compute.base import check_backend_options
+
+    labels = {"team": "ml", "pool": "gpu-a"}
+    with DAG(f"{name}_from_param", schedule=None, params={"labels": Param(labels, type="object")}):
+        train = operator(
+            tmp_path, "ok", backend=backend, backend_options={**options, name: "{{ params.labels }}"}
+        )
+    context = {**context_for(), "params": {"labels": labels}}
+    train.render_template_fields(context)
+    assert train.backend_options[name] == repr(labels)  # as Airflow renders it
+    args = train._plan_arguments(context)
+    assert args.backend_options[name] == labels
+    check_backend_options(backend, args.backend_options)  # as the task starts: no error
+
+
+@pytest.mark.parametrize(("backend", "name", "options"), LABEL_OPTIONS)
+def test_tags_or_node_labels_a_native_template_renders_as_numbers_are_taken_as_their_text(
+    tmp_path: Path, backend: str, name: str, options: dict[str, Any]
+) -> None:
+    # render_template_as_native_obj rendered '{{ params.epochs }}' to the int 5, and every start refused
+    # it: "write it as '5'", which the DAG had done.
+    from costaware.adapters.compute.base import check_backend_options
+
+    params = {"epochs": 5, "version": "1.10", "debug": True}
+    written = {
+        "epochs": "{{ params.epochs }}",
+        "version": "{{ params.version }}",
+        "debug": "{{ params.debug }}",
+    }
+    with DAG(f"native_{name}", schedule=None, params=params, render_template_as_native_obj=True):
+        train = operator(tmp_path, "ok", backend=backend, backend_options={**options, name: written})
+    context = {**context_for(), "params": params}
+    train.render_template_fields(context)
+    assert train.backend_options[name] == {"epochs": 5, "version": 1.1, "debug": True}
+    args = train._plan_arguments(context)
+    assert args.backend_options[name] == {"epochs": "5", "version": "1.10", "debug": "True"}
+    check_backend_options(backend, args.backend_options)  # as the task starts: no error
+
+
 def test_a_dag_with_a_local_jobs_env_written_as_text_does_not_import(tmp_path: Path) -> None:
     from airflow.dag_processing.dagbag import DagBag
 

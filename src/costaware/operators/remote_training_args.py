@@ -31,7 +31,7 @@ from costaware.core.series import parse_instant
 from costaware.core.spot_window import given_priority
 from costaware.glue import as_bool, check_tags
 from costaware.operators.remote_instance_type import check_written_instance_type
-from costaware.operators.rendered_values import JOB_ENV_OPTIONS, rendered_job_env, text_renderer
+from costaware.operators.rendered_values import JOB_ENV_OPTIONS, rendered_text_dicts, text_renderer
 
 # Moved to rendered_values (read by the spot window sensor too); importable from here as before.
 from costaware.operators.rendered_values import parse_decision as parse_decision
@@ -247,7 +247,7 @@ class RemotePlanArguments:
         self.backend_options = (
             backend_options if isinstance(backend_options, str) else dict(backend_options or {})
         )
-        # Rendering sets a new value: this one tells which options were templates (rendered_job_env).
+        # Rendering sets a new value: this one tells which options were templates (rendered_text_dicts).
         self._backend_options_written = self.backend_options
         if is_literal(backend) and isinstance(backend_options, Mapping):
             # A misspelt option written out ('spot_queu') failed only when the task started, after the
@@ -376,7 +376,7 @@ class RemotePlanArguments:
         check_aws_regions(regions)
         return PlanArguments(
             backend=str(self.backend),
-            backend_options=rendered_job_env(
+            backend_options=rendered_text_dicts(
                 str(self.backend),
                 self._backend_options_written,
                 parse_mapping(self.backend_options, name="backend_options"),

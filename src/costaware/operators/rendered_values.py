@@ -45,6 +45,15 @@ def parse_mapping(value: Any, *, name: str = "spot decision") -> dict[str, Any]:
 #: The option of each backend that holds its job's environment variables.
 JOB_ENV_OPTIONS = {"local": "env", "sagemaker": "environment"}
 
+#: The options of each backend that are a dict of names to text: the job's environment, its tags (SageMaker,
+#: Batch), its pods' node labels (Kubernetes).
+TEXT_DICT_OPTIONS = {
+    "local": ("env",),
+    "sagemaker": ("environment", "tags"),
+    "batch": ("tags",),
+    "kubernetes": ("node_selector",),
+}
+
 
 def text_renderer(dag: Any, context: Mapping[str, Any]) -> Callable[[str], str]:
     """Render a template to text as Airflow does without ``render_template_as_native_obj``.
@@ -55,20 +64,21 @@ def text_renderer(dag: Any, context: Mapping[str, Any]) -> Callable[[str], str]:
     from airflow.sdk.definitions._internal.templater import SandboxedEnvironment
     from airflow.sdk.definitions.context import render_template_to_string
 
+    # force_sandboxed: the text environment even where the DAG asks for native rendering.
     env = (
         dag.get_template_env(force_sandboxed=True) if dag is not None else SandboxedEnvironment(cache_size=0)
     )
     return lambda template: render_template_to_string(env.from_string(template), cast("Context", context))
 
 
-def rendered_job_env(
+def rendered_text_dicts(
     backend: str, written: Any, options: dict[str, Any], render_text: Callable[[str], str]
 ) -> dict[str, Any]:
-    """``options`` (rendered) with the job's environment option read back where a template rendered it.
+    """``options`` (rendered) with the backend's :data:`TEXT_DICT_OPTIONS` read back as a template gave them.
 
     Without ``render_template_as_native_obj`` a template of a dict param (``"{{ params.job_env }}"``)
     renders to the dict's text, which the backends refuse as no dict: read as :func:`parse_mapping` reads
-    whole options. Text that is no dict is left for the backend's check to name. With it, a variable the DAG
+    whole options. Text that is no dict is left for the backend's check to name. With it, a value the DAG
     wrote as a template string (``{"EPOCHS": "{{ params.epochs }}"}``) may render to a number or bool: its
     template is rendered again as text, as without it (``str()`` of the number would turn ``'1.10'`` into
     ``'1.1'``). A number or bool written out, and None, are left for the check to refuse.
@@ -79,20 +89,26 @@ def rendered_job_env(
         options: ``backend_options`` rendered and parsed.
         render_text: Renders a template to text (:func:`text_renderer`).
     """
-    name = JOB_ENV_OPTIONS.get(backend)
-    if name is None or not isinstance(written, Mapping):
+    if not isinstance(written, Mapping):
         return options
-    value, written_env = options.get(name), written.get(name)
-    if isinstance(written_env, Mapping) and isinstance(value, Mapping):
-        env = {key: _rendered_text(written_env.get(key), item, render_text) for key, item in value.items()}
-        return {**options, name: env}
-    if not is_template(written_env) or not isinstance(value, str):
-        return options
+    read = dict(options)
+    for name in TEXT_DICT_OPTIONS.get(backend, ()):
+        if name in read:
+            read[name] = _rendered_text_dict(written.get(name), read[name], render_text)
+    return read
+
+
+def _rendered_text_dict(written: Any, rendered: Any, render_text: Callable[[str], str]) -> Any:
+    """One option of :func:`rendered_text_dicts`: read back, or as rendered for the check to name."""
+    if isinstance(written, Mapping) and isinstance(rendered, Mapping):
+        return {key: _rendered_text(written.get(key), item, render_text) for key, item in rendered.items()}
+    if not is_template(written) or not isinstance(rendered, str):
+        return rendered
     try:
-        parsed = literal_text(value)
+        parsed = literal_text(rendered)
     except ValueError:
-        return options
-    return {**options, name: parsed} if isinstance(parsed, Mapping) else options
+        return rendered
+    return parsed if isinstance(parsed, Mapping) else rendered
 
 
 def _rendered_text(written: Any, rendered: Any, render_text: Callable[[str], str]) -> Any:
