@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from costaware.adapters.compute.base import JobRequest, JobState, open_backend
-from costaware.adapters.compute.kubernetes import EKS_LABEL, render_pod, status_from_pod
+from costaware.adapters.compute.kubernetes import EKS_LABEL, EKS_VALUES, render_pod, status_from_pod
 from costaware.core.errors import ComputeBackendError, ConfigurationError, JobNotFoundError
 
 
@@ -869,6 +869,46 @@ def test_a_node_selector_of_labels_reaches_the_pod(monkeypatch: pytest.MonkeyPat
         "karpenter.sh/capacity-type": "spot",
         "node.kubernetes.io/instance-type": "g5.xlarge",
     }
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        (
+            {"capacity_label": "capacity type"},
+            "capacity_label 'capacity type' is no Kubernetes label: " + LABEL_KEY_RULE.split(": ", 1)[1],
+        ),
+        ({"capacity_label": None}, "capacity_label None is no Kubernetes label: "),
+        (
+            {"capacity_values": {"spot": "spot", "on_demand": "on demand"}},
+            "capacity_values gives 'on_demand' the value 'on demand', which is no Kubernetes label value: ",
+        ),
+        (
+            {"capacity_values": {"spot": "spot"}},
+            "capacity_values {'spot': 'spot'} must give a node label value",
+        ),
+        ({"capacity_values": "spot=spot"}, "capacity_values must map each market to its node label value"),
+    ],
+)
+def test_a_capacity_label_or_value_that_is_no_label_is_refused_as_the_task_starts(
+    options: dict[str, Any], message: str
+) -> None:
+    # Passed check_backend_options (the task's start, before its money is reserved) and was refused only
+    # when the backend was built, after the money was reserved.
+    from costaware.adapters.compute.base import check_backend_options
+
+    with pytest.raises(ConfigurationError) as caught:
+        check_backend_options("kubernetes", {"image": "costaware:1", **options})
+    assert str(caught.value).startswith(message)
+
+
+def test_the_default_or_eks_capacity_labels_pass_the_options_check() -> None:
+    from costaware.adapters.compute.base import check_backend_options
+
+    check_backend_options("kubernetes", {"image": "costaware:1"})
+    check_backend_options(
+        "kubernetes", {"image": "costaware:1", "capacity_label": EKS_LABEL, "capacity_values": EKS_VALUES}
+    )
 
 
 @pytest.mark.parametrize(

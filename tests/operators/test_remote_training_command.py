@@ -851,6 +851,35 @@ def test_a_native_template_of_a_number_like_text_reaches_the_job_as_the_text_the
     assert args.backend_options["environment"] == {"MODEL_VERSION": version, "TAG": f"v{version}"}
 
 
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"capacity_label": "capacity type"}, "capacity_label 'capacity type' is no Kubernetes label: "),
+        (
+            {"capacity_values": {"spot": "spot", "on_demand": "on demand"}},
+            "capacity_values gives 'on_demand' the value 'on demand', which is no Kubernetes label value: ",
+        ),
+    ],
+)
+def test_kubernetes_capacity_labels_written_out_that_are_no_labels_are_refused_when_the_dag_is_parsed(
+    tmp_path: Path, options: dict[str, Any], message: str
+) -> None:
+    # Every pod's nodeSelector carries them: each run failed as its task started.
+    with pytest.raises(ConfigurationError) as caught:
+        operator(tmp_path, "ok", backend="kubernetes", backend_options={"image": "i", **options})
+    assert str(caught.value).startswith(message)
+
+
+def test_kubernetes_capacity_labels_airflow_renders_are_left_to_the_task(tmp_path: Path) -> None:
+    options = {
+        "image": "i",
+        "capacity_label": "{{ params.label }}",
+        "capacity_values": {"spot": "{{ params.spot }}", "on_demand": "on-demand"},
+    }
+    train = operator(tmp_path, "ok", backend="kubernetes", backend_options=options)
+    assert train.backend_options == options
+
+
 LABEL_OPTIONS = [
     ("sagemaker", "tags", SAGEMAKER_OPTIONS),
     ("batch", "tags", BATCH_OPTIONS),

@@ -38,7 +38,7 @@ from costaware.operators.rendered_values import parse_decision as parse_decision
 from costaware.operators.rendered_values import parse_mapping as parse_mapping
 from costaware.operators.rendered_values import parse_names as parse_names
 from costaware.operators.rendered_values import parse_zones as parse_zones
-from costaware.operators.templating import is_literal
+from costaware.operators.templating import is_literal, is_written_out
 from costaware.training.plan import blank
 
 if TYPE_CHECKING:
@@ -135,6 +135,25 @@ def check_written_job_tags(backend: str, backend_options: Mapping[str, Any]) -> 
         isinstance(labels, str) and is_literal(labels)
     ):
         check(labels)
+
+
+def check_written_capacity_labels(backend: str, backend_options: Mapping[str, Any]) -> None:
+    """Kubernetes' ``capacity_label`` and ``capacity_values`` as the DAG writes them out, checked at parse.
+
+    They go into every pod's nodeSelector: one that is no label failed every run as its task started. A
+    template, an ``XComArg`` or a ``dag.param`` (or a dict holding one) is checked once rendered.
+
+    Raises:
+        ConfigurationError: a label key or a value per market, written out, that Kubernetes refuses.
+    """
+    from costaware.adapters.compute.base import capacity_label_key, capacity_label_values
+
+    if backend != "kubernetes":
+        return
+    if "capacity_label" in backend_options and is_literal(backend_options["capacity_label"]):
+        capacity_label_key(backend_options["capacity_label"])
+    if is_written_out(backend_options.get("capacity_values")):
+        capacity_label_values(backend_options.get("capacity_values"))
 
 
 class RemotePlanArguments:
@@ -260,6 +279,7 @@ class RemotePlanArguments:
             )
             check_written_job_env(str(backend or "local"), backend_options)
             check_written_job_tags(str(backend or "local"), backend_options)
+            check_written_capacity_labels(str(backend or "local"), backend_options)
         if instance_type is None and spot_decision is None and not spot_task_id:
             # Nothing could name it once rendered: say so as the DAG is parsed, not when the task starts.
             raise ConfigurationError(

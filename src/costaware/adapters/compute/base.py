@@ -35,7 +35,11 @@ from costaware.adapters.compute.jobs import (
     check_market,
     with_copies_run_out,
 )
-from costaware.adapters.compute.node_labels import node_selector_labels
+from costaware.adapters.compute.node_labels import (
+    capacity_label_key,
+    capacity_label_values,
+    node_selector_labels,
+)
 from costaware.adapters.compute.store_locations import (
     FILE_LOCATIONS,
     REMOTE_BACKENDS,
@@ -77,6 +81,8 @@ __all__ = [
     "JobStatus",
     "backend_class",
     "billed_instances",
+    "capacity_label_key",
+    "capacity_label_values",
     "check_aws_regions",
     "check_aws_zone",
     "check_backend",

@@ -26,7 +26,6 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from costaware.adapters.compute.base import (
-    MARKETS,
     FoundJob,
     JobRequest,
     JobStatus,
@@ -66,12 +65,7 @@ from costaware.adapters.compute.kubernetes_status import (
     status_from_pod,
     stop_asked_at,
 )
-from costaware.adapters.compute.node_labels import (
-    LABEL_KEY_RULE,
-    LABEL_VALUE_RULE,
-    is_label_key,
-    is_label_value,
-)
+from costaware.adapters.compute.node_labels import capacity_label_key, capacity_label_values
 from costaware.core.errors import ComputeBackendError, ConfigurationError, JobNotFoundError
 from costaware.core.ledger import utcnow
 
@@ -114,49 +108,6 @@ REFUSED_POD = {
 }
 
 
-def _checked_capacity_values(values: Mapping[str, str] | None) -> dict[str, str] | None:
-    """``capacity_values`` with a label value for each market, or None (the label's defaults).
-
-    Raises:
-        ConfigurationError: a market without a value, a key that is no market, or a value that is no label
-            value: a pod of that market failed at its submit, an on-demand fallback after the spot attempts
-            had been paid for.
-    """
-    if not values:
-        return None
-    if not isinstance(values, Mapping):
-        raise ConfigurationError(
-            f"capacity_values must map each market to its node label value, got {values!r}: e.g. "
-            f"{EKS_VALUES!r}"
-        )
-    given = {str(k): str(v) for k, v in values.items()}
-    missing = [market for market in MARKETS if not given.get(market, "").strip()]
-    unknown = sorted(set(given) - set(MARKETS))
-    if missing or unknown:
-        raise ConfigurationError(
-            f"capacity_values {given!r} must give a node label value for each of {', '.join(MARKETS)} "
-            f"(missing: {', '.join(missing) or 'none'}; not a market: {', '.join(unknown) or 'none'})"
-        )
-    for market, value in given.items():
-        if not is_label_value(value):
-            raise ConfigurationError(
-                f"capacity_values gives {market!r} the value {value!r}, which is no Kubernetes label value: "
-                f"{LABEL_VALUE_RULE}"
-            )
-    return given
-
-
-def _checked_capacity_label(label: object) -> str:
-    """``capacity_label`` if it is a label key: every pod's nodeSelector carries it.
-
-    Raises:
-        ConfigurationError: no label key; the API server refused each pod at its create.
-    """
-    if not (isinstance(label, str) and is_label_key(label)):
-        raise ConfigurationError(f"capacity_label {label!r} is no Kubernetes label: {LABEL_KEY_RULE}")
-    return label
-
-
 def check_node_labels(options: Mapping[str, Any]) -> None:
     """Refuse ``capacity_label``, ``capacity_values`` or ``node_selector`` of ``options`` that are no labels.
 
@@ -166,8 +117,8 @@ def check_node_labels(options: Mapping[str, Any]) -> None:
     Raises:
         ConfigurationError: the first of them that is no Kubernetes label, named with the rule.
     """
-    _checked_capacity_label(options.get("capacity_label", KARPENTER_LABEL))
-    _checked_capacity_values(options.get("capacity_values"))
+    capacity_label_key(options.get("capacity_label", KARPENTER_LABEL))
+    capacity_label_values(options.get("capacity_values"))
     node_selector_labels(options.get("node_selector"))
 
 
@@ -248,8 +199,8 @@ class KubernetesBackend:
 
     def render(self, request: JobRequest) -> dict[str, Any]:
         """The pod of ``request``; the request's image (the operator's ``image=``) wins over ``image``."""
-        capacity_label = _checked_capacity_label(self.capacity_label)
-        capacity_values = _checked_capacity_values(self.capacity_values)
+        capacity_label = capacity_label_key(self.capacity_label)
+        capacity_values = capacity_label_values(self.capacity_values)
         node_selector = node_selector_labels(self.node_selector)
         if not (request.image or self.image):
             raise ConfigurationError(

@@ -16,12 +16,14 @@ from costaware.adapters.compute.job_contract import (
     LAUNCHER_MARGIN_SECONDS,
     launcher_grace_seconds,
 )
+
+# The capacity labels live with the other node labels' checks; importable from here as before.
+from costaware.adapters.compute.node_labels import EKS_LABEL as EKS_LABEL
+from costaware.adapters.compute.node_labels import EKS_VALUES as EKS_VALUES
+from costaware.adapters.compute.node_labels import KARPENTER_LABEL as KARPENTER_LABEL
+from costaware.adapters.compute.node_labels import KARPENTER_VALUES as KARPENTER_VALUES
 from costaware.core.errors import ConfigurationError
 
-KARPENTER_LABEL = "karpenter.sh/capacity-type"
-KARPENTER_VALUES = {"spot": "spot", "on_demand": "on-demand"}
-EKS_LABEL = "eks.amazonaws.com/capacityType"
-EKS_VALUES = {"spot": "SPOT", "on_demand": "ON_DEMAND"}
 INSTANCE_LABEL = "node.kubernetes.io/instance-type"
 ZONE_LABEL = "topology.kubernetes.io/zone"
 #: Where a user command's local folders live: an emptyDir volume, writable even on a read-only root.

@@ -1,4 +1,6 @@
-"""The Kubernetes backend's ``node_selector`` option, checked as the API server checks it, before any pod.
+"""The Kubernetes backend's node labels, checked as the API server checks them, before any pod.
+
+``node_selector``, ``capacity_label`` and ``capacity_values`` all go into every pod's ``nodeSelector``.
 
 It went through ``dict(node_selector or {})`` as it came: text was a bare ``ValueError`` once the task had
 reserved its money, and a number or a key or value that is no label was refused by the API server only at
@@ -12,7 +14,13 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
+from costaware.adapters.compute.jobs import MARKETS
 from costaware.core.errors import ConfigurationError
+
+KARPENTER_LABEL = "karpenter.sh/capacity-type"
+KARPENTER_VALUES = {"spot": "spot", "on_demand": "on-demand"}
+EKS_LABEL = "eks.amazonaws.com/capacityType"
+EKS_VALUES = {"spot": "SPOT", "on_demand": "ON_DEMAND"}
 
 #: A label key's name part and a label value (IsLabelKey, IsLabelValue: at most 63 characters each).
 LABEL_NAME = re.compile(r"([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]")
@@ -74,6 +82,50 @@ def node_selector_labels(selector: object) -> dict[str, str]:
                 f"{LABEL_VALUE_RULE}"
             )
     return dict(selector)
+
+
+def capacity_label_key(label: object) -> str:
+    """``capacity_label``, the node label that tells spot from on-demand, as a Kubernetes label key.
+
+    Raises:
+        ConfigurationError: no string or no label key: every pod's nodeSelector carries it, and the API
+            server refused each at its create.
+    """
+    if not (isinstance(label, str) and is_label_key(label)):
+        raise ConfigurationError(f"capacity_label {label!r} is no Kubernetes label: {LABEL_KEY_RULE}")
+    return label
+
+
+def capacity_label_values(values: object) -> dict[str, str] | None:
+    """``capacity_values`` with a label value for each market, or None (the label's defaults).
+
+    Raises:
+        ConfigurationError: a market without a value, a key that is no market, or a value that is no label
+            value: a pod of that market failed at its submit, an on-demand fallback after the spot attempts
+            had been paid for.
+    """
+    if not values:
+        return None
+    if not isinstance(values, Mapping):
+        raise ConfigurationError(
+            f"capacity_values must map each market to its node label value, got {values!r}: e.g. "
+            f"{EKS_VALUES!r}"
+        )
+    given = {str(k): str(v) for k, v in values.items()}
+    missing = [market for market in MARKETS if not given.get(market, "").strip()]
+    unknown = sorted(set(given) - set(MARKETS))
+    if missing or unknown:
+        raise ConfigurationError(
+            f"capacity_values {given!r} must give a node label value for each of {', '.join(MARKETS)} "
+            f"(missing: {', '.join(missing) or 'none'}; not a market: {', '.join(unknown) or 'none'})"
+        )
+    for market, value in given.items():
+        if not is_label_value(value):
+            raise ConfigurationError(
+                f"capacity_values gives {market!r} the value {value!r}, which is no Kubernetes label value: "
+                f"{LABEL_VALUE_RULE}"
+            )
+    return given
 
 
 def is_label_key(key: str) -> bool:
