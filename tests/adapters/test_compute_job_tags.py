@@ -203,3 +203,26 @@ def test_a_batch_job_an_older_release_submitted_with_tags_it_took_can_still_be_p
     assert backend.find(refused.job_name) is None  # nothing was submitted
     with pytest.raises(ConfigurationError):
         check_backend_options("batch", {**queues, "aws_conn_id": "moto_aws", "tags": tags})
+
+
+@pytest.mark.parametrize("backend", ["sagemaker", "batch"])
+@pytest.mark.parametrize("tags", [[[["a"], "b"]], [{"Key": ["a"], "Value": "b"}]])
+def test_a_list_whose_key_no_dict_can_hold_is_refused_without_a_dict_to_write(
+    backend: str, tags: object
+) -> None:
+    # Building the "write it as" suggestion raised a bare TypeError (unhashable type: 'list').
+    with pytest.raises(ConfigurationError) as caught:
+        job_tags.job_tags(tags, backend)
+    assert str(caught.value) == (
+        f"backend_options['tags'] of the {backend} backend must be a dict of tag key to string value, such "
+        f"as {{'team': 'ml'}}: got the list {tags!r}"
+    )
+
+
+def test_an_invisible_character_sagemaker_refuses_is_shown_escaped() -> None:
+    # A combining mark printed as itself shows nothing (or an accent on the quote) where it is named.
+    with pytest.raises(ConfigurationError) as caught:
+        job_tags.job_tags({"cafe\u0301": "x"}, "sagemaker")
+    assert str(caught.value).startswith(
+        "backend_options['tags'] of the sagemaker backend has the key 'cafe\\u0301' with '\\u0301', which "
+    )

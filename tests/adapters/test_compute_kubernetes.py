@@ -999,3 +999,25 @@ def test_a_pod_an_older_release_created_with_node_labels_it_took_can_still_be_po
             refuse()
         assert str(caught.value) == message, where
     assert api.created == []  # no pod was created
+
+
+def test_a_list_whose_key_no_dict_can_hold_is_refused_without_a_dict_to_write() -> None:
+    from costaware.adapters.compute.node_labels import node_selector_labels
+
+    # Building the "write it as" suggestion raised a bare TypeError (unhashable type: 'list').
+    with pytest.raises(ConfigurationError) as caught:
+        node_selector_labels([[["a"], "b"]])
+    assert str(caught.value) == (
+        "backend_options['node_selector'] of the kubernetes backend must be a dict of node label to value, "
+        "such as {'team': 'ml'}: got the list [[['a'], 'b']]"
+    )
+
+
+def test_an_invisible_character_in_a_refused_label_key_is_shown_escaped() -> None:
+    from costaware.adapters.compute.node_labels import node_selector_labels
+
+    with pytest.raises(ConfigurationError) as caught:
+        node_selector_labels({"cafe\u0301": "x"})
+    assert str(caught.value).startswith(
+        "backend_options['node_selector'] of the kubernetes backend has the key 'cafe\\u0301', which is no "
+    )

@@ -9,6 +9,7 @@ from __future__ import annotations
 import difflib
 import errno
 import inspect
+import unicodedata
 from collections.abc import Callable, Iterable
 from os import PathLike
 from pathlib import Path
@@ -186,6 +187,20 @@ def _unreadable_advice(error: OSError, relative: bool) -> str:
     if error.errno == errno.ENOTDIR:
         return "a part of the path before the file's name is a file, not a folder: check the path"
     return "check the name, or give the file's full path" if relative else "check the path"
+
+
+def visible_repr(value: object) -> str:
+    r"""``repr(value)``, each combining mark escaped (``'\u0301'``) as ``repr`` escapes control characters.
+
+    A message naming a refused character or key shows it: printed as itself, a combining mark is invisible
+    or lands on the quote beside it.
+    """
+    return "".join(_escaped(c) if unicodedata.category(c).startswith("M") else c for c in repr(value))
+
+
+def _escaped(character: str) -> str:
+    code = ord(character)
+    return f"\\u{code:04x}" if code <= 0xFFFF else f"\\U{code:08x}"
 
 
 def did_you_mean(name: object, known: Iterable[str]) -> str:

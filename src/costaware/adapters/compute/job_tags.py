@@ -12,7 +12,7 @@ from __future__ import annotations
 import unicodedata
 from collections.abc import Mapping
 
-from costaware.core.errors import ConfigurationError
+from costaware.core.errors import ConfigurationError, visible_repr
 
 #: Tags per training job or Batch job, and the lengths of a key and a value (TagKey 1-128, TagValue 0-256).
 MAX_TAGS = 50
@@ -76,7 +76,7 @@ def job_tags(tags: object, backend: str) -> dict[str, str]:
                 refused = sorted({c for c in text if not _sagemaker_tag_character(c)})
                 if refused:
                     raise ConfigurationError(
-                        f"{what} {part} {_shown(text)} with {', '.join(map(repr, refused))}, which "
+                        f"{what} {part} {_shown(text)} with {', '.join(map(visible_repr, refused))}, which "
                         "SageMaker refuses in tags: use letters, digits, spaces and "
                         f"{' '.join(SAGEMAKER_TAG_PUNCTUATION)} only"
                     )
@@ -104,13 +104,16 @@ def _as_dict(tags: object) -> dict[object, object] | None:
     """The dict meant by a list of SageMaker's ``{'Key': ..., 'Value': ...}`` or of pairs; else None."""
     if not isinstance(tags, list | tuple) or not tags:
         return None
-    if all(isinstance(tag, Mapping) and set(tag) == {"Key", "Value"} for tag in tags):
-        return {tag["Key"]: tag["Value"] for tag in tags}
-    if all(isinstance(tag, list | tuple) and len(tag) == 2 for tag in tags):
-        return dict(tags)
+    try:  # a key no dict can hold (a list) leaves no dict to suggest
+        if all(isinstance(tag, Mapping) and set(tag) == {"Key", "Value"} for tag in tags):
+            return {tag["Key"]: tag["Value"] for tag in tags}
+        if all(isinstance(tag, list | tuple) and len(tag) == 2 for tag in tags):
+            return dict(tags)
+    except TypeError:
+        pass
     return None
 
 
 def _shown(text: str, most: int = 40) -> str:
-    """``text`` quoted, cut to its first ``most`` characters: a 5,000-character value stays readable."""
-    return repr(text) if len(text) <= most else f"{text[:most]!r}..."
+    """``text`` quoted (:func:`visible_repr`) and cut to ``most`` characters: a long one stays readable."""
+    return visible_repr(text) if len(text) <= most else f"{visible_repr(text[:most])}..."

@@ -15,7 +15,7 @@ import re
 from collections.abc import Mapping
 
 from costaware.adapters.compute.jobs import MARKETS
-from costaware.core.errors import ConfigurationError
+from costaware.core.errors import ConfigurationError, visible_repr
 
 KARPENTER_LABEL = "karpenter.sh/capacity-type"
 KARPENTER_VALUES = {"spot": "spot", "on_demand": "on-demand"}
@@ -48,13 +48,7 @@ def node_selector_labels(selector: object) -> dict[str, str]:
         return {}
     what = "backend_options['node_selector'] of the kubernetes backend"
     if not isinstance(selector, Mapping):
-        pairs = (
-            {pair[0]: pair[1] for pair in selector}
-            if isinstance(selector, list | tuple)
-            and selector
-            and all(isinstance(pair, list | tuple) and len(pair) == 2 for pair in selector)
-            else None
-        )
+        pairs = _pairs_dict(selector)
         write = f"; write it as {pairs!r}" if pairs else ""
         example = "" if write else ", such as {'team': 'ml'}"
         raise ConfigurationError(
@@ -74,14 +68,28 @@ def node_selector_labels(selector: object) -> dict[str, str]:
             )
         if not is_label_key(key):
             raise ConfigurationError(
-                f"{what} has the key {key!r}, which is no Kubernetes label: {LABEL_KEY_RULE}"
+                f"{what} has the key {visible_repr(key)}, which is no Kubernetes label: {LABEL_KEY_RULE}"
             )
         if not is_label_value(value):
             raise ConfigurationError(
-                f"{what} gives {key!r} the value {value!r}, which is no Kubernetes label value: "
+                f"{what} gives {key!r} the value {visible_repr(value)}, which is no Kubernetes label value: "
                 f"{LABEL_VALUE_RULE}"
             )
     return dict(selector)
+
+
+def _pairs_dict(selector: object) -> dict[object, object] | None:
+    """The dict a non-empty list of pairs means, else None (a key no dict can hold, such as a list, too)."""
+    if not (
+        isinstance(selector, list | tuple)
+        and selector
+        and all(isinstance(pair, list | tuple) and len(pair) == 2 for pair in selector)
+    ):
+        return None
+    try:
+        return dict(selector)
+    except TypeError:
+        return None
 
 
 def capacity_label_key(label: object) -> str:
