@@ -713,11 +713,14 @@ def _egress_bill(
     *,
     usd_per_gb: str = "0.02",
     opened: Ledger | None = None,
+    spool_reaches_the_ledger: bool = False,
 ) -> Any:
     """A bill of attempt 3 of job ``train-380335d228-a3`` run in us-west-2a (3 GB read across) by a run.
 
     ``usd_per_gb``: the plan's transfer price from us-east-1 to us-west-2. ``opened``: billed in this
     ledger, opened by the caller (`costaware jobs reconcile`'s ``--ledger-url``).
+    ``spool_reaches_the_ledger``: ``opened`` as this machine's drain of ``costaware_ledger`` opens it (the
+    run-end listener's).
     """
     from attempt_states import CAPTURED  # tests/support/
 
@@ -731,7 +734,11 @@ def _egress_bill(
     placement = Placement(zones=("us-east-1a", "us-west-2a"), usd_per_gb={"us-west-2": usd_per_gb})
     state = AttemptState(plan=replace(plan, placement=placement), spot_usd_per_hour="0.05", first_attempt=3)
     billing = KilledTrainingBilling(
-        ledger_conn_id="costaware_ledger", aws_conn_id=None, log=logging.getLogger(__name__), ledger=opened
+        ledger_conn_id="costaware_ledger",
+        aws_conn_id=None,
+        log=logging.getLogger(__name__),
+        ledger=opened,
+        spool_reaches_the_ledger=spool_reaches_the_ledger,
     )
 
     def bill(run_token: str, ended_at: float, **how: Any) -> list[dict[str, Any]]:
@@ -1135,5 +1142,44 @@ def test_an_egress_billed_in_a_ledger_the_caller_opened_is_logged_for_a_person_n
     # Recorded as it says, the egress is billed there, once.
     entry = entry_from_json(json.loads(message[message.index(": {") + 2 :]))
     assert billed_ledger.record(entry)
+    (move,) = [e for e in billed_ledger.entries() if e["cause"] == "zone_move"]
+    assert move["usd"] == Decimal("0.06") and move["reservation_id"] is None
+
+
+def test_an_egress_refused_by_the_ledger_the_drain_opens_too_waits_in_the_spool_and_is_drained_once(
+    billed_ledger: Ledger,
+    any_ledger_url: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # The run-end listener bills in workers_ledger(conn_id), the very ledger its drain (and `costaware spool
+    # drain`) opens: an egress that ledger refused was logged for a person only, where the drain would
+    # have written it.
+    from costaware.ledger_spool import workers_ledger
+    from costaware.ledger_spool_drain import drain
+
+    monkeypatch.setenv("AIRFLOW_HOME", str(tmp_path / "airflow"))
+    monkeypatch.delenv("AIRFLOW_CONN_COSTAWARE_LEDGER", raising=False)
+    spool = tmp_path / "airflow" / "costaware" / "spool"
+    monkeypatch.setenv("COSTAWARE_LEDGER_URL", any_ledger_url)
+    opened = workers_ledger("costaware_ledger")
+    bill = _egress_bill(
+        billed_ledger, monkeypatch, any_ledger_url, opened=opened, spool_reaches_the_ledger=True
+    )
+    with monkeypatch.context() as patched, caplog.at_level(logging.INFO, logger=__name__):
+        _egress_refused(patched)
+        assert bill("a" * 32, time.time()) == []
+    opened.dispose()
+    (kept,) = spool.glob("*.json")
+    said = [
+        (r.levelno, r.getMessage())
+        for r in caplog.records
+        if r.name == __name__ and "egress" in r.getMessage()
+    ]
+    assert [level for level, _ in said] == [logging.WARNING]
+    assert f"kept in the spool {kept}" in said[0][1]
+    assert drain(spool, workers_ledger).written == 1
+    assert drain(spool, workers_ledger).written == 0  # drained once
     (move,) = [e for e in billed_ledger.entries() if e["cause"] == "zone_move"]
     assert move["usd"] == Decimal("0.06") and move["reservation_id"] is None

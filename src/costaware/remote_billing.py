@@ -216,11 +216,25 @@ class AttemptBilling(AttemptEgressBilling):
 class KilledTrainingBilling(AttemptBilling):
     """:class:`AttemptBilling` outside the task: what the trigger of a killed task bills with."""
 
-    def __init__(self, *, ledger_conn_id: str, aws_conn_id: str | None, log: Any, ledger: Any = None) -> None:
+    def __init__(
+        self,
+        *,
+        ledger_conn_id: str,
+        aws_conn_id: str | None,
+        log: Any,
+        ledger: Any = None,
+        spool_reaches_the_ledger: bool = False,
+    ) -> None:
+        """Bills in ``ledger`` where given (opened by the caller), else in ``ledger_conn_id``'s.
+
+        ``spool_reaches_the_ledger``: ``ledger`` is the one this machine's drain of ``ledger_conn_id``
+        opens (the caller opened it as the drain does), so an egress it would not take waits in the spool
+        for that drain, not for a person. Without ``ledger``, it always is.
+        """
         self.ledger_conn_id = ledger_conn_id
         self.aws_conn_id = aws_conn_id
         self._log = log
-        self._spool_reaches_the_ledger = ledger is None
+        self._spool_reaches_the_ledger = ledger is None or spool_reaches_the_ledger
         #: What became of the last bill for a person, not written (:meth:`_keep_unsure`), None where none
         #: was. The kill says so: "billed", it read as in the ledger.
         self.unsure_bill: UnsureBill | None = None

@@ -132,12 +132,15 @@ def stop_and_bill(
     ledger_conn_id: str = DEFAULT_LEDGER_CONN_ID,
     aws_conn_id: str | None = DEFAULT_AWS_CONN_ID,
     wait_seconds: float | None = None,
+    spool_reaches_the_ledger: bool = False,
 ) -> Decimal | None:
     """Stop ``wait``'s job where it runs, bill it in ``ledger`` and settle the task's hold (backend IO).
 
     The trigger's kill path does it, as the last try's resume would have: ``unwatched``, to the end of the
     job's grace period where it has not ended within ``wait_seconds`` (default the kill's). Returns what the
-    ledger holds for the job after it (None: not billed, said in the log).
+    ledger holds for the job after it (None: not billed, said in the log). ``spool_reaches_the_ledger``:
+    ``ledger`` is the one this machine's drain of ``ledger_conn_id`` opens, so an egress it would not take
+    waits in the spool for that drain; else it is logged for a person to record.
 
     Raises:
         StopRefused: the backend refused the stop (or did not answer it) and the job was not seen to end:
@@ -163,6 +166,7 @@ def stop_and_bill(
         cause="unwatched",
         why=f"{RECONCILE_WHY} (task {wait.task_state})",
         ledger=ledger,
+        spool_reaches_the_ledger=spool_reaches_the_ledger,
     )
     if refused is not None:
         raise StopRefused(
@@ -295,6 +299,8 @@ def _reconcile_one(
             ledger,
             ledger_conn_id=conn_id,
             aws_conn_id=wait.aws_conn_id(aws_conn_ids.get(wait.task_id, DEFAULT_AWS_CONN_ID)),
+            # Opened as the drain of conn_id opens it here: an egress it refused waits for that drain.
+            spool_reaches_the_ledger=True,
         )
     except StopRefused as e:
         log.error("costaware: job %s of task %s is not billed: %s", wait.job_id, wait.task, e)

@@ -1460,3 +1460,55 @@ def test_a_bill_marking_the_waits_own_run_is_its_bill(
     # Where the wait's state marks no run (kept by an older release), the rule before it: found too.
     older = replace(wait, state={**wait.state, "current": {**wait.current, "run_token": ""}})
     assert billed_usd(ledger, older) == Decimal("1.5")
+
+
+@pytest.mark.parametrize(
+    ("by", "waits_for_the_drain"), [("listener", True), ("cli", True), ("cli --ledger-url", False)]
+)
+def test_an_egress_the_ledger_refuses_waits_for_the_drain_only_where_the_drain_opens_that_ledger(
+    by: str,
+    waits_for_the_drain: bool,
+    tmp_path: Path,
+    ledger: Any,
+    ledger_url: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The listener bills in workers_ledger(conn_id), and `jobs reconcile` without --ledger-url in
+    # default_ledger_url()'s: the ledger this machine's drain of costaware_ledger opens. An egress that
+    # ledger refused was logged for a person only, where the drain would have written it.
+    from types import SimpleNamespace
+
+    from costaware.plugins.listener import CostListener
+    from costaware.remote_billing_egress import AttemptEgressBilling
+
+    seen: list[bool] = []
+    real = AttemptEgressBilling._bill_move_egress
+
+    def bill_move_egress(self: AttemptEgressBilling, *args: Any) -> None:
+        seen.append(self._spool_reaches_the_ledger)
+        real(self, *args)
+
+    monkeypatch.setattr(AttemptEgressBilling, "_bill_move_egress", bill_move_egress)
+    monkeypatch.delenv("AIRFLOW_CONN_COSTAWARE_LEDGER", raising=False)
+    kept: dict[str, Any] = {}
+    trigger = _deferred(
+        tmp_path, RemoteTrainingOperator(**command_operator_args(tmp_path, "wait-for-notice")), kept=kept
+    )
+    _task_ended_with_its_wait(tmp_path, monkeypatch, "failed", trigger, kept=kept)
+
+    if by == "listener":
+        serialized = SimpleNamespace(task_id=TASK, task_type="RemoteTrainingOperator")
+        CostListener().on_dag_run_failed(
+            SimpleNamespace(dag_id=DAG, run_id=RUN, dag=SimpleNamespace(tasks=[serialized])), "timed_out"
+        )
+        _reconciled()
+    else:
+        from airflow import settings
+        from airflow.models.connection import Connection
+
+        # A metadata database keeping no costaware_ledger connection: the default is COSTAWARE_LEDGER_URL's.
+        Connection.__table__.create(settings.Session.get_bind(), checkfirst=True)
+        given = ["--ledger-url", ledger_url] if by.endswith("--ledger-url") else []
+        assert main(["jobs", "reconcile", *given, "--wait-seconds", "10"]) == 0
+    assert seen == [waits_for_the_drain]
+    assert [e["cause"] for e in _entries(ledger)] == ["unwatched"]

@@ -72,6 +72,7 @@ class KilledJobBilling(KilledJobStopping):
         cause: str = "killed",
         why: str = "its task was killed",
         ledger: Any = None,
+        spool_reaches_the_ledger: bool = False,
         bill_refused: bool = False,
     ) -> str | None:
         """Stop the job of a task a person killed, bill what it ran, and settle the task's hold (blocking IO).
@@ -90,7 +91,9 @@ class KilledJobBilling(KilledJobStopping):
 
         ``cause`` and ``why`` say why the job was stopped in its entry (a task failing for good with its job
         still running, no retry left to follow it, uses this too: ``unwatched``). ``ledger``: the ledger to
-        bill in, opened by the caller (``costaware jobs reconcile``'s), instead of ``ledger_conn_id``'s.
+        bill in, opened by the caller (``costaware jobs reconcile``'s), instead of ``ledger_conn_id``'s;
+        ``spool_reaches_the_ledger``: it is the ledger this machine's drain of ``ledger_conn_id`` opens, so an
+        egress it would not take waits in the spool (else it is logged for a person).
 
         Returns None, or why the backend refused the stop of a job then not seen to end: it may run on, so
         nothing is billed (billed to its grace period, it ran on unbilled past it) and the task's hold stays
@@ -111,7 +114,11 @@ class KilledJobBilling(KilledJobStopping):
         refused: str | None = None
         state = AttemptState.from_json(self.state)
         billing = KilledTrainingBilling(
-            ledger_conn_id=self.ledger_conn_id, aws_conn_id=self.aws_conn_id, log=self.log, ledger=ledger
+            ledger_conn_id=self.ledger_conn_id,
+            aws_conn_id=self.aws_conn_id,
+            log=self.log,
+            ledger=ledger,
+            spool_reaches_the_ledger=spool_reaches_the_ledger,
         )
         try:
             if self.job_id is not None and state.current is not None:

@@ -51,6 +51,10 @@ def reconcile(args: argparse.Namespace) -> int:
     with_job = [w for w in waits if w.current is not None]
     # No ledger is needed where no ended task left a job (a new deployment's scheduled reconcile).
     ledger = open_ledger(args, reading=True, read_only=args.dry_run) if with_job else None
+    # Without --ledger-url the ledger is default_ledger_url()'s, read in the order this machine's drain of
+    # costaware_ledger (the bill's connection) reads it: an egress it refused waits in the spool for that
+    # drain. A --ledger-url may name another ledger than that drain's: logged for a person instead.
+    spool_reaches_the_ledger = getattr(args, "ledger_url", None) is None
     # A task whose DAG bills another ledger is billed there only: read here it looked unbilled, billed twice.
     conn_ids = task_ledger_conn_ids(with_job) if with_job else {}
     elsewhere: dict[str, str] = {}  # by task: the ledger connection it bills, not this one
@@ -114,7 +118,11 @@ def reconcile(args: argparse.Namespace) -> int:
             by_hand = f"stop job {wait.job_id} on {wait.backend} by hand"
             try:
                 usd = stop_and_bill(
-                    wait, ledger, wait_seconds=args.wait_seconds, aws_conn_id=wait.aws_conn_id()
+                    wait,
+                    ledger,
+                    wait_seconds=args.wait_seconds,
+                    aws_conn_id=wait.aws_conn_id(),
+                    spool_reaches_the_ledger=spool_reaches_the_ledger,
                 )
             except StopRefused as e:  # not billed, its hold held: listed again until it is
                 usd, result = None, f"FAILED: {e}"
