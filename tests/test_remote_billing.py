@@ -1115,7 +1115,6 @@ def test_an_egress_billed_in_a_ledger_the_caller_opened_is_logged_for_a_person_n
     # take was spooled under the connection costaware_ledger, which this machine's drain reads as another
     # ledger (here COSTAWARE_LEDGER_URL's): `costaware spool drain` wrote it there, or it waited for good.
     from costaware.cli import main
-    from costaware.core.ledger import entry_from_json
 
     monkeypatch.setenv("AIRFLOW_HOME", str(tmp_path / "airflow"))
     monkeypatch.delenv("AIRFLOW_CONN_COSTAWARE_LEDGER", raising=False)
@@ -1136,14 +1135,49 @@ def test_an_egress_billed_in_a_ledger_the_caller_opened_is_logged_for_a_person_n
     assert message.startswith(
         "could not record the egress of attempt 3 ($0.06) in the ledger given (OSError: disk I/O error): "
         "not kept in the spool, whose drain writes to the ledger connection 'costaware_ledger' names on "
-        "this machine, which may be another; record it in the ledger given with "
-        "Ledger.record(entry_from_json(<the JSON that ends this line>)): {"
+        "this machine, which may be another; record it in the ledger given as the drain would, data being "
+        "the JSON that ends this line: from costaware.core.ledger import entry_from_json; from "
+        "costaware.ledger_spool_egress import EgressRun, egress_keyed, record_egress; run = "
+        "EgressRun.from_json(data['egress_run']); record_egress(ledger, egress_keyed(ledger, "
+        "entry_from_json(data['entry']), run), run) (keyed so that a row of the run already there is not "
+        "billed twice): {"
     )
     # Recorded as it says, the egress is billed there, once.
-    entry = entry_from_json(json.loads(message[message.index(": {") + 2 :]))
-    assert billed_ledger.record(entry)
+    assert _recorded_as_logged(message, billed_ledger)
     (move,) = [e for e in billed_ledger.entries() if e["cause"] == "zone_move"]
     assert move["usd"] == Decimal("0.06") and move["reservation_id"] is None
+
+
+def _recorded_as_logged(message: str, ledger: Ledger) -> bool:
+    """Record the egress an ERROR logged for a person as the message says; whether it was written."""
+    from costaware.core.ledger import entry_from_json
+    from costaware.ledger_spool_egress import EgressRun, egress_keyed, record_egress
+
+    data = json.loads(message[message.index(": {") + 2 :])
+    run = EgressRun.from_json(data["egress_run"])
+    return record_egress(ledger, egress_keyed(ledger, entry_from_json(data["entry"]), run), run)
+
+
+def test_an_egress_logged_for_a_person_recorded_as_it_says_is_not_billed_beside_its_runs_row(
+    billed_ledger: Ledger,
+    any_ledger_url: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # The by-hand ERROR gave the run's key and said Ledger.record(entry_from_json(...)): where an earlier
+    # bill had written the run's egress under the job name's key, recorded that way it was billed twice.
+    monkeypatch.setenv("AIRFLOW_HOME", str(tmp_path / "airflow"))
+    bill = _egress_bill(billed_ledger, monkeypatch, any_ledger_url, opened=billed_ledger)
+    (first,) = bill("a" * 32, time.time())
+    assert first["entry_uid"] == "egress:train-380335d228-a3"
+    with monkeypatch.context() as patched, caplog.at_level(logging.INFO, logger=__name__):
+        _egress_refused(patched)  # the write fails (disk I/O error) before the ledger sees its key
+        bill("a" * 32, time.time())
+    (said,) = [r for r in caplog.records if r.name == __name__ and r.levelno == logging.ERROR]
+    assert not _recorded_as_logged(said.getMessage(), billed_ledger)
+    (move,) = [e for e in billed_ledger.entries() if e["cause"] == "zone_move"]
+    assert move["entry_uid"] == first["entry_uid"] and move["usd"] == Decimal("0.06")
 
 
 def test_an_egress_refused_by_the_ledger_the_drain_opens_too_waits_in_the_spool_and_is_drained_once(

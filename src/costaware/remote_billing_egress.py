@@ -68,23 +68,27 @@ class AttemptEgressBilling(AttemptPricing):
         """Log ``egress``, which the ledger given would not take, whole, for a person to record there.
 
         Spooled, it waited under ``ledger_conn_id``, which this machine's drain reads as its own ledger
-        (the hook's fallback, outside a worker): written there, or waiting for good.
+        (the hook's fallback, outside a worker): written there, or waiting for good. To be recorded as the
+        bill and the drain record it (``egress_keyed``, ``record_egress``): under the run's key alone, it
+        was billed a second time beside a row of the same run under the job name's key (written by an
+        earlier bill, the write that failed here never having read it).
         """
         from costaware.core.ledger import entry_to_json
-        from costaware.ledger_spool_egress import spool_uid
 
         entry, run = egress
-        # The run's key, as the spool's: a retry following the run finds it and bills it no second time.
-        entry = replace(entry, entry_uid=spool_uid(run))
         self.log.error(
             "%s in the ledger given (%s: %s): not kept in the spool, whose drain writes to the ledger "
-            "connection %r names on this machine, which may be another; record it in the ledger given with "
-            "Ledger.record(entry_from_json(<the JSON that ends this line>)): %s",
+            "connection %r names on this machine, which may be another; record it in the ledger given as the "
+            "drain would, data being the JSON that ends this line: from costaware.core.ledger import "
+            "entry_from_json; from costaware.ledger_spool_egress import EgressRun, egress_keyed, "
+            "record_egress; run = EgressRun.from_json(data['egress_run']); "
+            "record_egress(ledger, egress_keyed(ledger, entry_from_json(data['entry']), run), run) (keyed "
+            "so that a row of the run already there is not billed twice): %s",
             unrecorded,
             type(error).__name__,
             error,
             self.ledger_conn_id,
-            json.dumps(entry_to_json(entry)),
+            json.dumps({"entry": entry_to_json(entry), "egress_run": run.to_json()}),
         )
 
     def _worked_out_egress(
