@@ -24,7 +24,8 @@ class AttemptEgressBilling(AttemptPricing):
     """Bills the egress of a remote training's running attempt in the cost ledger of ``ledger_conn_id``."""
 
     #: Whether this machine's drain of ``ledger_conn_id`` writes to the ledger billed in, so that an entry
-    #: it would not take can wait in the spool: not so for a ledger the caller opened (the CLI's).
+    #: it would not take can wait in the spool: not known so for a ledger the caller opened, unless it says
+    #: so (``KilledTrainingBilling(spool_reaches_the_ledger=...)``: the listener's, `jobs reconcile`'s).
     _spool_reaches_the_ledger = True
 
     def _bill_move_egress(self, state: AttemptState, job: Mapping[str, Any], attempt_number: int) -> None:
