@@ -11,7 +11,13 @@ from remote_support import aws_client, make_batch_queues
 from services import late_first_answer
 
 from costaware.adapters.compute import batch, sagemaker
-from costaware.adapters.compute.base import ComputeBackend, JobRequest, JobState, open_backend
+from costaware.adapters.compute.base import (
+    ComputeBackend,
+    JobRequest,
+    JobState,
+    check_backend_options,
+    open_backend,
+)
 from costaware.core.errors import ConfigurationError
 
 ROLE = "arn:aws:iam::123456789012:role/train"
@@ -285,14 +291,21 @@ def test_batch_missing_queue_names_are_refused() -> None:
 
 
 def test_batch_reclaim_retries_are_read_as_a_templated_count_and_a_bad_one_named() -> None:
-    # A template renders "2", refused; True was taken as one retry.
+    # A template renders "2", refused; True was taken as one retry. Refused at the task's start (before its
+    # money) and at the submit (before any request), not where a running job's backend is opened.
     queues = {"spot_queue": "s", "on_demand_queue": "o", "job_definition": "d"}
-    assert open_backend("batch", {**queues, "reclaim_retries": "2"}).reclaim_retries == 2  # type: ignore[attr-defined]
+    check_backend_options("batch", {**queues, "reclaim_retries": "2"})
+    assert batch.check_number_options({"reclaim_retries": "2"}) == (2, 30)
     for bad in (True, "two", 10, -1):
-        with pytest.raises(
-            ConfigurationError, match=rf"reclaim_retries must be a whole number from 0 to 9, got {bad!r}"
+        given = {**queues, "reclaim_retries": bad}
+        for refuse in (
+            lambda given=given: check_backend_options("batch", given),
+            lambda given=given: open_backend("batch", given).submit(request(instance_type="m5.large")),
         ):
-            open_backend("batch", {**queues, "reclaim_retries": bad})
+            with pytest.raises(
+                ConfigurationError, match=rf"reclaim_retries must be a whole number from 0 to 9, got {bad!r}"
+            ):
+                refuse()
 
 
 def test_batch_submit_poll_and_idempotence_through_moto(aws: str, batch_queues: dict[str, str]) -> None:
@@ -519,20 +532,28 @@ def test_a_sagemaker_jobs_exit_code_is_read_as_the_job_contract_says(
     [
         ({"instance_count": "two"}, "instance_count must be a whole number from 1 to 1000, got 'two'"),
         ({"volume_size_gb": -5}, "volume_size_gb must be a whole number from 1 to 16384, got -5"),
+        ({"instance_count": 1.5}, r"instance_count must be a whole number from 1 to 1000, got 1\.5"),
     ],
 )
-def test_sagemaker_number_options_are_checked_naming_them(options: dict[str, Any], message: str) -> None:
-    # A bare "invalid literal for int()" at the first bill, or nothing until AWS refused the job.
-    base = {"role_arn": ROLE, "output_s3_uri": "s3://ml/out", "image_uri": "i"}
-    with pytest.raises(ConfigurationError, match=message):
-        open_backend("sagemaker", {**base, **options})
-    assert open_backend("sagemaker", {**base, "instance_count": "2"}).instance_count == 2  # type: ignore[attr-defined]
-    # A template renders 1.0 for one instance (the spot tuning DAG takes it): a whole number all the same.
-    assert open_backend("sagemaker", {**base, "instance_count": 1.0}).instance_count == 1  # type: ignore[attr-defined]
-    with pytest.raises(
-        ConfigurationError, match=r"instance_count must be a whole number from 1 to 1000, got 1\.5"
+def test_sagemaker_number_options_are_checked_naming_them(
+    aws: str, options: dict[str, Any], message: str
+) -> None:
+    # A bare "invalid literal for int()" at the first bill, or nothing until AWS refused the job. Refused at
+    # the task's start (before its money) and at the submit, not where a running job's backend is opened.
+    base = {"role_arn": ROLE, "output_s3_uri": "s3://ml/out", "image_uri": "i", "aws_conn_id": "moto_aws"}
+    given, refused = {**base, **options}, request(job_name="train-0123456789-a1-size")
+    for refuse in (
+        lambda: check_backend_options("sagemaker", given),
+        lambda: open_backend("sagemaker", given).submit(refused),
     ):
-        open_backend("sagemaker", {**base, "instance_count": 1.5})
+        with pytest.raises(ConfigurationError, match=message):
+            refuse()
+    assert sagemaker_backend().find(refused.job_name) is None  # nothing was submitted
+    # A template renders "2", or 1.0 for one instance (the spot tuning DAG takes it): whole numbers all the
+    # same.
+    for count, taken in (("2", 2), (1.0, 1)):
+        check_backend_options("sagemaker", {**base, "instance_count": count, "volume_size_gb": "50"})
+        assert sagemaker.job_size({"instance_count": count, "volume_size_gb": "50"}) == (taken, 50)
 
 
 @pytest.mark.parametrize(
@@ -773,13 +794,83 @@ def test_a_batch_submit_botocore_sent_again_leaves_one_job_running(
 @pytest.mark.parametrize("value", ["nan", "inf", -30, 0, "thirty"])
 def test_a_batch_stop_timeout_that_is_no_number_of_seconds_is_named(value: object) -> None:
     # "inf" sized the stop of every max_usd cap as endless, and no attempt could start; "nan" hid the
-    # warning of a grace period ECS cuts.
+    # warning of a grace period ECS cuts. Refused at the task's start and at the submit.
     queues = {"spot_queue": "s", "on_demand_queue": "o", "job_definition": "d"}
-    with pytest.raises(
-        ConfigurationError, match=rf"stop_timeout_seconds must be a number of seconds > 0 .*got {value!r}"
+    given = {**queues, "stop_timeout_seconds": value}
+    for refuse in (
+        lambda: check_backend_options("batch", given),
+        lambda: open_backend("batch", given).submit(request(instance_type="m5.large")),
     ):
-        open_backend("batch", {**queues, "stop_timeout_seconds": value})
-    assert open_backend("batch", {**queues, "stop_timeout_seconds": "110"}).stop_timeout_seconds == 110  # type: ignore[attr-defined]
+        with pytest.raises(
+            ConfigurationError, match=rf"stop_timeout_seconds must be a number of seconds > 0 .*got {value!r}"
+        ):
+            refuse()
+    check_backend_options("batch", {**queues, "stop_timeout_seconds": "110"})
+    assert batch.check_number_options({"stop_timeout_seconds": "110"}) == (0, 110)
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        (
+            {"reclaim_retries": 10},
+            "backend option reclaim_retries must be a whole number from 0 to 9, got 10",
+        ),
+        (
+            {"stop_timeout_seconds": "inf"},
+            "stop_timeout_seconds must be a number of seconds > 0 (the compute environment's "
+            "ECS_CONTAINER_STOP_TIMEOUT), got 'inf'",
+        ),
+    ],
+)
+def test_a_batch_job_an_older_release_submitted_with_numbers_it_took_can_still_be_polled_and_stopped(
+    aws: str, batch_queues: dict[str, str], options: dict[str, Any], message: str
+) -> None:
+    # The triggers build a running job's backend from its options as written to poll, stop or find it:
+    # refused there, such a job ran on unstopped and unbilled. Only a new submit of them is refused.
+    running = request(instance_type="m5.large", job_name="train-0123456789-a1-numbers")
+    job_id = open_backend("batch", {**batch_queues, "aws_conn_id": "moto_aws"}).submit(running)
+    given = {**batch_queues, "aws_conn_id": "moto_aws", **options}
+    backend = open_backend("batch", given)
+    assert backend.poll(job_id).market == "spot"
+    found = backend.find(running.job_name)
+    assert found is not None and found.job_id == job_id
+    backend.stop(job_id)
+    refused = request(instance_type="m5.large", job_name="train-0123456789-a1-numbers-new")
+    for where, refuse in {
+        "options check": lambda: check_backend_options("batch", given),
+        "backend": lambda: backend.submit(refused),
+    }.items():
+        with pytest.raises(ConfigurationError) as caught:
+            refuse()
+        assert str(caught.value) == message, where
+    assert backend.find(refused.job_name) is None  # nothing was submitted
+
+
+def test_a_sagemaker_job_an_older_release_submitted_with_a_size_it_took_can_still_be_polled_and_stopped(
+    aws: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # int() took 1.5 instances as one; the triggers open a running job's backend from its options as written.
+    from botocore.stub import Stubber
+
+    running = request(job_name="train-0123456789-a1-size-old")
+    assert sagemaker_backend().submit(running) == running.job_name  # as the older release submitted it
+    options = {"role_arn": ROLE, "image_uri": "i", "output_s3_uri": "s3://ml/out", "aws_conn_id": "moto_aws"}
+    backend = open_backend("sagemaker", {**options, "instance_count": 1.5})
+    assert backend.poll(running.job_name).state is JobState.SUCCEEDED
+    found = backend.find(running.job_name)
+    assert found is not None and found.job_id == running.job_name
+    refused = request(job_name="train-0123456789-a1-size-new")
+    with pytest.raises(ConfigurationError) as caught:
+        backend.submit(refused)
+    assert str(caught.value) == "backend option instance_count must be a whole number from 1 to 1000, got 1.5"
+    assert backend.find(refused.job_name) is None  # nothing was submitted
+    client = backend.client  # type: ignore[attr-defined]
+    monkeypatch.setattr(type(backend), "client", property(lambda self: client))
+    with Stubber(client) as stub:  # moto's server has no StopTrainingJob
+        stub.add_response("stop_training_job", {}, {"TrainingJobName": running.job_name})
+        backend.stop(running.job_name)
+        stub.assert_no_pending_responses()
 
 
 def test_a_batch_job_that_never_ran_its_container_says_so_in_its_log_lines(

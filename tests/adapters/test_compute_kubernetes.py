@@ -355,13 +355,19 @@ def test_a_pod_evicted_past_its_own_disk_limit_fails_and_node_pressure_is_retrie
 
 
 def test_a_templated_grace_period_is_read_as_a_number_and_a_bad_one_named() -> None:
-    # "60" from a template raised "TypeError: '<' not supported" at the first submit.
-    backend = open_backend("kubernetes", {"image": "i", "termination_grace_seconds": "60"})
-    assert backend.termination_grace_seconds == 60  # type: ignore[attr-defined]
-    with pytest.raises(
-        ConfigurationError, match="termination_grace_seconds must be a whole number from 1 to 119"
-    ):
-        open_backend("kubernetes", {"image": "i", "termination_grace_seconds": "sixty"})
+    # "60" from a template raised "TypeError: '<' not supported" at the first submit. A bad one is refused at
+    # the task's start (before its money) and at the render, not where a running pod's backend is opened.
+    from costaware.adapters.compute.base import check_backend_options
+
+    check_backend_options("kubernetes", {"image": "i", "termination_grace_seconds": "60"})
+    pod = render_of({"image": "i", "termination_grace_seconds": "60"})
+    assert pod["spec"]["terminationGracePeriodSeconds"] == 60
+    given = {"image": "i", "termination_grace_seconds": "sixty"}
+    for refuse in (lambda: check_backend_options("kubernetes", given), lambda: render_of(given)):
+        with pytest.raises(
+            ConfigurationError, match="termination_grace_seconds must be a whole number from 1 to 119"
+        ):
+            refuse()
 
 
 class _OnePodApi(_PodGoneApi):
@@ -970,6 +976,11 @@ class _RunningPodApi(_RecordingApi, _OnePodApi):
         (
             {"capacity_values": {"spot": "spot", "on_demand": "on demand"}},
             f"capacity_values gives 'on_demand' the value 'on demand', {LABEL_VALUE_RULE}",
+        ),
+        # Checked where the backend was opened: after the task's money was held, and at each poll.
+        (
+            {"termination_grace_seconds": 120},
+            "backend option termination_grace_seconds must be a whole number from 1 to 119, got 120",
         ),
     ],
 )

@@ -263,7 +263,9 @@ def check_backend_options(name: str, options: Mapping[str, Any]) -> None:
         ConfigurationError: an unknown option (a typo would otherwise be a bare ``__init__`` TypeError), a
             required one left out, a local job's ``env`` that is no mapping, a SageMaker job's
             ``environment`` that is no mapping of strings, SageMaker or Batch ``tags`` that AWS refuses, or
-            a Kubernetes ``node_selector``, ``capacity_label`` or ``capacity_values`` of no labels.
+            a Kubernetes ``node_selector``, ``capacity_label`` or ``capacity_values`` of no labels, or a
+            number option out of its range (SageMaker's ``instance_count`` and ``volume_size_gb``, Batch's
+            ``reclaim_retries`` and ``stop_timeout_seconds``, Kubernetes' ``termination_grace_seconds``).
     """
     _check_option_names(name, options)
     if name == "local":
@@ -272,7 +274,8 @@ def check_backend_options(name: str, options: Mapping[str, Any]) -> None:
         container_environment(options.get("environment"))
     if name in ("sagemaker", "batch"):
         job_tags(options.get("tags"), name)
-    # Kubernetes' node labels: its module imports this one, so its class is asked (as for check_zones).
+    # Values only a submit reads (node labels, numbers): their modules import this one, so each class is
+    # asked (as for check_zones).
     check_values = getattr(backend_class(name), "check_option_values", None)
     if check_values is not None:
         check_values(options)

@@ -87,6 +87,39 @@ __all__ = [
 ]
 
 
+def _checked_stop_timeout(value: object) -> float:
+    """``stop_timeout_seconds`` as a finite number of seconds > 0.
+
+    Raises:
+        ConfigurationError: anything else, with the value ("inf" sized every max_usd cap's stop as endless,
+            so no attempt could start; "nan" hid the warning of a cut grace period).
+    """
+    try:
+        seconds = float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        seconds = math.nan
+    if not math.isfinite(seconds) or seconds <= 0:
+        raise ConfigurationError(
+            f"stop_timeout_seconds must be a number of seconds > 0 (the compute environment's "
+            f"ECS_CONTAINER_STOP_TIMEOUT), got {value!r}"
+        )
+    return seconds
+
+
+def check_number_options(options: Mapping[str, Any]) -> tuple[int, float]:
+    """``reclaim_retries`` (0-9) and ``stop_timeout_seconds`` of ``options``, checked.
+
+    The task's start asks it (``check_backend_options``), before any money, and each submit; a poll of a
+    running job reads ``stop_timeout_seconds`` leniently, so that one an older release took stays watched.
+
+    Raises:
+        ConfigurationError: either of them out of range or no number, naming it and its value.
+    """
+    # A templated option arrives as text ("2"); True is no count (it read as 1).
+    retries = whole_number(options.get("reclaim_retries", 0), "reclaim_retries", low=0, high=9)
+    return retries, _checked_stop_timeout(options.get("stop_timeout_seconds", ECS_STOP_TIMEOUT_SECONDS))
+
+
 class BatchBackend(BatchJobCopies, BatchJobDefinitions):
     """Jobs on AWS Batch.
 
@@ -111,6 +144,11 @@ class BatchBackend(BatchJobCopies, BatchJobDefinitions):
 
     name = "batch"
     places_zones = True
+
+    @staticmethod
+    def check_option_values(options: Mapping[str, Any]) -> None:
+        """:func:`check_number_options`, asked by ``check_backend_options`` at the task's start."""
+        check_number_options(options)
 
     @staticmethod
     def check_zones(options: Mapping[str, Any], zones: Sequence[str]) -> None:
@@ -166,21 +204,11 @@ class BatchBackend(BatchJobCopies, BatchJobDefinitions):
             job_definition,
         )
         self.aws_conn_id, self.region_name = aws_conn_id, region_name
-        # A templated option arrives as text ("2"); True is no count (it read as 1).
-        self.reclaim_retries = whole_number(reclaim_retries, "reclaim_retries", low=0, high=9)
-        # Kept as written, checked at the submit: a poll, stop or find never reads it (see open_backend).
-        self.tags = tags
+        # Kept as written, checked at the submit: a stop or find never reads them, a poll reads only
+        # stop_timeout_seconds and falls back to ECS's default (see open_backend and _polled_stop_timeout).
+        self.tags, self.reclaim_retries = tags, reclaim_retries
+        self.stop_timeout_seconds = stop_timeout_seconds
         self.work_dir = work_dir
-        try:
-            self.stop_timeout_seconds = float(stop_timeout_seconds)
-        except (TypeError, ValueError):
-            self.stop_timeout_seconds = math.nan
-        # "inf" sized every max_usd cap's stop as endless (no attempt could start); "nan" hid the warning.
-        if not math.isfinite(self.stop_timeout_seconds) or self.stop_timeout_seconds <= 0:
-            raise ConfigurationError(
-                f"stop_timeout_seconds must be a number of seconds > 0 (the compute environment's "
-                f"ECS_CONTAINER_STOP_TIMEOUT), got {stop_timeout_seconds!r}"
-            )
         self.spot_queues = {check_aws_zone(str(z)): str(q) for z, q in dict(spot_queues or {}).items()}
         empty = sorted(z for z, q in self.spot_queues.items() if not q)
         if empty:
@@ -259,17 +287,20 @@ class BatchBackend(BatchJobCopies, BatchJobDefinitions):
         tags = job_tags(self.tags, "batch")  # before any request to AWS, as the checks below
         require_object_store(request, "batch")
         require_ec2_instance_type(request, "batch")
-        if self.reclaim_retries:
+        reclaim_retries, stop_timeout_seconds = check_number_options(
+            {"reclaim_retries": self.reclaim_retries, "stop_timeout_seconds": self.stop_timeout_seconds}
+        )
+        if reclaim_retries:
             log.warning(
                 "backend option reclaim_retries=%d is not used: Batch gives each of its own retries the "
                 "whole time limit again, so 1 + %d attempts could run %d times max_runtime; the operator "
                 "resubmits a reclaimed job from its checkpoint with the time that is left (max_attempts "
                 "bounds them). Drop reclaim_retries from backend_options",
-                self.reclaim_retries,
-                self.reclaim_retries,
-                1 + self.reclaim_retries,
+                reclaim_retries,
+                reclaim_retries,
+                1 + reclaim_retries,
             )
-        cut = cut_grace(request.grace_seconds, self.stop_timeout_seconds)
+        cut = cut_grace(request.grace_seconds, stop_timeout_seconds)
         if cut is not None:
             log.warning(
                 "preemption_grace_seconds %g does not fit the %g s ECS gives a Batch container from "
@@ -277,7 +308,7 @@ class BatchBackend(BatchJobCopies, BatchJobDefinitions):
                 "it. For longer, raise ECS_CONTAINER_STOP_TIMEOUT on the compute environment's instances and "
                 "set backend_options stop_timeout_seconds to it",
                 request.grace_seconds,
-                self.stop_timeout_seconds,
+                stop_timeout_seconds,
                 cut,
                 LAUNCHER_MARGIN_SECONDS,
             )
@@ -304,7 +335,7 @@ class BatchBackend(BatchJobCopies, BatchJobDefinitions):
                 tags=tags,
                 work_dir=self.work_dir,
                 spot_queues=self.spot_queues,
-                stop_timeout_seconds=self.stop_timeout_seconds,
+                stop_timeout_seconds=stop_timeout_seconds,
             )
             job_id = str(self.client.submit_job(**body)["jobId"])
         except (ConfigurationError, ComputeBackendError):
@@ -361,10 +392,21 @@ class BatchBackend(BatchJobCopies, BatchJobDefinitions):
             status,
             copies,
             now_ms=now_ms,
-            stop_timeout_seconds=self.stop_timeout_seconds,
+            stop_timeout_seconds=self._polled_stop_timeout(),
             unstopped=unstopped,
             attempt_limit_seconds=_attempt_limit_seconds(job),
         )
+
+    def _polled_stop_timeout(self) -> float:
+        """``stop_timeout_seconds``, or ECS's default where it is no number of seconds.
+
+        A job an older release submitted with a value it took is still polled and billed; the stop of its
+        copies then counts ECS's default.
+        """
+        try:
+            return _checked_stop_timeout(self.stop_timeout_seconds)
+        except ConfigurationError:
+            return ECS_STOP_TIMEOUT_SECONDS
 
     def stop(self, job_id: str) -> None:
         try:

@@ -108,18 +108,28 @@ REFUSED_POD = {
 }
 
 
+def _checked_grace_seconds(value: object) -> int:
+    """``termination_grace_seconds`` as a whole number of seconds inside the 2-minute spot notice."""
+    return whole_number(value, "termination_grace_seconds", low=1, high=119)
+
+
 def check_node_labels(options: Mapping[str, Any]) -> None:
-    """Refuse ``capacity_label``, ``capacity_values`` or ``node_selector`` of ``options`` that are no labels.
+    """Refuse node labels of ``options`` that are no labels, or a grace period that is no whole number.
+
+    ``capacity_label``, ``capacity_values`` and ``node_selector`` must be labels,
+    ``termination_grace_seconds`` a whole number from 1 to 119.
 
     The task's start asks it (``check_backend_options``), before any money, and each submit reads them the
     same way; opening a running pod's backend to poll, find or stop it does not, as none of these read them.
 
     Raises:
-        ConfigurationError: the first of them that is no Kubernetes label, named with the rule.
+        ConfigurationError: the first of them that is no Kubernetes label (named with the rule) or no
+            grace period.
     """
     capacity_label_key(options.get("capacity_label", KARPENTER_LABEL))
     capacity_label_values(options.get("capacity_values"))
     node_selector_labels(options.get("node_selector"))
+    _checked_grace_seconds(options.get("termination_grace_seconds", TERMINATION_GRACE_SECONDS))
 
 
 class KubernetesBackend:
@@ -192,9 +202,8 @@ class KubernetesBackend:
         self.resources, self.tolerations = dict(resources or {}), [dict(t) for t in tolerations]
         self.node_selector = node_selector
         self.service_account = service_account
-        self.termination_grace_seconds = whole_number(
-            termination_grace_seconds, "termination_grace_seconds", low=1, high=119
-        )
+        # Kept as written too (only a render reads it): checked there and at the task's start.
+        self.termination_grace_seconds = termination_grace_seconds
         self.work_dir = work_dir
 
     def render(self, request: JobRequest) -> dict[str, Any]:
@@ -202,6 +211,7 @@ class KubernetesBackend:
         capacity_label = capacity_label_key(self.capacity_label)
         capacity_values = capacity_label_values(self.capacity_values)
         node_selector = node_selector_labels(self.node_selector)
+        grace_seconds = _checked_grace_seconds(self.termination_grace_seconds)
         if not (request.image or self.image):
             raise ConfigurationError(
                 f"pod {request.job_name!r} has no image: pass image= to the operator or set image in "
@@ -217,7 +227,7 @@ class KubernetesBackend:
             tolerations=self.tolerations,
             node_selector=node_selector,
             service_account=self.service_account,
-            termination_grace_seconds=self.termination_grace_seconds,
+            termination_grace_seconds=grace_seconds,
             work_dir=self.work_dir,
         )
 

@@ -258,6 +258,21 @@ def _epoch_seconds(value: Any) -> float | None:
     return (value if value.tzinfo else value.replace(tzinfo=timezone.utc)).timestamp()
 
 
+def job_size(options: Mapping[str, Any]) -> tuple[int, int]:
+    """``instance_count`` and ``volume_size_gb`` of ``options`` (defaults 1 and 30) as whole numbers.
+
+    The task's start asks it (``check_backend_options``), before any money, and each submit; opening a
+    running job's backend to poll, find or stop it does not, as none of these read them.
+
+    Raises:
+        ConfigurationError: either outside 1-1000 instances or 1-16384 GB, naming it and its value.
+    """
+    return (
+        whole_number(options.get("instance_count", 1), "instance_count", low=1, high=1000),
+        whole_number(options.get("volume_size_gb", 30), "volume_size_gb", low=1, high=16384),
+    )
+
+
 class SageMakerBackend:
     """Training jobs on SageMaker.
 
@@ -276,6 +291,11 @@ class SageMakerBackend:
     name = "sagemaker"
     #: SageMaker's CreateTrainingJob takes no zone: a request with ``availability_zone`` is refused.
     places_zones = False
+
+    @staticmethod
+    def check_option_values(options: Mapping[str, Any]) -> None:
+        """:func:`job_size`, asked by ``check_backend_options`` at the task's start."""
+        job_size(options)
 
     def __init__(
         self,
@@ -296,9 +316,8 @@ class SageMakerBackend:
                 raise ConfigurationError(f"SageMaker backend needs {name}: set it in backend_options")
         self.role_arn, self.image_uri, self.output_s3_uri = role_arn, image_uri, output_s3_uri
         self.aws_conn_id, self.region_name = aws_conn_id, region_name
-        self.instance_count = whole_number(instance_count, "instance_count", low=1, high=1000)
-        self.volume_size_gb = whole_number(volume_size_gb, "volume_size_gb", low=1, high=16384)
-        # Both kept as written, checked at the submit: a poll or stop never reads them (see open_backend).
+        # All four kept as written, checked at the submit: a poll or stop never reads them (see open_backend).
+        self.instance_count, self.volume_size_gb = instance_count, volume_size_gb
         self.environment, self.tags = environment, tags
 
     @property
@@ -325,13 +344,16 @@ class SageMakerBackend:
         return job
 
     def submit(self, request: JobRequest) -> str:
+        instance_count, volume_size_gb = job_size(
+            {"instance_count": self.instance_count, "volume_size_gb": self.volume_size_gb}
+        )
         config = training_job_request(
             request,
             role_arn=self.role_arn,
             image_uri=self.image_uri,
             output_s3_uri=self.output_s3_uri,
-            instance_count=self.instance_count,
-            volume_size_gb=self.volume_size_gb,
+            instance_count=instance_count,
+            volume_size_gb=volume_size_gb,
             environment=self.environment,
             tags=job_tags(self.tags, "sagemaker"),
         )
