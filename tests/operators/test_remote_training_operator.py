@@ -1013,3 +1013,54 @@ def test_stores_pyarrow_opens_pass_the_scheme_check(tmp_path: Path) -> None:
     # fsspec alone does not know abfss:// or viewfs://, which the stores open through pyarrow.
     for store in ("abfss://models@acct.dfs.core.windows.net/churn", "viewfs://cluster/models", "gs://b/m"):
         assert operator(tmp_path, model_store=store).model_store == store
+
+
+@pytest.mark.parametrize("refuses", ["__init__", "submit"])
+def test_a_backend_that_refuses_its_options_before_any_job_releases_the_tasks_hold(
+    tmp_path: Path, data: Path, ledger: Any, monkeypatch: pytest.MonkeyPatch, refuses: str
+) -> None:
+    # The backend is opened (and its job checked) after the task's money is held: refused there, the task
+    # failed for good and its $5 stayed held, the reservation open until its reservation_ttl (6 h).
+    from costaware.adapters.compute.local import LocalBackend
+
+    def refuse(self: Any, *args: Any, **kwargs: Any) -> Any:
+        raise ConfigurationError("backend option x must be a whole number from 1 to 9, got 0")
+
+    ledger.set_budget("project=churn", "month", "10")
+    monkeypatch.setattr(LocalBackend, refuses, refuse)
+    op = operator(tmp_path, tags={"project": "churn"}, budget_scope="project=churn", max_usd="5")
+    with pytest.raises(AirflowFailException, match="backend option x must be a whole number"):
+        op.execute(context_for())
+    assert not (tmp_path / "jobs").exists() or not any((tmp_path / "jobs").iterdir())  # no job
+    assert ledger.open_reservations() == []
+    hold = ledger.latest_reservation(GATE_HOLDER)
+    assert (hold.usd, hold.status, hold.settled_usd) == (Decimal("5"), "settled", Decimal(0))
+
+
+def test_a_hold_that_cannot_be_settled_after_a_refused_submit_is_named_and_the_refusal_reported(
+    tmp_path: Path,
+    data: Path,
+    ledger: Any,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from costaware.adapters.compute.local import LocalBackend
+    from costaware.remote_billing import AttemptBilling
+
+    def refuse(self: Any, request: Any) -> Any:
+        raise ConfigurationError("backend option x must be a whole number from 1 to 9, got 0")
+
+    def unreachable(self: Any, state: Any) -> None:
+        raise OSError("ledger is down")
+
+    ledger.set_budget("project=churn", "month", "10")
+    monkeypatch.setattr(LocalBackend, "submit", refuse)
+    monkeypatch.setattr(AttemptBilling, "_settle", unreachable)
+    op = operator(tmp_path, tags={"project": "churn"}, budget_scope="project=churn", max_usd="5")
+    with pytest.raises(AirflowFailException, match="backend option x must be a whole number"):
+        op.execute(context_for())
+    assert (
+        "could not settle the task's budget hold (ledger is down): it is held until its time limit "
+        f"(reservation_ttl); give it back with `costaware budget release --holder {GATE_HOLDER}`"
+    ) in capsys.readouterr().out
+    assert ledger.latest_reservation(GATE_HOLDER).status == "open"

@@ -43,6 +43,10 @@ if TYPE_CHECKING:
 class RemoteAttemptSteps(RemoteAttemptHolds):
     """A mixin of ``RemoteTrainingOperator``: the backend, the ledger, and the side effects of each step."""
 
+    # The state of a submit under way whose job does not exist yet (None: none): a try that fails for good
+    # there (a backend refusing its options) settles the hold it made, which no job will bill against.
+    _unsubmitted: AttemptState | None = None
+
     def _submit(self, state: AttemptState, market: str, market_reason: str = "") -> AttemptState:
         """Submit the next attempt on ``market`` (spot: where the placement says, which may be on-demand).
 
@@ -64,6 +68,7 @@ class RemoteAttemptSteps(RemoteAttemptHolds):
         if self._killed:  # a kill in the worker (on_kill) came while this step ran
             self._settle(state)
             raise AirflowException("the task was killed: no new attempt starts")
+        self._unsubmitted = state
         plan = state.plan
         backend = self._backend(plan)
         # A retry follows the job an earlier try submitted under this attempt's name, where it runs.
@@ -178,6 +183,7 @@ class RemoteAttemptSteps(RemoteAttemptHolds):
             run_token=run_token,
         )
         self._live, self._submitting = submitted, None  # one step: never neither while the job runs
+        self._unsubmitted = None
         self.log.info(
             "attempt %d: %s %s on %s, %s %s%s%s",
             request.attempt,

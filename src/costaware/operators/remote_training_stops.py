@@ -75,6 +75,9 @@ class RemoteTrainingStops(RemoteTrainingStart):
             interrupted = _ctrl_c_of_dags_test(e)
             for_good = interrupted or isinstance(e, AirflowFailException) or _last_try(context)
             live = self._running_job_state() if self._waiting_on is None and for_good else None
+            unsubmitted, self._unsubmitted = self._unsubmitted, None
+            if live is None and unsubmitted is not None and isinstance(e, AirflowFailException):
+                self._settle_refused_start(unsubmitted)
             self._live = self._submitting = None
             stopped = None
             if live is not None and live.current is not None:
@@ -88,6 +91,25 @@ class RemoteTrainingStops(RemoteTrainingStart):
                 said = f"job {stopped} stopped and billed" if stopped else "no job was left running"
                 raise _interrupted(said) from e
             raise
+
+    def _settle_refused_start(self, state: AttemptState) -> None:
+        """Settle the hold of a try that failed for good before its attempt's job existed (a refused submit).
+
+        No job bills against it and no retry follows: left open, it held the budget's money until its time
+        limit (reservation_ttl, 6 h by default). A ledger that cannot be reached only warns: the task's own
+        failure is what it reports.
+        """
+        from costaware.training.attempt_effects import task_holder
+
+        try:
+            self._settle(state)
+        except Exception as e:
+            self.log.warning(
+                "could not settle the task's budget hold (%s): it is held until its time limit "
+                "(reservation_ttl); give it back with `costaware budget release --holder %s`",
+                e,
+                task_holder(state.plan),
+            )
 
     def _keep_wait_state(self, context: Context, state: AttemptState) -> None:
         """Keep the state the deferred wait watches where a resume without an event reads it (an XCom).
