@@ -1064,3 +1064,30 @@ def test_a_hold_that_cannot_be_settled_after_a_refused_submit_is_named_and_the_r
         f"(reservation_ttl); give it back with `costaware budget release --holder {GATE_HOLDER}`"
     ) in capsys.readouterr().out
     assert ledger.latest_reservation(GATE_HOLDER).status == "open"
+
+
+def test_a_submit_that_made_its_job_and_failed_keeps_the_hold_where_the_job_cannot_be_looked_up(
+    tmp_path: Path, data: Path, ledger: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Review finding on 966d0bdd: the job created, the submit then refused, and the look-up down: the $5
+    # hold was settled at $0 while the job ran on, unwatched and unbilled (a budget could be overspent).
+    from costaware.adapters.compute.local import LocalBackend
+
+    submit = LocalBackend.submit
+
+    def made_then_refused(self: Any, request: Any) -> Any:
+        submit(self, request)
+        raise ConfigurationError("backend option x must be a whole number from 1 to 9, got 0")
+
+    def lookup_down(self: Any, name: str) -> Any:
+        raise OSError("the backend's API is down")
+
+    ledger.set_budget("project=churn", "month", "10")
+    monkeypatch.setattr(LocalBackend, "submit", made_then_refused)
+    monkeypatch.setattr(LocalBackend, "find", lookup_down)
+    op = operator(tmp_path, tags={"project": "churn"}, budget_scope="project=churn", max_usd="5")
+    with pytest.raises(AirflowFailException, match="backend option x must be a whole number"):
+        op.execute(context_for())
+    assert any((tmp_path / "jobs").iterdir())  # the job was made
+    hold = ledger.latest_reservation(GATE_HOLDER)
+    assert (hold.usd, hold.status) == (Decimal("5"), "open")

@@ -31,6 +31,7 @@ class RemoteAttemptFollowing(RemoteAttemptPlacement):
         A submit that failed on its way out (an ``execution_timeout`` inside the backend's call) may have
         had its job taken: it is looked up by the attempt's name.
         """
+        self._job_unknown = False
         if self._live is not None or self._submitting is None:
             return self._live
         state, name, market, zone, submitted_at, moved = self._submitting
@@ -38,6 +39,7 @@ class RemoteAttemptFollowing(RemoteAttemptPlacement):
             found = self._backend(state.plan).find(name)
         except Exception as e:  # best effort: the task's own failure is what it reports
             self.log.warning("cannot tell whether job %s was submitted: %s", name, e)
+            self._job_unknown = True  # None here is not "no job": its hold must not be given back
             return None
         if found is None:
             return None

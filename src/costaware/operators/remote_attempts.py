@@ -46,6 +46,8 @@ class RemoteAttemptSteps(RemoteAttemptHolds):
     # The state of a submit under way whose job does not exist yet (None: none): a try that fails for good
     # there (a backend refusing its options) settles the hold it made, which no job will bill against.
     _unsubmitted: AttemptState | None = None
+    #: The last look-up of a failed submit's job could not tell whether it exists (``_running_job_state``).
+    _job_unknown: bool = False
 
     def _submit(self, state: AttemptState, market: str, market_reason: str = "") -> AttemptState:
         """Submit the next attempt on ``market`` (spot: where the placement says, which may be on-demand).

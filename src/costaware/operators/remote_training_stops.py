@@ -74,10 +74,20 @@ class RemoteTrainingStops(RemoteTrainingStart):
             # does: for good. A worker's supervisor forwarding its own SIGINT is a failure like any other.
             interrupted = _ctrl_c_of_dags_test(e)
             for_good = interrupted or isinstance(e, AirflowFailException) or _last_try(context)
-            live = self._running_job_state() if self._waiting_on is None and for_good else None
+            looked_up = self._waiting_on is None and for_good
+            live = self._running_job_state() if looked_up else None
             unsubmitted, self._unsubmitted = self._unsubmitted, None
-            if live is None and unsubmitted is not None and isinstance(e, AirflowFailException):
+            # Given back only where the look-up said there is no job: a submit that created its job and
+            # then failed, with the look-up down too, left a job running on this hold.
+            no_job = looked_up and live is None and not self._job_unknown
+            if no_job and unsubmitted is not None and isinstance(e, AirflowFailException):
                 self._settle_refused_start(unsubmitted)
+            elif live is None and unsubmitted is not None and isinstance(e, AirflowFailException):
+                self.log.warning(
+                    "the task's budget hold is kept until its time limit (reservation_ttl): whether its job "
+                    "was created cannot be told; once it is known that none runs, give the hold back with "
+                    "`costaware budget release`"
+                )
             self._live = self._submitting = None
             stopped = None
             if live is not None and live.current is not None:
