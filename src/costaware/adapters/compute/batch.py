@@ -28,7 +28,6 @@ connection needs ``batch:RegisterJobDefinition``); ``job_definition`` itself is 
 from __future__ import annotations
 
 import logging
-import math
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -67,7 +66,7 @@ from costaware.adapters.compute.batch_submit import (
     queue_for,
     submit_job_request,
 )
-from costaware.adapters.compute.job_contract import LAUNCHER_MARGIN_SECONDS
+from costaware.adapters.compute.job_contract import LAUNCHER_MARGIN_SECONDS, seconds_above_zero
 from costaware.core.errors import ComputeBackendError, ConfigurationError, JobNotFoundError
 
 log = logging.getLogger(__name__)
@@ -94,11 +93,8 @@ def _checked_stop_timeout(value: object) -> float:
         ConfigurationError: anything else, with the value ("inf" sized every max_usd cap's stop as endless,
             so no attempt could start; "nan" hid the warning of a cut grace period).
     """
-    try:
-        seconds = float(value)  # type: ignore[arg-type]
-    except (TypeError, ValueError):
-        seconds = math.nan
-    if not math.isfinite(seconds) or seconds <= 0:
+    seconds = seconds_above_zero(value)
+    if seconds is None:
         raise ConfigurationError(
             f"stop_timeout_seconds must be a number of seconds > 0 (the compute environment's "
             f"ECS_CONTAINER_STOP_TIMEOUT), got {value!r}"

@@ -196,17 +196,23 @@ def check_command(value: Any, *, owner: str = "command", written: Sequence[Any] 
     return list(value)
 
 
+def seconds_above_zero(value: object) -> float | None:
+    """``value`` as a finite number of seconds > 0, or None where it is none ("inf", "nan", text, 0)."""
+    try:
+        seconds = float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return None
+    return seconds if math.isfinite(seconds) and seconds > 0 else None
+
+
 def check_grace_seconds(value: Any) -> float:
     """``preemption_grace_seconds`` as a number of seconds > 0.
 
     Raises:
         ConfigurationError: naming the value.
     """
-    try:
-        seconds = float(value)
-    except (TypeError, ValueError):
-        seconds = math.nan
-    if not math.isfinite(seconds) or seconds <= 0:
+    seconds = seconds_above_zero(value)
+    if seconds is None:
         raise ConfigurationError(
             f"preemption_grace_seconds must be a number of seconds > 0, got {value!r}: AWS gives 120 s "
             f"between the spot notice and the stop, so keep it at most {DEFAULT_GRACE_SECONDS:g}"
