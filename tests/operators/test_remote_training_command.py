@@ -851,6 +851,26 @@ def test_a_native_template_of_a_number_like_text_reaches_the_job_as_the_text_the
     assert args.backend_options["environment"] == {"MODEL_VERSION": version, "TAG": f"v{version}"}
 
 
+@pytest.mark.parametrize("version", ["1.10", "1e3", "0x10"])
+def test_a_native_template_of_a_command_argument_reaches_the_job_as_the_text_the_param_holds(
+    tmp_path: Path, ledger: Any, version: str
+) -> None:
+    # Native rendering reads '1.10' as the float 1.1, and str() of it passed '--version 1.1' to the job
+    # without a word ('1e3' became '1000.0', '0x10' '16'); as for the backend options' env and tags, the
+    # written element is rendered again as text. A bool param's element reaches it as 'True', as rendered
+    # without native rendering (it was refused as no string).
+    params = {"version": Param(version, type="string"), "debug": Param(True, type="boolean")}
+    command = [sys.executable, SCRIPT, "ok", "6", "--version", "{{ params.version }}", "{{ params.debug }}"]
+    with DAG("native_command", schedule=None, params=params, render_template_as_native_obj=True):
+        train = operator(tmp_path, "ok", command=command)
+    context = {**context_for(), "params": {"version": version, "debug": True}}
+    train.render_template_fields(context)
+    assert train.command[-2:] != [version, "True"]  # what native rendering gives
+    result, _ = drive(train, context)
+    ran = store(tmp_path).get(result["version"]).params["command"]  # as the job was submitted
+    assert ran == [sys.executable, SCRIPT, "ok", "6", "--version", version, "True"]
+
+
 @pytest.mark.parametrize(
     ("options", "message"),
     [

@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from costaware.adapters.compute import job_contract
 from costaware.core.errors import ConfigurationError, ResultMissingError, StoreUnavailableError
+from costaware.operators.rendered_values import rendered_as_text
 
 log = logging.getLogger(__name__)
 
@@ -67,10 +68,30 @@ def check_job_kind(owner: str, command: Any, given: Mapping[str, Any]) -> list[s
     return None
 
 
-def rendered_command(value: Any, owner: str, written: Sequence[Any] | None = None) -> list[str]:
-    """The command after rendering, each element a string; ``written``: as the DAG wrote it, for messages."""
+def rendered_command(
+    value: Any,
+    owner: str,
+    written: Sequence[Any] | None = None,
+    render_text: Callable[[str], str] | None = None,
+) -> list[str]:
+    """The command after rendering, each element a string.
+
+    Args:
+        value: The command as Airflow rendered it.
+        owner: How messages name the task.
+        written: The command as the DAG wrote it: messages name an element's template.
+        render_text: Renders a template to text (``rendered_values.text_renderer``): an element the DAG
+            wrote as a template that ``render_template_as_native_obj`` rendered to a number or bool is
+            rendered again as text, as the backend options' env and tags are; ``str()`` of the number
+            turned ``'1.10'`` into ``'1.1'``.
+
+    Raises:
+        ConfigurationError: as ``job_contract.check_command``.
+    """
     if isinstance(value, Sequence) and not isinstance(value, str):
-        # A DAG with render_template_as_native_obj turns "{{ params.epochs }}" into 5: a command line is text.
+        if render_text is not None and isinstance(written, list | tuple) and len(written) == len(value):
+            value = [rendered_as_text(w, v, render_text) for w, v in zip(written, value, strict=True)]
+        # A number no template of its own gave (a whole list from a param): a command line is text.
         value = [str(v) if isinstance(v, int | float) and not isinstance(v, bool) else v for v in value]
     return job_contract.check_command(value, owner=f"{owner} command", written=written)
 

@@ -162,6 +162,7 @@ class RemoteTrainingStart(RemoteAttemptSteps, RemotePlanArguments, BuiltInTraini
         from costaware.adapters.price_files import bundled_catalog
         from costaware.adapters.price_source import list_price
         from costaware.operators.remote_command import rendered_command
+        from costaware.operators.rendered_values import text_renderer
         from costaware.training.attempts import AttemptState
         from costaware.training.entrypoint import job_environment, spec_storage_options, write_spec
         from costaware.training.plan import blank, make_plan
@@ -186,7 +187,11 @@ class RemoteTrainingStart(RemoteAttemptSteps, RemotePlanArguments, BuiltInTraini
         ckpt_store = expand_home(self.checkpoint_root(), "checkpoint_store")
         owner = f"{type(self).__name__} {self.task_id!r}"
         command = (
-            rendered_command(self.command, owner, self._command_written) if self.command is not None else None
+            rendered_command(
+                self.command, owner, self._command_written, text_renderer(self.get_dag(), context)
+            )
+            if self.command is not None
+            else None
         )
         if command and args.backend == "local" and blank(self.image):
             self.log.info("image %r is not used: the local backend runs the command here", self.image)

@@ -101,7 +101,7 @@ def rendered_text_dicts(
 def _rendered_text_dict(written: Any, rendered: Any, render_text: Callable[[str], str]) -> Any:
     """One option of :func:`rendered_text_dicts`: read back, or as rendered for the check to name."""
     if isinstance(written, Mapping) and isinstance(rendered, Mapping):
-        return {key: _rendered_text(written.get(key), item, render_text) for key, item in rendered.items()}
+        return {key: rendered_as_text(written.get(key), item, render_text) for key, item in rendered.items()}
     if not is_template(written) or not isinstance(rendered, str):
         return rendered
     try:
@@ -111,8 +111,11 @@ def _rendered_text_dict(written: Any, rendered: Any, render_text: Callable[[str]
     return parsed if isinstance(parsed, Mapping) else rendered
 
 
-def _rendered_text(written: Any, rendered: Any, render_text: Callable[[str], str]) -> Any:
-    """``written`` rendered as text where it is a template string that natively rendered a number or bool."""
+def rendered_as_text(written: Any, rendered: Any, render_text: Callable[[str], str]) -> Any:
+    """``written`` rendered as text where it is a template string that natively rendered a number or bool.
+
+    Else ``rendered`` as it is. Read by :func:`rendered_text_dicts` and for a command's arguments.
+    """
     if is_template(written) and isinstance(rendered, bool | int | float | Decimal):
         return render_text(written)
     return rendered
