@@ -37,6 +37,16 @@ BOTH = [
     ({7: "x"}, "has the int 7 as a key: AWS takes only string keys; write it as '7'"),
     ({"": "ml"}, "has the empty key '' (given 'ml'): AWS takes keys of 1 to 128 characters; name the tag"),
     (
+        {"aws:team": "ml"},
+        "has the key 'aws:team': AWS keeps keys that begin with 'aws:' (in any case) for its own tags and "
+        "refuses them; name your tag without it, such as 'team'",
+    ),
+    (
+        {"AWS:": "ml"},
+        "has the key 'AWS:': AWS keeps keys that begin with 'aws:' (in any case) for its own tags and "
+        "refuses them; name your tag without it",
+    ),
+    (
         {KEY_129: "v"},
         f"has a key of 129 characters, {'k' * 40!r}...: AWS takes keys of up to 128; shorten it",
     ),

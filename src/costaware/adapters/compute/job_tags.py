@@ -18,6 +18,9 @@ from costaware.core.errors import ConfigurationError, visible_repr
 MAX_TAGS = 50
 MAX_KEY_CHARS = 128
 MAX_VALUE_CHARS = 256
+#: The prefix AWS keeps for its own tag keys, in any case (AWS Batch User Guide, "Tag restrictions";
+#: SageMaker's CreateTrainingJob refuses it too). botocore's models do not carry it: no pattern says so.
+AWS_PREFIX = "aws:"
 #: SageMaker's TagKey and TagValue pattern ``[\p{L}\p{Z}\p{N}_.:/=+\-@]*``: besides these, letters (L),
 #: separators such as a space (Z) and numbers (N). Batch's model has no pattern.
 SAGEMAKER_TAG_PUNCTUATION = "_.:/=+-@"
@@ -31,8 +34,9 @@ def job_tags(tags: object, backend: str) -> dict[str, str]:
 
     Raises:
         ConfigurationError: ``tags`` is neither a mapping nor None, has a key or value that is no string,
-            a key or value of a length AWS refuses, a character SageMaker refuses, a key of costaware's
-            own on Batch, or more tags than fit; named, with what to write instead.
+            a key or value of a length AWS refuses, a key beginning with ``aws:`` (AWS's own, in any case), a
+            character SageMaker refuses, a key of costaware's own on Batch, or more tags than fit; named,
+            with what to write instead.
     """
     if tags is None:
         return {}
@@ -65,6 +69,13 @@ def job_tags(tags: object, backend: str) -> dict[str, str]:
             raise ConfigurationError(
                 f"{what} has a key of {len(key)} characters, {_shown(key)}: AWS takes keys of up to "
                 f"{MAX_KEY_CHARS}; shorten it"
+            )
+        if key[: len(AWS_PREFIX)].lower() == AWS_PREFIX:
+            plain = key[len(AWS_PREFIX) :].strip()
+            instead = f", such as {plain!r}" if plain and not plain.lower().startswith(AWS_PREFIX) else ""
+            raise ConfigurationError(
+                f"{what} has the key {_shown(key)}: AWS keeps keys that begin with 'aws:' (in any case) for "
+                f"its own tags and refuses them; name your tag without it{instead}"
             )
         if len(value) > MAX_VALUE_CHARS:
             raise ConfigurationError(
