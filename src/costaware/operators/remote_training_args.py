@@ -4,14 +4,14 @@ Like ``training_args.py`` for the built-in trainer's arguments: Airflow renders 
 attributes, so the arguments stay attributes of the operator (and show in its Rendered Template view);
 :meth:`RemotePlanArguments._plan_arguments` turns the rendered ones into one
 :class:`~costaware.training.plan.PlanArguments`, and :meth:`RemotePlanArguments._decision` reads the
-``SpotWindowSensor`` decision each of them falls back to. ``make_plan`` then fixes the plan.
+``SpotWindowSensor`` decision each of them falls back to. ``make_plan`` then fixes the plan. What is
+checked as the DAG writes it out, when the DAG is parsed, is in ``remote_training_parse_checks.py``.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from datetime import datetime
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
@@ -27,18 +27,24 @@ from costaware.adapters.compute.job_contract import check_grace_seconds
 from costaware.adapters.spot_market import check_prices
 from costaware.core.carbon import Objective
 from costaware.core.errors import ConfigurationError, check_keywords
-from costaware.core.series import parse_instant
 from costaware.core.spot_window import given_priority
 from costaware.glue import as_bool, check_tags
 from costaware.operators.remote_instance_type import check_written_instance_type
-from costaware.operators.rendered_values import JOB_ENV_OPTIONS, rendered_text_dicts, text_renderer
+from costaware.operators.remote_training_parse_checks import (
+    check_written_capacity_labels,
+    check_written_instants,
+    check_written_job_env,
+    check_written_job_tags,
+    check_written_objective,
+)
 
 # Moved to rendered_values (read by the spot window sensor too); importable from here as before.
 from costaware.operators.rendered_values import parse_decision as parse_decision
 from costaware.operators.rendered_values import parse_mapping as parse_mapping
 from costaware.operators.rendered_values import parse_names as parse_names
 from costaware.operators.rendered_values import parse_zones as parse_zones
-from costaware.operators.templating import is_literal, is_written_out
+from costaware.operators.rendered_values import rendered_text_dicts, text_renderer
+from costaware.operators.templating import is_literal
 from costaware.training.plan import blank
 
 if TYPE_CHECKING:
@@ -74,86 +80,6 @@ def backend_grace_seconds(
     if not math.isfinite(stop) or stop <= 0:
         return DEFAULT_GRACE_SECONDS
     return launcher_grace_seconds(stop)
-
-
-def check_written_job_env(backend: str, backend_options: Mapping[str, Any]) -> None:
-    """The job's environment option (local ``env``, SageMaker ``environment``) as the DAG writes it out.
-
-    Checked when the DAG is parsed, so that a list of pairs or a ``"NAME=value"`` string shows as an import
-    error, not as a task that fails when it starts. Airflow renders a template (``"{{ params.env }}"``),
-    an ``XComArg`` or a ``dag.param`` as the task runs: the option is checked then, once rendered. A dict
-    stays a dict when rendered (its values may be templates: a SageMaker value is checked here only where
-    it is written out), and so does a list, a number or text with no template.
-
-    Raises:
-        ConfigurationError: the option, or a SageMaker value written out, is of a kind the backend refuses.
-    """
-    from costaware.adapters.compute.base import container_environment, local_job_env
-
-    name = JOB_ENV_OPTIONS.get(backend)
-    if name is None:
-        return
-    value = backend_options.get(name)
-    written_out = isinstance(value, Mapping | list | tuple | set | frozenset | int | float | Decimal) or (
-        isinstance(value, str) and is_literal(value)
-    )
-    if not written_out:
-        return  # None (no variables), or resolved as the task runs
-    if backend == "local":
-        local_job_env(value)
-    elif isinstance(value, Mapping):
-        # Airflow renders the values, never the names: a value it resolves is checked once rendered.
-        container_environment({key: item for key, item in value.items() if is_literal(item)})
-    else:
-        container_environment(value)
-
-
-def check_written_job_tags(backend: str, backend_options: Mapping[str, Any]) -> None:
-    """SageMaker's and Batch's ``tags``, Kubernetes' ``node_selector``, as the DAG writes them out.
-
-    Like :func:`check_written_job_env`, checked when the DAG is parsed: text, a list, a number, a key AWS
-    or Kubernetes refuses or too many tags show as an import error, not as a task that fails when it
-    starts. A template, an ``XComArg`` or a ``dag.param`` is checked once rendered; of a dict, the keys are
-    checked here (Airflow never renders them) and a value it renders stands in as ``''`` until then.
-
-    Raises:
-        ConfigurationError: the option, a key or a value written out, or the number of tags, the backend's
-            service refuses.
-    """
-    from costaware.adapters.compute.base import job_tags, node_selector_labels
-
-    if backend in ("sagemaker", "batch"):
-        name, check = "tags", lambda labels: job_tags(labels, backend)
-    elif backend == "kubernetes":
-        name, check = "node_selector", node_selector_labels
-    else:
-        return
-    labels = backend_options.get(name)
-    if isinstance(labels, Mapping):
-        check({key: value if is_literal(value) else "" for key, value in labels.items()})
-    elif isinstance(labels, list | tuple | set | frozenset | int | float | Decimal) or (
-        isinstance(labels, str) and is_literal(labels)
-    ):
-        check(labels)
-
-
-def check_written_capacity_labels(backend: str, backend_options: Mapping[str, Any]) -> None:
-    """Kubernetes' ``capacity_label`` and ``capacity_values`` as the DAG writes them out, checked at parse.
-
-    They go into every pod's nodeSelector: one that is no label failed every run as its task started. A
-    template, an ``XComArg`` or a ``dag.param`` (or a dict holding one) is checked once rendered.
-
-    Raises:
-        ConfigurationError: a label key or a value per market, written out, that Kubernetes refuses.
-    """
-    from costaware.adapters.compute.base import capacity_label_key, capacity_label_values
-
-    if backend != "kubernetes":
-        return
-    if "capacity_label" in backend_options and is_literal(backend_options["capacity_label"]):
-        capacity_label_key(backend_options["capacity_label"])
-    if is_written_out(backend_options.get("capacity_values")):
-        capacity_label_values(backend_options.get("capacity_values"))
 
 
 class RemotePlanArguments:
@@ -298,7 +224,7 @@ class RemotePlanArguments:
         self.job_region = region
         self.spot_usd_per_hour = spot_usd_per_hour
         self.on_demand_usd_per_hour = on_demand_usd_per_hour
-        _check_instants_written(deadline, latest_start)
+        check_written_instants(deadline, latest_start)
         self.deadline = deadline
         # As written: a template of it that renders not given ("{{ params.deadline }}" unset) is warned.
         self._deadline_written = deadline
@@ -337,7 +263,7 @@ class RemotePlanArguments:
         self.objective = objective
         self.carbon_usd_per_tonne = carbon_usd_per_tonne
         self.carbon = carbon
-        _check_objective_written(objective, carbon_usd_per_tonne, carbon, pause_on_price)
+        check_written_objective(objective, carbon_usd_per_tonne, carbon, pause_on_price)
 
     def _decision(self, context: Mapping[str, Any]) -> SpotDecision | None:
         """The spot window decision: ``spot_task_id``'s XCom, else the rendered ``spot_decision``, or None.
@@ -430,53 +356,3 @@ class RemotePlanArguments:
             carbon_usd_per_tonne=self.carbon_usd_per_tonne,
             carbon=self.carbon,
         )
-
-
-def _check_instants_written(deadline: Any, latest_start: Any) -> None:
-    """Check a deadline and latest start written out in the DAG now, as the plan reads them once rendered.
-
-    A naive or mistyped time passed the parse and failed the task only when it ran, after a spend gate had
-    reserved its money (the spot window sensor refuses the same values as the DAG is parsed).
-
-    Raises:
-        ConfigurationError: a time that is not ISO-8601 or has no time zone, or a latest start after the
-            deadline, named.
-    """
-    instants = {
-        name: parse_instant(value, name=name)
-        for name, value in (("deadline", deadline), ("latest_start", latest_start))
-        if blank(value) is not None and (is_literal(value) or isinstance(value, datetime))
-    }
-    if len(instants) == 2 and instants["latest_start"] > instants["deadline"]:
-        raise ConfigurationError(
-            f"latest_start {instants['latest_start'].isoformat()} is after the deadline "
-            f"{instants['deadline'].isoformat()}: the last moment to start on-demand must come before the "
-            "deadline"
-        )
-
-
-def _check_objective_written(objective: Any, usd_per_tonne: Any, carbon: Any, pause_on_price: Any) -> None:
-    """The objective's settings as written out, checked when the DAG is parsed.
-
-    Found after rendering, "carbn" failed the task once the spend gate had reserved its money.
-
-    Raises:
-        ConfigurationError: an unknown objective, ``cost+carbon`` without its price, a grid zone or file
-            the pause rule could not read, or a carbon objective with ``pause_on_price`` off (the pause rule
-            is all it steers here: the start is the spot window's).
-    """
-    from costaware.adapters.spot_market import check_carbon_source
-
-    if not is_literal(objective) or not (usd_per_tonne in (None, "") or is_literal(usd_per_tonne)):
-        return
-    parsed = Objective.parse(objective, usd_per_tonne)
-    parsed.check_settings_used(usd_per_tonne, carbon if is_literal(carbon) else None)
-    if not parsed.needs_carbon:
-        return
-    if is_literal(pause_on_price) and not as_bool(pause_on_price, "pause_on_price"):
-        raise ConfigurationError(
-            f"objective={objective!r} steers only the pause rule here, and pause_on_price is off: set "
-            "pause_on_price=True, or give the objective to the SpotWindowSensor that chooses the start"
-        )
-    if is_literal(carbon) and blank(carbon) is not None:  # "None" or "null": the region's zone, as the plan
-        check_carbon_source(str(carbon), region=None, objective=parsed)
