@@ -1037,6 +1037,32 @@ def test_a_backend_that_refuses_its_options_before_any_job_releases_the_tasks_ho
     assert (hold.usd, hold.status, hold.settled_usd) == (Decimal("5"), "settled", Decimal(0))
 
 
+@pytest.mark.parametrize(("max_tries", "status"), [(0, "settled"), (1, "open")])
+def test_a_transient_submit_failure_on_the_last_try_releases_the_tasks_hold(
+    tmp_path: Path, data: Path, ledger: Any, monkeypatch: pytest.MonkeyPatch, max_tries: int, status: str
+) -> None:
+    # A retryable failure before any job (the backend's API down at the submit) on the task's last try is
+    # for good too: no retry follows and no job bills against the hold, which stayed open until its
+    # reservation_ttl (6 h), blocking the budget. With a retry left it is kept: the retry holds on it.
+    from costaware.adapters.compute.local import LocalBackend
+
+    def down(self: Any, request: Any) -> Any:
+        raise OSError("the backend's API is down")
+
+    ledger.set_budget("project=churn", "month", "10")
+    monkeypatch.setattr(LocalBackend, "submit", down)
+    op = operator(tmp_path, tags={"project": "churn"}, budget_scope="project=churn", max_usd="5")
+    context = context_for()
+    context["ti"].max_tries = max_tries
+    with pytest.raises(OSError, match="the backend's API is down"):
+        op.execute(context)
+    assert not (tmp_path / "jobs").exists() or not any((tmp_path / "jobs").iterdir())  # no job
+    hold = ledger.latest_reservation(GATE_HOLDER)
+    assert (hold.usd, hold.status) == (Decimal("5"), status)
+    if status == "settled":
+        assert hold.settled_usd == Decimal(0) and ledger.open_reservations() == []
+
+
 def test_a_hold_that_cannot_be_settled_after_a_refused_submit_is_named_and_the_refusal_reported(
     tmp_path: Path,
     data: Path,

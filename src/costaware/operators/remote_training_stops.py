@@ -79,10 +79,12 @@ class RemoteTrainingStops(RemoteTrainingStart):
             unsubmitted, self._unsubmitted = self._unsubmitted, None
             # Given back only where the look-up said there is no job: a submit that created its job and
             # then failed, with the look-up down too, left a job running on this hold.
+            # Any failure counts where no retry follows (a transient one on the last try too): kept, the
+            # hold blocked the budget until its reservation_ttl with nothing to bill against it.
             no_job = looked_up and live is None and not self._job_unknown
-            if no_job and unsubmitted is not None and isinstance(e, AirflowFailException):
+            if no_job and unsubmitted is not None:
                 self._settle_refused_start(unsubmitted)
-            elif live is None and unsubmitted is not None and isinstance(e, AirflowFailException):
+            elif live is None and unsubmitted is not None and for_good:
                 self.log.warning(
                     "the task's budget hold is kept until its time limit (reservation_ttl): whether its job "
                     "was created cannot be told; once it is known that none runs, give the hold back with "
