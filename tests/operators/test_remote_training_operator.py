@@ -1063,6 +1063,36 @@ def test_a_transient_submit_failure_on_the_last_try_releases_the_tasks_hold(
         assert hold.settled_usd == Decimal(0) and ledger.open_reservations() == []
 
 
+def test_a_retry_refused_past_max_attempts_releases_the_hold_its_failed_try_left(
+    tmp_path: Path, data: Path, ledger: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Try 1 billed attempt 1 and failed before it settled (the ledger down): its hold stays open for the
+    # retry. The backend lost attempt 1's job, so the retry would start attempt 2, past max_attempts=1: it
+    # failed for good before any job with that hold left open until its reservation_ttl (6 h).
+    import shutil
+
+    from costaware.remote_billing import AttemptBilling
+
+    settle = AttemptBilling._settle
+
+    def down(self: Any, state: Any) -> None:
+        raise OSError("ledger is down")
+
+    ledger.set_budget("project=churn", "month", "10")
+    args = {"tags": {"project": "churn"}, "budget_scope": "project=churn", "max_usd": "5", "max_attempts": 1}
+    monkeypatch.setattr(AttemptBilling, "_settle", down)
+    with pytest.raises(OSError, match="ledger is down"):
+        drive(operator(tmp_path, deferrable=False, **args), context_for())
+    assert ledger.latest_reservation(GATE_HOLDER).status == "open"  # kept for the retry
+    monkeypatch.setattr(AttemptBilling, "_settle", settle)
+    shutil.rmtree(tmp_path / "jobs")
+    with pytest.raises(AirflowFailException, match="past max_attempts=1: raise max_attempts"):
+        drive(operator(tmp_path, deferrable=False, **args), context_for(try_number=2))
+    assert not (tmp_path / "jobs").exists()
+    assert ledger.open_reservations() == []
+    assert ledger.latest_reservation(GATE_HOLDER).status == "settled"
+
+
 def test_a_hold_that_cannot_be_settled_after_a_refused_submit_is_named_and_the_refusal_reported(
     tmp_path: Path,
     data: Path,

@@ -146,6 +146,9 @@ class RemoteAttemptHolds(RemoteAttemptFollowing):
         name = job_name(plan.base_name, first)
         # The last attempt's job was found above; only a next one may not exist yet.
         if first > self.max_attempts and first > last and backend.find(name) is None:
+            # For good, and no job runs on the hold an earlier try left open (its attempts were billed as
+            # they ended, the next was never made): left open, it blocked the budget until reservation_ttl.
+            self._settle(state)
             raise AirflowFailException(
                 f"a retry: the earlier tries made {last} attempt(s) and {why}, so this retry would start "
                 f"attempt {first}, past max_attempts={self.max_attempts}: raise max_attempts and clear the "
