@@ -12,6 +12,7 @@ for the job.
 from __future__ import annotations
 
 import importlib
+import logging
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
 
@@ -60,6 +61,8 @@ from costaware.adapters.compute.zone_names import (
     zone_check,
 )
 from costaware.core.errors import ConfigurationError, check_keywords, did_you_mean
+
+_log = logging.getLogger(__name__)
 
 __all__ = [
     "BACKENDS",
@@ -195,7 +198,31 @@ def billed_instances(options: Mapping[str, Any]) -> int:
     A job's ``billable_seconds`` count all of them (instance-seconds): time added to them from the outside
     (a stopped job's grace period) is multiplied by this.
     """
-    return whole_number(options.get("instance_count") or 1, "instance_count", low=1, high=1000)
+    written = options.get("instance_count") or 1
+    try:
+        return whole_number(written, "instance_count", low=1, high=1000)
+    except ConfigurationError:
+        ran = _older_instance_count(written)
+        if ran is None:
+            raise
+    # Options are checked at the task's start and submit since 2bc46ce7; a job submitted before ea3be43c
+    # ran with int() of what was written (1.5 as 1, "2" as 2, no upper bound) and is billed as it ran.
+    _log.warning(
+        "instance_count %r is no whole number from 1 to 1000: its job, submitted by an older costaware "
+        "that sent int() of it, is billed as %d instance(s)",
+        written,
+        ran,
+    )
+    return ran
+
+
+def _older_instance_count(written: object) -> int | None:
+    """The InstanceCount a costaware before ea3be43c sent for ``written`` (``int()``), None: none it sent."""
+    try:
+        ran = int(written)  # type: ignore[call-overload]
+    except (TypeError, ValueError, OverflowError):
+        return None
+    return ran if ran >= 1 else None  # botocore refuses an InstanceCount under 1 before any request
 
 
 @runtime_checkable
