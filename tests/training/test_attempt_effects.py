@@ -139,3 +139,30 @@ def test_an_attempt_in_another_region_saves_against_that_regions_on_demand_price
     assert (entry.region, entry.on_demand_usd) == ("eu-west-1", Decimal("2.00"))  # the plan's, as before
     entry, _ = billed_attempt(state, job, "success", Decimal("0.50"), on_demand_usd_per_hour=Decimal("2.40"))
     assert (entry.usd, entry.on_demand_usd) == (Decimal("0.50"), Decimal("2.40"))  # savings in eu-west-1
+
+
+@pytest.mark.parametrize(("written", "sized"), [(119.5, 120), (0.5, 1), (60.2, 61)])
+def test_an_older_pods_grace_sizes_its_stop_at_its_most_with_a_warning(
+    written: float, sized: int, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Up to ea3be43c a pod took any termination_grace_seconds in (0, 120) and ran with int() of it: its
+    # stop and bill (backend_stop_seconds) raised ConfigurationError. Sized on the next whole second up.
+    import logging
+
+    from costaware.training.attempt_effects import backend_stop_seconds
+
+    options = {"termination_grace_seconds": written}
+    with caplog.at_level(logging.WARNING):
+        stop = backend_stop_seconds("kubernetes", 0.0, options, is_command=False)
+    assert stop == float(sized)
+    assert f"termination_grace_seconds {written!r}" in caplog.text
+
+
+@pytest.mark.parametrize("written", [120, 150.0, "119.5", 0, True])
+def test_a_pod_grace_no_release_could_have_made_is_still_refused(written: object) -> None:
+    # Every release refused a grace outside (0, 120) at the pod's render, and text failed its comparison.
+    from costaware.core.errors import ConfigurationError
+    from costaware.training.attempt_effects import backend_stop_seconds
+
+    with pytest.raises(ConfigurationError, match="termination_grace_seconds must be a whole number from 1"):
+        backend_stop_seconds("kubernetes", 0.0, {"termination_grace_seconds": written}, is_command=False)

@@ -9,11 +9,13 @@ model version is stored. Logging and the mapping of failures to task outcomes st
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Mapping
 from datetime import datetime
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from costaware.core.errors import ConfigurationError
 from costaware.core.ledger import reservation_holder
 from costaware.training.attempts import Attempt, AttemptState, trained_runs
 from costaware.training.plan import RemotePlan, job_seconds_left
@@ -99,6 +101,26 @@ def stop_seconds(state: AttemptState) -> float:
     )
 
 
+def _pod_grace(written: Any, whole_number: Any) -> int:
+    """``termination_grace_seconds`` as a stop is sized on; a pod made before ea3be43c, at its most.
+
+    Up to ea3be43c a pod took any number in (0, 120) and ran with int() of it (119.5 as 119): its
+    stop is sized on the next whole second up (never less than it ran with), with a warning.
+    """
+    try:
+        return int(whole_number(written, "termination_grace_seconds", low=1, high=119))
+    except ConfigurationError:
+        if isinstance(written, bool) or not isinstance(written, (int, float)) or not 0 < written < 120:
+            raise
+    log.warning(
+        "termination_grace_seconds %r is no whole number from 1 to 119: its pod, made by an older costaware, "
+        "is stopped and billed with %d s",
+        written,
+        math.ceil(written),
+    )
+    return math.ceil(written)
+
+
 def backend_stop_seconds(
     backend: str | None,
     grace_seconds: float,
@@ -123,11 +145,8 @@ def backend_stop_seconds(
         pod = pod_grace_seconds(
             grace,
             is_command=is_command,
-            termination_grace_seconds=whole_number(
-                options.get("termination_grace_seconds", TERMINATION_GRACE_SECONDS),
-                "termination_grace_seconds",
-                low=1,
-                high=119,
+            termination_grace_seconds=_pod_grace(
+                options.get("termination_grace_seconds", TERMINATION_GRACE_SECONDS), whole_number
             ),
         )
         return max(grace, float(pod))
