@@ -78,7 +78,7 @@ def test_a_direct_bill_beside_a_row_of_the_job_that_gives_no_end_is_kept_for_a_p
     older = _record_a_row_of_the_job_that_gives_no_end(billed_ledger, ident)
     # The task's hold (a spend gate's): a bill written pays from it, a bill kept for a person must not, or
     # the hold counted as spent what the ledger never held.
-    from costaware.training.attempt_effects import task_holder
+    from costaware.training.attempt_holds import task_holder
 
     billed_ledger.set_budget("project=churn", "month", "10")
     hold = billed_ledger.reserve("project=churn", "5.00", holder=task_holder(plan), run_id=ident["run_id"])
@@ -165,7 +165,7 @@ def test_a_kill_whose_bill_is_kept_for_a_person_settles_the_hold_and_its_drain_h
 
     from costaware.ledger_spool import record_and_settle
     from costaware.ledger_spool_drain import drain
-    from costaware.training.attempt_effects import task_holder
+    from costaware.training.attempt_holds import task_holder
     from costaware.training.attempts import AttemptState
     from costaware.training.plan import RemotePlan
     from costaware.triggers.remote_training import RemoteTrainingJobTrigger
@@ -400,7 +400,7 @@ def test_a_drained_unsure_bill_is_recorded_once_and_never_grows_its_tasks_hold_b
 
     from costaware.ledger_spool_drain import drain
     from costaware.remote_billing import KilledTrainingBilling
-    from costaware.training.attempt_effects import task_holder
+    from costaware.training.attempt_holds import task_holder
     from costaware.training.attempts import AttemptState
     from costaware.training.plan import RemotePlan
 
@@ -659,7 +659,7 @@ def test_a_drained_kill_bill_grows_the_hold_back_only_for_a_later_try_that_took_
     from costaware.core.errors import BillSpooledError
     from costaware.ledger_spool_drain import drain
     from costaware.remote_billing import KilledTrainingBilling
-    from costaware.training.attempt_effects import task_holder
+    from costaware.training.attempt_holds import task_holder
     from costaware.training.attempts import AttemptState
     from costaware.training.plan import RemotePlan
 
@@ -933,7 +933,7 @@ def test_a_normal_bills_egress_the_ledger_would_not_take_is_spooled_and_drained_
     from attempt_states import CAPTURED  # tests/support/
 
     from costaware.ledger_spool_drain import drain
-    from costaware.training.attempt_effects import task_holder
+    from costaware.training.attempt_holds import task_holder
     from costaware.training.plan import RemotePlan
 
     monkeypatch.setenv("AIRFLOW_HOME", str(tmp_path / "airflow"))

@@ -30,7 +30,7 @@ class AttemptBilling(AttemptEgressBilling):
 
     def _settle(self, state: AttemptState) -> None:
         """Settle this task's reservation (the spend gate's, or our own) with the attempts' total."""
-        from costaware.training.attempt_effects import settle_reservation
+        from costaware.training.attempt_holds import settle_reservation
 
         settle_reservation(self.ledger_hook.get_conn(), state)
 
@@ -181,7 +181,7 @@ class AttemptBilling(AttemptEgressBilling):
     ) -> Any:
         """Write ``entry`` unless an earlier try billed the same attempt; the attempt with what counts."""
         from costaware.training.attempt_duplicates import billed_already, row_of_unknown_run, stop_bill_keyed
-        from costaware.training.attempt_effects import gate_reservation
+        from costaware.training.attempt_holds import gate_reservation
 
         ledger = self.ledger_hook.get_conn()
         hold = gate_reservation(ledger, state.plan)  # the spend gate's, or the task's own (budget_scope)

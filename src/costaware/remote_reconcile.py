@@ -74,7 +74,7 @@ def _job_entries(ledger: Any, wait: EndedWait) -> list[dict[str, Any]]:
     Not one whose note marks another run of the job's name: an earlier run's bill written after this
     submit (its kill's, a cleared task's new try took the name) read as this job's, which was left running.
     """
-    from costaware.training.attempt_effects import task_attempt_entries
+    from costaware.training.attempt_holds import task_attempt_entries
     from costaware.training.attempts import AttemptState
     from costaware.training.remote import job_of_attempt_note, other_run
 

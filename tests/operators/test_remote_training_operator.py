@@ -203,7 +203,7 @@ def test_a_try_says_it_took_the_spend_gate_hold_up_before_it_sizes_it(
     from sqlalchemy import select
 
     from costaware.adapters.ledger import schema
-    from costaware.training import attempt_effects
+    from costaware.training import attempt_holds
 
     ledger.set_budget("project=churn", "month", "10")
     gate = ledger.reserve(
@@ -211,14 +211,14 @@ def test_a_try_says_it_took_the_spend_gate_hold_up_before_it_sizes_it(
     )
     r = schema.reservations
     marked_at_read: list[Any] = []
-    billed_by_earlier_tries = attempt_effects.billed_by_earlier_tries
+    billed_by_earlier_tries = attempt_holds.billed_by_earlier_tries
 
     def read_after_the_mark(conn: Any, plan: Any) -> Any:
         with ledger.reading() as reading:
             marked_at_read.append(reading.execute(select(r.c.taken_by_try).where(r.c.id == gate.id)).scalar())
         return billed_by_earlier_tries(conn, plan)
 
-    monkeypatch.setattr(attempt_effects, "billed_by_earlier_tries", read_after_the_mark)
+    monkeypatch.setattr(attempt_holds, "billed_by_earlier_tries", read_after_the_mark)
     drive(
         operator(tmp_path, tags={"project": "churn"}, max_usd="5", deferrable=False),
         context_for(try_number=3),

@@ -104,7 +104,7 @@ def test_the_cap_also_bounds_the_backends_runtime_limit(stop_after: int | None, 
 
 
 def test_a_retry_misses_in_its_state_only_the_earlier_runs_of_a_job_that_ran_twice() -> None:
-    from costaware.training.attempt_effects import EarlierAttempt, billed_not_followed
+    from costaware.training.attempt_holds import EarlierAttempt, billed_not_followed
 
     one, two, three = Decimal("0.1"), Decimal("0.02"), Decimal("0.003")
     a1, a2 = EarlierAttempt(1, "j-a1", one), EarlierAttempt(2, "j-a2", two)

@@ -17,7 +17,7 @@ from airflow.sdk.exceptions import AirflowFailException
 from costaware.operators.remote_attempt_following import RemoteAttemptFollowing
 
 if TYPE_CHECKING:
-    from costaware.training.attempt_effects import EarlierAttempt
+    from costaware.training.attempt_holds import EarlierAttempt
     from costaware.training.attempts import AttemptState
 
 #: The causes of an attempt whose failure fails the task without a retry: a later try is a person's clear
@@ -36,7 +36,7 @@ class RemoteAttemptHolds(RemoteAttemptFollowing):
         time limit, said in the log.
         """
         from costaware.core.errors import LEDGER_UNREADABLE
-        from costaware.training.attempt_effects import open_task_reservations
+        from costaware.training.attempt_holds import open_task_reservations
 
         try:
             ledger = self.ledger_hook.get_conn()
@@ -57,7 +57,7 @@ class RemoteAttemptHolds(RemoteAttemptFollowing):
         lost) is taken off the cap it runs under instead (:meth:`_go_on_after`).
         """
         from costaware.core.money import format_usd_exact
-        from costaware.training.attempt_effects import billed_by_earlier_tries
+        from costaware.training.attempt_holds import billed_by_earlier_tries
 
         plan = state.plan
         # Before what earlier tries billed is read: a killed try's bill drained after this read is not in
@@ -99,7 +99,7 @@ class RemoteAttemptHolds(RemoteAttemptFollowing):
         A late bill of this try (its kill's, kept in the spool while the ledger was down) then grows the
         hold back no more: this try is over by then, and the next one sizes the hold with the bill read.
         """
-        from costaware.training.attempt_effects import task_holder
+        from costaware.training.attempt_holds import task_holder
 
         plan = state.plan
         try_number = int(plan.identity.get("try_number", 1))
@@ -119,7 +119,7 @@ class RemoteAttemptHolds(RemoteAttemptFollowing):
         training), else from the next, following the job an earlier try left under its name, or submitting
         it (the training resumes from the newest checkpoint either way).
         """
-        from costaware.training.attempt_effects import billed_not_followed
+        from costaware.training.attempt_holds import billed_not_followed
         from costaware.training.remote import job_name
 
         plan = state.plan
@@ -197,15 +197,8 @@ class RemoteAttemptHolds(RemoteAttemptFollowing):
         from costaware.core.errors import BudgetExceededError
         from costaware.core.money import format_usd_exact
         from costaware.glue import check_scope_is_tagged
-        from costaware.training.attempt_effects import (
-            cap_rate,
-            gate_reservation,
-            hold_again,
-            hold_cap,
-            least_cap_usd_said,
-            reserve_estimate,
-            stop_seconds,
-        )
+        from costaware.training.attempt_effects import cap_rate, least_cap_usd_said, stop_seconds
+        from costaware.training.attempt_holds import gate_reservation, hold_again, hold_cap, reserve_estimate
 
         plan = state.plan
         ledger = self.ledger_hook.get_conn()
@@ -316,7 +309,7 @@ class RemoteAttemptHolds(RemoteAttemptFollowing):
         Without a cap nothing stops it where the budgets have no room; it says so and runs on.
         """
         from costaware.core.money import format_usd_exact
-        from costaware.training.attempt_effects import hold_again, hold_cap
+        from costaware.training.attempt_holds import hold_again, hold_cap
 
         plan = state.plan
         ledger = self.ledger_hook.get_conn()

@@ -111,7 +111,7 @@ class RemoteTrainingStops(RemoteTrainingStart):
         limit (reservation_ttl, 6 h by default). A ledger that cannot be reached only warns: the task's own
         failure is what it reports.
         """
-        from costaware.training.attempt_effects import task_holder
+        from costaware.training.attempt_holds import task_holder
 
         try:
             self._settle(state)
